@@ -1,0 +1,55 @@
+# qprof: `make run` and `make test` do all set-up on a fresh machine.
+#   deps      Debian packages, a Python venv with qprof and its PyPI deps
+#   build     msquic (from crates.io, with cmake) and the workload
+#   run       build, then `qprof run --stack quic`
+#   test      build, then the whole test suite
+SHELL := /bin/bash
+BUILD ?= build
+VENV ?= .venv
+PY := $(VENV)/bin/python
+CC ?= cc
+CFLAGS_WL := -O3 -g -fno-omit-frame-pointer -Wall -Wextra -Werror -std=gnu11
+APT_PKGS := iproute2 procps openssl cmake ninja-build gcc make perl python3-venv linux-perf
+
+.PHONY: all deps apt venv build msquic workload run test bench clean
+all: build
+
+deps: apt venv
+
+apt:
+	@missing=$$(for p in $(APT_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
+	if ! command -v cargo >/dev/null; then missing="$$missing cargo"; fi; \
+	if [ -n "$$missing" ]; then \
+	  echo "apt: installing$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+venv: $(VENV)/.installed
+$(VENV)/.installed: setup.py
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+build: msquic workload
+
+msquic: apt
+	workloads/msquic/build.sh $(BUILD)/msquic
+
+WL_SRC := $(wildcard workloads/*.c)
+WL_HDR := $(wildcard workloads/*.h)
+workload: msquic
+	@$(MAKE) --no-print-directory $(BUILD)/bin/qprof-wl
+$(BUILD)/bin/qprof-wl: $(WL_SRC) $(WL_HDR) $(BUILD)/msquic/.stamp
+	@mkdir -p $(BUILD)/bin
+	$(CC) $(CFLAGS_WL) -I$(BUILD)/msquic/include -o $@ $(WL_SRC) \
+	    -L$(BUILD)/msquic/lib -lmsquic -lpthread -Wl,-rpath,'$$ORIGIN/../msquic/lib'
+
+run: deps build
+	$(VENV)/bin/qprof run --stack quic
+
+test: deps build
+	$(VENV)/bin/python -m pytest -ra tests
+
+clean:
+	rm -rf $(BUILD) $(VENV)

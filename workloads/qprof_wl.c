@@ -1,0 +1,149 @@
+/*
+ * qprof-wl: the bulk-transfer workload qprof measures. One program, a
+ * server and a client role per stack; events and the final report are JSON
+ * lines on stdout, messages on stderr.
+ */
+#define _GNU_SOURCE
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "wl.h"
+
+static const char usage[] =
+"Usage: qprof-wl --stack quic --role server|client [OPTIONS]\n"
+"\n"
+"  -s, --stack STACK        quic\n"
+"  -r, --role ROLE          server (receives, verifies) or client (sends)\n"
+"  -a, --addr IPV4          server: address to listen on; client: to connect to\n"
+"  -p, --port PORT          UDP/TCP port (default 4433)\n"
+"      --cert FILE          server certificate (PEM)\n"
+"      --key FILE           server private key (PEM)\n"
+"  -n, --streams N          streams in the one connection (default 1)\n"
+"  -t, --duration-ms MS     client: send for MS after the handshake\n"
+"  -b, --bytes N            client: send N bytes per stream, then FIN\n"
+"      --io-size N          client: bytes per send request, a power of two\n"
+"                           from 1024 to 1048576 (default 65536)\n"
+"      --exec-profile P     msquic execution profile: lowlat (default) or maxtput\n"
+"      --control            take commands on stdin (mark NAME, stop, exit)\n"
+"  -h, --help\n"
+"\n"
+"With neither --duration-ms nor --bytes the client sends until told \"stop\".\n"
+"\n"
+"EXAMPLES:\n"
+"  qprof-wl -s quic -r server -a 127.0.0.1 --cert c.pem --key k.pem\n"
+"  qprof-wl -s quic -r client -a 127.0.0.1 -t 5000 -n 4\n";
+
+static int parse_u64(const char *s, uint64_t *out)
+{
+	char *end;
+	unsigned long long v;
+
+	if (!s || !*s || *s == '-')
+		return -1;
+	v = strtoull(s, &end, 10);
+	if (*end)
+		return -1;
+	*out = v;
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "stack", required_argument, NULL, 's' },
+		{ "role", required_argument, NULL, 'r' },
+		{ "addr", required_argument, NULL, 'a' },
+		{ "port", required_argument, NULL, 'p' },
+		{ "cert", required_argument, NULL, 'C' },
+		{ "key", required_argument, NULL, 'K' },
+		{ "streams", required_argument, NULL, 'n' },
+		{ "duration-ms", required_argument, NULL, 't' },
+		{ "bytes", required_argument, NULL, 'b' },
+		{ "io-size", required_argument, NULL, 'I' },
+		{ "exec-profile", required_argument, NULL, 'E' },
+		{ "control", no_argument, NULL, 'X' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct wl_opts o = {
+		.addr = "127.0.0.1",
+		.port = 4433,
+		.streams = 1,
+		.io_size = 65536,
+		.exec_profile = "lowlat",
+	};
+	uint64_t v;
+	int c;
+
+	while ((c = getopt_long(argc, argv, "s:r:a:p:n:t:b:h", longopts, NULL)) != -1) {
+		switch (c) {
+		case 's': o.stack = optarg; break;
+		case 'r': o.role = optarg; break;
+		case 'a': o.addr = optarg; break;
+		case 'C': o.cert = optarg; break;
+		case 'K': o.key = optarg; break;
+		case 'E': o.exec_profile = optarg; break;
+		case 'X': o.control = true; break;
+		case 'p':
+			if (parse_u64(optarg, &v) || v == 0 || v > 65535)
+				goto bad_arg;
+			o.port = (int)v;
+			break;
+		case 'n':
+			if (parse_u64(optarg, &v) || v == 0 || v > 64)
+				goto bad_arg;
+			o.streams = (int)v;
+			break;
+		case 't':
+			if (parse_u64(optarg, &v) || v == 0)
+				goto bad_arg;
+			o.duration_ms = v;
+			break;
+		case 'b':
+			if (parse_u64(optarg, &v) || v == 0)
+				goto bad_arg;
+			o.bytes = v;
+			break;
+		case 'I':
+			if (parse_u64(optarg, &v) || v < 1024 || v > (1u << 20) || (v & (v - 1)))
+				goto bad_arg;
+			o.io_size = (uint32_t)v;
+			break;
+		case 'h':
+			fputs(usage, stdout);
+			return WL_EXIT_OK;
+		default:
+			fputs(usage, stderr);
+			return WL_EXIT_USAGE;
+		}
+	}
+	if (!o.stack || !o.role) {
+		wl_warn("--stack and --role are required; see --help");
+		return WL_EXIT_USAGE;
+	}
+	if (strcmp(o.role, "server") && strcmp(o.role, "client")) {
+		wl_warn("--role must be server or client, not %s", o.role);
+		return WL_EXIT_USAGE;
+	}
+	if (o.duration_ms && o.bytes) {
+		wl_warn("--duration-ms and --bytes exclude each other: give one");
+		return WL_EXIT_USAGE;
+	}
+	if (!strcmp(o.role, "server") && (!o.cert || !o.key)) {
+		wl_warn("the server needs --cert and --key");
+		return WL_EXIT_USAGE;
+	}
+	if (!strcmp(o.role, "client") && !o.duration_ms && !o.bytes && !o.control) {
+		wl_warn("the client needs --duration-ms, --bytes or --control");
+		return WL_EXIT_USAGE;
+	}
+	if (!strcmp(o.stack, "quic"))
+		return wl_quic_run(&o);
+	wl_warn("unknown --stack %s; this build has: quic", o.stack);
+	return WL_EXIT_USAGE;
+
+bad_arg:
+	wl_warn("bad value for an option: %s", optarg);
+	return WL_EXIT_USAGE;
+}

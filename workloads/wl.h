@@ -1,0 +1,95 @@
+/* Shared by every role of the qprof workload (qprof-wl). */
+#ifndef QPROF_WL_H
+#define QPROF_WL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stddef.h>
+
+/* Exit codes, mirrored by collectors/workload.py (WorkloadExit). */
+enum wl_exit {
+	WL_EXIT_OK = 0,
+	WL_EXIT_USAGE = 2,
+	WL_EXIT_LIB_OPEN = 3,     /* transport library failed to open */
+	WL_EXIT_HANDSHAKE = 4,    /* connection never established */
+	WL_EXIT_VERIFY = 5,       /* received data failed the content check */
+	WL_EXIT_ADDR_IN_USE = 6,  /* server could not bind its port */
+	WL_EXIT_CONN_LOST = 7,    /* connection ended before the transfer did */
+	WL_EXIT_INTERNAL = 8,
+};
+
+/*
+ * Payload pattern. The 8-byte little-endian word at stream offset o (o a
+ * multiple of 8) is (o mod WL_PAT_PERIOD) ^ WL_PAT_SEED. The sender sends
+ * straight out of one read-only region of WL_PAT_PERIOD bytes, so producing
+ * data costs it nothing; the receiver checks every byte against its offset,
+ * which catches loss, duplication, reordering and corruption within a period.
+ */
+#define WL_PAT_PERIOD (8u << 20)
+#define WL_PAT_SEED 0x9e3779b97f4a7c15ull
+
+struct wl_opts {
+	const char *stack;
+	const char *role;
+	const char *addr;
+	int port;
+	const char *cert;
+	const char *key;
+	int streams;
+	uint64_t duration_ms;   /* 0: send until bytes */
+	uint64_t bytes;         /* 0: send for duration */
+	uint32_t io_size;       /* bytes per send request */
+	const char *exec_profile;
+	bool control;           /* commands on stdin, see wl_control_start */
+};
+
+/* Pattern */
+const uint8_t *wl_pattern_region(void);
+bool wl_pattern_check(uint64_t off, const uint8_t *p, size_t len);
+
+/* Time */
+uint64_t wl_now_ns(void);
+
+/*
+ * Output. Events are single JSON lines on stdout, flushed at once, written
+ * under one lock so lines from different threads never interleave. Human
+ * messages go to stderr.
+ */
+void wl_emit(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void wl_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/*
+ * Control channel (--control): stdin carries one command a line.
+ *   mark NAME  answered on stdout by a {"event":"mark"} line with the role's
+ *              own counters, so the caller can bracket a measurement window;
+ *   stop       the sender finishes its streams and the transfer ends;
+ *   exit       the role may exit once its report is out (so may EOF: the
+ *              caller is gone).
+ * The caller takes its CPU readings of this process before sending "exit".
+ */
+struct wl_control_ops {
+	void (*mark)(const char *name, void *arg);
+	void (*stop)(void *arg);
+	void (*exit)(void *arg);
+	void *arg;
+};
+int wl_control_start(const struct wl_control_ops *ops);
+
+/* A JSON object built in a fixed buffer, for snapshots and reports. */
+struct wl_json {
+	char buf[8192];
+	size_t len;
+	bool first;
+};
+void wl_json_begin(struct wl_json *j);
+void wl_json_u64(struct wl_json *j, const char *key, uint64_t v);
+void wl_json_str(struct wl_json *j, const char *key, const char *v);
+void wl_json_bool(struct wl_json *j, const char *key, bool v);
+void wl_json_raw(struct wl_json *j, const char *key, const char *raw);
+const char *wl_json_end(struct wl_json *j);
+
+/* Roles */
+int wl_quic_run(const struct wl_opts *o);
+
+#endif

@@ -1,0 +1,195 @@
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "wl.h"
+
+static uint8_t *pattern;
+static pthread_once_t pattern_once = PTHREAD_ONCE_INIT;
+
+static inline uint64_t pat_word(uint64_t aligned_off)
+{
+	return (aligned_off & (WL_PAT_PERIOD - 1)) ^ WL_PAT_SEED;
+}
+
+static void pattern_init(void)
+{
+	uint64_t i;
+
+	pattern = aligned_alloc(4096, WL_PAT_PERIOD);
+	if (!pattern)
+		abort();
+	for (i = 0; i < WL_PAT_PERIOD; i += 8) {
+		uint64_t w = pat_word(i);
+		memcpy(pattern + i, &w, 8);
+	}
+}
+
+const uint8_t *wl_pattern_region(void)
+{
+	pthread_once(&pattern_once, pattern_init);
+	return pattern;
+}
+
+static inline uint8_t pat_byte(uint64_t off)
+{
+	return (uint8_t)(pat_word(off & ~7ull) >> (8 * (off & 7)));
+}
+
+bool wl_pattern_check(uint64_t off, const uint8_t *p, size_t len)
+{
+	uint64_t bad = 0;
+	size_t i, words;
+
+	while (len && (off & 7)) {
+		if (*p != pat_byte(off))
+			return false;
+		p++, off++, len--;
+	}
+	words = len / 8;
+	/* One OR-reduction over the whole buffer so the loop vectorises. */
+	for (i = 0; i < words; i++) {
+		uint64_t w;
+		memcpy(&w, p + 8 * i, 8);
+		bad |= w ^ pat_word(off + 8 * i);
+	}
+	if (bad)
+		return false;
+	p += 8 * words, off += 8 * words, len -= 8 * words;
+	for (; len; p++, off++, len--)
+		if (*p != pat_byte(off))
+			return false;
+	return true;
+}
+
+uint64_t wl_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static pthread_mutex_t out_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void wl_emit(const char *fmt, ...)
+{
+	va_list ap;
+
+	pthread_mutex_lock(&out_lock);
+	va_start(ap, fmt);
+	vfprintf(stdout, fmt, ap);
+	va_end(ap);
+	fputc('\n', stdout);
+	fflush(stdout);
+	pthread_mutex_unlock(&out_lock);
+}
+
+void wl_warn(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	fputs("qprof-wl: ", stderr);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+}
+
+static void *control_main(void *p)
+{
+	const struct wl_control_ops *ops = p;
+	char line[256];
+
+	while (fgets(line, sizeof(line), stdin)) {
+		char name[64];
+
+		if (sscanf(line, "mark %63s", name) == 1)
+			ops->mark(name, ops->arg);
+		else if (!strcmp(line, "stop\n"))
+			ops->stop(ops->arg);
+		else if (!strcmp(line, "exit\n"))
+			break;
+		else
+			wl_warn("ignoring control line: %s", line);
+	}
+	ops->exit(ops->arg);
+	return NULL;
+}
+
+int wl_control_start(const struct wl_control_ops *ops)
+{
+	pthread_t t;
+	int err;
+
+	err = pthread_create(&t, NULL, control_main, (void *)ops);
+	if (err)
+		return -err;
+	pthread_setname_np(t, "wl-control");
+	pthread_detach(t);
+	return 0;
+}
+
+/* Appends to the object; an object that would overflow is cut short and
+ * later appends are dropped, so the buffer is never overrun. */
+static void json_put(struct wl_json *j, const char *fmt, ...)
+{
+	size_t room = sizeof(j->buf) - j->len;
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(j->buf + j->len, room, fmt, ap);
+	va_end(ap);
+	if (n < 0 || (size_t)n >= room)
+		j->len = sizeof(j->buf) - 1;
+	else
+		j->len += (size_t)n;
+}
+
+static void json_key(struct wl_json *j, const char *key)
+{
+	json_put(j, "%s\"%s\":", j->first ? "" : ",", key);
+	j->first = false;
+}
+
+void wl_json_begin(struct wl_json *j)
+{
+	j->len = 0;
+	j->first = true;
+	json_put(j, "{");
+}
+
+void wl_json_u64(struct wl_json *j, const char *key, uint64_t v)
+{
+	json_key(j, key);
+	json_put(j, "%llu", (unsigned long long)v);
+}
+
+void wl_json_str(struct wl_json *j, const char *key, const char *v)
+{
+	json_key(j, key);
+	/* Values are identifiers and status names written by this program. */
+	json_put(j, "\"%s\"", v);
+}
+
+void wl_json_bool(struct wl_json *j, const char *key, bool v)
+{
+	json_key(j, key);
+	json_put(j, "%s", v ? "true" : "false");
+}
+
+void wl_json_raw(struct wl_json *j, const char *key, const char *raw)
+{
+	json_key(j, key);
+	json_put(j, "%s", raw);
+}
+
+const char *wl_json_end(struct wl_json *j)
+{
+	json_put(j, "}");
+	return j->buf;
+}

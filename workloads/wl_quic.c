@@ -1,0 +1,703 @@
+/*
+ * QUIC roles over msquic: one connection, --streams unidirectional streams
+ * from client to server. The client keeps msquic's ideal send buffer posted
+ * (send buffering off, as secnetperf does for throughput), straight out of
+ * the read-only pattern region; the server checks every byte it receives.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <pthread.h>
+#include <semaphore.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <msquic.h>
+
+#include "wl.h"
+
+/*
+ * From msquicp.h (private, but answered by release builds): which offloads
+ * msquic's datapath found when it probed the kernel at start-up.
+ */
+#define QPROF_PARAM_GLOBAL_DATAPATH_FEATURES 0x81000005
+#define QPROF_FEATURE_RECV_COALESCING 0x00000002
+#define QPROF_FEATURE_SEND_SEGMENTATION 0x00000004
+
+#define MAX_STREAMS 64
+#define IDLE_TIMEOUT_MS 10000
+#define HANDSHAKE_TIMEOUT_MS 5000
+
+struct qstream {
+	HQUIC h;
+	int idx;
+	uint64_t off;          /* client: bytes posted; server: bytes received */
+	uint64_t outstanding;  /* client: posted, not yet completed */
+	uint64_t ideal;        /* client: msquic's ideal send buffer */
+	bool fin;              /* client: FIN posted; server: FIN received */
+	QUIC_BUFFER tail;      /* client: the short last send of --bytes */
+};
+
+static struct {
+	const struct wl_opts *o;
+	const QUIC_API_TABLE *api;
+	HQUIC reg, cfg, listener;
+	pthread_mutex_t conn_lock;  /* S.conn against close while snapshotting */
+	HQUIC conn;
+	struct qstream streams[MAX_STREAMS];
+	QUIC_BUFFER *chunks;
+	uint32_t nchunks;
+
+	_Atomic uint64_t app_bytes;   /* client: posted; server: verified */
+	_Atomic bool stopping;
+	_Atomic int streams_done;
+	_Atomic bool verify_failed;
+	uint64_t verify_fail_off;
+	int verify_fail_stream;
+
+	bool connected;
+	uint64_t t_connected_ns, t_transfer_done_ns;
+	QUIC_STATUS transport_status; /* why the transport shut the connection */
+	bool closed_by_transport;
+	uint64_t peer_error;
+	bool closed_by_peer;
+
+	sem_t conn_done;   /* connection shutdown complete */
+	sem_t may_exit;    /* the caller has read what it needs */
+} S = { .conn_lock = PTHREAD_MUTEX_INITIALIZER };
+
+static const char *status_name(QUIC_STATUS st)
+{
+#define N(x) if (st == x) return #x
+	N(QUIC_STATUS_SUCCESS); N(QUIC_STATUS_OUT_OF_MEMORY);
+	N(QUIC_STATUS_INVALID_PARAMETER); N(QUIC_STATUS_INVALID_STATE);
+	N(QUIC_STATUS_NOT_SUPPORTED); N(QUIC_STATUS_NOT_FOUND);
+	N(QUIC_STATUS_BUFFER_TOO_SMALL); N(QUIC_STATUS_HANDSHAKE_FAILURE);
+	N(QUIC_STATUS_ABORTED); N(QUIC_STATUS_ADDRESS_IN_USE);
+	N(QUIC_STATUS_INVALID_ADDRESS); N(QUIC_STATUS_CONNECTION_TIMEOUT);
+	N(QUIC_STATUS_CONNECTION_IDLE); N(QUIC_STATUS_INTERNAL_ERROR);
+	N(QUIC_STATUS_CONNECTION_REFUSED); N(QUIC_STATUS_PROTOCOL_ERROR);
+	N(QUIC_STATUS_VER_NEG_ERROR); N(QUIC_STATUS_UNREACHABLE);
+	N(QUIC_STATUS_TLS_ERROR); N(QUIC_STATUS_USER_CANCELED);
+	N(QUIC_STATUS_ALPN_NEG_FAILURE); N(QUIC_STATUS_STREAM_LIMIT_REACHED);
+	N(QUIC_STATUS_ADDRESS_NOT_AVAILABLE); N(QUIC_STATUS_BAD_CERTIFICATE);
+	N(QUIC_STATUS_UNKNOWN_CERTIFICATE); N(QUIC_STATUS_REQUIRED_CERTIFICATE);
+	N(QUIC_STATUS_CERT_EXPIRED); N(QUIC_STATUS_CERT_UNTRUSTED_ROOT);
+	N(QUIC_STATUS_CERT_NO_CERT);
+#undef N
+	return "QUIC_STATUS_UNKNOWN";
+}
+
+static const char *const perf_names[QUIC_PERF_COUNTER_MAX] = {
+	[QUIC_PERF_COUNTER_CONN_CREATED] = "conn_created",
+	[QUIC_PERF_COUNTER_CONN_HANDSHAKE_FAIL] = "conn_handshake_fail",
+	[QUIC_PERF_COUNTER_CONN_PROTOCOL_ERRORS] = "conn_protocol_errors",
+	[QUIC_PERF_COUNTER_PKTS_SUSPECTED_LOST] = "pkts_suspected_lost",
+	[QUIC_PERF_COUNTER_PKTS_DROPPED] = "pkts_dropped",
+	[QUIC_PERF_COUNTER_PKTS_DECRYPTION_FAIL] = "pkts_decryption_fail",
+	[QUIC_PERF_COUNTER_UDP_RECV] = "udp_recv",
+	[QUIC_PERF_COUNTER_UDP_SEND] = "udp_send",
+	[QUIC_PERF_COUNTER_UDP_RECV_BYTES] = "udp_recv_bytes",
+	[QUIC_PERF_COUNTER_UDP_SEND_BYTES] = "udp_send_bytes",
+	[QUIC_PERF_COUNTER_UDP_RECV_EVENTS] = "udp_recv_events",
+	[QUIC_PERF_COUNTER_UDP_SEND_CALLS] = "udp_send_calls",
+	[QUIC_PERF_COUNTER_APP_SEND_BYTES] = "app_send_bytes",
+	[QUIC_PERF_COUNTER_APP_RECV_BYTES] = "app_recv_bytes",
+	[QUIC_PERF_COUNTER_CONN_OPER_QUEUED] = "conn_oper_queued",
+	[QUIC_PERF_COUNTER_CONN_OPER_COMPLETED] = "conn_oper_completed",
+	[QUIC_PERF_COUNTER_WORK_OPER_QUEUED] = "work_oper_queued",
+	[QUIC_PERF_COUNTER_WORK_OPER_COMPLETED] = "work_oper_completed",
+};
+
+static void json_perf_counters(struct wl_json *j)
+{
+	uint64_t c[QUIC_PERF_COUNTER_MAX];
+	uint32_t len = sizeof(c);
+	struct wl_json p;
+	int i;
+
+	if (QUIC_FAILED(S.api->GetParam(NULL, QUIC_PARAM_GLOBAL_PERF_COUNTERS,
+					&len, c)))
+		return;
+	wl_json_begin(&p);
+	for (i = 0; i < QUIC_PERF_COUNTER_MAX; i++)
+		if (perf_names[i])
+			wl_json_u64(&p, perf_names[i], c[i]);
+	wl_json_raw(j, "perf_counters", wl_json_end(&p));
+}
+
+/* Connection statistics, if there is a connection; caller holds conn_lock. */
+static void json_conn_stats(struct wl_json *j)
+{
+	QUIC_STATISTICS_V2 st;
+	uint32_t len = sizeof(st);
+	struct wl_json p;
+
+	if (!S.conn || QUIC_FAILED(S.api->GetParam(S.conn,
+			QUIC_PARAM_CONN_STATISTICS_V2, &len, &st)))
+		return;
+	wl_json_begin(&p);
+	wl_json_u64(&p, "rtt_us", st.Rtt);
+	wl_json_u64(&p, "min_rtt_us", st.MinRtt);
+	wl_json_u64(&p, "send_path_mtu", st.SendPathMtu);
+	wl_json_u64(&p, "send_total_packets", st.SendTotalPackets);
+	wl_json_u64(&p, "send_retransmittable_packets", st.SendRetransmittablePackets);
+	wl_json_u64(&p, "send_suspected_lost_packets", st.SendSuspectedLostPackets);
+	wl_json_u64(&p, "send_spurious_lost_packets", st.SendSpuriousLostPackets);
+	wl_json_u64(&p, "send_total_bytes", st.SendTotalBytes);
+	wl_json_u64(&p, "send_total_stream_bytes", st.SendTotalStreamBytes);
+	wl_json_u64(&p, "send_congestion_count", st.SendCongestionCount);
+	wl_json_u64(&p, "send_persistent_congestion_count", st.SendPersistentCongestionCount);
+	wl_json_u64(&p, "send_congestion_window", st.SendCongestionWindow);
+	wl_json_u64(&p, "recv_total_packets", st.RecvTotalPackets);
+	wl_json_u64(&p, "recv_reordered_packets", st.RecvReorderedPackets);
+	wl_json_u64(&p, "recv_dropped_packets", st.RecvDroppedPackets);
+	wl_json_u64(&p, "recv_duplicate_packets", st.RecvDuplicatePackets);
+	wl_json_u64(&p, "recv_total_bytes", st.RecvTotalBytes);
+	wl_json_u64(&p, "recv_total_stream_bytes", st.RecvTotalStreamBytes);
+	wl_json_u64(&p, "recv_decryption_failures", st.RecvDecryptionFailures);
+	wl_json_u64(&p, "recv_valid_ack_frames", st.RecvValidAckFrames);
+	wl_json_raw(j, "conn_stats", wl_json_end(&p));
+}
+
+static void json_datapath(struct wl_json *j)
+{
+	uint32_t f = 0, len = sizeof(f);
+	uint32_t v[4] = { 0 };
+	uint32_t vlen = sizeof(v);
+	char ver[48];
+
+	if (QUIC_SUCCEEDED(S.api->GetParam(NULL, QPROF_PARAM_GLOBAL_DATAPATH_FEATURES,
+					   &len, &f))) {
+		wl_json_bool(j, "send_segmentation", f & QPROF_FEATURE_SEND_SEGMENTATION);
+		wl_json_bool(j, "recv_coalescing", f & QPROF_FEATURE_RECV_COALESCING);
+	}
+	if (QUIC_SUCCEEDED(S.api->GetParam(NULL, QUIC_PARAM_GLOBAL_LIBRARY_VERSION,
+					   &vlen, v))) {
+		snprintf(ver, sizeof(ver), "%u.%u.%u", v[0], v[1], v[2]);
+		wl_json_str(j, "msquic_version", ver);
+	}
+}
+
+static void on_mark(const char *name, void *arg)
+{
+	struct wl_json j;
+
+	(void)arg;
+	wl_json_begin(&j);
+	wl_json_str(&j, "event", "mark");
+	wl_json_str(&j, "name", name);
+	wl_json_u64(&j, "t_ns", wl_now_ns());
+	wl_json_u64(&j, "app_bytes", atomic_load(&S.app_bytes));
+	json_perf_counters(&j);
+	pthread_mutex_lock(&S.conn_lock);
+	json_conn_stats(&j);
+	pthread_mutex_unlock(&S.conn_lock);
+	wl_emit("%s", wl_json_end(&j));
+}
+
+static void on_stop(void *arg)
+{
+	(void)arg;
+	atomic_store(&S.stopping, true);
+}
+
+static void on_exit_cmd(void *arg)
+{
+	(void)arg;
+	sem_post(&S.may_exit);
+}
+
+static const struct wl_control_ops control_ops = {
+	.mark = on_mark, .stop = on_stop, .exit = on_exit_cmd,
+};
+
+/* Client: keep the ideal send buffer posted; FIN once told to stop. */
+static void client_send_more(struct qstream *s)
+{
+	const struct wl_opts *o = S.o;
+
+	while (!s->fin && s->outstanding < s->ideal) {
+		const QUIC_BUFFER *buf;
+		QUIC_SEND_FLAGS flags = QUIC_SEND_FLAG_NONE;
+		uint64_t len = o->io_size;
+		QUIC_STATUS st;
+
+		if (atomic_load(&S.stopping)) {
+			buf = NULL, len = 0, flags = QUIC_SEND_FLAG_FIN;
+		} else {
+			buf = &S.chunks[(s->off % WL_PAT_PERIOD) / o->io_size];
+			if (o->bytes && s->off + len >= o->bytes) {
+				len = o->bytes - s->off;
+				s->tail.Buffer = buf->Buffer;
+				s->tail.Length = (uint32_t)len;
+				buf = &s->tail;
+				flags = QUIC_SEND_FLAG_FIN;
+			}
+		}
+		st = S.api->StreamSend(s->h, buf, buf ? 1 : 0, flags,
+				       (void *)(uintptr_t)len);
+		if (QUIC_FAILED(st)) {
+			wl_warn("StreamSend failed: %s", status_name(st));
+			S.api->ConnectionShutdown(S.conn, QUIC_CONNECTION_SHUTDOWN_FLAG_NONE, 1);
+			return;
+		}
+		s->off += len;
+		s->outstanding += len;
+		atomic_fetch_add(&S.app_bytes, len);
+		if (flags & QUIC_SEND_FLAG_FIN)
+			s->fin = true;
+	}
+}
+
+static QUIC_STATUS QUIC_API client_stream_cb(HQUIC h, void *ctx, QUIC_STREAM_EVENT *ev)
+{
+	struct qstream *s = ctx;
+
+	switch (ev->Type) {
+	case QUIC_STREAM_EVENT_SEND_COMPLETE:
+		s->outstanding -= (uint64_t)(uintptr_t)ev->SEND_COMPLETE.ClientContext;
+		client_send_more(s);
+		break;
+	case QUIC_STREAM_EVENT_IDEAL_SEND_BUFFER_SIZE:
+		s->ideal = ev->IDEAL_SEND_BUFFER_SIZE.ByteCount;
+		client_send_more(s);
+		break;
+	case QUIC_STREAM_EVENT_SHUTDOWN_COMPLETE:
+		S.api->StreamClose(h);
+		if (atomic_fetch_add(&S.streams_done, 1) + 1 == S.o->streams) {
+			S.t_transfer_done_ns = wl_now_ns();
+			S.api->ConnectionShutdown(S.conn, QUIC_CONNECTION_SHUTDOWN_FLAG_NONE, 0);
+		}
+		break;
+	default:
+		break;
+	}
+	return QUIC_STATUS_SUCCESS;
+}
+
+static QUIC_STATUS client_open_streams(void)
+{
+	int i;
+
+	for (i = 0; i < S.o->streams; i++) {
+		struct qstream *s = &S.streams[i];
+		QUIC_STATUS st;
+
+		s->idx = i;
+		/* Until msquic says otherwise, as secnetperf starts. */
+		s->ideal = 2 * (uint64_t)S.o->io_size;
+		st = S.api->StreamOpen(S.conn, QUIC_STREAM_OPEN_FLAG_UNIDIRECTIONAL,
+				       client_stream_cb, s, &s->h);
+		if (QUIC_FAILED(st))
+			return st;
+		st = S.api->StreamStart(s->h, QUIC_STREAM_START_FLAG_IMMEDIATE);
+		if (QUIC_FAILED(st))
+			return st;
+		client_send_more(s);
+	}
+	return QUIC_STATUS_SUCCESS;
+}
+
+static void emit_connected(void)
+{
+	struct wl_json j;
+
+	wl_json_begin(&j);
+	wl_json_str(&j, "event", "connected");
+	wl_json_u64(&j, "t_ns", S.t_connected_ns);
+	json_datapath(&j);
+	wl_emit("%s", wl_json_end(&j));
+}
+
+/* Connection events common to both roles. */
+static void conn_common(QUIC_CONNECTION_EVENT *ev)
+{
+	switch (ev->Type) {
+	case QUIC_CONNECTION_EVENT_CONNECTED:
+		S.connected = true;
+		S.t_connected_ns = wl_now_ns();
+		emit_connected();
+		break;
+	case QUIC_CONNECTION_EVENT_SHUTDOWN_INITIATED_BY_TRANSPORT:
+		S.closed_by_transport = true;
+		S.transport_status = ev->SHUTDOWN_INITIATED_BY_TRANSPORT.Status;
+		break;
+	case QUIC_CONNECTION_EVENT_SHUTDOWN_INITIATED_BY_PEER:
+		S.closed_by_peer = true;
+		S.peer_error = ev->SHUTDOWN_INITIATED_BY_PEER.ErrorCode;
+		break;
+	case QUIC_CONNECTION_EVENT_SHUTDOWN_COMPLETE:
+		sem_post(&S.conn_done);
+		break;
+	default:
+		break;
+	}
+}
+
+static QUIC_STATUS QUIC_API client_conn_cb(HQUIC h, void *ctx, QUIC_CONNECTION_EVENT *ev)
+{
+	QUIC_STATUS st;
+
+	(void)h, (void)ctx;
+	conn_common(ev);
+	if (ev->Type == QUIC_CONNECTION_EVENT_CONNECTED) {
+		st = client_open_streams();
+		if (QUIC_FAILED(st)) {
+			wl_warn("opening streams failed: %s", status_name(st));
+			S.api->ConnectionShutdown(S.conn, QUIC_CONNECTION_SHUTDOWN_FLAG_NONE, 1);
+		}
+	}
+	return QUIC_STATUS_SUCCESS;
+}
+
+static QUIC_STATUS QUIC_API server_stream_cb(HQUIC h, void *ctx, QUIC_STREAM_EVENT *ev)
+{
+	struct qstream *s = ctx;
+	uint32_t i;
+
+	switch (ev->Type) {
+	case QUIC_STREAM_EVENT_RECEIVE: {
+		uint64_t off = ev->RECEIVE.AbsoluteOffset;
+
+		if (off != s->off)
+			goto bad;
+		for (i = 0; i < ev->RECEIVE.BufferCount; i++) {
+			const QUIC_BUFFER *b = &ev->RECEIVE.Buffers[i];
+
+			if (!wl_pattern_check(off, b->Buffer, b->Length))
+				goto bad;
+			off += b->Length;
+		}
+		s->off = off;
+		atomic_fetch_add(&S.app_bytes, ev->RECEIVE.TotalBufferLength);
+		break;
+bad:
+		if (!atomic_exchange(&S.verify_failed, true)) {
+			S.verify_fail_off = off;
+			S.verify_fail_stream = s->idx;
+			S.api->ConnectionShutdown(S.conn, QUIC_CONNECTION_SHUTDOWN_FLAG_NONE, 2);
+		}
+		break;
+	}
+	case QUIC_STREAM_EVENT_PEER_SEND_SHUTDOWN:
+		s->fin = true;
+		if (atomic_fetch_add(&S.streams_done, 1) + 1 == S.o->streams)
+			S.t_transfer_done_ns = wl_now_ns();
+		break;
+	case QUIC_STREAM_EVENT_PEER_SEND_ABORTED:
+		S.api->StreamShutdown(h, QUIC_STREAM_SHUTDOWN_FLAG_ABORT, 0);
+		break;
+	case QUIC_STREAM_EVENT_SHUTDOWN_COMPLETE:
+		S.api->StreamClose(h);
+		break;
+	default:
+		break;
+	}
+	return QUIC_STATUS_SUCCESS;
+}
+
+static QUIC_STATUS QUIC_API server_conn_cb(HQUIC h, void *ctx, QUIC_CONNECTION_EVENT *ev)
+{
+	static int next_stream;
+
+	(void)ctx;
+	conn_common(ev);
+	if (ev->Type == QUIC_CONNECTION_EVENT_PEER_STREAM_STARTED) {
+		struct qstream *s;
+
+		if (next_stream >= S.o->streams) {
+			S.api->StreamClose(ev->PEER_STREAM_STARTED.Stream);
+			return QUIC_STATUS_SUCCESS;
+		}
+		s = &S.streams[next_stream];
+		s->idx = next_stream++;
+		s->h = ev->PEER_STREAM_STARTED.Stream;
+		S.api->SetCallbackHandler(s->h, (void *)server_stream_cb, s);
+	}
+	(void)h;
+	return QUIC_STATUS_SUCCESS;
+}
+
+static QUIC_STATUS QUIC_API listener_cb(HQUIC h, void *ctx, QUIC_LISTENER_EVENT *ev)
+{
+	(void)h, (void)ctx;
+	if (ev->Type != QUIC_LISTENER_EVENT_NEW_CONNECTION)
+		return QUIC_STATUS_SUCCESS;
+	pthread_mutex_lock(&S.conn_lock);
+	if (S.conn) {
+		/* One connection per run: a second one is refused. */
+		pthread_mutex_unlock(&S.conn_lock);
+		return QUIC_STATUS_CONNECTION_REFUSED;
+	}
+	S.conn = ev->NEW_CONNECTION.Connection;
+	pthread_mutex_unlock(&S.conn_lock);
+	S.api->SetCallbackHandler(S.conn, (void *)server_conn_cb, NULL);
+	return S.api->ConnectionSetConfiguration(S.conn, S.cfg);
+}
+
+static int open_config(bool server)
+{
+	const QUIC_BUFFER alpn = { sizeof("qprof") - 1, (uint8_t *)"qprof" };
+	QUIC_SETTINGS set = { 0 };
+	QUIC_CREDENTIAL_CONFIG cred = { 0 };
+	QUIC_CERTIFICATE_FILE cf = { 0 };
+	QUIC_STATUS st;
+
+	set.IdleTimeoutMs = IDLE_TIMEOUT_MS;
+	set.IsSet.IdleTimeoutMs = 1;
+	set.HandshakeIdleTimeoutMs = HANDSHAKE_TIMEOUT_MS;
+	set.IsSet.HandshakeIdleTimeoutMs = 1;
+	if (server) {
+		set.PeerUnidiStreamCount = (uint16_t)S.o->streams;
+		set.IsSet.PeerUnidiStreamCount = 1;
+	} else {
+		set.SendBufferingEnabled = 0;
+		set.IsSet.SendBufferingEnabled = 1;
+	}
+	st = S.api->ConfigurationOpen(S.reg, &alpn, 1, &set, sizeof(set), NULL, &S.cfg);
+	if (QUIC_FAILED(st)) {
+		wl_warn("ConfigurationOpen failed: %s", status_name(st));
+		return WL_EXIT_LIB_OPEN;
+	}
+	/* AES-128-GCM only: the AEAD the TCP+TLS stacks use by default too. */
+	cred.Flags = QUIC_CREDENTIAL_FLAG_SET_ALLOWED_CIPHER_SUITES;
+	cred.AllowedCipherSuites = QUIC_ALLOWED_CIPHER_SUITE_AES_128_GCM_SHA256;
+	if (server) {
+		cf.CertificateFile = S.o->cert;
+		cf.PrivateKeyFile = S.o->key;
+		cred.Type = QUIC_CREDENTIAL_TYPE_CERTIFICATE_FILE;
+		cred.CertificateFile = &cf;
+	} else {
+		cred.Type = QUIC_CREDENTIAL_TYPE_NONE;
+		cred.Flags |= QUIC_CREDENTIAL_FLAG_CLIENT |
+			      QUIC_CREDENTIAL_FLAG_NO_CERTIFICATE_VALIDATION;
+	}
+	st = S.api->ConfigurationLoadCredential(S.cfg, &cred);
+	if (QUIC_FAILED(st)) {
+		wl_warn("loading the %s credential failed: %s", server ?
+			"server certificate" : "client", status_name(st));
+		return WL_EXIT_LIB_OPEN;
+	}
+	return WL_EXIT_OK;
+}
+
+static void emit_done(bool server, int code)
+{
+	struct wl_json j;
+
+	wl_json_begin(&j);
+	wl_json_str(&j, "event", "done");
+	wl_json_str(&j, "role", server ? "server" : "client");
+	wl_json_u64(&j, "exit_code", code);
+	wl_json_u64(&j, "t_ns", wl_now_ns());
+	wl_json_u64(&j, "t_connected_ns", S.t_connected_ns);
+	wl_json_u64(&j, "t_transfer_done_ns", S.t_transfer_done_ns);
+	wl_json_u64(&j, "app_bytes", atomic_load(&S.app_bytes));
+	wl_json_u64(&j, "streams_completed", atomic_load(&S.streams_done));
+	if (server) {
+		wl_json_bool(&j, "verified", code == WL_EXIT_OK);
+		if (atomic_load(&S.verify_failed)) {
+			wl_json_u64(&j, "verify_fail_offset", S.verify_fail_off);
+			wl_json_u64(&j, "verify_fail_stream", S.verify_fail_stream);
+		}
+	}
+	if (S.closed_by_transport)
+		wl_json_str(&j, "transport_status", status_name(S.transport_status));
+	if (S.closed_by_peer)
+		wl_json_u64(&j, "peer_error_code", S.peer_error);
+	json_datapath(&j);
+	json_perf_counters(&j);
+	pthread_mutex_lock(&S.conn_lock);
+	json_conn_stats(&j);
+	pthread_mutex_unlock(&S.conn_lock);
+	wl_emit("%s", wl_json_end(&j));
+}
+
+/* What the connection's end means for this role, as an exit code. */
+static int outcome(bool server)
+{
+	if (atomic_load(&S.verify_failed)) {
+		wl_warn("received data failed the content check on stream %d at offset %llu",
+			S.verify_fail_stream, (unsigned long long)S.verify_fail_off);
+		return WL_EXIT_VERIFY;
+	}
+	if (!S.connected) {
+		wl_warn("QUIC handshake with %s:%d failed: %s", S.o->addr, S.o->port,
+			S.closed_by_transport ? status_name(S.transport_status) :
+			"closed by peer");
+		return WL_EXIT_HANDSHAKE;
+	}
+	if (atomic_load(&S.streams_done) < S.o->streams) {
+		wl_warn("connection ended after %llu bytes, before the transfer finished: %s",
+			(unsigned long long)atomic_load(&S.app_bytes),
+			S.closed_by_transport ? status_name(S.transport_status) :
+			S.closed_by_peer ? "closed by peer" : "closed locally");
+		return WL_EXIT_CONN_LOST;
+	}
+	if (server && S.closed_by_peer && S.peer_error != 0) {
+		wl_warn("client closed the connection with error %llu",
+			(unsigned long long)S.peer_error);
+		return WL_EXIT_CONN_LOST;
+	}
+	return WL_EXIT_OK;
+}
+
+static int quic_addr(QUIC_ADDR *a, const char *ip, int port)
+{
+	memset(a, 0, sizeof(*a));
+	a->Ipv4.sin_family = AF_INET;
+	a->Ipv4.sin_port = htons((uint16_t)port);
+	return inet_pton(AF_INET, ip, &a->Ipv4.sin_addr) == 1 ? 0 : -1;
+}
+
+static int run_server(void)
+{
+	QUIC_ADDR addr;
+	const QUIC_BUFFER alpn = { sizeof("qprof") - 1, (uint8_t *)"qprof" };
+	QUIC_STATUS st;
+	int code;
+
+	if (quic_addr(&addr, S.o->addr, S.o->port)) {
+		wl_warn("bad IPv4 address %s", S.o->addr);
+		return WL_EXIT_USAGE;
+	}
+	code = open_config(true);
+	if (code)
+		return code;
+	st = S.api->ListenerOpen(S.reg, listener_cb, NULL, &S.listener);
+	if (QUIC_FAILED(st)) {
+		wl_warn("ListenerOpen failed: %s", status_name(st));
+		return WL_EXIT_LIB_OPEN;
+	}
+	st = S.api->ListenerStart(S.listener, &alpn, 1, &addr);
+	if (QUIC_FAILED(st)) {
+		if (st == QUIC_STATUS_ADDRESS_IN_USE) {
+			wl_warn("UDP port %s:%d is already in use", S.o->addr, S.o->port);
+			return WL_EXIT_ADDR_IN_USE;
+		}
+		wl_warn("ListenerStart on %s:%d failed: %s", S.o->addr, S.o->port,
+			status_name(st));
+		return WL_EXIT_LIB_OPEN;
+	}
+	wl_emit("{\"event\":\"ready\",\"port\":%d,\"pid\":%d}", S.o->port, getpid());
+	sem_wait(&S.conn_done);
+	S.api->ListenerStop(S.listener);
+	code = outcome(true);
+	emit_done(true, code);
+	return code;
+}
+
+static int run_client(void)
+{
+	QUIC_STATUS st;
+	int code;
+
+	code = open_config(false);
+	if (code)
+		return code;
+	st = S.api->ConnectionOpen(S.reg, client_conn_cb, NULL, &S.conn);
+	if (QUIC_FAILED(st)) {
+		wl_warn("ConnectionOpen failed: %s", status_name(st));
+		return WL_EXIT_LIB_OPEN;
+	}
+	st = S.api->ConnectionStart(S.conn, S.cfg, QUIC_ADDRESS_FAMILY_INET,
+				    S.o->addr, (uint16_t)S.o->port);
+	if (QUIC_FAILED(st)) {
+		wl_warn("ConnectionStart to %s:%d failed: %s", S.o->addr, S.o->port,
+			status_name(st));
+		return WL_EXIT_HANDSHAKE;
+	}
+	if (S.o->duration_ms) {
+		struct timespec ts;
+		/* The clock starts at the handshake, not at the process. */
+		while (!S.connected && sem_trywait(&S.conn_done) != 0)
+			usleep(1000);
+		if (S.connected) {
+			uint64_t end = S.t_connected_ns + S.o->duration_ms * 1000000ull;
+			ts.tv_sec = (time_t)(end / 1000000000ull);
+			ts.tv_nsec = (long)(end % 1000000000ull);
+			while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+				;
+			atomic_store(&S.stopping, true);
+		} else {
+			sem_post(&S.conn_done);
+		}
+	}
+	sem_wait(&S.conn_done);
+	code = outcome(false);
+	emit_done(false, code);
+	return code;
+}
+
+int wl_quic_run(const struct wl_opts *o)
+{
+	QUIC_REGISTRATION_CONFIG rc = { "qprof", QUIC_EXECUTION_PROFILE_LOW_LATENCY };
+	bool server = !strcmp(o->role, "server");
+	const uint8_t *region;
+	QUIC_STATUS st;
+	uint32_t i;
+	int code;
+
+	if (o->streams < 1 || o->streams > MAX_STREAMS) {
+		wl_warn("--streams must be 1..%d", MAX_STREAMS);
+		return WL_EXIT_USAGE;
+	}
+	if (!strcmp(o->exec_profile, "maxtput"))
+		rc.ExecutionProfile = QUIC_EXECUTION_PROFILE_TYPE_MAX_THROUGHPUT;
+	else if (strcmp(o->exec_profile, "lowlat")) {
+		wl_warn("--exec-profile must be lowlat or maxtput");
+		return WL_EXIT_USAGE;
+	}
+	S.o = o;
+	sem_init(&S.conn_done, 0, 0);
+	sem_init(&S.may_exit, 0, 0);
+
+	if (!server) {
+		region = wl_pattern_region();
+		S.nchunks = WL_PAT_PERIOD / o->io_size;
+		S.chunks = calloc(S.nchunks, sizeof(*S.chunks));
+		if (!S.chunks)
+			return WL_EXIT_INTERNAL;
+		for (i = 0; i < S.nchunks; i++) {
+			S.chunks[i].Buffer = (uint8_t *)region + (uint64_t)i * o->io_size;
+			S.chunks[i].Length = o->io_size;
+		}
+	}
+
+	st = MsQuicOpen2(&S.api);
+	if (QUIC_FAILED(st)) {
+		wl_warn("MsQuicOpen2 failed: %s", status_name(st));
+		return WL_EXIT_LIB_OPEN;
+	}
+	st = S.api->RegistrationOpen(&rc, &S.reg);
+	if (QUIC_FAILED(st)) {
+		wl_warn("RegistrationOpen failed: %s", status_name(st));
+		MsQuicClose(S.api);
+		return WL_EXIT_LIB_OPEN;
+	}
+	if (o->control && wl_control_start(&control_ops)) {
+		wl_warn("cannot start the control thread");
+		return WL_EXIT_INTERNAL;
+	}
+
+	code = server ? run_server() : run_client();
+
+	/* The caller reads our CPU use before it lets us go. */
+	if (o->control)
+		sem_wait(&S.may_exit);
+	pthread_mutex_lock(&S.conn_lock);
+	if (S.conn)
+		S.api->ConnectionClose(S.conn);
+	S.conn = NULL;
+	pthread_mutex_unlock(&S.conn_lock);
+	if (S.listener)
+		S.api->ListenerClose(S.listener);
+	if (S.cfg)
+		S.api->ConfigurationClose(S.cfg);
+	S.api->RegistrationClose(S.reg);
+	MsQuicClose(S.api);
+	return code;
+}
