@@ -9,7 +9,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 CC ?= cc
 CFLAGS_WL := -O3 -g -fno-omit-frame-pointer -Wall -Wextra -Werror -std=gnu11
-APT_PKGS := iproute2 procps openssl cmake ninja-build gcc make perl python3-venv linux-perf
+APT_PKGS := iproute2 procps openssl cmake ninja-build gcc make perl python3-venv linux-perf bpftrace ethtool iperf3
 
 .PHONY: all deps apt venv build msquic workload run test bench clean
 all: build

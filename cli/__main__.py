@@ -1,0 +1,3 @@
+from qprof.main import main
+
+main()

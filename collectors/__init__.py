@@ -1,0 +1,1 @@
+"""Measurement: topology, workload processes, CPU accounting, the run record."""

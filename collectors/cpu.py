@@ -1,0 +1,131 @@
+"""CPU time from the kernel's own accounting, read at the window's edges.
+
+Two instruments:
+- /proc/<pid>/stat utime and stime: the process (all its threads), in
+  clock ticks; /proc/<pid>/task/*/schedstat gives the same process's
+  on-CPU time in nanoseconds, a cross-check with a finer grain.
+- /proc/stat: the whole machine by class. On a veth pair or loopback much
+  of the receive path runs in softirq, outside either process's threads.
+
+On a kernel without CONFIG_IRQ_TIME_ACCOUNTING (this one), softirq time
+is sampled by the tick: a tick that lands in softirq counts as softirq in
+/proc/stat *and* as system time of whatever task it interrupted. So a
+process's system time includes softirq work done in its context, and
+per-process softirq cannot be separated here: it is reported as absent.
+"""
+import os
+from dataclasses import dataclass
+from typing import Dict, Optional
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+STAT_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+
+
+@dataclass(frozen=True)
+class SystemCpu:
+    """/proc/stat's aggregate "cpu" line, in seconds."""
+
+    user_s: float
+    nice_s: float
+    system_s: float
+    idle_s: float
+    iowait_s: float
+    irq_s: float
+    softirq_s: float
+    steal_s: float
+
+    def __sub__(self, other: "SystemCpu") -> "SystemCpu":
+        return SystemCpu(*(getattr(self, f + "_s") - getattr(other, f + "_s") for f in STAT_FIELDS))
+
+
+@dataclass(frozen=True)
+class ProcessCpu:
+    """One process, all threads."""
+
+    user_s: float
+    system_s: float
+    oncpu_s: float  # schedstat, ns resolution
+
+    def __sub__(self, other: "ProcessCpu") -> "ProcessCpu":
+        return ProcessCpu(self.user_s - other.user_s, self.system_s - other.system_s,
+                          self.oncpu_s - other.oncpu_s)
+
+
+def parse_proc_stat(text: str) -> SystemCpu:
+    for line in text.splitlines():
+        if line.startswith("cpu "):
+            ticks = [int(x) for x in line.split()[1:1 + len(STAT_FIELDS)]]
+            return SystemCpu(*(t / CLK_TCK for t in ticks))
+    raise ValueError("no aggregate cpu line in /proc/stat")
+
+
+def parse_pid_stat(text: str) -> tuple:
+    """(utime_s, stime_s) from /proc/<pid>/stat; comm may hold spaces."""
+    rest = text[text.rindex(")") + 2:].split()
+    # rest[0] is field 3 (state); utime and stime are fields 14 and 15.
+    return int(rest[11]) / CLK_TCK, int(rest[12]) / CLK_TCK
+
+
+def read_system() -> SystemCpu:
+    with open("/proc/stat") as f:
+        return parse_proc_stat(f.read())
+
+
+def read_process(pid: int) -> ProcessCpu:
+    with open(f"/proc/{pid}/stat") as f:
+        utime_s, stime_s = parse_pid_stat(f.read())
+    oncpu_ns = 0
+    task_dir = f"/proc/{pid}/task"
+    for tid in os.listdir(task_dir):
+        try:
+            with open(f"{task_dir}/{tid}/schedstat") as f:
+                oncpu_ns += int(f.read().split()[0])
+        except FileNotFoundError:
+            pass  # thread exited between listdir and open
+    return ProcessCpu(utime_s, stime_s, oncpu_ns / 1e9)
+
+
+def per_byte(seconds: Optional[float], nbytes: int) -> Optional[float]:
+    """CPU nanoseconds per byte; None stays None (not measured)."""
+    if seconds is None or nbytes <= 0:
+        return None
+    return seconds * 1e9 / nbytes
+
+
+def process_figures(d: ProcessCpu, nbytes: int) -> Dict[str, Optional[float]]:
+    total_s = d.user_s + d.system_s
+    return {
+        "user_s": d.user_s,
+        "system_s": d.system_s,
+        "softirq_s": None,
+        "total_s": total_s,
+        "oncpu_schedstat_s": d.oncpu_s,
+        "ns_per_byte": {
+            "user": per_byte(d.user_s, nbytes),
+            "system": per_byte(d.system_s, nbytes),
+            "softirq": None,
+            "total": per_byte(total_s, nbytes),
+        },
+    }
+
+
+def system_figures(d: SystemCpu, nbytes: int, wall_s: float, ncpu: int) -> Dict[str, Optional[float]]:
+    user_s = d.user_s + d.nice_s
+    busy_s = user_s + d.system_s + d.irq_s + d.softirq_s + d.steal_s
+    return {
+        "user_s": user_s,
+        "system_s": d.system_s,
+        "softirq_s": d.softirq_s,
+        "irq_s": d.irq_s,
+        "steal_s": d.steal_s,
+        "idle_s": d.idle_s + d.iowait_s,
+        "total_s": busy_s,
+        "utilisation": busy_s / (wall_s * ncpu) if wall_s > 0 else None,
+        "ns_per_byte": {
+            "user": per_byte(user_s, nbytes),
+            "system": per_byte(d.system_s, nbytes),
+            "softirq": per_byte(d.softirq_s, nbytes),
+            "irq": per_byte(d.irq_s, nbytes),
+            "total": per_byte(busy_s, nbytes),
+        },
+    }

@@ -1,0 +1,80 @@
+"""Every failure qprof reports: one sentence naming the cause and the fix,
+and an exit code of its own so scripts can tell failures apart.
+
+The codes are part of qprof's interface; README.md lists them.
+"""
+
+
+class QprofError(Exception):
+    """A failure with a sentence for the user and a distinct exit code."""
+
+    exit_code = 1
+
+    def __init__(self, sentence: str):
+        super().__init__(sentence)
+        self.sentence = sentence
+
+
+class UnknownStack(QprofError):
+    exit_code = 3
+
+
+class BadValue(QprofError):
+    """A malformed duration, size or other option value."""
+
+    exit_code = 4
+
+
+class NotRoot(QprofError):
+    exit_code = 5
+
+
+class PortInUse(QprofError):
+    exit_code = 6
+
+
+class TransportOpenFailed(QprofError):
+    """The transport library (msquic) failed to open or configure."""
+
+    exit_code = 7
+
+
+class HandshakeFailed(QprofError):
+    exit_code = 8
+
+
+class PeerDied(QprofError):
+    """A workload process died or lost its connection mid-run."""
+
+    exit_code = 9
+
+
+class VerifyFailed(QprofError):
+    exit_code = 10
+
+
+class NotBuilt(QprofError):
+    exit_code = 11
+
+
+class KernelFeatureMissing(QprofError):
+    exit_code = 12
+
+
+class Timeout(QprofError):
+    exit_code = 13
+
+
+class TopologyFailed(QprofError):
+    exit_code = 14
+
+
+class RunNotFound(QprofError):
+    exit_code = 15
+
+
+class Interrupted(QprofError):
+    """Ctrl-C or SIGTERM: 128 + SIGINT, as shells report it."""
+
+    exit_code = 130
+    default_sentence = "interrupted; everything the run created was removed and its directory is marked incomplete."

@@ -1,0 +1,26 @@
+"""Where qprof finds what `make build` produced and where runs are written."""
+import os
+from pathlib import Path
+
+from .errors import NotBuilt
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def build_dir() -> Path:
+    return Path(os.environ.get("QPROF_BUILD_DIR", REPO_ROOT / "build"))
+
+
+def workload_binary() -> Path:
+    path = build_dir() / "bin" / "qprof-wl"
+    if not os.access(path, os.X_OK):
+        raise NotBuilt(f"the workload is not built ({path} is missing); run `make build` in {REPO_ROOT}.")
+    return path
+
+
+def msquic_library() -> Path:
+    return build_dir() / "msquic" / "lib" / "libmsquic.so"
+
+
+def runs_dir() -> Path:
+    return Path(os.environ.get("QPROF_RUNS_DIR", "runs"))

@@ -1,0 +1,196 @@
+"""`qprof run`: one measured bulk transfer, from options to run record.
+
+The nesting of context managers is the order of ownership: the run
+directory outlives the topology, which outlives the workload processes,
+so on any exit the processes die first, then the namespaces go, then the
+record is marked for what happened.
+"""
+import os
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+from . import cpu, environment, errors, paths
+from .rundir import RunDir
+from .topology import Topology
+from .window import Window, counter_delta, sleep_watching, take_edge
+from .workload import WorkloadProcess
+
+STACKS = ("quic",)
+TOPOLOGIES = ("netns", "loopback")
+EXEC_PROFILES = ("lowlat", "maxtput")
+FAULTS = ("handshake", "kill-server", "bad-cert")
+
+READY_TIMEOUT_S = 10.0
+CONNECT_TIMEOUT_S = 10.0
+FINISH_TIMEOUT_S = 30.0
+# The client keeps sending this long past the window's end, so the end
+# edge is taken while the transfer is still in its steady state.
+TAIL_S = 0.3
+
+
+@dataclass
+class RunOptions:
+    stack: str = "quic"
+    duration_s: float = 10.0          # the measured window; ignored with bytes
+    bytes: Optional[int] = None       # per stream: a fixed-size transfer instead
+    warmup_s: float = 1.0             # after the handshake, before the window
+    streams: int = 1
+    topology: str = "netns"
+    mtu: int = 1500
+    port: int = 4433
+    io_size: int = 65536              # bytes per send request
+    exec_profile: str = "lowlat"      # msquic execution profile
+    runs_dir: str = "runs"
+    fault: Optional[str] = None       # tests only: inject a real failure
+
+
+def log(msg: str) -> None:
+    print(f"qprof: {msg}", file=sys.stderr, flush=True)
+
+
+def preflight(opts: RunOptions) -> Path:
+    if opts.stack not in STACKS:
+        raise errors.UnknownStack(f"unknown stack '{opts.stack}'; valid stacks are: {', '.join(STACKS)}.")
+    if os.geteuid() != 0:
+        raise errors.NotRoot("qprof run needs root (network namespaces, perf, eBPF); run it with sudo.")
+    return paths.workload_binary()
+
+
+def make_certificate(run_path: Path) -> tuple:
+    cert, key = run_path / "server-cert.pem", run_path / "server-key.pem"
+    r = subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+         "-nodes", "-days", "1", "-subj", "/CN=qprof", "-keyout", str(key), "-out", str(cert)],
+        capture_output=True, text=True,
+    )
+    if r.returncode != 0:
+        raise errors.TransportOpenFailed(f"openssl could not make the run's certificate ({r.stderr.strip()}); check that openssl is installed.")
+    return cert, key
+
+
+def workload_argv(binary: Path, opts: RunOptions, role: str, addr: str, port: int) -> list:
+    argv = [str(binary), "--stack", opts.stack, "--role", role, "--addr", addr,
+            "--port", str(port), "--streams", str(opts.streams), "--control"]
+    if role == "client":
+        argv += ["--io-size", str(opts.io_size), "--exec-profile", opts.exec_profile]
+        if opts.bytes:
+            argv += ["--bytes", str(opts.bytes)]
+    else:
+        argv += ["--exec-profile", opts.exec_profile]
+    return argv
+
+
+def run(opts: RunOptions, on_progress: Callable[[str], None] = log) -> dict:
+    binary = preflight(opts)
+    with RunDir(Path(opts.runs_dir)) as rundir:
+        rundir.record.update({"stack": opts.stack, "config": asdict(opts)})
+        cert, key = make_certificate(rundir.path)
+        if opts.fault == "bad-cert":
+            cert.write_text("not a certificate\n")
+        with Topology(opts.topology, rundir.id[-6:], mtu=opts.mtu) as topo:
+            on_progress(f"run {rundir.id}: {opts.stack} over {topo.kind}"
+                        + (f" {topo.subnet}" if topo.subnet else "") + f", output in {rundir.path}")
+            record = _transfer(opts, binary, topo, rundir.path, cert, key, on_progress)
+        rundir.complete(record)
+        return rundir.record
+
+
+def _transfer(opts, binary, topo, run_path, cert, key, on_progress) -> dict:
+    server_argv = workload_argv(binary, opts, "server", topo.server.addr, opts.port)
+    server_argv += ["--cert", str(cert), "--key", str(key)]
+    connect_port = opts.port + 1 if opts.fault == "handshake" else opts.port
+    client_argv = workload_argv(binary, opts, "client", topo.server.addr, connect_port)
+
+    with WorkloadProcess("server", server_argv, topo.server, run_path / "server.log") as server:
+        server.wait_event("ready", READY_TIMEOUT_S)
+        with WorkloadProcess("client", client_argv, topo.client, run_path / "client.log") as client:
+            connected = client.wait_event("connected", CONNECT_TIMEOUT_S)
+            t0_ns = connected["t_ns"]
+            on_progress(f"connected; warming up {opts.warmup_s:g} s")
+            sleep_watching(t0_ns + int(opts.warmup_s * 1e9), (server, client))
+            start = take_edge("start", server, client)
+            if opts.bytes:
+                on_progress("measuring until the last byte arrives")
+                server.wait_event("done", timeout_s=3600)
+                end = take_edge("end", server, client)
+            else:
+                on_progress(f"measuring {opts.duration_s:g} s")
+                if opts.fault == "kill-server":
+                    sleep_watching(start.t_ns + int(opts.duration_s * 0.3e9), (server, client))
+                    server.proc.kill()
+                sleep_watching(start.t_ns + int(opts.duration_s * 1e9), (server, client))
+                end = take_edge("end", server, client)
+                sleep_watching(end.t_ns + int(TAIL_S * 1e9), (server, client))
+                client.send("stop")
+            window = Window(start, end)
+            client_done = client.finish(FINISH_TIMEOUT_S)
+        server_done = server.finish(FINISH_TIMEOUT_S)
+    for p in (client, server):
+        if p.done.get("exit_code") != 0:
+            p.raise_exit()
+    if window.bytes <= 0:
+        raise errors.BadValue("no bytes arrived inside the window (the transfer ended during warm-up); raise --bytes or lower --warmup.")
+    return build_record(opts, topo, window, connected, client_done, server_done)
+
+
+def build_record(opts, topo, window: Window, connected: dict, client_done: dict, server_done: dict) -> dict:
+    nbytes = window.bytes
+    env = environment.describe()
+    env["msquic_version"] = connected.get("msquic_version")
+    env["msquic_send_segmentation"] = {"client": client_done.get("send_segmentation"),
+                                       "server": server_done.get("send_segmentation")}
+    env["msquic_recv_coalescing"] = {"client": client_done.get("recv_coalescing"),
+                                     "server": server_done.get("recv_coalescing")}
+    env["topology"] = topo.describe()
+
+    verified = (server_done.get("verified") is True
+                and server_done["app_bytes"] == client_done["app_bytes"]
+                and server_done["streams_completed"] == opts.streams)
+    if not verified:
+        raise errors.VerifyFailed(
+            f"the server verified {server_done['app_bytes']} bytes on {server_done['streams_completed']} streams "
+            f"but the client sent {client_done['app_bytes']} on {opts.streams}; see the run's logs.")
+
+    ncpu = env["cpu_count"]
+    return {
+        "stack": opts.stack,
+        "config": asdict(opts),
+        "environment": env,
+        "bytes": nbytes,
+        "bytes_total": server_done["app_bytes"],
+        "verified": verified,
+        "window_s": window.seconds,
+        "cpu_window_s": window.cpu_seconds,
+        "throughput_gbps": nbytes * 8 / window.seconds / 1e9,
+        "cpu": {
+            "client": cpu.process_figures(window.end.client - window.start.client, nbytes),
+            "server": cpu.process_figures(window.end.server - window.start.server, nbytes),
+            "system": cpu.system_figures(window.end.system - window.start.system, nbytes,
+                                         window.cpu_seconds, ncpu),
+        },
+        "workload": {
+            side: {
+                "window": {
+                    "app_bytes": e.end_mark["app_bytes"] - e.start_mark["app_bytes"],
+                    "perf_counters": counter_delta(e.start_mark.get("perf_counters"), e.end_mark.get("perf_counters")),
+                    "conn_stats": counter_delta(e.start_mark.get("conn_stats"), e.end_mark.get("conn_stats")),
+                },
+                "report": done,
+            }
+            for side, e, done in (
+                ("client", _Marks(window, "client"), client_done),
+                ("server", _Marks(window, "server"), server_done),
+            )
+        },
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+
+
+class _Marks:
+    def __init__(self, window: Window, side: str):
+        self.start_mark = getattr(window.start, f"{side}_mark")
+        self.end_mark = getattr(window.end, f"{side}_mark")

@@ -1,0 +1,165 @@
+"""Where the two ends of a transfer live: two network namespaces joined by a
+veth pair (default), or the host's loopback.
+
+A Topology is a context manager and the one owner of what it creates: on
+every exit path (success, error, Ctrl-C) it kills what still runs in its
+namespaces and deletes them, which deletes the veth pair with them.
+"""
+import ipaddress
+import json
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+from .errors import TopologyFailed
+
+# Private (RFC 1918) pool the /30 is taken from; any /30 overlapping an
+# address or route the host already has is skipped.
+ADDRESS_POOL = ipaddress.ip_network("10.218.0.0/16")
+NETNS_PREFIX = "qp-"
+LINK_PREFIX = "qp"
+
+
+@dataclass
+class Endpoint:
+    """One side of the transfer: where it runs and its address."""
+
+    netns: Optional[str]
+    addr: str
+    ifname: str
+
+    def command(self, argv: List[str]) -> List[str]:
+        """argv wrapped so it runs inside this endpoint's namespace."""
+        if self.netns is None:
+            return list(argv)
+        return ["ip", "netns", "exec", self.netns] + list(argv)
+
+
+def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run(["ip", *args], capture_output=True, text=True, check=check)
+
+
+def host_networks() -> List[ipaddress.IPv4Network]:
+    """IPv4 networks the host already uses (addresses and routes)."""
+    nets = []
+    addrs = json.loads(_ip("-j", "-4", "addr", "show").stdout or "[]")
+    for link in addrs:
+        for a in link.get("addr_info", []):
+            nets.append(ipaddress.ip_network(f"{a['local']}/{a['prefixlen']}", strict=False))
+    for table in ("main", "local"):
+        routes = json.loads(_ip("-j", "-4", "route", "show", "table", table).stdout or "[]")
+        for r in routes:
+            dst = r.get("dst", "")
+            if dst and dst != "default":
+                nets.append(ipaddress.ip_network(dst if "/" in dst else f"{dst}/32", strict=False))
+    return nets
+
+
+def choose_subnet(used: List[ipaddress.IPv4Network], pool=ADDRESS_POOL) -> ipaddress.IPv4Network:
+    """The first /30 of the pool that overlaps nothing in `used`."""
+    for net in pool.subnets(new_prefix=30):
+        if not any(net.overlaps(u) for u in used):
+            return net
+    raise TopologyFailed(f"every /30 in {pool} collides with an address or route on this host; free one or change ADDRESS_POOL.")
+
+
+@dataclass
+class Topology:
+    """Namespaces + veth, or loopback. Use as a context manager."""
+
+    kind: str  # "netns" or "loopback"
+    tag: str   # short unique tag for names (run id suffix)
+    mtu: int = 1500
+    client: Optional[Endpoint] = None
+    server: Optional[Endpoint] = None
+    subnet: Optional[str] = None
+    _created: List[str] = field(default_factory=list)
+
+    def __enter__(self) -> "Topology":
+        try:
+            if self.kind == "loopback":
+                self.client = Endpoint(None, "127.0.0.1", "lo")
+                self.server = Endpoint(None, "127.0.0.1", "lo")
+            else:
+                self._make_netns_pair()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def describe(self) -> dict:
+        return {
+            "kind": self.kind,
+            "mtu": self.mtu if self.kind == "netns" else None,
+            "subnet": self.subnet,
+            "client": {"netns": self.client.netns, "addr": self.client.addr, "ifname": self.client.ifname},
+            "server": {"netns": self.server.netns, "addr": self.server.addr, "ifname": self.server.ifname},
+        }
+
+    def _make_netns_pair(self) -> None:
+        net = choose_subnet(host_networks())
+        self.subnet = str(net)
+        hosts = list(net.hosts())
+        names = {"client": f"{NETNS_PREFIX}{self.tag}-c", "server": f"{NETNS_PREFIX}{self.tag}-s"}
+        links = {"client": f"{LINK_PREFIX}{self.tag}c", "server": f"{LINK_PREFIX}{self.tag}s"}
+        for side in ("client", "server"):
+            self._run_ip("netns", "add", names[side])
+            self._created.append(names[side])
+        self._run_ip("link", "add", links["client"], "netns", names["client"], "type", "veth",
+                     "peer", "name", links["server"], "netns", names["server"])
+        for i, side in enumerate(("client", "server")):
+            ns, link = names[side], links[side]
+            # msquic probes GSO/GRO over 127.0.0.1 at start-up and quietly
+            # runs without them if that fails, so lo must be up in each netns.
+            self._run_ip("-n", ns, "link", "set", "lo", "up")
+            self._run_ip("-n", ns, "link", "set", link, "mtu", str(self.mtu))
+            self._run_ip("-n", ns, "addr", "add", f"{hosts[i]}/30", "dev", link)
+            self._run_ip("-n", ns, "link", "set", link, "up")
+        self.client = Endpoint(names["client"], str(hosts[0]), links["client"])
+        self.server = Endpoint(names["server"], str(hosts[1]), links["server"])
+        self._wait_link_up()
+
+    def _wait_link_up(self, timeout_s: float = 5.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            states = [_ip("-n", ep.netns, "-j", "link", "show", ep.ifname).stdout for ep in (self.client, self.server)]
+            if all('"LOWER_UP"' in s for s in states):
+                return
+            time.sleep(0.02)
+        raise TopologyFailed("the veth pair did not come up within 5 s; check `ip link` for errors.")
+
+    def _run_ip(self, *args: str) -> None:
+        r = _ip(*args, check=False)
+        if r.returncode != 0:
+            raise TopologyFailed(
+                f"`ip {' '.join(args)}` failed ({r.stderr.strip()}); check that this kernel "
+                "allows network namespaces and veth (`qprof doctor`)."
+            )
+
+    def close(self) -> None:
+        """Kill anything left in our namespaces, then delete them."""
+        for ns in reversed(self._created):
+            kill_netns_processes(ns)
+            _ip("netns", "del", ns, check=False)
+        self._created.clear()
+
+
+def kill_netns_processes(ns: str) -> None:
+    r = _ip("netns", "pids", ns, check=False)
+    for pid in r.stdout.split():
+        try:
+            os.kill(int(pid), signal.SIGKILL)
+        except (ProcessLookupError, ValueError):
+            pass
+
+
+def leftovers(prefix: str = NETNS_PREFIX) -> List[str]:
+    """Namespaces named like ours; tests assert none outlive a run."""
+    r = _ip("netns", "list", check=False)
+    return [line.split()[0] for line in r.stdout.splitlines() if line.startswith(prefix)]

@@ -1,0 +1,78 @@
+"""The steady-state window: its two edges and what was measured between.
+
+An edge reads, as close together as possible: /proc/stat, both processes'
+CPU, then each workload's own counters (a "mark" on its control channel).
+The window starts `warmup_s` after the handshake completed and ends
+`duration_s` later (or when the server reports the last byte, for a
+transfer of a fixed size). Everything qprof derives covers exactly it.
+"""
+import time
+from dataclasses import dataclass
+from typing import Dict, Iterable, Optional
+
+from . import cpu
+from .workload import WorkloadProcess
+
+
+@dataclass
+class Edge:
+    t_ns: int
+    system: cpu.SystemCpu
+    server: cpu.ProcessCpu
+    client: cpu.ProcessCpu
+    server_mark: dict
+    client_mark: dict
+
+
+@dataclass
+class Window:
+    start: Edge
+    end: Edge
+
+    @property
+    def bytes(self) -> int:
+        """Bytes the receiver verified inside the window."""
+        return self.end.server_mark["app_bytes"] - self.start.server_mark["app_bytes"]
+
+    @property
+    def seconds(self) -> float:
+        """The window by the receiver's own clock, which brackets `bytes`."""
+        return (self.end.server_mark["t_ns"] - self.start.server_mark["t_ns"]) / 1e9
+
+    @property
+    def cpu_seconds(self) -> float:
+        """The window by qprof's clock, which brackets the CPU readings."""
+        return (self.end.t_ns - self.start.t_ns) / 1e9
+
+
+def take_edge(name: str, server: WorkloadProcess, client: WorkloadProcess) -> Edge:
+    t_ns = time.monotonic_ns()
+    system = cpu.read_system()
+    server_cpu = cpu.read_process(server.pid)
+    client_cpu = cpu.read_process(client.pid)
+    return Edge(t_ns, system, server_cpu, client_cpu, server.mark(name), client.mark(name))
+
+
+def sleep_watching(until_ns: int, procs: Iterable[WorkloadProcess]) -> None:
+    """Sleep until a monotonic time, failing fast if a workload ends early."""
+    procs = list(procs)
+    while True:
+        for p in procs:
+            if p.done is not None or p.exited() is not None:
+                p.raise_exit()
+        left_ns = until_ns - time.monotonic_ns()
+        if left_ns <= 0:
+            return
+        time.sleep(min(0.05, left_ns / 1e9))
+
+
+# Connection statistics that are levels, not running totals: a window
+# gets their value at its end, not a difference.
+GAUGES = frozenset({"rtt_us", "min_rtt_us", "send_path_mtu", "send_congestion_window"})
+
+
+def counter_delta(a: Optional[dict], b: Optional[dict]) -> Optional[Dict[str, int]]:
+    """b - a for every counter both have (gauges: b); None when either is missing."""
+    if a is None or b is None:
+        return None
+    return {k: (b[k] if k in GAUGES else b[k] - a[k]) for k in b if k in a}

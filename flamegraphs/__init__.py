@@ -1,0 +1,1 @@
+"""Flame graphs normalised to CPU nanoseconds per byte."""

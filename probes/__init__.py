@@ -1,0 +1,1 @@
+"""eBPF probes (libbpf CO-RE on tracepoints) and their bpftrace twins."""
