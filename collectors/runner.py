@@ -49,7 +49,9 @@ class RunOptions:
 
 
 def log(msg: str) -> None:
-    print(f"qprof: {msg}", file=sys.stderr, flush=True)
+    """Progress for a person watching; scripts get stderr for errors only."""
+    if sys.stderr.isatty():
+        print(f"qprof: {msg}", file=sys.stderr, flush=True)
 
 
 def preflight(opts: RunOptions) -> Path:

@@ -39,6 +39,7 @@ static inline uint8_t pat_byte(uint64_t off)
 	return (uint8_t)(pat_word(off & ~7ull) >> (8 * (off & 7)));
 }
 
+__attribute__((target_clones("avx2", "default")))
 bool wl_pattern_check(uint64_t off, const uint8_t *p, size_t len)
 {
 	uint64_t bad = 0;

@@ -64,6 +64,7 @@ static struct {
 	uint64_t peer_error;
 	bool closed_by_peer;
 
+	bool done_emitted;
 	sem_t conn_done;   /* connection shutdown complete */
 	sem_t may_exit;    /* the caller has read what it needs */
 } S = { .conn_lock = PTHREAD_MUTEX_INITIALIZER };
@@ -514,6 +515,7 @@ static void emit_done(bool server, int code)
 	json_conn_stats(&j);
 	pthread_mutex_unlock(&S.conn_lock);
 	wl_emit("%s", wl_json_end(&j));
+	S.done_emitted = true;
 }
 
 /* What the connection's end means for this role, as an exit code. */
@@ -684,6 +686,10 @@ int wl_quic_run(const struct wl_opts *o)
 	}
 
 	code = server ? run_server() : run_client();
+	/* Whoever waits on us learns the outcome, failures before a
+	 * connection included. */
+	if (!S.done_emitted)
+		emit_done(server, code);
 
 	/* The caller reads our CPU use before it lets us go. */
 	if (o->control)

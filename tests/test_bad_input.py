@@ -1,0 +1,117 @@
+"""Each bad input or failure: one sentence on stderr, its own exit code,
+nothing left behind, and a run directory that does not look complete."""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import leftovers, needs_build, qprof
+
+# The exit codes are qprof's interface (README, collectors/errors.py).
+UNKNOWN_STACK, BAD_VALUE, NOT_ROOT, PORT_IN_USE = 3, 4, 5, 6
+TRANSPORT_OPEN, HANDSHAKE, PEER_DIED, INTERRUPTED = 7, 8, 9, 130
+
+
+def one_sentence(stderr):
+    lines = [l for l in stderr.splitlines() if l.strip()]
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith("qprof: ") and lines[0].rstrip().endswith("."), lines[0]
+    return lines[0]
+
+
+def run_statuses(runs_dir):
+    if not runs_dir.exists():
+        return []
+    return [json.loads(p.read_text())["status"] for p in runs_dir.glob("*/run.json")]
+
+
+def test_unknown_stack(runs_dir):
+    r = qprof("run", "--stack", "sctp", runs_dir=runs_dir)
+    assert r.returncode == UNKNOWN_STACK
+    line = one_sentence(r.stderr)
+    assert "sctp" in line and "quic" in line
+    assert not runs_dir.exists()
+
+
+@pytest.mark.parametrize("args", [["--duration", "ten"], ["--warmup", "5 parsecs"], ["--bytes", "12Q"],
+                                  ["--io-size", "1000"], ["--duration", "0s"]])
+def test_malformed_values(runs_dir, args):
+    r = qprof("run", *args, runs_dir=runs_dir)
+    assert r.returncode == BAD_VALUE, r.stderr
+    one_sentence(r.stderr)
+    assert not runs_dir.exists()
+
+
+def test_not_root(runs_dir, tmp_path):
+    os.chmod(tmp_path, 0o777)
+    r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                        sys.executable, "-m", "qprof", "run", "--duration", "1s"],
+                       capture_output=True, text=True, timeout=60, cwd=tmp_path,
+                       env={**os.environ, "QPROF_RUNS_DIR": str(runs_dir), "PYTHONDONTWRITEBYTECODE": "1"})
+    assert r.returncode == NOT_ROOT, r.stderr
+    assert "root" in one_sentence(r.stderr)
+    assert not runs_dir.exists()
+
+
+@needs_build
+def test_port_in_use(runs_dir):
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        r = qprof("run", "--topology", "loopback", "--port", str(port), "--duration", "1s", runs_dir=runs_dir)
+    assert r.returncode == PORT_IN_USE, r.stderr
+    assert str(port) in one_sentence(r.stderr)
+    assert run_statuses(runs_dir) == ["incomplete"]
+
+
+@needs_build
+def test_handshake_failure_names_status(runs_dir):
+    r = qprof("run", "--duration", "1s", "--inject-fault", "handshake", runs_dir=runs_dir)
+    assert r.returncode == HANDSHAKE, r.stderr
+    assert "QUIC_STATUS_" in one_sentence(r.stderr)
+    assert run_statuses(runs_dir) == ["incomplete"]
+
+
+@needs_build
+def test_msquic_credential_failure_names_status(runs_dir):
+    r = qprof("run", "--duration", "1s", "--inject-fault", "bad-cert", runs_dir=runs_dir)
+    assert r.returncode == TRANSPORT_OPEN, r.stderr
+    assert "QUIC_STATUS_" in one_sentence(r.stderr)
+    assert run_statuses(runs_dir) == ["incomplete"]
+
+
+@needs_build
+def test_server_dies_mid_run(runs_dir):
+    r = qprof("run", "--duration", "2s", "--warmup", "0.2s", "--inject-fault", "kill-server", runs_dir=runs_dir)
+    assert r.returncode == PEER_DIED, r.stderr
+    assert "server" in one_sentence(r.stderr)
+    assert run_statuses(runs_dir) == ["incomplete"]
+
+
+@needs_build
+def test_ctrl_c(runs_dir):
+    env = {**os.environ, "QPROF_RUNS_DIR": str(runs_dir)}
+    p = subprocess.Popen([sys.executable, "-m", "qprof", "run", "--duration", "30s"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    # Interrupt once the transfer is under way: both logs exist and the
+    # server has accepted the connection.
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        logs = list(runs_dir.glob("*/client.log"))
+        if logs and any("qprof-wl" in l for l in leftovers()):
+            break
+        time.sleep(0.1)
+    time.sleep(1.5)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=30)
+    assert p.returncode == INTERRUPTED, err
+    assert "interrupted" in one_sentence(err)
+    statuses = run_statuses(runs_dir)
+    assert statuses == ["incomplete"]
+    rec = json.loads(next(runs_dir.glob("*/run.json")).read_text())
+    assert "interrupted" in rec["error"]

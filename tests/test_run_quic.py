@@ -1,0 +1,86 @@
+"""Real msquic transfers, in namespaces and on loopback."""
+import json
+
+import pytest
+
+from conftest import needs_build, run_json
+
+pytestmark = needs_build
+
+
+def assert_cpu_closes(rec):
+    """ns/B x bytes gives back the CPU seconds measured, side by side."""
+    nbytes = rec["bytes"]
+    for side in ("client", "server", "system"):
+        c = rec["cpu"][side]
+        for part in ("user", "system", "softirq", "total"):
+            seconds = c[f"{part}_s"]
+            per_byte = c["ns_per_byte"][part]
+            if seconds is None:
+                assert per_byte is None, (side, part)
+                continue
+            assert per_byte * nbytes / 1e9 == pytest.approx(seconds, rel=1e-9, abs=1e-12), (side, part)
+
+
+def assert_sane_transfer(rec, streams=1):
+    assert rec["status"] == "complete"
+    assert rec["verified"] is True
+    assert rec["bytes"] > 0 and rec["throughput_gbps"] > 0
+    assert rec["bytes"] <= rec["bytes_total"]
+    # The receiver's clock and qprof's clock bracket the same window.
+    assert rec["window_s"] == pytest.approx(rec["cpu_window_s"], abs=0.05)
+    assert_cpu_closes(rec)
+    cpu = rec["cpu"]
+    # Both processes burnt CPU, and the machine saw at least what they did
+    # in user space (system-wide user time includes theirs).
+    for side in ("client", "server"):
+        assert cpu[side]["total_s"] > 0
+        # Two instruments for one process: ticks vs schedstat nanoseconds.
+        assert cpu[side]["total_s"] == pytest.approx(cpu[side]["oncpu_schedstat_s"], abs=0.1, rel=0.1)
+    assert cpu["system"]["user_s"] >= (cpu["client"]["user_s"] + cpu["server"]["user_s"]) * 0.95 - 0.05
+    assert 0 < cpu["system"]["utilisation"] <= 1.0
+    # Directions: the client sent, the server received, over the window.
+    wc, ws = rec["workload"]["client"]["window"], rec["workload"]["server"]["window"]
+    assert wc["app_bytes"] > 0
+    assert ws["app_bytes"] == rec["bytes"]
+    pc, ps = wc["perf_counters"], ws["perf_counters"]
+    assert pc["app_send_bytes"] > 0 and pc["app_recv_bytes"] == 0
+    assert ps["app_recv_bytes"] > 0 and ps["app_send_bytes"] == 0
+    # Datagrams the client sent are the ones the server received, give or
+    # take what was in flight at the edges (a few ms at these rates).
+    assert ps["udp_recv"] == pytest.approx(pc["udp_send"], rel=0.02)
+    assert pc["udp_send"] > ps["udp_send"]  # data one way, acks the other
+    report_c, report_s = rec["workload"]["client"]["report"], rec["workload"]["server"]["report"]
+    assert report_c["app_bytes"] == report_s["app_bytes"] == rec["bytes_total"]
+    assert report_s["streams_completed"] == streams
+
+
+def test_quic_netns(runs_dir):
+    rec = run_json(runs_dir, "--stack", "quic", "--duration", "2s", "--warmup", "0.5s")
+    assert_sane_transfer(rec)
+    topo = rec["environment"]["topology"]
+    assert topo["kind"] == "netns" and topo["mtu"] == 1500
+    assert topo["client"]["netns"] != topo["server"]["netns"]
+    assert rec["window_s"] == pytest.approx(2.0, abs=0.1)
+    # The record on disk is the one printed, and `latest` points at it.
+    on_disk = json.loads((runs_dir / rec["id"] / "run.json").read_text())
+    assert on_disk == rec
+    assert (runs_dir / "latest").resolve() == (runs_dir / rec["id"]).resolve()
+    # With lo up in each namespace msquic found its offloads.
+    env = rec["environment"]
+    assert env["msquic_send_segmentation"]["client"] is True
+    assert env["msquic_recv_coalescing"]["server"] is True
+
+
+def test_quic_loopback_streams(runs_dir):
+    rec = run_json(runs_dir, "--topology", "loopback", "--duration", "2s", "--warmup", "0.5s",
+                   "--streams", "3", "--port", "24433")
+    assert_sane_transfer(rec, streams=3)
+    assert rec["environment"]["topology"]["kind"] == "loopback"
+    assert rec["config"]["streams"] == 3
+
+
+def test_quic_fixed_size(runs_dir):
+    rec = run_json(runs_dir, "--bytes", "300M", "--streams", "2", "--warmup", "0.2s")
+    assert_sane_transfer(rec, streams=2)
+    assert rec["bytes_total"] == 2 * 300 * 2**20
