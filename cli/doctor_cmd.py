@@ -1,0 +1,41 @@
+"""`qprof doctor`: what this kernel and machine allow, one line per capability."""
+import dataclasses
+import json
+
+import click
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from qprof.collectors import capabilities
+
+VERDICT_STYLES = {"ok": "green", "limited": "yellow", "missing": "red", "unknown": "dim"}
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the checks as a JSON list on stdout instead of the table.")
+def doctor(as_json):
+    """Check what this kernel and machine allow qprof to measure.
+
+    Each check really tries the capability (attaches a tracepoint, sends a
+    GSO datagram, creates a namespace and veth) and removes what it created.
+    Verdicts: ok, limited (works with a restriction), missing, unknown
+    (could not tell; the detail says why). The exit code is 0 whatever the
+    verdicts: doctor reports, it does not fail.
+
+    \b
+    EXAMPLES:
+      qprof doctor                 # the table: capability, verdict, detail, what to do
+      qprof doctor --json | jq -r '.[] | select(.verdict != "ok") | .name'
+    """
+    checks = capabilities.run_checks()
+    if as_json:
+        click.echo(json.dumps([dataclasses.asdict(c) for c in checks], indent=2))
+        return
+    table = Table()
+    for header in ("CAPABILITY", "VERDICT", "DETAIL", "WHAT TO DO"):
+        table.add_column(header, overflow="fold")  # fold, not "…": details hold paths
+    for c in checks:
+        # Text, not markup: details quote kernel and tool messages, which may contain [brackets].
+        table.add_row(Text(c.name), Text(c.verdict, style=VERDICT_STYLES[c.verdict]), Text(c.detail), Text(c.fix))
+    Console().print(table)

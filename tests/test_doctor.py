@@ -1,0 +1,78 @@
+"""`qprof doctor --json` on this host: every check once with a valid verdict,
+verdicts that agree with what the host has, and nothing left behind."""
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import qprof
+from qprof.collectors.capabilities import caps_held
+
+NAMES = ["root", "btf", "tracepoints", "kprobes", "fentry/fexit", "perf sampling", "hardware counters",
+         "udp gso/gro", "kernel tls", "netns/veth", "tc qdiscs", "msquic build"]
+VERDICTS = {"ok", "missing", "limited", "unknown"}
+# Doctor's scratch namespaces and links (qp-doc-<pid>-a, qpd<pid>a); narrower
+# than conftest.leftovers() so a `qprof run` elsewhere on the host cannot fail this.
+SCRATCH_NAME = re.compile(r"^(qp-doc|qpd\d+[ab]$)")
+
+
+def tracefs_mounts():
+    return sorted(line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()
+                  if line.split()[2] == "tracefs")
+
+
+@pytest.fixture(scope="module")
+def doctor():
+    mounts_before = tracefs_mounts()
+    r = qprof("doctor", "--json")
+    return r, mounts_before
+
+
+@pytest.fixture(scope="module")
+def verdicts(doctor):
+    r, _ = doctor
+    return {c["name"]: c["verdict"] for c in json.loads(r.stdout)}
+
+
+def test_exits_zero_with_json_and_empty_stderr(doctor):
+    r, _ = doctor
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == ""
+    checks = json.loads(r.stdout)
+    assert all(set(c) == {"name", "verdict", "detail", "fix"} for c in checks)
+
+
+def test_every_check_once_in_order_with_a_known_verdict(doctor):
+    checks = json.loads(doctor[0].stdout)
+    assert [c["name"] for c in checks] == NAMES
+    for c in checks:
+        assert c["verdict"] in VERDICTS, c
+        assert c["detail"], c
+
+
+def test_kernel_tls_missing_exactly_when_the_tls_ulp_is_not_listed(verdicts):
+    tls_listed = "tls" in Path("/proc/sys/net/ipv4/tcp_available_ulp").read_text().split()
+    assert (verdicts["kernel tls"] == "missing") == (not tls_listed)
+
+
+def test_btf_ok_exactly_when_vmlinux_btf_exists(verdicts):
+    assert (verdicts["btf"] == "ok") == Path("/sys/kernel/btf/vmlinux").exists()
+
+
+def test_leaves_no_namespace_link_or_mount(doctor):
+    _, mounts_before = doctor
+    netns = [line.split()[0] for line in subprocess.run(["ip", "netns", "list"], capture_output=True,
+                                                        text=True, check=True).stdout.splitlines()]
+    links = [line.split(":")[1].strip().split("@")[0] for line in subprocess.run(
+        ["ip", "-o", "link"], capture_output=True, text=True, check=True).stdout.splitlines()]
+    assert [name for name in netns + links if SCRATCH_NAME.match(name)] == []
+    assert tracefs_mounts() == mounts_before
+
+
+def test_caps_held_decodes_only_the_bits_qprof_needs():
+    assert caps_held("0000000000201000") == {"CAP_NET_ADMIN", "CAP_SYS_ADMIN"}  # bits 12, 21
+    assert caps_held("000000c000000000") == {"CAP_PERFMON", "CAP_BPF"}          # bits 38, 39
+    assert caps_held("0000000000500800") == set()                                # bits 11, 20, 22
+    assert caps_held("000001ffffffffff") == {"CAP_NET_ADMIN", "CAP_SYS_ADMIN", "CAP_PERFMON", "CAP_BPF"}
