@@ -9,7 +9,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 CC ?= cc
 CFLAGS_WL := -O3 -g -fno-omit-frame-pointer -Wall -Wextra -Werror -std=gnu11
-APT_PKGS := iproute2 procps openssl cmake ninja-build gcc make perl python3-venv linux-perf bpftrace ethtool iperf3
+APT_PKGS := iproute2 procps openssl cmake ninja-build gcc make perl python3-venv linux-perf bpftrace ethtool iperf3 \
+            clang llvm bpftool libbpf-dev libelf-dev zlib1g-dev pkg-config
 
 .PHONY: all deps apt venv build msquic workload run test bench clean
 all: build
@@ -31,7 +32,7 @@ $(VENV)/.installed: setup.py
 	$(PY) -m pip install -q -e '.[test]'
 	touch $@
 
-build: msquic workload
+build: msquic workload probes
 
 msquic: apt
 	workloads/msquic/build.sh $(BUILD)/msquic
@@ -44,6 +45,32 @@ $(BUILD)/bin/qprof-wl: $(WL_SRC) $(WL_HDR) $(BUILD)/msquic/.stamp
 	@mkdir -p $(BUILD)/bin
 	$(CC) $(CFLAGS_WL) -I$(BUILD)/msquic/include -o $@ $(WL_SRC) \
 	    -L$(BUILD)/msquic/lib -lmsquic -lpthread -Wl,-rpath,'$$ORIGIN/../msquic/lib'
+
+# eBPF probes: libbpf CO-RE, vmlinux.h generated from this kernel's BTF,
+# one skeleton per probe (probes/NAME.bpf.c + NAME.c + NAME.h).
+PROBES := $(patsubst probes/%.bpf.c,%,$(wildcard probes/*.bpf.c))
+PROBE_BIN := $(patsubst %,$(BUILD)/bin/qprof-%,$(PROBES))
+PROBE_HDR := $(wildcard probes/*.h)
+BPF_CFLAGS := -g -O2 -target bpf -D__TARGET_ARCH_x86 -Wall -Werror
+probes: apt
+	@$(MAKE) --no-print-directory $(PROBE_BIN)
+
+$(BUILD)/probes/vmlinux.h:
+	@mkdir -p $(@D)
+	bpftool btf dump file /sys/kernel/btf/vmlinux format c > $@.tmp && mv $@.tmp $@
+
+$(BUILD)/probes/%.bpf.o: probes/%.bpf.c $(PROBE_HDR) $(BUILD)/probes/vmlinux.h
+	clang $(BPF_CFLAGS) -I$(BUILD)/probes -Iprobes -c $< -o $@
+
+$(BUILD)/probes/%.skel.h: $(BUILD)/probes/%.bpf.o
+	bpftool gen skeleton $< > $@.tmp && mv $@.tmp $@
+
+$(BUILD)/bin/qprof-%: probes/%.c probes/probe_common.c $(PROBE_HDR) $(BUILD)/probes/%.skel.h
+	@mkdir -p $(@D)
+	$(CC) -O2 -g -fno-omit-frame-pointer -Wall -Wextra -Werror -std=gnu11 -I$(BUILD)/probes -Iprobes \
+	    -o $@ $< probes/probe_common.c -lbpf -lelf -lz
+
+.PRECIOUS: $(BUILD)/probes/%.bpf.o $(BUILD)/probes/%.skel.h
 
 run: deps build
 	$(VENV)/bin/qprof run --stack quic

@@ -53,3 +53,12 @@ needs_build = pytest.mark.skipif(
     not (REPO / "build" / "bin" / "qprof-wl").exists(),
     reason="the workload is not built; `make test` builds it first",
 )
+
+
+@pytest.fixture
+def tracefs():
+    """tracefs for bpftrace's tracepoint probes, left as it was found."""
+    from qprof.collectors import tracefs as t
+
+    with t.mounted() as path:
+        yield path

@@ -1,0 +1,132 @@
+/* User-side helpers shared by qprof's probe tools. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+
+#include "probe_common.h"
+
+static volatile sig_atomic_t exiting;
+
+static void sig_handler(int sig)
+{
+	(void)sig;
+	exiting = 1;
+}
+
+int probe_parse_pids(struct probe_env *env, const char *arg)
+{
+	char *copy = strdup(arg), *tok, *save = NULL;
+
+	if (!copy)
+		return -1;
+	for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		char *end;
+		long pid = strtol(tok, &end, 10);
+
+		if (*end || pid <= 0 || env->npids >= PROBE_MAX_PIDS) {
+			free(copy);
+			return -1;
+		}
+		env->pids[env->npids++] = (pid_t)pid;
+	}
+	free(copy);
+	return env->npids ? 0 : -1;
+}
+
+int probe_fill_targets(const struct probe_env *env, struct bpf_map *map)
+{
+	__u8 one = 1;
+	int i, err;
+
+	for (i = 0; i < env->npids; i++) {
+		__u32 tgid = (__u32)env->pids[i];
+
+		err = bpf_map__update_elem(map, &tgid, sizeof(tgid), &one, sizeof(one), BPF_ANY);
+		if (err)
+			return err;
+	}
+	return 0;
+}
+
+unsigned long long probe_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
+}
+
+void probe_json_hist(FILE *f, const char *key, const unsigned long long *slots)
+{
+	int last = -1, i;
+
+	for (i = 0; i < PROBE_HIST_SLOTS; i++)
+		if (slots[i])
+			last = i;
+	fprintf(f, "\"%s\":[", key);
+	for (i = 0; i <= last; i++)
+		fprintf(f, "%s%llu", i ? "," : "", slots[i]);
+	fputc(']', f);
+}
+
+static int libbpf_print(enum libbpf_print_level level, const char *fmt, va_list args)
+{
+	(void)level;
+	return vfprintf(stderr, fmt, args);
+}
+
+static int libbpf_print_warn(enum libbpf_print_level level, const char *fmt, va_list args)
+{
+	if (level == LIBBPF_DEBUG || level == LIBBPF_INFO)
+		return 0;
+	return vfprintf(stderr, fmt, args);
+}
+
+void probe_setup_libbpf(bool verbose)
+{
+	libbpf_set_print(verbose ? libbpf_print : libbpf_print_warn);
+}
+
+int probe_main_loop(const struct probe_env *env, probe_snapshot_fn snapshot, void *arg)
+{
+	struct sigaction sa = { .sa_handler = sig_handler };
+	char line[256];
+	int n = 0;
+
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	if (env->control) {
+		printf("{\"event\":\"ready\",\"pid\":%d}\n", getpid());
+		fflush(stdout);
+		while (!exiting && fgets(line, sizeof(line), stdin)) {
+			char name[64];
+
+			if (sscanf(line, "mark %63s", name) == 1)
+				snapshot(name, arg);
+			else if (!strcmp(line, "exit\n"))
+				break;
+			else
+				fprintf(stderr, "ignoring control line: %s", line);
+			fflush(stdout);
+		}
+		return 0;
+	}
+	while (!exiting) {
+		sleep(env->interval_s > 0 ? (unsigned)env->interval_s : 1);
+		if (exiting)
+			break;
+		snapshot("interval", arg);
+		fflush(stdout);
+		if (env->count && ++n >= env->count)
+			break;
+	}
+	return 0;
+}

@@ -1,0 +1,52 @@
+/* Shared by every probe, kernel and user side: limits and the histogram. */
+#ifndef QPROF_PROBE_COMMON_H
+#define QPROF_PROBE_COMMON_H
+
+#define PROBE_MAX_PIDS 64
+#define PROBE_HIST_SLOTS 32 /* log2 buckets: up to 2^31 (ns, bytes, segments) */
+
+#ifndef __VMLINUX_H__
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/types.h>
+
+struct bpf_map;
+
+/* Options every probe tool takes (see probe_usage_common). */
+struct probe_env {
+	pid_t pids[PROBE_MAX_PIDS];
+	int npids;
+	bool json;
+	bool control;     /* commands on stdin: mark NAME, exit */
+	bool verbose;
+	int interval_s;   /* without --control: print every interval_s... */
+	int count;        /* ...count times (0: until Ctrl-C) */
+};
+
+/* Parses "PID[,PID...]" into env->pids; returns 0 or -1. */
+int probe_parse_pids(struct probe_env *env, const char *arg);
+
+/* Puts env's pids into a DEFINE_TARGET_TGIDS map. */
+int probe_fill_targets(const struct probe_env *env, struct bpf_map *map);
+
+/*
+ * Drives a probe after attach: with --control, answers "mark NAME" lines
+ * on stdin with snapshot(name) until "exit" or EOF; otherwise calls
+ * snapshot("interval") every interval_s seconds, count times or until
+ * SIGINT/SIGTERM. snapshot prints one JSON line (or a human table).
+ * Before either, prints {"event":"ready"} with --control.
+ */
+typedef void (*probe_snapshot_fn)(const char *name, void *arg);
+int probe_main_loop(const struct probe_env *env, probe_snapshot_fn snapshot, void *arg);
+
+unsigned long long probe_now_ns(void);
+
+/* Prints "key":[n0,n1,...] for a log2 histogram, dropping trailing zeros. */
+void probe_json_hist(FILE *f, const char *key, const unsigned long long *slots);
+
+/* libbpf's messages on stderr only with -v; errors always. */
+void probe_setup_libbpf(bool verbose);
+#endif
+
+#endif
