@@ -58,4 +58,48 @@ def print_run(rec: dict, console: Optional[Console] = None) -> None:
                   _int(pc.get("udp_recv_events")), _int(pc.get("udp_recv")),
                   _int(cs.get("send_suspected_lost_packets")), _int(cs.get("send_congestion_count")))
     console.print(w)
+    _print_probes(rec, console)
     console.print(f"run {rec['id']}")
+
+
+def _ratio(check: dict) -> str:
+    r = check.get("ratio")
+    return ABSENT if r is None else f"{r:.3f}"
+
+
+def _print_probes(rec: dict, console: Console) -> None:
+    for name, p in (rec.get("probes") or {}).items():
+        if p["status"] != "present":
+            console.print(f"[yellow]probe {name} absent[/]: {p['reason']}")
+    sides = rec.get("syscalls") or {}
+    if not any(sides.values()):
+        return
+    t = Table(title="Network syscalls over the window (eBPF)", title_justify="left")
+    for col in ("", "CLIENT", "SERVER"):
+        t.add_column(col, justify="right" if col else "left")
+    rows = (
+        ("send calls", "send_calls", _int),
+        ("recv calls", "recv_calls", _int),
+        ("  with data", "recv_calls_with_data", _int),
+        ("  EAGAIN", "recv_eagain", _int),
+        ("syscalls per MB", "syscalls_per_mb", lambda v: _num(v, "{:.1f}")),
+        ("bytes per send call", "bytes_per_send_call", lambda v: _num(v, "{:,.0f}")),
+        ("bytes per recv call", "bytes_per_recv_call", lambda v: _num(v, "{:,.0f}")),
+        ("datagrams per send call", "datagrams_per_send_call", lambda v: _num(v, "{:.1f}")),
+        ("datagrams per recv call", "datagrams_per_recv_call", lambda v: _num(v, "{:.1f}")),
+        ("in-syscall ns/B", "in_syscall_ns_per_byte", _num),
+        ("CPU share in send calls", "send_share_of_cpu", lambda v: _num(v and v * 100, "{:.1f}%")),
+        ("CPU share in recv calls", "recv_share_of_cpu", lambda v: _num(v and v * 100, "{:.1f}%")),
+    )
+    for label, key, fmt in rows:
+        t.add_row(label, *(fmt(sides[side][key]) if sides.get(side) else ABSENT for side in ("client", "server")))
+    console.print(t)
+    checks = (rec.get("crosscheck") or {}).get("msquic") or {}
+    if checks:
+        parts = []
+        for side in ("client", "server"):
+            c = checks.get(side) or {}
+            parts.append(f"{side} send calls {_ratio(c.get('udp_send_calls', {}))}, "
+                         f"recv events {_ratio(c.get('udp_recv_events', {}))}, "
+                         f"datagrams out {_ratio(c.get('udp_send_datagrams', {}))}")
+        console.print("eBPF / msquic's own count: " + "; ".join(parts))

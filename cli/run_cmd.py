@@ -29,12 +29,14 @@ _defaults = runner.RunOptions()
               help="Bytes per send request, a power of two from 1K to 1M.")
 @click.option("--exec-profile", type=click.Choice(runner.EXEC_PROFILES), default=_defaults.exec_profile,
               show_default=True, help="msquic execution profile.")
+@click.option("--probes", "probe_list", default=",".join(runner.PROBES), show_default=True,
+              help="eBPF probes to attach, comma-separated, or 'none'.")
 @click.option("--runs-dir", type=click.Path(file_okay=False), default=_defaults.runs_dir, show_default=True,
               envvar="QPROF_RUNS_DIR", help="Where run directories are written.")
 @click.option("--json", "as_json", is_flag=True, help="Print the run record on stdout instead of the table.")
 @click.option("--inject-fault", "fault", type=click.Choice(runner.FAULTS), default=None, hidden=True)
 def run(stack, duration_s, nbytes, warmup_s, streams, topology, port, io_size, exec_profile,
-        runs_dir, as_json, fault):
+        probe_list, runs_dir, as_json, fault):
     """Drive a real bulk transfer and measure its CPU per byte.
 
     The client sends as fast as the stack allows from one network
@@ -51,9 +53,13 @@ def run(stack, duration_s, nbytes, warmup_s, streams, topology, port, io_size, e
         raise BadValue("--duration must be more than zero; write it like 10s.")
     if io_size < 1024 or io_size > 1 << 20 or io_size & (io_size - 1):
         raise BadValue(f"--io-size {io_size} is not a power of two from 1K to 1M; try 64K.")
+    probes = () if probe_list.strip() == "none" else tuple(p.strip() for p in probe_list.split(",") if p.strip())
+    unknown = [p for p in probes if p not in runner.PROBES]
+    if unknown:
+        raise BadValue(f"unknown probe '{unknown[0]}'; the probes are: {', '.join(runner.PROBES)} (or none).")
     opts = runner.RunOptions(stack=stack, duration_s=duration_s, bytes=nbytes, warmup_s=warmup_s,
                              streams=streams, topology=topology, port=port, io_size=io_size,
-                             exec_profile=exec_profile, runs_dir=runs_dir, fault=fault)
+                             exec_profile=exec_profile, probes=probes, runs_dir=runs_dir, fault=fault)
     record = runner.run(opts)
     if as_json:
         click.echo(json.dumps(record, indent=2))

@@ -7,19 +7,22 @@ record is marked for what happened.
 """
 import os
 import subprocess
+from contextlib import contextmanager
 import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from . import cpu, environment, errors, paths
+from . import cpu, derive, environment, errors, paths
+from .probes import PROBES as PROBE_ARGV, ProbeSet, target_for
 from .rundir import RunDir
 from .topology import Topology
 from .window import Window, counter_delta, sleep_watching, take_edge
 from .workload import WorkloadProcess
 
 STACKS = ("quic",)
+PROBES = tuple(PROBE_ARGV)
 TOPOLOGIES = ("netns", "loopback")
 EXEC_PROFILES = ("lowlat", "maxtput")
 FAULTS = ("handshake", "kill-server", "bad-cert")
@@ -44,6 +47,7 @@ class RunOptions:
     port: int = 4433
     io_size: int = 65536              # bytes per send request
     exec_profile: str = "lowlat"      # msquic execution profile
+    probes: tuple = tuple(PROBES)     # eBPF probes attached around the run
     runs_dir: str = "runs"
     fault: Optional[str] = None       # tests only: inject a real failure
 
@@ -105,38 +109,58 @@ def _transfer(opts, binary, topo, run_path, cert, key, on_progress) -> dict:
     server_argv = workload_argv(binary, opts, "server", topo.server.addr, opts.port)
     server_argv += ["--cert", str(cert), "--key", str(key)]
     connect_port = opts.port + 1 if opts.fault == "handshake" else opts.port
-    client_argv = workload_argv(binary, opts, "client", topo.server.addr, connect_port)
+    client_argv = workload_argv(binary, opts, "client", topo.server.addr, connect_port) + ["--wait-start"]
 
-    with WorkloadProcess("server", server_argv, topo.server, run_path / "server.log") as server:
-        server.wait_event("ready", READY_TIMEOUT_S)
-        with WorkloadProcess("client", client_argv, topo.client, run_path / "client.log") as client:
-            connected = client.wait_event("connected", CONNECT_TIMEOUT_S)
-            t0_ns = connected["t_ns"]
-            on_progress(f"connected; warming up {opts.warmup_s:g} s")
-            sleep_watching(t0_ns + int(opts.warmup_s * 1e9), (server, client))
-            start = take_edge("start", server, client)
-            if opts.bytes:
-                on_progress("measuring until the last byte arrives")
-                server.wait_event("done", timeout_s=3600)
-                end = take_edge("end", server, client)
-            else:
-                on_progress(f"measuring {opts.duration_s:g} s")
-                if opts.fault == "kill-server":
-                    sleep_watching(start.t_ns + int(opts.duration_s * 0.3e9), (server, client))
-                    server.proc.kill()
-                sleep_watching(start.t_ns + int(opts.duration_s * 1e9), (server, client))
-                end = take_edge("end", server, client)
-                sleep_watching(end.t_ns + int(TAIL_S * 1e9), (server, client))
-                client.send("stop")
-            window = Window(start, end)
-            client_done = client.finish(FINISH_TIMEOUT_S)
+    with WorkloadProcess("server", server_argv, topo.server, run_path / "server.log") as server, \
+            _client_with_probes(opts, client_argv, topo, run_path, server) as (client, probes):
+        connected, window = _measure(opts, server, client, probes, on_progress)
+        client_done = client.finish(FINISH_TIMEOUT_S)
         server_done = server.finish(FINISH_TIMEOUT_S)
+        probe_records = probes.records()
     for p in (client, server):
         if p.done.get("exit_code") != 0:
             p.raise_exit()
     if window.bytes <= 0:
         raise errors.BadValue("no bytes arrived inside the window (the transfer ended during warm-up); raise --bytes or lower --warmup.")
-    return build_record(opts, topo, window, connected, client_done, server_done)
+    record = build_record(opts, topo, window, connected, client_done, server_done)
+    record["probes"] = probe_records
+    record.update(derive_probe_figures(record, {"client": client.pid, "server": server.pid}))
+    return record
+
+
+def _measure(opts, server, client, probes, on_progress):
+    """Connect, warm up, and take the window's two edges."""
+    client.send("start")
+    connected = client.wait_event("connected", CONNECT_TIMEOUT_S)
+    procs = (server, client)
+    on_progress(f"connected; warming up {opts.warmup_s:g} s")
+    sleep_watching(connected["t_ns"] + int(opts.warmup_s * 1e9), procs)
+    start = take_edge("start", server, client, probes)
+    if opts.bytes:
+        on_progress("measuring until the last byte arrives")
+        server.wait_event("done", timeout_s=3600)
+        end = take_edge("end", server, client, probes)
+    else:
+        on_progress(f"measuring {opts.duration_s:g} s")
+        if opts.fault == "kill-server":
+            sleep_watching(start.t_ns + int(opts.duration_s * 0.3e9), procs)
+            server.proc.kill()
+        sleep_watching(start.t_ns + int(opts.duration_s * 1e9), procs)
+        end = take_edge("end", server, client, probes)
+        sleep_watching(end.t_ns + int(TAIL_S * 1e9), procs)
+        client.send("stop")
+    return connected, Window(start, end)
+
+
+@contextmanager
+def _client_with_probes(opts, client_argv, topo, run_path, server):
+    """The client (waiting for "start") and the probes attached to both
+    processes before it connects; torn down in reverse order."""
+    server.wait_event("ready", READY_TIMEOUT_S)
+    with WorkloadProcess("client", client_argv, topo.client, run_path / "client.log") as client:
+        target = target_for(topo, {"server": server.pid, "client": client.pid})
+        with ProbeSet(list(opts.probes), target, run_path) as probes:
+            yield client, probes
 
 
 def build_record(opts, topo, window: Window, connected: dict, client_done: dict, server_done: dict) -> dict:
@@ -196,3 +220,46 @@ class _Marks:
     def __init__(self, window: Window, side: str):
         self.start_mark = getattr(window.start, f"{side}_mark")
         self.end_mark = getattr(window.end, f"{side}_mark")
+
+
+def _packets_dev(probe: dict, dev: str) -> Optional[dict]:
+    if probe.get("status") != "present":
+        return None
+    for d in probe["window"].get("devices", []):
+        if d.get("dev") == dev:
+            return d
+    return None
+
+
+def derive_probe_figures(rec: dict, pids: dict) -> dict:
+    """Per-side syscall figures and the cross-checks with msquic's counters."""
+    probes = rec["probes"]
+    sys_probe, pkt_probe = probes.get("syscalls", {}), probes.get("packets", {})
+    topo = rec["environment"]["topology"]
+    nbytes = rec["bytes"]
+    sides, checks = {}, {}
+    for side in ("client", "server"):
+        if sys_probe.get("status") != "present":
+            sides[side] = None
+            continue
+        calls = derive.by_syscall(sys_probe["window"]["threads"], pids[side])
+        out_dgrams = in_dgrams = None
+        if topo["kind"] == "netns":
+            me = f"{topo[side]['ifname']}@{topo[side]['netns']}"
+            dev = _packets_dev(pkt_probe, me)
+            if dev is not None:
+                out_dgrams = dev["tx"].get("wire_packets")
+                in_dgrams = dev["rx"].get("wire_packets")
+        sides[side] = {
+            "by_syscall": calls,
+            **derive.syscall_figures(calls, nbytes, rec["cpu"][side]["total_s"], out_dgrams, in_dgrams),
+        }
+        pc = rec["workload"][side]["window"].get("perf_counters") or {}
+        f = sides[side]
+        checks[side] = {
+            "udp_send_calls": derive.compare(f["send_calls"], pc.get("udp_send_calls")),
+            "udp_recv_events": derive.compare(f["recv_calls_with_data"], pc.get("udp_recv_events")),
+            "udp_send_datagrams": derive.compare(out_dgrams, pc.get("udp_send")),
+            "udp_recv_datagrams": derive.compare(in_dgrams, pc.get("udp_recv")),
+        }
+    return {"syscalls": sides, "crosscheck": {"msquic": checks}}

@@ -45,11 +45,13 @@ class Window:
         return (self.end.t_ns - self.start.t_ns) / 1e9
 
 
-def take_edge(name: str, server: WorkloadProcess, client: WorkloadProcess) -> Edge:
+def take_edge(name: str, server: WorkloadProcess, client: WorkloadProcess, probes=None) -> Edge:
     t_ns = time.monotonic_ns()
     system = cpu.read_system()
     server_cpu = cpu.read_process(server.pid)
     client_cpu = cpu.read_process(client.pid)
+    if probes is not None:
+        probes.mark(name)
     return Edge(t_ns, system, server_cpu, client_cpu, server.mark(name), client.mark(name))
 
 

@@ -25,7 +25,8 @@ static const char usage[] =
 "      --io-size N          client: bytes per send request, a power of two\n"
 "                           from 1024 to 1048576 (default 65536)\n"
 "      --exec-profile P     msquic execution profile: lowlat (default) or maxtput\n"
-"      --control            take commands on stdin (mark NAME, stop, exit)\n"
+"      --control            take commands on stdin (mark NAME, start, stop, exit)\n"
+"      --wait-start         client: connect only when \"start\" arrives on stdin\n"
 "  -h, --help\n"
 "\n"
 "With neither --duration-ms nor --bytes the client sends until told \"stop\".\n"
@@ -63,6 +64,7 @@ int main(int argc, char **argv)
 		{ "io-size", required_argument, NULL, 'I' },
 		{ "exec-profile", required_argument, NULL, 'E' },
 		{ "control", no_argument, NULL, 'X' },
+		{ "wait-start", no_argument, NULL, 'W' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -85,6 +87,7 @@ int main(int argc, char **argv)
 		case 'K': o.key = optarg; break;
 		case 'E': o.exec_profile = optarg; break;
 		case 'X': o.control = true; break;
+		case 'W': o.wait_start = true; break;
 		case 'p':
 			if (parse_u64(optarg, &v) || v == 0 || v > 65535)
 				goto bad_arg;
@@ -136,6 +139,10 @@ int main(int argc, char **argv)
 	}
 	if (!strcmp(o.role, "client") && !o.duration_ms && !o.bytes && !o.control) {
 		wl_warn("the client needs --duration-ms, --bytes or --control");
+		return WL_EXIT_USAGE;
+	}
+	if (o.wait_start && !o.control) {
+		wl_warn("--wait-start needs --control (the start command comes on stdin)");
 		return WL_EXIT_USAGE;
 	}
 	if (!strcmp(o.stack, "quic"))

@@ -42,6 +42,7 @@ struct wl_opts {
 	uint32_t io_size;       /* bytes per send request */
 	const char *exec_profile;
 	bool control;           /* commands on stdin, see wl_control_start */
+	bool wait_start;        /* client: connect only on "start" */
 };
 
 /* Pattern */
@@ -63,6 +64,7 @@ void wl_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * Control channel (--control): stdin carries one command a line.
  *   mark NAME  answered on stdout by a {"event":"mark"} line with the role's
  *              own counters, so the caller can bracket a measurement window;
+ *   start      the client connects (with --wait-start it waits for this);
  *   stop       the sender finishes its streams and the transfer ends;
  *   exit       the role may exit once its report is out (so may EOF: the
  *              caller is gone).
@@ -70,6 +72,7 @@ void wl_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  */
 struct wl_control_ops {
 	void (*mark)(const char *name, void *arg);
+	void (*start)(void *arg);
 	void (*stop)(void *arg);
 	void (*exit)(void *arg);
 	void *arg;

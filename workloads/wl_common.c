@@ -110,6 +110,8 @@ static void *control_main(void *p)
 
 		if (sscanf(line, "mark %63s", name) == 1)
 			ops->mark(name, ops->arg);
+		else if (!strcmp(line, "start\n"))
+			ops->start(ops->arg);
 		else if (!strcmp(line, "stop\n"))
 			ops->stop(ops->arg);
 		else if (!strcmp(line, "exit\n"))

@@ -67,6 +67,7 @@ static struct {
 	bool done_emitted;
 	sem_t conn_done;   /* connection shutdown complete */
 	sem_t may_exit;    /* the caller has read what it needs */
+	sem_t may_start;   /* --wait-start: the caller is ready for us */
 } S = { .conn_lock = PTHREAD_MUTEX_INITIALIZER };
 
 static const char *status_name(QUIC_STATUS st)
@@ -199,6 +200,12 @@ static void on_mark(const char *name, void *arg)
 	wl_emit("%s", wl_json_end(&j));
 }
 
+static void on_start(void *arg)
+{
+	(void)arg;
+	sem_post(&S.may_start);
+}
+
 static void on_stop(void *arg)
 {
 	(void)arg;
@@ -212,7 +219,7 @@ static void on_exit_cmd(void *arg)
 }
 
 static const struct wl_control_ops control_ops = {
-	.mark = on_mark, .stop = on_stop, .exit = on_exit_cmd,
+	.mark = on_mark, .start = on_start, .stop = on_stop, .exit = on_exit_cmd,
 };
 
 /* Client: keep the ideal send buffer posted; FIN once told to stop. */
@@ -605,6 +612,8 @@ static int run_client(void)
 		wl_warn("ConnectionOpen failed: %s", status_name(st));
 		return WL_EXIT_LIB_OPEN;
 	}
+	if (S.o->wait_start)
+		sem_wait(&S.may_start);
 	st = S.api->ConnectionStart(S.conn, S.cfg, QUIC_ADDRESS_FAMILY_INET,
 				    S.o->addr, (uint16_t)S.o->port);
 	if (QUIC_FAILED(st)) {
@@ -656,6 +665,7 @@ int wl_quic_run(const struct wl_opts *o)
 	S.o = o;
 	sem_init(&S.conn_done, 0, 0);
 	sem_init(&S.may_exit, 0, 0);
+	sem_init(&S.may_start, 0, 0);
 
 	if (!server) {
 		region = wl_pattern_region();

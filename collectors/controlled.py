@@ -1,0 +1,125 @@
+"""A child process that speaks qprof's control protocol: JSON event lines
+on stdout, commands on stdin ("mark NAME" answered by a mark event,
+"exit"). The workload and every probe tool speak it.
+
+A ControlledProcess is a context manager and the one owner of its
+process: on every exit path the process is killed and reaped, and it
+dies with qprof (PR_SET_PDEATHSIG) if qprof itself is killed outright.
+"""
+import ctypes
+import json
+import queue
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import List, Optional
+
+from . import errors
+
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent():
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+class ProcessEnded(Exception):
+    """The process ended (or reported its end) while we waited on it."""
+
+
+class ControlledProcess:
+    def __init__(self, name: str, argv: List[str], log_path: Path):
+        self.name = name
+        self.argv = list(argv)
+        self.log_path = log_path
+        self.proc: Optional[subprocess.Popen] = None
+        self.events: "queue.Queue[dict]" = queue.Queue()
+        self.done: Optional[dict] = None
+        self._reader: Optional[threading.Thread] = None
+        self._log = None
+
+    def __enter__(self):
+        self._log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(
+            self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
+            preexec_fn=_die_with_parent, process_group=0,
+        )
+        self._reader = threading.Thread(target=self._read_events, name=f"{self.name}-events", daemon=True)
+        self._reader.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.kill()
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def _read_events(self) -> None:
+        for line in self.proc.stdout:
+            try:
+                ev = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if ev.get("event") == "done":
+                self.done = ev
+            self.events.put(ev)
+        self.events.put({"event": "eof"})
+
+    def send(self, command: str) -> None:
+        try:
+            self.proc.stdin.write(command.encode() + b"\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, ValueError):
+            pass  # it has gone; whoever waits on it finds out why
+
+    def wait_event(self, name: str, timeout_s: float) -> dict:
+        """The next event called `name`. Raises ProcessEnded if the process
+        ends first (or reports a failed end), errors.Timeout on time-out."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise errors.Timeout(f"the {self.name} gave no '{name}' event within {timeout_s:.0f} s; see {self.log_path}.")
+            try:
+                ev = self.events.get(timeout=left)
+            except queue.Empty:
+                continue
+            if ev["event"] == name:
+                return ev
+            # A clean report still answers marks until told to exit (the
+            # sender of a fixed-size transfer finishes before the window).
+            if ev["event"] == "eof" or (ev["event"] == "done" and ev.get("exit_code") != 0):
+                raise ProcessEnded(self.name)
+
+    def mark(self, name: str, timeout_s: float = 5.0) -> dict:
+        self.send(f"mark {name}")
+        return self.wait_event("mark", timeout_s)
+
+    def exited(self) -> Optional[int]:
+        return self.proc.poll()
+
+    def last_message(self, prefix: str = "") -> str:
+        try:
+            lines = self.log_path.read_text(errors="replace").strip().splitlines()
+        except OSError:
+            return ""
+        return lines[-1].removeprefix(prefix).strip() if lines else ""
+
+    def kill(self) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            try:
+                pipe.close()
+            except (OSError, BrokenPipeError):
+                pass
+        if self._reader:
+            self._reader.join(timeout=1)
+        if self._log:
+            self._log.close()

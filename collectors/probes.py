@@ -1,0 +1,168 @@
+"""The eBPF probe tools (build/bin/qprof-NAME) attached around a run.
+
+Each probe is a ControlledProcess: started with the run's pids (or its
+devices) before the client connects, marked at the window's edges like
+the workloads, told to exit after. A probe that fails to build, load,
+attach or answer is *absent*: the run says which and why, carries on, and
+the record holds its reason instead of figures. Never zeros.
+
+Snapshots are cumulative since attach; `delta` turns two of them into the
+window's figures.
+"""
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Dict, List, Optional
+
+from . import errors, paths
+from .controlled import ControlledProcess, ProcessEnded
+from .topology import Topology
+
+READY_TIMEOUT_S = 15.0
+MARK_TIMEOUT_S = 5.0
+
+
+@dataclass
+class Target:
+    """What the probes watch: the two workload processes and their devices."""
+
+    pids: Dict[str, int]            # side -> pid
+    devices: Dict[str, str]         # side -> "IFNAME@NETNS" (loopback: both "lo@host")
+
+
+def _pid_list(t: Target) -> str:
+    return ",".join(str(p) for p in t.pids.values())
+
+
+def _devices(t: Target) -> List[str]:
+    args = []
+    for dev in dict.fromkeys(t.devices.values()):  # loopback: one device
+        args += ["-d", dev]
+    return args
+
+
+# name -> argv after the binary
+PROBES: Dict[str, Callable[[Target], List[str]]] = {
+    "syscalls": lambda t: ["-p", _pid_list(t), "--control"],
+    "packets": lambda t: _devices(t) + ["--control"],
+    "cputhread": lambda t: ["-p", _pid_list(t), "--control"],
+}
+
+
+def target_for(topo: Topology, pids: Dict[str, int]) -> Target:
+    if topo.kind == "loopback":
+        devices = {"client": "lo@host", "server": "lo@host"}
+    else:
+        devices = {side: f"{ep.ifname}@{ep.netns}" for side, ep in
+                   (("client", topo.client), ("server", topo.server))}
+    return Target(pids=pids, devices=devices)
+
+
+@dataclass
+class Probe:
+    name: str
+    proc: Optional[ControlledProcess] = None
+    absent: Optional[str] = None       # why there are no figures
+    marks: Dict[str, dict] = field(default_factory=dict)
+
+    def record(self) -> dict:
+        if self.absent is not None:
+            return {"status": "absent", "reason": self.absent}
+        return {"status": "present", "window": delta(self.marks["start"], self.marks["end"])}
+
+
+def warn(msg: str) -> None:
+    print(f"qprof: warning: {msg}", file=sys.stderr, flush=True)
+
+
+class ProbeSet:
+    """Starts the named probes on `target`; owns their processes."""
+
+    def __init__(self, names: List[str], target: Target, run_path: Path):
+        self.target = target
+        self.run_path = run_path
+        self.probes = [Probe(n) for n in names]
+
+    def __enter__(self) -> "ProbeSet":
+        try:
+            for p in self.probes:
+                self._start(p)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _start(self, p: Probe) -> None:
+        binary = paths.build_dir() / "bin" / f"qprof-{p.name}"
+        if not binary.exists():
+            return self._lose(p, f"not built ({binary} is missing; run `make build`)")
+        argv = [str(binary)] + PROBES[p.name](self.target)
+        p.proc = ControlledProcess(f"{p.name} probe", argv, self.run_path / f"probe-{p.name}.log")
+        p.proc.__enter__()
+        try:
+            p.proc.wait_event("ready", READY_TIMEOUT_S)
+        except (ProcessEnded, errors.Timeout):
+            self._lose(p, "failed to load or attach: " + (p.proc.last_message() or "no message"))
+
+    def _lose(self, p: Probe, reason: str) -> None:
+        p.absent = reason
+        warn(f"probe {p.name} is absent: {reason}")
+        if p.proc is not None:
+            p.proc.kill()
+
+    def mark(self, name: str) -> None:
+        for p in self.probes:
+            if p.absent is not None:
+                continue
+            try:
+                p.marks[name] = p.proc.mark(name, MARK_TIMEOUT_S)
+            except (ProcessEnded, errors.Timeout):
+                self._lose(p, f"stopped answering at the {name} edge: " + (p.proc.last_message() or "no message"))
+
+    def records(self) -> Dict[str, dict]:
+        return {p.name: p.record() for p in self.probes}
+
+    def close(self) -> None:
+        for p in self.probes:
+            if p.proc is not None and p.proc.exited() is None:
+                p.proc.send("exit")
+        for p in self.probes:
+            if p.proc is not None:
+                try:
+                    p.proc.proc.wait(timeout=2)
+                except Exception:
+                    pass
+                p.proc.kill()
+
+
+# Fields of an entry in a snapshot list that say *which* thing it counts,
+# so two snapshots' entries can be paired.
+IDENTITY = ("tgid", "tid", "comm", "sys", "dev", "vec", "name", "event")
+
+
+def delta(a, b):
+    """b - a for cumulative snapshots: numbers subtract, lists of numbers
+    subtract elementwise, dicts recurse, lists of entries pair by their
+    identity fields (an entry new in b counts from zero)."""
+    if isinstance(b, bool) or isinstance(b, str):
+        return b
+    if isinstance(b, (int, float)):
+        return b - (a if isinstance(a, (int, float)) and not isinstance(a, bool) else 0)
+    if isinstance(b, dict):
+        a = a if isinstance(a, dict) else {}
+        return {k: (v if k in IDENTITY or k == "t_ns" else delta(a.get(k), v)) for k, v in b.items()}
+    if isinstance(b, list):
+        if all(isinstance(x, (int, float)) for x in b):
+            a = a if isinstance(a, list) else []
+            return [x - (a[i] if i < len(a) else 0) for i, x in enumerate(b)]
+        if all(isinstance(x, dict) for x in b):
+            before = {_identity(x): x for x in (a or [])}
+            return [delta(before.get(_identity(x)), x) for x in b]
+    return b
+
+
+def _identity(entry: dict) -> tuple:
+    return tuple((k, entry.get(k)) for k in IDENTITY if k in entry and k != "comm")
