@@ -18,6 +18,12 @@ def workload_binary() -> Path:
     return path
 
 
+def probe_binary(name: str) -> Path:
+    """QPROF_PROBE_DIR overrides where probe tools are found (tests use it
+    to stand in a probe that fails to load)."""
+    return Path(os.environ.get("QPROF_PROBE_DIR", build_dir() / "bin")) / f"qprof-{name}"
+
+
 def msquic_library() -> Path:
     return build_dir() / "msquic" / "lib" / "libmsquic.so"
 

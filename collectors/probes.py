@@ -96,7 +96,7 @@ class ProbeSet:
         self.close()
 
     def _start(self, p: Probe) -> None:
-        binary = paths.build_dir() / "bin" / f"qprof-{p.name}"
+        binary = paths.probe_binary(p.name)
         if not binary.exists():
             return self._lose(p, f"not built ({binary} is missing; run `make build`)")
         argv = [str(binary)] + PROBES[p.name](self.target)

@@ -1,0 +1,75 @@
+"""The probes on real `qprof run` transfers: present, consistent with the
+workload's own bytes, and in agreement with msquic's own counters."""
+import json
+import os
+
+import pytest
+
+from conftest import needs_build, qprof, run_json
+
+pytestmark = needs_build
+
+# UDP payload bytes sent per application byte on a QUIC stream: short header,
+# packet number, STREAM frame header and the 16-byte AEAD tag on ~1450-byte
+# datagrams, plus ACK-only packets: a few percent, never below one.
+QUIC_OVERHEAD_MAX = 1.08
+
+
+def assert_syscalls(rec):
+    assert rec["probes"]["syscalls"]["status"] == "present"
+    c, s = rec["syscalls"]["client"], rec["syscalls"]["server"]
+    app = rec["workload"]["client"]["window"]["app_bytes"]
+    # Directions: data leaves the client by send calls and enters the server by receive calls.
+    assert c["send_calls"] > 0 and s["recv_calls_with_data"] > 0
+    assert c["send_bytes"] > 50 * s["send_bytes"]
+    assert s["recv_bytes"] > 50 * c["recv_bytes"]
+    # Bytes through the syscalls are the stream bytes plus QUIC's overhead.
+    assert 1.0 <= c["send_bytes"] / app <= QUIC_OVERHEAD_MAX
+    assert 1.0 <= s["recv_bytes"] / rec["bytes"] <= QUIC_OVERHEAD_MAX
+    for f in (c, s):
+        assert f["syscalls_per_mb"] > 0 and f["in_syscall_ns_per_byte"] > 0
+        assert 0 < f["send_share_of_cpu"] + f["recv_share_of_cpu"] <= 1.2  # wall time in a call may exceed CPU a little
+    # eBPF against msquic's own counters, per side.
+    for side in ("client", "server"):
+        checks = rec["crosscheck"]["msquic"][side]
+        for name in ("udp_send_calls", "udp_recv_events"):
+            assert checks[name]["ratio"] == pytest.approx(1.0, abs=0.02), (side, name, checks[name])
+
+
+def test_syscalls_probe_netns(runs_dir):
+    rec = run_json(runs_dir, "--duration", "2s", "--warmup", "0.5s", "--probes", "syscalls")
+    assert_syscalls(rec)
+    # msquic's datapath: GSO sendmsg on the client, recvmmsg on the server.
+    calls_c, calls_s = rec["syscalls"]["client"]["by_syscall"], rec["syscalls"]["server"]["by_syscall"]
+    assert calls_c["sendmsg"]["bytes"] / calls_c["sendmsg"]["calls"] > 10 * 1200
+    assert calls_s["recvmmsg"]["msgs_returned"] > 0
+    for calls in (calls_c, calls_s):
+        for name, f in calls.items():
+            assert sum(f["time_hist_ns"]) == f["calls"], name
+            assert f["eagain"] <= f["errors"] <= f["calls"], name
+
+
+def test_absent_probe_is_named_not_zero(runs_dir, tmp_path):
+    fake = tmp_path / "probes"
+    fake.mkdir()
+    failing = fake / "qprof-syscalls"
+    failing.write_text("#!/bin/sh\necho 'failed to load BPF object: Operation not permitted' >&2\nexit 1\n")
+    failing.chmod(0o755)
+    r = qprof("run", "--json", "--duration", "1s", "--warmup", "0.2s", "--probes", "syscalls",
+              runs_dir=runs_dir, env_extra={"QPROF_PROBE_DIR": str(fake)})
+    assert r.returncode == 0, r.stderr
+    assert "probe syscalls is absent" in r.stderr and "Operation not permitted" in r.stderr
+    rec = json.loads(r.stdout)
+    assert rec["probes"]["syscalls"] == {"status": "absent",
+                                         "reason": "failed to load or attach: failed to load BPF object: Operation not permitted"}
+    assert rec["syscalls"] == {"client": None, "server": None}
+    assert rec["verified"] is True  # the run itself carried on
+
+
+def test_probe_not_built(runs_dir, tmp_path):
+    r = qprof("run", "--json", "--duration", "1s", "--warmup", "0.2s", "--probes", "syscalls",
+              runs_dir=runs_dir, env_extra={"QPROF_PROBE_DIR": str(tmp_path)})
+    assert r.returncode == 0, r.stderr
+    rec = json.loads(r.stdout)
+    assert rec["probes"]["syscalls"]["status"] == "absent"
+    assert "not built" in rec["probes"]["syscalls"]["reason"]
