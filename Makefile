@@ -9,7 +9,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 CC ?= cc
 CFLAGS_WL := -O3 -g -fno-omit-frame-pointer -Wall -Wextra -Werror -std=gnu11
-APT_PKGS := iproute2 procps openssl cmake ninja-build gcc make perl python3-venv linux-perf bpftrace ethtool iperf3 \
+APT_PKGS := iproute2 procps openssl libssl-dev cmake ninja-build gcc make perl python3-venv linux-perf bpftrace ethtool iperf3 \
             clang llvm bpftool libbpf-dev libelf-dev zlib1g-dev pkg-config
 
 .PHONY: all deps apt venv build msquic workload run test bench clean
@@ -44,7 +44,7 @@ workload: msquic
 $(BUILD)/bin/qprof-wl: $(WL_SRC) $(WL_HDR) $(BUILD)/msquic/.stamp
 	@mkdir -p $(BUILD)/bin
 	$(CC) $(CFLAGS_WL) -I$(BUILD)/msquic/include -o $@ $(WL_SRC) \
-	    -L$(BUILD)/msquic/lib -lmsquic -lpthread -Wl,-rpath,'$$ORIGIN/../msquic/lib'
+	    -L$(BUILD)/msquic/lib -lmsquic -lssl -lcrypto -lpthread -Wl,-rpath,'$$ORIGIN/../msquic/lib'
 
 # eBPF probes: libbpf CO-RE, vmlinux.h generated from this kernel's BTF,
 # one skeleton per probe (probes/NAME.bpf.c + NAME.c + NAME.h).

@@ -11,9 +11,9 @@
 #include "wl.h"
 
 static const char usage[] =
-"Usage: qprof-wl --stack quic --role server|client [OPTIONS]\n"
+"Usage: qprof-wl --stack STACK --role server|client [OPTIONS]\n"
 "\n"
-"  -s, --stack STACK        quic\n"
+"  -s, --stack STACK        quic, tcp, tcp-tls or tcp-ktls\n"
 "  -r, --role ROLE          server (receives, verifies) or client (sends)\n"
 "  -a, --addr IPV4          server: address to listen on; client: to connect to\n"
 "  -p, --port PORT          UDP/TCP port (default 4433)\n"
@@ -25,6 +25,10 @@ static const char usage[] =
 "      --io-size N          client: bytes per send request, a power of two\n"
 "                           from 1024 to 1048576 (default 65536)\n"
 "      --exec-profile P     msquic execution profile: lowlat (default) or maxtput\n"
+"      --tls V              tcp-tls, tcp-ktls: TLS version 1.2 or 1.3 (default)\n"
+"      --cipher NAME        tcp-tls, tcp-ktls: OpenSSL cipher name (default AES-128-GCM:\n"
+"                           TLS_AES_128_GCM_SHA256, or ECDHE-ECDSA-AES128-GCM-SHA256 for 1.2)\n"
+"      --sendfile           tcp, tcp-ktls client: sendfile() the data from a memfd\n"
 "      --control            take commands on stdin (mark NAME, start, stop, exit)\n"
 "      --wait-start         client: connect only when \"start\" arrives on stdin\n"
 "  -h, --help\n"
@@ -33,7 +37,9 @@ static const char usage[] =
 "\n"
 "EXAMPLES:\n"
 "  qprof-wl -s quic -r server -a 127.0.0.1 --cert c.pem --key k.pem\n"
-"  qprof-wl -s quic -r client -a 127.0.0.1 -t 5000 -n 4\n";
+"  qprof-wl -s quic -r client -a 127.0.0.1 -t 5000 -n 4\n"
+"  qprof-wl -s tcp-tls -r server -a 127.0.0.1 --cert c.pem --key k.pem\n"
+"  qprof-wl -s tcp-tls -r client -a 127.0.0.1 -t 5000 --tls 1.2\n";
 
 static int parse_u64(const char *s, uint64_t *out)
 {
@@ -65,6 +71,9 @@ int main(int argc, char **argv)
 		{ "exec-profile", required_argument, NULL, 'E' },
 		{ "control", no_argument, NULL, 'X' },
 		{ "wait-start", no_argument, NULL, 'W' },
+		{ "tls", required_argument, NULL, 'T' },
+		{ "cipher", required_argument, NULL, 'P' },
+		{ "sendfile", no_argument, NULL, 'F' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -74,6 +83,7 @@ int main(int argc, char **argv)
 		.streams = 1,
 		.io_size = 65536,
 		.exec_profile = "lowlat",
+		.tls_version = "1.3",
 	};
 	uint64_t v;
 	int c;
@@ -88,6 +98,9 @@ int main(int argc, char **argv)
 		case 'E': o.exec_profile = optarg; break;
 		case 'X': o.control = true; break;
 		case 'W': o.wait_start = true; break;
+		case 'T': o.tls_version = optarg; break;
+		case 'P': o.cipher = optarg; break;
+		case 'F': o.sendfile = true; break;
 		case 'p':
 			if (parse_u64(optarg, &v) || v == 0 || v > 65535)
 				goto bad_arg;
@@ -133,7 +146,7 @@ int main(int argc, char **argv)
 		wl_warn("--duration-ms and --bytes exclude each other: give one");
 		return WL_EXIT_USAGE;
 	}
-	if (!strcmp(o.role, "server") && (!o.cert || !o.key)) {
+	if (!strcmp(o.role, "server") && strcmp(o.stack, "tcp") && (!o.cert || !o.key)) {
 		wl_warn("the server needs --cert and --key");
 		return WL_EXIT_USAGE;
 	}
@@ -147,7 +160,9 @@ int main(int argc, char **argv)
 	}
 	if (!strcmp(o.stack, "quic"))
 		return wl_quic_run(&o);
-	wl_warn("unknown --stack %s; this build has: quic", o.stack);
+	if (!strcmp(o.stack, "tcp") || !strcmp(o.stack, "tcp-tls") || !strcmp(o.stack, "tcp-ktls"))
+		return wl_tcp_run(&o);
+	wl_warn("unknown --stack %s; this build has: quic, tcp, tcp-tls, tcp-ktls", o.stack);
 	return WL_EXIT_USAGE;
 
 bad_arg:

@@ -17,6 +17,7 @@ enum wl_exit {
 	WL_EXIT_ADDR_IN_USE = 6,  /* server could not bind its port */
 	WL_EXIT_CONN_LOST = 7,    /* connection ended before the transfer did */
 	WL_EXIT_INTERNAL = 8,
+	WL_EXIT_TLS_CONFIG = 9,   /* unknown TLS version or cipher */
 };
 
 /*
@@ -43,6 +44,9 @@ struct wl_opts {
 	const char *exec_profile;
 	bool control;           /* commands on stdin, see wl_control_start */
 	bool wait_start;        /* client: connect only on "start" */
+	const char *tls_version;/* tcp-tls, tcp-ktls: "1.2" or "1.3" */
+	const char *cipher;     /* OpenSSL name; NULL: AES-128-GCM */
+	bool sendfile;          /* tcp, tcp-ktls client: sendfile() from a memfd */
 };
 
 /* Pattern */
@@ -94,5 +98,6 @@ const char *wl_json_end(struct wl_json *j);
 
 /* Roles */
 int wl_quic_run(const struct wl_opts *o);
+int wl_tcp_run(const struct wl_opts *o);
 
 #endif
