@@ -12,7 +12,7 @@ CFLAGS_WL := -O3 -g -fno-omit-frame-pointer -Wall -Wextra -Werror -std=gnu11
 APT_PKGS := iproute2 procps openssl libssl-dev cmake ninja-build gcc make perl python3-venv linux-perf bpftrace ethtool iperf3 \
             clang llvm bpftool libbpf-dev libelf-dev zlib1g-dev pkg-config
 
-.PHONY: all deps apt venv build msquic workload run test bench clean
+.PHONY: all deps apt venv build msquic workload probes guest run test bench clean
 all: build
 
 deps: apt venv
@@ -72,10 +72,26 @@ $(BUILD)/bin/qprof-%: probes/%.c probes/probe_common.c $(PROBE_HDR) $(BUILD)/pro
 
 .PRECIOUS: $(BUILD)/probes/%.bpf.o $(BUILD)/probes/%.skel.h
 
+# --guest: Debian's stock kernel (never installed: unpacked by qprof with
+# dpkg -x), QEMU in TCG, busybox-static for the initramfs.
+GUEST_PKGS := qemu-system-x86 busybox-static kmod cpio
+guest: apt
+	@missing=$$(for p in $(GUEST_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "apt: installing$$missing"; \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+	@mkdir -p $(BUILD)/guest
+	@if ! ls $(BUILD)/guest/linux-image-*-amd64_*.deb >/dev/null 2>&1; then \
+	  pkg=$$(apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-/ {print $$2; exit}'); \
+	  echo "guest: downloading $$pkg"; \
+	  cd $(BUILD)/guest && apt-get download -qq $$pkg; \
+	fi
+
 run: deps build
 	$(VENV)/bin/qprof run --stack quic
 
-test: deps build
+test: deps build guest
 	$(VENV)/bin/python -m pytest -ra tests
 
 clean:

@@ -15,19 +15,34 @@ def _int(v: Optional[int]) -> str:
     return ABSENT if v is None else f"{v:,}"
 
 
+def _onoff(v: Optional[bool]) -> str:
+    return "on" if v else "off" if v is False else ABSENT
+
+
+def _headline(rec: dict) -> str:
+    env, cfg, tr = rec["environment"], rec["config"], rec.get("transport") or {}
+    topo = env["topology"]
+    where = f"[bold]{rec['stack']}[/] over {topo['kind']}" + (f" (MTU {topo['mtu']})" if topo.get("mtu") else "")
+    where += f", {cfg['streams']} stream(s)"
+    if env.get("emulated"):
+        where += ", [yellow]emulated guest: compare stacks within the guest only[/]"
+    if rec["stack"] == "quic":
+        return (where + f"; msquic {env.get('msquic_version') or ABSENT}"
+                f", GSO {_onoff(env.get('msquic_send_segmentation', {}).get('client'))}"
+                f", GRO {_onoff(env.get('msquic_recv_coalescing', {}).get('server'))}")
+    if tr.get("tls") in ("user", "kernel"):
+        where += f"; {tr.get('tls_version')} {tr.get('tls_cipher')}"
+        if tr["tls"] == "kernel":
+            where += f", kTLS: {tr.get('ktls_label')}"
+    if cfg.get("sendfile"):
+        where += ", sendfile"
+    return where
+
+
 def print_run(rec: dict, console: Optional[Console] = None) -> None:
     console = console or Console()
-    env, cfg = rec["environment"], rec["config"]
-    topo = env["topology"]
-    gso = env.get("msquic_send_segmentation", {}).get("client")
-    gro = env.get("msquic_recv_coalescing", {}).get("server")
-    console.print(
-        f"[bold]{rec['stack']}[/] over {topo['kind']}"
-        + (f" (MTU {topo['mtu']})" if topo.get("mtu") else "")
-        + f", {cfg['streams']} stream(s); msquic {env.get('msquic_version') or ABSENT}"
-        + f", GSO {'on' if gso else 'off' if gso is False else ABSENT}"
-        + f", GRO {'on' if gro else 'off' if gro is False else ABSENT}"
-    )
+    env = rec["environment"]
+    console.print(_headline(rec))
     console.print(
         f"window {rec['window_s']:.2f} s: {rec['bytes']:,} bytes verified={rec['verified']}, "
         f"[bold]{rec['throughput_gbps']:.2f} Gbit/s[/]"
@@ -46,20 +61,33 @@ def print_run(rec: dict, console: Optional[Console] = None) -> None:
     if util is not None:
         console.print(f"system busy {util * 100:.0f}% of {env['cpu_count']} CPUs; "
                       f"{ABSENT} = not measured (per-process softirq: see README)")
+    console.print(_own_counters(rec))
+    _print_probes(rec, console)
+    console.print(f"run {rec['id']}")
 
-    w = Table(title="msquic's own counters over the window (UDP)", title_justify="left")
-    for col in ("SIDE", "SEND CALLS", "DGRAMS OUT", "RECV CALLS", "DGRAMS IN", "LOST", "CONG"):
+
+def _own_counters(rec: dict) -> Table:
+    """The workload's own counters: msquic's for QUIC, TCP_INFO for TCP."""
+    if rec["stack"] == "quic":
+        w = Table(title="msquic's own counters over the window (UDP)", title_justify="left")
+        cols = ("SIDE", "SEND CALLS", "DGRAMS OUT", "RECV CALLS", "DGRAMS IN", "LOST", "CONG")
+    else:
+        w = Table(title="the workload's own counters over the window (TCP_INFO)", title_justify="left")
+        cols = ("SIDE", "IO CALLS", "SEGS OUT", "SEGS IN", "RETRANS")
+    for col in cols:
         w.add_column(col, justify="left" if col == "SIDE" else "right")
     for side in ("client", "server"):
         win = rec["workload"][side]["window"]
-        pc = win.get("perf_counters") or {}
-        cs = win.get("conn_stats") or {}
-        w.add_row(side, _int(pc.get("udp_send_calls")), _int(pc.get("udp_send")),
-                  _int(pc.get("udp_recv_events")), _int(pc.get("udp_recv")),
-                  _int(cs.get("send_suspected_lost_packets")), _int(cs.get("send_congestion_count")))
-    console.print(w)
-    _print_probes(rec, console)
-    console.print(f"run {rec['id']}")
+        if rec["stack"] == "quic":
+            pc, cs = win.get("perf_counters") or {}, win.get("conn_stats") or {}
+            w.add_row(side, _int(pc.get("udp_send_calls")), _int(pc.get("udp_send")),
+                      _int(pc.get("udp_recv_events")), _int(pc.get("udp_recv")),
+                      _int(cs.get("send_suspected_lost_packets")), _int(cs.get("send_congestion_count")))
+        else:
+            ti = win.get("tcp_info") or {}
+            w.add_row(side, _int(win.get("io_calls")), _int(ti.get("segs_out")), _int(ti.get("segs_in")),
+                      _int(ti.get("total_retrans")))
+    return w
 
 
 def _ratio(check: dict) -> str:
@@ -94,12 +122,14 @@ def _print_probes(rec: dict, console: Console) -> None:
     for label, key, fmt in rows:
         t.add_row(label, *(fmt(sides[side][key]) if sides.get(side) else ABSENT for side in ("client", "server")))
     console.print(t)
-    checks = (rec.get("crosscheck") or {}).get("msquic") or {}
-    if checks:
-        parts = []
-        for side in ("client", "server"):
-            c = checks.get(side) or {}
-            parts.append(f"{side} send calls {_ratio(c.get('udp_send_calls', {}))}, "
-                         f"recv events {_ratio(c.get('udp_recv_events', {}))}, "
-                         f"datagrams out {_ratio(c.get('udp_send_datagrams', {}))}")
-        console.print("eBPF / msquic's own count: " + "; ".join(parts))
+    checks = rec.get("crosscheck") or {}
+    parts = []
+    for side in ("client", "server"):
+        c = checks.get(side)
+        if not c:
+            continue
+        names = [k for k in c if k != "source"]
+        parts.append(f"{side} " + ", ".join(f"{k} {_ratio(c[k])}" for k in names))
+    if parts:
+        source = next(c["source"] for c in checks.values() if c)
+        console.print(f"eBPF / {source}: " + "; ".join(parts))

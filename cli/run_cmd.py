@@ -29,6 +29,13 @@ _defaults = runner.RunOptions()
               help="Bytes per send request, a power of two from 1K to 1M.")
 @click.option("--exec-profile", type=click.Choice(runner.EXEC_PROFILES), default=_defaults.exec_profile,
               show_default=True, help="msquic execution profile.")
+@click.option("--tls", "tls_version", default=None, metavar="1.2|1.3",
+              help="tcp-tls, tcp-ktls: TLS version [default: 1.3].")
+@click.option("--cipher", default=None, metavar="NAME",
+              help="tcp-tls, tcp-ktls: OpenSSL cipher [default: AES-128-GCM, QUIC's AEAD].")
+@click.option("--sendfile", is_flag=True, help="tcp, tcp-ktls: the client sendfile()s its data (zero copy).")
+@click.option("--guest", is_flag=True,
+              help="Run the whole measurement in a QEMU guest with Debian's kernel (for kTLS); `make guest` first.")
 @click.option("--probes", "probe_list", default=",".join(runner.PROBES), show_default=True,
               help="eBPF probes to attach, comma-separated, or 'none'.")
 @click.option("--runs-dir", type=click.Path(file_okay=False), default=_defaults.runs_dir, show_default=True,
@@ -36,7 +43,7 @@ _defaults = runner.RunOptions()
 @click.option("--json", "as_json", is_flag=True, help="Print the run record on stdout instead of the table.")
 @click.option("--inject-fault", "fault", type=click.Choice(runner.FAULTS), default=None, hidden=True)
 def run(stack, duration_s, nbytes, warmup_s, streams, topology, port, io_size, exec_profile,
-        probe_list, runs_dir, as_json, fault):
+        tls_version, cipher, sendfile, guest, probe_list, runs_dir, as_json, fault):
     """Drive a real bulk transfer and measure its CPU per byte.
 
     The client sends as fast as the stack allows from one network
@@ -48,6 +55,8 @@ def run(stack, duration_s, nbytes, warmup_s, streams, topology, port, io_size, e
       qprof run --stack quic                       # 10 s upload, netns -> netns
       qprof run --stack quic -d 5s -n 4 --json     # 4 streams, record on stdout
       qprof run --topology loopback --bytes 1G     # fixed size, host loopback
+      qprof run --stack tcp-tls --tls 1.2          # TLS in OpenSSL user space
+      qprof run --stack tcp-ktls --guest           # kernel TLS, in a QEMU guest
     """
     if duration_s <= 0:
         raise BadValue("--duration must be more than zero; write it like 10s.")
@@ -59,7 +68,8 @@ def run(stack, duration_s, nbytes, warmup_s, streams, topology, port, io_size, e
         raise BadValue(f"unknown probe '{unknown[0]}'; the probes are: {', '.join(runner.PROBES)} (or none).")
     opts = runner.RunOptions(stack=stack, duration_s=duration_s, bytes=nbytes, warmup_s=warmup_s,
                              streams=streams, topology=topology, port=port, io_size=io_size,
-                             exec_profile=exec_profile, probes=probes, runs_dir=runs_dir, fault=fault)
+                             exec_profile=exec_profile, tls_version=tls_version, cipher=cipher,
+                             sendfile=sendfile, guest=guest, probes=probes, runs_dir=runs_dir, fault=fault)
     record = runner.run(opts)
     if as_json:
         click.echo(json.dumps(record, indent=2))

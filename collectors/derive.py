@@ -2,14 +2,18 @@
 cross-checks against msquic's own counters.
 
 "Network" syscalls are the ones that move datagrams or stream bytes
-through a socket. read/write/readv/writev are reported but not counted
-as network calls here: the workload's control channel and msquic's
-eventfd wake-ups use them too.
+through a socket. For QUIC, read/write/readv/writev are reported but not
+counted (msquic's eventfd wake-ups use them); for TCP they carry the
+data (OpenSSL writes records with write()), so they count. The
+workload's control thread (wl-control) is left out either way.
 """
 from typing import Dict, List, Optional
 
 SEND = ("sendmsg", "sendmmsg", "sendto", "sendfile", "splice")
 RECV = ("recvmsg", "recvmmsg", "recvfrom")
+SEND_RW = SEND + ("write", "writev")
+RECV_RW = RECV + ("read", "readv")
+CONTROL_THREAD = "wl-control"
 HIST_FIELDS = ("time_hist_ns",)
 
 
@@ -23,7 +27,7 @@ def by_syscall(threads: List[dict], tgid: int) -> Dict[str, dict]:
     """The syscall probe's per-thread entries of one process, summed per syscall."""
     out: Dict[str, dict] = {}
     for t in threads:
-        if t["tgid"] != tgid:
+        if t["tgid"] != tgid or t.get("comm") == CONTROL_THREAD:
             continue
         s = out.setdefault(t["sys"], {"calls": 0, "errors": 0, "eagain": 0, "bytes": 0, "msgs_requested": 0,
                                       "msgs_returned": 0, "mmsg_truncated": 0, "time_ns": 0, "time_hist_ns": []})
@@ -43,19 +47,20 @@ def _sum(calls: Dict[str, dict], names, field: str) -> int:
 
 
 def syscall_figures(calls: Dict[str, dict], nbytes: int, cpu_s: Optional[float],
-                    datagrams_out: Optional[int], datagrams_in: Optional[int]) -> dict:
-    """Syscalls per MB, bytes and datagrams per call, time inside per byte,
-    share of the side's CPU inside send and receive calls."""
-    send_calls, recv_calls = _sum(calls, SEND, "calls"), _sum(calls, RECV, "calls")
-    recv_ok = recv_calls - _sum(calls, RECV, "errors")
-    send_bytes, recv_bytes = _sum(calls, SEND, "bytes"), _sum(calls, RECV, "bytes")
-    send_ns, recv_ns = _sum(calls, SEND, "time_ns"), _sum(calls, RECV, "time_ns")
+                    datagrams_out: Optional[int], datagrams_in: Optional[int], rw_is_network: bool = False) -> dict:
+    """Syscalls per MB, bytes and datagrams (wire packets) per call, time
+    inside per byte, share of the side's CPU inside send and receive calls."""
+    send, recv = (SEND_RW, RECV_RW) if rw_is_network else (SEND, RECV)
+    send_calls, recv_calls = _sum(calls, send, "calls"), _sum(calls, recv, "calls")
+    recv_ok = recv_calls - _sum(calls, recv, "errors")
+    send_bytes, recv_bytes = _sum(calls, send, "bytes"), _sum(calls, recv, "bytes")
+    send_ns, recv_ns = _sum(calls, send, "time_ns"), _sum(calls, recv, "time_ns")
     mb = nbytes / 1e6
     return {
         "send_calls": send_calls,
         "recv_calls": recv_calls,
         "recv_calls_with_data": recv_ok,
-        "recv_eagain": _sum(calls, RECV, "eagain"),
+        "recv_eagain": _sum(calls, recv, "eagain"),
         "send_bytes": send_bytes,
         "recv_bytes": recv_bytes,
         "syscalls_per_mb": _ratio(send_calls + recv_calls, mb),
@@ -73,4 +78,26 @@ def syscall_figures(calls: Dict[str, dict], nbytes: int, cpu_s: Optional[float],
 
 def compare(ebpf: Optional[float], own: Optional[float]) -> dict:
     """One cross-check: the eBPF figure, the workload's own, their ratio."""
-    return {"ebpf": ebpf, "msquic": own, "ratio": _ratio(ebpf, own)}
+    return {"ebpf": ebpf, "own": own, "ratio": _ratio(ebpf, own)}
+
+
+def crosscheck(stack_name: str, side: str, f: dict, own: dict, out_dgrams, in_dgrams) -> dict:
+    """eBPF figures against the workload's own count of the same thing.
+
+    QUIC: msquic's UDP_SEND_CALLS (one per sendmsg/sendmmsg), UDP_RECV_EVENTS
+    (one per receive call that returned data) and datagram counts.
+    TCP: the workload counts its own send calls (client) and receive calls
+    (server). For plain tcp each is one syscall; under OpenSSL one
+    SSL_write may become several write()s (a record is at most 16 KiB), so
+    for the TLS stacks the ratio is recorded, not expected to be 1."""
+    if stack_name == "quic":
+        pc = own.get("perf_counters") or {}
+        return {
+            "source": "msquic perf counters",
+            "udp_send_calls": compare(f["send_calls"], pc.get("udp_send_calls")),
+            "udp_recv_events": compare(f["recv_calls_with_data"], pc.get("udp_recv_events")),
+            "udp_send_datagrams": compare(out_dgrams, pc.get("udp_send")),
+            "udp_recv_datagrams": compare(in_dgrams, pc.get("udp_recv")),
+        }
+    calls = f["send_calls"] if side == "client" else f["recv_calls"]
+    return {"source": "workload's own call count", "io_calls": compare(calls, own.get("io_calls"))}

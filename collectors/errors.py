@@ -73,8 +73,48 @@ class RunNotFound(QprofError):
     exit_code = 15
 
 
+class BadTls(QprofError):
+    """An unknown TLS version or cipher, or TLS options on a stack without TLS."""
+
+    exit_code = 16
+
+
+class SendfileUnsupported(QprofError):
+    exit_code = 17
+
+
+class GuestBootFailed(QprofError):
+    exit_code = 18
+
+
+class GuestTimeout(QprofError):
+    exit_code = 19
+
+
+class GuestMissing(QprofError):
+    """QEMU or the guest kernel package is not installed."""
+
+    exit_code = 20
+
+
+class KtlsUnproven(QprofError):
+    """A tcp-ktls run whose kernel TLS counters did not move."""
+
+    exit_code = 21
+
+
 class Interrupted(QprofError):
     """Ctrl-C or SIGTERM: 128 + SIGINT, as shells report it."""
 
     exit_code = 130
     default_sentence = "interrupted; everything the run created was removed and its directory is marked incomplete."
+
+
+def by_exit_code(code: int, sentence: str) -> QprofError:
+    """The error a qprof run elsewhere (the guest) ended with, rebuilt here."""
+    for cls in QprofError.__subclasses__():
+        if cls.exit_code == code:
+            return cls(sentence)
+    err = QprofError(sentence)
+    err.exit_code = code
+    return err

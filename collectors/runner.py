@@ -5,6 +5,7 @@ directory outlives the topology, which outlives the workload processes,
 so on any exit the processes die first, then the namespaces go, then the
 record is marked for what happened.
 """
+import json
 import os
 import subprocess
 from contextlib import contextmanager
@@ -14,18 +15,18 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from . import cpu, derive, environment, errors, paths
+from . import cpu, derive, environment, errors, guest, paths, stacks
 from .probes import PROBES as PROBE_ARGV, ProbeSet, target_for
 from .rundir import RunDir
 from .topology import Topology
 from .window import Window, counter_delta, sleep_watching, take_edge
 from .workload import WorkloadProcess
 
-STACKS = ("quic",)
+STACKS = tuple(stacks.STACKS)
 PROBES = tuple(PROBE_ARGV)
 TOPOLOGIES = ("netns", "loopback")
 EXEC_PROFILES = ("lowlat", "maxtput")
-FAULTS = ("handshake", "kill-server", "bad-cert")
+FAULTS = ("handshake", "kill-server", "bad-cert", "tls-mismatch")
 
 READY_TIMEOUT_S = 10.0
 CONNECT_TIMEOUT_S = 10.0
@@ -47,6 +48,10 @@ class RunOptions:
     port: int = 4433
     io_size: int = 65536              # bytes per send request
     exec_profile: str = "lowlat"      # msquic execution profile
+    tls_version: Optional[str] = None # tcp-tls, tcp-ktls: "1.2" or "1.3" (default)
+    cipher: Optional[str] = None      # tcp-tls, tcp-ktls: OpenSSL name (default AES-128-GCM)
+    sendfile: bool = False            # tcp, tcp-ktls: the client sendfile()s its data
+    guest: bool = False               # run inside a QEMU guest (Debian's kernel)
     probes: tuple = tuple(PROBES)     # eBPF probes attached around the run
     runs_dir: str = "runs"
     fault: Optional[str] = None       # tests only: inject a real failure
@@ -59,8 +64,7 @@ def log(msg: str) -> None:
 
 
 def preflight(opts: RunOptions) -> Path:
-    if opts.stack not in STACKS:
-        raise errors.UnknownStack(f"unknown stack '{opts.stack}'; valid stacks are: {', '.join(STACKS)}.")
+    stacks.validate(opts.stack, opts.tls_version, opts.cipher, opts.sendfile, opts.guest)
     if os.geteuid() != 0:
         raise errors.NotRoot("qprof run needs root (network namespaces, perf, eBPF); run it with sudo.")
     return paths.workload_binary()
@@ -79,19 +83,20 @@ def make_certificate(run_path: Path) -> tuple:
 
 
 def workload_argv(binary: Path, opts: RunOptions, role: str, addr: str, port: int) -> list:
+    stack = stacks.STACKS[opts.stack]
     argv = [str(binary), "--stack", opts.stack, "--role", role, "--addr", addr,
-            "--port", str(port), "--streams", str(opts.streams), "--control"]
-    if role == "client":
-        argv += ["--io-size", str(opts.io_size), "--exec-profile", opts.exec_profile]
-        if opts.bytes:
-            argv += ["--bytes", str(opts.bytes)]
-    else:
+            "--port", str(port), "--streams", str(opts.streams), "--io-size", str(opts.io_size), "--control"]
+    if stack.name == "quic":
         argv += ["--exec-profile", opts.exec_profile]
-    return argv
+    if role == "client" and opts.bytes:
+        argv += ["--bytes", str(opts.bytes)]
+    return argv + stacks.workload_args(stack, role, opts.tls_version, opts.cipher, opts.sendfile)
 
 
 def run(opts: RunOptions, on_progress: Callable[[str], None] = log) -> dict:
     binary = preflight(opts)
+    if opts.guest:
+        return run_in_guest(opts, on_progress)
     with RunDir(Path(opts.runs_dir)) as rundir:
         rundir.record.update({"stack": opts.stack, "config": asdict(opts)})
         cert, key = make_certificate(rundir.path)
@@ -110,10 +115,12 @@ def _transfer(opts, binary, topo, run_path, cert, key, on_progress) -> dict:
     server_argv += ["--cert", str(cert), "--key", str(key)]
     connect_port = opts.port + 1 if opts.fault == "handshake" else opts.port
     client_argv = workload_argv(binary, opts, "client", topo.server.addr, connect_port) + ["--wait-start"]
+    if opts.fault == "tls-mismatch":
+        client_argv += ["--tls", "1.2" if (opts.tls_version or "1.3") == "1.3" else "1.3"]
 
     with WorkloadProcess("server", server_argv, topo.server, run_path / "server.log") as server, \
             _client_with_probes(opts, client_argv, topo, run_path, server) as (client, probes):
-        connected, window = _measure(opts, server, client, probes, on_progress)
+        connected, window, tls_before = _measure(opts, server, client, probes, on_progress)
         client_done = client.finish(FINISH_TIMEOUT_S)
         server_done = server.finish(FINISH_TIMEOUT_S)
         probe_records = probes.records()
@@ -122,7 +129,7 @@ def _transfer(opts, binary, topo, run_path, cert, key, on_progress) -> dict:
             p.raise_exit()
     if window.bytes <= 0:
         raise errors.BadValue("no bytes arrived inside the window (the transfer ended during warm-up); raise --bytes or lower --warmup.")
-    record = build_record(opts, topo, window, connected, client_done, server_done)
+    record = build_record(opts, topo, window, connected, client_done, server_done, tls_before)
     record["probes"] = probe_records
     record.update(derive_probe_figures(record, {"client": client.pid, "server": server.pid}))
     return record
@@ -130,6 +137,7 @@ def _transfer(opts, binary, topo, run_path, cert, key, on_progress) -> dict:
 
 def _measure(opts, server, client, probes, on_progress):
     """Connect, warm up, and take the window's two edges."""
+    tls_before = {"client": stacks.read_tls_stat(client.pid), "server": stacks.read_tls_stat(server.pid)}
     client.send("start")
     connected = client.wait_event("connected", CONNECT_TIMEOUT_S)
     procs = (server, client)
@@ -149,7 +157,7 @@ def _measure(opts, server, client, probes, on_progress):
         end = take_edge("end", server, client, probes)
         sleep_watching(end.t_ns + int(TAIL_S * 1e9), procs)
         client.send("stop")
-    return connected, Window(start, end)
+    return connected, Window(start, end), tls_before
 
 
 @contextmanager
@@ -163,15 +171,18 @@ def _client_with_probes(opts, client_argv, topo, run_path, server):
             yield client, probes
 
 
-def build_record(opts, topo, window: Window, connected: dict, client_done: dict, server_done: dict) -> dict:
+def build_record(opts, topo, window: Window, connected: dict, client_done: dict, server_done: dict,
+                 tls_before: dict) -> dict:
     nbytes = window.bytes
+    stack = stacks.STACKS[opts.stack]
     env = environment.describe()
-    env["msquic_version"] = connected.get("msquic_version")
-    env["msquic_send_segmentation"] = {"client": client_done.get("send_segmentation"),
-                                       "server": server_done.get("send_segmentation")}
-    env["msquic_recv_coalescing"] = {"client": client_done.get("recv_coalescing"),
-                                     "server": server_done.get("recv_coalescing")}
     env["topology"] = topo.describe()
+    if stack.name == "quic":
+        env["msquic_version"] = connected.get("msquic_version")
+        env["msquic_send_segmentation"] = {"client": client_done.get("send_segmentation"),
+                                           "server": server_done.get("send_segmentation")}
+        env["msquic_recv_coalescing"] = {"client": client_done.get("recv_coalescing"),
+                                         "server": server_done.get("recv_coalescing")}
 
     verified = (server_done.get("verified") is True
                 and server_done["app_bytes"] == client_done["app_bytes"]
@@ -186,6 +197,7 @@ def build_record(opts, topo, window: Window, connected: dict, client_done: dict,
         "stack": opts.stack,
         "config": asdict(opts),
         "environment": env,
+        "transport": transport_record(stack, client_done, server_done, tls_before, window),
         "bytes": nbytes,
         "bytes_total": server_done["app_bytes"],
         "verified": verified,
@@ -199,27 +211,59 @@ def build_record(opts, topo, window: Window, connected: dict, client_done: dict,
                                          window.cpu_seconds, ncpu),
         },
         "workload": {
-            side: {
-                "window": {
-                    "app_bytes": e.end_mark["app_bytes"] - e.start_mark["app_bytes"],
-                    "perf_counters": counter_delta(e.start_mark.get("perf_counters"), e.end_mark.get("perf_counters")),
-                    "conn_stats": counter_delta(e.start_mark.get("conn_stats"), e.end_mark.get("conn_stats")),
-                },
-                "report": done,
-            }
-            for side, e, done in (
-                ("client", _Marks(window, "client"), client_done),
-                ("server", _Marks(window, "server"), server_done),
-            )
+            side: {"window": _mark_delta(getattr(window.start, f"{side}_mark"), getattr(window.end, f"{side}_mark")),
+                   "report": done}
+            for side, done in (("client", client_done), ("server", server_done))
         },
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
 
 
-class _Marks:
-    def __init__(self, window: Window, side: str):
-        self.start_mark = getattr(window.start, f"{side}_mark")
-        self.end_mark = getattr(window.end, f"{side}_mark")
+def _mark_delta(a: dict, b: dict) -> dict:
+    """The workload's own counters over the window: every counter group its
+    marks carry (msquic's perf_counters and conn_stats, or TCP_INFO)."""
+    out = {"app_bytes": b["app_bytes"] - a["app_bytes"]}
+    if "io_calls" in b:
+        out["io_calls"] = b["io_calls"] - a["io_calls"]
+    for group in ("perf_counters", "conn_stats", "tcp_info"):
+        if group in b:
+            out[group] = counter_delta(a.get(group), b.get(group))
+    return out
+
+
+def transport_record(stack, client_done: dict, server_done: dict, tls_before: dict, window: Window) -> dict:
+    """TLS as the sockets reported it, and the kernel's proof for kTLS."""
+    rec = {"protocol": stack.transport, "tls": stack.tls}
+    if not stack.configurable_tls:
+        return rec
+    ktls = {"client_send": client_done.get("ktls_send"), "client_recv": client_done.get("ktls_recv"),
+            "server_send": server_done.get("ktls_send"), "server_recv": server_done.get("ktls_recv")}
+    tls_stat = {side: counter_delta(tls_before.get(side), window.end.tls_stat.get(side))
+                for side in ("client", "server")}
+    rec.update({
+        "tls_version": client_done.get("tls_version"),
+        "tls_cipher": client_done.get("tls_cipher"),
+        "ktls": ktls,
+        "ktls_label": stacks.ktls_label(ktls["client_send"], ktls["server_recv"]) if stack.tls == "kernel" else "none",
+        "tls_stat_delta": tls_stat,
+    })
+    if stack.tls == "kernel":
+        _prove_ktls(ktls, tls_stat)
+    return rec
+
+
+def _prove_ktls(ktls: dict, tls_stat: dict) -> None:
+    """A direction is kTLS only if the kernel's own counters moved for it."""
+    proofs = (("client_send", "client", "TlsTxSw"), ("server_recv", "server", "TlsRxSw"))
+    claimed = [p for p in proofs if ktls[p[0]]]
+    if not claimed:
+        raise errors.KtlsUnproven("OpenSSL enabled kernel TLS in neither direction of the upload; "
+                                  "check that the cipher is AES-GCM and the guest has the tls and gcm modules.")
+    for flag, side, counter in claimed:
+        moved = (tls_stat.get(side) or {}).get(counter, 0)
+        if moved <= 0:
+            raise errors.KtlsUnproven(f"the {side} reported kernel TLS ({flag}) but /proc/net/tls_stat {counter} "
+                                      "did not move; the run is not kTLS and is not recorded as such.")
 
 
 def _packets_dev(probe: dict, dev: str) -> Optional[dict]:
@@ -232,7 +276,8 @@ def _packets_dev(probe: dict, dev: str) -> Optional[dict]:
 
 
 def derive_probe_figures(rec: dict, pids: dict) -> dict:
-    """Per-side syscall figures and the cross-checks with msquic's counters."""
+    """Per-side syscall figures and their cross-checks with the workload's own counts."""
+    stack = stacks.STACKS[rec["stack"]]
     probes = rec["probes"]
     sys_probe, pkt_probe = probes.get("syscalls", {}), probes.get("packets", {})
     topo = rec["environment"]["topology"]
@@ -252,14 +297,62 @@ def derive_probe_figures(rec: dict, pids: dict) -> dict:
                 in_dgrams = dev["rx"].get("wire_packets")
         sides[side] = {
             "by_syscall": calls,
-            **derive.syscall_figures(calls, nbytes, rec["cpu"][side]["total_s"], out_dgrams, in_dgrams),
+            **derive.syscall_figures(calls, nbytes, rec["cpu"][side]["total_s"], out_dgrams, in_dgrams,
+                                     stack.rw_is_network),
         }
-        pc = rec["workload"][side]["window"].get("perf_counters") or {}
-        f = sides[side]
-        checks[side] = {
-            "udp_send_calls": derive.compare(f["send_calls"], pc.get("udp_send_calls")),
-            "udp_recv_events": derive.compare(f["recv_calls_with_data"], pc.get("udp_recv_events")),
-            "udp_send_datagrams": derive.compare(out_dgrams, pc.get("udp_send")),
-            "udp_recv_datagrams": derive.compare(in_dgrams, pc.get("udp_recv")),
-        }
-    return {"syscalls": sides, "crosscheck": {"msquic": checks}}
+        checks[side] = derive.crosscheck(stack.name, side, sides[side], rec["workload"][side]["window"],
+                                         out_dgrams, in_dgrams)
+    return {"syscalls": sides, "crosscheck": checks}
+
+
+def guest_argv(opts: RunOptions) -> list:
+    """The same run, as `qprof run` arguments for the guest's qprof."""
+    argv = ["--stack", opts.stack, "--warmup", f"{opts.warmup_s}s", "--streams", str(opts.streams),
+            "--topology", opts.topology, "--port", str(opts.port), "--io-size", str(opts.io_size),
+            "--exec-profile", opts.exec_profile, "--probes", ",".join(opts.probes) or "none"]
+    argv += ["--bytes", str(opts.bytes)] if opts.bytes else ["--duration", f"{opts.duration_s}s"]
+    if opts.tls_version:
+        argv += ["--tls", opts.tls_version]
+    if opts.cipher:
+        argv += ["--cipher", opts.cipher]
+    if opts.sendfile:
+        argv += ["--sendfile"]
+    if opts.fault:
+        argv += ["--inject-fault", opts.fault]
+    return argv
+
+
+def run_in_guest(opts: RunOptions, on_progress) -> dict:
+    """The whole measurement inside a QEMU guest; its record comes back here."""
+    art = guest.artifacts()
+    with RunDir(Path(opts.runs_dir)) as rundir:
+        rundir.record.update({"stack": opts.stack, "config": asdict(opts)})
+        out = (rundir.path / "guest").resolve()
+        out.mkdir()
+        (out / "cmd.sh").write_text(guest.guest_command(guest_argv(opts), out))
+        on_progress(f"run {rundir.id}: {opts.stack} in a QEMU guest ({art.kernel_release}, TCG), "
+                    f"output in {rundir.path}")
+        timeout_s = opts.warmup_s + (opts.duration_s if not opts.bytes else 600) + 300
+        with guest.GuestVM(art, out, rundir.path / "console.log") as vm:
+            stages = vm.wait(timeout_s)
+        rc_file = out / "rc"
+        if not rc_file.exists():
+            raise errors.GuestBootFailed(f"the guest stopped at stage '{stages[-1] if stages else 'boot'}' "
+                                         f"(last console line: {vm.last_console_line()}); see {rundir.path / 'console.log'}.")
+        rc = int(rc_file.read_text().strip() or 1)
+        if rc != 0:
+            lines = [l for l in (out / "run.stderr").read_text(errors="replace").splitlines() if l.strip()]
+            sentence = lines[-1].removeprefix("qprof: ") if lines else f"qprof exited {rc} in the guest"
+            raise errors.by_exit_code(rc, f"in the guest: {sentence}")
+        rec = json.loads((out / "run.stdout").read_text())
+        rec["guest_run"] = str(Path("guest") / "runs" / rec.pop("id"))
+        rec.pop("status", None)
+        rec["config"] = asdict(opts)
+        env = rec["environment"]
+        env["emulated"] = True
+        env["guest"] = {"kernel_package": art.package, "kernel_release": art.kernel_release,
+                        "qemu": guest.qemu_version(), "accel": "tcg", "cpu": "max",
+                        "cpus": guest.GUEST_CPUS, "memory_mb": guest.GUEST_MEMORY_MB}
+        env["host"] = environment.describe()
+        rundir.complete(rec)
+        return rundir.record

@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 from typing import Dict, Iterable, Optional
 
-from . import cpu
+from . import cpu, stacks
 from .workload import WorkloadProcess
 
 
@@ -22,6 +22,7 @@ class Edge:
     client: cpu.ProcessCpu
     server_mark: dict
     client_mark: dict
+    tls_stat: dict  # side -> /proc/<pid>/net/tls_stat, None without kernel TLS
 
 
 @dataclass
@@ -50,9 +51,10 @@ def take_edge(name: str, server: WorkloadProcess, client: WorkloadProcess, probe
     system = cpu.read_system()
     server_cpu = cpu.read_process(server.pid)
     client_cpu = cpu.read_process(client.pid)
+    tls_stat = {"server": stacks.read_tls_stat(server.pid), "client": stacks.read_tls_stat(client.pid)}
     if probes is not None:
         probes.mark(name)
-    return Edge(t_ns, system, server_cpu, client_cpu, server.mark(name), client.mark(name))
+    return Edge(t_ns, system, server_cpu, client_cpu, server.mark(name), client.mark(name), tls_stat)
 
 
 def sleep_watching(until_ns: int, procs: Iterable[WorkloadProcess]) -> None:

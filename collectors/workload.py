@@ -21,6 +21,7 @@ class WorkloadExit:
     ADDR_IN_USE = 6
     CONN_LOST = 7
     INTERNAL = 8
+    TLS_CONFIG = 9
 
 
 class WorkloadProcess(ControlledProcess):
@@ -56,10 +57,12 @@ class WorkloadProcess(ControlledProcess):
         where = f"; see {self.log_path}"
         if code == WorkloadExit.ADDR_IN_USE:
             raise errors.PortInUse(f"{msg}: pick a free one with --port{where}.")
+        if code == WorkloadExit.TLS_CONFIG:
+            raise errors.BadTls(f"{msg}; list the names with `openssl ciphers -v`{where}.")
         if code == WorkloadExit.LIB_OPEN:
-            raise errors.TransportOpenFailed(f"the {self.role} could not open msquic ({msg}); run `qprof doctor`{where}.")
+            raise errors.TransportOpenFailed(f"the {self.role} could not set up its transport ({msg}); run `qprof doctor`{where}.")
         if code == WorkloadExit.HANDSHAKE:
-            raise errors.HandshakeFailed(f"{msg}; check that the server is reachable and the topology is up{where}.")
+            raise errors.HandshakeFailed(f"{msg}; check that both sides agree on the TLS version and cipher and that the server is reachable{where}.")
         if code == WorkloadExit.VERIFY:
             raise errors.VerifyFailed(f"{msg}: the data the server received is not what the client sent{where}.")
         if code == WorkloadExit.USAGE:

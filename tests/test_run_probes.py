@@ -31,7 +31,8 @@ def assert_syscalls(rec):
         assert 0 < f["send_share_of_cpu"] + f["recv_share_of_cpu"] <= 1.2  # wall time in a call may exceed CPU a little
     # eBPF against msquic's own counters, per side.
     for side in ("client", "server"):
-        checks = rec["crosscheck"]["msquic"][side]
+        checks = rec["crosscheck"][side]
+        assert checks["source"] == "msquic perf counters"
         for name in ("udp_send_calls", "udp_recv_events"):
             assert checks[name]["ratio"] == pytest.approx(1.0, abs=0.02), (side, name, checks[name])
 

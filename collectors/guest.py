@@ -1,0 +1,284 @@
+"""`--guest`: the whole measurement inside a QEMU guest running Debian's
+stock kernel, for what this host's kernel lacks (kernel TLS, netem).
+
+The guest kernel is Debian's linux-image-amd64, unpacked with `dpkg -x`
+(never installed) by `make guest`; QEMU runs it under TCG (no KVM here)
+with `-cpu max`, so AES-NI is emulated and the kernel's aesni-intel loads.
+The initramfs qprof builds holds busybox-static, the kernel modules the
+run needs (kTLS and its AES-GCM, veth, virtio-9p) loaded in dependency
+order, and an init script. The userland is the host's own, shared
+read-only over virtio-9p, so the guest runs exactly the binaries (qprof,
+qprof-wl, the probes, their libraries) measured on the host; the run
+directory is shared writable, and the guest's `qprof run` writes its
+record straight into it.
+
+A GuestVM is a context manager and the one owner of the QEMU process.
+Artifacts are cached under build/guest/ and rebuilt only when an input
+changes.
+"""
+import hashlib
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import List, Optional
+
+from . import errors, paths
+
+QEMU = "qemu-system-x86_64"
+BUSYBOX = Path("/bin/busybox")
+GUEST_CPUS = 2
+GUEST_MEMORY_MB = 2048
+BOOT_TIMEOUT_S = 120.0
+# Module names (as modprobe knows them); their dependencies come first.
+MODULES = (
+    # kTLS with the kernel's AES-GCM (setsockopt(SOL_TLS) fails with ENOENT without them)
+    "cryptd", "crypto_simd", "aesni_intel", "ghash_clmulni_intel", "gf128mul", "ghash_generic",
+    "ctr", "gcm", "tls",
+    # the run's topology, and the host's userland over virtio-9p
+    "veth", "virtio_pci", "9pnet_virtio", "9p",
+)
+STAGE = "qprof-guest: stage "
+
+
+def guest_dir() -> Path:
+    return paths.build_dir() / "guest"
+
+
+@dataclass(frozen=True)
+class Artifacts:
+    kernel: Path
+    initramfs: Path
+    kernel_release: str
+    package: str
+
+
+def _kernel_deb() -> Path:
+    debs = sorted(guest_dir().glob("linux-image-*-amd64_*.deb"))
+    if not debs:
+        raise errors.GuestMissing(f"the guest kernel package is not in {guest_dir()}; run `make guest` "
+                                  "(it downloads Debian's linux-image-amd64 and installs QEMU).")
+    return debs[-1]
+
+
+def _run(argv: List[str], what: str, **kw) -> subprocess.CompletedProcess:
+    r = subprocess.run(argv, capture_output=True, text=True, **kw)
+    if r.returncode != 0:
+        raise errors.GuestBootFailed(f"building the guest failed at {what} ({r.stderr.strip()[-300:]}); "
+                                     "run `make guest` and retry.")
+    return r
+
+
+def module_order(modules_dir: Path, wanted=MODULES) -> List[Path]:
+    """Module files in an order insmod can load them: every dependency
+    before what needs it, from the tree's own modules.dep."""
+    deps = {}
+    for line in (modules_dir / "modules.dep").read_text().splitlines():
+        path, _, rest = line.partition(":")
+        deps[path] = rest.split()
+    by_name = {Path(p).name.split(".ko")[0].replace("-", "_"): p for p in deps}
+    order: List[str] = []
+
+    def visit(path: str) -> None:
+        if path in order:
+            return
+        for d in deps[path]:
+            visit(d)
+        order.append(path)
+
+    for name in wanted:
+        if name not in by_name:
+            raise errors.GuestBootFailed(f"the guest kernel has no module {name}; use Debian's linux-image-amd64.")
+        visit(by_name[name])
+    return [modules_dir / p for p in order]
+
+
+INIT = r"""#!/bin/busybox sh
+# qprof's guest init: load modules, mount the host's userland and the run
+# directory over virtio-9p, run the command qprof left there, power off.
+/bin/busybox --install -s /bin
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+stage() { echo "qprof-guest: stage $*" > /dev/console; }
+die() { stage "failed: $*"; poweroff -f; }
+stage modules
+for m in $(cat /modules.order); do
+    insmod "/modules/$m" || die "insmod $m"
+done
+out=$(sed -n 's/.*qprof.out=\([^ ]*\).*/\1/p' /proc/cmdline)
+stage mount
+mkdir -p /host
+o9p=trans=virtio,version=9p2000.L,msize=262144
+mount -t 9p -o "$o9p,ro,cache=loose" hostroot /host || die "mount host root"
+mount -t proc proc /host/proc
+mount -t sysfs sysfs /host/sys
+mount -t devtmpfs devtmpfs /host/dev
+mount -t tmpfs tmpfs /host/run
+mount -t tmpfs tmpfs /host/tmp
+mount -t bpf bpf /host/sys/fs/bpf 2>/dev/null
+# After the tmpfs mounts, which would hide a run directory under /tmp.
+mkdir -p "/host$out"
+mount -t 9p -o "$o9p" out "/host$out" || die "mount run directory $out"
+ip link set lo up
+stage run
+chroot /host /bin/sh "$out/cmd.sh"
+stage "done $(cat "/host$out/rc" 2>/dev/null)"
+sync
+poweroff -f
+"""
+
+
+def _stamp(deb: Path) -> str:
+    h = hashlib.sha256()
+    for part in (deb.name, INIT, ",".join(MODULES), str(BUSYBOX.stat().st_size)):
+        h.update(part.encode())
+    return h.hexdigest()[:16]
+
+
+def artifacts() -> Artifacts:
+    """The cached kernel and initramfs, built once per input change."""
+    if not BUSYBOX.exists():
+        raise errors.GuestMissing("busybox-static is not installed; run `make guest`.")
+    deb = _kernel_deb()
+    gdir = guest_dir()
+    stamp = _stamp(deb)
+    built = gdir / f"built-{stamp}.json"
+    if built.exists():
+        d = json.loads(built.read_text())
+        return Artifacts(Path(d["kernel"]), Path(d["initramfs"]), d["kernel_release"], d["package"])
+
+    root = gdir / "kernel-root"
+    shutil.rmtree(root, ignore_errors=True)
+    _run(["dpkg", "-x", str(deb), str(root)], "dpkg -x")
+    kernels = sorted((root / "boot").glob("vmlinuz-*"))
+    if not kernels:
+        raise errors.GuestBootFailed(f"{deb.name} holds no vmlinuz; run `make guest` to fetch linux-image-amd64.")
+    release = kernels[-1].name.removeprefix("vmlinuz-")
+    _run(["depmod", "-b", str(root), release], "depmod")
+    modules = module_order(root / "lib" / "modules" / release)
+
+    with tempfile.TemporaryDirectory(dir=gdir) as staging:
+        st = Path(staging)
+        for d in ("bin", "proc", "sys", "dev", "modules"):
+            (st / d).mkdir()
+        shutil.copy2(BUSYBOX, st / "bin" / "busybox")
+        for m in modules:
+            shutil.copy2(m, st / "modules" / m.name)
+        (st / "modules.order").write_text("\n".join(m.name for m in modules) + "\n")
+        (st / "init").write_text(INIT)
+        (st / "init").chmod(0o755)
+        initramfs = gdir / f"initramfs-{stamp}.cpio.gz"
+        files = subprocess.run(["find", "."], cwd=st, capture_output=True, check=True).stdout
+        with open(initramfs, "wb") as out:
+            cpio = subprocess.Popen(["cpio", "-o", "-H", "newc", "--quiet"], cwd=st, stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE)
+            gz = subprocess.Popen(["gzip", "-1"], stdin=cpio.stdout, stdout=out)
+            cpio.stdout.close()
+            cpio.communicate(files)
+            gz.wait()
+            if cpio.returncode or gz.returncode:
+                raise errors.GuestBootFailed("cpio could not pack the guest's initramfs; run `make guest` and retry.")
+    kernel = gdir / f"vmlinuz-{release}"
+    shutil.copy2(kernels[-1], kernel)
+    shutil.rmtree(root, ignore_errors=True)
+    info = {"kernel": str(kernel), "initramfs": str(initramfs), "kernel_release": release, "package": deb.name}
+    built.write_text(json.dumps(info))
+    return Artifacts(kernel, initramfs, release, deb.name)
+
+
+def qemu_version() -> Optional[str]:
+    try:
+        return subprocess.run([QEMU, "--version"], capture_output=True, text=True).stdout.splitlines()[0]
+    except (OSError, IndexError):
+        return None
+
+
+class GuestVM:
+    """One QEMU process, its console in `console_log`; killed on every exit path."""
+
+    def __init__(self, art: Artifacts, out_dir: Path, console_log: Path):
+        self.art = art
+        self.out_dir = out_dir
+        self.console_log = console_log
+        self.proc: Optional[subprocess.Popen] = None
+
+    def argv(self) -> List[str]:
+        return [
+            QEMU, "-accel", "tcg,thread=multi", "-cpu", "max", "-smp", str(GUEST_CPUS),
+            "-m", str(GUEST_MEMORY_MB), "-display", "none", "-monitor", "none", "-no-reboot",
+            "-nic", "none", "-serial", f"file:{self.console_log}",
+            "-kernel", str(self.art.kernel), "-initrd", str(self.art.initramfs),
+            "-append", f"console=ttyS0 rdinit=/init panic=-1 quiet qprof.out={self.out_dir}",
+            "-virtfs", "local,path=/,mount_tag=hostroot,security_model=passthrough,readonly=on,multidevs=remap,id=hostroot",
+            "-virtfs", f"local,path={self.out_dir},mount_tag=out,security_model=passthrough,id=out",
+        ]
+
+    def __enter__(self) -> "GuestVM":
+        if shutil.which(QEMU) is None:
+            raise errors.GuestMissing(f"{QEMU} is not installed; run `make guest` (Debian's qemu-system-x86).")
+        self.proc = subprocess.Popen(self.argv(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.PIPE, process_group=0)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+        if self.proc is not None:
+            self.proc.wait()
+            self.proc.stderr.close()
+
+    def stages(self) -> List[str]:
+        try:
+            text = self.console_log.read_text(errors="replace")
+        except OSError:
+            return []
+        return [line.split(STAGE, 1)[1].strip() for line in text.splitlines() if STAGE in line]
+
+    def last_console_line(self) -> str:
+        try:
+            lines = [l for l in self.console_log.read_text(errors="replace").splitlines() if l.strip()]
+        except OSError:
+            return "no console output"
+        return lines[-1].strip() if lines else "no console output"
+
+    def wait(self, timeout_s: float) -> List[str]:
+        """Until QEMU exits; the stages the guest reached."""
+        deadline = time.monotonic() + timeout_s
+        booted_by = time.monotonic() + BOOT_TIMEOUT_S
+        while self.proc.poll() is None:
+            now = time.monotonic()
+            stages = self.stages()
+            if now > deadline or (now > booted_by and "run" not in stages):
+                where = stages[-1] if stages else "before init ran"
+                raise errors.GuestTimeout(
+                    f"the guest timed out at stage '{where}' (last console line: {self.last_console_line()}); "
+                    f"see {self.console_log}.")
+            time.sleep(0.2)
+        if self.proc.returncode != 0:
+            err = self.proc.stderr.read().decode(errors="replace").strip()
+            raise errors.GuestBootFailed(f"QEMU failed ({err[-300:] or 'exit ' + str(self.proc.returncode)}); "
+                                         f"see {self.console_log}.")
+        return self.stages()
+
+
+def guest_command(run_argv: List[str], out_dir: Path) -> str:
+    """The script the guest's init runs in the host's userland (chroot)."""
+    py = Path(sys.executable)
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
+        "HOME": "/root",
+        "QPROF_BUILD_DIR": str(paths.build_dir()),
+        "QPROF_RUNS_DIR": str(out_dir / "runs"),
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
+    exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+    cmd = " ".join(shlex.quote(a) for a in [str(py), "-m", "qprof", "run", "--json", *run_argv])
+    return (f"cd /\nexport {exports}\n{cmd} > {shlex.quote(str(out_dir / 'run.stdout'))} "
+            f"2> {shlex.quote(str(out_dir / 'run.stderr'))}\necho $? > {shlex.quote(str(out_dir / 'rc'))}\n")

@@ -1,0 +1,94 @@
+"""The transport stacks qprof drives, and what differs between them: the
+workload's options, which checks apply before a run, which syscalls carry
+the data, and how the transport describes itself in the record."""
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional
+
+from . import errors
+
+TCP_ULP = Path("/proc/sys/net/ipv4/tcp_available_ulp")
+TLS_VERSIONS = ("1.2", "1.3")
+
+
+@dataclass(frozen=True)
+class Stack:
+    name: str
+    transport: str        # "udp" or "tcp"
+    tls: str              # "quic" (inside QUIC), "user", "kernel" or "none"
+    sendfile: bool        # the client can sendfile() its data
+    rw_is_network: bool   # read()/write() on the socket carry the data
+
+    @property
+    def configurable_tls(self) -> bool:
+        return self.tls in ("user", "kernel")
+
+
+STACKS: Dict[str, Stack] = {
+    "quic": Stack("quic", "udp", "quic", sendfile=False, rw_is_network=False),
+    "tcp": Stack("tcp", "tcp", "none", sendfile=True, rw_is_network=True),
+    "tcp-tls": Stack("tcp-tls", "tcp", "user", sendfile=False, rw_is_network=True),
+    "tcp-ktls": Stack("tcp-ktls", "tcp", "kernel", sendfile=True, rw_is_network=True),
+}
+
+
+def kernel_has_tls(ulp_path: Path = TCP_ULP) -> bool:
+    try:
+        return "tls" in ulp_path.read_text().split()
+    except OSError:
+        return False
+
+
+def validate(stack_name: str, tls_version: Optional[str], cipher: Optional[str], sendfile: bool,
+             guest: bool) -> Stack:
+    """Refuse what cannot run, with the reason and the fix, before anything starts."""
+    stack = STACKS.get(stack_name)
+    if stack is None:
+        raise errors.UnknownStack(f"unknown stack '{stack_name}'; valid stacks are: {', '.join(STACKS)}.")
+    if (tls_version is not None or cipher is not None) and not stack.configurable_tls:
+        what = "QUIC's TLS is fixed to TLS 1.3 with AES-128-GCM" if stack.tls == "quic" else "plain tcp has no TLS"
+        raise errors.BadTls(f"--tls and --cipher apply to tcp-tls and tcp-ktls only ({what}); drop them or pick one of those stacks.")
+    if tls_version is not None and tls_version not in TLS_VERSIONS:
+        raise errors.BadTls(f"unknown TLS version '{tls_version}'; use --tls 1.2 or --tls 1.3.")
+    if sendfile and not stack.sendfile:
+        why = "user-space TLS must encrypt in user space" if stack.tls == "user" else "msquic sends from its own buffers"
+        raise errors.SendfileUnsupported(f"--sendfile works with tcp and tcp-ktls only ({stack.name}: {why}); drop it or pick one of those.")
+    if stack.tls == "kernel" and not guest and not kernel_has_tls():
+        raise errors.KernelFeatureMissing(
+            f"this kernel lacks the TLS ULP ('tls' is not in {TCP_ULP}), so tcp-ktls cannot run here; "
+            "add --guest to run it in a QEMU guest with Debian's kernel.")
+    return stack
+
+
+def workload_args(stack: Stack, role: str, tls_version: Optional[str], cipher: Optional[str],
+                  sendfile: bool) -> List[str]:
+    args = []
+    if stack.configurable_tls:
+        args += ["--tls", tls_version or "1.3"]
+        if cipher:
+            args += ["--cipher", cipher]
+    if sendfile and role == "client":
+        args += ["--sendfile"]
+    return args
+
+
+def read_tls_stat(pid: int) -> Optional[Dict[str, int]]:
+    """The kernel's TLS counters of the process's network namespace;
+    None where the kernel has no TLS (the file is absent)."""
+    try:
+        text = Path(f"/proc/{pid}/net/tls_stat").read_text()
+    except OSError:
+        return None
+    return {k: int(v) for k, v in (line.split() for line in text.splitlines() if line.strip())}
+
+
+def ktls_label(client_send: Optional[bool], server_recv: Optional[bool]) -> str:
+    """What runs in the kernel for the upload's direction: never claim more
+    than the sockets reported."""
+    if client_send and server_recv:
+        return "tx+rx"
+    if client_send:
+        return "tx only"
+    if server_recv:
+        return "rx only"
+    return "none"

@@ -1,0 +1,104 @@
+"""TCP stacks on the host: plain TCP and TLS in OpenSSL user space."""
+import pytest
+
+from conftest import needs_build, qprof, run_json
+from test_bad_input import one_sentence, run_statuses
+from test_run_quic import assert_cpu_closes
+
+pytestmark = needs_build
+BAD_TLS, SENDFILE, KERNEL_FEATURE, HANDSHAKE = 16, 17, 12, 8
+
+
+def assert_tcp_transfer(rec, streams=1):
+    assert rec["status"] == "complete" and rec["verified"] is True
+    assert rec["bytes"] > 0 and rec["throughput_gbps"] > 0
+    assert_cpu_closes(rec)
+    wc, ws = rec["workload"]["client"]["window"], rec["workload"]["server"]["window"]
+    assert ws["app_bytes"] == rec["bytes"]
+    # TCP_INFO, both directions: the client's data segments are the server's.
+    assert wc["tcp_info"]["segs_out"] > 10 * wc["tcp_info"]["segs_in"]
+    assert ws["tcp_info"]["segs_in"] == pytest.approx(wc["tcp_info"]["segs_out"], rel=0.02)
+    assert rec["workload"]["server"]["report"]["streams_completed"] == streams
+    # eBPF: data leaves by the client's send calls, arrives by the server's
+    # receive calls (the probe's and the workload's edges are a few calls apart).
+    c, s = rec["syscalls"]["client"], rec["syscalls"]["server"]
+    assert c["send_bytes"] >= rec["workload"]["client"]["window"]["app_bytes"] * 0.99
+    assert s["recv_bytes"] >= rec["bytes"] * 0.99 and c["recv_bytes"] < s["recv_bytes"] / 100
+
+
+def test_tcp_netns(runs_dir):
+    rec = run_json(runs_dir, "--stack", "tcp", "--duration", "2s", "--warmup", "0.5s", "--probes", "syscalls")
+    assert_tcp_transfer(rec)
+    assert rec["transport"] == {"protocol": "tcp", "tls": "none"}
+    c, s = rec["syscalls"]["client"], rec["syscalls"]["server"]
+    # Plain TCP: bytes through the syscalls are exactly the application's.
+    assert c["send_bytes"] == pytest.approx(rec["workload"]["client"]["window"]["app_bytes"], rel=0.01)
+    # ...and the workload's own call counts are the syscalls eBPF saw.
+    for side in ("client", "server"):
+        assert rec["crosscheck"][side]["io_calls"]["ratio"] == pytest.approx(1.0, abs=0.02), side
+
+
+def test_tcp_sendfile_loopback_streams(runs_dir):
+    rec = run_json(runs_dir, "--stack", "tcp", "--sendfile", "--topology", "loopback", "--port", "24901",
+                   "--streams", "2", "--duration", "2s", "--warmup", "0.5s", "--probes", "syscalls")
+    assert_tcp_transfer(rec, streams=2)
+    calls = rec["syscalls"]["client"]["by_syscall"]
+    assert calls["sendfile"]["calls"] > 0 and "sendto" not in calls
+
+
+@pytest.mark.parametrize("version,cipher", [("1.3", "TLS_AES_128_GCM_SHA256"), ("1.2", "ECDHE-ECDSA-AES128-GCM-SHA256")])
+def test_tcp_tls(runs_dir, version, cipher):
+    rec = run_json(runs_dir, "--stack", "tcp-tls", "--tls", version, "--duration", "2s", "--warmup", "0.5s",
+                   "--probes", "syscalls")
+    assert_tcp_transfer(rec)
+    tr = rec["transport"]
+    assert tr["tls"] == "user" and tr["tls_version"] == f"TLSv{version}" and tr["tls_cipher"] == cipher
+    # User-space TLS: nothing claims the kernel.
+    assert tr["ktls_label"] == "none" and not any(tr["ktls"].values())
+    # TLS adds record framing and tags: more bytes through send calls than the application wrote.
+    c = rec["syscalls"]["client"]
+    app = rec["workload"]["client"]["window"]["app_bytes"]
+    assert 1.0 < c["send_bytes"] / app < 1.01
+
+
+def test_unknown_cipher(runs_dir):
+    r = qprof("run", "--stack", "tcp-tls", "--cipher", "ROT13-GCM", "--duration", "1s", runs_dir=runs_dir)
+    assert r.returncode == BAD_TLS, r.stderr
+    assert "ROT13-GCM" in one_sentence(r.stderr)
+    assert run_statuses(runs_dir) == ["incomplete"]
+
+
+@pytest.mark.parametrize("args", [["--stack", "quic", "--tls", "1.2"], ["--stack", "tcp", "--cipher", "X"],
+                                  ["--stack", "tcp-tls", "--tls", "1.1"]])
+def test_tls_options_refused(runs_dir, args):
+    r = qprof("run", *args, runs_dir=runs_dir)
+    assert r.returncode == BAD_TLS, r.stderr
+    one_sentence(r.stderr)
+    assert not runs_dir.exists()
+
+
+@pytest.mark.parametrize("stack", ["quic", "tcp-tls"])
+def test_sendfile_refused(runs_dir, stack):
+    r = qprof("run", "--stack", stack, "--sendfile", runs_dir=runs_dir)
+    assert r.returncode == SENDFILE, r.stderr
+    assert stack in one_sentence(r.stderr)
+    assert not runs_dir.exists()
+
+
+def test_ktls_on_this_host_points_to_guest(runs_dir):
+    ulp = open("/proc/sys/net/ipv4/tcp_available_ulp").read().split()
+    if "tls" in ulp:
+        pytest.skip("this kernel has the TLS ULP; the refusal applies to kernels without it")
+    r = qprof("run", "--stack", "tcp-ktls", runs_dir=runs_dir)
+    assert r.returncode == KERNEL_FEATURE, r.stderr
+    line = one_sentence(r.stderr)
+    assert "tcp_available_ulp" in line and "--guest" in line
+    assert not runs_dir.exists()
+
+
+def test_tls_handshake_failure_names_side_and_reason(runs_dir):
+    r = qprof("run", "--stack", "tcp-tls", "--duration", "1s", "--inject-fault", "tls-mismatch", runs_dir=runs_dir)
+    assert r.returncode == HANDSHAKE, r.stderr
+    line = one_sentence(r.stderr)
+    assert "TLS handshake failed on the" in line and "SSL routines" in line
+    assert run_statuses(runs_dir) == ["incomplete"]
