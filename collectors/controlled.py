@@ -98,6 +98,10 @@ class ControlledProcess:
         self.send(f"mark {name}")
         return self.wait_event("mark", timeout_s)
 
+    def request_mark(self, name: str) -> None:
+        """The first half of mark(): ask now, collect with wait_event("mark")."""
+        self.send(f"mark {name}")
+
     def exited(self) -> Optional[int]:
         return self.proc.poll()
 

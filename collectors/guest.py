@@ -48,7 +48,8 @@ STAGE = "qprof-guest: stage "
 
 
 def guest_dir() -> Path:
-    return paths.build_dir() / "guest"
+    """QPROF_GUEST_DIR overrides it (tests use it to stand in a broken guest)."""
+    return Path(os.environ.get("QPROF_GUEST_DIR", paths.build_dir() / "guest"))
 
 
 @dataclass(frozen=True)

@@ -113,12 +113,17 @@ class ProbeSet:
         if p.proc is not None:
             p.proc.kill()
 
-    def mark(self, name: str) -> None:
+    def request_mark(self, name: str) -> None:
+        for p in self.probes:
+            if p.absent is None:
+                p.proc.request_mark(name)
+
+    def collect_mark(self, name: str) -> None:
         for p in self.probes:
             if p.absent is not None:
                 continue
             try:
-                p.marks[name] = p.proc.mark(name, MARK_TIMEOUT_S)
+                p.marks[name] = p.proc.wait_event("mark", MARK_TIMEOUT_S)
             except (ProcessEnded, errors.Timeout):
                 self._lose(p, f"stopped answering at the {name} edge: " + (p.proc.last_message() or "no message"))
 
@@ -140,7 +145,7 @@ class ProbeSet:
 
 # Fields of an entry in a snapshot list that say *which* thing it counts,
 # so two snapshots' entries can be paired.
-IDENTITY = ("tgid", "tid", "comm", "sys", "dev", "vec", "name", "event")
+IDENTITY = ("tgid", "tid", "comm", "sys", "dev", "netns_ino", "ifindex", "vec", "name", "event")
 
 
 def delta(a, b):

@@ -13,6 +13,8 @@ from typing import Dict, Iterable, Optional
 from . import cpu, stacks
 from .workload import WorkloadProcess
 
+MARK_TIMEOUT_S = 5.0
+
 
 @dataclass
 class Edge:
@@ -47,14 +49,23 @@ class Window:
 
 
 def take_edge(name: str, server: WorkloadProcess, client: WorkloadProcess, probes=None) -> Edge:
+    """Every instrument's reading at one instant, as near as can be: all
+    marks are asked for at once (each process answers as soon as it runs),
+    the kernel's counters are read meanwhile, then the answers collected."""
+    if probes is not None:
+        probes.request_mark(name)
+    server.request_mark(name)
+    client.request_mark(name)
     t_ns = time.monotonic_ns()
     system = cpu.read_system()
     server_cpu = cpu.read_process(server.pid)
     client_cpu = cpu.read_process(client.pid)
     tls_stat = {"server": stacks.read_tls_stat(server.pid), "client": stacks.read_tls_stat(client.pid)}
+    server_mark = server.wait_event("mark", MARK_TIMEOUT_S)
+    client_mark = client.wait_event("mark", MARK_TIMEOUT_S)
     if probes is not None:
-        probes.mark(name)
-    return Edge(t_ns, system, server_cpu, client_cpu, server.mark(name), client.mark(name), tls_stat)
+        probes.collect_mark(name)
+    return Edge(t_ns, system, server_cpu, client_cpu, server_mark, client_mark, tls_stat)
 
 
 def sleep_watching(until_ns: int, procs: Iterable[WorkloadProcess]) -> None:

@@ -1,0 +1,406 @@
+// qprof-packets: skbs, bytes, wire packets and GSO/GRO super-packets on
+// given network devices, TX and RX, with length and segment histograms.
+#define _GNU_SOURCE
+#include <argp.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <net/if.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+
+#include "packets.h"
+#include "packets.skel.h"
+
+/* Exit codes, besides argp's 64 for bad syntax. */
+#define EXIT_FAIL 1       /* BPF open/load/attach, or the system refused */
+#define EXIT_NO_DEVICE 2  /* a -d names no device or namespace */
+
+struct pk_dev {
+	char ifname[IF_NAMESIZE];
+	char netns[64];              /* name under /run/netns, or "host" */
+	char label[IF_NAMESIZE + 64]; /* IFNAME@NETNS */
+	struct pk_dev_key key;
+};
+
+static struct pk_dev devs[PK_MAX_DEVS];
+static int ndevs;
+static struct probe_env env;
+
+static const char *const gro_names[PK_NGRO] = { "merged", "merged_free", "held", "normal", "consumed" };
+
+const char *argp_program_version = "qprof-packets 0.1";
+static const char argp_doc[] =
+"Count skbs, bytes, wire packets and GSO/GRO super-packets on network devices.\n"
+"\n"
+"USAGE: qprof-packets -d IF[@NETNS]... [--json] [--control | INTERVAL [COUNT]]\n"
+"\n"
+"NETNS is a name under /run/netns (ip netns add) or 'host' (the default):\n"
+"this tool's own namespace. TX is counted at net_dev_start_xmit (length\n"
+"from the MAC header), RX at netif_receive_skb after GRO (from the network\n"
+"header). Exit status: 2 if a device or namespace does not exist, 1 if BPF\n"
+"or the system fails.\n"
+"\n"
+"EXAMPLES:\n"
+"    qprof-packets -d lo                     # loopback, totals every second\n"
+"    qprof-packets -d eth0 5 2               # every 5 s, twice\n"
+"    qprof-packets -d veth0@ns1 -d veth1@ns2 # both ends of a veth pair\n"
+"    qprof-packets -d lo --json              # one JSON line per interval\n"
+"    qprof-packets -d lo@host --control      # JSON per 'mark NAME' on stdin\n";
+
+static const struct argp_option opts[] = {
+	{ "dev", 'd', "IFNAME[@NETNS]", 0, "A device to count (repeatable, up to 8)", 0 },
+	{ "json", 'j', NULL, 0, "One JSON line per snapshot", 0 },
+	{ "control", 'c', NULL, 0, "Snapshot on 'mark NAME' lines on stdin; 'exit' ends", 0 },
+	{ "verbose", 'v', NULL, 0, "libbpf's debug output", 0 },
+	{ NULL, 'h', NULL, OPTION_HIDDEN, "Show the full help", 0 },
+	{},
+};
+
+static int parse_dev(const char *arg)
+{
+	const char *at = strrchr(arg, '@');
+	size_t n = at ? (size_t)(at - arg) : strlen(arg);
+	const char *ns = at ? at + 1 : "host";
+	struct pk_dev *d;
+
+	if (ndevs >= PK_MAX_DEVS || n == 0 || n >= IF_NAMESIZE || !*ns ||
+	    strlen(ns) >= sizeof(d->netns) || strchr(ns, '/') || !strcmp(ns, ".") || !strcmp(ns, ".."))
+		return -1;
+	d = &devs[ndevs++];
+	memcpy(d->ifname, arg, n);
+	d->ifname[n] = 0;
+	strcpy(d->netns, ns);
+	strcpy(d->label, d->ifname);
+	strcat(d->label, "@");
+	strcat(d->label, d->netns);
+	return 0;
+}
+
+static error_t parse_arg(int key, char *arg, struct argp_state *state)
+{
+	static int pos;
+
+	switch (key) {
+	case 'd':
+		if (parse_dev(arg))
+			argp_failure(state, argp_err_exit_status, 0, "invalid device '%s': give IFNAME@NETNS (up to %d of them), "
+				     "NETNS a name under /run/netns or 'host'", arg, PK_MAX_DEVS);
+		break;
+	case 'j': env.json = true; break;
+	case 'c': env.control = true; env.json = true; break;
+	case 'v': env.verbose = true; break;
+	case 'h': argp_state_help(state, stderr, ARGP_HELP_STD_HELP); break;
+	case ARGP_KEY_ARG:
+		errno = 0;
+		if (pos == 0)
+			env.interval_s = (int)strtol(arg, NULL, 10);
+		else if (pos == 1)
+			env.count = (int)strtol(arg, NULL, 10);
+		else
+			argp_usage(state);
+		if (errno || (pos == 0 && env.interval_s <= 0)) {
+			fprintf(stderr, "invalid interval/count: %s\n", arg);
+			argp_usage(state);
+		}
+		pos++;
+		break;
+	case ARGP_KEY_END:
+		if (!ndevs) {
+			fprintf(stderr, "-d IFNAME[@NETNS] is required\n");
+			argp_usage(state);
+		}
+		break;
+	default:
+		return ARGP_ERR_UNKNOWN;
+	}
+	return 0;
+}
+
+/*
+ * d's namespace inode and ifindex; 0 or an exit code. A name is only
+ * meaningful inside its namespace, so the lookup enters it (this thread
+ * only) and comes back.
+ */
+static int resolve_dev(struct pk_dev *d, int self_fd)
+{
+	bool host = !strcmp(d->netns, "host");
+	int fd = self_fd, ret = EXIT_FAIL;
+	char path[128], hint[96];
+	unsigned int ifindex;
+	struct stat st;
+
+	if (!host) {
+		snprintf(path, sizeof(path), "/run/netns/%s", d->netns);
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0) {
+			fprintf(stderr, "qprof-packets: no network namespace '%s' (%s: %s); "
+				"see 'ip netns list', or use @host\n", d->netns, path, strerror(errno));
+			return EXIT_NO_DEVICE;
+		}
+	}
+	if (fstat(fd, &st)) {
+		fprintf(stderr, "qprof-packets: failed to stat namespace '%s': %s\n", d->netns, strerror(errno));
+		goto out;
+	}
+	d->key.netns_ino = (__u32)st.st_ino;
+	if (!host && setns(fd, CLONE_NEWNET)) {
+		fprintf(stderr, "qprof-packets: failed to enter namespace '%s' (%s): %s; is it a network namespace?\n",
+			d->netns, path, strerror(errno));
+		ret = EXIT_NO_DEVICE;
+		goto out;
+	}
+	ifindex = if_nametoindex(d->ifname);
+	if (!host && setns(self_fd, CLONE_NEWNET)) {
+		fprintf(stderr, "qprof-packets: failed to return to this tool's namespace: %s\n", strerror(errno));
+		goto out;
+	}
+	if (!ifindex) {
+		if (host)
+			snprintf(hint, sizeof(hint), "ip link");
+		else
+			snprintf(hint, sizeof(hint), "ip -n %s link", d->netns);
+		fprintf(stderr, "qprof-packets: no device '%s' in namespace '%s'; see '%s'\n",
+			d->ifname, d->netns, hint);
+		ret = EXIT_NO_DEVICE;
+		goto out;
+	}
+	d->key.ifindex = ifindex;
+	ret = 0;
+out:
+	if (!host)
+		close(fd);
+	return ret;
+}
+
+/* Every -d resolved, each device once; 0 or an exit code. */
+static int resolve_devs(void)
+{
+	int self_fd, err = 0, i, j;
+
+	self_fd = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+	if (self_fd < 0) {
+		fprintf(stderr, "qprof-packets: failed to open /proc/self/ns/net: %s\n", strerror(errno));
+		return EXIT_FAIL;
+	}
+	for (i = 0; i < ndevs && !err; i++)
+		err = resolve_dev(&devs[i], self_fd);
+	close(self_fd);
+	if (err)
+		return err;
+	for (i = 0; i < ndevs; i++)
+		for (j = 0; j < i; j++)
+			if (!memcmp(&devs[i].key, &devs[j].key, sizeof(devs[i].key))) {
+				fprintf(stderr, "qprof-packets: %s and %s are the same device; give it once\n",
+					devs[j].label, devs[i].label);
+				return EXIT_NO_DEVICE;
+			}
+	return 0;
+}
+
+static int fill_devices(struct bpf_map *map)
+{
+	__u32 slot;
+	int err;
+
+	for (slot = 0; slot < (__u32)ndevs; slot++) {
+		err = bpf_map__update_elem(map, &devs[slot].key, sizeof(devs[slot].key), &slot, sizeof(slot),
+					   BPF_NOEXIST);
+		if (err)
+			return err;
+	}
+	return 0;
+}
+
+/* One device's counters, summed over CPUs. */
+static int read_dev(struct packets_bpf *skel, __u32 slot, struct pk_dev_stats *out)
+{
+	int ncpu = libbpf_num_possible_cpus(), c, d, i;
+	struct pk_dev_stats *v;
+	int err;
+
+	if (ncpu < 0)
+		return ncpu;
+	v = calloc(ncpu, sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	err = bpf_map__lookup_elem(skel->maps.stats, &slot, sizeof(slot), v, ncpu * sizeof(*v), 0);
+	memset(out, 0, sizeof(*out));
+	for (c = 0; !err && c < ncpu; c++) {
+		for (d = 0; d < PK_NDIR; d++) {
+			struct pk_dir_stats *o = &out->dir[d], *s = &v[c].dir[d];
+
+			o->skbs += s->skbs;
+			o->bytes += s->bytes;
+			o->wire_packets += s->wire_packets;
+			o->wire_bytes += s->wire_bytes;
+			o->gso_skbs += s->gso_skbs;
+			o->udp_skbs += s->udp_skbs;
+			o->tcp_skbs += s->tcp_skbs;
+			o->other_skbs += s->other_skbs;
+			for (i = 0; i < PROBE_HIST_SLOTS; i++) {
+				o->len_hist_bytes[i] += s->len_hist_bytes[i];
+				o->gso_size_hist_bytes[i] += s->gso_size_hist_bytes[i];
+				o->gso_segs_hist[i] += s->gso_segs_hist[i];
+			}
+		}
+		out->gro_entry += v[c].gro_entry;
+		for (i = 0; i < PK_NGRO; i++)
+			out->gro_result[i] += v[c].gro_result[i];
+		out->gro_result_unknown += v[c].gro_result_unknown;
+	}
+	free(v);
+	return err;
+}
+
+/* Events the kernel skipped because the program was already running on that CPU. */
+static unsigned long long recursion_misses(struct packets_bpf *skel)
+{
+	struct bpf_program *prog;
+	unsigned long long n = 0;
+
+	bpf_object__for_each_program(prog, skel->obj) {
+		struct bpf_prog_info info = {};
+		__u32 len = sizeof(info);
+
+		if (!bpf_obj_get_info_by_fd(bpf_program__fd(prog), &info, &len))
+			n += info.recursion_misses;
+	}
+	return n;
+}
+
+static void json_str(const char *s)
+{
+	putchar('"');
+	for (; *s; s++) {
+		if (*s == '"' || *s == '\\')
+			putchar('\\');
+		if ((unsigned char)*s >= 0x20)
+			putchar(*s);
+	}
+	putchar('"');
+}
+
+static void print_json_dir(const struct pk_dir_stats *s)
+{
+	printf("{\"skbs\":%llu,\"bytes\":%llu,\"wire_packets\":%llu,\"wire_bytes\":%llu,\"gso_skbs\":%llu,"
+	       "\"udp_skbs\":%llu,\"tcp_skbs\":%llu,\"other_skbs\":%llu,",
+	       s->skbs, s->bytes, s->wire_packets, s->wire_bytes, s->gso_skbs, s->udp_skbs, s->tcp_skbs,
+	       s->other_skbs);
+	probe_json_hist(stdout, "len_hist_bytes", s->len_hist_bytes);
+	putchar(',');
+	probe_json_hist(stdout, "gso_size_hist_bytes", s->gso_size_hist_bytes);
+	putchar(',');
+	probe_json_hist(stdout, "gso_segs_hist", s->gso_segs_hist);
+}
+
+static void print_json(const char *name, struct packets_bpf *skel)
+{
+	struct pk_dev_stats s;
+	int i, g;
+
+	printf("{\"event\":\"mark\",\"name\":");
+	json_str(name);
+	printf(",\"t_ns\":%llu,\"prog_recursion_misses\":%llu,\"devices\":[", probe_now_ns(), recursion_misses(skel));
+	for (i = 0; i < ndevs; i++) {
+		const char *label = devs[i].label;
+
+		if (read_dev(skel, i, &s))
+			continue;
+		printf("%s{\"dev\":", i ? "," : "");
+		json_str(label);
+		printf(",\"netns_ino\":%u,\"ifindex\":%u,\"tx\":", devs[i].key.netns_ino, devs[i].key.ifindex);
+		print_json_dir(&s.dir[PK_TX]);
+		printf("},\"rx\":");
+		print_json_dir(&s.dir[PK_RX]);
+		printf(",\"gro_entry\":%llu,\"gro_result\":{", s.gro_entry);
+		for (g = 0; g < PK_NGRO; g++)
+			printf("\"%s\":%llu,", gro_names[g], s.gro_result[g]);
+		printf("\"unknown\":%llu}}}", s.gro_result_unknown);
+	}
+	printf("]}\n");
+}
+
+static void print_table(struct packets_bpf *skel)
+{
+	struct pk_dev_stats s;
+	unsigned long long missed;
+	int i, d;
+
+	printf("%-24s %-3s %12s %14s %12s %10s %12s %12s %12s\n", "DEV", "DIR", "SKBS", "BYTES",
+	       "WIRE PKTS", "GSO SKBS", "AVG LEN (B)", "UDP", "TCP");
+	for (i = 0; i < ndevs; i++) {
+		const char *label = devs[i].label;
+
+		if (read_dev(skel, i, &s))
+			continue;
+		for (d = 0; d < PK_NDIR; d++) {
+			const struct pk_dir_stats *t = &s.dir[d];
+
+			printf("%-24s %-3s %12llu %14llu %12llu %10llu %12.1f %12llu %12llu\n", label,
+			       d == PK_TX ? "TX" : "RX", t->skbs, t->bytes, t->wire_packets, t->gso_skbs,
+			       t->skbs ? (double)t->bytes / t->skbs : 0.0, t->udp_skbs, t->tcp_skbs);
+		}
+	}
+	missed = recursion_misses(skel);
+	if (missed)
+		printf("(%llu events missed: a program was already running on that CPU)\n", missed);
+	printf("\n");
+}
+
+static void snapshot(const char *name, void *arg)
+{
+	if (env.json)
+		print_json(name, arg);
+	else
+		print_table(arg);
+}
+
+int main(int argc, char **argv)
+{
+	static const struct argp argp = { .options = opts, .parser = parse_arg, .doc = argp_doc };
+	struct packets_bpf *skel;
+	int err;
+
+	err = argp_parse(&argp, argc, argv, 0, NULL, NULL);
+	if (err)
+		return err;
+	if (!env.interval_s)
+		env.interval_s = 1;
+	probe_setup_libbpf(env.verbose);
+
+	err = resolve_devs();
+	if (err)
+		return err;
+
+	skel = packets_bpf__open();
+	if (!skel) {
+		fprintf(stderr, "failed to open BPF object: %s\n", strerror(errno));
+		return EXIT_FAIL;
+	}
+	err = packets_bpf__load(skel);
+	if (err) {
+		fprintf(stderr, "failed to load BPF object: %s\n", strerror(-err));
+		goto cleanup;
+	}
+	err = fill_devices(skel->maps.devices);
+	if (err) {
+		fprintf(stderr, "failed to set devices: %s\n", strerror(-err));
+		goto cleanup;
+	}
+	err = packets_bpf__attach(skel);
+	if (err) {
+		fprintf(stderr, "failed to attach BPF programs: %s\n", strerror(-err));
+		goto cleanup;
+	}
+	err = probe_main_loop(&env, snapshot, skel);
+
+cleanup:
+	packets_bpf__destroy(skel);
+	return err != 0 ? EXIT_FAIL : 0;
+}

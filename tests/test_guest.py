@@ -1,0 +1,94 @@
+"""Kernel TLS, proven inside a QEMU guest running Debian's kernel: the
+host here has none. Transfers are short: the guest is emulated (TCG)."""
+import json
+import subprocess
+
+import pytest
+
+from conftest import needs_build, qprof, run_json
+from test_bad_input import one_sentence, run_statuses
+from qprof.collectors import guest
+
+pytestmark = needs_build
+GUEST_BOOT_FAILED, GUEST_MISSING = 18, 20
+
+needs_guest = pytest.mark.skipif(
+    not list(guest.guest_dir().glob("linux-image-*-amd64_*.deb")),
+    reason="the guest kernel is not downloaded; `make test` runs `make guest` first",
+)
+
+
+def qemu_processes():
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    return [l for l in ps.splitlines() if l.startswith("qemu-system")]
+
+
+def ktls_run(runs_dir, *args):
+    rec = run_json(runs_dir, "--stack", "tcp-ktls", "--guest", "--duration", "1s", "--warmup", "0.5s",
+                   "--probes", "syscalls", *args, timeout=400)
+    assert qemu_processes() == []
+    assert rec["status"] == "complete" and rec["verified"] is True and rec["bytes"] > 0
+    env = rec["environment"]
+    assert env["emulated"] is True and env["guest"]["accel"] == "tcg"
+    assert env["kernel_release"] == env["guest"]["kernel_release"] != env["host"]["kernel_release"]
+    return rec
+
+
+@needs_guest
+def test_ktls_tls13_offloads_send(runs_dir):
+    rec = ktls_run(runs_dir)
+    tr = rec["transport"]
+    assert tr["tls_version"] == "TLSv1.3" and tr["tls_cipher"] == "TLS_AES_128_GCM_SHA256"
+    # OpenSSL 3.0 offloads TLS 1.3 send only: the client's send in the kernel,
+    # the server's receive in user space; the label says no more than that.
+    assert tr["ktls"]["client_send"] is True and tr["ktls"]["server_recv"] is False
+    assert tr["ktls_label"] == "tx only"
+    assert tr["tls_stat_delta"]["client"]["TlsTxSw"] >= 1
+    assert tr["tls_stat_delta"]["server"]["TlsRxSw"] == 0
+    # The guest's own run directory came back into the host's.
+    guest_rec = json.loads((runs_dir / rec["id"] / rec["guest_run"] / "run.json").read_text())
+    assert guest_rec["bytes"] == rec["bytes"]
+
+
+@needs_guest
+def test_ktls_tls12_offloads_both_directions(runs_dir):
+    rec = ktls_run(runs_dir, "--tls", "1.2")
+    tr = rec["transport"]
+    assert tr["tls_version"] == "TLSv1.2" and tr["ktls_label"] == "tx+rx"
+    assert tr["tls_stat_delta"]["client"]["TlsTxSw"] >= 1
+    assert tr["tls_stat_delta"]["server"]["TlsRxSw"] >= 1
+    # With receive in the kernel the server reads plaintext records with recvmsg.
+    assert rec["syscalls"]["server"]["recv_bytes"] >= rec["bytes"] * 0.99
+
+
+@needs_guest
+def test_guest_artifacts_are_cached():
+    first = guest.artifacts()
+    mtime = first.initramfs.stat().st_mtime_ns
+    second = guest.artifacts()
+    assert second == first and second.initramfs.stat().st_mtime_ns == mtime
+
+
+def test_guest_missing(runs_dir, tmp_path):
+    r = qprof("run", "--stack", "tcp-ktls", "--guest", runs_dir=runs_dir,
+              env_extra={"QPROF_GUEST_DIR": str(tmp_path)})
+    assert r.returncode == GUEST_MISSING, r.stderr
+    assert "make guest" in one_sentence(r.stderr)
+    assert not runs_dir.exists()
+
+
+def test_guest_boot_failure_says_where(runs_dir, tmp_path):
+    # A cached "kernel" QEMU cannot boot: the run stops with QEMU's reason.
+    deb = tmp_path / "linux-image-0.0-amd64_0_amd64.deb"
+    deb.write_text("")
+    kernel, initramfs = tmp_path / "vmlinuz-bad", tmp_path / "initramfs-bad.cpio.gz"
+    kernel.write_text("not a kernel\n")
+    initramfs.write_text("")
+    (tmp_path / f"built-{guest._stamp(deb)}.json").write_text(json.dumps(
+        {"kernel": str(kernel), "initramfs": str(initramfs), "kernel_release": "0.0", "package": deb.name}))
+    r = qprof("run", "--stack", "tcp-ktls", "--guest", "--duration", "1s", runs_dir=runs_dir,
+              env_extra={"QPROF_GUEST_DIR": str(tmp_path)})
+    assert r.returncode == GUEST_BOOT_FAILED, r.stderr
+    assert "QEMU failed" in one_sentence(r.stderr)
+    assert run_statuses(runs_dir) == ["incomplete"]
+    assert qemu_processes() == []
