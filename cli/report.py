@@ -122,6 +122,7 @@ def _print_probes(rec: dict, console: Console) -> None:
     for label, key, fmt in rows:
         t.add_row(label, *(fmt(sides[side][key]) if sides.get(side) else ABSENT for side in ("client", "server")))
     console.print(t)
+    _print_threads(rec, console)
     checks = rec.get("crosscheck") or {}
     parts = []
     for side in ("client", "server"):
@@ -133,3 +134,23 @@ def _print_probes(rec: dict, console: Console) -> None:
     if parts:
         source = next(c["source"] for c in checks.values() if c)
         console.print(f"eBPF / {source}: " + "; ".join(parts))
+
+
+def _print_threads(rec: dict, console: Console) -> None:
+    ct = rec.get("cpu_threads")
+    if not ct:
+        return
+    t = Table(title="CPU by thread and softirq (eBPF), ns/B", title_justify="left")
+    for col in ("SIDE", "ON-CPU", "SOFTIRQ ON ITS STACK", "OWN WORK", "BUSIEST THREAD"):
+        t.add_column(col, justify="left" if col in ("SIDE", "BUSIEST THREAD") else "right")
+    for side in ("client", "server"):
+        f = ct[side]
+        n = f["ns_per_byte"]
+        top = f["threads"][0] if f["threads"] else None
+        t.add_row(side, _num(n["oncpu"]), _num(n["softirq_in_context"]), _num(n["own_work"]),
+                  f"{top['comm']}/{top['tid']} {top['share'] * 100:.0f}%" if top and top["share"] is not None else ABSENT)
+    console.print(t)
+    vecs = ", ".join(f"{k} {v['ns_per_byte']:.3f}" for k, v in ct["softirq"].items()
+                     if (v["ns_per_byte"] or 0) >= 0.0005)
+    if vecs:
+        console.print(f"softirq by vector, system-wide, ns/B: {vecs}")

@@ -101,3 +101,31 @@ def crosscheck(stack_name: str, side: str, f: dict, own: dict, out_dgrams, in_dg
         }
     calls = f["send_calls"] if side == "client" else f["recv_calls"]
     return {"source": "workload's own call count", "io_calls": compare(calls, own.get("io_calls"))}
+
+
+def thread_figures(cpu_window: dict, pids: Dict[str, int], nbytes: int) -> dict:
+    """From the cputhread probe: each side's on-CPU time by thread, the
+    softirq work served on its stack (which /proc cannot separate on this
+    kernel), and system-wide softirq time by vector, all per byte too."""
+    out: Dict[str, dict] = {}
+    for side, pid in pids.items():
+        threads = sorted((t for t in cpu_window["threads"] if t["tgid"] == pid),
+                         key=lambda t: -t["oncpu_ns"])
+        oncpu_ns = sum(t["oncpu_ns"] for t in threads)
+        softirq_ns = sum(v["in_target_ns"].get(str(pid), 0) for v in cpu_window["softirq"])
+        out[side] = {
+            "oncpu_s": oncpu_ns / 1e9,
+            "softirq_in_context_s": softirq_ns / 1e9,
+            "ns_per_byte": {"oncpu": _ratio(oncpu_ns, nbytes),
+                            "softirq_in_context": _ratio(softirq_ns, nbytes),
+                            "own_work": _ratio(oncpu_ns - softirq_ns, nbytes)},
+            "threads": [{"tid": t["tid"], "comm": t["comm"], "oncpu_s": t["oncpu_ns"] / 1e9,
+                         "share": _ratio(t["oncpu_ns"], oncpu_ns), "switches": t["switches"],
+                         "involuntary": t["involuntary"]} for t in threads],
+        }
+    out["softirq"] = {v["vec"]: {"count": v["count"], "time_s": v["time_ns"] / 1e9,
+                                 "in_ksoftirqd_s": v["in_ksoftirqd_ns"] / 1e9,
+                                 "ns_per_byte": _ratio(v["time_ns"], nbytes)}
+                      for v in cpu_window["softirq"] if v["count"]}
+    out["hardirq_s"] = cpu_window.get("hardirq_ns", 0) / 1e9
+    return out

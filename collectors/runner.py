@@ -302,7 +302,9 @@ def derive_probe_figures(rec: dict, pids: dict) -> dict:
         }
         checks[side] = derive.crosscheck(stack.name, side, sides[side], rec["workload"][side]["window"],
                                          out_dgrams, in_dgrams)
-    return {"syscalls": sides, "crosscheck": checks}
+    thr = probes.get("cputhread", {})
+    threads = (derive.thread_figures(thr["window"], pids, nbytes) if thr.get("status") == "present" else None)
+    return {"syscalls": sides, "crosscheck": checks, "cpu_threads": threads}
 
 
 def guest_argv(opts: RunOptions) -> list:

@@ -57,8 +57,11 @@ def test_ktls_tls12_offloads_both_directions(runs_dir):
     assert tr["tls_version"] == "TLSv1.2" and tr["ktls_label"] == "tx+rx"
     assert tr["tls_stat_delta"]["client"]["TlsTxSw"] >= 1
     assert tr["tls_stat_delta"]["server"]["TlsRxSw"] >= 1
-    # With receive in the kernel the server reads plaintext records with recvmsg.
-    assert rec["syscalls"]["server"]["recv_bytes"] >= rec["bytes"] * 0.99
+    # With receive in the kernel the server reads plaintext with recvmsg:
+    # the bytes its calls return are the application's (emulated, the
+    # edges' readings are further apart than on the host: 3%).
+    calls = rec["syscalls"]["server"]["by_syscall"]
+    assert calls["recvmsg"]["bytes"] == pytest.approx(rec["bytes"], rel=0.03)
 
 
 @needs_guest

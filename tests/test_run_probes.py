@@ -74,3 +74,29 @@ def test_probe_not_built(runs_dir, tmp_path):
     rec = json.loads(r.stdout)
     assert rec["probes"]["syscalls"]["status"] == "absent"
     assert "not built" in rec["probes"]["syscalls"]["reason"]
+
+
+def test_all_probes_netns(runs_dir):
+    rec = run_json(runs_dir, "--duration", "2s", "--warmup", "0.5s")
+    assert {n: p["status"] for n, p in rec["probes"].items()} == \
+        {"syscalls": "present", "packets": "present", "cputhread": "present"}
+    assert_syscalls(rec)
+    # Wire packets on each side's device against msquic's datagram counts.
+    for side in ("client", "server"):
+        for name in ("udp_send_datagrams", "udp_recv_datagrams"):
+            check = rec["crosscheck"][side][name]
+            assert check["ratio"] == pytest.approx(1.0, abs=0.02), (side, name, check)
+    # GSO on: the client's sends carry many datagrams each, the server's acks one.
+    c, s = rec["syscalls"]["client"], rec["syscalls"]["server"]
+    assert c["datagrams_per_send_call"] > 10 and s["datagrams_per_send_call"] == pytest.approx(1.0, abs=0.05)
+    assert s["datagrams_per_recv_call"] > 10
+    # On-CPU by sched_switch against the kernel's own accounting (/proc ticks).
+    ct = rec["cpu_threads"]
+    for side in ("client", "server"):
+        assert ct[side]["oncpu_s"] == pytest.approx(rec["cpu"][side]["total_s"], rel=0.1, abs=0.05), side
+        assert 0 <= ct[side]["softirq_in_context_s"] <= ct[side]["oncpu_s"]
+        shares = [t["share"] for t in ct[side]["threads"]]
+        assert sum(shares) == pytest.approx(1.0) and shares == sorted(shares, reverse=True)
+    # veth delivers in the sender's softirq: NET_RX work lands on the client's stack.
+    assert ct["softirq"]["NET_RX"]["time_s"] > 0
+    assert ct["client"]["softirq_in_context_s"] > ct["server"]["softirq_in_context_s"]

@@ -559,9 +559,10 @@ int wl_tcp_run(const struct wl_opts *o)
 		return WL_EXIT_INTERNAL;
 	}
 	wl_pattern_region();
+	/* Control first: whoever waits on us must hear even a setup failure. */
+	if (o->control && wl_control_start(&control_ops))
+		return WL_EXIT_INTERNAL;
 	code = make_ctx();
-	if (!code && o->control && wl_control_start(&control_ops))
-		code = WL_EXIT_INTERNAL;
 	if (!code)
 		code = T.server ? run_server() : run_client();
 	emit_done(code);

@@ -1,0 +1,389 @@
+// On-CPU time of every thread of the given processes, from sched_switch;
+// softirq time by vector and hardirq time, system-wide, with the softirq
+// time served on a target's stack or in ksoftirqd set apart. tp_btf
+// throughout: no tracefs, and the task_structs come with the event.
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_tracing.h>
+
+#include "cputhread.h"
+#include "common.bpf.h"
+
+#define TASK_RUNNING 0
+#define E2BIG 7
+#define PF_KTHREAD 0x00200000
+
+DEFINE_TARGET_TGIDS
+
+/*
+ * Written by user space just before attach: where the slice of a thread
+ * that was already on-CPU then starts (its switch-in was never seen).
+ */
+__u64 attach_ns;
+/* Threads not followed because the threads map was full. */
+__u64 lost_threads;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, QP_MAX_THREADS);
+	__type(key, __u32);
+	__type(value, struct thread_cpu);
+} threads SEC(".maps");
+
+struct irq_state {
+	__u64 softirq_start_ns;
+	__u64 softirq_hardirq_ns;  /* hardirqs nested in the running softirq */
+	__u64 hardirq_start_ns;
+	__u32 softirq_tgid;        /* target current at softirq entry, or 0 */
+	__u32 in_ksoftirqd;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct irq_state);
+} irq_state SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, QP_NR_SOFTIRQS);
+	__type(key, __u32);
+	__type(value, struct softirq_stats);
+} softirqs SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, PROBE_MAX_PIDS * QP_NR_SOFTIRQS);
+	__type(key, struct softirq_key);
+	__type(value, __u64);
+} softirq_in_target SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct hardirq_stats);
+} hardirqs SEC(".maps");
+
+/* The entry of task, made if new (*created, when asked). */
+static __always_inline struct thread_cpu *thread_get(struct task_struct *task, bool *created)
+{
+	struct thread_cpu *t, zero = {};
+	__u32 tid = task->pid;
+	long err;
+
+	t = bpf_map_lookup_elem(&threads, &tid);
+	if (t)
+		return t;
+	zero.tgid = task->tgid;
+	zero.sum_exec_ns = task->se.sum_exec_runtime;
+	err = bpf_map_update_elem(&threads, &tid, &zero, BPF_NOEXIST);
+	if (err == -E2BIG)
+		__sync_fetch_and_add(&lost_threads, 1);
+	else if (!err && created)
+		*created = true;
+	return bpf_map_lookup_elem(&threads, &tid);
+}
+
+/*
+ * A thread's entry is written by its own switches, exit and wakeups, which
+ * the scheduler already serializes (the rq lock; a task is switched in
+ * elsewhere only once its switch-out here is done), so seq needs no lock;
+ * the atomics order the writes for the reader.
+ */
+static __always_inline void seq_begin(struct thread_cpu *t)
+{
+	__sync_fetch_and_add(&t->seq, 1);
+}
+
+static __always_inline void seq_end(struct thread_cpu *t)
+{
+	__sync_fetch_and_add(&t->seq, 1);
+}
+
+SEC("tp_btf/sched_switch")
+int BPF_PROG(sched_switch, bool preempt, struct task_struct *prev,
+	     struct task_struct *next, unsigned int prev_state)
+{
+	__u64 now = bpf_ktime_get_ns(), sum_exec, slice = 0;
+	bool created = false;
+	struct thread_cpu *t;
+
+	if (is_target(prev->tgid)) {
+		t = thread_get(prev, &created);
+		if (t) {
+			sum_exec = prev->se.sum_exec_runtime;
+			seq_begin(t);
+			if (t->since_ns) {
+				slice = now > t->since_ns ? now - t->since_ns : 0;
+			} else if (created) {
+				/* On-CPU since before attach. */
+				slice = now > attach_ns ? now - attach_ns : 0;
+			} else if (sum_exec > t->sum_exec_ns) {
+				/*
+				 * Its switch-in raised no event: some hosts deliver
+				 * none while their own agent's tasks are current, so
+				 * a switch away from one is never seen. The kernel's
+				 * count of the slice is the next best thing.
+				 */
+				slice = sum_exec - t->sum_exec_ns;
+				t->untraced_slices++;
+				t->untraced_ns += slice;
+			}
+			t->oncpu_ns += slice;
+			t->sum_exec_ns = sum_exec;
+			t->since_ns = 0;
+			t->woken_ns = 0;
+			t->switches++;
+			/* Same rule as the kernel's nivcsw. */
+			if (preempt || prev_state == TASK_RUNNING)
+				t->involuntary++;
+			bpf_probe_read_kernel_str(t->comm, sizeof(t->comm), prev->comm);
+			seq_end(t);
+		}
+	}
+	if (is_target(next->tgid)) {
+		t = thread_get(next, NULL);
+		if (t) {
+			seq_begin(t);
+			t->since_ns = now;
+			if (t->woken_ns && now > t->woken_ns) {
+				t->wakeups++;
+				t->runq_ns += now - t->woken_ns;
+			}
+			t->woken_ns = 0;
+			seq_end(t);
+		}
+	}
+	return 0;
+}
+
+/*
+ * Fires under the rq lock of the CPU the task will run on, as its
+ * switch-in does. A wakeup of a task still on-CPU (it had not gone to
+ * sleep yet) is no wait.
+ */
+static __always_inline void wakeup(struct task_struct *p)
+{
+	struct thread_cpu *t;
+
+	if (!is_target(p->tgid))
+		return;
+	t = thread_get(p, NULL);
+	if (!t || t->since_ns)
+		return;
+	seq_begin(t);
+	t->woken_ns = bpf_ktime_get_ns();
+	seq_end(t);
+}
+
+SEC("tp_btf/sched_wakeup")
+int BPF_PROG(sched_wakeup, struct task_struct *p)
+{
+	wakeup(p);
+	return 0;
+}
+
+SEC("tp_btf/sched_wakeup_new")
+int BPF_PROG(sched_wakeup_new, struct task_struct *p)
+{
+	wakeup(p);
+	return 0;
+}
+
+/* Its last slice still ends in sched_switch; this keeps its name. */
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(sched_process_exit, struct task_struct *p, bool group_dead)
+{
+	struct thread_cpu *t;
+
+	if (!is_target(p->tgid))
+		return 0;
+	t = thread_get(p, NULL);
+	if (!t)
+		return 0;
+	seq_begin(t);
+	t->exited = 1;
+	bpf_probe_read_kernel_str(t->comm, sizeof(t->comm), p->comm);
+	seq_end(t);
+	return 0;
+}
+
+static __always_inline struct irq_state *this_irq_state(void)
+{
+	__u32 zero = 0;
+
+	return bpf_map_lookup_elem(&irq_state, &zero);
+}
+
+/*
+ * The per-CPU ksoftirqd pointer is not in kallsyms without
+ * CONFIG_KALLSYMS_ALL, so go by name; only a kernel thread can carry it.
+ */
+static __always_inline bool in_ksoftirqd(void)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	char comm[QP_COMM_LEN];
+
+	if (!(task->flags & PF_KTHREAD))
+		return false;
+	bpf_get_current_comm(comm, sizeof(comm));
+	return comm[0] == 'k' && comm[1] == 's' && comm[2] == 'o' && comm[3] == 'f' &&
+	       comm[4] == 't' && comm[5] == 'i' && comm[6] == 'r' && comm[7] == 'q' &&
+	       comm[8] == 'd' && comm[9] == '/';
+}
+
+SEC("tp_btf/softirq_entry")
+int BPF_PROG(softirq_entry, unsigned int vec_nr)
+{
+	struct irq_state *c = this_irq_state();
+	__u32 tgid;
+
+	if (!c)
+		return 0;
+	tgid = bpf_get_current_pid_tgid() >> 32;
+	c->softirq_tgid = is_target(tgid) ? tgid : 0;
+	c->in_ksoftirqd = in_ksoftirqd();
+	c->softirq_hardirq_ns = 0;
+	c->softirq_start_ns = bpf_ktime_get_ns();
+	return 0;
+}
+
+SEC("tp_btf/softirq_exit")
+int BPF_PROG(softirq_exit, unsigned int vec_nr)
+{
+	struct irq_state *c = this_irq_state();
+	struct softirq_key key = {};
+	struct softirq_stats *s;
+	__u64 dur, *v, zero = 0;
+
+	if (!c || !c->softirq_start_ns)
+		return 0;
+	dur = bpf_ktime_get_ns() - c->softirq_start_ns;
+	dur = dur > c->softirq_hardirq_ns ? dur - c->softirq_hardirq_ns : 0;
+	c->softirq_start_ns = 0;
+	s = bpf_map_lookup_elem(&softirqs, &vec_nr);
+	if (!s)
+		return 0;
+	s->count++;
+	s->time_ns += dur;
+	if (c->in_ksoftirqd)
+		s->ksoftirqd_ns += dur;
+	if (!c->softirq_tgid)
+		return 0;
+	key.tgid = c->softirq_tgid;
+	key.vec = vec_nr;
+	v = bpf_map_lookup_elem(&softirq_in_target, &key);
+	if (!v) {
+		bpf_map_update_elem(&softirq_in_target, &key, &zero, BPF_NOEXIST);
+		v = bpf_map_lookup_elem(&softirq_in_target, &key);
+		if (!v)
+			return 0;
+	}
+	__sync_fetch_and_add(v, dur);
+	return 0;
+}
+
+/* Hardirq handlers do not nest (they run with interrupts off). */
+static __always_inline void hardirq_enter(void)
+{
+	struct irq_state *c = this_irq_state();
+
+	if (c)
+		c->hardirq_start_ns = bpf_ktime_get_ns();
+}
+
+static __always_inline void hardirq_exit(void)
+{
+	struct irq_state *c = this_irq_state();
+	struct hardirq_stats *h;
+	__u32 zero = 0;
+	__u64 dur;
+
+	if (!c || !c->hardirq_start_ns)
+		return;
+	dur = bpf_ktime_get_ns() - c->hardirq_start_ns;
+	c->hardirq_start_ns = 0;
+	if (c->softirq_start_ns)
+		c->softirq_hardirq_ns += dur;
+	h = bpf_map_lookup_elem(&hardirqs, &zero);
+	if (!h)
+		return;
+	h->count++;
+	h->time_ns += dur;
+}
+
+SEC("tp_btf/irq_handler_entry")
+int BPF_PROG(irq_handler_entry, int irq, struct irqaction *action)
+{
+	hardirq_enter();
+	return 0;
+}
+
+SEC("tp_btf/irq_handler_exit")
+int BPF_PROG(irq_handler_exit, int irq, struct irqaction *action, int ret)
+{
+	hardirq_exit();
+	return 0;
+}
+
+/* x86 system vectors do not go through irq_handler_entry. */
+SEC("tp_btf/local_timer_entry")
+int BPF_PROG(local_timer_entry, int vector)
+{
+	hardirq_enter();
+	return 0;
+}
+
+SEC("tp_btf/local_timer_exit")
+int BPF_PROG(local_timer_exit, int vector)
+{
+	hardirq_exit();
+	return 0;
+}
+
+SEC("tp_btf/reschedule_entry")
+int BPF_PROG(reschedule_entry, int vector)
+{
+	hardirq_enter();
+	return 0;
+}
+
+SEC("tp_btf/reschedule_exit")
+int BPF_PROG(reschedule_exit, int vector)
+{
+	hardirq_exit();
+	return 0;
+}
+
+SEC("tp_btf/call_function_entry")
+int BPF_PROG(call_function_entry, int vector)
+{
+	hardirq_enter();
+	return 0;
+}
+
+SEC("tp_btf/call_function_exit")
+int BPF_PROG(call_function_exit, int vector)
+{
+	hardirq_exit();
+	return 0;
+}
+
+SEC("tp_btf/call_function_single_entry")
+int BPF_PROG(call_function_single_entry, int vector)
+{
+	hardirq_enter();
+	return 0;
+}
+
+SEC("tp_btf/call_function_single_exit")
+int BPF_PROG(call_function_single_exit, int vector)
+{
+	hardirq_exit();
+	return 0;
+}
+
+char LICENSE[] SEC("license") = "GPL";

@@ -1,0 +1,414 @@
+// qprof-cputhread: on-CPU time of every thread of given processes, and
+// softirq time by vector (with the part served in those processes'
+// context), exact to the nanosecond where /proc/stat counts ticks.
+#define _GNU_SOURCE
+#include <argp.h>
+#include <errno.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+
+#include "cputhread.h"
+#include "cputhread.skel.h"
+
+static const char *const vec_names[QP_NR_SOFTIRQS] = {
+	"HI", "TIMER", "NET_TX", "NET_RX", "BLOCK",
+	"IRQ_POLL", "TASKLET", "SCHED", "HRTIMER", "RCU",
+};
+
+#define EXIT_FAIL 1        /* BPF open/load/attach, or the system refused */
+#define EXIT_NO_PROCESS 2  /* a -p names no process */
+
+static struct probe_env env;
+
+const char *argp_program_version = "qprof-cputhread 0.1";
+static const char argp_doc[] =
+"On-CPU time of every thread of given processes, and softirq time by vector.\n"
+"\n"
+"Threads: on-CPU ns from sched_switch, the running slice included up to the\n"
+"snapshot. Softirqs: system-wide time per vector, the part served while a\n"
+"thread of a given process was current (IN-TARGET) and in ksoftirqd, less\n"
+"the hardirqs that interrupted them. HARDIRQ: device handlers, the local\n"
+"timer, scheduler and function-call IPIs. All totals are cumulative since\n"
+"attach.\n"
+"\n"
+"USAGE: qprof-cputhread -p PID[,PID...] [--json] [--control | INTERVAL [COUNT]]\n"
+"\v"
+"EXAMPLES:\n"
+"    qprof-cputhread -p 1234           # print totals every second\n"
+"    qprof-cputhread -p 1234,1240 5 2  # every 5 s, twice\n"
+"    qprof-cputhread -p 1234 --json    # one JSON line per interval\n"
+"    qprof-cputhread -p 1234 --control # JSON on 'mark NAME' lines on stdin\n";
+
+static const struct argp_option opts[] = {
+	{ "pid", 'p', "PID[,PID...]", 0, "Processes to follow (all their threads)", 0 },
+	{ "json", 'j', NULL, 0, "One JSON line per snapshot", 0 },
+	{ "control", 'c', NULL, 0, "Snapshot on 'mark NAME' lines on stdin; 'exit' ends", 0 },
+	{ "verbose", 'v', NULL, 0, "libbpf's debug output", 0 },
+	{ NULL, 'h', NULL, OPTION_HIDDEN, "Show the full help", 0 },
+	{},
+};
+
+/* The tgid /proc gives for pid, 0 if there is no such task. */
+static pid_t proc_tgid(pid_t pid)
+{
+	char path[64], line[128];
+	pid_t tgid = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", pid);
+	f = fopen(path, "r");
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "Tgid: %d", &tgid) == 1)
+			break;
+	fclose(f);
+	return tgid;
+}
+
+static error_t parse_arg(int key, char *arg, struct argp_state *state)
+{
+	static int pos;
+
+	switch (key) {
+	case 'p':
+		if (probe_parse_pids(&env, arg))
+			argp_failure(state, argp_err_exit_status, 0,
+				     "invalid PID list '%s': give process ids, comma-separated", arg);
+		break;
+	case 'j': env.json = true; break;
+	case 'c': env.control = true; env.json = true; break;
+	case 'v': env.verbose = true; break;
+	case 'h': argp_state_help(state, stderr, ARGP_HELP_STD_HELP); break;
+	case ARGP_KEY_ARG:
+		errno = 0;
+		if (pos == 0)
+			env.interval_s = (int)strtol(arg, NULL, 10);
+		else if (pos == 1)
+			env.count = (int)strtol(arg, NULL, 10);
+		else
+			argp_usage(state);
+		if (errno || (pos == 0 && env.interval_s <= 0)) {
+			fprintf(stderr, "invalid interval/count: %s\n", arg);
+			argp_usage(state);
+		}
+		pos++;
+		break;
+	case ARGP_KEY_END:
+		if (!env.npids)
+			argp_failure(state, argp_err_exit_status, 0, "-p PID is required");
+		break;
+	default:
+		return ARGP_ERR_UNKNOWN;
+	}
+	return 0;
+}
+
+/* Filtering is by tgid: a gone pid or a thread's id would match nothing. */
+static int check_pids(void)
+{
+	pid_t tgid;
+	int i;
+
+	for (i = 0; i < env.npids; i++) {
+		tgid = proc_tgid(env.pids[i]);
+		if (!tgid) {
+			fprintf(stderr, "qprof-cputhread: no process %d; see 'ps -e'\n", env.pids[i]);
+			return EXIT_NO_PROCESS;
+		}
+		if (tgid != env.pids[i]) {
+			fprintf(stderr, "qprof-cputhread: %d is a thread of process %d; give the process id\n",
+				env.pids[i], tgid);
+			return EXIT_NO_PROCESS;
+		}
+	}
+	return 0;
+}
+
+/*
+ * Running once on every CPU switches out whatever ran there. After attach
+ * that closes the slices already running (counted from attach_ns); before
+ * a snapshot it closes any slice whose switch-in raised no event (see
+ * sched_switch), which would otherwise be missing from a busy thread's
+ * total for as long as it stays on-CPU. Costs each CPU two switches.
+ */
+static int touch_every_cpu(void)
+{
+	cpu_set_t orig, one;
+	int cpu, err = 0;
+
+	if (sched_getaffinity(0, sizeof(orig), &orig))
+		return -errno;
+	for (cpu = 0; cpu < CPU_SETSIZE; cpu++) {
+		if (!CPU_ISSET(cpu, &orig))
+			continue;
+		CPU_ZERO(&one);
+		CPU_SET(cpu, &one);
+		if (sched_setaffinity(0, sizeof(one), &one)) {
+			err = -errno;
+			break;
+		}
+	}
+	if (sched_setaffinity(0, sizeof(orig), &orig) && !err)
+		err = -errno;
+	return err;
+}
+
+/*
+ * One consistent copy of a thread's entry: b is taken only if a and c,
+ * read before and after it, show the same even seq (no update overlapped
+ * b). Returns 0, or -1 if the entry is gone.
+ */
+static int read_thread(int fd, __u32 tid, struct thread_cpu *out)
+{
+	struct thread_cpu a, c;
+	int tries;
+
+	for (tries = 0; tries < 100; tries++) {
+		if (bpf_map_lookup_elem(fd, &tid, &a) || bpf_map_lookup_elem(fd, &tid, out) ||
+		    bpf_map_lookup_elem(fd, &tid, &c))
+			return -1;
+		if (!(a.seq & 1) && a.seq == c.seq)
+			return 0;
+	}
+	return 0; /* a thread switching this often is off by at most a slice */
+}
+
+struct thread_row {
+	__u32 tid;
+	struct thread_cpu t;
+	__u64 oncpu_ns;  /* with the running slice */
+};
+
+static int cmp_rows(const void *pa, const void *pb)
+{
+	const struct thread_row *a = pa, *b = pb;
+
+	if (a->t.tgid != b->t.tgid)
+		return a->t.tgid < b->t.tgid ? -1 : 1;
+	return a->tid < b->tid ? -1 : a->tid > b->tid;
+}
+
+/*
+ * Every thread seen, sorted by tgid and tid; *n rows, caller frees. A
+ * thread on-CPU now has since_ns set (the snapshot's touch_every_cpu just
+ * switched it out and in, both seen) and its slice counts up to the read.
+ * The exception: one switched back in straight from a task whose switches
+ * raise no event, between that visit and the read; its slice from then on
+ * is counted at its next switch-out.
+ */
+static struct thread_row *read_threads(struct cputhread_bpf *skel, int *n)
+{
+	int fd = bpf_map__fd(skel->maps.threads);
+	struct thread_row *rows;
+	__u32 key, next, *prev = NULL;
+	__u64 now;
+
+	*n = 0;
+	rows = calloc(QP_MAX_THREADS, sizeof(*rows));
+	if (!rows)
+		return NULL;
+	while (*n < QP_MAX_THREADS && bpf_map_get_next_key(fd, prev, &next) == 0) {
+		struct thread_row *r = &rows[*n];
+
+		key = next;
+		prev = &key;
+		if (read_thread(fd, key, &r->t))
+			continue;
+		now = probe_now_ns();
+		r->tid = key;
+		r->oncpu_ns = r->t.oncpu_ns;
+		if (r->t.since_ns && now > r->t.since_ns)
+			r->oncpu_ns += now - r->t.since_ns;
+		(*n)++;
+	}
+	qsort(rows, *n, sizeof(*rows), cmp_rows);
+	return rows;
+}
+
+struct irq_totals {
+	struct softirq_stats vec[QP_NR_SOFTIRQS];
+	__u64 in_target_ns[PROBE_MAX_PIDS][QP_NR_SOFTIRQS]; /* by env.pids index */
+	struct hardirq_stats hard;
+};
+
+/*
+ * A softirq running elsewhere now is counted at its exit: at most one per
+ * CPU, NET_RX's bounded by net.core.netdev_budget_usecs (2 ms).
+ */
+static void read_irqs(struct cputhread_bpf *skel, struct irq_totals *tot)
+{
+	int ncpu = libbpf_num_possible_cpus(), fd, i, cpu;
+	struct softirq_stats s[ncpu > 0 ? ncpu : 1];
+	struct hardirq_stats h[ncpu > 0 ? ncpu : 1];
+	struct softirq_key key;
+	__u32 vec, zero = 0;
+	__u64 ns;
+
+	memset(tot, 0, sizeof(*tot));
+	fd = bpf_map__fd(skel->maps.softirqs);
+	for (vec = 0; vec < QP_NR_SOFTIRQS; vec++) {
+		if (bpf_map_lookup_elem(fd, &vec, s))
+			continue;
+		for (cpu = 0; cpu < ncpu; cpu++) {
+			tot->vec[vec].count += s[cpu].count;
+			tot->vec[vec].time_ns += s[cpu].time_ns;
+			tot->vec[vec].ksoftirqd_ns += s[cpu].ksoftirqd_ns;
+		}
+	}
+	fd = bpf_map__fd(skel->maps.softirq_in_target);
+	for (i = 0; i < env.npids; i++)
+		for (vec = 0; vec < QP_NR_SOFTIRQS; vec++) {
+			key.tgid = (__u32)env.pids[i];
+			key.vec = vec;
+			if (!bpf_map_lookup_elem(fd, &key, &ns))
+				tot->in_target_ns[i][vec] = ns;
+		}
+	fd = bpf_map__fd(skel->maps.hardirqs);
+	if (!bpf_map_lookup_elem(fd, &zero, h))
+		for (cpu = 0; cpu < ncpu; cpu++) {
+			tot->hard.count += h[cpu].count;
+			tot->hard.time_ns += h[cpu].time_ns;
+		}
+}
+
+static void print_json_str(const char *s)
+{
+	putchar('"');
+	for (; *s; s++) {
+		if (*s == '"' || *s == '\\')
+			printf("\\%c", *s);
+		else if ((unsigned char)*s < 0x20)
+			printf("\\u%04x", *s);
+		else
+			putchar(*s);
+	}
+	putchar('"');
+}
+
+static void print_json(const char *name, struct cputhread_bpf *skel)
+{
+	__u64 t_ns = probe_now_ns();
+	struct thread_row *rows;
+	struct irq_totals tot;
+	int n, i, vec;
+
+	rows = read_threads(skel, &n);
+	read_irqs(skel, &tot);
+	printf("{\"event\":\"mark\",\"name\":");
+	print_json_str(name);
+	printf(",\"t_ns\":%llu,\"attach_ns\":%llu,\"threads\":[", t_ns, skel->bss->attach_ns);
+	for (i = 0; rows && i < n; i++) {
+		printf("%s{\"tgid\":%u,\"tid\":%u,\"comm\":", i ? "," : "", rows[i].t.tgid, rows[i].tid);
+		print_json_str(rows[i].t.comm);
+		printf(",\"oncpu_ns\":%llu,\"switches\":%llu,\"involuntary\":%llu,\"wakeups\":%llu,"
+		       "\"runq_ns\":%llu,\"untraced_slices\":%llu,\"untraced_ns\":%llu,\"exited\":%s}",
+		       rows[i].oncpu_ns, rows[i].t.switches, rows[i].t.involuntary,
+		       rows[i].t.wakeups, rows[i].t.runq_ns, rows[i].t.untraced_slices,
+		       rows[i].t.untraced_ns, rows[i].t.exited ? "true" : "false");
+	}
+	printf("],\"threads_lost\":%llu,\"softirq\":[", skel->bss->lost_threads);
+	for (vec = 0; vec < QP_NR_SOFTIRQS; vec++) {
+		printf("%s{\"vec\":\"%s\",\"count\":%llu,\"time_ns\":%llu,\"in_target_ns\":{",
+		       vec ? "," : "", vec_names[vec], tot.vec[vec].count, tot.vec[vec].time_ns);
+		for (i = 0; i < env.npids; i++)
+			printf("%s\"%d\":%llu", i ? "," : "", env.pids[i], tot.in_target_ns[i][vec]);
+		printf("},\"in_ksoftirqd_ns\":%llu}", tot.vec[vec].ksoftirqd_ns);
+	}
+	printf("],\"hardirq_count\":%llu,\"hardirq_ns\":%llu}\n", tot.hard.count, tot.hard.time_ns);
+	free(rows);
+}
+
+static void print_table(struct cputhread_bpf *skel)
+{
+	struct thread_row *rows;
+	struct irq_totals tot;
+	int n, i, vec;
+	__u64 in_target;
+
+	rows = read_threads(skel, &n);
+	read_irqs(skel, &tot);
+	printf("%-8s %-8s %-16s %12s %10s %10s\n", "PID", "TID", "COMM", "ON-CPU (ms)",
+	       "SWITCHES", "INVOL");
+	for (i = 0; rows && i < n; i++)
+		printf("%-8u %-8u %-16s %12.1f %10llu %10llu\n", rows[i].t.tgid, rows[i].tid,
+		       rows[i].t.comm, rows[i].oncpu_ns / 1e6, rows[i].t.switches,
+		       rows[i].t.involuntary);
+	printf("\n%-9s %10s %12s %15s %15s\n", "VECTOR", "COUNT", "TIME (ms)", "IN-TARGET (ms)",
+	       "KSOFTIRQD (ms)");
+	for (vec = 0; vec < QP_NR_SOFTIRQS; vec++) {
+		for (in_target = 0, i = 0; i < env.npids; i++)
+			in_target += tot.in_target_ns[i][vec];
+		printf("%-9s %10llu %12.1f %15.1f %15.1f\n", vec_names[vec], tot.vec[vec].count,
+		       tot.vec[vec].time_ns / 1e6, in_target / 1e6, tot.vec[vec].ksoftirqd_ns / 1e6);
+	}
+	printf("%-9s %10llu %12.1f\n\n", "HARDIRQ", tot.hard.count, tot.hard.time_ns / 1e6);
+	free(rows);
+}
+
+static void snapshot(const char *name, void *arg)
+{
+	int err = touch_every_cpu();
+
+	if (err)
+		fprintf(stderr, "failed to run on every CPU, a running slice may be missing: %s\n",
+			strerror(-err));
+	if (env.json)
+		print_json(name, arg);
+	else
+		print_table(arg);
+}
+
+int main(int argc, char **argv)
+{
+	static const struct argp argp = { .options = opts, .parser = parse_arg, .doc = argp_doc };
+	struct cputhread_bpf *skel;
+	int err;
+
+	err = argp_parse(&argp, argc, argv, 0, NULL, NULL);
+	if (err)
+		return err;
+	err = check_pids();
+	if (err)
+		return err;
+	if (!env.interval_s)
+		env.interval_s = 1;
+	probe_setup_libbpf(env.verbose);
+
+	skel = cputhread_bpf__open();
+	if (!skel) {
+		fprintf(stderr, "failed to open BPF object: %s\n", strerror(errno));
+		return EXIT_FAIL;
+	}
+	err = cputhread_bpf__load(skel);
+	if (err) {
+		fprintf(stderr, "failed to load BPF object: %s\n", strerror(-err));
+		goto cleanup;
+	}
+	err = probe_fill_targets(&env, skel->maps.target_tgids);
+	if (err) {
+		fprintf(stderr, "failed to set target pids: %s\n", strerror(-err));
+		goto cleanup;
+	}
+	skel->bss->attach_ns = probe_now_ns();
+	err = cputhread_bpf__attach(skel);
+	if (err) {
+		fprintf(stderr, "failed to attach BPF programs: %s\n", strerror(-err));
+		goto cleanup;
+	}
+	err = touch_every_cpu();
+	if (err) {
+		fprintf(stderr, "failed to run on every CPU: %s\n", strerror(-err));
+		goto cleanup;
+	}
+	err = probe_main_loop(&env, snapshot, skel);
+
+cleanup:
+	cputhread_bpf__destroy(skel);
+	return err != 0 ? EXIT_FAIL : 0;
+}
