@@ -46,7 +46,7 @@ class RunOptions:
     topology: str = "netns"
     mtu: int = 1500
     port: int = 4433
-    io_size: int = 65536              # bytes per send request
+    io_size: Optional[int] = None     # bytes per send request; None: the stack's default
     exec_profile: str = "lowlat"      # msquic execution profile
     tls_version: Optional[str] = None # tcp-tls, tcp-ktls: "1.2" or "1.3" (default)
     cipher: Optional[str] = None      # tcp-tls, tcp-ktls: OpenSSL name (default AES-128-GCM)
@@ -64,7 +64,9 @@ def log(msg: str) -> None:
 
 
 def preflight(opts: RunOptions) -> Path:
-    stacks.validate(opts.stack, opts.tls_version, opts.cipher, opts.sendfile, opts.guest)
+    stack = stacks.validate(opts.stack, opts.tls_version, opts.cipher, opts.sendfile, opts.guest)
+    if opts.io_size is None:
+        opts.io_size = stack.io_size
     if os.geteuid() != 0:
         raise errors.NotRoot("qprof run needs root (network namespaces, perf, eBPF); run it with sudo.")
     return paths.workload_binary()

@@ -18,6 +18,7 @@ class Stack:
     tls: str              # "quic" (inside QUIC), "user", "kernel" or "none"
     sendfile: bool        # the client can sendfile() its data
     rw_is_network: bool   # read()/write() on the socket carry the data
+    io_size: int          # default bytes per send: secnetperf's for QUIC, iperf3's for TCP
 
     @property
     def configurable_tls(self) -> bool:
@@ -25,10 +26,10 @@ class Stack:
 
 
 STACKS: Dict[str, Stack] = {
-    "quic": Stack("quic", "udp", "quic", sendfile=False, rw_is_network=False),
-    "tcp": Stack("tcp", "tcp", "none", sendfile=True, rw_is_network=True),
-    "tcp-tls": Stack("tcp-tls", "tcp", "user", sendfile=False, rw_is_network=True),
-    "tcp-ktls": Stack("tcp-ktls", "tcp", "kernel", sendfile=True, rw_is_network=True),
+    "quic": Stack("quic", "udp", "quic", sendfile=False, rw_is_network=False, io_size=64 << 10),
+    "tcp": Stack("tcp", "tcp", "none", sendfile=True, rw_is_network=True, io_size=128 << 10),
+    "tcp-tls": Stack("tcp-tls", "tcp", "user", sendfile=False, rw_is_network=True, io_size=128 << 10),
+    "tcp-ktls": Stack("tcp-ktls", "tcp", "kernel", sendfile=True, rw_is_network=True, io_size=128 << 10),
 }
 
 

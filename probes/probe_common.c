@@ -23,15 +23,16 @@ static void sig_handler(int sig)
 
 int probe_parse_pids(struct probe_env *env, const char *arg)
 {
-	char *copy = strdup(arg), *tok, *save = NULL;
+	char *copy = strdup(arg), *rest, *tok;
 
 	if (!copy)
 		return -1;
-	for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+	/* strsep, not strtok: "1,,2" is an error, not PIDs 1 and 2. */
+	for (rest = copy; (tok = strsep(&rest, ",")) != NULL;) {
 		char *end;
 		long pid = strtol(tok, &end, 10);
 
-		if (*end || pid <= 0 || env->npids >= PROBE_MAX_PIDS) {
+		if (!*tok || *end || pid <= 0 || env->npids >= PROBE_MAX_PIDS) {
 			free(copy);
 			return -1;
 		}
