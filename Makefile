@@ -12,7 +12,7 @@ CFLAGS_WL := -O3 -g -fno-omit-frame-pointer -Wall -Wextra -Werror -std=gnu11
 APT_PKGS := iproute2 procps openssl libssl-dev cmake ninja-build gcc make perl python3-venv linux-perf bpftrace ethtool iperf3 \
             clang llvm bpftool libbpf-dev libelf-dev zlib1g-dev pkg-config
 
-.PHONY: all deps apt venv build msquic workload probes guest run test bench clean
+.PHONY: all deps apt venv build msquic workload probes inferno guest run test bench clean
 all: build
 
 deps: apt venv
@@ -32,7 +32,7 @@ $(VENV)/.installed: setup.py
 	$(PY) -m pip install -q -e '.[test]'
 	touch $@
 
-build: msquic workload probes
+build: msquic workload probes inferno
 
 msquic: apt
 	workloads/msquic/build.sh $(BUILD)/msquic
@@ -71,6 +71,13 @@ $(BUILD)/bin/qprof-%: probes/%.c probes/probe_common.c $(PROBE_HDR) $(BUILD)/pro
 	    -o $@ $< probes/probe_common.c -lbpf -lelf -lz
 
 .PRECIOUS: $(BUILD)/probes/%.bpf.o $(BUILD)/probes/%.skel.h
+
+# Flame graphs: inferno from crates.io, pinned, built into build/tools.
+INFERNO_VERSION := 0.12.8
+inferno: $(BUILD)/tools/.inferno-$(INFERNO_VERSION)
+$(BUILD)/tools/.inferno-$(INFERNO_VERSION):
+	cargo install inferno --version =$(INFERNO_VERSION) --locked --root $(BUILD)/tools --quiet
+	touch $@
 
 # --guest: Debian's stock kernel (never installed: unpacked by qprof with
 # dpkg -x), QEMU in TCG, busybox-static for the initramfs.

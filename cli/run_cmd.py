@@ -39,12 +39,15 @@ _defaults = runner.RunOptions()
               help="Run the whole measurement in a QEMU guest with Debian's kernel (for kTLS); `make guest` first.")
 @click.option("--probes", "probe_list", default=",".join(runner.PROBES), show_default=True,
               help="eBPF probes to attach, comma-separated, or 'none'.")
+@click.option("--sample-hz", type=click.IntRange(0, 20000), default=_defaults.sample_hz, show_default=True,
+              help="perf cpu-clock stack samples per CPU-second over the window (0: no stacks).")
+@click.option("--keep-perf-data", is_flag=True, help="Keep perf.data in the run directory after folding.")
 @click.option("--runs-dir", type=click.Path(file_okay=False), default=_defaults.runs_dir, show_default=True,
               envvar="QPROF_RUNS_DIR", help="Where run directories are written.")
 @click.option("--json", "as_json", is_flag=True, help="Print the run record on stdout instead of the table.")
 @click.option("--inject-fault", "fault", type=click.Choice(runner.FAULTS), default=None, hidden=True)
 def run(stack, duration_s, nbytes, warmup_s, streams, topology, port, io_size, exec_profile,
-        tls_version, cipher, sendfile, guest, probe_list, runs_dir, as_json, fault):
+        tls_version, cipher, sendfile, guest, probe_list, sample_hz, keep_perf_data, runs_dir, as_json, fault):
     """Drive a real bulk transfer and measure its CPU per byte.
 
     The client sends as fast as the stack allows from one network
@@ -70,7 +73,8 @@ def run(stack, duration_s, nbytes, warmup_s, streams, topology, port, io_size, e
     opts = runner.RunOptions(stack=stack, duration_s=duration_s, bytes=nbytes, warmup_s=warmup_s,
                              streams=streams, topology=topology, port=port, io_size=io_size,
                              exec_profile=exec_profile, tls_version=tls_version, cipher=cipher,
-                             sendfile=sendfile, guest=guest, probes=probes, runs_dir=runs_dir, fault=fault)
+                             sendfile=sendfile, guest=guest, probes=probes, sample_hz=sample_hz,
+                             keep_perf_data=keep_perf_data, runs_dir=runs_dir, fault=fault)
     record = runner.run(opts)
     if as_json:
         click.echo(json.dumps(record, indent=2))

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from . import cpu, derive, environment, errors, guest, paths, stacks
+from .perf import PerfRecorder
 from .probes import PROBES as PROBE_ARGV, ProbeSet, target_for
 from .rundir import RunDir
 from .topology import Topology
@@ -53,6 +54,8 @@ class RunOptions:
     sendfile: bool = False            # tcp, tcp-ktls: the client sendfile()s its data
     guest: bool = False               # run inside a QEMU guest (Debian's kernel)
     probes: tuple = tuple(PROBES)     # eBPF probes attached around the run
+    sample_hz: int = 1000             # perf cpu-clock stack samples per CPU-second; 0: none
+    keep_perf_data: bool = False      # keep perf.data beside the folded stacks
     runs_dir: str = "runs"
     fault: Optional[str] = None       # tests only: inject a real failure
 
@@ -121,11 +124,18 @@ def _transfer(opts, binary, topo, run_path, cert, key, on_progress) -> dict:
         client_argv += ["--tls", "1.2" if (opts.tls_version or "1.3") == "1.3" else "1.3"]
 
     with WorkloadProcess("server", server_argv, topo.server, run_path / "server.log") as server, \
-            _client_with_probes(opts, client_argv, topo, run_path, server) as (client, probes):
-        connected, window, tls_before = _measure(opts, server, client, probes, on_progress)
+            _client_with_probes(opts, client_argv, topo, run_path, server) as (client, probes), \
+            _perf(opts, run_path) as perf:
+        connected, window, tls_before = _measure(opts, server, client, probes, perf, on_progress)
         client_done = client.finish(FINISH_TIMEOUT_S)
         server_done = server.finish(FINISH_TIMEOUT_S)
         probe_records = probes.records()
+        flame = None
+        if perf is not None:
+            perf.stop()
+            samples = perf.fold({"client": client.pid, "server": server.pid}, run_path / "stacks")
+            flame = {"event": "cpu-clock", "sample_period_ns": perf.period_ns, "sample_hz": perf.sample_hz,
+                     "samples": samples, "samples_per_cpu": perf.samples_per_cpu(), "stacks_dir": "stacks"}
     for p in (client, server):
         if p.done.get("exit_code") != 0:
             p.raise_exit()
@@ -133,11 +143,21 @@ def _transfer(opts, binary, topo, run_path, cert, key, on_progress) -> dict:
         raise errors.BadValue("no bytes arrived inside the window (the transfer ended during warm-up); raise --bytes or lower --warmup.")
     record = build_record(opts, topo, window, connected, client_done, server_done, tls_before)
     record["probes"] = probe_records
+    record["flame"] = flame
     record.update(derive_probe_figures(record, {"client": client.pid, "server": server.pid}))
     return record
 
 
-def _measure(opts, server, client, probes, on_progress):
+@contextmanager
+def _perf(opts, run_path):
+    if not opts.sample_hz:
+        yield None
+        return
+    with PerfRecorder(run_path, opts.sample_hz, opts.keep_perf_data) as perf:
+        yield perf
+
+
+def _measure(opts, server, client, probes, perf, on_progress):
     """Connect, warm up, and take the window's two edges."""
     tls_before = {"client": stacks.read_tls_stat(client.pid), "server": stacks.read_tls_stat(server.pid)}
     client.send("start")
@@ -145,11 +165,15 @@ def _measure(opts, server, client, probes, on_progress):
     procs = (server, client)
     on_progress(f"connected; warming up {opts.warmup_s:g} s")
     sleep_watching(connected["t_ns"] + int(opts.warmup_s * 1e9), procs)
+    if perf is not None:
+        perf.enable()
     start = take_edge("start", server, client, probes)
     if opts.bytes:
         on_progress("measuring until the last byte arrives")
         server.wait_event("done", timeout_s=3600)
         end = take_edge("end", server, client, probes)
+        if perf is not None:
+            perf.disable()
     else:
         on_progress(f"measuring {opts.duration_s:g} s")
         if opts.fault == "kill-server":
@@ -157,6 +181,8 @@ def _measure(opts, server, client, probes, on_progress):
             server.proc.kill()
         sleep_watching(start.t_ns + int(opts.duration_s * 1e9), procs)
         end = take_edge("end", server, client, probes)
+        if perf is not None:
+            perf.disable()
         sleep_watching(end.t_ns + int(TAIL_S * 1e9), procs)
         client.send("stop")
     return connected, Window(start, end), tls_before
@@ -313,7 +339,8 @@ def guest_argv(opts: RunOptions) -> list:
     """The same run, as `qprof run` arguments for the guest's qprof."""
     argv = ["--stack", opts.stack, "--warmup", f"{opts.warmup_s}s", "--streams", str(opts.streams),
             "--topology", opts.topology, "--port", str(opts.port), "--io-size", str(opts.io_size),
-            "--exec-profile", opts.exec_profile, "--probes", ",".join(opts.probes) or "none"]
+            "--exec-profile", opts.exec_profile, "--probes", ",".join(opts.probes) or "none",
+            "--sample-hz", str(opts.sample_hz)]
     argv += ["--bytes", str(opts.bytes)] if opts.bytes else ["--duration", f"{opts.duration_s}s"]
     if opts.tls_version:
         argv += ["--tls", opts.tls_version]
@@ -321,6 +348,8 @@ def guest_argv(opts: RunOptions) -> list:
         argv += ["--cipher", opts.cipher]
     if opts.sendfile:
         argv += ["--sendfile"]
+    if opts.keep_perf_data:
+        argv += ["--keep-perf-data"]
     if opts.fault:
         argv += ["--inject-fault", opts.fault]
     return argv

@@ -1,0 +1,166 @@
+"""Stack samples over exactly the measured window, folded per side.
+
+`perf record -a -g` on the software cpu-clock event (this VM has no
+hardware counters) with a fixed period in nanoseconds (`-c`), so every
+sample is the same slice of CPU time and samples × period is CPU time.
+perf starts disabled (`-D -1`) and is switched on and off through its
+control fifo (`--control fifo:ctl,ack`) at the window's edges, as pyperf
+does. After the run `perf script | inferno-collapse-perf --pid --all`
+folds the stacks, and they are split by process into client, server and
+system (everything else but idle) folded files: the interchange format
+the flamegraphs package reads.
+
+A PerfRecorder is a context manager and the one owner of the perf
+process, its fifos and perf.data (removed unless kept).
+"""
+import os
+import re
+import signal
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Dict, Optional
+
+from . import errors, paths
+
+EVENT = "cpu-clock"
+ACK_TIMEOUT_S = 10.0
+SIDES = ("client", "server", "system")
+IDLE_COMMS = ("swapper",)
+_ROOT = re.compile(r"^(?P<comm>.*)-(?P<pid>\d+)$")
+
+
+def inferno(tool: str) -> Path:
+    path = paths.build_dir() / "tools" / "bin" / f"inferno-{tool}"
+    if not path.exists():
+        raise errors.NotBuilt(f"inferno is not built ({path} is missing); run `make build`.")
+    return path
+
+
+class PerfRecorder:
+    def __init__(self, run_path: Path, sample_hz: int, keep_data: bool = False):
+        self.period_ns = int(round(1e9 / sample_hz))
+        self.sample_hz = sample_hz
+        self.run_path = run_path
+        self.keep_data = keep_data
+        self.data = run_path / "perf.data"
+        self.proc: Optional[subprocess.Popen] = None
+        self._tmp: Optional[tempfile.TemporaryDirectory] = None
+        self._ctl = self._ack = None
+
+    def __enter__(self) -> "PerfRecorder":
+        self._tmp = tempfile.TemporaryDirectory(prefix="qprof-perf-")
+        ctl, ack = Path(self._tmp.name) / "ctl", Path(self._tmp.name) / "ack"
+        os.mkfifo(ctl)
+        os.mkfifo(ack)
+        self._log = open(self.run_path / "perf.log", "wb")
+        try:
+            self.proc = subprocess.Popen(
+                ["perf", "record", "-q", "-a", "-g", "-e", EVENT, "-c", str(self.period_ns), "-D", "-1",
+                 "--control", f"fifo:{ctl},{ack}", "-o", str(self.data)],
+                stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log, process_group=0)
+            # perf opens ctl for reading and ack for writing once it is up.
+            self._ctl = open(ctl, "w")
+            self._ack = open(ack, "r")
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _command(self, cmd: str) -> None:
+        self._ctl.write(cmd + "\n")
+        self._ctl.flush()
+        # perf writes "ack\n" with its terminating NUL, which lands at the
+        # front of the next reply.
+        reply = self._ack.readline().replace("\0", "").strip()
+        if reply != "ack":
+            raise errors.Timeout(f"perf did not acknowledge '{cmd}' (said '{reply}'); see {self.run_path / 'perf.log'}.")
+
+    def enable(self) -> None:
+        self._command("enable")
+
+    def disable(self) -> None:
+        self._command("disable")
+
+    def stop(self) -> None:
+        """Let perf write perf.data and exit."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def close(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        for f in (self._ctl, self._ack):
+            try:
+                if f:
+                    f.close()
+            except OSError:
+                pass
+        if getattr(self, "_log", None):
+            self._log.close()
+        if self._tmp:
+            self._tmp.cleanup()
+            self._tmp = None
+        if not self.keep_data:
+            self.data.unlink(missing_ok=True)
+            Path(str(self.data) + ".old").unlink(missing_ok=True)
+
+    def fold(self, pids: Dict[str, int], out_dir: Path) -> Dict[str, int]:
+        """perf.data -> out_dir/{client,server,system}.folded; samples per side."""
+        out_dir.mkdir(exist_ok=True)
+        # No period field: inferno would sum periods; counts stay samples.
+        script = subprocess.Popen(["perf", "script", "-i", str(self.data), "-F", "comm,pid,tid,time,event,ip,sym,dso"],
+                                  stdout=subprocess.PIPE,
+                                  stderr=subprocess.DEVNULL)
+        collapse = subprocess.run([str(inferno("collapse-perf")), "--pid", "--all"], stdin=script.stdout,
+                                  capture_output=True, text=True)
+        script.stdout.close()
+        script.wait()
+        if collapse.returncode != 0:
+            raise errors.NotBuilt(f"inferno-collapse-perf failed ({collapse.stderr.strip()[-200:]}); "
+                                  "check `perf script` on the run's perf.data (--keep-perf-data).")
+        return split_folded(collapse.stdout, pids, out_dir)
+
+    def samples_per_cpu(self) -> Dict[str, int]:
+        """Samples each CPU recorded, idle included: a CPU well short of
+        window × rate lost samples (its timer did not fire), which is what a
+        gap between a graph and the collectors' CPU time points to."""
+        r = subprocess.run(["perf", "script", "-i", str(self.data), "-F", "cpu"], capture_output=True, text=True)
+        counts: Dict[str, int] = {}
+        for line in r.stdout.split():
+            cpu = line.strip("[]")
+            if cpu.isdigit():
+                counts[str(int(cpu))] = counts.get(str(int(cpu)), 0) + 1
+        return dict(sorted(counts.items(), key=lambda kv: int(kv[0])))
+
+
+def split_folded(folded: str, pids: Dict[str, int], out_dir: Path) -> Dict[str, int]:
+    """Split folded stacks rooted at "comm-PID" into one file per side; the
+    root loses its pid so runs compare frame by frame. Idle is dropped."""
+    side_of = {pid: side for side, pid in pids.items()}
+    lines = {side: [] for side in SIDES}
+    samples = {side: 0 for side in SIDES}
+    for line in folded.splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        root, _, rest = stack.partition(";")
+        m = _ROOT.match(root)
+        comm, pid = (m.group("comm"), int(m.group("pid"))) if m else (root, -1)
+        if pid == 0 or comm in IDLE_COMMS:
+            continue
+        side = side_of.get(pid, "system")
+        lines[side].append(f"{comm};{rest} {count}" if rest else f"{comm} {count}")
+        samples[side] += int(count)
+    for side in SIDES:
+        (out_dir / f"{side}.folded").write_text("".join(l + "\n" for l in lines[side]))
+    return samples
