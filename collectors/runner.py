@@ -143,9 +143,28 @@ def _transfer(opts, binary, topo, run_path, cert, key, on_progress) -> dict:
         raise errors.BadValue("no bytes arrived inside the window (the transfer ended during warm-up); raise --bytes or lower --warmup.")
     record = build_record(opts, topo, window, connected, client_done, server_done, tls_before)
     record["probes"] = probe_records
+    if flame is not None:
+        flame.update(sample_coverage(flame["samples_per_cpu"], record["cpu_window_s"], flame["sample_hz"],
+                                     record["environment"]["cpu_count"]))
     record["flame"] = flame
     record.update(derive_probe_figures(record, {"client": client.pid, "server": server.pid}))
     return record
+
+
+# A CPU that recorded less than this share of window x rate lost samples.
+SAMPLE_COVERAGE_MIN = 0.95
+
+
+def sample_coverage(per_cpu: dict, window_s: float, hz: int, ncpu: int) -> dict:
+    """Each CPU's samples against window x rate (idle samples included)."""
+    expected = window_s * hz
+    coverage = {str(c): per_cpu.get(str(c), 0) / expected for c in range(ncpu)}
+    short = [c for c, v in coverage.items() if v < SAMPLE_COVERAGE_MIN]
+    return {"coverage_per_cpu": coverage, "complete": not short,
+            "incomplete_reason": (f"CPU {', '.join(short)} recorded "
+                                  + ", ".join(f"{coverage[c] * 100:.0f}%" for c in short)
+                                  + " of its expected samples: its cpu-clock timer did not fire "
+                                  "every period, so graphs on it undercount") if short else None}
 
 
 @contextmanager
