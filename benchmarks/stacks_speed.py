@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """Benchmark: what each stack reaches here, beside iperf3 on the same topology.
 
-Host: tcp, tcp-tls and quic through `qprof run`, and iperf3 (plain TCP,
-one stream) between the same kind of namespaces, interleaved --repeat
-times; prints median and spread, and qprof tcp / iperf3. Guest (--guest):
+Host: tcp, tcp-tls and quic through `qprof run` (probes and stack
+sampling on, as by default), tcp once more bare (--probes none
+--sample-hz 0: the workload alone), and iperf3 (plain TCP, one stream)
+between the same kind of namespaces, interleaved --repeat times; prints
+median and spread, and qprof tcp / iperf3 both ways. Guest (--guest):
 all four stacks in the QEMU guest, one after another.
 
 USAGE: benchmarks/stacks_speed.py [--repeat N] [--duration S] [--guest]
@@ -73,20 +75,24 @@ def main():
                       f"{cpu['server']['ns_per_byte']['total']:11.2f} {cpu['system']['ns_per_byte']['total']:11.2f}"
                       f"  {r.get('transport', {}).get('ktls_label', '-')}")
             return
-        res = {s: [] for s in HOST_STACKS + ("iperf3",)}
+        res = {s: [] for s in HOST_STACKS + ("tcp bare", "iperf3")}
         for _ in range(args.repeat):
             for stack in HOST_STACKS:
                 res[stack].append(qprof(stack, args.duration, runs_dir))
+            res["tcp bare"].append(qprof("tcp", args.duration, runs_dir,
+                                         extra=("--probes", "none", "--sample-hz", "0")))
             res["iperf3"].append(iperf3(args.duration))
         print(f"{'HOST STACK':10} {'Gbit/s median (min-max)':>24} {'client ns/B':>11} {'server ns/B':>11} {'system ns/B':>11}")
-        for stack in HOST_STACKS:
+        for stack in HOST_STACKS + ("tcp bare",):
             recs = res[stack]
             med = lambda side: statistics.median(r["cpu"][side]["ns_per_byte"]["total"] for r in recs)
             print(f"{stack:10} {summary([r['throughput_gbps'] for r in recs]):>24} {med('client'):11.3f} "
                   f"{med('server'):11.3f} {med('system'):11.3f}")
         print(f"{'iperf3':10} {summary(res['iperf3']):>24}")
-        tcp = statistics.median(r["throughput_gbps"] for r in res["tcp"])
-        print(f"qprof tcp / iperf3 = {tcp / statistics.median(res['iperf3']):.3f}")
+        ip = statistics.median(res["iperf3"])
+        for name in ("tcp", "tcp bare"):
+            tcp = statistics.median(r["throughput_gbps"] for r in res[name])
+            print(f"qprof {name} / iperf3 = {tcp / ip:.3f}")
 
 
 if __name__ == "__main__":
