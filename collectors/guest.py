@@ -122,10 +122,10 @@ mount -t proc proc /host/proc
 mount -t sysfs sysfs /host/sys
 mount -t devtmpfs devtmpfs /host/dev
 mount -t tmpfs tmpfs /host/run
-mount -t tmpfs tmpfs /host/tmp
+mkdir -p /host/run/tmp
 mount -t bpf bpf /host/sys/fs/bpf 2>/dev/null
-# After the tmpfs mounts, which would hide a run directory under /tmp.
-mkdir -p "/host$out"
+# The host's /tmp stays visible (a checkout or run directory may live
+# there); scratch space is TMPDIR=/run/tmp, on the guest's own tmpfs.
 mount -t 9p -o "$o9p" out "/host$out" || die "mount run directory $out"
 ip link set lo up
 stage run
@@ -278,6 +278,7 @@ def guest_command(run_argv: List[str], out_dir: Path) -> str:
         "QPROF_BUILD_DIR": str(paths.build_dir()),
         "QPROF_RUNS_DIR": str(out_dir / "runs"),
         "PYTHONDONTWRITEBYTECODE": "1",
+        "TMPDIR": "/run/tmp",
     }
     exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
     cmd = " ".join(shlex.quote(a) for a in [str(py), "-m", "qprof", "run", "--json", *run_argv])
