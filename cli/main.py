@@ -26,10 +26,11 @@ def cli():
 
 
 def _register():
-    from qprof import doctor_cmd, run_cmd
+    from qprof import doctor_cmd, flame_cmd, run_cmd
 
     cli.add_command(run_cmd.run)
     cli.add_command(doctor_cmd.doctor)
+    cli.add_command(flame_cmd.flame)
 
 
 def _sigterm(signum, frame):

@@ -63,6 +63,7 @@ def print_run(rec: dict, console: Optional[Console] = None) -> None:
                       f"{ABSENT} = not measured (per-process softirq: see README)")
     console.print(_own_counters(rec))
     _print_probes(rec, console)
+    _print_flame(rec, console)
     console.print(f"run {rec['id']}")
 
 
@@ -154,3 +155,27 @@ def _print_threads(rec: dict, console: Console) -> None:
                      if (v["ns_per_byte"] or 0) >= 0.0005)
     if vecs:
         console.print(f"softirq by vector, system-wide, ns/B: {vecs}")
+
+
+def _print_flame(rec: dict, console: Console) -> None:
+    flame = rec.get("flame")
+    if not flame or "sides" not in flame:
+        return
+    sides = flame["sides"]
+    t = Table(title=f"CPU per byte by category (perf {flame['event']} stacks, {flame['sample_hz']} Hz), ns/B",
+              title_justify="left")
+    t.add_column("CATEGORY")
+    for side in sides:
+        t.add_column(side.upper(), justify="right")
+    cats = next(iter(sides.values()))["categories_ns_per_byte"]
+    for cat in cats:
+        t.add_row(cat, *(f"{sides[s]['categories_ns_per_byte'][cat]:.3f}" for s in sides))
+    t.add_row("[bold]graph total[/]", *(f"[bold]{sides[s]['ns_per_byte']:.3f}[/]" for s in sides))
+    t.add_row("measured", *(_num(sides[s]["measured_ns_per_byte"]) for s in sides))
+    t.add_row("gap", *(_num(sides[s]["gap_percent"], "{:+.1f}%") for s in sides))
+    t.add_row("stack quality", *(_num(sides[s]["stack_quality"] and sides[s]["stack_quality"] * 100, "{:.0f}%")
+                                 for s in sides))
+    console.print(t)
+    if flame.get("complete") is False:
+        console.print(f"[yellow]the capture undercounts: {flame['incomplete_reason']}[/]")
+    console.print("flame graphs: qprof flame " + rec["id"])

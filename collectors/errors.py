@@ -103,6 +103,24 @@ class KtlsUnproven(QprofError):
     exit_code = 21
 
 
+class NoStacks(QprofError):
+    """A run without stack samples (made with --sample-hz 0, or incomplete)."""
+
+    exit_code = 22
+
+
+class BadStacks(QprofError):
+    """A folded-stacks file that is unreadable, truncated or disagrees with run.json."""
+
+    exit_code = 23
+
+
+class IncompatibleRuns(QprofError):
+    """Two runs whose stacks cannot be drawn in one figure (sample type, emulated vs host)."""
+
+    exit_code = 24
+
+
 class Interrupted(QprofError):
     """Ctrl-C or SIGTERM: 128 + SIGINT, as shells report it."""
 

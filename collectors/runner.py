@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from . import cpu, derive, environment, errors, guest, paths, stacks
+from qprof.flamegraphs import summary as flame_summary
+
 from .perf import PerfRecorder
 from .probes import PROBES as PROBE_ARGV, ProbeSet, target_for
 from .rundir import RunDir
@@ -143,10 +145,11 @@ def _transfer(opts, binary, topo, run_path, cert, key, on_progress) -> dict:
         raise errors.BadValue("no bytes arrived inside the window (the transfer ended during warm-up); raise --bytes or lower --warmup.")
     record = build_record(opts, topo, window, connected, client_done, server_done, tls_before)
     record["probes"] = probe_records
+    record["flame"] = flame
     if flame is not None:
         flame.update(sample_coverage(flame["samples_per_cpu"], record["cpu_window_s"], flame["sample_hz"],
                                      record["environment"]["cpu_count"]))
-    record["flame"] = flame
+        flame["sides"] = flame_summary.run_figures(record, run_path / flame["stacks_dir"])
     record.update(derive_probe_figures(record, {"client": client.pid, "server": server.pid}))
     return record
 

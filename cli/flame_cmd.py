@@ -1,0 +1,183 @@
+"""`qprof flame`: a run's stack samples as flame graphs in CPU time per byte."""
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import List, Optional, Tuple
+
+import click
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from qprof.collectors.errors import BadValue, IncompatibleRuns
+from qprof.flamegraphs import categories, draw, folded, normalize, sides
+
+ABSENT = "—"
+
+
+@dataclass
+class FlameOptions:
+    run_id: str = "latest"
+    sides: Tuple[str, ...] = sides.SIDES
+    open_svg: bool = False
+    print_folded: bool = False
+    diff: Optional[Tuple[str, str]] = None
+    runs_dir: Path = Path("runs")
+
+
+@click.command()
+@click.argument("run_id", required=False)
+@click.option("--side", type=click.Choice(sides.SIDES + ("all",)), default="all", show_default=True,
+              help="Which side's samples: the client or server process, the rest of the system, or all three.")
+@click.option("--open", "open_svg", is_flag=True, help="Open the graphs with xdg-open (else say where they are).")
+@click.option("--folded", "print_folded", is_flag=True,
+              help="Print the folded stacks (sample counts) on stdout instead of drawing; with --side all "
+                   "each stack gets its side as an extra root frame.")
+@click.option("--diff", nargs=2, metavar="RUN_A RUN_B", default=None,
+              help="Draw B against A per byte: RUNS_DIR/<B>/flame-diff-<A>-<side>.svg, red where B costs more.")
+@click.option("--runs-dir", type=click.Path(file_okay=False), default="runs", show_default=True,
+              envvar="QPROF_RUNS_DIR", help="Where run directories are.")
+def flame(run_id, side, open_svg, print_folded, diff, runs_dir):
+    """Flame graphs of a run, in CPU time per byte.
+
+    `qprof run` samples stacks (perf, cpu-clock) over exactly its window;
+    each sample is one period of CPU time, so a side's graph totals
+    samples x period / bytes, in ns per byte like the collectors' figures.
+    Per side, qprof writes RUNS_DIR/<id>/flame-<side>.svg (frames in ps/B)
+    and prints the graph's ns/B, the collectors' measured ns/B, the gap
+    between them, the stack quality (share of samples whose stack reaches
+    a thread or kernel entry) and ns/B per category of work (rules in
+    flamegraphs/categories.rules). The system side is every other process
+    but idle; its measured figure is system minus client minus server.
+
+    \b
+    EXAMPLES:
+      qprof flame                              # latest run, all sides -> runs/<id>/flame-*.svg
+      qprof flame 20261122-053241-ca63f1 --side client --open
+      qprof flame --side server --folded | grep Quic
+      qprof flame --diff RUN_A RUN_B           # runs/<B>/flame-diff-<A>-<side>.svg: red = B costs more per byte
+    """
+    if diff and run_id:
+        raise BadValue("give either RUN_ID or --diff RUN_A RUN_B, not both; --diff names both runs itself.")
+    if diff and print_folded:
+        raise BadValue("--folded prints one run's stacks and --diff draws two runs; use one of them.")
+    opts = FlameOptions(run_id=run_id or "latest", sides=sides.SIDES if side == "all" else (side,),
+                        open_svg=open_svg, print_folded=print_folded, diff=tuple(diff) if diff else None,
+                        runs_dir=Path(runs_dir))
+    if opts.print_folded:
+        print_stacks(opts)
+        return
+    svgs = draw_diff(opts) if opts.diff else draw_run(opts)
+    if opts.open_svg:
+        open_files(svgs)
+
+
+def print_stacks(opts: FlameOptions) -> None:
+    run = sides.load_run(opts.runs_dir, opts.run_id)
+    loaded = {side: sides.load_side(run, side).stacks for side in opts.sides}  # all checked before any output
+    for side, stacks in loaded.items():
+        if len(opts.sides) > 1:
+            stacks = {f"{side};{s}": n for s, n in stacks.items()}
+        folded.write(stacks, sys.stdout)
+
+
+def draw_run(opts: FlameOptions) -> List[Path]:
+    run = sides.load_run(opts.runs_dir, opts.run_id)
+    classifier = categories.Classifier()
+    console = Console(highlight=False)
+    incomplete = sides.incomplete_reason(run)
+    loaded = {side: sides.load_side(run, side).stacks for side in opts.sides}  # all checked before drawing
+    figs, svgs = {}, []
+    for side, stacks in loaded.items():
+        fig = figs[side] = normalize.figures(stacks, run.period_ns, run.bytes, classifier)
+        measured = sides.measured_ns_per_byte(run.record, side)
+        gap = normalize.gap_percent(fig.ns_per_byte, measured)
+        svg = run.path / f"flame-{side}.svg"
+        scaled = normalize.per_byte(stacks, run.period_ns, run.bytes)
+        if scaled:
+            draw.render(scaled, svg, draw.side_title(run.record, side, fig),
+                        draw.side_subtitle(run.id, fig, measured, gap, incomplete))
+            svgs.append(svg)
+        click.echo(side_line(side, fig, measured, gap, svg if scaled else None))
+    console.print(category_table(figs))
+    if incomplete:
+        console.print(Text(f"the capture undercounts: {incomplete}.", style="yellow"))
+    return svgs
+
+
+def side_line(side: str, fig: normalize.SideFigures, measured: Optional[float], gap: Optional[float],
+              svg: Optional[Path]) -> str:
+    """One greppable line per side."""
+    q = ABSENT if fig.stack_quality is None else f"{fig.stack_quality * 100:.1f}%"
+    return (f"{side}: graph {fig.ns_per_byte:.3f} ns/B, measured {_num(measured)} ns/B, "
+            f"gap {_num(gap, '{:+.1f}%')}, stack quality {q}, {fig.samples:,} samples -> "
+            + (str(svg) if svg else "nothing to draw"))
+
+
+def _num(v: Optional[float], fmt: str = "{:.3f}") -> str:
+    return ABSENT if v is None else fmt.format(v)
+
+
+def category_table(figs: dict) -> Table:
+    t = Table(title="ns/B (share) by category", title_justify="left")
+    t.add_column("CATEGORY", no_wrap=True)
+    for side in figs:
+        t.add_column(side.upper(), justify="right", no_wrap=True)
+    for cat in categories.CATEGORIES:
+        row = [cat]
+        for fig in figs.values():
+            share = fig.categories_samples[cat] / fig.samples * 100 if fig.samples else None
+            row.append(f"{fig.categories_ns_per_byte[cat]:.3f} ({_num(share, '{:5.1f}%')})")
+        t.add_row(*row)
+    t.add_row("[bold]total[/]", *(f"[bold]{fig.ns_per_byte:.3f}[/] (100.0%)" if fig.samples else f"{0:.3f} ({ABSENT})"
+                                  for fig in figs.values()))
+    return t
+
+
+def draw_diff(opts: FlameOptions) -> List[Path]:
+    run_a = sides.load_run(opts.runs_dir, opts.diff[0])
+    run_b = sides.load_run(opts.runs_dir, opts.diff[1])
+    if run_a.path == run_b.path:
+        raise BadValue(f"--diff needs two different runs; both name run {run_a.id}.")
+    emulated = [bool((r.record.get("environment") or {}).get("emulated")) for r in (run_a, run_b)]
+    if emulated[0] != emulated[1]:
+        guest = run_a.id if emulated[0] else run_b.id
+        raise IncompatibleRuns(f"run {guest} was measured in an emulated guest and the other on the host, "
+                               "so their CPU per byte cannot share one graph; diff two guest runs or two host runs.")
+    kernels = [(r.record.get("environment") or {}).get("kernel_release") for r in (run_a, run_b)]
+    if kernels[0] != kernels[1]:
+        folded.warn_stderr(f"runs {run_a.id} and {run_b.id} ran on different kernels ({kernels[0]}, "
+                           f"{kernels[1]}); frames that differ may be the kernel's, not the stack's.")
+    classifier = categories.Classifier()
+    svgs = []
+    loaded = {side: (sides.load_side(run_a, side).stacks, sides.load_side(run_b, side).stacks) for side in opts.sides}
+    for side, (sa, sb) in loaded.items():
+        fa = normalize.figures(sa, run_a.period_ns, run_a.bytes, classifier)
+        fb = normalize.figures(sb, run_b.period_ns, run_b.bytes, classifier)
+        svg = run_b.path / f"flame-diff-{run_a.id}-{side}.svg"
+        if not fb.samples:
+            click.echo(f"{side}: run {run_b.id} has no samples on this side, nothing drawn")
+            continue
+        draw.render_diff(normalize.per_byte(sa, run_a.period_ns, run_a.bytes),
+                         normalize.per_byte(sb, run_b.period_ns, run_b.bytes), svg,
+                         draw.diff_title(side, run_a.record, fa, run_b.record, fb),
+                         draw.diff_subtitle(run_a.id, run_a.record, run_b.id, run_b.record))
+        svgs.append(svg)
+        change = normalize.gap_percent(fb.ns_per_byte, fa.ns_per_byte)
+        click.echo(f"{side}: A {fa.ns_per_byte:.3f} ns/B -> B {fb.ns_per_byte:.3f} ns/B "
+                   f"({_num(change, '{:+.1f}%')}) -> {svg}")
+    return svgs
+
+
+def open_files(svgs: List[Path]) -> None:
+    opener = shutil.which("xdg-open")
+    for svg in svgs:
+        if opener is None:
+            click.echo(f"xdg-open is not installed; open {svg} in a web browser.")
+            continue
+        # Detached: a browser started by xdg-open outlives qprof and is the user's.
+        subprocess.Popen([opener, str(svg)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, start_new_session=True)
+        click.echo(f"opened {svg}")

@@ -1,0 +1,112 @@
+"""A run's stack samples per side, as `qprof run` left them in its
+directory (run.json `flame`, stacks/{client,server,system}.folded), checked
+against the record before any figure is drawn from them, and the CPU the
+collectors measured for the same side, to hold the graph against."""
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+from qprof.collectors import rundir
+from qprof.collectors.errors import BadStacks, NoStacks, RunNotFound
+
+from . import folded
+
+SIDES = ("client", "server", "system")
+EVENT = "cpu-clock"
+
+
+@dataclass
+class Run:
+    id: str
+    path: Path
+    record: dict
+
+    @property
+    def flame(self) -> dict:
+        return self.record["flame"]
+
+    @property
+    def period_ns(self) -> int:
+        return int(self.flame["sample_period_ns"])
+
+    @property
+    def bytes(self) -> int:
+        return int(self.record["bytes"])
+
+    def stacks_file(self, side: str) -> Path:
+        return self.path / self.flame.get("stacks_dir", "stacks") / f"{side}.folded"
+
+
+def load_run(runs_dir: Path, run_id: str = "latest") -> Run:
+    """The run, refused with one sentence if it has nothing to draw."""
+    try:
+        record = rundir.load(Path(runs_dir), run_id)
+    except ValueError as e:  # json.JSONDecodeError
+        raise RunNotFound(f"run {run_id} has a run.json that is not valid JSON ({e}); it cannot be read, "
+                          "so make a new run with `qprof run`.")
+    path = (Path(runs_dir) / run_id).resolve()
+    rid = record.get("id") or path.name
+    status = record.get("status")
+    if status != "complete":
+        why = f": {record['error']}" if record.get("error") else ""
+        raise NoStacks(f"run {rid} is {status}{why.rstrip('.')}; only a complete run has stacks to draw, "
+                       "so make a new one with `qprof run`.")
+    flame = record.get("flame")
+    if not flame:
+        raise NoStacks(f"run {rid} has no stack samples (made with --sample-hz 0, or before qprof sampled "
+                       "stacks); make a new run with `qprof run`, which samples at 1000 Hz by default.")
+    if flame.get("event") != EVENT or not flame.get("sample_period_ns"):
+        raise BadStacks(f"run {rid} sampled '{flame.get('event')}' without a fixed period, which cannot be "
+                        f"expressed as CPU time per byte; qprof draws {EVENT} samples only.")
+    if not record.get("bytes") or record["bytes"] <= 0:
+        raise BadStacks(f"run {rid} moved no bytes in its window, so there is no per-byte figure to draw; "
+                        "make a new run with `qprof run`.")
+    run = Run(rid, path, record)
+    if not run.stacks_file("client").parent.is_dir():
+        raise NoStacks(f"run {rid} recorded stack samples but {run.stacks_file('client').parent} is missing; "
+                       "make a new run with `qprof run`.")
+    return run
+
+
+def load_side(run: Run, side: str, warn: Callable[[str], None] = folded.warn_stderr) -> folded.Folded:
+    """The side's stacks; a file that disagrees with the record's sample
+    count is truncated or altered and refused, unless the reader already
+    warned that it skipped malformed lines (those samples are missing)."""
+    path = run.stacks_file(side)
+    recorded = run.flame.get("samples", {}).get(side)
+    if not path.exists():
+        raise BadStacks(f"{path} is missing although run {run.id} recorded {recorded} samples for the {side}; "
+                        "the run directory is damaged, so make a new run with `qprof run`.")
+    warnings = []   # held back: a file refused below gets its error alone, not a warning too
+    data = folded.read(path, warnings.append)
+    if recorded is not None and data.samples != recorded:
+        if data.partial_last_line:
+            raise BadStacks(f"{path} is truncated: it ends mid-line and holds {data.samples:,} of the "
+                            f"{recorded:,} samples run.json recorded; make a new run with `qprof run`.")
+        if not data.skipped_lines:
+            raise BadStacks(f"{path} holds {data.samples:,} samples but run.json recorded {recorded:,}, "
+                            "so it was truncated or altered; make a new run with `qprof run`.")
+    for message in warnings:
+        warn(message)
+    return data
+
+
+def measured_ns_per_byte(record: dict, side: str) -> Optional[float]:
+    """The collectors' CPU per byte for the side. The flame's system side is
+    everything but the two workload processes (idle excluded), so its
+    measured figure is system minus client minus server."""
+    cpu = record.get("cpu") or {}
+    try:
+        if side != "system":
+            return float(cpu[side]["ns_per_byte"]["total"])
+        rest_s = cpu["system"]["total_s"] - cpu["client"]["total_s"] - cpu["server"]["total_s"]
+        return rest_s * 1e9 / record["bytes"]
+    except (KeyError, TypeError, ZeroDivisionError):
+        return None
+
+
+def incomplete_reason(run: Run) -> Optional[str]:
+    """Why the capture undercounts (a CPU that missed samples), if it does."""
+    if run.flame.get("complete") is False:
+        return run.flame.get("incomplete_reason") or "some CPU recorded fewer samples than expected"
+    return None

@@ -1,0 +1,25 @@
+"""What `qprof run` stores of its own stack samples: per side, the graph's
+CPU per byte against the collectors' measured figure (the gap means
+missing samples), stack quality, and ns/B by category."""
+from pathlib import Path
+from typing import Dict
+
+from . import folded, normalize, sides
+
+
+def run_figures(record: dict, stacks_dir: Path) -> Dict[str, dict]:
+    period_ns = record["flame"]["sample_period_ns"]
+    out = {}
+    for side in sides.SIDES:
+        data = folded.read(stacks_dir / f"{side}.folded")
+        fig = normalize.figures(data.stacks, period_ns, record["bytes"])
+        measured = sides.measured_ns_per_byte(record, side)
+        out[side] = {
+            "samples": fig.samples,
+            "ns_per_byte": fig.ns_per_byte,
+            "measured_ns_per_byte": measured,
+            "gap_percent": normalize.gap_percent(fig.ns_per_byte, measured),
+            "stack_quality": fig.stack_quality,
+            "categories_ns_per_byte": fig.categories_ns_per_byte,
+        }
+    return out

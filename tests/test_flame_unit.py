@@ -1,0 +1,227 @@
+"""flamegraphs/ on hand-made input: the folded reader, classification
+order, categories summing to the total, stack quality, per-byte units."""
+import io
+import sys
+from pathlib import Path
+
+import pytest
+
+from qprof.collectors.errors import BadStacks, BadValue
+from qprof.flamegraphs import categories, folded, normalize, sides
+
+DATA = Path(__file__).resolve().parent / "data" / "flame"
+
+
+def rules(text):
+    return categories.Classifier(categories.parse_rules(text, "test.rules"))
+
+
+# --- the reader -------------------------------------------------------------
+
+def test_reader_sums_duplicates_and_keeps_spaces_in_frames():
+    text = "a;b;c 3\na;b;c 4\nmemfd:x;[unknown] ;[unknown] ;leaf_[k] 2\n\n"
+    data = folded.parse(text, warn=pytest.fail)
+    assert data.stacks == {"a;b;c": 7, "memfd:x;[unknown] ;[unknown] ;leaf_[k]": 2}
+    assert data.samples == 9 and data.skipped_lines == 0 and not data.partial_last_line
+
+
+def test_reader_warns_once_about_malformed_lines_and_skips_them(capsys):
+    text = "a;b 5\nnot a count\na;c 2.5\n;x\nq;r -3\na;d 1\n"
+    data = folded.parse(text, "t.folded")
+    assert data.stacks == {"a;b": 5, "a;d": 1}
+    assert data.skipped_lines == 4
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1, err
+    assert "t.folded" in err[0] and "4 malformed" in err[0] and "line 2" in err[0]
+
+
+def test_reader_flags_a_partial_last_line():
+    assert folded.parse("a;b 5\na;c 1", warn=pytest.fail).partial_last_line
+    assert not folded.parse("", warn=pytest.fail).partial_last_line
+
+
+def test_reader_takes_stdin(monkeypatch):
+    monkeypatch.setattr(sys, "stdin", io.StringIO("x;y 2\n"))
+    assert folded.read(None, warn=pytest.fail).stacks == {"x;y": 2}
+    monkeypatch.setattr(sys, "stdin", io.StringIO("x;z 1\n"))
+    assert folded.read("-", warn=pytest.fail).stacks == {"x;z": 1}
+
+
+def test_reader_refuses_what_holds_no_stacks(tmp_path):
+    binary = tmp_path / "perf.data"
+    binary.write_bytes(b"PERFILE2\x00\xff\xfe" + bytes(range(256)))
+    with pytest.raises(BadStacks, match="not text"):
+        folded.read(binary)
+    garbage = tmp_path / "g.folded"
+    garbage.write_text("hello\nworld\n")
+    with pytest.raises(BadStacks, match="no folded stacks"):
+        folded.read(garbage)
+    with pytest.raises(BadStacks, match="cannot read"):
+        folded.read(tmp_path / "absent.folded")
+
+
+def test_writer_round_trips(tmp_path):
+    stacks = {"p;b;c": 3, "p;a": 1}
+    folded.write(stacks, tmp_path / "x.folded")
+    assert (tmp_path / "x.folded").read_text() == "p;a 1\np;b;c 3\n"
+    assert folded.read(tmp_path / "x.folded", warn=pytest.fail).stacks == stacks
+
+
+# --- classification ---------------------------------------------------------
+
+TWO_RULES = "crypto\t^aesni_\\w+$\nprotocol\t^Quic\\w+$\n"
+
+
+def test_the_frame_nearest_the_leaf_decides():
+    c = rules(TWO_RULES)
+    assert c.stack_category("p;start_thread;QuicSend;aesni_enc") == "crypto"
+    assert c.stack_category("p;start_thread;aesni_enc;QuicSend") == "protocol"
+    # Unmatched frames near the leaf hand the sample to their caller.
+    assert c.stack_category("p;QuicSend;malloc;_int_malloc") == "protocol"
+
+
+def test_rule_order_decides_only_within_one_frame():
+    both = "protocol\t^Quic\ncrypto\tEncrypt$\n"
+    assert rules(both).stack_category("p;QuicEncrypt") == "protocol"
+    assert rules("crypto\tEncrypt$\nprotocol\t^Quic\n").stack_category("p;QuicEncrypt") == "crypto"
+
+
+def test_the_root_is_never_matched_and_nothing_matched_is_other():
+    c = rules(TWO_RULES)
+    assert c.stack_category("QuicRoot;main;work") == "other"
+    assert c.stack_category("QuicRoot") == "other"
+
+
+def test_categories_are_in_fixed_order_and_sum_to_the_total():
+    c = rules(TWO_RULES)
+    stacks = {"p;QuicA": 5, "p;aesni_x": 2, "p;zzz": 7, "p;QuicA;aesni_y": 1}
+    got = categories.categorize(stacks, c)
+    assert list(got) == list(categories.CATEGORIES)
+    assert got["protocol"] == 5 and got["crypto"] == 3 and got["other"] == 7
+    assert sum(got.values()) == sum(stacks.values())
+
+
+@pytest.mark.parametrize("text,match", [
+    ("crypto ^aes\n", "no tab"),
+    ("cryptography\t^aes\n", "unknown category"),
+    ("crypto\t^aes(\n", "bad regular expression"),
+])
+def test_bad_rules_are_refused_with_the_line(text, match):
+    with pytest.raises(BadValue, match=match) as e:
+        categories.parse_rules(text, "t.rules")
+    assert "t.rules:1" in e.value.sentence
+
+
+def test_comments_and_blank_lines_are_ignored():
+    assert len(categories.parse_rules("# a comment\n\n   # indented\ncrypto\t#literal\n")) == 1
+
+
+# The shipped rules on frames as real captures name them.
+SHIPPED = [
+    ("qprof-wl;[unknown];read;entry_SYSCALL_64_after_hwframe_[k];do_syscall_64_[k];ksys_read_[k];vfs_read_[k];"
+     "sock_read_iter_[k];sock_recvmsg_[k];tcp_recvmsg_[k];tcp_recvmsg_locked_[k];skb_copy_datagram_iter_[k];"
+     "__skb_datagram_iter_[k];_copy_to_iter_[k]", "copies"),
+    ("qprof-wl;run_client;SSL_write;ssl3_write_bytes;tls_write_records;EVP_EncryptUpdate;aesni_gcm_encrypt", "crypto"),
+    ("qprof-wl;[libcrypto.so.3]", "crypto"),
+    ("qprof-wl;start_thread;CxPlatWorkerThread;QuicWorkerLoop;QuicSendFlush;QuicPacketBuilderFinalize;CxPlatEncrypt",
+     "crypto"),
+    ("qprof-wl;start_thread;CxPlatWorkerThread;QuicWorkerLoop;QuicSendFlush;QuicLossDetectionOnPacketSent;"
+     "CxPlatHashtableEnumerateNext", "protocol"),
+    ("qprof-wl;start_thread;CxPlatWorkerThread;QuicWorkerLoop;QuicConnDrainOperations;QuicStreamRecvFlush;"
+     "wl_pattern_check.avx2", "other"),
+    ("qprof-wl;QuicSendFlush;__libc_sendmsg;entry_SYSCALL_64_after_hwframe_[k];do_syscall_64_[k];__sys_sendmsg_[k];"
+     "___sys_sendmsg_[k];____sys_sendmsg_[k]", "send syscalls"),
+    ("qprof-wl;QuicSendFlush;__libc_sendmsg;entry_SYSCALL_64_after_hwframe_[k];do_syscall_64_[k];__sys_sendmsg_[k];"
+     "___sys_sendmsg_[k];____sys_sendmsg_[k];udpv6_sendmsg_[k];udp_sendmsg_[k]", "kernel net stack"),
+    ("qprof-wl;__libc_sendmsg;entry_SYSCALL_64_after_hwframe_[k];do_syscall_64_[k];syscall_trace_enter_[k];"
+     "__bpf_trace_sys_enter_[k];bpf_trace_run2_[k];bpf_prog_5094dd60116f0407_sys_enter;htab_map_update_elem_[k]",
+     "eBPF probes"),
+    ("qprof-wl;__GI___libc_write;entry_SYSCALL_64_after_hwframe_[k];do_syscall_64_[k];ksys_write_[k];vfs_write_[k];"
+     "sock_write_iter_[k];tcp_sendmsg_[k];tcp_sendmsg_locked_[k];__tcp_push_pending_frames_[k];tcp_write_xmit_[k];"
+     "_raw_spin_unlock_irqrestore_[k]", "kernel net stack"),
+    ("qprof-wl;[libcrypto.so.3];asm_sysvec_apic_timer_interrupt_[k];sysvec_apic_timer_interrupt_[k];"
+     "__irq_exit_rcu_[k];handle_softirqs_[k];net_rx_action_[k];__napi_poll_[k];process_backlog_[k]",
+     "device and softirq"),
+    ("qprof-wl;[libcrypto.so.3];asm_sysvec_apic_timer_interrupt_[k];sysvec_apic_timer_interrupt_[k];"
+     "__irq_exit_rcu_[k];handle_softirqs_[k];net_rx_action_[k];__napi_poll_[k];process_backlog_[k];"
+     "tcp_v4_rcv_[k];tcp_rcv_established_[k];tcp_data_queue_[k];sock_def_readable_[k];"
+     "_raw_spin_unlock_irqrestore_[k]", "scheduling"),
+    ("qprof-wl;start_thread;CxPlatWorkerThread;epoll_wait;entry_SYSCALL_64_after_hwframe_[k];do_syscall_64_[k];"
+     "__x64_sys_epoll_wait_[k];do_epoll_wait_[k];schedule_hrtimeout_range_clock_[k];schedule_[k];__schedule_[k];"
+     "finish_task_switch.isra.0_[k]", "scheduling"),
+    ("perf;__libc_start_call_main;[perf];__GI___libc_write;entry_SYSCALL_64_after_hwframe_[k];do_syscall_64_[k];"
+     "ksys_write_[k];vfs_write_[k];ext4_buffered_write_iter_[k];file_update_time_flags_[k]", "other"),
+]
+
+
+@pytest.mark.parametrize("stack,expected", SHIPPED)
+def test_shipped_rules(stack, expected):
+    assert categories.Classifier().stack_category(stack) == expected
+
+
+def test_shipped_rules_leave_lock_and_skid_frames_unmatched():
+    c = categories.Classifier()
+    for frame in ("_raw_spin_unlock_irqrestore_[k]", "_raw_spin_lock_bh_[k]", "__pv_queued_spin_lock_slowpath_[k]",
+                  "[unknown]", "[unknown] ", "malloc", "entry_SYSCALL_64_after_hwframe_[k]", "do_syscall_64_[k]"):
+        assert c.frame_category(frame) is None, frame
+
+
+# --- stack quality ----------------------------------------------------------
+
+@pytest.mark.parametrize("stack,complete", [
+    ("qprof-wl;start_thread;CxPlatWorkerThread;QuicWorkerLoop", True),
+    ("qprof-wl;__libc_start_call_main;main;run_client", True),
+    ("ksoftirqd/0;ret_from_fork_asm_[k];ret_from_fork_[k];kthread_[k];run_ksoftirqd_[k]", True),
+    ("qprof-wl;entry_SYSCALL_64_after_hwframe_[k];do_syscall_64_[k]", True),
+    ("qprof-wl;asm_exc_page_fault_[k];exc_page_fault_[k]", True),
+    ("qprof-wl;[unknown];__strcmp_avx2", False),
+    ("memfd:sealed-91;[unknown] ;[unknown] ;entry_SYSCALL_64_after_hwframe_[k]", False),
+    ("qprof-wl;_aesni_ctr32_ghash_6x", False),
+    ("qprof-wl;__GI___libc_write;entry_SYSCALL_64_after_hwframe_[k];do_syscall_64_[k]", False),
+    ("qprof-wl;[libcrypto.so.3]", False),
+    ("qprof-wl;kthread_[k];worker_thread_[k]", False),
+    ("qprof-wl", False),
+])
+def test_stack_complete(stack, complete):
+    assert normalize.stack_complete(stack) is complete
+
+
+def test_stack_quality_is_the_share_of_samples():
+    stacks = {"p;start_thread;a": 3, "p;[unknown];b": 1}
+    fig = normalize.figures(stacks, 1_000_000, 10**9)
+    assert fig.complete_samples == 3 and fig.stack_quality == pytest.approx(0.75)
+    assert normalize.figures({}, 1_000_000, 10**9).stack_quality is None
+
+
+# --- per-byte arithmetic ----------------------------------------------------
+
+def test_ns_per_byte_and_categories_sum_to_it():
+    stacks = {"p;QuicA": 600, "p;aesni_b": 400, "p;x": 2}
+    fig = normalize.figures(stacks, 1_000_000, 2 * 10**9, rules(TWO_RULES))
+    assert fig.ns_per_byte == pytest.approx(1002 * 1e6 / 2e9)
+    assert fig.categories_ns_per_byte["protocol"] == pytest.approx(0.3)
+    assert sum(fig.categories_ns_per_byte.values()) == pytest.approx(fig.ns_per_byte, rel=1e-12)
+
+
+def test_per_byte_is_whole_femtoseconds_per_byte():
+    # 1 sample of 1 ms over 2,000,000,000 bytes = 0.0005 ns/B = 500 fs/B.
+    assert normalize.per_byte({"p;a": 1, "p;b": 3}, 1_000_000, 2 * 10**9) == {"p;a": 500, "p;b": 1_500}
+    # Rounded to the nearest fs/B; a stack under half a unit is left out.
+    assert normalize.per_byte({"p;a": 1, "p;b": 1}, 1, 3) == {"p;a": 333_333, "p;b": 333_333}
+    assert normalize.per_byte({"p;a": 1}, 1, 3 * 10**6) == {}
+
+
+def test_gap_percent():
+    assert normalize.gap_percent(1.1, 1.0) == pytest.approx(10.0)
+    assert normalize.gap_percent(0.9, 1.0) == pytest.approx(-10.0)
+    assert normalize.gap_percent(1.0, None) is None
+    assert normalize.gap_percent(0.02, -0.1) is None
+
+
+def test_measured_system_side_is_the_rest():
+    rec = {"bytes": 10**9, "cpu": {"client": {"total_s": 1.0, "ns_per_byte": {"total": 1.0}},
+                                   "server": {"total_s": 0.5, "ns_per_byte": {"total": 0.5}},
+                                   "system": {"total_s": 1.75, "ns_per_byte": {"total": 1.75}}}}
+    assert sides.measured_ns_per_byte(rec, "client") == 1.0
+    assert sides.measured_ns_per_byte(rec, "system") == pytest.approx(0.25)
+    assert sides.measured_ns_per_byte({"bytes": 1}, "server") is None

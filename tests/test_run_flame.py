@@ -1,0 +1,78 @@
+"""Stacks sampled by a real `qprof run`, drawn by `qprof flame`."""
+import json
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from conftest import needs_build, qprof, run_json
+
+pytestmark = needs_build
+GAP_MAX_PERCENT = 5.0
+ATTEMPTS = 3
+
+
+def complete_run(runs_dir):
+    """A run whose capture every CPU fully sampled. This VM's CPU 1
+    intermittently delivers a fraction of its cpu-clock samples; qprof
+    flags such a capture (flame.complete false), and only a complete one
+    can be held to the bound."""
+    seen = []
+    for _ in range(ATTEMPTS):
+        rec = run_json(runs_dir, "--duration", "2s", "--warmup", "0.5s")
+        flame = rec["flame"]
+        if flame["complete"]:
+            return rec
+        # The flag is consistent: some CPU really is short of window x rate.
+        assert min(flame["coverage_per_cpu"].values()) < 0.95 and flame["incomplete_reason"]
+        seen.append(flame["incomplete_reason"])
+    pytest.skip(f"no complete capture in {ATTEMPTS} runs on this VM: {seen}")
+
+
+def test_flame_per_byte_matches_collectors(runs_dir):
+    rec = complete_run(runs_dir)
+    flame = rec["flame"]
+    assert flame["event"] == "cpu-clock" and flame["sample_period_ns"] == 1_000_000
+    for side in ("client", "server"):
+        f = flame["sides"][side]
+        # samples x period / bytes: the graph's CPU per byte...
+        assert f["ns_per_byte"] == pytest.approx(f["samples"] * 1e6 / rec["bytes"])
+        # ...is the collectors' measured CPU per byte, within the bound.
+        assert f["measured_ns_per_byte"] == pytest.approx(rec["cpu"][side]["ns_per_byte"]["total"])
+        assert abs(f["gap_percent"]) <= GAP_MAX_PERCENT, (side, f)
+        # Categories split the total exactly; msquic's work is mostly crypto and protocol.
+        cats = f["categories_ns_per_byte"]
+        assert sum(cats.values()) == pytest.approx(f["ns_per_byte"])
+        assert cats["crypto"] > 0 and cats["protocol"] > 0
+    # perf.data is gone unless asked for; the folded stacks stay.
+    run_dir = runs_dir / rec["id"]
+    assert not (run_dir / "perf.data").exists()
+    assert {p.name for p in (run_dir / "stacks").iterdir()} == {"client.folded", "server.folded", "system.folded"}
+
+
+def test_flame_draws_the_run(runs_dir):
+    rec = run_json(runs_dir, "--duration", "1s", "--warmup", "0.3s", "--probes", "none")
+    r = qprof("flame", rec["id"], runs_dir=runs_dir)
+    assert r.returncode == 0, r.stderr
+    for side in ("client", "server", "system"):
+        svg = runs_dir / rec["id"] / f"flame-{side}.svg"
+        root = ET.parse(svg).getroot()            # well-formed XML
+        assert root.tag.endswith("svg")
+        assert "ns/B" in svg.read_text()
+        assert f"{side}: graph" in r.stdout
+    # The folded stacks, for other tools, are the run's own.
+    r = qprof("flame", rec["id"], "--side", "client", "--folded", runs_dir=runs_dir)
+    assert r.returncode == 0 and r.stdout.strip()
+    assert sum(int(l.rsplit(" ", 1)[1]) for l in r.stdout.splitlines()) == rec["flame"]["samples"]["client"]
+
+
+def test_no_stacks_with_sample_hz_zero(runs_dir):
+    rec = run_json(runs_dir, "--duration", "1s", "--warmup", "0.3s", "--probes", "none", "--sample-hz", "0")
+    assert rec["flame"] is None
+    r = qprof("flame", rec["id"], runs_dir=runs_dir)
+    assert r.returncode == 22, r.stderr
+    assert "no stack samples" in r.stderr
+
+
+def test_keep_perf_data(runs_dir):
+    rec = run_json(runs_dir, "--duration", "1s", "--warmup", "0.3s", "--probes", "none", "--keep-perf-data")
+    assert (runs_dir / rec["id"] / "perf.data").stat().st_size > 0
