@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
-"""Benchmark: what the eBPF probes cost the transfer they measure.
+"""Benchmark: what qprof's instruments cost the transfer they measure.
 
-Runs the same `qprof run` with and without probes, interleaved
+Runs the same `qprof run` with and without the instrument, interleaved
 (A B A B ..., --pairs times), and prints the ratio of medians for
-throughput and system CPU ns/B (with probes / without), plus each pair's
-ratio so drift on this shared machine is visible. Target: probes cost at
-most 2% of throughput.
+throughput and system CPU ns/B (with / without), plus each pair's ratio
+so drift on this shared machine is visible. --what probes: all eBPF
+probes against none (target: at most 2% of throughput); --what stacks:
+perf stack sampling at --sample-hz against none (probes off in both).
 
-USAGE: benchmarks/probe_overhead.py [--pairs N] [--duration S] [--topology netns|loopback] [--stack S]
+USAGE: benchmarks/probe_overhead.py [--what probes|stacks] [--sample-hz HZ] [--pairs N]
+                                    [--duration S] [--topology netns|loopback] [--stack S]
 """
 import argparse
 import json
@@ -22,9 +24,9 @@ REPO = Path(__file__).resolve().parent.parent
 QPROF = str(REPO / ".venv" / "bin" / "qprof")
 
 
-def run(probes, duration_s, topology, stack, runs_dir):
+def run(extra, duration_s, topology, stack, runs_dir):
     r = subprocess.run([QPROF, "run", "--json", "--duration", f"{duration_s}s", "--topology", topology,
-                        "--stack", stack, "--probes", probes], capture_output=True, text=True,
+                        "--stack", stack, *extra], capture_output=True, text=True,
                        env={**os.environ, "QPROF_RUNS_DIR": runs_dir})
     if r.returncode != 0:
         sys.exit(f"qprof run failed: {r.stderr.strip()}")
@@ -41,19 +43,28 @@ def main():
     ap.add_argument("--duration", type=float, default=5.0)
     ap.add_argument("--topology", default="netns")
     ap.add_argument("--stack", default="quic")
+    ap.add_argument("--what", choices=("probes", "stacks"), default="probes")
+    ap.add_argument("--sample-hz", type=int, default=1000)
     args = ap.parse_args()
     with_p, without = [], []
     with tempfile.TemporaryDirectory() as runs_dir:
         for i in range(args.pairs):
-            a = run("none", args.duration, args.topology, args.stack, runs_dir)
-            b = run("syscalls,packets,cputhread", args.duration, args.topology, args.stack, runs_dir)
+            if args.what == "probes":
+                off = ("--probes", "none", "--sample-hz", "0")
+                on = ("--probes", "syscalls,packets,cputhread", "--sample-hz", "0")
+            else:
+                off = ("--probes", "none", "--sample-hz", "0")
+                on = ("--probes", "none", "--sample-hz", str(args.sample_hz))
+            a = run(off, args.duration, args.topology, args.stack, runs_dir)
+            b = run(on, args.duration, args.topology, args.stack, runs_dir)
             without.append(a)
             with_p.append(b)
             print(f"pair {i + 1}: without {a[0]:.2f} Gbit/s {a[1]:.3f} ns/B | with {b[0]:.2f} Gbit/s "
                   f"{b[1]:.3f} ns/B | throughput ratio {b[0] / a[0]:.3f}", flush=True)
     tput = statistics.median(b[0] for b in with_p) / statistics.median(a[0] for a in without)
     nspb = statistics.median(b[1] for b in with_p) / statistics.median(a[1] for a in without)
-    print(f"{args.stack} over {args.topology}, {args.pairs} pairs of {args.duration:g} s: throughput with/without probes "
+    what = "probes" if args.what == "probes" else f"stacks at {args.sample_hz} Hz"
+    print(f"{args.stack} over {args.topology}, {args.pairs} pairs of {args.duration:g} s: throughput with/without {what} "
           f"{tput:.3f} ({(1 - tput) * 100:+.1f}% cost), system CPU ns/B with/without {nspb:.3f}")
 
 

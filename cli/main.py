@@ -22,6 +22,9 @@ def cli():
       qprof doctor                      what this kernel and machine allow
       qprof run --stack quic            10 s msquic upload between two netns
       qprof run --stack quic -d 5s -n 4 --json
+      qprof run --stack tcp-ktls --guest          kernel TLS, in a QEMU guest
+      qprof flame                       flame graphs of the latest run, ns/B
+      qprof flame --diff RUN_A RUN_B    what costs more per byte in B
     """
 
 
