@@ -1,7 +1,6 @@
 """`qprof flame` as a user runs it, on run directories assembled in
 tmp_path from the golden captures (tests/data/flame/<case>/)."""
 import json
-import os
 import re
 import shutil
 import stat

@@ -19,7 +19,6 @@ the 2%.
 """
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -30,6 +29,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+
+from twin import bpftrace_twin
 
 from conftest import REPO, needs_build
 from qprof.collectors.controlled import ControlledProcess
@@ -301,37 +302,9 @@ def test_exited_thread_kept(scratch):
 
 @contextmanager
 def twin(pid: int, scratch: Path):
-    """probes/cputhread.bt on one process, attached when this yields; the
-    yielded function stops it and returns its maps."""
-    err = open(scratch / f"twin-{pid}.err", "w")
-    bt = subprocess.Popen(["bpftrace", "-f", "json", str(TWIN), str(pid)], stdout=subprocess.PIPE, stderr=err,
-                          text=True)
-
-    def stop() -> dict:
-        bt.send_signal(signal.SIGINT)
-        out, _ = bt.communicate(timeout=FINISH_TIMEOUT_S)
-        assert bt.returncode == 0
-        maps = {}
-        for line in out.splitlines():
-            ev = json.loads(line) if line.startswith("{") else {}
-            if ev.get("type") == "map":
-                maps.update(ev["data"])
-        return maps
-
-    try:
-        # BEGIN runs once every probe is attached: its printf is the cue.
-        for line in bt.stdout:
-            if '"type": "printf"' in line:
-                break
-        else:
-            pytest.fail(f"bpftrace ended before tracing: {(scratch / f'twin-{pid}.err').read_text()}")
+    """probes/cputhread.bt on one process (see twin.bpftrace_twin)."""
+    with bpftrace_twin(TWIN, [pid], scratch, f"twin-{pid}") as stop:
         yield stop
-    finally:
-        if bt.poll() is None:
-            bt.kill()
-        bt.wait()
-        bt.stdout.close()
-        err.close()
 
 
 def test_twin_agrees(scratch, tracefs):

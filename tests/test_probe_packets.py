@@ -8,13 +8,14 @@ against each other (the two ends of a veth pair, TX against RX).
 import json
 import os
 import secrets
-import signal
 import socket
 import subprocess
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+
+from twin import bpftrace_twin
 
 from conftest import REPO, leftovers, needs_build
 from qprof.collectors.controlled import ControlledProcess
@@ -53,38 +54,10 @@ def packets_probe(devices, tmp_path: Path):
 
 
 @contextmanager
-def bpftrace_twin(ifname: str, tmp_path: Path):
-    """probes/packets.bt on one device, attached when this yields; the
-    yielded function stops it and returns its maps."""
-    err = open(tmp_path / "twin.err", "w")
-    bt = subprocess.Popen(["bpftrace", "-f", "json", str(TWIN), ifname], stdout=subprocess.PIPE, stderr=err,
-                          text=True)
-
-    def stop() -> dict:
-        bt.send_signal(signal.SIGINT)
-        out, _ = bt.communicate(timeout=FINISH_TIMEOUT_S)
-        assert bt.returncode == 0
-        maps = {}
-        for line in out.splitlines():
-            ev = json.loads(line) if line.startswith("{") else {}
-            if ev.get("type") == "map":
-                maps.update(ev["data"])
-        return maps
-
-    try:
-        # BEGIN runs once every probe is attached: its printf is the cue.
-        for line in bt.stdout:
-            if '"type": "printf"' in line:
-                break
-        else:
-            pytest.fail(f"bpftrace ended before tracing: {(tmp_path / 'twin.err').read_text()}")
+def packets_twin(ifname: str, tmp_path: Path):
+    """probes/packets.bt on one device (see twin.bpftrace_twin)."""
+    with bpftrace_twin(TWIN, [ifname], tmp_path) as stop:
         yield stop
-    finally:
-        if bt.poll() is None:
-            bt.kill()
-        bt.wait()
-        bt.stdout.close()
-        err.close()
 
 
 # Topology tags these tests used: other qprof runs may share the machine,
@@ -281,7 +254,7 @@ def test_veth_gro_napi(tmp_path, clean):
 def test_twin_agrees(tmp_path, clean, tracefs):
     """The bpftrace twin and qprof-packets count the same transfer alike."""
     with veth_pair() as topo:
-        with bpftrace_twin(topo.client.ifname, tmp_path) as stop_twin, \
+        with packets_twin(topo.client.ifname, tmp_path) as stop_twin, \
                 packets_probe([dev(topo.client)], tmp_path) as mark:
             transfer(topo.client, topo.server, tmp_path)
             ours = mark("end")[dev(topo.client)]

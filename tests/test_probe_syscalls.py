@@ -4,7 +4,6 @@ import re
 import signal
 import subprocess
 import time
-from pathlib import Path
 
 import pytest
 

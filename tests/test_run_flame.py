@@ -1,5 +1,4 @@
 """Stacks sampled by a real `qprof run`, drawn by `qprof flame`."""
-import json
 import xml.etree.ElementTree as ET
 
 import pytest

@@ -1,7 +1,6 @@
 """The probes on real `qprof run` transfers: present, consistent with the
 workload's own bytes, and in agreement with msquic's own counters."""
 import json
-import os
 
 import pytest
 

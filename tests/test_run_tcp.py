@@ -35,6 +35,7 @@ def test_tcp_netns(runs_dir):
     c, s = rec["syscalls"]["client"], rec["syscalls"]["server"]
     # Plain TCP: bytes through the syscalls are exactly the application's.
     assert c["send_bytes"] == pytest.approx(rec["workload"]["client"]["window"]["app_bytes"], rel=0.01)
+    assert s["recv_bytes"] == pytest.approx(rec["workload"]["server"]["window"]["app_bytes"], rel=0.01)
     # ...and the workload's own call counts are the syscalls eBPF saw.
     for side in ("client", "server"):
         assert rec["crosscheck"][side]["io_calls"]["ratio"] == pytest.approx(1.0, abs=0.02), side
