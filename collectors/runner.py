@@ -74,7 +74,7 @@ def preflight(opts: RunOptions) -> Path:
     if opts.io_size is None:
         opts.io_size = stack.io_size
     if os.geteuid() != 0:
-        raise errors.NotRoot("qprof run needs root (network namespaces, perf, eBPF); run it with sudo.")
+        raise errors.NotRoot("qprof run needs root (network namespaces, perf, eBPF); run it as root, e.g. with sudo.")
     return paths.workload_binary()
 
 
