@@ -14,7 +14,6 @@ RECV = ("recvmsg", "recvmmsg", "recvfrom")
 SEND_RW = SEND + ("write", "writev")
 RECV_RW = RECV + ("read", "readv")
 CONTROL_THREAD = "wl-control"
-HIST_FIELDS = ("time_hist_ns",)
 
 
 def _ratio(num: Optional[float], den: Optional[float]) -> Optional[float]:

@@ -15,7 +15,9 @@ process, its fifos and perf.data (removed unless kept).
 """
 import os
 import re
+import select
 import signal
+import time
 import subprocess
 import tempfile
 from pathlib import Path
@@ -59,9 +61,8 @@ class PerfRecorder:
                 ["perf", "record", "-q", "-a", "-g", "-e", EVENT, "-c", str(self.period_ns), "-D", "-1",
                  "--control", f"fifo:{ctl},{ack}", "-o", str(self.data)],
                 stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log, process_group=0)
-            # perf opens ctl for reading and ack for writing once it is up.
-            self._ctl = open(ctl, "w")
-            self._ack = open(ack, "r")
+            self._ctl = self._open_ctl(ctl)
+            self._ack = os.fdopen(os.open(ack, os.O_RDONLY | os.O_NONBLOCK), "r")
         except BaseException:
             self.close()
             raise
@@ -70,9 +71,30 @@ class PerfRecorder:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    def _open_ctl(self, ctl: Path):
+        """The control fifo's write end, once perf has opened its read end:
+        a perf that fails at start-up must be an error, not a hang."""
+        deadline = time.monotonic() + ACK_TIMEOUT_S
+        while True:
+            try:
+                return os.fdopen(os.open(ctl, os.O_WRONLY | os.O_NONBLOCK), "w")
+            except OSError:  # ENXIO: no reader yet
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    raise errors.Timeout(f"perf record did not start ({self._why()}); run `qprof doctor` "
+                                         "or pass --sample-hz 0 to run without stacks.")
+                time.sleep(0.02)
+
+    def _why(self) -> str:
+        self._log.flush()
+        lines = (self.run_path / "perf.log").read_text(errors="replace").strip().splitlines()
+        return lines[-1] if lines else f"exit {self.proc.poll()}"
+
     def _command(self, cmd: str) -> None:
         self._ctl.write(cmd + "\n")
         self._ctl.flush()
+        if not select.select([self._ack], [], [], ACK_TIMEOUT_S)[0]:
+            raise errors.Timeout(f"perf did not acknowledge '{cmd}' within {ACK_TIMEOUT_S:.0f} s; "
+                                 f"see {self.run_path / 'perf.log'}.")
         # perf writes "ack\n" with its terminating NUL, which lands at the
         # front of the next reply.
         reply = self._ack.readline().replace("\0", "").strip()

@@ -158,8 +158,3 @@ def kill_netns_processes(ns: str) -> None:
         except (ProcessLookupError, ValueError):
             pass
 
-
-def leftovers(prefix: str = NETNS_PREFIX) -> List[str]:
-    """Namespaces named like ours; tests assert none outlive a run."""
-    r = _ip("netns", "list", check=False)
-    return [line.split()[0] for line in r.stdout.splitlines() if line.startswith(prefix)]

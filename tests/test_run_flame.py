@@ -1,4 +1,6 @@
 """Stacks sampled by a real `qprof run`, drawn by `qprof flame`."""
+import json
+import os
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -87,3 +89,15 @@ def test_no_stacks_with_sample_hz_zero(runs_dir):
 def test_keep_perf_data(runs_dir):
     rec = run_json(runs_dir, "--duration", "1s", "--warmup", "0.3s", "--probes", "none", "--keep-perf-data")
     assert (runs_dir / rec["id"] / "perf.data").stat().st_size > 0
+
+
+def test_perf_that_cannot_start_is_an_error_not_a_hang(runs_dir, tmp_path):
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "perf").write_text("#!/bin/sh\necho 'perf: no such event' >&2\nexit 1\n")
+    (fake / "perf").chmod(0o755)
+    r = qprof("run", "--duration", "1s", "--probes", "none", runs_dir=runs_dir, timeout=60,
+              env_extra={"PATH": f"{fake}:{os.environ['PATH']}"})
+    assert r.returncode == 13, r.stderr
+    assert "perf record did not start (perf: no such event)" in r.stderr and "--sample-hz 0" in r.stderr
+    assert [json.loads(p.read_text())["status"] for p in runs_dir.glob("*/run.json")] == ["incomplete"]
