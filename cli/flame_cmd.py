@@ -11,8 +11,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from qprof.collectors.errors import BadValue, IncompatibleRuns
-from qprof.flamegraphs import categories, draw, folded, normalize, sides
+from qprof.collectors.errors import BadValue
+from qprof.flamegraphs import categories, diff, draw, folded, normalize, sides
 
 ABSENT = "—"
 
@@ -91,11 +91,11 @@ def draw_run(opts: FlameOptions) -> List[Path]:
     loaded = {side: sides.load_side(run, side).stacks for side in opts.sides}  # all checked before drawing
     figs, svgs = {}, []
     for side, stacks in loaded.items():
-        fig = figs[side] = normalize.figures(stacks, run.period_ns, run.bytes, classifier)
+        fig = figs[side] = normalize.figures(stacks, run.period_ns, run.bytes_for(side), classifier)
         measured = sides.measured_ns_per_byte(run.record, side)
         gap = normalize.gap_percent(fig.ns_per_byte, measured)
         svg = run.path / f"flame-{side}.svg"
-        scaled = normalize.per_byte(stacks, run.period_ns, run.bytes)
+        scaled = normalize.per_byte(stacks, run.period_ns, run.bytes_for(side))
         if scaled:
             draw.render(scaled, svg, draw.side_title(run.record, side, fig),
                         draw.side_subtitle(run.id, fig, measured, gap, incomplete))
@@ -139,35 +139,14 @@ def category_table(figs: dict) -> Table:
 def draw_diff(opts: FlameOptions) -> List[Path]:
     run_a = sides.load_run(opts.runs_dir, opts.diff[0])
     run_b = sides.load_run(opts.runs_dir, opts.diff[1])
-    if run_a.path == run_b.path:
-        raise BadValue(f"--diff needs two different runs; both name run {run_a.id}.")
-    emulated = [bool((r.record.get("environment") or {}).get("emulated")) for r in (run_a, run_b)]
-    if emulated[0] != emulated[1]:
-        guest = run_a.id if emulated[0] else run_b.id
-        raise IncompatibleRuns(f"run {guest} was measured in an emulated guest and the other on the host, "
-                               "so their CPU per byte cannot share one graph; diff two guest runs or two host runs.")
-    kernels = [(r.record.get("environment") or {}).get("kernel_release") for r in (run_a, run_b)]
-    if kernels[0] != kernels[1]:
-        folded.warn_stderr(f"runs {run_a.id} and {run_b.id} ran on different kernels ({kernels[0]}, "
-                           f"{kernels[1]}); frames that differ may be the kernel's, not the stack's.")
-    classifier = categories.Classifier()
     svgs = []
-    loaded = {side: (sides.load_side(run_a, side).stacks, sides.load_side(run_b, side).stacks) for side in opts.sides}
-    for side, (sa, sb) in loaded.items():
-        fa = normalize.figures(sa, run_a.period_ns, run_a.bytes, classifier)
-        fb = normalize.figures(sb, run_b.period_ns, run_b.bytes, classifier)
-        svg = run_b.path / f"flame-diff-{run_a.id}-{side}.svg"
-        if not fb.samples:
-            click.echo(f"{side}: run {run_b.id} has no samples on this side, nothing drawn")
+    for d in diff.render(run_a, run_b, opts.sides, lambda side: run_b.path / f"flame-diff-{run_a.id}-{side}.svg"):
+        if d.svg is None:
+            click.echo(f"{d.side}: run {run_b.id} has no samples on this side, nothing drawn")
             continue
-        draw.render_diff(normalize.per_byte(sa, run_a.period_ns, run_a.bytes),
-                         normalize.per_byte(sb, run_b.period_ns, run_b.bytes), svg,
-                         draw.diff_title(side, run_a.record, fa, run_b.record, fb),
-                         draw.diff_subtitle(run_a.id, run_a.record, run_b.id, run_b.record))
-        svgs.append(svg)
-        change = normalize.gap_percent(fb.ns_per_byte, fa.ns_per_byte)
-        click.echo(f"{side}: A {fa.ns_per_byte:.3f} ns/B -> B {fb.ns_per_byte:.3f} ns/B "
-                   f"({_num(change, '{:+.1f}%')}) -> {svg}")
+        svgs.append(d.svg)
+        click.echo(f"{d.side}: A {d.a_ns_per_byte:.3f} ns/B -> B {d.b_ns_per_byte:.3f} ns/B "
+                   f"({_num(d.change_percent, '{:+.1f}%')}) -> {d.svg}")
     return svgs
 
 

@@ -25,15 +25,18 @@ def cli():
       qprof run --stack tcp-ktls --guest          kernel TLS, in a QEMU guest
       qprof flame                       flame graphs of the latest run, ns/B
       qprof flame --diff RUN_A RUN_B    what costs more per byte in B
+      qprof compare --stack quic --vary gso=on,off --repeat 5
+      qprof compare --stacks quic,tcp-tls,tcp
     """
 
 
 def _register():
-    from qprof import doctor_cmd, flame_cmd, run_cmd
+    from qprof import compare_cmd, doctor_cmd, flame_cmd, run_cmd
 
     cli.add_command(run_cmd.run)
     cli.add_command(doctor_cmd.doctor)
     cli.add_command(flame_cmd.flame)
+    cli.add_command(compare_cmd.compare_cmd, name="compare")
 
 
 def _sigterm(signum, frame):

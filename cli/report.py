@@ -29,7 +29,10 @@ def _headline(rec: dict) -> str:
     if rec["stack"] == "quic":
         return (where + f"; msquic {env.get('msquic_version') or ABSENT}"
                 f", GSO {_onoff(env.get('msquic_send_segmentation', {}).get('client'))}"
-                f", GRO {_onoff(env.get('msquic_recv_coalescing', {}).get('server'))}")
+                f", GRO {_onoff(env.get('msquic_recv_coalescing', {}).get('server'))} (msquic's own report)")
+    if rec["stack"] == "udp":
+        c = rec["workload"]["client"]["report"]
+        return where + f"; raw UDP, {c.get('send_mode')} × {c.get('batch')}, {c.get('dgram_size')}-byte datagrams"
     if tr.get("tls") in ("user", "kernel"):
         where += f"; {tr.get('tls_version')} {tr.get('tls_cipher')}"
         if tr["tls"] == "kernel":
@@ -62,6 +65,7 @@ def print_run(rec: dict, console: Optional[Console] = None) -> None:
         console.print(f"system busy {util * 100:.0f}% of {env['cpu_count']} CPUs; "
                       f"{ABSENT} = not measured (per-process softirq: see README)")
     console.print(_own_counters(rec))
+    _print_offload(rec, console)
     _print_probes(rec, console)
     _print_flame(rec, console)
     console.print(f"run {rec['id']}")
@@ -72,6 +76,9 @@ def _own_counters(rec: dict) -> Table:
     if rec["stack"] == "quic":
         w = Table(title="msquic's own counters over the window (UDP)", title_justify="left")
         cols = ("SIDE", "SEND CALLS", "DGRAMS OUT", "RECV CALLS", "DGRAMS IN", "LOST", "CONG")
+    elif rec["stack"] == "udp":
+        w = Table(title="the workload's own counters over the window (raw UDP)", title_justify="left")
+        cols = ("SIDE", "IO CALLS", "DATAGRAMS", "LOST", "REORDERED", "COALESCED MSGS")
     else:
         w = Table(title="the workload's own counters over the window (TCP_INFO)", title_justify="left")
         cols = ("SIDE", "IO CALLS", "SEGS OUT", "SEGS IN", "RETRANS")
@@ -84,11 +91,37 @@ def _own_counters(rec: dict) -> Table:
             w.add_row(side, _int(pc.get("udp_send_calls")), _int(pc.get("udp_send")),
                       _int(pc.get("udp_recv_events")), _int(pc.get("udp_recv")),
                       _int(cs.get("send_suspected_lost_packets")), _int(cs.get("send_congestion_count")))
+        elif rec["stack"] == "udp":
+            w.add_row(side, _int(win.get("io_calls")), _int(win.get("datagrams")), _int(win.get("lost")),
+                      _int(win.get("reordered")), _int(win.get("gro_segments")))
         else:
             ti = win.get("tcp_info") or {}
             w.add_row(side, _int(win.get("io_calls")), _int(ti.get("segs_out")), _int(ti.get("segs_in")),
                       _int(ti.get("total_retrans")))
     return w
+
+
+def _print_offload(rec: dict, console: Console) -> None:
+    """GSO/GRO as asked, and as the probes saw them."""
+    off = rec.get("offload")
+    if not off:
+        return
+    obs, ev = off["observed"], off["observed"]["evidence"]
+    parts = []
+    for k in ("gso", "gro"):
+        want = off["effective"].get(k)
+        parts.append(f"{k.upper()} {want or 'default'} -> seen {obs.get(k) or ABSENT}")
+    share = ev.get("client_tx_gso_share")
+    detail = []
+    if share is not None:
+        detail.append(f"{share * 100:.0f}% of the client's packets left as super-packets")
+    if ev.get("recv_bytes_per_message") is not None:
+        detail.append(f"{ev['recv_bytes_per_message']:,.0f} bytes per received message")
+    if ev.get("server_rx_gro_entries") is not None:
+        detail.append(f"{ev['server_rx_gro_entries']:,} GRO entries on the server's veth")
+    console.print("offload: " + ", ".join(parts) + (f" ({'; '.join(detail)})" if detail else ""))
+    for note in off.get("notes") or []:
+        console.print(f"  {note}")
 
 
 def _ratio(check: dict) -> str:

@@ -99,15 +99,22 @@ def crosscheck(stack_name: str, side: str, f: dict, own: dict, out_dgrams, in_dg
             "udp_recv_datagrams": compare(in_dgrams, pc.get("udp_recv")),
         }
     calls = f["send_calls"] if side == "client" else f["recv_calls"]
-    return {"source": "workload's own call count", "io_calls": compare(calls, own.get("io_calls"))}
+    out = {"source": "workload's own call count", "io_calls": compare(calls, own.get("io_calls"))}
+    if stack_name == "udp":
+        # Wire packets on the side's device against the datagrams the
+        # workload sent or received (the receiver's exclude loss in the socket).
+        out["datagrams"] = compare(out_dgrams if side == "client" else in_dgrams, own.get("datagrams"))
+    return out
 
 
-def thread_figures(cpu_window: dict, pids: Dict[str, int], nbytes: int) -> dict:
+def thread_figures(cpu_window: dict, pids: Dict[str, int], side_bytes: Dict[str, int], nbytes: int) -> dict:
     """From the cputhread probe: each side's on-CPU time by thread, the
     softirq work served on its stack (which /proc cannot separate on this
-    kernel), and system-wide softirq time by vector, all per byte too."""
+    kernel), and system-wide softirq time by vector, all per byte too
+    (each side per its own bytes, the system per byte delivered)."""
     out: Dict[str, dict] = {}
     for side, pid in pids.items():
+        side_nbytes = side_bytes[side]
         threads = sorted((t for t in cpu_window["threads"] if t["tgid"] == pid),
                          key=lambda t: -t["oncpu_ns"])
         oncpu_ns = sum(t["oncpu_ns"] for t in threads)
@@ -115,9 +122,9 @@ def thread_figures(cpu_window: dict, pids: Dict[str, int], nbytes: int) -> dict:
         out[side] = {
             "oncpu_s": oncpu_ns / 1e9,
             "softirq_in_context_s": softirq_ns / 1e9,
-            "ns_per_byte": {"oncpu": _ratio(oncpu_ns, nbytes),
-                            "softirq_in_context": _ratio(softirq_ns, nbytes),
-                            "own_work": _ratio(oncpu_ns - softirq_ns, nbytes)},
+            "ns_per_byte": {"oncpu": _ratio(oncpu_ns, side_nbytes),
+                            "softirq_in_context": _ratio(softirq_ns, side_nbytes),
+                            "own_work": _ratio(oncpu_ns - softirq_ns, side_nbytes)},
             "threads": [{"tid": t["tid"], "comm": t["comm"], "oncpu_s": t["oncpu_ns"] / 1e9,
                          "share": _ratio(t["oncpu_ns"], oncpu_ns), "switches": t["switches"],
                          "involuntary": t["involuntary"]} for t in threads],

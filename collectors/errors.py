@@ -121,6 +121,12 @@ class IncompatibleRuns(QprofError):
     exit_code = 24
 
 
+class OffloadContradiction(QprofError):
+    """The run's observed GSO/GRO state is not what it asked for."""
+
+    exit_code = 25
+
+
 class Interrupted(QprofError):
     """Ctrl-C or SIGTERM: 128 + SIGINT, as shells report it."""
 

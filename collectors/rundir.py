@@ -32,15 +32,19 @@ def write_json_atomic(path: Path, obj: dict) -> None:
 
 
 class RunDir:
-    def __init__(self, root: Path, run_id: Optional[str] = None):
+    def __init__(self, root: Path, run_id: Optional[str] = None, record_name: str = RECORD):
         self.id = run_id or new_run_id()
         self.root = root
         self.path = root / self.id
+        self.record_name = record_name
         self.record: dict = {"id": self.id, "status": "running"}
+
+    def save(self) -> None:
+        write_json_atomic(self.path / self.record_name, self.record)
 
     def __enter__(self) -> "RunDir":
         self.path.mkdir(parents=True, exist_ok=False)
-        write_json_atomic(self.path / RECORD, self.record)
+        self.save()
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
@@ -53,11 +57,11 @@ class RunDir:
             self.record["error"] = Interrupted.default_sentence
         elif exc is not None:
             self.record["error"] = f"{exc_type.__name__}: {exc}"
-        write_json_atomic(self.path / RECORD, self.record)
+        self.save()
 
     def complete(self, record: dict) -> None:
         self.record = {"id": self.id, "status": "complete", **record}
-        write_json_atomic(self.path / RECORD, self.record)
+        self.save()
         latest = self.root / "latest"
         tmp = self.root / f".latest.tmp{os.getpid()}"
         tmp.unlink(missing_ok=True)

@@ -15,8 +15,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from . import cpu, derive, environment, errors, guest, paths, stacks
+from . import cpu, derive, environment, errors, guest, offload, paths, stacks
 from qprof.flamegraphs import summary as flame_summary
+from qprof.flamegraphs.sides import side_bytes
 
 from .perf import PerfRecorder
 from .probes import PROBES as PROBE_ARGV, ProbeSet, target_for
@@ -37,6 +38,8 @@ FINISH_TIMEOUT_S = 30.0
 # The client keeps sending this long past the window's end, so the end
 # edge is taken while the transfer is still in its steady state.
 TAIL_S = 0.3
+UDP_IP_HEADERS = 28   # IPv4 + UDP
+MSQUIC_MAX_MTU = 1500  # msquic's default MaximumMtu
 
 
 @dataclass
@@ -59,6 +62,11 @@ class RunOptions:
     sample_hz: int = 99               # perf cpu-clock stack samples per CPU-second; 0: none
                                       # (99: no measurable cost here; 250 cost 4.5%, 1000 cost 9%)
     keep_perf_data: bool = False      # keep perf.data beside the folded stacks
+    gso: Optional[str] = None         # "on"/"off" (collectors/offload.py says how per stack); None: as the stack starts
+    gro: Optional[str] = None         # "on"/"off"; quic: follows gso when unset
+    send_mode: Optional[str] = None   # udp: sendmsg, sendmmsg or gso (default gso; sendmmsg with --gso off)
+    batch: Optional[int] = None       # udp: datagrams per call (default: the workload's)
+    dgram_size: Optional[int] = None  # udp: payload bytes per datagram (default 1472: MTU 1500)
     runs_dir: str = "runs"
     fault: Optional[str] = None       # tests only: inject a real failure
 
@@ -69,10 +77,21 @@ def log(msg: str) -> None:
         print(f"qprof: {msg}", file=sys.stderr, flush=True)
 
 
-def preflight(opts: RunOptions) -> Path:
+def check_options(opts: RunOptions) -> stacks.Stack:
+    """Refuse options that cannot run together, before anything starts;
+    fills in the stack's defaults."""
     stack = stacks.validate(opts.stack, opts.tls_version, opts.cipher, opts.sendfile, opts.guest)
     if opts.io_size is None:
         opts.io_size = stack.io_size
+    offload.plan(opts.stack, opts.topology, opts.gso, opts.gro, opts.send_mode, opts.batch, opts.dgram_size)
+    if opts.dgram_size is not None and opts.topology == "netns" and opts.dgram_size > opts.mtu - UDP_IP_HEADERS:
+        raise errors.BadValue(f"--dgram-size {opts.dgram_size} does not fit the veth MTU {opts.mtu} "
+                              f"(at most {opts.mtu - UDP_IP_HEADERS} bytes of UDP payload); lower it.")
+    return stack
+
+
+def preflight(opts: RunOptions) -> Path:
+    check_options(opts)
     if os.geteuid() != 0:
         raise errors.NotRoot("qprof run needs root (network namespaces, perf, eBPF); run it as root, e.g. with sudo.")
     return paths.workload_binary()
@@ -90,7 +109,8 @@ def make_certificate(run_path: Path) -> tuple:
     return cert, key
 
 
-def workload_argv(binary: Path, opts: RunOptions, role: str, addr: str, port: int) -> list:
+def workload_argv(binary: Path, opts: RunOptions, role: str, addr: str, port: int,
+                  plan: Optional[offload.OffloadPlan] = None) -> list:
     stack = stacks.STACKS[opts.stack]
     argv = [str(binary), "--stack", opts.stack, "--role", role, "--addr", addr,
             "--port", str(port), "--streams", str(opts.streams), "--io-size", str(opts.io_size), "--control"]
@@ -98,7 +118,10 @@ def workload_argv(binary: Path, opts: RunOptions, role: str, addr: str, port: in
         argv += ["--exec-profile", opts.exec_profile]
     if role == "client" and opts.bytes:
         argv += ["--bytes", str(opts.bytes)]
-    return argv + stacks.workload_args(stack, role, opts.tls_version, opts.cipher, opts.sendfile)
+    argv += stacks.workload_args(stack, role, opts.tls_version, opts.cipher, opts.sendfile)
+    if plan is not None:
+        argv = offload.argv_with_env(plan.env[role], argv + plan.args[role])
+    return argv
 
 
 def run(opts: RunOptions, on_progress: Callable[[str], None] = log) -> dict:
@@ -110,19 +133,25 @@ def run(opts: RunOptions, on_progress: Callable[[str], None] = log) -> dict:
         cert, key = make_certificate(rundir.path)
         if opts.fault == "bad-cert":
             cert.write_text("not a certificate\n")
+        plan = offload.plan(opts.stack, opts.topology, opts.gso, opts.gro, opts.send_mode, opts.batch,
+                            opts.dgram_size, run_path=rundir.path)
         with Topology(opts.topology, rundir.id[-6:], mtu=opts.mtu) as topo:
             on_progress(f"run {rundir.id}: {opts.stack} over {topo.kind}"
                         + (f" {topo.subnet}" if topo.subnet else "") + f", output in {rundir.path}")
-            record = _transfer(opts, binary, topo, rundir.path, cert, key, on_progress)
+            for ep in ((topo.client, topo.server) if topo.kind == "netns" else ()):
+                offload.set_device_features(ep, plan.devices)
+            record = _transfer(opts, binary, topo, rundir.path, cert, key, on_progress, plan)
+        rundir.record["offload"] = record["offload"]
+        offload.verify(plan.effective, record["offload"]["observed"])
         rundir.complete(record)
         return rundir.record
 
 
-def _transfer(opts, binary, topo, run_path, cert, key, on_progress) -> dict:
-    server_argv = workload_argv(binary, opts, "server", topo.server.addr, opts.port)
+def _transfer(opts, binary, topo, run_path, cert, key, on_progress, plan) -> dict:
+    server_argv = workload_argv(binary, opts, "server", topo.server.addr, opts.port, plan)
     server_argv += ["--cert", str(cert), "--key", str(key)]
     connect_port = opts.port + 1 if opts.fault == "handshake" else opts.port
-    client_argv = workload_argv(binary, opts, "client", topo.server.addr, connect_port) + ["--wait-start"]
+    client_argv = workload_argv(binary, opts, "client", topo.server.addr, connect_port, plan) + ["--wait-start"]
     if opts.fault == "tls-mismatch":
         client_argv += ["--tls", "1.2" if (opts.tls_version or "1.3") == "1.3" else "1.3"]
 
@@ -152,7 +181,21 @@ def _transfer(opts, binary, topo, run_path, cert, key, on_progress) -> dict:
                                      record["environment"]["cpu_count"]))
         flame["sides"] = flame_summary.run_figures(record, run_path / flame["stacks_dir"])
     record.update(derive_probe_figures(record, {"client": client.pid, "server": server.pid}))
+    record["offload"] = offload_record(opts, topo, plan, record, run_path)
     return record
+
+
+def offload_record(opts, topo, plan, record: dict, run_path: Path) -> dict:
+    """Requested, set up, and observed GSO/GRO, with each instrument's evidence."""
+    if opts.stack == "udp":
+        max_dgram = record["workload"]["client"]["report"].get("dgram_size") or opts.dgram_size
+    else:
+        max_dgram = min(opts.mtu if topo.kind == "netns" else MSQUIC_MAX_MTU, MSQUIC_MAX_MTU) - UDP_IP_HEADERS
+    devices = ({side: offload.read_device_features(ep) for side, ep in (("client", topo.client), ("server", topo.server))}
+               if topo.kind == "netns" else None)
+    return {**plan.describe(), "device_features": devices,
+            "interposer": offload.read_interposer_reports(run_path),
+            "observed": offload.observe(record, max_dgram)}
 
 
 # A CPU that recorded less than this share of window x rate lost samples.
@@ -235,15 +278,25 @@ def build_record(opts, topo, window: Window, connected: dict, client_done: dict,
         env["msquic_recv_coalescing"] = {"client": client_done.get("recv_coalescing"),
                                          "server": server_done.get("recv_coalescing")}
 
-    verified = (server_done.get("verified") is True
-                and server_done["app_bytes"] == client_done["app_bytes"]
-                and server_done["streams_completed"] == opts.streams)
+    if stack.name == "udp":
+        # No reliability: every datagram that arrived passed the content
+        # check, and no more arrived than were sent; loss is a figure.
+        verified = (server_done.get("verified") is True
+                    and server_done["app_bytes"] <= client_done["app_bytes"])
+    else:
+        verified = (server_done.get("verified") is True
+                    and server_done["app_bytes"] == client_done["app_bytes"]
+                    and server_done["streams_completed"] == opts.streams)
     if not verified:
         raise errors.VerifyFailed(
             f"the server verified {server_done['app_bytes']} bytes on {server_done['streams_completed']} streams "
             f"but the client sent {client_done['app_bytes']} on {opts.streams}; see the run's logs.")
 
     ncpu = env["cpu_count"]
+    # The sender's CPU is per byte it sent; for reliable stacks that is the
+    # bytes received, for raw UDP it includes what was lost.
+    sent = window.end.client_mark["app_bytes"] - window.start.client_mark["app_bytes"]
+    client_bytes = sent if stack.name == "udp" else nbytes
     return {
         "stack": opts.stack,
         "config": asdict(opts),
@@ -251,12 +304,13 @@ def build_record(opts, topo, window: Window, connected: dict, client_done: dict,
         "transport": transport_record(stack, client_done, server_done, tls_before, window),
         "bytes": nbytes,
         "bytes_total": server_done["app_bytes"],
+        "bytes_sent": sent,
         "verified": verified,
         "window_s": window.seconds,
         "cpu_window_s": window.cpu_seconds,
         "throughput_gbps": nbytes * 8 / window.seconds / 1e9,
         "cpu": {
-            "client": cpu.process_figures(window.end.client - window.start.client, nbytes),
+            "client": cpu.process_figures(window.end.client - window.start.client, client_bytes),
             "server": cpu.process_figures(window.end.server - window.start.server, nbytes),
             "system": cpu.system_figures(window.end.system - window.start.system, nbytes,
                                          window.cpu_seconds, ncpu),
@@ -270,12 +324,17 @@ def build_record(opts, topo, window: Window, connected: dict, client_done: dict,
     }
 
 
+# The raw UDP workload's counters (workloads/wl_udp.c).
+UDP_COUNTERS = ("datagrams", "lost", "reordered", "duplicates", "gro_segments")
+
+
 def _mark_delta(a: dict, b: dict) -> dict:
     """The workload's own counters over the window: every counter group its
     marks carry (msquic's perf_counters and conn_stats, or TCP_INFO)."""
     out = {"app_bytes": b["app_bytes"] - a["app_bytes"]}
-    if "io_calls" in b:
-        out["io_calls"] = b["io_calls"] - a["io_calls"]
+    for k in ("io_calls",) + UDP_COUNTERS:
+        if k in b and k in a:
+            out[k] = b[k] - a[k]
     for group in ("perf_counters", "conn_stats", "tcp_info"):
         if group in b:
             out[group] = counter_delta(a.get(group), b.get(group))
@@ -348,13 +407,14 @@ def derive_probe_figures(rec: dict, pids: dict) -> dict:
                 in_dgrams = dev["rx"].get("wire_packets")
         sides[side] = {
             "by_syscall": calls,
-            **derive.syscall_figures(calls, nbytes, rec["cpu"][side]["total_s"], out_dgrams, in_dgrams,
-                                     stack.rw_is_network),
+            **derive.syscall_figures(calls, side_bytes(rec, side), rec["cpu"][side]["total_s"], out_dgrams,
+                                     in_dgrams, stack.rw_is_network),
         }
         checks[side] = derive.crosscheck(stack.name, side, sides[side], rec["workload"][side]["window"],
                                          out_dgrams, in_dgrams)
     thr = probes.get("cputhread", {})
-    threads = (derive.thread_figures(thr["window"], pids, nbytes) if thr.get("status") == "present" else None)
+    threads = (derive.thread_figures(thr["window"], pids, {side: side_bytes(rec, side) for side in pids}, nbytes)
+               if thr.get("status") == "present" else None)
     return {"syscalls": sides, "crosscheck": checks, "cpu_threads": threads}
 
 
@@ -373,6 +433,10 @@ def guest_argv(opts: RunOptions) -> list:
         argv += ["--sendfile"]
     if opts.keep_perf_data:
         argv += ["--keep-perf-data"]
+    for flag, v in (("--gso", opts.gso), ("--gro", opts.gro), ("--send-mode", opts.send_mode),
+                    ("--batch", opts.batch), ("--dgram-size", opts.dgram_size)):
+        if v is not None:
+            argv += [flag, str(v)]
     if opts.fault:
         argv += ["--inject-fault", opts.fault]
     return argv

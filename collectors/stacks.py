@@ -27,6 +27,8 @@ class Stack:
 
 STACKS: Dict[str, Stack] = {
     "quic": Stack("quic", "udp", "quic", sendfile=False, rw_is_network=False, io_size=64 << 10),
+    # Raw UDP, no reliability or crypto: the kernel's floor for a UDP transport.
+    "udp": Stack("udp", "udp", "none", sendfile=False, rw_is_network=False, io_size=64 << 10),
     "tcp": Stack("tcp", "tcp", "none", sendfile=True, rw_is_network=True, io_size=128 << 10),
     "tcp-tls": Stack("tcp-tls", "tcp", "user", sendfile=False, rw_is_network=True, io_size=128 << 10),
     "tcp-ktls": Stack("tcp-ktls", "tcp", "kernel", sendfile=True, rw_is_network=True, io_size=128 << 10),
@@ -47,12 +49,13 @@ def validate(stack_name: str, tls_version: Optional[str], cipher: Optional[str],
     if stack is None:
         raise errors.UnknownStack(f"unknown stack '{stack_name}'; valid stacks are: {', '.join(STACKS)}.")
     if (tls_version is not None or cipher is not None) and not stack.configurable_tls:
-        what = "QUIC's TLS is fixed to TLS 1.3 with AES-128-GCM" if stack.tls == "quic" else "plain tcp has no TLS"
+        what = "QUIC's TLS is fixed to TLS 1.3 with AES-128-GCM" if stack.tls == "quic" else f"plain {stack.name} has no TLS"
         raise errors.BadTls(f"--tls and --cipher apply to tcp-tls and tcp-ktls only ({what}); drop them or pick one of those stacks.")
     if tls_version is not None and tls_version not in TLS_VERSIONS:
         raise errors.BadTls(f"unknown TLS version '{tls_version}'; use --tls 1.2 or --tls 1.3.")
     if sendfile and not stack.sendfile:
-        why = "user-space TLS must encrypt in user space" if stack.tls == "user" else "msquic sends from its own buffers"
+        why = ("user-space TLS must encrypt in user space" if stack.tls == "user"
+               else "msquic sends from its own buffers" if stack.name == "quic" else "datagrams are sent from user buffers")
         raise errors.SendfileUnsupported(f"--sendfile works with tcp and tcp-ktls only ({stack.name}: {why}); drop it or pick one of those.")
     if stack.tls == "kernel" and not guest and not kernel_has_tls():
         raise errors.KernelFeatureMissing(

@@ -33,6 +33,9 @@ class Run:
     def bytes(self) -> int:
         return int(self.record["bytes"])
 
+    def bytes_for(self, side: str) -> int:
+        return side_bytes(self.record, side)
+
     def stacks_file(self, side: str) -> Path:
         return self.path / self.flame.get("stacks_dir", "stacks") / f"{side}.folded"
 
@@ -89,6 +92,14 @@ def load_side(run: Run, side: str, warn: Callable[[str], None] = folded.warn_std
     for message in warnings:
         warn(message)
     return data
+
+
+def side_bytes(record: dict, side: str) -> int:
+    """The bytes a side's CPU is divided by: what it sent for a raw UDP
+    sender (datagrams may be lost), else what the receiver verified."""
+    if side == "client" and record.get("stack") == "udp" and record.get("bytes_sent"):
+        return int(record["bytes_sent"])
+    return int(record["bytes"])
 
 
 def measured_ns_per_byte(record: dict, side: str) -> Optional[float]:

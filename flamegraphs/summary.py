@@ -12,7 +12,7 @@ def run_figures(record: dict, stacks_dir: Path) -> Dict[str, dict]:
     out = {}
     for side in sides.SIDES:
         data = folded.read(stacks_dir / f"{side}.folded")
-        fig = normalize.figures(data.stacks, period_ns, record["bytes"])
+        fig = normalize.figures(data.stacks, period_ns, sides.side_bytes(record, side))
         measured = sides.measured_ns_per_byte(record, side)
         out[side] = {
             "samples": fig.samples,

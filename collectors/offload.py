@@ -1,0 +1,296 @@
+"""GSO and GRO: what a run asks for, how each stack is made to honour it,
+and what the instruments saw.
+
+The knobs are where each stack decides:
+- quic: msquic probes UDP_SEGMENT/UDP_GRO once at start-up and falls back
+  on failure. An LD_PRELOAD interposer (workloads/preload/) makes that
+  probe fail for the workload process only; msquic is never patched.
+  msquic 2.5.1 tests GRO only after its GSO send succeeded, so GSO off
+  means GRO off too.
+- udp: the workload's own send mode (gso, or sendmmsg of single
+  datagrams) and the receiver's UDP_GRO socket option.
+- tcp stacks: TSO/GSO and GRO of the run's veth pair (ethtool in each
+  namespace); the host's loopback is not ours to change.
+
+Observed state comes from the probes and the stacks' own counters, and a
+run whose observation contradicts its request is an error, not a result.
+"""
+import json
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional
+
+from . import errors, paths
+
+ONOFF = ("on", "off")
+UDP_SEND_MODES = ("sendmsg", "sendmmsg", "gso")
+PRELOAD_LIB = "libqprof-offload.so"
+REPORT_NAME = "offload-{role}.jsonl"
+# ethtool feature names per request, on both veths.
+TCP_GSO_FEATURES = ("tso", "gso")
+TCP_GRO_FEATURES = ("gro",)
+
+
+@dataclass
+class OffloadPlan:
+    """The request, resolved for one stack: per-role environment and
+    workload arguments, and the device features to set."""
+
+    requested: Dict[str, Optional[str]]           # gso/gro as asked: "on", "off", None (unset)
+    effective: Dict[str, Optional[str]]           # what the run is set up for (None: left to the stack)
+    notes: List[str] = field(default_factory=list)
+    env: Dict[str, Dict[str, str]] = field(default_factory=lambda: {"client": {}, "server": {}})
+    args: Dict[str, List[str]] = field(default_factory=lambda: {"client": [], "server": []})
+    devices: Dict[str, str] = field(default_factory=dict)  # ethtool feature -> on/off, both veths
+
+    def describe(self) -> dict:
+        return {"requested": self.requested, "effective": self.effective, "notes": self.notes,
+                "device_features_set": self.devices or None}
+
+
+def _check_onoff(name: str, value: Optional[str]) -> None:
+    if value is not None and value not in ONOFF:
+        raise errors.BadValue(f"--{name} takes on or off, not '{value}'.")
+
+
+def plan(stack_name: str, topology: str, gso: Optional[str], gro: Optional[str],
+         send_mode: Optional[str] = None, batch: Optional[int] = None, dgram_size: Optional[int] = None,
+         run_path: Optional[Path] = None) -> OffloadPlan:
+    """Resolve the request for the stack, refusing what it cannot honour
+    with the reason and the fix, before anything runs."""
+    _check_onoff("gso", gso)
+    _check_onoff("gro", gro)
+    udp_only = [n for n, v in (("send-mode", send_mode), ("batch", batch), ("dgram-size", dgram_size)) if v is not None]
+    if udp_only and stack_name != "udp":
+        raise errors.BadValue(f"--{udp_only[0]} applies to --stack udp only; drop it or use --stack udp.")
+    p = OffloadPlan(requested={"gso": gso, "gro": gro}, effective={"gso": gso, "gro": gro})
+    if stack_name == "quic":
+        _plan_quic(p, gso, gro, run_path)
+    elif stack_name == "udp":
+        _plan_udp(p, gso, gro, send_mode, batch, dgram_size)
+    else:
+        _plan_tcp(p, topology, gso, gro)
+    return p
+
+
+def _plan_quic(p: OffloadPlan, gso, gro, run_path) -> None:
+    if gso == "off" and gro == "on":
+        raise errors.BadValue("msquic 2.5.1 tests GRO only after its GSO probe send succeeds, so it cannot run "
+                              "with GSO off and GRO on; use --gso off alone (GRO follows) or --gro off alone.")
+    if gso == "off":
+        p.effective["gro"] = "off"
+        if gro is None:
+            p.notes.append("GRO off follows GSO off: msquic tests GRO only after its GSO probe send succeeds")
+    env = {}
+    if p.effective["gso"] == "off":
+        env["QPROF_GSO"] = "off"
+    if p.effective["gro"] == "off":
+        env["QPROF_GRO"] = "off"
+    if env:
+        lib = paths.build_dir() / "lib" / PRELOAD_LIB
+        if not lib.exists():
+            raise errors.NotBuilt(f"the GSO/GRO interposer is not built ({lib} is missing); run `make build`.")
+        for role in ("client", "server"):
+            p.env[role] = {"LD_PRELOAD": str(lib), **env}
+            if run_path is not None:
+                p.env[role]["QPROF_OFFLOAD_REPORT"] = str(run_path / REPORT_NAME.format(role=role))
+
+
+def _plan_udp(p: OffloadPlan, gso, gro, send_mode, batch, dgram_size) -> None:
+    if send_mode is not None and send_mode not in UDP_SEND_MODES:
+        raise errors.BadValue(f"unknown --send-mode '{send_mode}'; use one of: {', '.join(UDP_SEND_MODES)}.")
+    if send_mode is not None and gso is not None and (send_mode == "gso") != (gso == "on"):
+        raise errors.BadValue(f"--send-mode {send_mode} contradicts --gso {gso}; give one of them.")
+    if send_mode is None:
+        send_mode = "sendmmsg" if gso == "off" else "gso"
+    if batch is not None and send_mode == "sendmsg" and batch != 1:
+        raise errors.BadValue("--send-mode sendmsg sends one datagram per call, so --batch must be 1 or left out.")
+    p.effective["gso"] = "on" if send_mode == "gso" else "off"
+    p.effective["gro"] = gro or "on"
+    p.args["client"] = ["--send-mode", send_mode]
+    if batch is not None:
+        p.args["client"] += ["--batch", str(batch)]
+    if dgram_size is not None:
+        p.args["client"] += ["--dgram-size", str(dgram_size)]
+    p.args["server"] = ["--gro", p.effective["gro"]]
+    p.effective["send_mode"] = send_mode
+
+
+def _plan_tcp(p: OffloadPlan, topology, gso, gro) -> None:
+    if (gso or gro) and topology != "netns":
+        raise errors.BadValue("--gso and --gro set TCP's offloads on the run's veth pair, and the loopback "
+                              "topology has none (the host's lo is not qprof's to change); use --topology netns.")
+    for names, v in ((TCP_GSO_FEATURES, gso), (TCP_GRO_FEATURES, gro)):
+        if v is not None:
+            p.devices.update({n: v for n in names})
+
+
+def argv_with_env(env: Dict[str, str], argv: List[str]) -> List[str]:
+    """argv run with env added (through env(1), so the pid stays the workload's)."""
+    return ["env", *(f"{k}={v}" for k, v in env.items()), *argv] if env else list(argv)
+
+
+# --- device features (tcp) -----------------------------------------------------
+
+ETHTOOL_NAMES = {"tso": "tcp-segmentation-offload", "gso": "generic-segmentation-offload",
+                 "gro": "generic-receive-offload", "udp_gso": "tx-udp-segmentation"}
+
+
+def set_device_features(endpoint, features: Dict[str, str]) -> None:
+    if not features:
+        return
+    argv = endpoint.command(["ethtool", "-K", endpoint.ifname, *[x for k, v in features.items() for x in (k, v)]])
+    r = subprocess.run(argv, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise errors.TopologyFailed(f"`ethtool -K {endpoint.ifname}` failed ({r.stderr.strip() or r.returncode}); "
+                                    "check that ethtool is installed (`make deps`).")
+
+
+def read_device_features(endpoint) -> Optional[Dict[str, str]]:
+    """ethtool's view of the features qprof cares about, or None."""
+    r = subprocess.run(endpoint.command(["ethtool", "-k", endpoint.ifname]), capture_output=True, text=True)
+    if r.returncode != 0:
+        return None
+    state = {}
+    for line in r.stdout.splitlines():
+        name, _, rest = line.strip().partition(":")
+        for key, full in ETHTOOL_NAMES.items():
+            if name == full:
+                state[key] = rest.split()[0] if rest.split() else None
+    return state
+
+
+def read_interposer_reports(run_path: Path) -> Optional[Dict[str, list]]:
+    """What the interposer steered, per role; None when none was loaded."""
+    out, any_file = {}, False
+    for role in ("client", "server"):
+        f = run_path / REPORT_NAME.format(role=role)
+        lines = []
+        if f.exists():
+            any_file = True
+            lines = [json.loads(l) for l in f.read_text().splitlines() if l.strip()]
+        out[role] = lines
+    return out if any_file else None
+
+
+# --- observation -----------------------------------------------------------------
+
+def _share(num, den) -> Optional[float]:
+    return num / den if num is not None and den else None
+
+
+def observe(rec: dict, max_datagram: int) -> dict:
+    """What the instruments saw, from a record with probes and derived
+    syscall figures: GSO from the client's transmitted super-packets, GRO
+    from the server's received sizes (UDP) or GRO entries (TCP). A state
+    no instrument saw is None, never "off"."""
+    transport = rec["stack"] if rec["stack"] in ("quic", "udp") else "tcp"
+    dev = _devices(rec)
+    client_tx = dev["client"]["tx"] if dev.get("client") else None
+    server_rx = dev["server"]["rx"] if dev.get("server") else None
+    sys_client = (rec.get("syscalls") or {}).get("client")
+    sys_server = (rec.get("syscalls") or {}).get("server")
+    ev: dict = {}
+    gso = gro = None
+    proto_skbs = "udp_skbs" if transport in ("quic", "udp") else "tcp_skbs"
+    if client_tx is not None:
+        ev["client_tx_skbs"] = client_tx.get(proto_skbs)
+        ev["client_tx_gso_skbs"] = client_tx.get("gso_skbs")
+        ev["client_tx_gso_share"] = _share(client_tx.get("gso_skbs"), client_tx.get(proto_skbs))
+        ev["client_tx_wire_packets"] = client_tx.get("wire_packets")
+        gso = "on" if client_tx.get("gso_skbs") else "off"
+    if sys_client is not None:
+        ev["datagrams_per_send_call"] = sys_client.get("datagrams_per_send_call")
+        ev["bytes_per_send_call"] = sys_client.get("bytes_per_send_call")
+    if transport in ("quic", "udp"):
+        if sys_server is not None:
+            per_msg = _recv_bytes_per_message(sys_server["by_syscall"])
+            ev["recv_bytes_per_message"] = per_msg
+            ev["max_datagram_bytes"] = max_datagram
+            if per_msg is not None:
+                gro = "on" if per_msg > max_datagram else "off"
+        if transport == "udp":
+            own = ((rec.get("workload") or {}).get("server") or {}).get("window") or {}
+            if own.get("gro_segments") is not None:
+                ev["receiver_coalesced_messages"] = own["gro_segments"]
+    elif server_rx is not None:
+        ev["server_rx_gro_entries"] = server_rx.get("gro_entry")
+        ev["server_rx_gso_skbs"] = server_rx.get("gso_skbs")
+        gro = "on" if server_rx.get("gro_entry") else "off"
+    env = rec.get("environment") or {}
+    own_view = None
+    if transport == "quic" and "msquic_send_segmentation" in env:
+        own_view = {"gso": _onoff(env["msquic_send_segmentation"].get("client")),
+                    "gro": _onoff(env["msquic_recv_coalescing"].get("server"))}
+    # Whether GRO had anything to do: a UDP socket's GRO keeps super-packets
+    # whole (the veth's own GRO is off), while a veth's GRO merges only
+    # packets that were not super-packets already (veth passes TSO skbs
+    # straight through).
+    if transport in ("quic", "udp"):
+        applies = gso == "on" if gso is not None else None
+    else:
+        applies = gso == "off" if gso is not None else None
+    return {"gso": gso, "gro": gro, "gro_applies": applies, "evidence": ev, "stack_reports": own_view}
+
+
+def _onoff(v) -> Optional[str]:
+    return None if v is None else ("on" if v else "off")
+
+
+def _recv_bytes_per_message(calls: dict) -> Optional[float]:
+    msgs = nbytes = 0
+    for name in ("recvmmsg", "recvmsg", "recvfrom"):
+        c = calls.get(name)
+        if not c:
+            continue
+        nbytes += c["bytes"]
+        msgs += c["msgs_returned"] if name == "recvmmsg" else c["calls"] - c["errors"]
+    return nbytes / msgs if msgs else None
+
+
+def _devices(rec: dict) -> dict:
+    probe = (rec.get("probes") or {}).get("packets") or {}
+    topo = (rec.get("environment") or {}).get("topology") or {}
+    if probe.get("status") != "present" or topo.get("kind") != "netns":
+        return {}
+    found = {}
+    for side in ("client", "server"):
+        name = f"{topo[side]['ifname']}@{topo[side]['netns']}"
+        for d in probe["window"].get("devices", []):
+            if d.get("dev") == name:
+                found[side] = d
+    return found
+
+
+def contradictions(effective: Dict[str, Optional[str]], observed: dict) -> List[str]:
+    """Sentences for each way the observation contradicts the request."""
+    out = []
+    ev = observed["evidence"]
+    gso, gro = effective.get("gso"), effective.get("gro")
+    if gso == "off" and observed["gso"] == "on":
+        out.append(f"GSO was set off but the client sent {ev.get('client_tx_gso_skbs')} super-packets")
+    if gso == "on" and observed["gso"] == "off":
+        out.append("GSO was set on but the client sent no super-packets")
+    if gro == "off" and observed["gro"] == "on":
+        what = (f"received {ev.get('recv_bytes_per_message'):.0f} bytes per message, more than one datagram"
+                if "recv_bytes_per_message" in ev else f"its device ran GRO {ev.get('server_rx_gro_entries')} times")
+        out.append(f"GRO was set off but the server {what}")
+    if gro == "on" and observed["gro"] == "off" and observed.get("gro_applies"):
+        out.append("GRO was set on but the server saw no coalesced receive")
+    if observed.get("stack_reports"):
+        for k in ("gso", "gro"):
+            want, said = effective.get(k), observed["stack_reports"].get(k)
+            if want and said and want != said:
+                out.append(f"{k.upper()} was set {want} but msquic reports it {said}")
+    if ev.get("receiver_coalesced_messages") and gro == "off":
+        out.append(f"GRO was set off but the receiver counted {ev['receiver_coalesced_messages']} coalesced messages")
+    return out
+
+
+def verify(effective: Dict[str, Optional[str]], observed: dict) -> None:
+    found = contradictions(effective, observed)
+    if found:
+        raise errors.OffloadContradiction(
+            f"the run's observed offload state contradicts its request: {'; '.join(found)}; "
+            "the record keeps both (offload) and the run is not a result.")
