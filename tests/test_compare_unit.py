@@ -1,0 +1,169 @@
+"""qprof compare's matrix, statistics and refusals, without transfers."""
+import pytest
+
+from qprof.collectors import compare, errors, offload, runner
+
+
+def base(**kw):
+    return runner.RunOptions(duration_s=1.0, **kw)
+
+
+@pytest.fixture(autouse=True)
+def interposer_built(tmp_path, monkeypatch):
+    """Planning --gso off for quic looks for the interposer; these tests
+    check planning, not the build."""
+    lib = tmp_path / "build" / "lib" / offload.PRELOAD_LIB
+    lib.parent.mkdir(parents=True)
+    lib.write_bytes(b"")
+    monkeypatch.setenv("QPROF_BUILD_DIR", str(tmp_path / "build"))
+    return lib
+
+
+def test_vary_product_in_order_first_config_is_the_baseline():
+    vary = compare.parse_vary(["gso=on,off", "io-size=64K,128K"])
+    configs = compare.build_matrix(base(), ["quic"], vary, [])
+    assert [c.label for c in configs] == ["quic gso=on io-size=64K", "quic gso=on io-size=128K",
+                                          "quic gso=off io-size=64K", "quic gso=off io-size=128K"]
+    assert [c.opts.io_size for c in configs] == [65536, 131072, 65536, 131072]
+    assert [c.opts.gso for c in configs] == ["on", "on", "off", "off"]
+
+
+def test_stacks_side_by_side_get_each_stack_default_io_size():
+    configs = compare.build_matrix(base(), compare.parse_stacks("quic,tcp-tls,tcp"), {}, [])
+    assert [c.stack for c in configs] == ["quic", "tcp-tls", "tcp"]
+    assert [c.opts.io_size for c in configs] == [64 << 10, 128 << 10, 128 << 10]
+
+
+@pytest.mark.parametrize("items, needle", [
+    (["gsx=on,off"], "unknown --vary key 'gsx'"),
+    (["gso"], "KEY=V1,V2"),
+    (["gso=on,,off"], "empty value"),
+    (["gso=on,on"], "twice"),
+    (["gso=on,off", "gso=off,on"], "given twice"),
+])
+def test_bad_vary_is_refused(items, needle):
+    with pytest.raises(errors.BadValue) as e:
+        compare.parse_vary(items)
+    assert needle in e.value.sentence
+
+
+@pytest.mark.parametrize("stack, vary, fixed, cls, needle", [
+    ("quic", {"gso": ["on", "maybe"]}, [], errors.BadValue, "'quic gso=maybe'"),
+    ("quic", {"gso": ["on", "off"]}, ["gso"], errors.BadValue, "both fixed and varied"),
+    ("quic", {"send-mode": ["gso", "sendmsg"]}, [], errors.BadValue, "--stack udp only"),
+    ("quic", {"gro": ["on"]}, [], errors.BadValue, "at least two configurations"),
+    ("udp", {"batch": ["x", "2"]}, [], errors.BadValue, "'x'"),
+    ("quic", {"tls": ["1.2", "1.3"]}, [], errors.BadTls, "tcp-tls and tcp-ktls only"),
+])
+def test_configurations_are_checked_before_anything_runs(stack, vary, fixed, cls, needle):
+    with pytest.raises(cls) as e:
+        compare.build_matrix(base(), [stack], vary, fixed)
+    assert needle in e.value.sentence
+
+
+def test_gro_on_loopback_tcp_cannot_be_honoured():
+    with pytest.raises(errors.BadValue) as e:
+        compare.build_matrix(base(topology="loopback"), ["tcp"], {"gro": ["on", "off"]}, [])
+    assert "loopback" in e.value.sentence and "--topology netns" in e.value.sentence
+
+
+def test_unknown_stack_in_stacks():
+    with pytest.raises(errors.UnknownStack):
+        compare.parse_stacks("quic,sctp")
+
+
+def test_summary_leaves_unmeasured_out_never_zero():
+    s = compare.summarize([2.0, None, 4.0, 3.0])
+    assert (s["n"], s["absent"], s["median"], s["min"], s["max"]) == (3, 1, 3.0, 2.0, 4.0)
+    none = compare.summarize([None, None])
+    assert none["n"] == 0 and none["median"] is None
+
+
+def test_beyond_spread_needs_three_runs_and_disjoint_ranges():
+    a, b = compare.summarize([1.0, 1.1, 1.2]), compare.summarize([1.3, 1.4, 1.5])
+    assert compare.beyond_spread(a, b) is True
+    c = compare.summarize([1.15, 1.4, 1.5])
+    assert compare.beyond_spread(a, c) is False
+    assert compare.beyond_spread(compare.summarize([1.0, 1.1]), compare.summarize([2.0, 2.1])) is None
+
+
+def rec(gbps, sys_nspb, cats=None):
+    r = {"throughput_gbps": gbps, "cpu": {s: {"ns_per_byte": {"total": sys_nspb}} for s in ("client", "server", "system")}}
+    if cats:
+        r["flame"] = {"sides": {"client": {"categories_ns_per_byte": cats}}}
+    return r
+
+
+def test_table_ratios_against_first_and_representative_run():
+    cfgs = [object(), object()]
+    runs = [{"config": 0, "record": rec(10, 1.0, {"crypto": 0.5})}, {"config": 1, "record": rec(5, 2.0, {"crypto": 1.0})},
+            {"config": 0, "record": rec(12, 0.9, {"crypto": 0.4})}, {"config": 1, "record": rec(6, 2.2, {"crypto": 1.1})},
+            {"config": 0, "record": rec(11, 0.8, {"crypto": 0.45})}, {"config": 1, "record": rec(4, 2.4, {"crypto": 1.2})}]
+    metrics = compare.METRICS + compare.category_metrics([r["record"] for r in runs])
+    t = compare.table(cfgs, runs, metrics)
+    assert t["throughput_gbps"][0]["median"] == 11 and t["throughput_gbps"][1]["median"] == 5
+    assert t["throughput_gbps"][1]["ratio"] == pytest.approx(5 / 11)
+    assert t["throughput_gbps"][1]["beyond_spread"] is True
+    assert t["client_crypto_ns_per_byte"][1]["ratio"] == pytest.approx(1.1 / 0.45)
+    assert "client_syscalls_per_mb" not in t      # never measured: no row, not zeros
+    assert compare.representative(runs, 1)["record"]["cpu"]["system"]["ns_per_byte"]["total"] == 2.2
+
+
+# --- offload ---------------------------------------------------------------------
+
+def test_quic_gso_off_implies_gro_off_through_the_interposer(tmp_path, interposer_built):
+    lib = interposer_built
+    p = offload.plan("quic", "netns", "off", None, run_path=tmp_path)
+    assert p.effective == {"gso": "off", "gro": "off"}
+    assert p.notes and "GRO off follows GSO off" in p.notes[0]
+    env = p.env["client"]
+    assert env["LD_PRELOAD"] == str(lib) and env["QPROF_GSO"] == "off" and env["QPROF_GRO"] == "off"
+    assert offload.plan("quic", "netns", None, None).env == {"client": {}, "server": {}}
+
+
+def test_quic_gso_off_gro_on_is_refused():
+    with pytest.raises(errors.BadValue) as e:
+        offload.plan("quic", "netns", "off", "on")
+    assert "GSO off and GRO on" in e.value.sentence
+
+
+def test_udp_plan_maps_gso_to_send_mode():
+    assert offload.plan("udp", "netns", "off", None).args["client"] == ["--send-mode", "sendmmsg"]
+    p = offload.plan("udp", "netns", None, "off", batch=8)
+    assert p.args["client"] == ["--send-mode", "gso", "--batch", "8"]
+    assert p.args["server"] == ["--gro", "off"]
+    assert p.effective["gso"] == "on"
+
+
+def test_tcp_plan_sets_device_features():
+    p = offload.plan("tcp", "netns", "off", "on")
+    assert p.devices == {"tso": "off", "gso": "off", "gro": "on"}
+
+
+def observed(gso, gro, applies, **ev):
+    return {"gso": gso, "gro": gro, "gro_applies": applies, "evidence": ev, "stack_reports": None}
+
+
+def test_contradictions():
+    assert offload.contradictions({"gso": "off", "gro": None}, observed("on", None, None, client_tx_gso_skbs=7))
+    assert not offload.contradictions({"gso": "off", "gro": None}, observed("off", None, None))
+    assert offload.contradictions({"gso": "on", "gro": None}, observed("off", None, None))
+    # GRO on with nothing for GRO to do is not a contradiction; with something, it is.
+    assert not offload.contradictions({"gso": None, "gro": "on"}, observed("on", "off", False, server_rx_gro_entries=0))
+    assert offload.contradictions({"gso": None, "gro": "on"}, observed("off", "off", True, server_rx_gro_entries=0))
+    assert offload.contradictions({"gso": None, "gro": "off"},
+                                  observed("on", "on", True, recv_bytes_per_message=60000.0))
+    # Unmeasured is never a contradiction (nor a confirmation).
+    assert not offload.contradictions({"gso": "off", "gro": "off"}, observed(None, None, None))
+    msquic_says = observed("off", "off", False)
+    msquic_says["stack_reports"] = {"gso": "on", "gro": "off"}
+    assert "msquic reports it on" in offload.contradictions({"gso": "off", "gro": "off"}, msquic_says)[0]
+    with pytest.raises(errors.OffloadContradiction):
+        offload.verify({"gso": "on", "gro": None}, observed("off", None, None))
+
+
+def test_missing_interposer_is_not_built(monkeypatch, tmp_path):
+    monkeypatch.setenv("QPROF_BUILD_DIR", str(tmp_path / "nothing"))
+    with pytest.raises(errors.NotBuilt) as e:
+        offload.plan("quic", "netns", "off", None)
+    assert "make build" in e.value.sentence
