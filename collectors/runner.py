@@ -30,7 +30,7 @@ STACKS = tuple(stacks.STACKS)
 PROBES = tuple(PROBE_ARGV)
 TOPOLOGIES = ("netns", "loopback")
 EXEC_PROFILES = ("lowlat", "maxtput")
-FAULTS = ("handshake", "kill-server", "bad-cert", "tls-mismatch")
+FAULTS = ("handshake", "kill-server", "bad-cert", "tls-mismatch", "no-interposer")
 
 READY_TIMEOUT_S = 10.0
 CONNECT_TIMEOUT_S = 10.0
@@ -135,6 +135,8 @@ def run(opts: RunOptions, on_progress: Callable[[str], None] = log) -> dict:
             cert.write_text("not a certificate\n")
         plan = offload.plan(opts.stack, opts.topology, opts.gso, opts.gro, opts.send_mode, opts.batch,
                             opts.dgram_size, run_path=rundir.path)
+        if opts.fault == "no-interposer":   # the steering silently not taking effect
+            plan.env = {"client": {}, "server": {}}
         with Topology(opts.topology, rundir.id[-6:], mtu=opts.mtu) as topo:
             on_progress(f"run {rundir.id}: {opts.stack} over {topo.kind}"
                         + (f" {topo.subnet}" if topo.subnet else "") + f", output in {rundir.path}")

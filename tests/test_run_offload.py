@@ -1,0 +1,95 @@
+"""GSO and GRO on and off, as the probes see them: directions and
+invariants on real transfers, never timings."""
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from conftest import leftovers, needs_build, qprof, run_json
+from test_bad_input import one_sentence, run_statuses
+
+pytestmark = needs_build
+OFFLOAD_CONTRADICTION = 25
+SHORT = ("--duration", "1s", "--warmup", "0.5s", "--sample-hz", "0")
+
+
+def tx(rec):
+    return rec["offload"]["observed"]["evidence"]
+
+
+def per_mb(count, rec):
+    return count / (rec["bytes"] / 1e6)
+
+
+def test_tcp_gso_off_sends_no_super_packets(runs_dir):
+    on = run_json(runs_dir, "--stack", "tcp", "--gso", "on", *SHORT, "--probes", "syscalls,packets")
+    off = run_json(runs_dir, "--stack", "tcp", "--gso", "off", *SHORT, "--probes", "syscalls,packets")
+    for rec, want in ((on, "on"), (off, "off")):
+        assert rec["offload"]["effective"]["gso"] == want
+        assert rec["offload"]["observed"]["gso"] == want
+        for side in ("client", "server"):   # ethtool reads back what was set, on both veths
+            feats = rec["offload"]["device_features"][side]
+            assert feats["tso"] == want and feats["gso"] == want
+    assert tx(off)["client_tx_gso_skbs"] == 0
+    assert tx(on)["client_tx_gso_share"] > 0.5
+    # Without segmentation offload every MSS is its own skb through the stack.
+    assert per_mb(tx(off)["client_tx_skbs"], off) > 5 * per_mb(tx(on)["client_tx_skbs"], on)
+    # Same wire either way: packets per MB within a few percent.
+    assert per_mb(tx(off)["client_tx_wire_packets"], off) == pytest.approx(
+        per_mb(tx(on)["client_tx_wire_packets"], on), rel=0.05)
+
+
+def test_tcp_gro_merges_what_gso_did_not(runs_dir):
+    rec = run_json(runs_dir, "--stack", "tcp", "--gso", "off", "--gro", "on", *SHORT, "--probes", "syscalls,packets")
+    ev = tx(rec)
+    assert rec["offload"]["observed"]["gro"] == "on" and ev["server_rx_gro_entries"] > 0
+    assert rec["offload"]["device_features"]["server"]["gro"] == "on"
+    # The receiver got fewer, larger skbs than the sender put on the wire.
+    assert ev["server_rx_gso_skbs"] > 0
+    dev = {d["dev"]: d for d in rec["probes"]["packets"]["window"]["devices"]}
+    topo = rec["environment"]["topology"]
+    server_rx = dev[f"{topo['server']['ifname']}@{topo['server']['netns']}"]["rx"]
+    assert server_rx["skbs"] < ev["client_tx_skbs"] * 0.8
+
+
+def test_compare_writes_a_record_naming_all_its_runs(runs_dir):
+    r = qprof("compare", "--stack", "tcp", "--vary", "gso=on,off", "--repeat", "2", "--json",
+              "--duration", "1s", "--warmup", "0.5s", "--probes", "syscalls,packets", runs_dir=runs_dir, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == ""
+    rec = json.loads(r.stdout)
+    assert rec["status"] == "complete" and rec["order"] == "interleaved"
+    assert [c["label"] for c in rec["configs"]] == ["tcp gso=on", "tcp gso=off"]
+    # Interleaved: A B A B.
+    assert [x["config"] for x in rec["runs"]] == [0, 1, 0, 1]
+    cdir = Path(rec["path"])
+    saved = json.loads((cdir / "comparison.json").read_text())
+    assert saved["id"] == rec["id"] and saved["status"] == "complete"
+    for x in rec["runs"]:
+        run = json.loads((cdir / x["path"] / "run.json").read_text())
+        assert run["id"] == x["id"] and run["status"] == "complete"
+        assert run["config"]["gso"] == rec["configs"][x["config"]]["overrides"]["gso"]
+    m = rec["metrics"]
+    assert [row["n"] for row in m["throughput_gbps"]] == [2, 2]
+    assert m["throughput_gbps"][0]["ratio"] == 1.0
+    # Direction: without GSO the client's skbs stop being super-packets.
+    share = m["client_tx_gso_share"]
+    assert share[0]["median"] > 0.5 and share[1]["median"] == 0
+    # The differential graphs of the two configurations' median runs.
+    fd = rec["flame_diff"]
+    assert {fd["a"], fd["b"]} <= {x["id"] for x in rec["runs"]}
+    for side, d in fd["sides"].items():
+        if d["svg"]:
+            ET.parse(cdir / d["svg"])
+
+
+@pytest.mark.parametrize("args", [["--vary", "gso=on,off", "--gso", "on"], ["--vary", "gsx=1,2"],
+                                  ["--stack", "tcp", "--topology", "loopback", "--vary", "gro=on,off"],
+                                  ["--stack", "quic", "--vary", "send-mode=gso,sendmsg"]])
+def test_compare_bad_input_before_anything_runs(runs_dir, args):
+    r = qprof("compare", *args, "--duration", "1s", runs_dir=runs_dir)
+    assert r.returncode == 4, r.stderr
+    one_sentence(r.stderr)
+    assert not runs_dir.exists()
+    assert leftovers() == []
