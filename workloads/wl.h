@@ -47,6 +47,10 @@ struct wl_opts {
 	const char *tls_version;/* tcp-tls, tcp-ktls: "1.2" or "1.3" */
 	const char *cipher;     /* OpenSSL name; NULL: AES-128-GCM */
 	bool sendfile;          /* tcp, tcp-ktls client: sendfile() from a memfd */
+	const char *send_mode;  /* udp client: sendmsg, sendmmsg or gso; NULL: gso */
+	uint32_t batch;         /* udp client: datagrams per call; 0: wl_udp.c's default */
+	uint32_t dgram_size;    /* udp client: UDP payload bytes; 0: 1472 */
+	const char *gro;        /* udp server: UDP_GRO "on" or "off"; NULL: on */
 };
 
 /* Pattern */
@@ -99,5 +103,6 @@ const char *wl_json_end(struct wl_json *j);
 /* Roles */
 int wl_quic_run(const struct wl_opts *o);
 int wl_tcp_run(const struct wl_opts *o);
+int wl_udp_run(const struct wl_opts *o);
 
 #endif

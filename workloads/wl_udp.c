@@ -1,0 +1,720 @@
+/*
+ * Raw UDP roles (udp): a bulk sender and a verifying receiver with no
+ * reliability and no crypto, the kernel's floor for a UDP transport, in the
+ * spirit of the kernel's udpgso_bench_tx/rx.
+ *
+ * Datagram seq carries seq as an 8-byte little-endian word, then the
+ * pattern bytes at offset (seq mod UDP_SLOTS) * UDP_STRIDE + 8 onwards.
+ * The stride does not depend on the datagram size, so the receiver needs
+ * no --dgram-size; the sender sends out of a ring built once and writes
+ * only the 8-byte headers per datagram. The end of a transfer is told by
+ * UDP_END_REPEATS end datagrams (seq UDP_END_SEQ, then the count of data
+ * datagrams sent) spread over ~30 ms.
+ *
+ * The sender's socket blocks: its send buffer paces it to the device, with
+ * nothing else pacing it, as udpgso_bench. The receiver's socket asks for
+ * INT32_MAX bytes of receive buffer (capped by net.core.rmem_max), as
+ * msquic's sockets do, so the floor is compared with QUIC on equal terms.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <endian.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/udp.h>
+#include <pthread.h>
+#include <semaphore.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "wl.h"
+
+#ifndef UDP_SEGMENT
+#define UDP_SEGMENT 103
+#endif
+#ifndef UDP_GRO
+#define UDP_GRO 104
+#endif
+
+/* Defaults and limits */
+#define UDP_DGRAM_DEFAULT 1472        /* MTU 1500 - IPv4 - UDP headers */
+#define UDP_DGRAM_MIN 16
+#define UDP_DGRAM_MAX 65507           /* 65535 - IPv4 - UDP headers */
+#define UDP_GSO_DEF_SEGS 64           /* the default's cap: UDP_MAX_SEGMENTS of older kernels */
+#define UDP_GSO_MAX_SEGS 128          /* UDP_MAX_SEGMENTS since it was raised (6.18 has it) */
+#define UDP_MMSG_MAX 1024             /* UIO_MAXIOV: sendmmsg's vlen limit */
+#define UDP_HDR 8                     /* the sequence number */
+#define UDP_STRIDE 65536u
+#define UDP_SLOTS (WL_PAT_PERIOD / UDP_STRIDE)
+#define UDP_END_SEQ UINT64_MAX
+#define UDP_END_LEN 16
+#define UDP_END_REPEATS 6             /* gaps 1, 2, 4, 8, 16 ms */
+#define RECV_VLEN 32                  /* messages per recvmmsg */
+#define RECV_BUF 65536u               /* a whole GRO message or any datagram */
+#define RECV_SLOT (RECV_BUF + 192)    /* spread buffers over cache sets */
+#define RECV_POLL_MS 100              /* how often a blocked receiver looks at stop */
+#define IDLE_TIMEOUT_MS 2000          /* receiver ends this long after data stops */
+#define DUP_WINDOW 65536              /* seqs behind the highest checked for duplicates */
+
+enum send_mode { MODE_SENDMSG, MODE_SENDMMSG, MODE_GSO };
+static const char *const mode_names[] = { "sendmsg", "sendmmsg", "gso" };
+
+static struct {
+	const struct wl_opts *o;
+	bool server;
+	enum send_mode mode;
+	uint32_t dgram, batch;
+	bool gro;
+	int fd;
+	int sockbuf;                    /* SO_SNDBUF (client) or SO_RCVBUF (server) */
+
+	/* Written by the one transfer thread, read by marks. */
+	_Atomic uint64_t app_bytes;
+	_Atomic uint64_t io_calls;
+	_Atomic uint64_t datagrams;     /* data datagrams sent, or received once */
+	_Atomic uint64_t lost, reordered, duplicates, highest_seq, gro_segments;
+
+	_Atomic bool stopping;
+	_Atomic bool started;           /* client: past --wait-start */
+	bool have_data, got_end, verify_failed;
+	uint64_t expected;              /* from the end datagram */
+	const char *end_reason;
+	int fail_code;
+	char fail_msg[256];
+	pthread_mutex_t fail_lock;
+	uint64_t t_connected_ns, t_transfer_done_ns;
+	sem_t may_start, may_exit;
+} U = { .fail_lock = PTHREAD_MUTEX_INITIALIZER, .fd = -1, .sockbuf = -1 };
+
+/* Single writer: a relaxed load and store, no locked instruction per datagram. */
+static inline void bump(_Atomic uint64_t *c, uint64_t n)
+{
+	atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + n, memory_order_relaxed);
+}
+
+static inline uint64_t get(_Atomic uint64_t *c)
+{
+	return atomic_load_explicit(c, memory_order_relaxed);
+}
+
+static void fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void fail(int code, const char *fmt, ...)
+{
+	va_list ap;
+
+	pthread_mutex_lock(&U.fail_lock);
+	if (!U.fail_code) {
+		U.fail_code = code;
+		va_start(ap, fmt);
+		vsnprintf(U.fail_msg, sizeof(U.fail_msg), fmt, ap);
+		va_end(ap);
+		wl_warn("%s", U.fail_msg);
+	}
+	pthread_mutex_unlock(&U.fail_lock);
+	atomic_store(&U.stopping, true);
+}
+
+static void json_counters(struct wl_json *j)
+{
+	wl_json_u64(j, "app_bytes", get(&U.app_bytes));
+	wl_json_u64(j, "io_calls", get(&U.io_calls));
+	wl_json_u64(j, "datagrams", get(&U.datagrams));
+	if (!U.server)
+		return;
+	wl_json_u64(j, "lost", get(&U.lost));
+	wl_json_u64(j, "reordered", get(&U.reordered));
+	wl_json_u64(j, "duplicates", get(&U.duplicates));
+	wl_json_u64(j, "highest_seq", get(&U.highest_seq));
+	wl_json_u64(j, "gro_segments", get(&U.gro_segments));
+}
+
+static void on_mark(const char *name, void *arg)
+{
+	struct wl_json j;
+
+	(void)arg;
+	wl_json_begin(&j);
+	wl_json_str(&j, "event", "mark");
+	wl_json_str(&j, "name", name);
+	wl_json_u64(&j, "t_ns", wl_now_ns());
+	json_counters(&j);
+	wl_emit("%s", wl_json_end(&j));
+}
+
+static void on_start(void *arg) { (void)arg; sem_post(&U.may_start); }
+static void on_stop(void *arg) { (void)arg; atomic_store(&U.stopping, true); }
+
+/* "exit" or EOF: the caller is done with us. A receiver stops receiving; a
+ * sender still waiting for "start" never starts. */
+static void on_exit_cmd(void *arg)
+{
+	(void)arg;
+	if (U.server || !atomic_load(&U.started)) {
+		atomic_store(&U.stopping, true);
+		sem_post(&U.may_start);
+	}
+	sem_post(&U.may_exit);
+}
+
+static const struct wl_control_ops control_ops = {
+	.mark = on_mark, .start = on_start, .stop = on_stop, .exit = on_exit_cmd,
+};
+
+static void emit_connected(void)
+{
+	U.t_connected_ns = wl_now_ns();
+	wl_emit("{\"event\":\"connected\",\"t_ns\":%llu}", (unsigned long long)U.t_connected_ns);
+}
+
+static int udp_addr(struct sockaddr_in *a)
+{
+	memset(a, 0, sizeof(*a));
+	a->sin_family = AF_INET;
+	a->sin_port = htons((uint16_t)U.o->port);
+	return inet_pton(AF_INET, U.o->addr, &a->sin_addr) == 1 ? 0 : -1;
+}
+
+/* --- receiver ---------------------------------------------------------------- */
+
+static uint64_t seen[DUP_WINDOW / 64];   /* seqs in (highest - DUP_WINDOW, highest] */
+
+static inline bool seen_test_set(uint64_t seq)
+{
+	uint64_t bit = 1ull << (seq % 64), *w = &seen[(seq / 64) % (DUP_WINDOW / 64)];
+	bool was = *w & bit;
+
+	*w |= bit;
+	return was;
+}
+
+static inline void seen_clear(uint64_t seq)
+{
+	seen[(seq / 64) % (DUP_WINDOW / 64)] &= ~(1ull << (seq % 64));
+}
+
+static inline void unlose(void)
+{
+	if (get(&U.lost))
+		atomic_store_explicit(&U.lost, get(&U.lost) - 1, memory_order_relaxed);
+}
+
+/*
+ * Loss, reordering and duplicates of one data datagram. A seq above the
+ * highest counts the gap below it as lost; one below the highest was lost
+ * and is now found (reordered), unless the window says it was seen already
+ * (duplicate). Beyond the window a late seq counts as reordered. Returns
+ * whether seq is a duplicate.
+ */
+static bool account(uint64_t seq)
+{
+	uint64_t hi = get(&U.highest_seq), s;
+
+	if (!U.have_data) {
+		U.have_data = true;
+		bump(&U.lost, seq);
+		atomic_store_explicit(&U.highest_seq, seq, memory_order_relaxed);
+		seen_test_set(seq);
+		return false;
+	}
+	if (seq > hi) {
+		bump(&U.lost, seq - hi - 1);
+		if (seq - hi >= DUP_WINDOW)
+			memset(seen, 0, sizeof(seen));
+		else
+			for (s = hi + 1; s < seq; s++)
+				seen_clear(s);
+		seen_clear(seq);
+		seen_test_set(seq);
+		atomic_store_explicit(&U.highest_seq, seq, memory_order_relaxed);
+		return false;
+	}
+	if (hi - seq < DUP_WINDOW && seen_test_set(seq)) {
+		bump(&U.duplicates, 1);
+		return true;
+	}
+	bump(&U.reordered, 1);
+	unlose();
+	return false;
+}
+
+/* One datagram; false when the transfer must end (a failure). */
+static bool on_datagram(const uint8_t *p, size_t len)
+{
+	uint64_t seq;
+
+	if (len < UDP_HDR) {
+		fail(WL_EXIT_VERIFY, "a %zu-byte datagram arrived, too short for a sequence number", len);
+		return false;
+	}
+	memcpy(&seq, p, 8);
+	seq = le64toh(seq);
+	if (seq == UDP_END_SEQ) {
+		if (len != UDP_END_LEN) {
+			fail(WL_EXIT_VERIFY, "an end datagram of %zu bytes arrived; it has %d", len, UDP_END_LEN);
+			return false;
+		}
+		memcpy(&U.expected, p + 8, 8);
+		U.expected = le64toh(U.expected);
+		U.got_end = true;
+		return true;
+	}
+	if (!wl_pattern_check((seq % UDP_SLOTS) * UDP_STRIDE + UDP_HDR, p + UDP_HDR, len - UDP_HDR)) {
+		U.verify_failed = true;
+		fail(WL_EXIT_VERIFY, "datagram seq %llu (%zu bytes) failed the content check",
+		     (unsigned long long)seq, len);
+		return false;
+	}
+	if (!account(seq)) {
+		bump(&U.datagrams, 1);
+		bump(&U.app_bytes, len);
+	}
+	return true;
+}
+
+/* One received message: one datagram, or with a UDP_GRO cmsg several of gso_size. */
+static bool on_message(struct msghdr *m, const uint8_t *p, size_t len)
+{
+	struct cmsghdr *c;
+	size_t seg = 0, off;
+
+	if (m->msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
+		fail(WL_EXIT_VERIFY, "a message of %zu bytes was truncated (flags 0x%x)", len, m->msg_flags);
+		return false;
+	}
+	for (c = CMSG_FIRSTHDR(m); c; c = CMSG_NXTHDR(m, c)) {
+		if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
+			int g;
+
+			memcpy(&g, CMSG_DATA(c), sizeof(g));
+			seg = g > 0 ? (size_t)g : 0;
+		}
+	}
+	if (!seg || seg >= len) {
+		return on_datagram(p, len);
+	}
+	bump(&U.gro_segments, 1);
+	for (off = 0; off < len; off += seg)
+		if (!on_datagram(p + off, len - off < seg ? len - off : seg))
+			return false;
+	return true;
+}
+
+static int server_socket(void)
+{
+	struct sockaddr_in a;
+	struct timeval tv = { .tv_usec = RECV_POLL_MS * 1000 };
+	int big = 0x7fffffff, on = 1;
+	socklen_t len = sizeof(U.sockbuf);
+
+	if (udp_addr(&a)) {
+		wl_warn("bad IPv4 address %s", U.o->addr);
+		return WL_EXIT_USAGE;
+	}
+	U.fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (U.fd < 0) {
+		wl_warn("socket(AF_INET, SOCK_DGRAM) failed: %s", strerror(errno));
+		return WL_EXIT_INTERNAL;
+	}
+	if (setsockopt(U.fd, SOL_SOCKET, SO_RCVBUF, &big, sizeof(big)) ||
+	    setsockopt(U.fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) ||
+	    getsockopt(U.fd, SOL_SOCKET, SO_RCVBUF, &U.sockbuf, &len)) {
+		wl_warn("setsockopt/getsockopt(SO_RCVBUF, SO_RCVTIMEO) failed: %s", strerror(errno));
+		return WL_EXIT_INTERNAL;
+	}
+	if (U.gro && setsockopt(U.fd, SOL_UDP, UDP_GRO, &on, sizeof(on))) {
+		wl_warn("setsockopt(UDP_GRO) failed: %s; this kernel lacks UDP GRO (Linux 5.0+): run the server with --gro off",
+			strerror(errno));
+		return WL_EXIT_LIB_OPEN;
+	}
+	if (bind(U.fd, (struct sockaddr *)&a, sizeof(a))) {
+		if (errno == EADDRINUSE) {
+			wl_warn("UDP port %s:%d is already in use", U.o->addr, U.o->port);
+			return WL_EXIT_ADDR_IN_USE;
+		}
+		wl_warn("bind %s:%d failed: %s", U.o->addr, U.o->port, strerror(errno));
+		return WL_EXIT_INTERNAL;
+	}
+	return 0;
+}
+
+static int run_server(void)
+{
+	static struct mmsghdr msgs[RECV_VLEN];
+	static struct iovec iov[RECV_VLEN];
+	static char ctrl[RECV_VLEN][CMSG_SPACE(sizeof(int)) + 16] __attribute__((aligned(8)));
+	uint8_t *bufs;
+	uint64_t last_rx_ns = 0;
+	int code, i;
+
+	code = server_socket();
+	if (code)
+		return code;
+	bufs = aligned_alloc(4096, (size_t)RECV_VLEN * RECV_SLOT);
+	if (!bufs) {
+		wl_warn("cannot allocate %u receive buffers", RECV_VLEN);
+		return WL_EXIT_INTERNAL;
+	}
+	for (i = 0; i < RECV_VLEN; i++) {
+		iov[i].iov_base = bufs + (size_t)i * RECV_SLOT;
+		iov[i].iov_len = RECV_BUF;
+		msgs[i].msg_hdr.msg_iov = &iov[i];
+		msgs[i].msg_hdr.msg_iovlen = 1;
+		msgs[i].msg_hdr.msg_control = ctrl[i];
+	}
+	wl_emit("{\"event\":\"ready\",\"port\":%d,\"pid\":%d}", U.o->port, getpid());
+	U.end_reason = "stop";
+	while (!atomic_load(&U.stopping)) {
+		int n;
+
+		for (i = 0; i < RECV_VLEN; i++) {
+			msgs[i].msg_hdr.msg_controllen = sizeof(ctrl[i]);
+			msgs[i].msg_hdr.msg_flags = 0;
+		}
+		n = recvmmsg(U.fd, msgs, RECV_VLEN, MSG_WAITFORONE, NULL);
+		bump(&U.io_calls, 1);
+		if (n < 0) {
+			if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
+				if (last_rx_ns && wl_now_ns() - last_rx_ns > IDLE_TIMEOUT_MS * 1000000ull) {
+					U.end_reason = "idle";
+					break;
+				}
+				continue;
+			}
+			fail(WL_EXIT_INTERNAL, "recvmmsg failed after %llu datagrams: %s",
+			     (unsigned long long)get(&U.datagrams), strerror(errno));
+			break;
+		}
+		last_rx_ns = wl_now_ns();
+		if (!U.t_connected_ns)
+			emit_connected();
+		for (i = 0; i < n; i++)
+			if (!on_message(&msgs[i].msg_hdr, iov[i].iov_base, msgs[i].msg_len))
+				break;
+		if (U.fail_code)
+			break;
+		if (U.got_end) {
+			U.end_reason = "end";
+			break;
+		}
+	}
+	U.t_transfer_done_ns = U.got_end || !last_rx_ns ? wl_now_ns() : last_rx_ns;
+	if (U.got_end)
+		atomic_store_explicit(&U.lost, U.expected > get(&U.datagrams) ? U.expected - get(&U.datagrams) : 0,
+				      memory_order_relaxed);
+	else if (!U.fail_code && last_rx_ns)
+		wl_warn("no end datagram arrived (ended by %s): loss counts the gaps only, not the tail", U.end_reason);
+	free(bufs);
+	return U.fail_code;
+}
+
+/* --- sender ------------------------------------------------------------------ */
+
+/*
+ * Slot i of the ring holds datagram content for seq = i mod UDP_SLOTS; the
+ * batch - 1 slots past UDP_SLOTS repeat the first ones, so any batch of
+ * consecutive seqs is one contiguous run of memory (one iovec for GSO).
+ */
+static uint8_t *make_ring(void)
+{
+	const uint8_t *pat = wl_pattern_region();
+	size_t slots = UDP_SLOTS + U.batch - 1, size = (slots * U.dgram + 4095) & ~(size_t)4095, i;
+	uint8_t *ring = aligned_alloc(4096, size);
+
+	if (!ring)
+		return NULL;
+	for (i = 0; i < slots; i++)
+		memcpy(ring + i * U.dgram + UDP_HDR, pat + (i % UDP_SLOTS) * UDP_STRIDE + UDP_HDR, U.dgram - UDP_HDR);
+	return ring;
+}
+
+static int client_socket(void)
+{
+	struct sockaddr_in a;
+	socklen_t len = sizeof(U.sockbuf);
+
+	if (udp_addr(&a)) {
+		wl_warn("bad IPv4 address %s", U.o->addr);
+		return WL_EXIT_USAGE;
+	}
+	U.fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (U.fd < 0) {
+		wl_warn("socket(AF_INET, SOCK_DGRAM) failed: %s", strerror(errno));
+		return WL_EXIT_INTERNAL;
+	}
+	if (getsockopt(U.fd, SOL_SOCKET, SO_SNDBUF, &U.sockbuf, &len)) {
+		wl_warn("getsockopt(SO_SNDBUF) failed: %s", strerror(errno));
+		return WL_EXIT_INTERNAL;
+	}
+	if (connect(U.fd, (struct sockaddr *)&a, sizeof(a))) {
+		wl_warn("UDP connect to %s:%d failed: %s", U.o->addr, U.o->port, strerror(errno));
+		return WL_EXIT_HANDSHAKE;
+	}
+	return 0;
+}
+
+static void send_failed(const char *call, uint64_t seq)
+{
+	int e = errno;
+
+	if (e == ECONNREFUSED)
+		fail(WL_EXIT_CONN_LOST, "%s: nothing receives on UDP %s:%d (ICMP port unreachable) after %llu datagrams; "
+		     "start the server first", call, U.o->addr, U.o->port, (unsigned long long)seq);
+	else if (U.mode == MODE_GSO && (e == EIO || e == EINVAL || e == ENOPROTOOPT))
+		fail(WL_EXIT_LIB_OPEN, "%s with UDP_SEGMENT failed: %s; this kernel or the route's device cannot do UDP GSO "
+		     "of %u x %u bytes (kernels before the limit was raised take 64 segments): lower --batch or use "
+		     "--send-mode sendmmsg", call, strerror(e), U.batch, U.dgram);
+	else
+		fail(WL_EXIT_INTERNAL, "%s failed after %llu datagrams: %s", call, (unsigned long long)seq, strerror(e));
+}
+
+static void send_end(uint64_t sent)
+{
+	uint64_t w[2] = { htole64(UDP_END_SEQ), htole64(sent) };
+	int i;
+
+	for (i = 0; i < UDP_END_REPEATS; i++) {
+		struct timespec gap = { .tv_nsec = (1l << i) * 500000 };
+
+		if (i)
+			nanosleep(&gap, NULL);
+		bump(&U.io_calls, 1);
+		/* The receiver may have gone after the first copy: its port then refuses. */
+		if (send(U.fd, w, sizeof(w), 0) < 0 && errno != ECONNREFUSED)
+			wl_warn("send of the end datagram failed: %s", strerror(errno));
+	}
+}
+
+static int run_client(void)
+{
+	static struct mmsghdr msgs[UDP_MMSG_MAX];
+	static struct iovec iov[UDP_MMSG_MAX];
+	char ctrl[CMSG_SPACE(sizeof(uint16_t))] __attribute__((aligned(8))) = { 0 };
+	struct msghdr mh = { .msg_iov = iov, .msg_iovlen = 1 };
+	uint64_t seq = 0, deadline = 0, limit = 0, k;
+	uint8_t *ring;
+	int code;
+
+	ring = make_ring();
+	if (!ring) {
+		wl_warn("cannot allocate the send ring (%u slots of %u bytes)", UDP_SLOTS + U.batch - 1, U.dgram);
+		return WL_EXIT_INTERNAL;
+	}
+	if (U.mode == MODE_GSO) {
+		struct cmsghdr *c;
+		uint16_t size = (uint16_t)U.dgram;
+
+		mh.msg_control = ctrl;
+		mh.msg_controllen = sizeof(ctrl);
+		c = CMSG_FIRSTHDR(&mh);
+		c->cmsg_level = SOL_UDP;
+		c->cmsg_type = UDP_SEGMENT;
+		c->cmsg_len = CMSG_LEN(sizeof(size));
+		memcpy(CMSG_DATA(c), &size, sizeof(size));
+	}
+	for (k = 0; k < U.batch; k++) {
+		msgs[k].msg_hdr.msg_iov = &iov[k];
+		msgs[k].msg_hdr.msg_iovlen = 1;
+	}
+	if (U.o->bytes)
+		limit = (U.o->bytes + U.dgram - 1) / U.dgram;
+	if (U.o->wait_start)
+		sem_wait(&U.may_start);
+	atomic_store(&U.started, true);
+	if (atomic_load(&U.stopping)) {
+		free(ring);
+		return 0;
+	}
+	code = client_socket();
+	if (code) {
+		free(ring);
+		return code;
+	}
+	emit_connected();
+	if (U.o->duration_ms)
+		deadline = U.t_connected_ns + U.o->duration_ms * 1000000ull;
+	while (!atomic_load_explicit(&U.stopping, memory_order_relaxed)) {
+		uint64_t n = U.batch, j = seq % UDP_SLOTS, bytes, last = U.dgram;
+		uint8_t *base = ring + j * U.dgram;
+		ssize_t r;
+
+		if (deadline && wl_now_ns() >= deadline)
+			break;
+		if (limit) {
+			if (seq >= limit)
+				break;
+			if (n > limit - seq)
+				n = limit - seq;
+			if (seq + n == limit && U.o->bytes % U.dgram)
+				last = U.o->bytes % U.dgram < UDP_HDR ? UDP_HDR : U.o->bytes % U.dgram;
+		}
+		for (k = 0; k < n; k++) {
+			uint64_t h = htole64(seq + k);
+			memcpy(base + k * U.dgram, &h, 8);
+		}
+		bytes = (n - 1) * U.dgram + last;
+		if (U.mode == MODE_SENDMMSG) {
+			for (k = 0; k < n; k++) {
+				iov[k].iov_base = base + k * U.dgram;
+				iov[k].iov_len = k == n - 1 ? last : U.dgram;
+			}
+			r = sendmmsg(U.fd, msgs, (unsigned int)n, 0);
+			if (r > 0 && (uint64_t)r < n) {
+				n = (uint64_t)r;
+				bytes = n * U.dgram;   /* the short last datagram was not among them */
+			}
+		} else {
+			/* gso: the batch in one call, cut by the kernel; sendmsg: n is 1 */
+			iov[0].iov_base = base;
+			iov[0].iov_len = bytes;
+			r = sendmsg(U.fd, &mh, 0);
+		}
+		bump(&U.io_calls, 1);
+		if (r < 0) {
+			if (errno == EINTR || errno == ENOBUFS)
+				continue;
+			send_failed(U.mode == MODE_SENDMMSG ? "sendmmsg" : "sendmsg", seq);
+			break;
+		}
+		seq += n;
+		bump(&U.datagrams, n);
+		bump(&U.app_bytes, bytes);
+	}
+	U.t_transfer_done_ns = wl_now_ns();
+	if (!U.fail_code)
+		send_end(seq);
+	free(ring);
+	return U.fail_code;
+}
+
+static void emit_done(int code)
+{
+	struct wl_json j;
+
+	wl_json_begin(&j);
+	wl_json_str(&j, "event", "done");
+	wl_json_str(&j, "role", U.server ? "server" : "client");
+	wl_json_u64(&j, "exit_code", code);
+	wl_json_u64(&j, "t_ns", wl_now_ns());
+	wl_json_u64(&j, "t_connected_ns", U.t_connected_ns);
+	wl_json_u64(&j, "t_transfer_done_ns", U.t_transfer_done_ns);
+	json_counters(&j);
+	if (U.server) {
+		wl_json_u64(&j, "streams_completed", U.got_end && !code);
+		wl_json_bool(&j, "verified", code == WL_EXIT_OK && !U.verify_failed);
+		wl_json_bool(&j, "gro", U.gro);
+		wl_json_u64(&j, "datagrams_expected", U.got_end ? U.expected : 0);
+		wl_json_str(&j, "end_reason", U.end_reason ? U.end_reason : "none");
+		wl_json_u64(&j, "rcvbuf_bytes", U.sockbuf < 0 ? 0 : (uint64_t)U.sockbuf);
+	} else {
+		wl_json_u64(&j, "streams_completed", !code && U.t_connected_ns);
+		wl_json_u64(&j, "datagrams_sent", get(&U.datagrams));
+		wl_json_str(&j, "send_mode", mode_names[U.mode]);
+		wl_json_u64(&j, "batch", U.batch);
+		wl_json_u64(&j, "dgram_size", U.dgram);
+		wl_json_u64(&j, "sndbuf_bytes", U.sockbuf < 0 ? 0 : (uint64_t)U.sockbuf);
+	}
+	wl_emit("%s", wl_json_end(&j));
+}
+
+/* Cross-flag checks: one sentence each, before anything starts. */
+static int check_opts(const struct wl_opts *o)
+{
+	if (U.server && (o->send_mode || o->batch || o->dgram_size)) {
+		wl_warn("--send-mode, --batch and --dgram-size are the client's (the sender's); drop them on the server");
+		return -1;
+	}
+	if (!U.server && o->gro) {
+		wl_warn("--gro is the server's (the receiver's UDP_GRO socket option); drop it on the client");
+		return -1;
+	}
+	if (o->streams != 1) {
+		wl_warn("--stack udp sends one flow of datagrams; --streams must be 1");
+		return -1;
+	}
+	if (o->sendfile) {
+		wl_warn("--sendfile is for tcp and tcp-ktls; --stack udp sends datagrams with --send-mode");
+		return -1;
+	}
+	if (o->gro && strcmp(o->gro, "on") && strcmp(o->gro, "off")) {
+		wl_warn("--gro takes on or off, not %s", o->gro);
+		return -1;
+	}
+	U.gro = !o->gro || !strcmp(o->gro, "on");
+	if (!o->send_mode || !strcmp(o->send_mode, "gso"))
+		U.mode = MODE_GSO;
+	else if (!strcmp(o->send_mode, "sendmmsg"))
+		U.mode = MODE_SENDMMSG;
+	else if (!strcmp(o->send_mode, "sendmsg"))
+		U.mode = MODE_SENDMSG;
+	else {
+		wl_warn("--send-mode takes sendmsg, sendmmsg or gso, not %s", o->send_mode);
+		return -1;
+	}
+	U.dgram = o->dgram_size ? o->dgram_size : UDP_DGRAM_DEFAULT;
+	if (U.dgram < UDP_DGRAM_MIN || U.dgram > UDP_DGRAM_MAX) {
+		wl_warn("--dgram-size %u is outside %d..%d bytes of UDP payload", U.dgram, UDP_DGRAM_MIN, UDP_DGRAM_MAX);
+		return -1;
+	}
+	U.batch = o->batch;
+	switch (U.mode) {
+	case MODE_SENDMSG:
+		if (U.batch > 1) {
+			wl_warn("--send-mode sendmsg sends one datagram per call, so --batch must be 1 or left out");
+			return -1;
+		}
+		U.batch = 1;
+		break;
+	case MODE_GSO:
+	case MODE_SENDMMSG:
+		if (!U.batch) {
+			U.batch = UDP_DGRAM_MAX / U.dgram;
+			if (U.batch > UDP_GSO_DEF_SEGS)
+				U.batch = UDP_GSO_DEF_SEGS;
+		}
+		if (U.mode == MODE_SENDMMSG && U.batch > UDP_MMSG_MAX) {
+			wl_warn("--batch %u is more than sendmmsg takes in one call (%d)", U.batch, UDP_MMSG_MAX);
+			return -1;
+		}
+		if (U.mode == MODE_GSO && U.batch > UDP_GSO_MAX_SEGS) {
+			wl_warn("--batch %u is more segments than one GSO send may carry (%d)", U.batch, UDP_GSO_MAX_SEGS);
+			return -1;
+		}
+		if (U.mode == MODE_GSO && (uint64_t)U.batch * U.dgram > UDP_DGRAM_MAX) {
+			wl_warn("--batch %u of %u-byte datagrams exceeds the %d bytes one GSO send may carry; use at most %u",
+				U.batch, U.dgram, UDP_DGRAM_MAX, UDP_DGRAM_MAX / U.dgram);
+			return -1;
+		}
+		break;
+	}
+	return 0;
+}
+
+int wl_udp_run(const struct wl_opts *o)
+{
+	int code;
+
+	U.o = o;
+	U.server = !strcmp(o->role, "server");
+	if (check_opts(o))
+		return WL_EXIT_USAGE;
+	sem_init(&U.may_start, 0, 0);
+	sem_init(&U.may_exit, 0, 0);
+	wl_pattern_region();
+	/* Control first: whoever waits on us must hear even a setup failure. */
+	if (o->control && wl_control_start(&control_ops)) {
+		wl_warn("cannot start the control thread");
+		return WL_EXIT_INTERNAL;
+	}
+	code = U.server ? run_server() : run_client();
+	emit_done(code);
+	if (o->control)
+		sem_wait(&U.may_exit);
+	if (U.fd >= 0)
+		close(U.fd);
+	return code;
+}
