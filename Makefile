@@ -39,8 +39,13 @@ msquic: apt
 
 WL_SRC := $(wildcard workloads/*.c)
 WL_HDR := $(wildcard workloads/*.h)
+# The GSO/GRO interposer (LD_PRELOAD) lives in workloads/preload/, out of WL_SRC.
+PRELOAD_LIB := $(BUILD)/lib/libqprof-offload.so
 workload: msquic
-	@$(MAKE) --no-print-directory $(BUILD)/bin/qprof-wl
+	@$(MAKE) --no-print-directory $(BUILD)/bin/qprof-wl $(PRELOAD_LIB)
+$(PRELOAD_LIB): workloads/preload/offload_preload.c
+	@mkdir -p $(@D)
+	$(CC) -O2 -g -fPIC -shared -fvisibility=hidden -Wall -Wextra -Werror -std=gnu11 -o $@ $< -ldl
 $(BUILD)/bin/qprof-wl: $(WL_SRC) $(WL_HDR) $(BUILD)/msquic/.stamp
 	@mkdir -p $(BUILD)/bin
 	$(CC) $(CFLAGS_WL) -I$(BUILD)/msquic/include -o $@ $(WL_SRC) \
