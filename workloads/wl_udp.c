@@ -9,7 +9,10 @@
  * no --dgram-size; the sender sends out of a ring built once and writes
  * only the 8-byte headers per datagram. The end of a transfer is told by
  * UDP_END_REPEATS end datagrams (seq UDP_END_SEQ, then the count of data
- * datagrams sent) spread over ~30 ms.
+ * datagrams sent) spread over ~30 ms. The receiver's done report says why
+ * it ended (end_reason): "end" (an end datagram), "idle" (IDLE_TIMEOUT_MS
+ * without data once data came), "stop" ("stop", "exit" or EOF on --control)
+ * or "error"; without an end datagram, loss counts gaps only, not the tail.
  *
  * The sender's socket blocks: its send buffer paces it to the device, with
  * nothing else pacing it, as udpgso_bench. The receiver's socket asks for
@@ -154,7 +157,7 @@ static void on_stop(void *arg) { (void)arg; atomic_store(&U.stopping, true); }
 static void on_exit_cmd(void *arg)
 {
 	(void)arg;
-	if (U.server || !atomic_load(&U.started)) {
+	if (U.server || (U.o->wait_start && !atomic_load(&U.started))) {
 		atomic_store(&U.stopping, true);
 		sem_post(&U.may_start);
 	}
@@ -402,6 +405,8 @@ static int run_server(void)
 			break;
 		}
 	}
+	if (U.fail_code)
+		U.end_reason = "error";
 	U.t_transfer_done_ns = U.got_end || !last_rx_ns ? wl_now_ns() : last_rx_ns;
 	if (U.got_end)
 		atomic_store_explicit(&U.lost, U.expected > get(&U.datagrams) ? U.expected - get(&U.datagrams) : 0,
