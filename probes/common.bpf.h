@@ -5,20 +5,29 @@
 #include "probe_common.h"
 
 /*
- * The processes a probe watches: tgid -> 1, filled by user space before the
- * window. Filtering in the kernel keeps the rest of the machine's events
- * out of every map.
+ * The processes a probe watches, set by user space before load. Read-only
+ * data, not a hash map: the check runs on every event of the machine, and
+ * the verifier knows targ_ntgids, so it is a few compares with no helper
+ * call. Index i of a tgid is its place in the -p list.
  */
 #define DEFINE_TARGET_TGIDS                                         \
-	struct {                                                    \
-		__uint(type, BPF_MAP_TYPE_HASH);                    \
-		__uint(max_entries, PROBE_MAX_PIDS);                \
-		__type(key, __u32);                                 \
-		__type(value, __u8);                                \
-	} target_tgids SEC(".maps");                                \
+	const volatile __u32 targ_tgids[PROBE_MAX_PIDS] = {};       \
+	const volatile __u32 targ_ntgids = 0;                       \
+	static __always_inline int target_index(__u32 tgid)         \
+	{                                                           \
+		int i;                                              \
+                                                                    \
+		for (i = 0; i < PROBE_MAX_PIDS; i++) {              \
+			if (i >= targ_ntgids)                       \
+				break;                              \
+			if (targ_tgids[i] == tgid)                  \
+				return i;                           \
+		}                                                   \
+		return -1;                                          \
+	}                                                           \
 	static __always_inline bool is_target(__u32 tgid)           \
 	{                                                           \
-		return bpf_map_lookup_elem(&target_tgids, &tgid) != NULL; \
+		return target_index(tgid) >= 0;                     \
 	}
 
 static __always_inline __u32 log2_u64(__u64 v)

@@ -35,7 +35,7 @@ struct irq_state {
 	__u64 softirq_start_ns;
 	__u64 softirq_hardirq_ns;  /* hardirqs nested in the running softirq */
 	__u64 hardirq_start_ns;
-	__u32 softirq_tgid;        /* target current at softirq entry, or 0 */
+	__u32 softirq_target;      /* 1 + target_index() of the task current at entry, or 0 */
 	__u32 in_ksoftirqd;
 };
 
@@ -53,10 +53,11 @@ struct {
 	__type(value, struct softirq_stats);
 } softirqs SEC(".maps");
 
+/* Per CPU, at target_index() * QP_NR_SOFTIRQS + vector. */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, PROBE_MAX_PIDS * QP_NR_SOFTIRQS);
-	__type(key, struct softirq_key);
+	__type(key, __u32);
 	__type(value, __u64);
 } softirq_in_target SEC(".maps");
 
@@ -88,6 +89,19 @@ static __always_inline struct thread_cpu *thread_get(struct task_struct *task, b
 }
 
 /*
+ * Two loads straight from the task (tp_btf hands us a typed pointer), not
+ * a helper call per switch; the kernel pads comm with NULs.
+ */
+static __always_inline void copy_comm(struct thread_cpu *t, struct task_struct *task)
+{
+	const __u64 *src = (const __u64 *)task->comm;
+	__u64 *dst = (__u64 *)t->comm;
+
+	dst[0] = src[0];
+	dst[1] = src[1];
+}
+
+/*
  * A thread's entry is written by its own switches, exit and wakeups, which
  * the scheduler already serializes (the rq lock; a task is switched in
  * elsewhere only once its switch-out here is done), so seq needs no lock;
@@ -107,11 +121,14 @@ SEC("tp_btf/sched_switch")
 int BPF_PROG(sched_switch, bool preempt, struct task_struct *prev,
 	     struct task_struct *next, unsigned int prev_state)
 {
-	__u64 now = bpf_ktime_get_ns(), sum_exec, slice = 0;
-	bool created = false;
+	bool created = false, prev_ours = is_target(prev->tgid), next_ours = is_target(next->tgid);
+	__u64 now, sum_exec, slice = 0;
 	struct thread_cpu *t;
 
-	if (is_target(prev->tgid)) {
+	if (!prev_ours && !next_ours)
+		return 0;
+	now = bpf_ktime_get_ns();
+	if (prev_ours) {
 		t = thread_get(prev, &created);
 		if (t) {
 			sum_exec = prev->se.sum_exec_runtime;
@@ -140,11 +157,11 @@ int BPF_PROG(sched_switch, bool preempt, struct task_struct *prev,
 			/* Same rule as the kernel's nivcsw. */
 			if (preempt || prev_state == TASK_RUNNING)
 				t->involuntary++;
-			bpf_probe_read_kernel_str(t->comm, sizeof(t->comm), prev->comm);
+			copy_comm(t, prev);
 			seq_end(t);
 		}
 	}
-	if (is_target(next->tgid)) {
+	if (next_ours) {
 		t = thread_get(next, NULL);
 		if (t) {
 			seq_begin(t);
@@ -206,7 +223,7 @@ int BPF_PROG(sched_process_exit, struct task_struct *p, bool group_dead)
 		return 0;
 	seq_begin(t);
 	t->exited = 1;
-	bpf_probe_read_kernel_str(t->comm, sizeof(t->comm), p->comm);
+	copy_comm(t, p);
 	seq_end(t);
 	return 0;
 }
@@ -221,15 +238,14 @@ static __always_inline struct irq_state *this_irq_state(void)
 /*
  * The per-CPU ksoftirqd pointer is not in kallsyms without
  * CONFIG_KALLSYMS_ALL, so go by name; only a kernel thread can carry it.
+ * The name is read from the task directly: no helper call per softirq.
  */
-static __always_inline bool in_ksoftirqd(void)
+static __always_inline bool in_ksoftirqd(struct task_struct *task)
 {
-	struct task_struct *task = bpf_get_current_task_btf();
-	char comm[QP_COMM_LEN];
+	const char *comm = task->comm;
 
 	if (!(task->flags & PF_KTHREAD))
 		return false;
-	bpf_get_current_comm(comm, sizeof(comm));
 	return comm[0] == 'k' && comm[1] == 's' && comm[2] == 'o' && comm[3] == 'f' &&
 	       comm[4] == 't' && comm[5] == 'i' && comm[6] == 'r' && comm[7] == 'q' &&
 	       comm[8] == 'd' && comm[9] == '/';
@@ -238,26 +254,26 @@ static __always_inline bool in_ksoftirqd(void)
 SEC("tp_btf/softirq_entry")
 int BPF_PROG(softirq_entry, unsigned int vec_nr)
 {
+	struct task_struct *task = bpf_get_current_task_btf();
 	struct irq_state *c = this_irq_state();
-	__u32 tgid;
 
 	if (!c)
 		return 0;
-	tgid = bpf_get_current_pid_tgid() >> 32;
-	c->softirq_tgid = is_target(tgid) ? tgid : 0;
-	c->in_ksoftirqd = in_ksoftirqd();
+	c->softirq_target = target_index(task->tgid) + 1;
+	c->in_ksoftirqd = in_ksoftirqd(task);
 	c->softirq_hardirq_ns = 0;
 	c->softirq_start_ns = bpf_ktime_get_ns();
 	return 0;
 }
 
+/* Per-CPU counters, plain adds: a softirq does not nest in another on its CPU. */
 SEC("tp_btf/softirq_exit")
 int BPF_PROG(softirq_exit, unsigned int vec_nr)
 {
 	struct irq_state *c = this_irq_state();
-	struct softirq_key key = {};
 	struct softirq_stats *s;
-	__u64 dur, *v, zero = 0;
+	__u64 dur, *v;
+	__u32 key;
 
 	if (!c || !c->softirq_start_ns)
 		return 0;
@@ -271,18 +287,12 @@ int BPF_PROG(softirq_exit, unsigned int vec_nr)
 	s->time_ns += dur;
 	if (c->in_ksoftirqd)
 		s->ksoftirqd_ns += dur;
-	if (!c->softirq_tgid)
+	if (!c->softirq_target || vec_nr >= QP_NR_SOFTIRQS)
 		return 0;
-	key.tgid = c->softirq_tgid;
-	key.vec = vec_nr;
+	key = (c->softirq_target - 1) * QP_NR_SOFTIRQS + vec_nr;
 	v = bpf_map_lookup_elem(&softirq_in_target, &key);
-	if (!v) {
-		bpf_map_update_elem(&softirq_in_target, &key, &zero, BPF_NOEXIST);
-		v = bpf_map_lookup_elem(&softirq_in_target, &key);
-		if (!v)
-			return 0;
-	}
-	__sync_fetch_and_add(v, dur);
+	if (v)
+		*v += dur;
 	return 0;
 }
 

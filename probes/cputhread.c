@@ -246,9 +246,8 @@ static void read_irqs(struct cputhread_bpf *skel, struct irq_totals *tot)
 	int ncpu = libbpf_num_possible_cpus(), fd, i, cpu;
 	struct softirq_stats s[ncpu > 0 ? ncpu : 1];
 	struct hardirq_stats h[ncpu > 0 ? ncpu : 1];
-	struct softirq_key key;
-	__u32 vec, zero = 0;
-	__u64 ns;
+	__u64 ns[ncpu > 0 ? ncpu : 1];
+	__u32 key, vec, zero = 0;
 
 	memset(tot, 0, sizeof(*tot));
 	fd = bpf_map__fd(skel->maps.softirqs);
@@ -261,13 +260,15 @@ static void read_irqs(struct cputhread_bpf *skel, struct irq_totals *tot)
 			tot->vec[vec].ksoftirqd_ns += s[cpu].ksoftirqd_ns;
 		}
 	}
+	/* Softirq time served while a thread of env.pids[i] was the current task. */
 	fd = bpf_map__fd(skel->maps.softirq_in_target);
 	for (i = 0; i < env.npids; i++)
 		for (vec = 0; vec < QP_NR_SOFTIRQS; vec++) {
-			key.tgid = (__u32)env.pids[i];
-			key.vec = vec;
-			if (!bpf_map_lookup_elem(fd, &key, &ns))
-				tot->in_target_ns[i][vec] = ns;
+			key = (__u32)i * QP_NR_SOFTIRQS + vec;
+			if (bpf_map_lookup_elem(fd, &key, ns))
+				continue;
+			for (cpu = 0; cpu < ncpu; cpu++)
+				tot->in_target_ns[i][vec] += ns[cpu];
 		}
 	fd = bpf_map__fd(skel->maps.hardirqs);
 	if (!bpf_map_lookup_elem(fd, &zero, h))
@@ -385,14 +386,10 @@ int main(int argc, char **argv)
 		fprintf(stderr, "failed to open BPF object: %s\n", strerror(errno));
 		return EXIT_FAIL;
 	}
+	probe_set_targets(&env, skel->rodata->targ_tgids, &skel->rodata->targ_ntgids);
 	err = cputhread_bpf__load(skel);
 	if (err) {
 		fprintf(stderr, "failed to load BPF object: %s\n", strerror(-err));
-		goto cleanup;
-	}
-	err = probe_fill_targets(&env, skel->maps.target_tgids);
-	if (err) {
-		fprintf(stderr, "failed to set target pids: %s\n", strerror(-err));
 		goto cleanup;
 	}
 	skel->bss->attach_ns = probe_now_ns();

@@ -40,12 +40,6 @@ struct softirq_stats {
 	__u64 ksoftirqd_ns;  /* ...of which in ksoftirqd */
 };
 
-/* Softirq time served while a thread of tgid was the current task. */
-struct softirq_key {
-	__u32 tgid;
-	__u32 vec;
-};
-
 /* Per CPU: device IRQ handlers, the local APIC timer, scheduler and
  * function-call IPIs. */
 struct hardirq_stats {

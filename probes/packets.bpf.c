@@ -15,13 +15,14 @@
 #define ETH_P_IPV6 0x86DD
 #define NH_UNSET 0xffff
 
-/* {netns inode, ifindex} -> slot in stats, filled by user space before attach. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, PK_MAX_DEVS);
-	__type(key, struct pk_dev_key);
-	__type(value, __u32);
-} devices SEC(".maps");
+/*
+ * The devices, set by user space before load; device i has slot i in
+ * stats. Read-only data, not a hash: every packet of the machine is
+ * checked, and comparing the ifindex first leaves most of them before the
+ * namespace is read.
+ */
+const volatile struct pk_dev_key targ_devs[PK_MAX_DEVS] = {};
+const volatile __u32 targ_ndevs = 0;
 
 /*
  * Per CPU: a device's counters are hit from both CPUs at packet rate, and
@@ -47,37 +48,60 @@ struct {
 	__type(value, __u32);
 } gro_slot SEC(".maps");
 
+/*
+ * A view of kernel memory the program may load from directly (a fault
+ * reads 0) without a bpf_probe_read_kernel call per field; the verifier
+ * turns the kfunc into a move.
+ */
+extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym;
+#define kernel_cast(p, type) ((type *)bpf_rdonly_cast((p), bpf_core_type_id_kernel(type)))
+
+/*
+ * tp_btf hands over typed pointers: their fields are plain loads, no
+ * BPF_CORE_READ (a helper call each).
+ */
 static __always_inline int dev_slot(const struct net_device *dev)
 {
-	struct pk_dev_key key;
-	__u32 *slot;
+	__u32 ifindex, netns_ino = 0;
+	int i;
 
 	if (!dev)
 		return -1;
-	key.netns_ino = BPF_CORE_READ(dev, nd_net.net, ns.inum);
-	key.ifindex = BPF_CORE_READ(dev, ifindex);
-	slot = bpf_map_lookup_elem(&devices, &key);
-	return slot ? (int)*slot : -1;
+	ifindex = dev->ifindex;
+	for (i = 0; i < PK_MAX_DEVS; i++) {
+		if (i >= targ_ndevs)
+			break;
+		if (targ_devs[i].ifindex != ifindex)
+			continue;
+		if (!netns_ino)
+			netns_ino = dev->nd_net.net->ns.inum;
+		if (targ_devs[i].netns_ino == netns_ino)
+			return i;
+	}
+	return -1;
 }
 
 /*
  * The L4 protocol of the packet whose L3 header starts at l3, and in *hdr
  * the L3 + L4 header bytes every segment repeats. Wire formats, not
- * kernel structs: read as bytes, no CO-RE. IPv6 extension headers are
- * not followed (counted as other).
+ * kernel structs: read as bytes at their fixed offsets, no CO-RE. IPv6
+ * extension headers are not followed (counted as other).
  */
 static __always_inline __u8 l4_proto(const unsigned char *l3, __u16 protocol, __u32 *hdr)
 {
-	__u8 b[20], proto;
+	const __u8 *b;
+	__u8 proto;
 
 	*hdr = 0;
 	if (protocol == bpf_htons(ETH_P_IP)) {
-		if (bpf_probe_read_kernel(b, 20, l3) || (b[0] >> 4) != 4)
+		b = (const __u8 *)kernel_cast(l3, struct iphdr);
+		if ((b[0] >> 4) != 4)
 			return 0;
 		*hdr = (b[0] & 0xf) * 4;
 		proto = b[9];
 	} else if (protocol == bpf_htons(ETH_P_IPV6)) {
-		if (bpf_probe_read_kernel(b, 8, l3) || (b[0] >> 4) != 6)
+		b = (const __u8 *)kernel_cast(l3, struct ipv6hdr);
+		if ((b[0] >> 4) != 6)
 			return 0;
 		*hdr = 40;
 		proto = b[6];
@@ -87,8 +111,7 @@ static __always_inline __u8 l4_proto(const unsigned char *l3, __u16 protocol, __
 	if (proto == IPPROTO_UDP) {
 		*hdr += 8;
 	} else if (proto == IPPROTO_TCP) {
-		if (bpf_probe_read_kernel(b, 13, l3 + *hdr))
-			return 0;
+		b = (const __u8 *)kernel_cast(l3 + *hdr, struct tcphdr);
 		*hdr += (b[12] >> 4) * 4;
 	}
 	return proto;
@@ -96,12 +119,9 @@ static __always_inline __u8 l4_proto(const unsigned char *l3, __u16 protocol, __
 
 static __always_inline void count_skb(struct pk_dir_stats *d, const struct sk_buff *skb, bool tx)
 {
-	unsigned char *head = BPF_CORE_READ(skb, head);
-	unsigned char *data = BPF_CORE_READ(skb, data);
-	struct skb_shared_info *sh = (void *)(head + BPF_CORE_READ(skb, end));
-	__u32 len = BPF_CORE_READ(skb, len);
-	__u32 gso_size = BPF_CORE_READ(sh, gso_size);
-	__u32 segs = BPF_CORE_READ(sh, gso_segs);
+	unsigned char *head = skb->head, *data = skb->data;
+	struct skb_shared_info *sh = kernel_cast(head + skb->end, struct skb_shared_info);
+	__u32 len = skb->len, gso_size = sh->gso_size, segs = sh->gso_segs;
 	const unsigned char *l3 = data;
 	__u32 l2 = 0, hdr;
 	__u8 proto;
@@ -113,14 +133,14 @@ static __always_inline void count_skb(struct pk_dir_stats *d, const struct sk_bu
 	 * after the tracepoint, so data is the reliable L3 start there.
 	 */
 	if (tx) {
-		__u16 nh = BPF_CORE_READ(skb, network_header);
+		__u16 nh = skb->network_header;
 
 		if (nh != NH_UNSET && head + nh >= data) {
 			l3 = head + nh;
 			l2 = l3 - data;
 		}
 	}
-	proto = l4_proto(l3, BPF_CORE_READ(skb, protocol), &hdr);
+	proto = l4_proto(l3, skb->protocol, &hdr);
 
 	d->skbs++;
 	d->bytes += len;
@@ -161,7 +181,7 @@ SEC("tp_btf/netif_receive_skb")
 int BPF_PROG(receive_skb, struct sk_buff *skb)
 {
 	struct pk_dev_stats *s;
-	int slot = dev_slot(BPF_CORE_READ(skb, dev));
+	int slot = dev_slot(skb->dev);
 
 	if (slot < 0)
 		return 0;
@@ -181,7 +201,7 @@ int BPF_PROG(gro_entry, const struct sk_buff *skb)
 	if (!cur)
 		return 0;
 	*cur = 0;
-	slot = dev_slot(BPF_CORE_READ(skb, dev));
+	slot = dev_slot(skb->dev);
 	if (slot < 0)
 		return 0;
 	s = bpf_map_lookup_elem(&stats, &slot);

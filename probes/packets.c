@@ -203,20 +203,6 @@ static int resolve_devs(void)
 	return 0;
 }
 
-static int fill_devices(struct bpf_map *map)
-{
-	__u32 slot;
-	int err;
-
-	for (slot = 0; slot < (__u32)ndevs; slot++) {
-		err = bpf_map__update_elem(map, &devs[slot].key, sizeof(devs[slot].key), &slot, sizeof(slot),
-					   BPF_NOEXIST);
-		if (err)
-			return err;
-	}
-	return 0;
-}
-
 /* One device's counters, summed over CPUs. */
 static int read_dev(struct packets_bpf *skel, __u32 slot, struct pk_dev_stats *out)
 {
@@ -365,7 +351,7 @@ int main(int argc, char **argv)
 {
 	static const struct argp argp = { .options = opts, .parser = parse_arg, .doc = argp_doc };
 	struct packets_bpf *skel;
-	int err;
+	int err, i;
 
 	err = argp_parse(&argp, argc, argv, 0, NULL, NULL);
 	if (err)
@@ -383,14 +369,12 @@ int main(int argc, char **argv)
 		fprintf(stderr, "failed to open BPF object: %s\n", strerror(errno));
 		return EXIT_FAIL;
 	}
+	for (i = 0; i < ndevs; i++)
+		skel->rodata->targ_devs[i] = devs[i].key;
+	skel->rodata->targ_ndevs = (__u32)ndevs;
 	err = packets_bpf__load(skel);
 	if (err) {
 		fprintf(stderr, "failed to load BPF object: %s\n", strerror(-err));
-		goto cleanup;
-	}
-	err = fill_devices(skel->maps.devices);
-	if (err) {
-		fprintf(stderr, "failed to set devices: %s\n", strerror(-err));
 		goto cleanup;
 	}
 	err = packets_bpf__attach(skel);

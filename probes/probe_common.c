@@ -32,29 +32,29 @@ int probe_parse_pids(struct probe_env *env, const char *arg)
 		char *end;
 		long pid = strtol(tok, &end, 10);
 
+		int i;
+
 		if (!*tok || *end || pid <= 0 || env->npids >= PROBE_MAX_PIDS) {
 			free(copy);
 			return -1;
 		}
-		env->pids[env->npids++] = (pid_t)pid;
+		/* Each once: the probes index their per-process counters by place in the list. */
+		for (i = 0; i < env->npids && env->pids[i] != (pid_t)pid; i++)
+			;
+		if (i == env->npids)
+			env->pids[env->npids++] = (pid_t)pid;
 	}
 	free(copy);
 	return env->npids ? 0 : -1;
 }
 
-int probe_fill_targets(const struct probe_env *env, struct bpf_map *map)
+void probe_set_targets(const struct probe_env *env, volatile __u32 *tgids, volatile __u32 *ntgids)
 {
-	__u8 one = 1;
-	int i, err;
+	int i;
 
-	for (i = 0; i < env->npids; i++) {
-		__u32 tgid = (__u32)env->pids[i];
-
-		err = bpf_map__update_elem(map, &tgid, sizeof(tgid), &one, sizeof(one), BPF_ANY);
-		if (err)
-			return err;
-	}
-	return 0;
+	for (i = 0; i < env->npids; i++)
+		tgids[i] = (__u32)env->pids[i];
+	*ntgids = (__u32)env->npids;
 }
 
 unsigned long long probe_now_ns(void)

@@ -6,6 +6,7 @@
 #define PROBE_HIST_SLOTS 32 /* log2 buckets: up to 2^31 (ns, bytes, segments) */
 
 #ifndef __VMLINUX_H__
+#include <linux/types.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -24,11 +25,11 @@ struct probe_env {
 	int count;        /* ...count times (0: until Ctrl-C) */
 };
 
-/* Parses "PID[,PID...]" into env->pids; returns 0 or -1. */
+/* Parses "PID[,PID...]" into env->pids, each once; returns 0 or -1. */
 int probe_parse_pids(struct probe_env *env, const char *arg);
 
-/* Puts env's pids into a DEFINE_TARGET_TGIDS map. */
-int probe_fill_targets(const struct probe_env *env, struct bpf_map *map);
+/* Puts env's pids into a DEFINE_TARGET_TGIDS probe's read-only data; before load. */
+void probe_set_targets(const struct probe_env *env, volatile __u32 *tgids, volatile __u32 *ntgids);
 
 /*
  * Drives a probe after attach: with --control, answers "mark NAME" lines

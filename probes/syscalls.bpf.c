@@ -3,7 +3,6 @@
 // through BTF (tp_btf: no tracefs needed, one attach point for all).
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
-#include <bpf/bpf_core_read.h>
 #include <bpf/bpf_tracing.h>
 
 #include "syscalls.h"
@@ -14,16 +13,21 @@
 DEFINE_TARGET_TGIDS
 
 struct inflight {
-	__u64 ts;
+	__u64 ts;      /* 0: no call of ours in flight */
 	__u64 msgvec;
 	__u32 sys;
 	__u32 vlen;
 };
 
+/*
+ * The call a thread is inside, in the thread's own storage: found through
+ * the task, with no hash, allocation or lock per call as a tid-keyed hash
+ * would need; freed with the thread.
+ */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 4096);
-	__type(key, __u32);
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
 	__type(value, struct inflight);
 } inflight SEC(".maps");
 
@@ -62,23 +66,26 @@ static __always_inline int sys_index(long nr)
 SEC("tp_btf/sys_enter")
 int BPF_PROG(sys_enter, struct pt_regs *regs, long id)
 {
-	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	__u32 tid = (__u32)pid_tgid;
-	struct inflight in = {};
+	struct task_struct *task;
+	struct inflight *in;
 	int idx;
 
-	if (!is_target(pid_tgid >> 32))
-		return 0;
+	/* The switch first: it costs less than the tgid check and drops most calls. */
 	idx = sys_index(id);
 	if (idx < 0)
 		return 0;
-	in.ts = bpf_ktime_get_ns();
-	in.sys = idx;
+	task = bpf_get_current_task_btf();
+	if (!is_target(task->tgid))
+		return 0;
+	in = bpf_task_storage_get(&inflight, task, NULL, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!in)
+		return 0;
+	in->sys = idx;
 	if (idx == QP_SENDMMSG || idx == QP_RECVMMSG) {
-		in.msgvec = BPF_CORE_READ(regs, si);
-		in.vlen = (__u32)BPF_CORE_READ(regs, dx);
+		in->msgvec = regs->si;
+		in->vlen = (__u32)regs->dx;
 	}
-	bpf_map_update_elem(&inflight, &tid, &in, BPF_ANY);
+	in->ts = bpf_ktime_get_ns();
 	return 0;
 }
 
@@ -103,59 +110,63 @@ static __always_inline __u64 mmsg_bytes(__u64 msgvec, long n)
 SEC("tp_btf/sys_exit")
 int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 {
-	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	__u32 tid = (__u32)pid_tgid;
+	struct task_struct *task = bpf_get_current_task_btf();
 	struct sys_key key = {};
 	struct sys_stats *s, zero = {};
 	struct inflight *in;
 	__u64 dur;
 
-	in = bpf_map_lookup_elem(&inflight, &tid);
-	if (!in)
+	if (!is_target(task->tgid))
+		return 0;
+	in = bpf_task_storage_get(&inflight, task, NULL, 0);
+	if (!in || !in->ts)
 		return 0;
 	dur = bpf_ktime_get_ns() - in->ts;
-	key.tgid = pid_tgid >> 32;
-	key.tid = tid;
+	in->ts = 0;
+	key.tgid = task->tgid;
+	key.tid = task->pid;
 	key.sys = in->sys;
 	s = bpf_map_lookup_elem(&stats, &key);
 	if (!s) {
 		bpf_map_update_elem(&stats, &key, &zero, BPF_NOEXIST);
 		s = bpf_map_lookup_elem(&stats, &key);
 		if (!s)
-			goto out;
+			return 0;
 	}
-	__sync_fetch_and_add(&s->calls, 1);
-	__sync_fetch_and_add(&s->time_ns, dur);
-	__sync_fetch_and_add(&s->time_hist_ns[log2_slot(dur)], 1);
+	/*
+	 * Plain adds: the key holds the tid, and a thread exits one call at a
+	 * time, so no one else writes this entry.
+	 */
+	s->calls++;
+	s->time_ns += dur;
+	s->time_hist_ns[log2_slot(dur)]++;
 	if (ret < 0) {
-		__sync_fetch_and_add(&s->errors, 1);
+		s->errors++;
 		if (ret == -EAGAIN)
-			__sync_fetch_and_add(&s->eagain, 1);
-		goto out;
+			s->eagain++;
+		return 0;
 	}
 	switch (in->sys) {
 	case QP_SENDMMSG:
 	case QP_RECVMMSG:
-		__sync_fetch_and_add(&s->msgs_requested, in->vlen);
-		__sync_fetch_and_add(&s->msgs_returned, ret);
-		__sync_fetch_and_add(&s->bytes, mmsg_bytes(in->msgvec, ret));
+		s->msgs_requested += in->vlen;
+		s->msgs_returned += ret;
+		s->bytes += mmsg_bytes(in->msgvec, ret);
 		if (ret > QP_MAX_MMSG)
-			__sync_fetch_and_add(&s->mmsg_truncated, 1);
+			s->mmsg_truncated++;
 		break;
 	case QP_EPOLL_WAIT:
 	case QP_EPOLL_PWAIT:
 	case QP_EPOLL_PWAIT2:
 	case QP_IO_URING_ENTER:
-		__sync_fetch_and_add(&s->msgs_returned, ret);
+		s->msgs_returned += ret;
 		break;
 	case QP_FUTEX:
 		break;
 	default:
-		__sync_fetch_and_add(&s->bytes, ret);
+		s->bytes += ret;
 		break;
 	}
-out:
-	bpf_map_delete_elem(&inflight, &tid);
 	return 0;
 }
 

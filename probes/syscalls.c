@@ -190,14 +190,10 @@ int main(int argc, char **argv)
 		fprintf(stderr, "failed to open BPF object: %s\n", strerror(errno));
 		return 1;
 	}
+	probe_set_targets(&env, skel->rodata->targ_tgids, &skel->rodata->targ_ntgids);
 	err = syscalls_bpf__load(skel);
 	if (err) {
 		fprintf(stderr, "failed to load BPF object: %s\n", strerror(-err));
-		goto cleanup;
-	}
-	err = probe_fill_targets(&env, skel->maps.target_tgids);
-	if (err) {
-		fprintf(stderr, "failed to set target pids: %s\n", strerror(-err));
 		goto cleanup;
 	}
 	err = syscalls_bpf__attach(skel);
