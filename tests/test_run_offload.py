@@ -93,3 +93,101 @@ def test_compare_bad_input_before_anything_runs(runs_dir, args):
     one_sentence(r.stderr)
     assert not runs_dir.exists()
     assert leftovers() == []
+
+
+QUIC_PROBES = ("--probes", "syscalls,packets")
+
+
+def test_quic_gso_off_sends_single_datagrams(runs_dir):
+    on = run_json(runs_dir, "--stack", "quic", *SHORT, *QUIC_PROBES)
+    off = run_json(runs_dir, "--stack", "quic", "--gso", "off", *SHORT, *QUIC_PROBES)
+    for rec in (on, off):
+        assert rec["status"] == "complete" and rec["verified"] is True
+    # Requested, msquic's own report and the probes agree.
+    assert off["offload"]["effective"] == {"gso": "off", "gro": "off"}
+    assert off["offload"]["observed"]["stack_reports"] == {"gso": "off", "gro": "off"}
+    assert off["offload"]["observed"]["gso"] == "off" and tx(off)["client_tx_gso_skbs"] == 0
+    assert on["offload"]["observed"]["gso"] == "on" and tx(on)["client_tx_gso_share"] > 0.9
+    # The interposer failed msquic's start-up GSO send in each process, and only that.
+    steered = off["offload"]["interposer"]
+    for role in ("client", "server"):
+        assert [(x["call"], x["action"]) for x in steered[role] if x["option"] == "UDP_SEGMENT"] == [("sendmsg", "EIO")]
+    assert on["offload"]["interposer"] is None
+    # msquic's fallback: sendmmsg of single datagrams instead of GSO sendmsg.
+    calls_off, calls_on = off["syscalls"]["client"]["by_syscall"], on["syscalls"]["client"]["by_syscall"]
+    assert calls_off["sendmmsg"]["msgs_returned"] > 10 * calls_off["sendmmsg"]["calls"]
+    assert calls_off.get("sendmsg", {}).get("bytes", 0) < 0.01 * calls_off["sendmmsg"]["bytes"]
+    assert calls_on["sendmsg"]["bytes"] / calls_on["sendmsg"]["calls"] > 10 * 1472
+    # Each datagram now goes through the kernel's UDP send path on its own:
+    # many more skbs per MB, the same packets on the wire.
+    assert per_mb(tx(off)["client_tx_skbs"], off) > 10 * per_mb(tx(on)["client_tx_skbs"], on)
+    assert per_mb(tx(off)["client_tx_wire_packets"], off) == pytest.approx(
+        per_mb(tx(on)["client_tx_wire_packets"], on), rel=0.05)
+    # Syscalls per MB hardly change: the fallback still batches (sendmmsg).
+    assert off["syscalls"]["client"]["datagrams_per_send_call"] > 10
+
+
+def test_quic_gro_off_keeps_gso(runs_dir):
+    rec = run_json(runs_dir, "--stack", "quic", "--gro", "off", *SHORT, *QUIC_PROBES)
+    obs = rec["offload"]["observed"]
+    assert obs["stack_reports"] == {"gso": "on", "gro": "off"}
+    assert obs["gso"] == "on" and obs["gro"] == "off"
+    # Super-packets arrive, and the socket splits them back into datagrams.
+    assert tx(rec)["recv_bytes_per_message"] <= 1472
+    on = run_json(runs_dir, "--stack", "quic", *SHORT, *QUIC_PROBES)
+    assert tx(on)["recv_bytes_per_message"] > 10 * 1472
+
+
+def test_interposer_not_taking_effect_is_an_error(runs_dir):
+    r = qprof("run", "--stack", "quic", "--gso", "off", "--inject-fault", "no-interposer", *SHORT, *QUIC_PROBES,
+              runs_dir=runs_dir)
+    assert r.returncode == OFFLOAD_CONTRADICTION, r.stderr
+    line = one_sentence(r.stderr)
+    assert "super-packets" in line and "msquic reports it on" in line
+    assert run_statuses(runs_dir) == ["incomplete"]
+    saved = json.loads(next(runs_dir.glob("*/run.json")).read_text())
+    assert saved["offload"]["observed"]["gso"] == "on"   # the evidence is kept
+    assert leftovers() == []
+
+
+def udp_run(runs_dir, *args):
+    rec = run_json(runs_dir, "--stack", "udp", *args, *SHORT, "--probes", "syscalls,packets")
+    assert rec["status"] == "complete" and rec["verified"] is True
+    c, s = rec["workload"]["client"]["report"], rec["workload"]["server"]["report"]
+    # Sequence numbers account for every datagram: received + lost = sent.
+    assert s["end_reason"] == "end"
+    assert s["datagrams_expected"] == c["datagrams_sent"]
+    assert s["datagrams"] + s["lost"] == s["datagrams_expected"]
+    assert s["duplicates"] == 0
+    # Over the whole run nothing arrives that was not sent (inside the
+    # window the edges may split datagrams in flight either way).
+    assert c["app_bytes"] >= s["app_bytes"] > 0 and rec["bytes"] > 0 and rec["bytes_sent"] > 0
+    return rec
+
+
+def test_udp_gso_carries_many_datagrams_per_call(runs_dir):
+    rec = udp_run(runs_dir, "--send-mode", "gso")
+    c = rec["syscalls"]["client"]
+    assert c["bytes_per_send_call"] > 10 * 1472
+    assert c["datagrams_per_send_call"] > 10
+    assert tx(rec)["client_tx_gso_share"] > 0.99
+    # GRO on (default): super-packets reach the socket whole.
+    assert rec["workload"]["server"]["window"]["gro_segments"] > 0
+    assert tx(rec)["recv_bytes_per_message"] > 10 * 1472
+
+
+@pytest.mark.parametrize("mode", ["sendmsg", "sendmmsg"])
+def test_udp_without_gso(runs_dir, mode):
+    rec = udp_run(runs_dir, "--send-mode", mode, "--gro", "off")
+    c = rec["syscalls"]["client"]
+    assert tx(rec)["client_tx_gso_skbs"] == 0
+    calls = c["by_syscall"]
+    if mode == "sendmsg":
+        assert calls["sendmsg"]["bytes"] == calls["sendmsg"]["calls"] * 1472 or calls["sendmsg"]["errors"]
+        assert "sendmmsg" not in calls
+    else:
+        batch = rec["workload"]["client"]["report"]["batch"]
+        assert calls["sendmmsg"]["msgs_requested"] == batch * calls["sendmmsg"]["calls"]
+        assert c["datagrams_per_send_call"] == pytest.approx(batch, rel=0.02)
+    assert rec["workload"]["server"]["window"]["gro_segments"] == 0
+    assert tx(rec)["recv_bytes_per_message"] == pytest.approx(1472)
