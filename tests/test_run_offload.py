@@ -191,3 +191,30 @@ def test_udp_without_gso(runs_dir, mode):
         assert c["datagrams_per_send_call"] == pytest.approx(batch, rel=0.02)
     assert rec["workload"]["server"]["window"]["gro_segments"] == 0
     assert tx(rec)["recv_bytes_per_message"] == pytest.approx(1472)
+
+
+def test_compare_interrupted_leaves_nothing_and_says_so(runs_dir):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    env = {**os.environ, "QPROF_RUNS_DIR": str(runs_dir)}
+    p = subprocess.Popen([sys.executable, "-m", "qprof", "compare", "--stack", "udp", "--vary", "gro=on,off",
+                          "--duration", "30s", "--sample-hz", "0"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if list(runs_dir.glob("*/client.log")) and any("qprof-wl" in l for l in leftovers()):
+            break
+        time.sleep(0.1)
+    time.sleep(1.5)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=30)
+    assert p.returncode == 130, err
+    assert "interrupted" in one_sentence(err)
+    assert run_statuses(runs_dir) == ["incomplete"]
+    comparison = json.loads(next(runs_dir.glob("comparisons/*/comparison.json")).read_text())
+    assert comparison["status"] == "incomplete" and "interrupted" in comparison["error"]
+    assert comparison["runs"] == []   # the interrupted run never completed
+    assert leftovers() == []
