@@ -17,12 +17,15 @@ struct inflight {
 	__u64 msgvec;
 	__u32 sys;
 	__u32 vlen;
+	__u32 slot;    /* 1 + the thread's slot; 0: none yet */
+	__u32 pad;
 };
 
 /*
- * The call a thread is inside, in the thread's own storage: found through
- * the task, with no hash, allocation or lock per call as a tid-keyed hash
- * would need; freed with the thread.
+ * Per thread, in the thread's own storage: the call it is inside and its
+ * slot. Found through the task, with no hash, allocation or lock per call
+ * as a tid-keyed hash would need; freed with the thread, while its
+ * counters stay in stats.
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
@@ -31,12 +34,59 @@ struct {
 	__type(value, struct inflight);
 } inflight SEC(".maps");
 
+/*
+ * Counters in an array, not a hash keyed by {tgid, tid, syscall}: the
+ * element's address is computed in line, and a call's exit touches only
+ * its own thread's counters, which keeps the probe cheap when the
+ * transfer itself keeps the caches cold. A thread takes its slot at its
+ * first call; threads says whose slot is whose.
+ */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 8192);
-	__type(key, struct sys_key);
+	__uint(max_entries, QP_MAX_THREADS);
+	__type(key, __u32);
+	__type(value, struct sys_thread);
+} threads SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, QP_MAX_THREADS * QP_NSYS);
+	__type(key, __u32);
 	__type(value, struct sys_stats);
 } stats SEC(".maps");
+
+/* Where the next free slot probably is. */
+__u32 next_slot;
+/* Threads not followed: every slot was taken. */
+__u64 lost_threads;
+
+#define SLOT_TRIES 16
+
+/*
+ * A slot for the current thread, once; false if none is left. Claimed by
+ * inserting it into threads (BPF_NOEXIST is atomic): the fetching atomics
+ * that would hand out numbers need -mcpu=v3, which this build does not
+ * use. Racing threads each find a slot of their own within a few tries.
+ */
+static __always_inline bool take_slot(struct inflight *in, struct task_struct *task)
+{
+	struct sys_thread t = { .tgid = task->tgid, .tid = task->pid };
+	__u32 n = next_slot;
+	int i;
+
+	if (in->slot)
+		return in->slot <= QP_MAX_THREADS;
+	for (i = 0; i < SLOT_TRIES && n < QP_MAX_THREADS; i++, n++) {
+		if (!bpf_map_update_elem(&threads, &n, &t, BPF_NOEXIST)) {
+			next_slot = n + 1;
+			in->slot = n + 1;
+			return true;
+		}
+	}
+	in->slot = QP_MAX_THREADS + 1;
+	__sync_fetch_and_add(&lost_threads, 1);
+	return false;
+}
 
 /* x86_64 syscall numbers. */
 static __always_inline int sys_index(long nr)
@@ -78,7 +128,7 @@ int BPF_PROG(sys_enter, struct pt_regs *regs, long id)
 	if (!is_target(task->tgid))
 		return 0;
 	in = bpf_task_storage_get(&inflight, task, NULL, BPF_LOCAL_STORAGE_GET_F_CREATE);
-	if (!in)
+	if (!in || !take_slot(in, task))
 		return 0;
 	in->sys = idx;
 	if (idx == QP_SENDMMSG || idx == QP_RECVMMSG) {
@@ -111,9 +161,9 @@ SEC("tp_btf/sys_exit")
 int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
-	struct sys_key key = {};
-	struct sys_stats *s, zero = {};
+	struct sys_stats *s;
 	struct inflight *in;
+	__u32 key;
 	__u64 dur;
 
 	if (!is_target(task->tgid))
@@ -123,19 +173,13 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 		return 0;
 	dur = bpf_ktime_get_ns() - in->ts;
 	in->ts = 0;
-	key.tgid = task->tgid;
-	key.tid = task->pid;
-	key.sys = in->sys;
+	key = (in->slot - 1) * QP_NSYS + in->sys;
 	s = bpf_map_lookup_elem(&stats, &key);
-	if (!s) {
-		bpf_map_update_elem(&stats, &key, &zero, BPF_NOEXIST);
-		s = bpf_map_lookup_elem(&stats, &key);
-		if (!s)
-			return 0;
-	}
+	if (!s)
+		return 0;
 	/*
-	 * Plain adds: the key holds the tid, and a thread exits one call at a
-	 * time, so no one else writes this entry.
+	 * Plain adds: the slot is the thread's, and a thread exits one call at
+	 * a time, so no one else writes this entry.
 	 */
 	s->calls++;
 	s->time_ns += dur;

@@ -19,6 +19,7 @@ static const char *const sys_names[QP_NSYS] = {
 };
 
 static struct probe_env env;
+static bool warned_lost;
 
 const char *argp_program_version = "qprof-syscalls 0.1";
 static const char argp_doc[] =
@@ -97,62 +98,129 @@ static void read_comm(__u32 tgid, __u32 tid, char *buf, size_t len)
 	fclose(f);
 }
 
+struct row {
+	struct sys_key key;
+	struct sys_stats s;
+};
+
+static int cmp_rows(const void *a, const void *b)
+{
+	const struct sys_key *x = &((const struct row *)a)->key, *y = &((const struct row *)b)->key;
+
+	if (x->tgid != y->tgid)
+		return x->tgid < y->tgid ? -1 : 1;
+	if (x->tid != y->tid)
+		return x->tid < y->tid ? -1 : 1;
+	return x->sys < y->sys ? -1 : x->sys > y->sys;
+}
+
+static void add_stats(struct sys_stats *to, const struct sys_stats *s)
+{
+	int i;
+
+	to->calls += s->calls;
+	to->errors += s->errors;
+	to->eagain += s->eagain;
+	to->bytes += s->bytes;
+	to->msgs_requested += s->msgs_requested;
+	to->msgs_returned += s->msgs_returned;
+	to->mmsg_truncated += s->mmsg_truncated;
+	to->time_ns += s->time_ns;
+	for (i = 0; i < PROBE_HIST_SLOTS; i++)
+		to->time_hist_ns[i] += s->time_hist_ns[i];
+}
+
+/*
+ * One row per thread and syscall that was called, in tgid, tid, syscall
+ * order. A tid the kernel reused for a new thread got a slot of its own;
+ * its rows are merged, as one key they always were. NULL on ENOMEM.
+ */
+static struct row *read_rows(struct syscalls_bpf *skel, int *n)
+{
+	int tfd = bpf_map__fd(skel->maps.threads), sfd = bpf_map__fd(skel->maps.stats), m = 0;
+	__u32 slot, next, *prev = NULL, sys, k;
+	struct sys_thread t;
+	struct row *rows;
+
+	rows = calloc((size_t)QP_MAX_THREADS * QP_NSYS, sizeof(*rows));
+	if (!rows)
+		return NULL;
+	while (bpf_map_get_next_key(tfd, prev, &next) == 0) {
+		slot = next;
+		prev = &slot;
+		if (slot >= QP_MAX_THREADS || bpf_map_lookup_elem(tfd, &slot, &t))
+			continue;
+		for (sys = 0; sys < QP_NSYS; sys++) {
+			k = slot * QP_NSYS + sys;
+			if (bpf_map_lookup_elem(sfd, &k, &rows[m].s) || !rows[m].s.calls)
+				continue;
+			rows[m].key = (struct sys_key){ .tgid = t.tgid, .tid = t.tid, .sys = sys };
+			m++;
+		}
+	}
+	qsort(rows, m, sizeof(*rows), cmp_rows);
+	*n = 0;
+	for (k = 0; k < (__u32)m; k++) {
+		if (*n && !cmp_rows(&rows[*n - 1], &rows[k]))
+			add_stats(&rows[*n - 1].s, &rows[k].s);
+		else
+			rows[(*n)++] = rows[k];
+	}
+	if (skel->bss->lost_threads && !warned_lost) {
+		fprintf(stderr, "qprof-syscalls: %llu threads beyond the first %d not followed\n",
+			(unsigned long long)skel->bss->lost_threads, QP_MAX_THREADS);
+		warned_lost = true;
+	}
+	return rows;
+}
+
 static void print_json(const char *name, struct syscalls_bpf *skel)
 {
-	int fd = bpf_map__fd(skel->maps.stats);
-	struct sys_key key, next, *prev = NULL;
-	struct sys_stats s;
-	bool first = true;
+	struct row *rows;
+	int n = 0, i;
 
 	printf("{\"event\":\"mark\",\"name\":\"%s\",\"t_ns\":%llu,\"threads\":[", name, probe_now_ns());
-	while (bpf_map_get_next_key(fd, prev, &next) == 0) {
+	rows = read_rows(skel, &n);
+	for (i = 0; i < n; i++) {
+		const struct sys_key *key = &rows[i].key;
+		const struct sys_stats *s = &rows[i].s;
 		char comm[32];
 
-		key = next;
-		prev = &key;
-		if (bpf_map_lookup_elem(fd, &key, &s))
-			continue;
-		read_comm(key.tgid, key.tid, comm, sizeof(comm));
+		read_comm(key->tgid, key->tid, comm, sizeof(comm));
 		printf("%s{\"tgid\":%u,\"tid\":%u,\"comm\":\"%s\",\"sys\":\"%s\",\"calls\":%llu,"
 		       "\"errors\":%llu,\"eagain\":%llu,\"bytes\":%llu,\"msgs_requested\":%llu,"
 		       "\"msgs_returned\":%llu,\"mmsg_truncated\":%llu,\"time_ns\":%llu,",
-		       first ? "" : ",", key.tgid, key.tid, comm,
-		       key.sys < QP_NSYS ? sys_names[key.sys] : "?", s.calls, s.errors, s.eagain,
-		       s.bytes, s.msgs_requested, s.msgs_returned, s.mmsg_truncated, s.time_ns);
-		probe_json_hist(stdout, "time_hist_ns", s.time_hist_ns);
+		       i ? "," : "", key->tgid, key->tid, comm, sys_names[key->sys], s->calls, s->errors,
+		       s->eagain, s->bytes, s->msgs_requested, s->msgs_returned, s->mmsg_truncated, s->time_ns);
+		probe_json_hist(stdout, "time_hist_ns", s->time_hist_ns);
 		putchar('}');
-		first = false;
 	}
 	printf("]}\n");
+	free(rows);
 }
 
 static void print_table(struct syscalls_bpf *skel)
 {
-	int fd = bpf_map__fd(skel->maps.stats);
-	struct sys_key key, next, *prev = NULL;
-	struct sys_stats s, tot[PROBE_MAX_PIDS][QP_NSYS];
+	struct sys_stats tot[PROBE_MAX_PIDS][QP_NSYS];
 	__u32 tgids[PROBE_MAX_PIDS];
-	int ntgid = 0, i, j;
+	int ntgid = 0, n = 0, i, j, r;
+	struct row *rows;
 
 	memset(tot, 0, sizeof(tot));
-	while (bpf_map_get_next_key(fd, prev, &next) == 0) {
-		key = next;
-		prev = &key;
-		if (bpf_map_lookup_elem(fd, &key, &s) || key.sys >= QP_NSYS)
-			continue;
-		for (i = 0; i < ntgid && tgids[i] != key.tgid; i++)
+	rows = read_rows(skel, &n);
+	for (r = 0; r < n; r++) {
+		const struct sys_key *key = &rows[r].key;
+
+		for (i = 0; i < ntgid && tgids[i] != key->tgid; i++)
 			;
 		if (i == ntgid) {
 			if (ntgid == PROBE_MAX_PIDS)
 				continue;
-			tgids[ntgid++] = key.tgid;
+			tgids[ntgid++] = key->tgid;
 		}
-		tot[i][key.sys].calls += s.calls;
-		tot[i][key.sys].errors += s.errors;
-		tot[i][key.sys].bytes += s.bytes;
-		tot[i][key.sys].msgs_returned += s.msgs_returned;
-		tot[i][key.sys].time_ns += s.time_ns;
+		add_stats(&tot[i][key->sys], &rows[r].s);
 	}
+	free(rows);
 	printf("%-8s %-15s %12s %10s %14s %10s %14s\n", "PID", "SYSCALL", "CALLS", "ERRORS",
 	       "BYTES", "MSGS", "TIME (us)");
 	for (i = 0; i < ntgid; i++)

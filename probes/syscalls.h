@@ -15,6 +15,15 @@ enum qp_sys {
 /* Most messages of one sendmmsg/recvmmsg whose lengths are summed. */
 #define QP_MAX_MMSG 256
 
+/* Threads followed; each has QP_NSYS entries in stats from its slot on. */
+#define QP_MAX_THREADS 512
+
+/* Who slot i is (threads, keyed by i); its counters are stats[i * QP_NSYS + sys]. */
+struct sys_thread {
+	__u32 tgid;
+	__u32 tid;
+};
+
 struct sys_key {
 	__u32 tgid;
 	__u32 tid;
