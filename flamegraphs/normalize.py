@@ -17,21 +17,25 @@ from . import categories, folded
 FS_PER_NS = 1_000_000
 
 # The outermost real frame of a complete stack: where a thread starts in
-# user space, or where the kernel is entered (kernel threads, syscalls,
-# interrupts and exceptions, idle). Names as seen in this project's
-# captures (Linux 6.18, glibc 2.36): start_thread, __libc_start_call_main,
+# user space, or where a kernel thread or idle starts. Names as seen in
+# this project's captures (Linux 6.18, glibc 2.36): start_thread (clone3
+# under it is dropped by the fold), __libc_start_call_main,
 # ret_from_fork_asm_[k]; the rest cover other kernels and libcs.
+# A syscall, interrupt or exception entry is not one: something in user
+# space made the call or was interrupted, so a stack that starts there lost
+# its user part. With DWARF unwinding that is what a user stack perf could
+# not copy looks like (a process in execve or exit, its memory going away).
 _USER_ENTRY = re.compile(r"^(start_thread|clone3?|__clone3?|__clone_internal|_start|_dl_start\w*|__libc_start_main\w*"
                          r"|__libc_start_call_main|thread_start)$")
-_KERNEL_ENTRY = re.compile(r"^(entry_SYSCALL_64\w*|entry_SYSCALL_compat\w*|entry_INT80\w*|do_syscall_64|ret_from_fork\w*"
-                           r"|asm_\w+|common_interrupt|secondary_startup_64\w*|common_startup_64|x86_64_start_\w+"
+_KERNEL_ENTRY = re.compile(r"^(ret_from_fork\w*|secondary_startup_64\w*|common_startup_64|x86_64_start_\w+"
                            r"|start_kernel|cpu_startup_entry)(\.[\w.]+)?_\[k\]$")
 
 
 def stack_complete(stack: str) -> bool:
-    """True when the unwinder reached a thread or kernel entry: the frame
-    after the process-name root is one (so it is not [unknown], nor a
-    function whose callers were lost, like unwound-from assembly)."""
+    """True when the unwinder reached a thread's start: the frame after the
+    process-name root is one (so it is not [unknown], nor a function whose
+    callers were lost, like unwound-from assembly, nor a syscall or
+    interrupt entry whose user-space caller was lost)."""
     parts = folded.frames(stack)
     if len(parts) < 2:
         return False

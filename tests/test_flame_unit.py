@@ -172,8 +172,13 @@ def test_shipped_rules_leave_lock_and_skid_frames_unmatched():
     ("qprof-wl;start_thread;CxPlatWorkerThread;QuicWorkerLoop", True),
     ("qprof-wl;__libc_start_call_main;main;run_client", True),
     ("ksoftirqd/0;ret_from_fork_asm_[k];ret_from_fork_[k];kthread_[k];run_ksoftirqd_[k]", True),
-    ("qprof-wl;entry_SYSCALL_64_after_hwframe_[k];do_syscall_64_[k]", True),
-    ("qprof-wl;asm_exc_page_fault_[k];exc_page_fault_[k]", True),
+    # A syscall or fault has a user-space caller: starting at the entry, the
+    # stack lost its user part (DWARF: a process whose memory was going away).
+    ("qprof-wl;entry_SYSCALL_64_after_hwframe_[k];do_syscall_64_[k]", False),
+    ("bash;entry_SYSCALL_64_after_hwframe_[k];do_syscall_64_[k];x64_sys_call_[k];__x64_sys_exit_group_[k]", False),
+    ("qprof-wl;asm_exc_page_fault_[k];exc_page_fault_[k]", False),
+    ("qprof-wl;clone3;start_thread;CxPlatWorkerThread", True),
+    ("qprof-wl;CxPlatEncrypt;EVP_EncryptUpdate;ossl_gcm_stream_update", False),
     ("qprof-wl;[unknown];__strcmp_avx2", False),
     ("memfd:sealed-91;[unknown] ;[unknown] ;entry_SYSCALL_64_after_hwframe_[k]", False),
     ("qprof-wl;_aesni_ctr32_ghash_6x", False),
@@ -225,3 +230,28 @@ def test_measured_system_side_is_the_rest():
     assert sides.measured_ns_per_byte(rec, "client") == 1.0
     assert sides.measured_ns_per_byte(rec, "system") == pytest.approx(0.25)
     assert sides.measured_ns_per_byte({"bytes": 1}, "server") is None
+
+
+# --- perf's call graph and the fold -------------------------------------------
+
+def test_recorder_call_graph(tmp_path, monkeypatch):
+    from qprof.collectors import perf
+    assert perf.PerfRecorder(tmp_path, 99).call_graph == perf.DEFAULT_CALL_GRAPH
+    assert perf.PerfRecorder(tmp_path, 99, call_graph="fp").call_graph == "fp"
+    assert perf.record_call_graph("fp") == ["--call-graph", "fp"]
+    monkeypatch.setattr(perf, "DWARF_STACK_BYTES", 16384)
+    assert perf.record_call_graph("dwarf") == ["--call-graph", "dwarf,16384"]
+    with pytest.raises(BadValue, match="lbr"):
+        perf.PerfRecorder(tmp_path, 99, call_graph="lbr")
+
+
+def test_fold_drops_clone_under_start_thread_only(tmp_path):
+    from qprof.collectors import perf
+    collapsed = ("qprof-wl-10;clone3;start_thread;worker;f 3\n"      # dwarf
+                 "qprof-wl-10;start_thread;worker;f 2\n"             # fp
+                 "qprof-wl-11;clone3;ret_from_fork_asm_[k] 1\n"
+                 "swapper-0;secondary_startup_64_[k] 9\n")
+    samples = perf.split_folded(collapsed, {"client": 10, "server": 11}, tmp_path)
+    assert samples == {"client": 5, "server": 1, "system": 0}
+    assert (tmp_path / "client.folded").read_text() == "qprof-wl;start_thread;worker;f 3\nqprof-wl;start_thread;worker;f 2\n"
+    assert (tmp_path / "server.folded").read_text() == "qprof-wl;clone3;ret_from_fork_asm_[k] 1\n"
