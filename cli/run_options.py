@@ -4,7 +4,7 @@ from dataclasses import replace
 
 import click
 
-from qprof.collectors import offload, runner
+from qprof.collectors import offload, perf, runner
 from qprof.collectors.errors import BadValue
 from qprof.units import Duration, Size
 
@@ -56,6 +56,10 @@ TRANSFER_OPTIONS = [
                  help="eBPF probes to attach, comma-separated, or 'none'."),
     click.option("--sample-hz", type=click.IntRange(0, 20000), default=_defaults.sample_hz, show_default=True,
                  help="perf cpu-clock stack samples per CPU-second over the window (0: no stacks)."),
+    click.option("--call-graph", default=None, metavar="|".join(perf.CALL_GRAPHS),
+                 help=f"How perf walks user stacks: dwarf (from .eh_frame, complete through code without "
+                      f"frame pointers such as OpenSSL's) or fp (frame pointers, smaller perf.data) "
+                      f"[default: {perf.DEFAULT_CALL_GRAPH}]."),
     click.option("--keep-perf-data", is_flag=True, help="Keep perf.data in the run directory after folding."),
     click.option("--runs-dir", type=click.Path(file_okay=False), default=_defaults.runs_dir, show_default=True,
                  envvar="QPROF_RUNS_DIR", help="Where run directories are written."),
@@ -83,6 +87,8 @@ def to_run_options(stack: str, kwargs: dict) -> runner.RunOptions:
     unknown = [p for p in probes if p not in runner.PROBES]
     if unknown:
         raise BadValue(f"unknown probe '{unknown[0]}'; the probes are: {', '.join(runner.PROBES)} (or none).")
+    if kwargs.get("call_graph") is not None and kwargs["call_graph"] not in perf.CALL_GRAPHS:
+        raise BadValue(f"--call-graph takes {' or '.join(perf.CALL_GRAPHS)}, not '{kwargs['call_graph']}'.")
     fields = {_FIELDS.get(k, k): v for k, v in kwargs.items()}
     fields["probes"] = probes
     return replace(runner.RunOptions(), stack=stack, **fields)

@@ -62,6 +62,7 @@ class RunOptions:
     sample_hz: int = 99               # perf cpu-clock stack samples per CPU-second; 0: none
                                       # (99: no measurable cost here; 250 cost 4.5%, 1000 cost 9%)
     keep_perf_data: bool = False      # keep perf.data beside the folded stacks
+    call_graph: Optional[str] = None  # "fp" or "dwarf" user stacks; None: perf.DEFAULT_CALL_GRAPH
     gso: Optional[str] = None         # "on"/"off" (collectors/offload.py says how per stack); None: as the stack starts
     gro: Optional[str] = None         # "on"/"off"; quic: follows gso when unset
     send_mode: Optional[str] = None   # udp: sendmsg, sendmmsg or gso (default gso; sendmmsg with --gso off)
@@ -169,6 +170,7 @@ def _transfer(opts, binary, topo, run_path, cert, key, on_progress, plan) -> dic
             perf.stop()
             samples = perf.fold({"client": client.pid, "server": server.pid}, run_path / "stacks")
             flame = {"event": "cpu-clock", "sample_period_ns": perf.period_ns, "sample_hz": perf.sample_hz,
+                     "call_graph": perf.call_graph,
                      "samples": samples, "samples_per_cpu": perf.samples_per_cpu(), "stacks_dir": "stacks"}
     for p in (client, server):
         if p.done.get("exit_code") != 0:
@@ -221,7 +223,7 @@ def _perf(opts, run_path):
     if not opts.sample_hz:
         yield None
         return
-    with PerfRecorder(run_path, opts.sample_hz, opts.keep_perf_data) as perf:
+    with PerfRecorder(run_path, opts.sample_hz, opts.keep_perf_data, opts.call_graph) as perf:
         yield perf
 
 
@@ -435,7 +437,7 @@ def guest_argv(opts: RunOptions) -> list:
         argv += ["--sendfile"]
     if opts.keep_perf_data:
         argv += ["--keep-perf-data"]
-    for flag, v in (("--gso", opts.gso), ("--gro", opts.gro), ("--send-mode", opts.send_mode),
+    for flag, v in (("--call-graph", opts.call_graph), ("--gso", opts.gso), ("--gro", opts.gro), ("--send-mode", opts.send_mode),
                     ("--batch", opts.batch), ("--dgram-size", opts.dgram_size)):
         if v is not None:
             argv += [flag, str(v)]

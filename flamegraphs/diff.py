@@ -27,6 +27,10 @@ def check_compatible(run_a: sides.Run, run_b: sides.Run) -> None:
         guest = run_a.id if emulated[0] else run_b.id
         raise IncompatibleRuns(f"run {guest} was measured in an emulated guest and the other on the host, "
                                "so their CPU per byte cannot share one graph; diff two guest runs or two host runs.")
+    walks = [r.flame.get("call_graph") or "fp" for r in (run_a, run_b)]   # records before the field: fp
+    if walks[0] != walks[1]:
+        folded.warn_stderr(f"runs {run_a.id} and {run_b.id} walked user stacks differently ({walks[0]}, {walks[1]}); "
+                           "frames below code without frame pointers differ by the walk, not the stack.")
     kernels = [(r.record.get("environment") or {}).get("kernel_release") for r in (run_a, run_b)]
     if kernels[0] != kernels[1]:
         folded.warn_stderr(f"runs {run_a.id} and {run_b.id} ran on different kernels ({kernels[0]}, "

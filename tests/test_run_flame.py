@@ -101,3 +101,26 @@ def test_perf_that_cannot_start_is_an_error_not_a_hang(runs_dir, tmp_path):
     assert r.returncode == 13, r.stderr
     assert "perf record did not start (perf: no such event)" in r.stderr and "--sample-hz 0" in r.stderr
     assert [json.loads(p.read_text())["status"] for p in runs_dir.glob("*/run.json")] == ["incomplete"]
+
+
+@pytest.mark.parametrize("stack", ["quic", "tcp-tls"])
+def test_stack_quality_of_workload_threads(runs_dir, stack):
+    """The default walk (dwarf) reaches a thread entry for nearly every
+    workload sample, through msquic's AES assembly and Debian's OpenSSL,
+    neither of which keeps frame pointers."""
+    rec = run_json(runs_dir, "--stack", stack, "--duration", "1s", "--warmup", "0.3s", "--probes", "none",
+                   "--sample-hz", "1000")
+    flame = rec["flame"]
+    assert flame["call_graph"] == "dwarf"
+    for side in ("client", "server"):
+        assert flame["sides"][side]["samples"] > 100, side
+        assert flame["sides"][side]["stack_quality"] >= 0.95, (side, flame["sides"][side]["stack_quality"])
+
+
+def test_frame_pointer_walk_on_request(runs_dir):
+    rec = run_json(runs_dir, "--stack", "tcp-tls", "--duration", "1s", "--warmup", "0.3s", "--probes", "none",
+                   "--sample-hz", "1000", "--call-graph", "fp")
+    flame = rec["flame"]
+    assert flame["call_graph"] == "fp"
+    # Debian's OpenSSL has no frame pointers: the fp walk loses most workload stacks.
+    assert flame["sides"]["client"]["stack_quality"] < 0.5
