@@ -4,11 +4,12 @@
 Runs the same `qprof run` with and without the instrument, interleaved
 (A B A B ..., --pairs times), and prints the ratio of medians for
 throughput and system CPU ns/B (with / without), plus each pair's ratio
-so drift on this shared machine is visible. --what probes: all eBPF
-probes against none (target: at most 2% of throughput); --what stacks:
+so drift on this shared machine is visible. --what probes: the eBPF
+probes (all, or --probes LIST) against none (target: at most 2% of
+throughput); --what stacks:
 perf stack sampling at --sample-hz against none (probes off in both).
 
-USAGE: benchmarks/probe_overhead.py [--what probes|stacks] [--sample-hz HZ] [--pairs N]
+USAGE: benchmarks/probe_overhead.py [--what probes|stacks] [--probes LIST] [--sample-hz HZ] [--pairs N]
                                     [--duration S] [--topology netns|loopback] [--stack S]
 """
 import argparse
@@ -45,13 +46,15 @@ def main():
     ap.add_argument("--stack", default="quic")
     ap.add_argument("--what", choices=("probes", "stacks"), default="probes")
     ap.add_argument("--sample-hz", type=int, default=1000)
+    ap.add_argument("--probes", default="syscalls,packets,cputhread",
+                    help="--what probes: the probes turned on (default: all three)")
     args = ap.parse_args()
     with_p, without = [], []
     with tempfile.TemporaryDirectory() as runs_dir:
         for i in range(args.pairs):
             if args.what == "probes":
                 off = ("--probes", "none", "--sample-hz", "0")
-                on = ("--probes", "syscalls,packets,cputhread", "--sample-hz", "0")
+                on = ("--probes", args.probes, "--sample-hz", "0")
             else:
                 off = ("--probes", "none", "--sample-hz", "0")
                 on = ("--probes", "none", "--sample-hz", str(args.sample_hz))
@@ -63,7 +66,7 @@ def main():
                   f"{b[1]:.3f} ns/B | throughput ratio {b[0] / a[0]:.3f}", flush=True)
     tput = statistics.median(b[0] for b in with_p) / statistics.median(a[0] for a in without)
     nspb = statistics.median(b[1] for b in with_p) / statistics.median(a[1] for a in without)
-    what = "probes" if args.what == "probes" else f"stacks at {args.sample_hz} Hz"
+    what = f"probes {args.probes}" if args.what == "probes" else f"stacks at {args.sample_hz} Hz"
     print(f"{args.stack} over {args.topology}, {args.pairs} pairs of {args.duration:g} s: throughput with/without {what} "
           f"{tput:.3f} ({(1 - tput) * 100:+.1f}% cost), system CPU ns/B with/without {nspb:.3f}")
 
