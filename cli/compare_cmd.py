@@ -135,6 +135,10 @@ def print_comparison(rec: dict, console: Console = None) -> None:
     console.print(main)
     if cats.row_count:
         console.print(cats)
+    skipped = rec.get("incomplete_captures") or []
+    if skipped:
+        console.print(f"[yellow]categories leave out {len(skipped)} of {len(rec['runs'])} runs whose capture "
+                      f"missed samples on some CPU (flame.complete false): {', '.join(skipped)}[/]")
     fd = rec.get("flame_diff") or {}
     cdir = Path(rec.get("path", ""))
     if fd.get("sides"):

@@ -176,8 +176,15 @@ METRICS: List[Metric] = [
 ]
 
 
+def _complete_flame(rec: dict) -> bool:
+    """A capture in which some CPU missed samples undercounts every frame
+    on it; its categories are left out (absent), not taken as measured."""
+    return bool(rec.get("flame")) and rec["flame"].get("complete") is not False
+
+
 def category_metrics(records: List[dict]) -> List[Metric]:
-    """ns/B per flame category per side, for the categories any run has."""
+    """ns/B per flame category per side, for the categories any run has;
+    only from complete captures."""
     seen = []
     for rec in records:
         for side, fig in (_get(rec, "flame", "sides") or {}).items():
@@ -185,7 +192,8 @@ def category_metrics(records: List[dict]) -> List[Metric]:
                 if (side, cat) not in seen:
                     seen.append((side, cat))
     return [Metric(f"{side}_{cat}_ns_per_byte", f"{side}: {cat}", "ns/B",
-                   (lambda side, cat: lambda r: _get(r, "flame", "sides", side, "categories_ns_per_byte", cat))(side, cat))
+                   (lambda side, cat: lambda r: _get(r, "flame", "sides", side, "categories_ns_per_byte", cat)
+                    if _complete_flame(r) else None)(side, cat))
             for side, cat in seen]
 
 
@@ -229,8 +237,11 @@ def table(configs: List[Config], runs: List[dict], metrics: List[Metric]) -> Dic
 
 def representative(runs: List[dict], config: int) -> Optional[dict]:
     """The configuration's run with the median system CPU per byte (the
-    lower middle for an even count): the one its flame graph stands for."""
+    lower middle for an even count) among those with a complete capture
+    if any: the one its flame graph stands for."""
     mine = [r for r in runs if r["config"] == config and _get(r["record"], "cpu", "system", "ns_per_byte", "total") is not None]
+    if any(_complete_flame(r["record"]) for r in mine):
+        mine = [r for r in mine if _complete_flame(r["record"])]
     if not mine:
         return None
     mine.sort(key=lambda r: r["record"]["cpu"]["system"]["ns_per_byte"]["total"])
@@ -294,6 +305,7 @@ def run(copts: CompareOptions, on_run: Callable[[int, int, Config], None],
             "path": str(cdir.path),
             "environment": environment.describe(),
             "metrics": table(copts.configs, runs, metrics),
+            "incomplete_captures": [r["id"] for r in runs if r["record"].get("flame") and not _complete_flame(r["record"])],
             "metric_units": {m.key: {"label": m.label, "unit": m.unit, "lower_is_better": m.lower_is_better}
                              for m in metrics},
         }

@@ -167,3 +167,12 @@ def test_missing_interposer_is_not_built(monkeypatch, tmp_path):
     with pytest.raises(errors.NotBuilt) as e:
         offload.plan("quic", "netns", "off", None)
     assert "make build" in e.value.sentence
+
+
+def test_categories_of_an_incomplete_capture_are_absent():
+    good, short = rec(10, 1.0, {"crypto": 0.5}), rec(10, 1.0, {"crypto": 0.01})
+    short["flame"]["complete"] = False      # a CPU missed samples: every frame on it undercounts
+    runs = [{"config": 0, "record": good, "id": "a"}, {"config": 1, "record": short, "id": "b"}]
+    t = compare.table([0, 1], runs, compare.category_metrics([good, short]))
+    assert t["client_crypto_ns_per_byte"][0]["n"] == 1
+    assert t["client_crypto_ns_per_byte"][1]["n"] == 0 and t["client_crypto_ns_per_byte"][1]["median"] is None
