@@ -368,9 +368,22 @@ def check_msquic_build() -> Result:
     return OK, f"{lib.name} and {workload.name} in {paths.build_dir()}; {workload.name} --help runs", ""
 
 
+@_check("gso/gro switches")
+def check_offload_switches() -> Result:
+    """What --gso/--gro need: the interposer for quic, ethtool for TCP."""
+    from .offload import PRELOAD_LIB
+    lib = paths.build_dir() / "lib" / PRELOAD_LIB
+    ethtool = shutil.which("ethtool")
+    missing = [what for what, ok in ((f"{lib} (quic --gso/--gro off)", lib.exists()),
+                                     ("ethtool (TCP --gso/--gro)", ethtool)) if not ok]
+    if missing:
+        return MISSING, "missing: " + "; ".join(missing), "run `make build` (ethtool comes with `make deps`)"
+    return OK, f"{lib.name} built, {ethtool} present", ""
+
+
 CHECKS = (check_root, check_btf, check_tracepoints, check_kprobes, check_fentry, check_perf_sampling,
           check_hardware_counters, check_udp_gso_gro, check_kernel_tls, check_netns_veth, check_tc_qdiscs,
-          check_msquic_build)
+          check_msquic_build, check_offload_switches)
 
 
 def run_checks() -> list[Check]:

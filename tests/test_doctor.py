@@ -11,7 +11,8 @@ from conftest import qprof
 from qprof.collectors.capabilities import caps_held
 
 NAMES = ["root", "btf", "tracepoints", "kprobes", "fentry/fexit", "perf sampling", "hardware counters",
-         "udp gso/gro", "kernel tls", "netns/veth", "tc qdiscs", "msquic build"]
+         "udp gso/gro", "kernel tls", "netns/veth", "tc qdiscs", "msquic build",
+         "gso/gro switches"]
 VERDICTS = {"ok", "missing", "limited", "unknown"}
 # Doctor's scratch namespaces and links (qp-doc-<pid>-a, qpd<pid>a); narrower
 # than conftest.leftovers() so a `qprof run` elsewhere on the host cannot fail this.
