@@ -56,7 +56,7 @@ $(BUILD)/bin/qprof-wl: $(WL_SRC) $(WL_HDR) $(BUILD)/msquic/.stamp
 PROBES := $(patsubst probes/%.bpf.c,%,$(wildcard probes/*.bpf.c))
 PROBE_BIN := $(patsubst %,$(BUILD)/bin/qprof-%,$(PROBES))
 PROBE_HDR := $(wildcard probes/*.h)
-BPF_CFLAGS := -g -O2 -target bpf -D__TARGET_ARCH_x86 -Wall -Werror
+BPF_CFLAGS := -g -O2 -target bpf -mcpu=v3 -D__TARGET_ARCH_x86 -Wall -Werror
 probes: apt
 	@$(MAKE) --no-print-directory $(PROBE_BIN)
 

@@ -11,7 +11,6 @@
 #include "common.bpf.h"
 
 #define TASK_RUNNING 0
-#define E2BIG 7
 #define PF_KTHREAD 0x00200000
 
 DEFINE_TARGET_TGIDS
@@ -21,11 +20,27 @@ DEFINE_TARGET_TGIDS
  * that was already on-CPU then starts (its switch-in was never seen).
  */
 __u64 attach_ns;
-/* Threads not followed because the threads map was full. */
+/* Slots handed out, lost ones included; threads[0..nr_slots) are in use. */
+__u32 nr_slots;
+/* Threads not followed because every slot was taken. */
 __u64 lost_threads;
 
+/*
+ * Per thread, in the thread's own storage: 1 + its slot in threads, or 0
+ * before its first event. Found through the task pointer the event hands
+ * us, with no hash of the tid per switch; freed with the thread, while
+ * its entry stays in threads.
+ */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, __u32);
+} slots SEC(".maps");
+
+/* Each thread's entry, at its slot; user space reads [0, nr_slots). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, QP_MAX_THREADS);
 	__type(key, __u32);
 	__type(value, struct thread_cpu);
@@ -68,24 +83,38 @@ struct {
 	__type(value, struct hardirq_stats);
 } hardirqs SEC(".maps");
 
-/* The entry of task, made if new (*created, when asked). */
+/*
+ * The entry of task, made at its first event (*created, when asked). The
+ * slot number comes from one fetch-and-add (-mcpu=v3); tid is written
+ * last, so user space skips a slot whose tid is still 0.
+ */
 static __always_inline struct thread_cpu *thread_get(struct task_struct *task, bool *created)
 {
-	struct thread_cpu *t, zero = {};
-	__u32 tid = task->pid;
-	long err;
+	struct thread_cpu *t;
+	__u32 *slot, n;
 
-	t = bpf_map_lookup_elem(&threads, &tid);
-	if (t)
-		return t;
-	zero.tgid = task->tgid;
-	zero.sum_exec_ns = task->se.sum_exec_runtime;
-	err = bpf_map_update_elem(&threads, &tid, &zero, BPF_NOEXIST);
-	if (err == -E2BIG)
+	slot = bpf_task_storage_get(&slots, task, NULL, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!slot)
+		return NULL;
+	if (*slot) {
+		n = *slot - 1;
+		return bpf_map_lookup_elem(&threads, &n);
+	}
+	n = __sync_fetch_and_add(&nr_slots, 1);
+	t = bpf_map_lookup_elem(&threads, &n);
+	if (!t) {
+		*slot = QP_MAX_THREADS + 1;
 		__sync_fetch_and_add(&lost_threads, 1);
-	else if (!err && created)
+		return NULL;
+	}
+	*slot = n + 1;
+	t->tgid = task->tgid;
+	t->sum_exec_ns = task->se.sum_exec_runtime;
+	asm volatile("" ::: "memory");
+	t->tid = task->pid;
+	if (created)
 		*created = true;
-	return bpf_map_lookup_elem(&threads, &tid);
+	return t;
 }
 
 /*

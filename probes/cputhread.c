@@ -162,36 +162,54 @@ static int touch_every_cpu(void)
 /*
  * One consistent copy of a thread's entry: b is taken only if a and c,
  * read before and after it, show the same even seq (no update overlapped
- * b). Returns 0, or -1 if the entry is gone.
+ * b). Returns 0, or -1 if the slot holds no thread yet.
  */
-static int read_thread(int fd, __u32 tid, struct thread_cpu *out)
+static int read_thread(int fd, __u32 slot, struct thread_cpu *out)
 {
 	struct thread_cpu a, c;
 	int tries;
 
 	for (tries = 0; tries < 100; tries++) {
-		if (bpf_map_lookup_elem(fd, &tid, &a) || bpf_map_lookup_elem(fd, &tid, out) ||
-		    bpf_map_lookup_elem(fd, &tid, &c))
+		if (bpf_map_lookup_elem(fd, &slot, &a) || bpf_map_lookup_elem(fd, &slot, out) ||
+		    bpf_map_lookup_elem(fd, &slot, &c))
 			return -1;
 		if (!(a.seq & 1) && a.seq == c.seq)
-			return 0;
+			break;
 	}
-	return 0; /* a thread switching this often is off by at most a slice */
+	/* a thread switching this often is off by at most a slice */
+	return out->tid && out->tgid ? 0 : -1;
 }
 
 struct thread_row {
-	__u32 tid;
+	__u32 slot;
 	struct thread_cpu t;
 	__u64 oncpu_ns;  /* with the running slice */
 };
 
+/* By tgid and tid, and a reused tid's slots oldest first. */
 static int cmp_rows(const void *pa, const void *pb)
 {
 	const struct thread_row *a = pa, *b = pb;
 
 	if (a->t.tgid != b->t.tgid)
 		return a->t.tgid < b->t.tgid ? -1 : 1;
-	return a->tid < b->tid ? -1 : a->tid > b->tid;
+	if (a->t.tid != b->t.tid)
+		return a->t.tid < b->t.tid ? -1 : 1;
+	return a->slot < b->slot ? -1 : a->slot > b->slot;
+}
+
+/* A later thread with the same tid: its totals added, its name and state kept. */
+static void merge_row(struct thread_row *to, const struct thread_row *r)
+{
+	to->oncpu_ns += r->oncpu_ns;
+	to->t.switches += r->t.switches;
+	to->t.involuntary += r->t.involuntary;
+	to->t.wakeups += r->t.wakeups;
+	to->t.runq_ns += r->t.runq_ns;
+	to->t.untraced_slices += r->t.untraced_slices;
+	to->t.untraced_ns += r->t.untraced_ns;
+	to->t.exited = r->t.exited;
+	memcpy(to->t.comm, r->t.comm, sizeof(to->t.comm));
 }
 
 /*
@@ -200,34 +218,42 @@ static int cmp_rows(const void *pa, const void *pb)
  * switched it out and in, both seen) and its slice counts up to the read.
  * The exception: one switched back in straight from a task whose switches
  * raise no event, between that visit and the read; its slice from then on
- * is counted at its next switch-out.
+ * is counted at its next switch-out. A tid the kernel reused for a new
+ * thread got a slot of its own; its rows are merged into one, as the tid
+ * always was.
  */
 static struct thread_row *read_threads(struct cputhread_bpf *skel, int *n)
 {
-	int fd = bpf_map__fd(skel->maps.threads);
+	int fd = bpf_map__fd(skel->maps.threads), m = 0, i;
+	__u32 slot, nslots = skel->bss->nr_slots;
 	struct thread_row *rows;
-	__u32 key, next, *prev = NULL;
 	__u64 now;
 
 	*n = 0;
-	rows = calloc(QP_MAX_THREADS, sizeof(*rows));
+	if (nslots > QP_MAX_THREADS)
+		nslots = QP_MAX_THREADS;
+	rows = calloc(nslots ? nslots : 1, sizeof(*rows));
 	if (!rows)
 		return NULL;
-	while (*n < QP_MAX_THREADS && bpf_map_get_next_key(fd, prev, &next) == 0) {
-		struct thread_row *r = &rows[*n];
+	for (slot = 0; slot < nslots; slot++) {
+		struct thread_row *r = &rows[m];
 
-		key = next;
-		prev = &key;
-		if (read_thread(fd, key, &r->t))
+		if (read_thread(fd, slot, &r->t))
 			continue;
 		now = probe_now_ns();
-		r->tid = key;
+		r->slot = slot;
 		r->oncpu_ns = r->t.oncpu_ns;
 		if (r->t.since_ns && now > r->t.since_ns)
 			r->oncpu_ns += now - r->t.since_ns;
-		(*n)++;
+		m++;
 	}
-	qsort(rows, *n, sizeof(*rows), cmp_rows);
+	qsort(rows, m, sizeof(*rows), cmp_rows);
+	for (i = 0; i < m; i++) {
+		if (*n && rows[*n - 1].t.tgid == rows[i].t.tgid && rows[*n - 1].t.tid == rows[i].t.tid)
+			merge_row(&rows[*n - 1], &rows[i]);
+		else
+			rows[(*n)++] = rows[i];
+	}
 	return rows;
 }
 
@@ -305,7 +331,7 @@ static void print_json(const char *name, struct cputhread_bpf *skel)
 	print_json_str(name);
 	printf(",\"t_ns\":%llu,\"attach_ns\":%llu,\"threads\":[", t_ns, skel->bss->attach_ns);
 	for (i = 0; rows && i < n; i++) {
-		printf("%s{\"tgid\":%u,\"tid\":%u,\"comm\":", i ? "," : "", rows[i].t.tgid, rows[i].tid);
+		printf("%s{\"tgid\":%u,\"tid\":%u,\"comm\":", i ? "," : "", rows[i].t.tgid, rows[i].t.tid);
 		print_json_str(rows[i].t.comm);
 		printf(",\"oncpu_ns\":%llu,\"switches\":%llu,\"involuntary\":%llu,\"wakeups\":%llu,"
 		       "\"runq_ns\":%llu,\"untraced_slices\":%llu,\"untraced_ns\":%llu,\"exited\":%s}",
@@ -337,7 +363,7 @@ static void print_table(struct cputhread_bpf *skel)
 	printf("%-8s %-8s %-16s %12s %10s %10s\n", "PID", "TID", "COMM", "ON-CPU (ms)",
 	       "SWITCHES", "INVOL");
 	for (i = 0; rows && i < n; i++)
-		printf("%-8u %-8u %-16s %12.1f %10llu %10llu\n", rows[i].t.tgid, rows[i].tid,
+		printf("%-8u %-8u %-16s %12.1f %10llu %10llu\n", rows[i].t.tgid, rows[i].t.tid,
 		       rows[i].t.comm, rows[i].oncpu_ns / 1e6, rows[i].t.switches,
 		       rows[i].t.involuntary);
 	printf("\n%-9s %10s %12s %15s %15s\n", "VECTOR", "COUNT", "TIME (ms)", "IN-TARGET (ms)",

@@ -10,8 +10,9 @@
 #define QP_NR_SOFTIRQS 10
 
 /*
- * One thread of a target process, keyed by tid. Kept after the thread
- * exits, so the totals stay cumulative since attach.
+ * One thread of a target process, in the slot it took at its first event.
+ * Kept after the thread exits, so the totals stay cumulative since attach;
+ * a new thread that reuses the tid takes a slot of its own.
  *
  * The kernel makes seq odd while it changes the entry; user space takes
  * an entry only between two equal, even reads of seq (see read_thread).
@@ -30,6 +31,8 @@ struct thread_cpu {
 	__u64 untraced_ns;     /* ...timed by sum_exec_runtime instead (in oncpu_ns) */
 	__u32 tgid;
 	__u32 exited;       /* seen in sched_process_exit */
+	__u32 tid;          /* 0 until the slot's entry is made */
+	__u32 pad;
 	char comm[QP_COMM_LEN];
 };
 

@@ -42,7 +42,7 @@ struct {
  * first call; threads says whose slot is whose.
  */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, QP_MAX_THREADS);
 	__type(key, __u32);
 	__type(value, struct sys_thread);
@@ -55,37 +55,35 @@ struct {
 	__type(value, struct sys_stats);
 } stats SEC(".maps");
 
-/* Where the next free slot probably is. */
-__u32 next_slot;
+/* Slots handed out, lost ones included; threads[0..nr_slots) are in use. */
+__u32 nr_slots;
 /* Threads not followed: every slot was taken. */
 __u64 lost_threads;
 
-#define SLOT_TRIES 16
-
 /*
- * A slot for the current thread, once; false if none is left. Claimed by
- * inserting it into threads (BPF_NOEXIST is atomic): the fetching atomics
- * that would hand out numbers need -mcpu=v3, which this build does not
- * use. Racing threads each find a slot of their own within a few tries.
+ * A slot for the current thread, once; false if none is left. The number
+ * comes from one fetch-and-add (-mcpu=v3); tid is written last, so user
+ * space skips a slot whose tid is still 0.
  */
 static __always_inline bool take_slot(struct inflight *in, struct task_struct *task)
 {
-	struct sys_thread t = { .tgid = task->tgid, .tid = task->pid };
-	__u32 n = next_slot;
-	int i;
+	struct sys_thread *t;
+	__u32 n;
 
 	if (in->slot)
 		return in->slot <= QP_MAX_THREADS;
-	for (i = 0; i < SLOT_TRIES && n < QP_MAX_THREADS; i++, n++) {
-		if (!bpf_map_update_elem(&threads, &n, &t, BPF_NOEXIST)) {
-			next_slot = n + 1;
-			in->slot = n + 1;
-			return true;
-		}
+	n = __sync_fetch_and_add(&nr_slots, 1);
+	t = bpf_map_lookup_elem(&threads, &n);
+	if (!t) {
+		in->slot = QP_MAX_THREADS + 1;
+		__sync_fetch_and_add(&lost_threads, 1);
+		return false;
 	}
-	in->slot = QP_MAX_THREADS + 1;
-	__sync_fetch_and_add(&lost_threads, 1);
-	return false;
+	t->tgid = task->tgid;
+	asm volatile("" ::: "memory");
+	t->tid = task->pid;
+	in->slot = n + 1;
+	return true;
 }
 
 /* x86_64 syscall numbers. */

@@ -138,17 +138,17 @@ static void add_stats(struct sys_stats *to, const struct sys_stats *s)
 static struct row *read_rows(struct syscalls_bpf *skel, int *n)
 {
 	int tfd = bpf_map__fd(skel->maps.threads), sfd = bpf_map__fd(skel->maps.stats), m = 0;
-	__u32 slot, next, *prev = NULL, sys, k;
+	__u32 slot, nslots = skel->bss->nr_slots, sys, k;
 	struct sys_thread t;
 	struct row *rows;
 
 	rows = calloc((size_t)QP_MAX_THREADS * QP_NSYS, sizeof(*rows));
 	if (!rows)
 		return NULL;
-	while (bpf_map_get_next_key(tfd, prev, &next) == 0) {
-		slot = next;
-		prev = &slot;
-		if (slot >= QP_MAX_THREADS || bpf_map_lookup_elem(tfd, &slot, &t))
+	if (nslots > QP_MAX_THREADS)
+		nslots = QP_MAX_THREADS;
+	for (slot = 0; slot < nslots; slot++) {
+		if (bpf_map_lookup_elem(tfd, &slot, &t) || !t.tid)
 			continue;
 		for (sys = 0; sys < QP_NSYS; sys++) {
 			k = slot * QP_NSYS + sys;

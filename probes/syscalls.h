@@ -18,7 +18,7 @@ enum qp_sys {
 /* Threads followed; each has QP_NSYS entries in stats from its slot on. */
 #define QP_MAX_THREADS 512
 
-/* Who slot i is (threads, keyed by i); its counters are stats[i * QP_NSYS + sys]. */
+/* Who slot i is (threads[i]; tid 0: not yet); its counters are stats[i * QP_NSYS + sys]. */
 struct sys_thread {
 	__u32 tgid;
 	__u32 tid;
