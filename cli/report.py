@@ -166,7 +166,7 @@ def _print_probes(rec: dict, console: Console) -> None:
         names = [k for k in c if k != "source"]
         parts.append(f"{side} " + ", ".join(f"{k} {_ratio(c[k])}" for k in names))
     if parts:
-        source = next(c["source"] for c in checks.values() if c)
+        source = next((c["source"] for c in checks.values() if c and "source" in c), "own counts")
         console.print(f"eBPF / {source}: " + "; ".join(parts))
 
 

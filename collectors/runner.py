@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from . import cpu, derive, environment, errors, guest, offload, paths, stacks
+from . import cpu, derive, environment, errors, guest, netstat, offload, paths, stacks
 from qprof.flamegraphs import summary as flame_summary
 from qprof.flamegraphs.sides import side_bytes
 
@@ -161,9 +161,11 @@ def _transfer(opts, binary, topo, run_path, cert, key, on_progress, plan) -> dic
     with WorkloadProcess("server", server_argv, topo.server, run_path / "server.log") as server, \
             _client_with_probes(opts, client_argv, topo, run_path, server) as (client, probes), \
             _perf(opts, run_path) as perf:
+        udp_before = {side: netstat.read_udp(ep) for side, ep in (("client", topo.client), ("server", topo.server))}
         connected, window, tls_before = _measure(opts, server, client, probes, perf, on_progress)
         client_done = client.finish(FINISH_TIMEOUT_S)
         server_done = server.finish(FINISH_TIMEOUT_S)
+        udp_after = {side: netstat.read_udp(ep) for side, ep in (("client", topo.client), ("server", topo.server))}
         probe_records = probes.records()
         flame = None
         if perf is not None:
@@ -179,12 +181,28 @@ def _transfer(opts, binary, topo, run_path, cert, key, on_progress, plan) -> dic
         raise errors.BadValue("no bytes arrived inside the window (the transfer ended during warm-up); raise --bytes or lower --warmup.")
     record = build_record(opts, topo, window, connected, client_done, server_done, tls_before)
     record["probes"] = probe_records
+    # The whole run's UDP counters of each namespace (the host's, on loopback).
+    record["kernel_udp"] = {side: counter_delta(udp_before[side], udp_after[side]) for side in udp_before}
     record["flame"] = flame
     if flame is not None:
         flame.update(sample_coverage(flame["samples_per_cpu"], record["cpu_window_s"], flame["sample_hz"],
                                      record["environment"]["cpu_count"]))
         flame["sides"] = flame_summary.run_figures(record, run_path / flame["stacks_dir"])
     record.update(derive_probe_figures(record, {"client": client.pid, "server": server.pid}))
+    if opts.stack == "udp" and topo.kind == "netns":
+        # Every datagram the receiver's sequence numbers call lost was
+        # dropped by its kernel, in its own namespace (whole run).
+        # The kernel counts skbs (InErrors includes RcvbufErrors): with GSO
+        # and GRO each reaches the socket whole, carrying a batch.
+        k = record["kernel_udp"]["server"] or {}
+        c = client_done
+        per_skb = c.get("batch", 1) if c.get("send_mode") == "gso" and server_done.get("gro") else 1
+        dropped = k["InErrors"] * per_skb if "InErrors" in k else None
+        lost = server_done.get("lost")
+        record["crosscheck"].setdefault("server", {})["udp_drops"] = {
+            "kernel": dropped, "own": lost, "ratio": dropped / lost if dropped is not None and lost else None,
+            "source": f"kernel Udp InErrors x {per_skb} datagrams per skb (server namespace, whole run) "
+                      "against the receiver's sequence gaps"}
     record["offload"] = offload_record(opts, topo, plan, record, run_path)
     return record
 

@@ -159,6 +159,11 @@ def udp_run(runs_dir, *args):
     assert s["datagrams_expected"] == c["datagrams_sent"]
     assert s["datagrams"] + s["lost"] == s["datagrams_expected"]
     assert s["duplicates"] == 0
+    # A second instrument: every datagram lost by sequence number was
+    # dropped by the receiver's kernel (its namespace's Udp InErrors, in skbs).
+    drops = rec["crosscheck"]["server"]["udp_drops"]
+    assert drops["own"] == s["lost"]
+    assert drops["kernel"] == pytest.approx(s["lost"], rel=0.01, abs=6)   # 6: the end datagram's repeats
     # Over the whole run nothing arrives that was not sent (inside the
     # window the edges may split datagrams in flight either way).
     assert c["app_bytes"] >= s["app_bytes"] > 0 and rec["bytes"] > 0 and rec["bytes_sent"] > 0
