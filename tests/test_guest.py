@@ -57,11 +57,14 @@ def test_ktls_tls12_offloads_both_directions(runs_dir):
     assert tr["tls_version"] == "TLSv1.2" and tr["ktls_label"] == "tx+rx"
     assert tr["tls_stat_delta"]["client"]["TlsTxSw"] >= 1
     assert tr["tls_stat_delta"]["server"]["TlsRxSw"] >= 1
-    # With receive in the kernel the server reads plaintext with recvmsg:
-    # the bytes its calls return are the application's (emulated, the
-    # edges' readings are further apart than on the host: 3%).
+    # With receive in the kernel the server reads plaintext with recvmsg
+    # (kTLS hands record types over cmsg), not read() as OpenSSL does in
+    # user space. Under single-threaded TCG both vCPUs take turns on one
+    # host thread, so the probe's and the workload's edge readings can be
+    # tens of ms apart: 0.98-1.07 of the window's bytes in four runs here.
     calls = rec["syscalls"]["server"]["by_syscall"]
-    assert calls["recvmsg"]["bytes"] == pytest.approx(rec["bytes"], rel=0.03)
+    assert calls["recvmsg"]["bytes"] == pytest.approx(rec["bytes"], rel=0.10)
+    assert calls.get("read", {}).get("bytes", 0) < 0.01 * rec["bytes"]
 
 
 @needs_guest
