@@ -57,7 +57,7 @@ def load_run(runs_dir: Path, run_id: str = "latest") -> Run:
     flame = record.get("flame")
     if not flame:
         raise NoStacks(f"run {rid} has no stack samples (made with --sample-hz 0, or before qprof sampled "
-                       "stacks); make a new run with `qprof run`, which samples at 1000 Hz by default.")
+                       "stacks); make a new run with `qprof run`, which samples stacks by default (--sample-hz 99).")
     if flame.get("event") != EVENT or not flame.get("sample_period_ns"):
         raise BadStacks(f"run {rid} sampled '{flame.get('event')}' without a fixed period, which cannot be "
                         f"expressed as CPU time per byte; qprof draws {EVENT} samples only.")
