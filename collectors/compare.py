@@ -20,10 +20,6 @@ COMPARISON_RECORD = "comparison.json"
 COMPARISONS_SUBDIR = "comparisons"
 
 
-def _onoff(v: str) -> str:
-    return v
-
-
 def _int(v: str) -> int:
     if not v.isdigit():
         raise ValueError(v)
@@ -38,8 +34,8 @@ def _size(v: str) -> int:
 # --vary KEY -> (RunOptions field, parser). Values are then checked by
 # runner.check_options like the same flags given to `qprof run`.
 VARY_KEYS: Dict[str, Tuple[str, Callable[[str], object]]] = {
-    "gso": ("gso", _onoff),
-    "gro": ("gro", _onoff),
+    "gso": ("gso", str),
+    "gro": ("gro", str),
     "send-mode": ("send_mode", str),
     "batch": ("batch", _int),
     "dgram-size": ("dgram_size", _int),

@@ -86,18 +86,10 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 	case 'v': env.verbose = true; break;
 	case 'h': argp_state_help(state, stderr, ARGP_HELP_STD_HELP); break;
 	case ARGP_KEY_ARG:
-		errno = 0;
-		if (pos == 0)
-			env.interval_s = (int)strtol(arg, NULL, 10);
-		else if (pos == 1)
-			env.count = (int)strtol(arg, NULL, 10);
-		else
-			argp_usage(state);
-		if (errno || (pos == 0 && env.interval_s <= 0)) {
+		if (probe_parse_interval(&env, pos++, arg)) {
 			fprintf(stderr, "invalid interval/count: %s\n", arg);
 			argp_usage(state);
 		}
-		pos++;
 		break;
 	case ARGP_KEY_END:
 		if (!env.npids)

@@ -1,6 +1,7 @@
 /* User-side helpers shared by qprof's probe tools. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -94,6 +95,24 @@ static int libbpf_print_warn(enum libbpf_print_level level, const char *fmt, va_
 void probe_setup_libbpf(bool verbose)
 {
 	libbpf_set_print(verbose ? libbpf_print : libbpf_print_warn);
+}
+
+int probe_parse_interval(struct probe_env *env, int pos, const char *arg)
+{
+	char *end;
+	long v;
+
+	if (pos > 1)
+		return -1;
+	errno = 0;
+	v = strtol(arg, &end, 10);
+	if (errno || *end || v < (pos == 0 ? 1 : 0) || v > INT_MAX)
+		return -1;
+	if (pos == 0)
+		env->interval_s = (int)v;
+	else
+		env->count = (int)v;
+	return 0;
 }
 
 int probe_main_loop(const struct probe_env *env, probe_snapshot_fn snapshot, void *arg)

@@ -25,6 +25,12 @@ struct probe_env {
 	int count;        /* ...count times (0: until Ctrl-C) */
 };
 
+/*
+ * The positional [INTERVAL [COUNT]] arguments, pos counting from 0; returns
+ * 0, or -1 for a malformed value or one argument too many.
+ */
+int probe_parse_interval(struct probe_env *env, int pos, const char *arg);
+
 /* Parses "PID[,PID...]" into env->pids, each once; returns 0 or -1. */
 int probe_parse_pids(struct probe_env *env, const char *arg);
 

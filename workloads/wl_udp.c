@@ -307,14 +307,10 @@ static bool on_message(struct msghdr *m, const uint8_t *p, size_t len)
 	return true;
 }
 
-static int server_socket(void)
+/* The role's socket in U.fd and the server's address in *a, or an exit code. */
+static int udp_socket(struct sockaddr_in *a)
 {
-	struct sockaddr_in a;
-	struct timeval tv = { .tv_usec = RECV_POLL_MS * 1000 };
-	int big = 0x7fffffff, on = 1;
-	socklen_t len = sizeof(U.sockbuf);
-
-	if (udp_addr(&a)) {
+	if (udp_addr(a)) {
 		wl_warn("bad IPv4 address %s", U.o->addr);
 		return WL_EXIT_USAGE;
 	}
@@ -323,6 +319,18 @@ static int server_socket(void)
 		wl_warn("socket(AF_INET, SOCK_DGRAM) failed: %s", strerror(errno));
 		return WL_EXIT_INTERNAL;
 	}
+	return 0;
+}
+
+static int server_socket(void)
+{
+	struct sockaddr_in a;
+	struct timeval tv = { .tv_usec = RECV_POLL_MS * 1000 };
+	int big = 0x7fffffff, on = 1, rc;
+	socklen_t len = sizeof(U.sockbuf);
+
+	if ((rc = udp_socket(&a)))
+		return rc;
 	if (setsockopt(U.fd, SOL_SOCKET, SO_RCVBUF, &big, sizeof(big)) ||
 	    setsockopt(U.fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) ||
 	    getsockopt(U.fd, SOL_SOCKET, SO_RCVBUF, &U.sockbuf, &len)) {
@@ -441,16 +449,10 @@ static int client_socket(void)
 {
 	struct sockaddr_in a;
 	socklen_t len = sizeof(U.sockbuf);
+	int rc;
 
-	if (udp_addr(&a)) {
-		wl_warn("bad IPv4 address %s", U.o->addr);
-		return WL_EXIT_USAGE;
-	}
-	U.fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-	if (U.fd < 0) {
-		wl_warn("socket(AF_INET, SOCK_DGRAM) failed: %s", strerror(errno));
-		return WL_EXIT_INTERNAL;
-	}
+	if ((rc = udp_socket(&a)))
+		return rc;
 	if (getsockopt(U.fd, SOL_SOCKET, SO_SNDBUF, &U.sockbuf, &len)) {
 		wl_warn("getsockopt(SO_SNDBUF) failed: %s", strerror(errno));
 		return WL_EXIT_INTERNAL;
