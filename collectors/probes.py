@@ -68,7 +68,8 @@ class Probe:
     def record(self) -> dict:
         if self.absent is not None:
             return {"status": "absent", "reason": self.absent}
-        return {"status": "present", "window": delta(self.marks["start"], self.marks["end"])}
+        return {"status": "present", "window": delta(self.marks["start"], self.marks["end"]),
+                "edges": {name: {k: m[k] for k in EDGE_TIMES if k in m} for name, m in self.marks.items()}}
 
 
 def warn(msg: str) -> None:
@@ -143,6 +144,10 @@ class ProbeSet:
                 p.proc.kill()
 
 
+# When a probe read its counters (its clock) and how long the read took:
+# levels, taken as they are, not subtracted.
+EDGE_TIMES = ("t_ns", "read_ns")
+
 # Fields of an entry in a snapshot list that say *which* thing it counts,
 # so two snapshots' entries can be paired.
 IDENTITY = ("tgid", "tid", "comm", "sys", "dev", "netns_ino", "ifindex", "vec", "name", "event")
@@ -158,7 +163,7 @@ def delta(a, b):
         return b - (a if isinstance(a, (int, float)) and not isinstance(a, bool) else 0)
     if isinstance(b, dict):
         a = a if isinstance(a, dict) else {}
-        return {k: (v if k in IDENTITY or k == "t_ns" else delta(a.get(k), v)) for k, v in b.items()}
+        return {k: (v if k in IDENTITY or k in EDGE_TIMES else delta(a.get(k), v)) for k, v in b.items()}
     if isinstance(b, list):
         if all(isinstance(x, (int, float)) for x in b):
             a = a if isinstance(a, list) else []

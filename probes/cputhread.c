@@ -172,6 +172,12 @@ static int read_thread(int fd, __u32 slot, struct thread_cpu *out)
 	return out->tid && out->tgid ? 0 : -1;
 }
 
+/* True if b, read between a and c, saw no update in progress. */
+static bool consistent(const struct thread_cpu *a, const struct thread_cpu *c)
+{
+	return !(a->seq & 1) && a->seq == c->seq;
+}
+
 struct thread_row {
 	__u32 slot;
 	struct thread_cpu t;
@@ -216,29 +222,61 @@ static void merge_row(struct thread_row *to, const struct thread_row *r)
  */
 static struct thread_row *read_threads(struct cputhread_bpf *skel, int *n)
 {
-	int fd = bpf_map__fd(skel->maps.threads), m = 0, i;
+	int fd = bpf_map__fd(skel->maps.threads), m = 0, i, err;
 	__u32 slot, nslots = skel->bss->nr_slots;
+	struct thread_cpu *a, *b, *c;
 	struct thread_row *rows;
 	__u64 now;
 
 	*n = 0;
 	if (nslots > QP_MAX_THREADS)
 		nslots = QP_MAX_THREADS;
-	rows = calloc(nslots ? nslots : 1, sizeof(*rows));
-	if (!rows)
+	rows = calloc(nslots + 1, sizeof(*rows));
+	a = calloc(3 * ((size_t)nslots + 1), sizeof(*a));
+	if (!rows || !a) {
+		free(rows);
+		free(a);
+		fprintf(stderr, "qprof-cputhread: out of memory\n");
 		return NULL;
+	}
+	b = a + nslots + 1;
+	c = b + nslots + 1;
+	/*
+	 * The whole array three times, each in one call, so every thread is read
+	 * at one instant; a slot whose entry changed under the middle read is
+	 * read again on its own.
+	 */
+	err = probe_read_array(fd, nslots, a, sizeof(*a));
+	if (!err)
+		err = probe_read_array(fd, nslots, b, sizeof(*b));
+	now = probe_now_ns();
+	if (!err)
+		err = probe_read_array(fd, nslots, c, sizeof(*c));
+	if (err) {
+		fprintf(stderr, "qprof-cputhread: reading the threads failed: %s\n", strerror(-err));
+		free(rows);
+		free(a);
+		return NULL;
+	}
 	for (slot = 0; slot < nslots; slot++) {
 		struct thread_row *r = &rows[m];
+		__u64 read_ns = now;
 
-		if (read_thread(fd, slot, &r->t))
+		r->t = b[slot];
+		if (!consistent(&a[slot], &c[slot])) {
+			if (read_thread(fd, slot, &r->t))
+				continue;
+			read_ns = probe_now_ns();
+		}
+		if (!r->t.tid || !r->t.tgid)
 			continue;
-		now = probe_now_ns();
 		r->slot = slot;
 		r->oncpu_ns = r->t.oncpu_ns;
-		if (r->t.since_ns && now > r->t.since_ns)
-			r->oncpu_ns += now - r->t.since_ns;
+		if (r->t.since_ns && read_ns > r->t.since_ns)
+			r->oncpu_ns += read_ns - r->t.since_ns;
 		m++;
 	}
+	free(a);
 	qsort(rows, m, sizeof(*rows), cmp_rows);
 	for (i = 0; i < m; i++) {
 		if (*n && rows[*n - 1].t.tgid == rows[i].t.tgid && rows[*n - 1].t.tid == rows[i].t.tid)
@@ -257,43 +295,60 @@ struct irq_totals {
 
 /*
  * A softirq running elsewhere now is counted at its exit: at most one per
- * CPU, NET_RX's bounded by net.core.netdev_budget_usecs (2 ms).
+ * CPU, NET_RX's bounded by net.core.netdev_budget_usecs (2 ms). Each map
+ * in one call; 0 or -errno, having said why.
  */
-static void read_irqs(struct cputhread_bpf *skel, struct irq_totals *tot)
+static int read_irqs(struct cputhread_bpf *skel, struct irq_totals *tot)
 {
-	int ncpu = libbpf_num_possible_cpus(), fd, i, cpu;
-	struct softirq_stats s[ncpu > 0 ? ncpu : 1];
-	struct hardirq_stats h[ncpu > 0 ? ncpu : 1];
-	__u64 ns[ncpu > 0 ? ncpu : 1];
-	__u32 key, vec, zero = 0;
+	int ncpu = libbpf_num_possible_cpus(), i, cpu, err;
+	struct softirq_stats *s = NULL;
+	struct hardirq_stats *h = NULL;
+	__u64 *ns = NULL;
+	__u32 vec, n_in_target = (__u32)env.npids * QP_NR_SOFTIRQS;
 
 	memset(tot, 0, sizeof(*tot));
-	fd = bpf_map__fd(skel->maps.softirqs);
-	for (vec = 0; vec < QP_NR_SOFTIRQS; vec++) {
-		if (bpf_map_lookup_elem(fd, &vec, s))
-			continue;
-		for (cpu = 0; cpu < ncpu; cpu++) {
-			tot->vec[vec].count += s[cpu].count;
-			tot->vec[vec].time_ns += s[cpu].time_ns;
-			tot->vec[vec].ksoftirqd_ns += s[cpu].ksoftirqd_ns;
-		}
+	err = ncpu < 0 ? ncpu : 0;
+	if (!err) {
+		s = calloc((size_t)ncpu * QP_NR_SOFTIRQS, sizeof(*s));
+		ns = calloc((size_t)ncpu * (n_in_target + 1), sizeof(*ns));
+		h = calloc(ncpu, sizeof(*h));
+		err = !s || !ns || !h ? -ENOMEM : 0;
 	}
+	if (!err)
+		err = probe_read_array(bpf_map__fd(skel->maps.softirqs), QP_NR_SOFTIRQS, s,
+				       ncpu * sizeof(*s));
 	/* Softirq time served while a thread of env.pids[i] was the current task. */
-	fd = bpf_map__fd(skel->maps.softirq_in_target);
-	for (i = 0; i < env.npids; i++)
-		for (vec = 0; vec < QP_NR_SOFTIRQS; vec++) {
-			key = (__u32)i * QP_NR_SOFTIRQS + vec;
-			if (bpf_map_lookup_elem(fd, &key, ns))
-				continue;
-			for (cpu = 0; cpu < ncpu; cpu++)
-				tot->in_target_ns[i][vec] += ns[cpu];
-		}
-	fd = bpf_map__fd(skel->maps.hardirqs);
-	if (!bpf_map_lookup_elem(fd, &zero, h))
+	if (!err)
+		err = probe_read_array(bpf_map__fd(skel->maps.softirq_in_target), n_in_target, ns,
+				       ncpu * sizeof(*ns));
+	if (!err)
+		err = probe_read_array(bpf_map__fd(skel->maps.hardirqs), 1, h, ncpu * sizeof(*h));
+	if (err) {
+		fprintf(stderr, "qprof-cputhread: reading the interrupt counters failed: %s\n",
+			strerror(-err));
+		goto out;
+	}
+	for (vec = 0; vec < QP_NR_SOFTIRQS; vec++)
 		for (cpu = 0; cpu < ncpu; cpu++) {
-			tot->hard.count += h[cpu].count;
-			tot->hard.time_ns += h[cpu].time_ns;
+			const struct softirq_stats *v = &s[vec * ncpu + cpu];
+
+			tot->vec[vec].count += v->count;
+			tot->vec[vec].time_ns += v->time_ns;
+			tot->vec[vec].ksoftirqd_ns += v->ksoftirqd_ns;
 		}
+	for (i = 0; i < env.npids; i++)
+		for (vec = 0; vec < QP_NR_SOFTIRQS; vec++)
+			for (cpu = 0; cpu < ncpu; cpu++)
+				tot->in_target_ns[i][vec] += ns[((size_t)i * QP_NR_SOFTIRQS + vec) * ncpu + cpu];
+	for (cpu = 0; cpu < ncpu; cpu++) {
+		tot->hard.count += h[cpu].count;
+		tot->hard.time_ns += h[cpu].time_ns;
+	}
+out:
+	free(s);
+	free(ns);
+	free(h);
+	return err;
 }
 
 static void print_json_str(const char *s)
@@ -310,7 +365,7 @@ static void print_json_str(const char *s)
 	putchar('"');
 }
 
-static void print_json(const char *name, struct cputhread_bpf *skel)
+static int print_json(const char *name, struct cputhread_bpf *skel)
 {
 	__u64 t_ns = probe_now_ns();
 	struct thread_row *rows;
@@ -318,11 +373,16 @@ static void print_json(const char *name, struct cputhread_bpf *skel)
 	int n, i, vec;
 
 	rows = read_threads(skel, &n);
-	read_irqs(skel, &tot);
+	if (!rows)
+		return -EIO;
+	if (read_irqs(skel, &tot)) {
+		free(rows);
+		return -EIO;
+	}
 	printf("{\"event\":\"mark\",\"name\":");
 	print_json_str(name);
 	printf(",\"t_ns\":%llu,\"attach_ns\":%llu,\"threads\":[", t_ns, skel->bss->attach_ns);
-	for (i = 0; rows && i < n; i++) {
+	for (i = 0; i < n; i++) {
 		printf("%s{\"tgid\":%u,\"tid\":%u,\"comm\":", i ? "," : "", rows[i].t.tgid, rows[i].t.tid);
 		print_json_str(rows[i].t.comm);
 		printf(",\"oncpu_ns\":%llu,\"switches\":%llu,\"involuntary\":%llu,\"wakeups\":%llu,"
@@ -341,9 +401,10 @@ static void print_json(const char *name, struct cputhread_bpf *skel)
 	}
 	printf("],\"hardirq_count\":%llu,\"hardirq_ns\":%llu}\n", tot.hard.count, tot.hard.time_ns);
 	free(rows);
+	return 0;
 }
 
-static void print_table(struct cputhread_bpf *skel)
+static int print_table(struct cputhread_bpf *skel)
 {
 	struct thread_row *rows;
 	struct irq_totals tot;
@@ -351,10 +412,15 @@ static void print_table(struct cputhread_bpf *skel)
 	__u64 in_target;
 
 	rows = read_threads(skel, &n);
-	read_irqs(skel, &tot);
+	if (!rows)
+		return -EIO;
+	if (read_irqs(skel, &tot)) {
+		free(rows);
+		return -EIO;
+	}
 	printf("%-8s %-8s %-16s %12s %10s %10s\n", "PID", "TID", "COMM", "ON-CPU (ms)",
 	       "SWITCHES", "INVOL");
-	for (i = 0; rows && i < n; i++)
+	for (i = 0; i < n; i++)
 		printf("%-8u %-8u %-16s %12.1f %10llu %10llu\n", rows[i].t.tgid, rows[i].t.tid,
 		       rows[i].t.comm, rows[i].oncpu_ns / 1e6, rows[i].t.switches,
 		       rows[i].t.involuntary);
@@ -368,19 +434,17 @@ static void print_table(struct cputhread_bpf *skel)
 	}
 	printf("%-9s %10llu %12.1f\n\n", "HARDIRQ", tot.hard.count, tot.hard.time_ns / 1e6);
 	free(rows);
+	return 0;
 }
 
-static void snapshot(const char *name, void *arg)
+static int snapshot(const char *name, void *arg)
 {
 	int err = touch_every_cpu();
 
 	if (err)
 		fprintf(stderr, "failed to run on every CPU, a running slice may be missing: %s\n",
 			strerror(-err));
-	if (env.json)
-		print_json(name, arg);
-	else
-		print_table(arg);
+	return env.json ? print_json(name, arg) : print_table(arg);
 }
 
 int main(int argc, char **argv)

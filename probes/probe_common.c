@@ -66,6 +66,28 @@ unsigned long long probe_now_ns(void)
 	return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
 }
 
+int probe_read_array(int fd, __u32 n, void *values, size_t value_size)
+{
+	__u32 *keys, done = 0, next = 0, count;
+	int err = 0;
+
+	keys = calloc(n ? n : 1, sizeof(*keys));
+	if (!keys)
+		return -ENOMEM;
+	while (done < n) {
+		count = n - done;
+		err = bpf_map_lookup_batch(fd, done ? &next : NULL, &next, keys + done,
+					   (char *)values + (size_t)done * value_size, &count, NULL);
+		done += count;
+		if (err == -ENOENT && done) /* the map's end: everything there is */
+			err = 0;
+		if (err || !count)
+			break;
+	}
+	free(keys);
+	return err;
+}
+
 void probe_json_hist(FILE *f, const char *key, const unsigned long long *slots)
 {
 	int last = -1, i;
@@ -119,34 +141,34 @@ int probe_main_loop(const struct probe_env *env, probe_snapshot_fn snapshot, voi
 {
 	struct sigaction sa = { .sa_handler = sig_handler };
 	char line[256];
-	int n = 0;
+	int n = 0, err = 0;
 
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
 	if (env->control) {
 		printf("{\"event\":\"ready\",\"pid\":%d}\n", getpid());
 		fflush(stdout);
-		while (!exiting && fgets(line, sizeof(line), stdin)) {
+		while (!err && !exiting && fgets(line, sizeof(line), stdin)) {
 			char name[64];
 
 			if (sscanf(line, "mark %63s", name) == 1)
-				snapshot(name, arg);
+				err = snapshot(name, arg);
 			else if (!strcmp(line, "exit\n"))
 				break;
 			else
 				fprintf(stderr, "ignoring control line: %s", line);
 			fflush(stdout);
 		}
-		return 0;
+		return err;
 	}
-	while (!exiting) {
+	while (!err && !exiting) {
 		sleep(env->interval_s > 0 ? (unsigned)env->interval_s : 1);
 		if (exiting)
 			break;
-		snapshot("interval", arg);
+		err = snapshot("interval", arg);
 		fflush(stdout);
 		if (env->count && ++n >= env->count)
 			break;
 	}
-	return 0;
+	return err;
 }

@@ -42,12 +42,23 @@ void probe_set_targets(const struct probe_env *env, volatile __u32 *tgids, volat
  * on stdin with snapshot(name) until "exit" or EOF; otherwise calls
  * snapshot("interval") every interval_s seconds, count times or until
  * SIGINT/SIGTERM. snapshot prints one JSON line (or a human table).
- * Before either, prints {"event":"ready"} with --control.
+ * Before either, prints {"event":"ready"} with --control. A snapshot
+ * that fails (it returns -errno, having said why on stderr) ends the loop
+ * with its error: a probe that cannot read its maps stops rather than
+ * print figures it did not read.
  */
-typedef void (*probe_snapshot_fn)(const char *name, void *arg);
+typedef int (*probe_snapshot_fn)(const char *name, void *arg);
 int probe_main_loop(const struct probe_env *env, probe_snapshot_fn snapshot, void *arg);
 
 unsigned long long probe_now_ns(void);
+
+/*
+ * Entries [0, n) of an array map into values (n * value_size bytes) with
+ * bpf_map_lookup_batch: one system call, not n lookups, so a snapshot is
+ * one instant even on a loaded machine that preempts the reader between
+ * calls. Returns 0 or -errno.
+ */
+int probe_read_array(int fd, __u32 n, void *values, size_t value_size);
 
 /* Prints "key":[n0,n1,...] for a log2 histogram, dropping trailing zeros. */
 void probe_json_hist(FILE *f, const char *key, const unsigned long long *slots);

@@ -124,29 +124,43 @@ static void add_stats(struct sys_stats *to, const struct sys_stats *s)
 
 /*
  * One row per thread and syscall that was called, in tgid, tid, syscall
- * order. A tid the kernel reused for a new thread got a slot of its own;
- * its rows are merged, as one key they always were. NULL on ENOMEM.
+ * order, into *out (caller frees). A tid the kernel reused for a new
+ * thread got a slot of its own; its rows are merged, as one key they
+ * always were. Returns 0 or -errno, having said why.
  */
-static struct row *read_rows(struct syscalls_bpf *skel, int *n)
+static int read_rows(struct syscalls_bpf *skel, struct row **out, int *n)
 {
-	int tfd = bpf_map__fd(skel->maps.threads), sfd = bpf_map__fd(skel->maps.stats), m = 0;
+	int tfd = bpf_map__fd(skel->maps.threads), sfd = bpf_map__fd(skel->maps.stats), m = 0, err;
 	__u32 slot, nslots = skel->bss->nr_slots, sys, k;
-	struct sys_thread t;
+	struct sys_thread *threads;
+	struct sys_stats *stats;
 	struct row *rows;
 
-	rows = calloc((size_t)QP_MAX_THREADS * QP_NSYS, sizeof(*rows));
-	if (!rows)
-		return NULL;
 	if (nslots > QP_MAX_THREADS)
 		nslots = QP_MAX_THREADS;
+	threads = calloc(nslots + 1, sizeof(*threads));
+	stats = calloc((size_t)(nslots + 1) * QP_NSYS, sizeof(*stats));
+	rows = calloc((size_t)(nslots + 1) * QP_NSYS, sizeof(*rows));
+	err = !threads || !stats || !rows ? -ENOMEM : 0;
+	/* Counters first: a slot's owner is written before it counts anything. */
+	if (!err)
+		err = probe_read_array(sfd, nslots * QP_NSYS, stats, sizeof(*stats));
+	if (!err)
+		err = probe_read_array(tfd, nslots, threads, sizeof(*threads));
+	if (err) {
+		fprintf(stderr, "qprof-syscalls: reading the counters failed: %s\n", strerror(-err));
+		free(rows);
+		goto out;
+	}
 	for (slot = 0; slot < nslots; slot++) {
-		if (bpf_map_lookup_elem(tfd, &slot, &t) || !t.tid)
+		if (!threads[slot].tid)
 			continue;
 		for (sys = 0; sys < QP_NSYS; sys++) {
 			k = slot * QP_NSYS + sys;
-			if (bpf_map_lookup_elem(sfd, &k, &rows[m].s) || !rows[m].s.calls)
+			if (!stats[k].calls)
 				continue;
-			rows[m].key = (struct sys_key){ .tgid = t.tgid, .tid = t.tid, .sys = sys };
+			rows[m].key = (struct sys_key){ .tgid = threads[slot].tgid, .tid = threads[slot].tid, .sys = sys };
+			rows[m].s = stats[k];
 			m++;
 		}
 	}
@@ -163,16 +177,29 @@ static struct row *read_rows(struct syscalls_bpf *skel, int *n)
 			(unsigned long long)skel->bss->lost_threads, QP_MAX_THREADS);
 		warned_lost = true;
 	}
-	return rows;
+	*out = rows;
+out:
+	free(threads);
+	free(stats);
+	return err;
 }
 
-static void print_json(const char *name, struct syscalls_bpf *skel)
+/*
+ * t_ns is when the read began and read_ns how long it took: the counters
+ * are as they stood in between.
+ */
+static int print_json(const char *name, struct syscalls_bpf *skel)
 {
+	__u64 t_ns = probe_now_ns(), read_ns;
 	struct row *rows;
-	int n = 0, i;
+	int n = 0, i, err;
 
-	printf("{\"event\":\"mark\",\"name\":\"%s\",\"t_ns\":%llu,\"threads\":[", name, probe_now_ns());
-	rows = read_rows(skel, &n);
+	err = read_rows(skel, &rows, &n);
+	if (err)
+		return err;
+	read_ns = probe_now_ns() - t_ns;
+	printf("{\"event\":\"mark\",\"name\":\"%s\",\"t_ns\":%llu,\"read_ns\":%llu,\"threads\":[",
+	       name, t_ns, read_ns);
 	for (i = 0; i < n; i++) {
 		const struct sys_key *key = &rows[i].key;
 		const struct sys_stats *s = &rows[i].s;
@@ -189,17 +216,20 @@ static void print_json(const char *name, struct syscalls_bpf *skel)
 	}
 	printf("]}\n");
 	free(rows);
+	return 0;
 }
 
-static void print_table(struct syscalls_bpf *skel)
+static int print_table(struct syscalls_bpf *skel)
 {
 	struct sys_stats tot[PROBE_MAX_PIDS][QP_NSYS];
 	__u32 tgids[PROBE_MAX_PIDS];
-	int ntgid = 0, n = 0, i, j, r;
+	int ntgid = 0, n = 0, i, j, r, err;
 	struct row *rows;
 
 	memset(tot, 0, sizeof(tot));
-	rows = read_rows(skel, &n);
+	err = read_rows(skel, &rows, &n);
+	if (err)
+		return err;
 	for (r = 0; r < n; r++) {
 		const struct sys_key *key = &rows[r].key;
 
@@ -222,14 +252,12 @@ static void print_table(struct syscalls_bpf *skel)
 				       sys_names[j], tot[i][j].calls, tot[i][j].errors, tot[i][j].bytes,
 				       tot[i][j].msgs_returned, tot[i][j].time_ns / 1e3);
 	printf("\n");
+	return 0;
 }
 
-static void snapshot(const char *name, void *arg)
+static int snapshot(const char *name, void *arg)
 {
-	if (env.json)
-		print_json(name, arg);
-	else
-		print_table(arg);
+	return env.json ? print_json(name, arg) : print_table(arg);
 }
 
 int main(int argc, char **argv)
