@@ -67,6 +67,15 @@ $(BUILD)/probes/vmlinux.h:
 $(BUILD)/probes/%.bpf.o: probes/%.bpf.c $(PROBE_HDR) $(BUILD)/probes/vmlinux.h
 	clang $(BPF_CFLAGS) -I$(BUILD)/probes -Iprobes -c $< -o $@
 
+# packets again for kernels before 6.2, without the bpf_rdonly_cast kfunc;
+# qprof-packets carries both and loads the one the kernel can take. -mcpu=v2:
+# 6.1's verifier gives up on the v3 (32-bit jumps) build of this program
+# after 1M instructions; the v2 build passes.
+$(BUILD)/probes/packets_portable.bpf.o: probes/packets.bpf.c $(PROBE_HDR) $(BUILD)/probes/vmlinux.h Makefile
+	clang $(BPF_CFLAGS) -mcpu=v2 -DQP_PORTABLE -I$(BUILD)/probes -Iprobes -c $< -o $@
+
+$(BUILD)/bin/qprof-packets: $(BUILD)/probes/packets_portable.skel.h
+
 $(BUILD)/probes/%.skel.h: $(BUILD)/probes/%.bpf.o
 	bpftool gen skeleton $< > $@.tmp && mv $@.tmp $@
 

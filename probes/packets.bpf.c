@@ -48,13 +48,33 @@ struct {
 	__type(value, __u32);
 } gro_slot SEC(".maps");
 
+#ifndef QP_PORTABLE
 /*
  * A view of kernel memory the program may load from directly (a fault
  * reads 0) without a bpf_probe_read_kernel call per field; the verifier
- * turns the kfunc into a move.
+ * turns the kfunc into a move. Kernel 6.2 and later.
  */
 extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym;
 #define kernel_cast(p, type) ((type *)bpf_rdonly_cast((p), bpf_core_type_id_kernel(type)))
+/* Byte i of the header of the given type at p. */
+#define HDR_BYTE(p, type, i) (((const __u8 *)kernel_cast((p), type))[i])
+#define SHINFO_FIELD(sh, field) (kernel_cast((sh), struct skb_shared_info)->field)
+#else
+/*
+ * The same reads on kernels without bpf_rdonly_cast (before 6.2): a
+ * helper call each. User space builds this variant as packets_portable
+ * and loads it when the kernel's BTF has no such kfunc.
+ */
+static __always_inline __u8 kernel_byte(const void *p)
+{
+	__u8 v = 0;
+
+	bpf_probe_read_kernel(&v, sizeof(v), p);
+	return v;
+}
+#define HDR_BYTE(p, type, i) kernel_byte((const __u8 *)(p) + (i))
+#define SHINFO_FIELD(sh, field) BPF_CORE_READ((sh), field)
+#endif
 
 /*
  * tp_btf hands over typed pointers: their fields are plain loads, no
@@ -89,39 +109,36 @@ static __always_inline int dev_slot(const struct net_device *dev)
  */
 static __always_inline __u8 l4_proto(const unsigned char *l3, __u16 protocol, __u32 *hdr)
 {
-	const __u8 *b;
-	__u8 proto;
+	__u8 proto, b0;
 
 	*hdr = 0;
 	if (protocol == bpf_htons(ETH_P_IP)) {
-		b = (const __u8 *)kernel_cast(l3, struct iphdr);
-		if ((b[0] >> 4) != 4)
+		b0 = HDR_BYTE(l3, struct iphdr, 0);
+		if ((b0 >> 4) != 4)
 			return 0;
-		*hdr = (b[0] & 0xf) * 4;
-		proto = b[9];
+		*hdr = (b0 & 0xf) * 4;
+		proto = HDR_BYTE(l3, struct iphdr, 9);
 	} else if (protocol == bpf_htons(ETH_P_IPV6)) {
-		b = (const __u8 *)kernel_cast(l3, struct ipv6hdr);
-		if ((b[0] >> 4) != 6)
+		b0 = HDR_BYTE(l3, struct ipv6hdr, 0);
+		if ((b0 >> 4) != 6)
 			return 0;
 		*hdr = 40;
-		proto = b[6];
+		proto = HDR_BYTE(l3, struct ipv6hdr, 6);
 	} else {
 		return 0;
 	}
-	if (proto == IPPROTO_UDP) {
+	if (proto == IPPROTO_UDP)
 		*hdr += 8;
-	} else if (proto == IPPROTO_TCP) {
-		b = (const __u8 *)kernel_cast(l3 + *hdr, struct tcphdr);
-		*hdr += (b[12] >> 4) * 4;
-	}
+	else if (proto == IPPROTO_TCP)
+		*hdr += (HDR_BYTE(l3 + *hdr, struct tcphdr, 12) >> 4) * 4;
 	return proto;
 }
 
 static __always_inline void count_skb(struct pk_dir_stats *d, const struct sk_buff *skb, bool tx)
 {
 	unsigned char *head = skb->head, *data = skb->data;
-	struct skb_shared_info *sh = kernel_cast(head + skb->end, struct skb_shared_info);
-	__u32 len = skb->len, gso_size = sh->gso_size, segs = sh->gso_segs;
+	struct skb_shared_info *sh = (struct skb_shared_info *)(head + skb->end);
+	__u32 len = skb->len, gso_size = SHINFO_FIELD(sh, gso_size), segs = SHINFO_FIELD(sh, gso_segs);
 	const unsigned char *l3 = data;
 	__u32 l2 = 0, hdr;
 	__u8 proto;

@@ -12,10 +12,12 @@
 #include <unistd.h>
 
 #include <bpf/bpf.h>
+#include <bpf/btf.h>
 #include <bpf/libbpf.h>
 
 #include "packets.h"
 #include "packets.skel.h"
+#include "packets_portable.skel.h"
 
 /* Exit codes, besides argp's 64 for bad syntax. */
 #define EXIT_FAIL 1       /* BPF open/load/attach, or the system refused */
@@ -31,6 +33,7 @@ struct pk_dev {
 static struct pk_dev devs[PK_MAX_DEVS];
 static int ndevs;
 static struct probe_env env;
+static bool portable; /* --portable: the bpf_probe_read_kernel build even where not needed */
 
 static const char *const gro_names[PK_NGRO] = { "merged", "merged_free", "held", "normal", "consumed" };
 
@@ -43,8 +46,11 @@ static const char argp_doc[] =
 "NETNS is a name under /run/netns (ip netns add) or 'host' (the default):\n"
 "this tool's own namespace. TX is counted at net_dev_start_xmit (length\n"
 "from the MAC header), RX at netif_receive_skb after GRO (from the network\n"
-"header). Exit status: 2 if a device or namespace does not exist, 1 if BPF\n"
-"or the system fails.\n"
+"header). Headers are read through the bpf_rdonly_cast kfunc (kernel 6.2\n"
+"and later); on older kernels, or with --portable, a build of the same\n"
+"program that copies them with bpf_probe_read_kernel is loaded instead.\n"
+"Exit status: 2 if a device or namespace does not exist, 1 if BPF or the\n"
+"system fails.\n"
 "\n"
 "EXAMPLES:\n"
 "    qprof-packets -d lo                     # loopback, totals every second\n"
@@ -57,6 +63,7 @@ static const struct argp_option opts[] = {
 	{ "dev", 'd', "IFNAME[@NETNS]", 0, "A device to count (repeatable, up to 8)", 0 },
 	{ "json", 'j', NULL, 0, "One JSON line per snapshot", 0 },
 	{ "control", 'c', NULL, 0, "Snapshot on 'mark NAME' lines on stdin; 'exit' ends", 0 },
+	{ "portable", 'P', NULL, 0, "Copy headers with bpf_probe_read_kernel, as before 6.2", 0 },
 	{ "verbose", 'v', NULL, 0, "libbpf's debug output", 0 },
 	{ NULL, 'h', NULL, OPTION_HIDDEN, "Show the full help", 0 },
 	{},
@@ -94,6 +101,7 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 		break;
 	case 'j': env.json = true; break;
 	case 'c': env.control = true; env.json = true; break;
+	case 'P': portable = true; break;
 	case 'v': env.verbose = true; break;
 	case 'h': argp_state_help(state, stderr, ARGP_HELP_STD_HELP); break;
 	case ARGP_KEY_ARG:
@@ -277,50 +285,66 @@ static void print_json_dir(const struct pk_dir_stats *s)
 	probe_json_hist(stdout, "gso_segs_hist", s->gso_segs_hist);
 }
 
-static void print_json(const char *name, struct packets_bpf *skel)
+/* Every device's counters into s[ndevs]; 0 or -errno, having said why. */
+static int read_devs(struct packets_bpf *skel, struct pk_dev_stats *s)
 {
-	struct pk_dev_stats s;
-	int i, g;
+	int i, err;
 
-	printf("{\"event\":\"mark\",\"name\":");
-	json_str(name);
-	printf(",\"t_ns\":%llu,\"prog_recursion_misses\":%llu,\"devices\":[", probe_now_ns(), recursion_misses(skel));
 	for (i = 0; i < ndevs; i++) {
-		const char *label = devs[i].label;
-
-		if (read_dev(skel, i, &s))
-			continue;
-		printf("%s{\"dev\":", i ? "," : "");
-		json_str(label);
-		printf(",\"netns_ino\":%u,\"ifindex\":%u,\"tx\":", devs[i].key.netns_ino, devs[i].key.ifindex);
-		print_json_dir(&s.dir[PK_TX]);
-		printf("},\"rx\":");
-		print_json_dir(&s.dir[PK_RX]);
-		printf(",\"gro_entry\":%llu,\"gro_result\":{", s.gro_entry);
-		for (g = 0; g < PK_NGRO; g++)
-			printf("\"%s\":%llu,", gro_names[g], s.gro_result[g]);
-		printf("\"unknown\":%llu}}}", s.gro_result_unknown);
+		err = read_dev(skel, i, &s[i]);
+		if (err) {
+			fprintf(stderr, "qprof-packets: reading %s's counters failed: %s\n", devs[i].label,
+				strerror(-err));
+			return err;
+		}
 	}
-	printf("]}\n");
+	return 0;
 }
 
-static void print_table(struct packets_bpf *skel)
+static int print_json(const char *name, struct packets_bpf *skel)
 {
-	struct pk_dev_stats s;
-	unsigned long long missed;
-	int i, d;
+	struct pk_dev_stats s[PK_MAX_DEVS];
+	__u64 t_ns = probe_now_ns();
+	int i, g, err;
 
+	err = read_devs(skel, s);
+	if (err)
+		return err;
+	printf("{\"event\":\"mark\",\"name\":");
+	json_str(name);
+	printf(",\"t_ns\":%llu,\"prog_recursion_misses\":%llu,\"devices\":[", t_ns, recursion_misses(skel));
+	for (i = 0; i < ndevs; i++) {
+		printf("%s{\"dev\":", i ? "," : "");
+		json_str(devs[i].label);
+		printf(",\"netns_ino\":%u,\"ifindex\":%u,\"tx\":", devs[i].key.netns_ino, devs[i].key.ifindex);
+		print_json_dir(&s[i].dir[PK_TX]);
+		printf("},\"rx\":");
+		print_json_dir(&s[i].dir[PK_RX]);
+		printf(",\"gro_entry\":%llu,\"gro_result\":{", s[i].gro_entry);
+		for (g = 0; g < PK_NGRO; g++)
+			printf("\"%s\":%llu,", gro_names[g], s[i].gro_result[g]);
+		printf("\"unknown\":%llu}}}", s[i].gro_result_unknown);
+	}
+	printf("]}\n");
+	return 0;
+}
+
+static int print_table(struct packets_bpf *skel)
+{
+	struct pk_dev_stats s[PK_MAX_DEVS];
+	unsigned long long missed;
+	int i, d, err;
+
+	err = read_devs(skel, s);
+	if (err)
+		return err;
 	printf("%-24s %-3s %12s %14s %12s %10s %12s %12s %12s\n", "DEV", "DIR", "SKBS", "BYTES",
 	       "WIRE PKTS", "GSO SKBS", "AVG LEN (B)", "UDP", "TCP");
 	for (i = 0; i < ndevs; i++) {
-		const char *label = devs[i].label;
-
-		if (read_dev(skel, i, &s))
-			continue;
 		for (d = 0; d < PK_NDIR; d++) {
-			const struct pk_dir_stats *t = &s.dir[d];
+			const struct pk_dir_stats *t = &s[i].dir[d];
 
-			printf("%-24s %-3s %12llu %14llu %12llu %10llu %12.1f %12llu %12llu\n", label,
+			printf("%-24s %-3s %12llu %14llu %12llu %10llu %12.1f %12llu %12llu\n", devs[i].label,
 			       d == PK_TX ? "TX" : "RX", t->skbs, t->bytes, t->wire_packets, t->gso_skbs,
 			       t->skbs ? (double)t->bytes / t->skbs : 0.0, t->udp_skbs, t->tcp_skbs);
 		}
@@ -329,14 +353,49 @@ static void print_table(struct packets_bpf *skel)
 	if (missed)
 		printf("(%llu events missed: a program was already running on that CPU)\n", missed);
 	printf("\n");
+	return 0;
 }
 
-static void snapshot(const char *name, void *arg)
+static int snapshot(const char *name, void *arg)
 {
-	if (env.json)
-		print_json(name, arg);
-	else
-		print_table(arg);
+	return env.json ? print_json(name, arg) : print_table(arg);
+}
+
+/* Does this kernel's BTF have the bpf_rdonly_cast kfunc (6.2 and later)? */
+static bool kernel_has_rdonly_cast(void)
+{
+	struct btf *btf = btf__load_vmlinux_btf();
+	bool has;
+
+	if (!btf)
+		return false;
+	has = btf__find_by_name_kind(btf, "bpf_rdonly_cast", BTF_KIND_FUNC) > 0;
+	btf__free(btf);
+	return has;
+}
+
+/*
+ * The skeleton, opened on the portable build's ELF where asked: both are
+ * built from packets.bpf.c and differ only in code, so one skeleton's
+ * maps, programs and variables describe either (tests count the same
+ * traffic with both at once).
+ */
+static struct packets_bpf *open_skel(bool portable_build)
+{
+	struct packets_bpf *skel = calloc(1, sizeof(*skel));
+
+	if (!skel)
+		return NULL;
+	if (packets_bpf__create_skeleton(skel))
+		goto fail;
+	if (portable_build)
+		skel->skeleton->data = (void *)packets_portable_bpf__elf_bytes(&skel->skeleton->data_sz);
+	if (bpf_object__open_skeleton(skel->skeleton, NULL))
+		goto fail;
+	return skel;
+fail:
+	packets_bpf__destroy(skel);
+	return NULL;
 }
 
 int main(int argc, char **argv)
@@ -356,7 +415,12 @@ int main(int argc, char **argv)
 	if (err)
 		return err;
 
-	skel = packets_bpf__open();
+	if (!portable && !kernel_has_rdonly_cast()) {
+		portable = true;
+		if (env.verbose)
+			fprintf(stderr, "no bpf_rdonly_cast in this kernel: loading the portable build\n");
+	}
+	skel = open_skel(portable);
 	if (!skel) {
 		fprintf(stderr, "failed to open BPF object: %s\n", strerror(errno));
 		return EXIT_FAIL;

@@ -19,6 +19,7 @@ from twin import bpftrace_twin
 
 from conftest import REPO, leftovers, needs_build
 from qprof.collectors.controlled import ControlledProcess
+from qprof.collectors.probes import delta
 from qprof.collectors.runner import make_certificate
 from qprof.collectors.topology import Endpoint, Topology
 from qprof.collectors.workload import WorkloadProcess
@@ -39,12 +40,12 @@ pytestmark = [
 
 
 @contextmanager
-def packets_probe(devices, tmp_path: Path):
+def packets_probe(devices, tmp_path: Path, *options):
     """qprof-packets --control on `devices`, attached when this yields; a
     mark(NAME) gives {dev: counters}. On a clean way out the probe must
     leave on "exit" with status 0 and nothing on stderr."""
     log = tmp_path / f"probe-{secrets.token_hex(2)}.log"
-    argv = [str(PROBE), "--control"] + [a for d in devices for a in ("-d", d)]
+    argv = [str(PROBE), "--control", *options] + [a for d in devices for a in ("-d", d)]
     with ControlledProcess("packets probe", argv, log) as proc:
         proc.wait_event("ready", START_TIMEOUT_S)
         yield lambda name: {d["dev"]: d for d in proc.mark(name)["devices"]}
@@ -266,6 +267,30 @@ def test_twin_agrees(tmp_path, clean, tracefs):
     assert theirs["@tx_gso_skbs"] == pytest.approx(tx["gso_skbs"], rel=0.01)
     assert theirs["@tx_bytes"] == pytest.approx(tx["bytes"], rel=0.01)
     assert theirs["@rx_skbs"] == pytest.approx(ours["rx"]["skbs"], rel=0.01)
+
+
+def test_portable_build_counts_alike(tmp_path, clean):
+    """The build for kernels without bpf_rdonly_cast (--portable, chosen by
+    itself before 6.2) and the default one, attached together to both ends
+    of one transfer, count the same packets the same way: same maps, same
+    layout, headers parsed alike. Counted from a mark both take once
+    attached: the new veths' IPv6 neighbour traffic goes on meanwhile."""
+    with veth_pair() as topo:
+        devs = [dev(topo.client), dev(topo.server)]
+        with packets_probe(devs, tmp_path) as fast, packets_probe(devs, tmp_path, "--portable") as portable:
+            before = fast("start"), portable("start")
+            transfer(topo.client, topo.server, tmp_path)
+            after = fast("end"), portable("end")
+    a, b = (delta(x, y) for x, y in zip(before, after))
+    c_tx = a[dev(topo.client)]["tx"]
+    assert c_tx["udp_skbs"] > 1000 and c_tx["gso_skbs"] > 100
+    for d in devs:
+        for side in ("tx", "rx"):
+            x, y = a[d][side], b[d][side]
+            for k in ("skbs", "wire_packets", "gso_skbs", "udp_skbs", "tcp_skbs", "other_skbs"):
+                assert y[k] == pytest.approx(x[k], abs=2), (d, side, k)
+            assert y["wire_bytes"] == pytest.approx(x["wire_bytes"], rel=1e-4), (d, side)
+            assert y["gso_segs_hist"] == pytest.approx(x["gso_segs_hist"], abs=2), (d, side)
 
 
 def test_twin_compiles(tmp_path, tracefs):
