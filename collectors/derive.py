@@ -133,5 +133,8 @@ def thread_figures(cpu_window: dict, pids: Dict[str, int], side_bytes: Dict[str,
                                  "in_ksoftirqd_s": v["in_ksoftirqd_ns"] / 1e9,
                                  "ns_per_byte": _ratio(v["time_ns"], nbytes)}
                       for v in cpu_window["softirq"] if v["count"]}
-    out["hardirq_s"] = cpu_window.get("hardirq_ns", 0) / 1e9
+    # The run does not time hardirqs (see qprof-cputhread --hardirqs): absent, not zero.
+    hardirq_ns = cpu_window.get("hardirq_ns")
+    out["hardirq_s"] = None if hardirq_ns is None else hardirq_ns / 1e9
+    out["softirq_includes_hardirqs"] = cpu_window.get("softirq_includes_hardirqs")
     return out

@@ -345,13 +345,15 @@ static __always_inline void hardirq_exit(void)
 		return;
 	dur = bpf_ktime_get_ns() - c->hardirq_start_ns;
 	c->hardirq_start_ns = 0;
-	if (c->softirq_start_ns)
-		c->softirq_hardirq_ns += dur;
 	h = bpf_map_lookup_elem(&hardirqs, &zero);
 	if (!h)
 		return;
 	h->count++;
 	h->time_ns += dur;
+	if (c->softirq_start_ns) {
+		c->softirq_hardirq_ns += dur;
+		h->in_softirq_ns += dur;
+	}
 }
 
 SEC("tp_btf/irq_handler_entry")

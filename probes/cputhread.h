@@ -39,7 +39,7 @@ struct thread_cpu {
 /* Per CPU, indexed by vector; user space sums the CPUs. */
 struct softirq_stats {
 	__u64 count;
-	__u64 time_ns;       /* hardirqs that interrupted it taken out */
+	__u64 time_ns;       /* with --hardirqs, those that interrupted it taken out */
 	__u64 ksoftirqd_ns;  /* ...of which in ksoftirqd */
 };
 
@@ -48,6 +48,7 @@ struct softirq_stats {
 struct hardirq_stats {
 	__u64 count;
 	__u64 time_ns;
+	__u64 in_softirq_ns;  /* ...of which interrupted a softirq */
 };
 
 #endif

@@ -90,11 +90,11 @@ def kernel_threads(pid: int) -> dict:
 
 
 @contextmanager
-def cputhread(pids, scratch: Path):
+def cputhread(pids, scratch: Path, *options):
     """qprof-cputhread --control on pids, attached when this yields. On a
     clean way out it must leave on "exit" with status 0 and a silent stderr."""
     log = scratch / "probe.log"
-    argv = [str(PROBE), "-p", ",".join(map(str, pids)), "--control"]
+    argv = [str(PROBE), "-p", ",".join(map(str, pids)), "--control", *options]
     with ControlledProcess("cputhread probe", argv, log) as probe:
         probe.wait_event("ready", START_TIMEOUT_S)
         yield probe
@@ -152,7 +152,7 @@ def vectors(mark) -> dict:
 def test_transfer_against_kernel(scratch):
     with loopback_pair(scratch) as (server, client):
         pids = [server.pid, client.pid]
-        with cputhread(pids, scratch) as probe:
+        with cputhread(pids, scratch, "--hardirqs") as probe:
             m0, k0_before, k0_after = edge(probe, pids, "start")
             run_transfer(server, client)
             m1, k1_before, k1_after = edge(probe, pids, "end")
@@ -221,7 +221,10 @@ def test_transfer_against_kernel(scratch):
     for pid in pids:
         on_stack = sum(sirq[name]["in_target"][pid] for name in VECTORS)
         assert on_stack <= oncpu[pid][0] * 1.01
+    assert m1["softirq_includes_hardirqs"] is False
     assert m1["hardirq_count"] > m0["hardirq_count"] and m1["hardirq_ns"] > m0["hardirq_ns"]
+    nested = m1["hardirq_in_softirq_ns"] - m0["hardirq_in_softirq_ns"]
+    assert 0 <= nested <= m1["hardirq_ns"] - m0["hardirq_ns"]
 
 
 @contextmanager
@@ -399,7 +402,7 @@ def test_interval_table_and_json(scratch):
         header, *rows = irqs.splitlines()
         for col in ("VECTOR", "COUNT", "TIME (ms)", "IN-TARGET (ms)", "KSOFTIRQD (ms)"):
             assert col in header
-        assert [row.split()[0] for row in rows] == VECTORS + ["HARDIRQ"]
+        assert [row.split()[0] for row in rows] == VECTORS  # hardirqs only with --hardirqs
         r = subprocess.run([str(PROBE), "-p", str(pid), "--json", "1", "2"], capture_output=True, text=True,
                            timeout=30)
         assert r.returncode == 0 and r.stderr == ""
@@ -409,5 +412,8 @@ def test_interval_table_and_json(scratch):
     assert t0["tid"] == t1["tid"] == pid and t1["oncpu_ns"] > t0["oncpu_ns"]  # cumulative since attach
     assert [v["vec"] for v in marks[1]["softirq"]] == VECTORS
     assert list(marks[1]["softirq"][0]["in_target_ns"]) == [str(pid)]
+    # Hardirqs were not timed: absent, not zero, and softirq time says so.
+    assert marks[1]["softirq_includes_hardirqs"] is True
+    assert marks[1]["hardirq_count"] is None and marks[1]["hardirq_ns"] is None
     r = subprocess.run([str(PROBE), "--help"], capture_output=True, text=True, timeout=30)
     assert r.stdout.rstrip().splitlines()[-5] == "EXAMPLES:"
