@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
 from . import environment, errors, runner, stacks
+from .units import parse_size_bytes
 from .rundir import RunDir
 
 COMPARISON_RECORD = "comparison.json"
@@ -27,7 +28,6 @@ def _int(v: str) -> int:
 
 
 def _size(v: str) -> int:
-    from qprof.units import parse_size_bytes   # the CLI's own size syntax (64K)
     return parse_size_bytes(v, "io-size")
 
 

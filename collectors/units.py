@@ -1,0 +1,30 @@
+"""Durations and sizes as users type them: 10s, 500ms, 2m; 64K, 1G.
+
+Sizes use powers of two (K = 1024), as iperf3 and netperf do. Plain
+parsers, for the CLI's option types and for `qprof compare --vary`.
+"""
+import re
+
+from .errors import BadValue
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min)?\s*$")
+_DURATION_UNIT_S = {"ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, None: 1.0}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?B)?\s*$", re.IGNORECASE)
+_SIZE_UNIT = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_duration_s(text: str, what: str = "duration") -> float:
+    m = _DURATION.match(str(text))
+    if not m:
+        raise BadValue(f"malformed {what} '{text}'; write it like 10s, 500ms or 2m.")
+    return float(m.group(1)) * _DURATION_UNIT_S[m.group(2)]
+
+
+def parse_size_bytes(text: str, what: str = "size") -> int:
+    m = _SIZE.match(str(text))
+    if not m:
+        raise BadValue(f"malformed {what} '{text}'; write it like 65536, 64K, 100M or 1G.")
+    value = float(m.group(1)) * _SIZE_UNIT[m.group(2).upper()]
+    if value != int(value):
+        raise BadValue(f"{what} '{text}' is not a whole number of bytes.")
+    return int(value)
