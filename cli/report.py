@@ -187,7 +187,8 @@ def _print_threads(rec: dict, console: Console) -> None:
     vecs = ", ".join(f"{k} {v['ns_per_byte']:.3f}" for k, v in ct["softirq"].items()
                      if (v["ns_per_byte"] or 0) >= 0.0005)
     if vecs:
-        console.print(f"softirq by vector, system-wide, ns/B: {vecs}")
+        nested = " (hardirqs that interrupted them included)" if ct.get("softirq_includes_hardirqs") else ""
+        console.print(f"softirq by vector, system-wide, ns/B: {vecs}{nested}")
 
 
 def _print_flame(rec: dict, console: Console) -> None:

@@ -389,7 +389,8 @@ static int print_json(const char *name, struct cputhread_bpf *skel)
 	}
 	printf("{\"event\":\"mark\",\"name\":");
 	print_json_str(name);
-	printf(",\"t_ns\":%llu,\"attach_ns\":%llu,\"threads\":[", t_ns, skel->bss->attach_ns);
+	printf(",\"t_ns\":%llu,\"read_ns\":%llu,\"attach_ns\":%llu,\"threads\":[", t_ns,
+	       probe_now_ns() - t_ns, skel->bss->attach_ns);
 	for (i = 0; i < n; i++) {
 		printf("%s{\"tgid\":%u,\"tid\":%u,\"comm\":", i ? "," : "", rows[i].t.tgid, rows[i].t.tid);
 		print_json_str(rows[i].t.comm);

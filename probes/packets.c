@@ -312,7 +312,8 @@ static int print_json(const char *name, struct packets_bpf *skel)
 		return err;
 	printf("{\"event\":\"mark\",\"name\":");
 	json_str(name);
-	printf(",\"t_ns\":%llu,\"prog_recursion_misses\":%llu,\"devices\":[", t_ns, recursion_misses(skel));
+	printf(",\"t_ns\":%llu,\"read_ns\":%llu,\"prog_recursion_misses\":%llu,\"devices\":[", t_ns,
+	       probe_now_ns() - t_ns, recursion_misses(skel));
 	for (i = 0; i < ndevs; i++) {
 		printf("%s{\"dev\":", i ? "," : "");
 		json_str(devs[i].label);
