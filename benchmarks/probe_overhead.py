@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """Benchmark: what qprof's instruments cost the transfer they measure.
 
-Runs the same `qprof run` with and without the instrument, interleaved
-(A B A B ..., --pairs times), and prints the ratio of medians for
-throughput and system CPU ns/B (with / without), plus each pair's ratio
-so drift on this shared machine is visible. --what probes: the eBPF
+Runs the same `qprof run` with and without the instrument, interleaved,
+--pairs times, each pair in the other order from the last (A B, B A, ...)
+so a drift on this shared machine does not favour one side; prints each
+pair's ratio, then for throughput and system CPU ns/B (with / without) the
+ratio of medians and the median of the pairs' ratios with a 95% bootstrap
+interval, so a reader sees whether a target is met or lost in the noise. --what probes: the eBPF
 probes (all, or --probes LIST) against none (target: at most 2% of
 throughput); --what stacks:
 perf stack sampling at --sample-hz against none (probes off in both).
@@ -15,6 +17,7 @@ USAGE: benchmarks/probe_overhead.py [--what probes|stacks] [--probes LIST] [--sa
 import argparse
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -38,6 +41,13 @@ def run(extra, duration_s, topology, stack, runs_dir):
     return rec["throughput_gbps"], rec["cpu"]["system"]["ns_per_byte"]["total"]
 
 
+def median_interval(ratios, rounds=10000, seed=1):
+    """The median of the ratios and a 95% percentile-bootstrap interval for it."""
+    rng = random.Random(seed)
+    meds = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(rounds))
+    return statistics.median(ratios), meds[int(0.025 * rounds)], meds[int(0.975 * rounds) - 1]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--pairs", type=int, default=5)
@@ -58,8 +68,12 @@ def main():
             else:
                 off = ("--probes", "none", "--sample-hz", "0")
                 on = ("--probes", "none", "--sample-hz", str(args.sample_hz))
-            a = run(off, args.duration, args.topology, args.stack, runs_dir)
-            b = run(on, args.duration, args.topology, args.stack, runs_dir)
+            if i % 2 == 0:
+                a = run(off, args.duration, args.topology, args.stack, runs_dir)
+                b = run(on, args.duration, args.topology, args.stack, runs_dir)
+            else:
+                b = run(on, args.duration, args.topology, args.stack, runs_dir)
+                a = run(off, args.duration, args.topology, args.stack, runs_dir)
             without.append(a)
             with_p.append(b)
             print(f"pair {i + 1}: without {a[0]:.2f} Gbit/s {a[1]:.3f} ns/B | with {b[0]:.2f} Gbit/s "
@@ -68,7 +82,11 @@ def main():
     nspb = statistics.median(b[1] for b in with_p) / statistics.median(a[1] for a in without)
     what = f"probes {args.probes}" if args.what == "probes" else f"stacks at {args.sample_hz} Hz"
     print(f"{args.stack} over {args.topology}, {args.pairs} pairs of {args.duration:g} s: throughput with/without {what} "
-          f"{tput:.3f} ({(1 - tput) * 100:+.1f}% cost), system CPU ns/B with/without {nspb:.3f}")
+          f"{tput:.3f} ({(1 - tput) * 100:+.1f}% cost), system CPU ns/B with/without {nspb:.3f} (ratios of medians)")
+    for name, ratios in (("throughput", [b[0] / a[0] for a, b in zip(without, with_p)]),
+                         ("system CPU ns/B", [b[1] / a[1] for a, b in zip(without, with_p)])):
+        med, lo, hi = median_interval(ratios)
+        print(f"  {name} with/without, median of the pairs: {med:.3f} (95% interval {lo:.3f}-{hi:.3f})")
 
 
 if __name__ == "__main__":
