@@ -189,6 +189,10 @@ def _print_threads(rec: dict, console: Console) -> None:
     if vecs:
         nested = " (hardirqs that interrupted them included)" if ct.get("softirq_includes_hardirqs") else ""
         console.print(f"softirq by vector, system-wide, ns/B: {vecs}{nested}")
+    checks = [f"{side} {_ratio(ct[side]['oncpu_check'])}" for side in ("client", "server")
+              if ct[side].get("oncpu_check")]
+    if checks:
+        console.print("eBPF on-CPU / the kernel's schedstat: " + "; ".join(checks))
 
 
 def _print_flame(rec: dict, console: Console) -> None:

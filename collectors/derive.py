@@ -75,9 +75,14 @@ def syscall_figures(calls: Dict[str, dict], nbytes: int, cpu_s: Optional[float],
     }
 
 
+def agreement(ebpf: Optional[float], other: Optional[float], other_name: str = "own") -> dict:
+    """One cross-check: the eBPF figure, the other instrument's, their ratio."""
+    return {"ebpf": ebpf, other_name: other, "ratio": _ratio(ebpf, other)}
+
+
 def compare(ebpf: Optional[float], own: Optional[float]) -> dict:
-    """One cross-check: the eBPF figure, the workload's own, their ratio."""
-    return {"ebpf": ebpf, "own": own, "ratio": _ratio(ebpf, own)}
+    """eBPF against the workload's own count of the same thing."""
+    return agreement(ebpf, own)
 
 
 def crosscheck(stack_name: str, side: str, f: dict, own: dict, out_dgrams, in_dgrams) -> dict:
@@ -121,6 +126,8 @@ def thread_figures(cpu_window: dict, pids: Dict[str, int], side_bytes: Dict[str,
         softirq_ns = sum(v["in_target_ns"].get(str(pid), 0) for v in cpu_window["softirq"])
         out[side] = {
             "oncpu_s": oncpu_ns / 1e9,
+            # woken and waiting for a CPU, from the sched_wakeup to the switch-in
+            "runq_s": sum(t["runq_ns"] for t in threads) / 1e9,
             "softirq_in_context_s": softirq_ns / 1e9,
             "ns_per_byte": {"oncpu": _ratio(oncpu_ns, side_nbytes),
                             "softirq_in_context": _ratio(softirq_ns, side_nbytes),

@@ -437,6 +437,16 @@ def derive_probe_figures(rec: dict, pids: dict) -> dict:
     thr = probes.get("cputhread", {})
     threads = (derive.thread_figures(thr["window"], pids, {side: side_bytes(rec, side) for side in pids}, nbytes)
                if thr.get("status") == "present" else None)
+    if threads is not None:
+        # Two instruments of one quantity: sched_switch timing against the
+        # kernel's own sum_exec_runtime (/proc/<pid>/task/*/schedstat). The
+        # kernel starts a woken task's clock before the switch when the
+        # wake-up preempts idle, so schedstat lies between on-CPU and
+        # on-CPU plus the wake-up latency (README, "Cross-checks").
+        for side in pids:
+            f = threads[side]
+            f["oncpu_check"] = {**derive.agreement(f["oncpu_s"], rec["cpu"][side]["oncpu_schedstat_s"], "schedstat"),
+                                "ebpf_plus_runq": f["oncpu_s"] + f["runq_s"]}
     return {"syscalls": sides, "crosscheck": checks, "cpu_threads": threads}
 
 
