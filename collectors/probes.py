@@ -64,11 +64,13 @@ class Probe:
     proc: Optional[ControlledProcess] = None
     absent: Optional[str] = None       # why there are no figures
     marks: Dict[str, dict] = field(default_factory=dict)
+    ready: Dict[str, object] = field(default_factory=dict)  # what the tool said of itself when ready
 
     def record(self) -> dict:
         if self.absent is not None:
             return {"status": "absent", "reason": self.absent}
-        return {"status": "present", "window": delta(self.marks["start"], self.marks["end"]),
+        info = {k: v for k, v in self.ready.items() if k not in ("event", "pid")}
+        return {"status": "present", **info, "window": delta(self.marks["start"], self.marks["end"]),
                 "edges": {name: {k: m[k] for k in EDGE_TIMES if k in m} for name, m in self.marks.items()}}
 
 
@@ -104,7 +106,7 @@ class ProbeSet:
         p.proc = ControlledProcess(f"{p.name} probe", argv, self.run_path / f"probe-{p.name}.log")
         p.proc.__enter__()
         try:
-            p.proc.wait_event("ready", READY_TIMEOUT_S)
+            p.ready = p.proc.wait_event("ready", READY_TIMEOUT_S)
         except (ProcessEnded, errors.Timeout):
             self._lose(p, "failed to load or attach: " + (p.proc.last_message() or "no message"))
 

@@ -421,6 +421,8 @@ int main(int argc, char **argv)
 		if (env.verbose)
 			fprintf(stderr, "no bpf_rdonly_cast in this kernel: loading the portable build\n");
 	}
+	/* Which build counted is part of how a figure was measured. */
+	env.ready_info = portable ? "\"build\":\"portable\"" : "\"build\":\"rdonly_cast\"";
 	skel = open_skel(portable);
 	if (!skel) {
 		fprintf(stderr, "failed to open BPF object: %s\n", strerror(errno));

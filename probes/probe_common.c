@@ -146,7 +146,8 @@ int probe_main_loop(const struct probe_env *env, probe_snapshot_fn snapshot, voi
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
 	if (env->control) {
-		printf("{\"event\":\"ready\",\"pid\":%d}\n", getpid());
+		printf("{\"event\":\"ready\",\"pid\":%d%s%s}\n", getpid(), env->ready_info ? "," : "",
+		       env->ready_info ? env->ready_info : "");
 		fflush(stdout);
 		while (!err && !exiting && fgets(line, sizeof(line), stdin)) {
 			char name[64];

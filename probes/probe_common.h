@@ -23,6 +23,7 @@ struct probe_env {
 	bool verbose;
 	int interval_s;   /* without --control: print every interval_s... */
 	int count;        /* ...count times (0: until Ctrl-C) */
+	const char *ready_info; /* more members for the ready event ("k":"v",...), or NULL */
 };
 
 /*

@@ -41,6 +41,7 @@ def test_ktls_tls13_offloads_send(runs_dir):
     # 6.1 has no bpf_rdonly_cast) and saw the transfer.
     assert {n: p["status"] for n, p in rec["probes"].items()} == dict.fromkeys(
         ("syscalls", "packets", "cputhread"), "present")
+    assert rec["probes"]["packets"]["build"] == "portable"
     devices = rec["probes"]["packets"]["window"]["devices"]
     assert sum(d["tx"]["tcp_skbs"] for d in devices) > 0
     tr = rec["transport"]
