@@ -51,11 +51,7 @@ static const char argp_doc[] =
 
 static const struct argp_option opts[] = {
 	{ "pid", 'p', "PID[,PID...]", 0, "Processes to follow (all their threads)", 0 },
-	{ "json", 'j', NULL, 0, "One JSON line per snapshot", 0 },
-	{ "control", 'c', NULL, 0, "Snapshot on 'mark NAME' lines on stdin; 'exit' ends", 0 },
 	{ "hardirqs", 'H', NULL, 0, "Also time hardirqs, and take them out of softirq time", 0 },
-	{ "verbose", 'v', NULL, 0, "libbpf's debug output", 0 },
-	{ NULL, 'h', NULL, OPTION_HIDDEN, "Show the full help", 0 },
 	{},
 };
 
@@ -79,24 +75,15 @@ static pid_t proc_tgid(pid_t pid)
 
 static error_t parse_arg(int key, char *arg, struct argp_state *state)
 {
-	static int pos;
-
 	switch (key) {
 	case 'p':
 		if (probe_parse_pids(&env, arg))
 			argp_failure(state, argp_err_exit_status, 0,
 				     "invalid PID list '%s': give process ids, comma-separated", arg);
 		break;
-	case 'j': env.json = true; break;
-	case 'c': env.control = true; env.json = true; break;
 	case 'H': hardirqs = true; break;
-	case 'v': env.verbose = true; break;
-	case 'h': argp_state_help(state, stderr, ARGP_HELP_STD_HELP); break;
-	case ARGP_KEY_ARG:
-		if (probe_parse_interval(&env, pos++, arg)) {
-			fprintf(stderr, "invalid interval/count: %s\n", arg);
-			argp_usage(state);
-		}
+	case ARGP_KEY_INIT:
+		state->child_inputs[0] = &env;
 		break;
 	case ARGP_KEY_END:
 		if (!env.npids)
@@ -467,7 +454,9 @@ static int snapshot(const char *name, void *arg)
 
 int main(int argc, char **argv)
 {
-	static const struct argp argp = { .options = opts, .parser = parse_arg, .doc = argp_doc };
+	static const struct argp_child children[] = { { &probe_common_argp, 0, NULL, 0 }, {} };
+	static const struct argp argp = { .options = opts, .parser = parse_arg, .doc = argp_doc,
+					  .children = children };
 	struct cputhread_bpf *skel;
 	int err, i;
 

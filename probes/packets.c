@@ -61,11 +61,7 @@ static const char argp_doc[] =
 
 static const struct argp_option opts[] = {
 	{ "dev", 'd', "IFNAME[@NETNS]", 0, "A device to count (repeatable, up to 8)", 0 },
-	{ "json", 'j', NULL, 0, "One JSON line per snapshot", 0 },
-	{ "control", 'c', NULL, 0, "Snapshot on 'mark NAME' lines on stdin; 'exit' ends", 0 },
 	{ "portable", 'P', NULL, 0, "Copy headers with bpf_probe_read_kernel, as before 6.2", 0 },
-	{ "verbose", 'v', NULL, 0, "libbpf's debug output", 0 },
-	{ NULL, 'h', NULL, OPTION_HIDDEN, "Show the full help", 0 },
 	{},
 };
 
@@ -91,24 +87,15 @@ static int parse_dev(const char *arg)
 
 static error_t parse_arg(int key, char *arg, struct argp_state *state)
 {
-	static int pos;
-
 	switch (key) {
 	case 'd':
 		if (parse_dev(arg))
 			argp_failure(state, argp_err_exit_status, 0, "invalid device '%s': give IFNAME@NETNS (up to %d of them), "
 				     "NETNS a name under /run/netns or 'host'", arg, PK_MAX_DEVS);
 		break;
-	case 'j': env.json = true; break;
-	case 'c': env.control = true; env.json = true; break;
 	case 'P': portable = true; break;
-	case 'v': env.verbose = true; break;
-	case 'h': argp_state_help(state, stderr, ARGP_HELP_STD_HELP); break;
-	case ARGP_KEY_ARG:
-		if (probe_parse_interval(&env, pos++, arg)) {
-			fprintf(stderr, "invalid interval/count: %s\n", arg);
-			argp_usage(state);
-		}
+	case ARGP_KEY_INIT:
+		state->child_inputs[0] = &env;
 		break;
 	case ARGP_KEY_END:
 		if (!ndevs) {
@@ -401,7 +388,9 @@ fail:
 
 int main(int argc, char **argv)
 {
-	static const struct argp argp = { .options = opts, .parser = parse_arg, .doc = argp_doc };
+	static const struct argp_child children[] = { { &probe_common_argp, 0, NULL, 0 }, {} };
+	static const struct argp argp = { .options = opts, .parser = parse_arg, .doc = argp_doc,
+					  .children = children };
 	struct packets_bpf *skel;
 	int err, i;
 

@@ -119,7 +119,8 @@ void probe_setup_libbpf(bool verbose)
 	libbpf_set_print(verbose ? libbpf_print : libbpf_print_warn);
 }
 
-int probe_parse_interval(struct probe_env *env, int pos, const char *arg)
+/* The positional [INTERVAL [COUNT]]: 0, or -1 for a bad value or one too many. */
+static int parse_interval(struct probe_env *env, unsigned int pos, const char *arg)
 {
 	char *end;
 	long v;
@@ -136,6 +137,37 @@ int probe_parse_interval(struct probe_env *env, int pos, const char *arg)
 		env->count = (int)v;
 	return 0;
 }
+
+static error_t parse_common(int key, char *arg, struct argp_state *state)
+{
+	struct probe_env *env = state->input;
+
+	switch (key) {
+	case 'j': env->json = true; break;
+	case 'c': env->control = true; env->json = true; break;
+	case 'v': env->verbose = true; break;
+	case 'h': argp_state_help(state, stderr, ARGP_HELP_STD_HELP); break;
+	case ARGP_KEY_ARG:
+		if (parse_interval(env, state->arg_num, arg)) {
+			fprintf(stderr, "invalid interval/count: %s\n", arg);
+			argp_usage(state);
+		}
+		break;
+	default:
+		return ARGP_ERR_UNKNOWN;
+	}
+	return 0;
+}
+
+static const struct argp_option common_opts[] = {
+	{ "json", 'j', NULL, 0, "One JSON line per snapshot", 0 },
+	{ "control", 'c', NULL, 0, "Snapshot on 'mark NAME' lines on stdin; 'exit' ends", 0 },
+	{ "verbose", 'v', NULL, 0, "libbpf's debug output", 0 },
+	{ NULL, 'h', NULL, OPTION_HIDDEN, "Show the full help", 0 },
+	{},
+};
+
+const struct argp probe_common_argp = { .options = common_opts, .parser = parse_common };
 
 int probe_main_loop(const struct probe_env *env, probe_snapshot_fn snapshot, void *arg)
 {

@@ -6,6 +6,7 @@
 #define PROBE_HIST_SLOTS 32 /* log2 buckets: up to 2^31 (ns, bytes, segments) */
 
 #ifndef __VMLINUX_H__
+#include <argp.h>
 #include <linux/types.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -27,10 +28,12 @@ struct probe_env {
 };
 
 /*
- * The positional [INTERVAL [COUNT]] arguments, pos counting from 0; returns
- * 0, or -1 for a malformed value or one argument too many.
+ * The options every probe tool takes, as an argp child: --json, --control,
+ * --verbose, a hidden -h for the full help, and the positional
+ * [INTERVAL [COUNT]]. Its input is the tool's struct probe_env: the tool's
+ * parser sets state->child_inputs[0] to it at ARGP_KEY_INIT.
  */
-int probe_parse_interval(struct probe_env *env, int pos, const char *arg);
+extern const struct argp probe_common_argp;
 
 /* Parses "PID[,PID...]" into env->pids, each once; returns 0 or -1. */
 int probe_parse_pids(struct probe_env *env, const char *arg);
