@@ -2,6 +2,7 @@
 #ifndef QPROF_WL_H
 #define QPROF_WL_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -65,6 +66,20 @@ uint64_t wl_now_ns(void);
  * under one lock so lines from different threads never interleave. Human
  * messages go to stderr.
  */
+/*
+ * A run's first failure: its exit code (0: none yet) and message; later
+ * failures are its consequences. wl_fail records one, says it on stderr
+ * once, and sets *stopping so every thread winds down.
+ */
+struct wl_failure {
+	pthread_mutex_t lock;
+	int code;
+	char msg[256];
+};
+#define WL_FAILURE_INIT { .lock = PTHREAD_MUTEX_INITIALIZER }
+void wl_fail(struct wl_failure *f, _Atomic bool *stopping, int code, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
 void wl_emit(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void wl_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

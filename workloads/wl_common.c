@@ -1,6 +1,7 @@
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -195,4 +196,20 @@ const char *wl_json_end(struct wl_json *j)
 {
 	json_put(j, "}");
 	return j->buf;
+}
+
+void wl_fail(struct wl_failure *f, _Atomic bool *stopping, int code, const char *fmt, ...)
+{
+	va_list ap;
+
+	pthread_mutex_lock(&f->lock);
+	if (!f->code) {
+		f->code = code;
+		va_start(ap, fmt);
+		vsnprintf(f->msg, sizeof(f->msg), fmt, ap);
+		va_end(ap);
+		wl_warn("%s", f->msg);
+	}
+	pthread_mutex_unlock(&f->lock);
+	atomic_store(stopping, true);
 }

@@ -60,39 +60,21 @@ static struct {
 	_Atomic int conns_done;
 	uint64_t verify_fail_off;
 	int verify_fail_conn;
-	int fail_code;                  /* first failure's exit code */
-	char fail_msg[256];
-	pthread_mutex_t fail_lock;
+	struct wl_failure failure;
 	uint64_t t_connected_ns, t_transfer_done_ns;
 
 	sem_t all_ready;
 	sem_t all_done;
 	sem_t may_start;
 	sem_t may_exit;
-} T = { .fail_lock = PTHREAD_MUTEX_INITIALIZER, .memfd = -1, .listen_fd = -1 };
+} T = { .failure = WL_FAILURE_INIT, .memfd = -1, .listen_fd = -1 };
 
 static const char *tls_version_name(void)
 {
 	return !strcmp(T.o->tls_version, "1.2") ? "TLSv1.2" : "TLSv1.3";
 }
 
-/* The first failure wins; later ones are its consequences. */
-static void fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void fail(int code, const char *fmt, ...)
-{
-	va_list ap;
-
-	pthread_mutex_lock(&T.fail_lock);
-	if (!T.fail_code) {
-		T.fail_code = code;
-		va_start(ap, fmt);
-		vsnprintf(T.fail_msg, sizeof(T.fail_msg), fmt, ap);
-		va_end(ap);
-		wl_warn("%s", T.fail_msg);
-	}
-	pthread_mutex_unlock(&T.fail_lock);
-	atomic_store(&T.stopping, true);
-}
+#define fail(code, ...) wl_fail(&T.failure, &T.stopping, (code), __VA_ARGS__)
 
 static const char *ssl_reason(void)
 {
@@ -356,7 +338,7 @@ static void *client_conn(void *p)
 		c->off += (uint64_t)n;
 		atomic_fetch_add(&T.app_bytes, (uint64_t)n);
 	}
-	c->finished = !T.fail_code;
+	c->finished = !T.failure.code;
 	orderly_close(c);
 out:
 	if (atomic_fetch_add(&T.conns_done, 1) + 1 == T.o->streams) {
@@ -424,14 +406,14 @@ static int run_server(void)
 		pthread_create(&c->thread, NULL, server_conn, c);
 	}
 	sem_wait(&T.all_ready);
-	if (!T.fail_code) {
+	if (!T.failure.code) {
 		T.t_connected_ns = wl_now_ns();
 		emit_connected();
 	}
 	sem_wait(&T.all_done);
 	for (i = 0; i < T.nconns; i++)
 		pthread_join(T.conns[i].thread, NULL);
-	return T.fail_code;
+	return T.failure.code;
 }
 
 static int run_client(void)
@@ -465,7 +447,7 @@ static int run_client(void)
 	for (i = 0; i < T.nconns; i++)
 		pthread_create(&T.conns[i].thread, NULL, client_conn, &T.conns[i]);
 	sem_wait(&T.all_ready);
-	if (T.fail_code) {
+	if (T.failure.code) {
 		atomic_store(&T.stopping, true);
 		sem_post(&T.may_start);
 	} else {
@@ -488,7 +470,7 @@ static int run_client(void)
 	sem_wait(&T.all_done);
 	for (i = 0; i < T.nconns; i++)
 		pthread_join(T.conns[i].thread, NULL);
-	return T.fail_code;
+	return T.failure.code;
 }
 
 static void emit_done(int code)

@@ -87,12 +87,10 @@ static struct {
 	bool have_data, got_end, verify_failed;
 	uint64_t expected;              /* from the end datagram */
 	const char *end_reason;
-	int fail_code;
-	char fail_msg[256];
-	pthread_mutex_t fail_lock;
+	struct wl_failure failure;
 	uint64_t t_connected_ns, t_transfer_done_ns;
 	sem_t may_start, may_exit;
-} U = { .fail_lock = PTHREAD_MUTEX_INITIALIZER, .fd = -1, .sockbuf = -1 };
+} U = { .failure = WL_FAILURE_INIT, .fd = -1, .sockbuf = -1 };
 
 /* Single writer: a relaxed load and store, no locked instruction per datagram. */
 static inline void bump(_Atomic uint64_t *c, uint64_t n)
@@ -105,22 +103,7 @@ static inline uint64_t get(_Atomic uint64_t *c)
 	return atomic_load_explicit(c, memory_order_relaxed);
 }
 
-static void fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void fail(int code, const char *fmt, ...)
-{
-	va_list ap;
-
-	pthread_mutex_lock(&U.fail_lock);
-	if (!U.fail_code) {
-		U.fail_code = code;
-		va_start(ap, fmt);
-		vsnprintf(U.fail_msg, sizeof(U.fail_msg), fmt, ap);
-		va_end(ap);
-		wl_warn("%s", U.fail_msg);
-	}
-	pthread_mutex_unlock(&U.fail_lock);
-	atomic_store(&U.stopping, true);
-}
+#define fail(code, ...) wl_fail(&U.failure, &U.stopping, (code), __VA_ARGS__)
 
 static void json_counters(struct wl_json *j)
 {
@@ -406,23 +389,23 @@ static int run_server(void)
 		for (i = 0; i < n; i++)
 			if (!on_message(&msgs[i].msg_hdr, iov[i].iov_base, msgs[i].msg_len))
 				break;
-		if (U.fail_code)
+		if (U.failure.code)
 			break;
 		if (U.got_end) {
 			U.end_reason = "end";
 			break;
 		}
 	}
-	if (U.fail_code)
+	if (U.failure.code)
 		U.end_reason = "error";
 	U.t_transfer_done_ns = U.got_end || !last_rx_ns ? wl_now_ns() : last_rx_ns;
 	if (U.got_end)
 		atomic_store_explicit(&U.lost, U.expected > get(&U.datagrams) ? U.expected - get(&U.datagrams) : 0,
 				      memory_order_relaxed);
-	else if (!U.fail_code && last_rx_ns)
+	else if (!U.failure.code && last_rx_ns)
 		wl_warn("no end datagram arrived (ended by %s): loss counts the gaps only, not the tail", U.end_reason);
 	free(bufs);
-	return U.fail_code;
+	return U.failure.code;
 }
 
 /* --- sender ------------------------------------------------------------------ */
@@ -592,10 +575,10 @@ static int run_client(void)
 		bump(&U.app_bytes, bytes);
 	}
 	U.t_transfer_done_ns = wl_now_ns();
-	if (!U.fail_code)
+	if (!U.failure.code)
 		send_end(seq);
 	free(ring);
-	return U.fail_code;
+	return U.failure.code;
 }
 
 static void emit_done(int code)
