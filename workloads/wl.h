@@ -114,6 +114,8 @@ void wl_json_str(struct wl_json *j, const char *key, const char *v);
 void wl_json_bool(struct wl_json *j, const char *key, bool v);
 void wl_json_raw(struct wl_json *j, const char *key, const char *raw);
 const char *wl_json_end(struct wl_json *j);
+/* Begins a mark event: "event":"mark", its name, and t_ns now. */
+void wl_json_mark(struct wl_json *j, const char *name);
 
 /* Roles */
 int wl_quic_run(const struct wl_opts *o);

@@ -213,3 +213,11 @@ void wl_fail(struct wl_failure *f, _Atomic bool *stopping, int code, const char 
 	pthread_mutex_unlock(&f->lock);
 	atomic_store(stopping, true);
 }
+
+void wl_json_mark(struct wl_json *j, const char *name)
+{
+	wl_json_begin(j);
+	wl_json_str(j, "event", "mark");
+	wl_json_str(j, "name", name);
+	wl_json_u64(j, "t_ns", wl_now_ns());
+}

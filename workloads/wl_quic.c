@@ -188,10 +188,7 @@ static void on_mark(const char *name, void *arg)
 	struct wl_json j;
 
 	(void)arg;
-	wl_json_begin(&j);
-	wl_json_str(&j, "event", "mark");
-	wl_json_str(&j, "name", name);
-	wl_json_u64(&j, "t_ns", wl_now_ns());
+	wl_json_mark(&j, name);
 	wl_json_u64(&j, "app_bytes", atomic_load(&S.app_bytes));
 	json_perf_counters(&j);
 	pthread_mutex_lock(&S.conn_lock);

@@ -124,10 +124,7 @@ static void on_mark(const char *name, void *arg)
 	struct wl_json j;
 
 	(void)arg;
-	wl_json_begin(&j);
-	wl_json_str(&j, "event", "mark");
-	wl_json_str(&j, "name", name);
-	wl_json_u64(&j, "t_ns", wl_now_ns());
+	wl_json_mark(&j, name);
 	json_counters(&j);
 	wl_emit("%s", wl_json_end(&j));
 }
