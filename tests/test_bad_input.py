@@ -59,11 +59,14 @@ def test_not_root(runs_dir, tmp_path):
 
 
 @needs_build
-def test_port_in_use(runs_dir):
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+@pytest.mark.parametrize("stack, kind", [("quic", socket.SOCK_DGRAM), ("udp", socket.SOCK_DGRAM),
+                                         ("tcp", socket.SOCK_STREAM)])
+def test_port_in_use(runs_dir, stack, kind):
+    with socket.socket(socket.AF_INET, kind) as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-        r = qprof("run", "--topology", "loopback", "--port", str(port), "--duration", "1s", runs_dir=runs_dir)
+        r = qprof("run", "--stack", stack, "--topology", "loopback", "--port", str(port), "--duration", "1s",
+                  runs_dir=runs_dir)
     assert r.returncode == PORT_IN_USE, r.stderr
     assert str(port) in one_sentence(r.stderr)
     assert run_statuses(runs_dir) == ["incomplete"]

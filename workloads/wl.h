@@ -80,6 +80,13 @@ struct wl_failure {
 void wl_fail(struct wl_failure *f, _Atomic bool *stopping, int code, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 
+/*
+ * bind(fd) to the server's address o->addr:o->port (a, already filled in);
+ * 0, or the exit code after saying why (proto names the socket: "TCP", "UDP").
+ */
+struct sockaddr_in;
+int wl_bind(int fd, const struct sockaddr_in *a, const char *proto, const struct wl_opts *o);
+
 void wl_emit(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void wl_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

@@ -1,9 +1,12 @@
 #define _GNU_SOURCE
+#include <errno.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #include "wl.h"
@@ -220,4 +223,16 @@ void wl_json_mark(struct wl_json *j, const char *name)
 	wl_json_str(j, "event", "mark");
 	wl_json_str(j, "name", name);
 	wl_json_u64(j, "t_ns", wl_now_ns());
+}
+
+int wl_bind(int fd, const struct sockaddr_in *a, const char *proto, const struct wl_opts *o)
+{
+	if (!bind(fd, (const struct sockaddr *)a, sizeof(*a)))
+		return 0;
+	if (errno == EADDRINUSE) {
+		wl_warn("%s port %s:%d is already in use", proto, o->addr, o->port);
+		return WL_EXIT_ADDR_IN_USE;
+	}
+	wl_warn("bind %s:%d failed: %s", o->addr, o->port, strerror(errno));
+	return WL_EXIT_INTERNAL;
 }

@@ -369,7 +369,7 @@ static void emit_connected(void)
 static int run_server(void)
 {
 	struct sockaddr_in a;
-	int one = 1, i;
+	int one = 1, i, err;
 
 	if (tcp_addr(&a)) {
 		wl_warn("bad IPv4 address %s", T.o->addr);
@@ -379,14 +379,9 @@ static int run_server(void)
 	if (T.listen_fd < 0)
 		return WL_EXIT_INTERNAL;
 	setsockopt(T.listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	if (bind(T.listen_fd, (struct sockaddr *)&a, sizeof(a))) {
-		if (errno == EADDRINUSE) {
-			wl_warn("TCP port %s:%d is already in use", T.o->addr, T.o->port);
-			return WL_EXIT_ADDR_IN_USE;
-		}
-		wl_warn("bind %s:%d failed: %s", T.o->addr, T.o->port, strerror(errno));
-		return WL_EXIT_INTERNAL;
-	}
+	err = wl_bind(T.listen_fd, &a, "TCP", T.o);
+	if (err)
+		return err;
 	if (listen(T.listen_fd, MAX_CONNS))
 		return WL_EXIT_INTERNAL;
 	wl_emit("{\"event\":\"ready\",\"port\":%d,\"pid\":%d}", T.o->port, getpid());

@@ -322,15 +322,7 @@ static int server_socket(void)
 			strerror(errno));
 		return WL_EXIT_LIB_OPEN;
 	}
-	if (bind(U.fd, (struct sockaddr *)&a, sizeof(a))) {
-		if (errno == EADDRINUSE) {
-			wl_warn("UDP port %s:%d is already in use", U.o->addr, U.o->port);
-			return WL_EXIT_ADDR_IN_USE;
-		}
-		wl_warn("bind %s:%d failed: %s", U.o->addr, U.o->port, strerror(errno));
-		return WL_EXIT_INTERNAL;
-	}
-	return 0;
+	return wl_bind(U.fd, &a, "UDP", U.o);
 }
 
 static int run_server(void)
