@@ -127,6 +127,24 @@ class OffloadContradiction(QprofError):
     exit_code = 25
 
 
+class InstrumentFailed(QprofError):
+    """perf or an eBPF probe died or stopped answering mid-run."""
+
+    exit_code = 26
+
+
+class RunsDirUnwritable(QprofError):
+    """The runs directory (or a run directory) cannot be created or written."""
+
+    exit_code = 27
+
+
+class Busy(QprofError):
+    """Another qprof measurement holds this machine."""
+
+    exit_code = 28
+
+
 class Interrupted(QprofError):
     """Ctrl-C or SIGTERM: 128 + SIGINT, as shells report it."""
 
