@@ -12,18 +12,13 @@ CFLAGS_WL := -O3 -g -fno-omit-frame-pointer -Wall -Wextra -Werror -std=gnu11
 APT_PKGS := iproute2 procps openssl libssl-dev cmake ninja-build gcc make perl python3-venv linux-perf bpftrace ethtool iperf3 \
             clang llvm bpftool libbpf-dev libelf-dev zlib1g-dev pkg-config
 
-.PHONY: all deps apt venv build msquic workload probes inferno guest run test bench clean
+.PHONY: all deps apt venv fetch build msquic workload probes inferno guest run test bench clean
 all: build
 
 deps: apt venv
 
 apt:
-	@missing=$$(for p in $(APT_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
-	if ! command -v cargo >/dev/null; then missing="$$missing cargo"; fi; \
-	if [ -n "$$missing" ]; then \
-	  echo "apt: installing$$missing"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
-	fi
+	@build-aux/apt.sh install $(APT_PKGS) $$(command -v cargo >/dev/null || echo cargo)
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: setup.py
@@ -32,9 +27,16 @@ $(VENV)/.installed: setup.py
 	$(PY) -m pip install -q -e '.[test]'
 	touch $@
 
+# Everything `build` takes from crates.io, downloaded here (checksums in the
+# Cargo.lock files); `build` itself then runs offline. tests/test_cold_setup.py
+# runs this with an empty CARGO_HOME.
+fetch: apt
+	@workloads/msquic/build.sh --fetch >/dev/null
+	@flamegraphs/inferno/build.sh --fetch >/dev/null
+
 build: msquic workload probes inferno
 
-msquic: apt
+msquic: fetch
 	workloads/msquic/build.sh $(BUILD)/msquic
 
 WL_SRC := $(wildcard workloads/*.c)
@@ -86,28 +88,20 @@ $(BUILD)/bin/qprof-%: probes/%.c probes/probe_common.c $(PROBE_HDR) $(BUILD)/pro
 
 .PRECIOUS: $(BUILD)/probes/%.bpf.o $(BUILD)/probes/%.skel.h
 
-# Flame graphs: inferno from crates.io, pinned, built into build/tools.
-INFERNO_VERSION := 0.12.8
-inferno: $(BUILD)/tools/.inferno-$(INFERNO_VERSION)
-$(BUILD)/tools/.inferno-$(INFERNO_VERSION):
-	cargo install inferno --version =$(INFERNO_VERSION) --locked --root $(BUILD)/tools --quiet
+# Flame graphs: inferno from crates.io (flamegraphs/inferno/Cargo.lock pins
+# it; its own published Cargo.lock pins its dependencies), into build/tools.
+inferno: fetch
+	@$(MAKE) --no-print-directory $(BUILD)/tools/.inferno
+$(BUILD)/tools/.inferno: flamegraphs/inferno/Cargo.lock
+	flamegraphs/inferno/build.sh $(BUILD)/tools
 	touch $@
 
 # --guest: Debian's stock kernel (never installed: unpacked by qprof with
 # dpkg -x), QEMU in TCG, busybox-static for the initramfs.
 GUEST_PKGS := qemu-system-x86 busybox-static kmod cpio
 guest: apt
-	@missing=$$(for p in $(GUEST_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
-	if [ -n "$$missing" ]; then \
-	  echo "apt: installing$$missing"; \
-	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
-	fi
-	@mkdir -p $(BUILD)/guest
-	@if ! ls $(BUILD)/guest/linux-image-*-amd64_*.deb >/dev/null 2>&1; then \
-	  pkg=$$(apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-/ {print $$2; exit}'); \
-	  echo "guest: downloading $$pkg"; \
-	  cd $(BUILD)/guest && apt-get download -qq $$pkg; \
-	fi
+	@build-aux/apt.sh install $(GUEST_PKGS)
+	@build-aux/apt.sh kernel-deb $(BUILD)/guest
 
 run: deps build
 	$(VENV)/bin/qprof run --stack quic

@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Fetch msquic's source from crates.io (pinned by Cargo.lock, checksummed)
 # and build its C library with cmake, frame pointers on, into $1.
-# Usage: build.sh BUILD_DIR      (BUILD_DIR gets lib/ and include/)
+# Usage: build.sh --fetch        download the source into $CARGO_HOME (network)
+#        build.sh BUILD_DIR      build offline (BUILD_DIR gets lib/ and include/)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+if [ "$1" = --fetch ]; then
+    exec "$here/../../build-aux/crate-src.sh" "$here/Cargo.toml" msquic
+fi
 out=$(mkdir -p "$1" && cd "$1" && pwd)
-
-cargo fetch --locked --manifest-path "$here/Cargo.toml" --target x86_64-unknown-linux-gnu >&2
-src=$(cargo metadata --locked --offline --format-version 1 --manifest-path "$here/Cargo.toml" |
-      python3 -c 'import json,sys,os; m=json.load(sys.stdin); print(next(os.path.dirname(p["manifest_path"]) for p in m["packages"] if p["name"]=="msquic"))')
+src=$("$here/../../build-aux/crate-src.sh" --offline "$here/Cargo.toml" msquic)
 
 # -O3 because OpenSSL's Configure takes CFLAGS from the environment in
 # place of its own defaults; frame pointers so perf can walk every stack.

@@ -1,0 +1,1 @@
+// Empty: this crate exists only so cargo fetches inferno's source.
