@@ -7,7 +7,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from qprof.collectors import capabilities
+from qprof.collectors import capabilities, remains
 
 VERDICT_STYLES = {"ok": "green", "limited": "yellow", "missing": "red", "unknown": "dim"}
 
@@ -28,7 +28,7 @@ def doctor(as_json):
       qprof doctor                 # the table: capability, verdict, detail, what to do
       qprof doctor --json | jq -r '.[] | select(.verdict != "ok") | .name'
     """
-    checks = capabilities.run_checks()
+    checks = capabilities.run_checks() + [remains_check()]
     if as_json:
         click.echo(json.dumps([dataclasses.asdict(c) for c in checks], indent=2))
         return
@@ -39,3 +39,14 @@ def doctor(as_json):
         # Text, not markup: details quote kernel and tool messages, which may contain [brackets].
         table.add_row(Text(c.name), Text(c.verdict, style=VERDICT_STYLES[c.verdict]), Text(c.detail), Text(c.fix))
     Console().print(table)
+
+
+def remains_check() -> capabilities.Check:
+    """What qprof processes that died left behind (reported, not removed)."""
+    dead = remains.dead_ledgers()
+    items = [f"{i} (qprof pid {d.get('pid')})" for d in dead for i in remains.describe(d)]
+    if not dead:
+        return capabilities.Check("remains of dead runs", "ok", "no qprof that died left anything", "")
+    return capabilities.Check("remains of dead runs", "limited",
+                              "; ".join(items) or f"{len(dead)} ledger(s) of dead qprof processes",
+                              "`qprof clean` removes them (the next `qprof run` does too)")

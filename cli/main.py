@@ -3,13 +3,26 @@
 Logs and errors go to stderr, data to stdout. Every failure is a
 QprofError: one sentence on stderr and its own exit code.
 """
+import os
 import signal
 import sys
 
-import click
+
+def _early_interrupt(signum, frame):
+    # Before main() takes the signals over nothing has been made: say so, no traceback.
+    sys.stderr.write("qprof: interrupted while starting; nothing was made.\n")
+    os._exit(130)
+
+
+for _sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    if signal.getsignal(_sig) is not signal.SIG_IGN:
+        signal.signal(_sig, _early_interrupt)
+
+import click  # noqa: E402  (after the handlers: importing takes most of start-up)
 
 from qprof import __version__
-from qprof.collectors.errors import Interrupted, QprofError
+from qprof.collectors import interrupts, remains  # noqa: E402
+from qprof.collectors.errors import Interrupted, QprofError  # noqa: E402
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -27,35 +40,40 @@ def cli():
       qprof flame --diff RUN_A RUN_B    what costs more per byte in B
       qprof compare --stack quic --vary gso=on,off --repeat 5
       qprof compare --stacks quic,tcp-tls,tcp
+      qprof clean                       remove what a killed run left behind
     """
 
 
 def _register():
-    from qprof import compare_cmd, doctor_cmd, flame_cmd, run_cmd
+    from qprof import clean_cmd, compare_cmd, doctor_cmd, flame_cmd, run_cmd
 
     cli.add_command(run_cmd.run)
     cli.add_command(doctor_cmd.doctor)
     cli.add_command(flame_cmd.flame)
     cli.add_command(compare_cmd.compare_cmd, name="compare")
+    cli.add_command(clean_cmd.clean)
 
 
-def _sigterm(signum, frame):
-    raise KeyboardInterrupt
+def _interrupted_sentence() -> str:
+    """True to what is left: the ledger is empty when every owner removed
+    what it made."""
+    left = remains.ledger().held()
+    if not left:
+        return Interrupted.default_sentence
+    what = "; ".join(f"{k}: {', '.join(map(str, v))}" for k, v in left.items())
+    return f"interrupted; these could not be removed ({what}): `qprof clean` removes them."
 
 
 def main(argv=None):
     _register()
-    signal.signal(signal.SIGTERM, _sigterm)
+    interrupts.install()
     try:
         rv = cli.main(args=argv, prog_name="qprof", standalone_mode=False)
     except QprofError as e:
         click.echo(f"qprof: {e.sentence}", err=True)
         sys.exit(e.exit_code)
-    except click.exceptions.Abort:
-        click.echo(f"qprof: {Interrupted.default_sentence}", err=True)
-        sys.exit(Interrupted.exit_code)
-    except KeyboardInterrupt:
-        click.echo(f"qprof: {Interrupted.default_sentence}", err=True)
+    except (click.exceptions.Abort, KeyboardInterrupt):
+        click.echo(f"qprof: {_interrupted_sentence()}", err=True)
         sys.exit(Interrupted.exit_code)
     except click.ClickException as e:
         e.show()

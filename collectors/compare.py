@@ -13,7 +13,7 @@ from itertools import product
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
-from . import environment, errors, runner, stacks
+from . import environment, errors, remains, runner, stacks
 from .units import parse_size_bytes
 from .rundir import RunDir
 
@@ -274,7 +274,7 @@ def run(copts: CompareOptions, on_run: Callable[[int, int, Config], None],
     """Every configuration `repeat` times, interleaved; the comparison
     record, written as it goes so a failure leaves what was done."""
     root = Path(copts.runs_dir) / COMPARISONS_SUBDIR
-    with RunDir(root, record_name=COMPARISON_RECORD) as cdir:
+    with remains.exclusive("compare"), RunDir(root, record_name=COMPARISON_RECORD) as cdir:
         cdir.record.update({
             "kind": "comparison", "order": "interleaved", "repeat": copts.repeat, "vary": copts.vary,
             "configs": [{"label": c.label, "stack": c.stack, "overrides": c.overrides, "options": asdict(c.opts)}

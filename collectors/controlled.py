@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import List, Optional
 
-from . import errors
+from . import errors, interrupts, remains
 
 PR_SET_PDEATHSIG = 1
 
@@ -46,6 +46,7 @@ class ControlledProcess:
             self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
             preexec_fn=_die_with_parent, process_group=0,
         )
+        self._claim = remains.ledger().claim_pid(self.proc.pid)
         self._reader = threading.Thread(target=self._read_events, name=f"{self.name}-events", daemon=True)
         self._reader.start()
         return self
@@ -78,6 +79,8 @@ class ControlledProcess:
     def wait_event(self, name: str, timeout_s: float) -> dict:
         """The next event called `name`. Raises ProcessEnded if the process
         ends first (or reports a failed end), errors.Timeout on time-out."""
+        if name == "done" and self.done is not None:
+            return self.done  # it came while something else was awaited
         deadline = time.monotonic() + timeout_s
         while True:
             left = deadline - time.monotonic()
@@ -115,15 +118,17 @@ class ControlledProcess:
     def kill(self) -> None:
         if self.proc is None:
             return
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
-        for pipe in (self.proc.stdin, self.proc.stdout):
-            try:
-                pipe.close()
-            except (OSError, BrokenPipeError):
-                pass
-        if self._reader:
-            self._reader.join(timeout=1)
-        if self._log:
-            self._log.close()
+        with interrupts.deferred():
+            if self.proc.poll() is None:
+                self.proc.kill()
+            self.proc.wait()
+            remains.ledger().release("pids", self._claim)
+            for pipe in (self.proc.stdin, self.proc.stdout):
+                try:
+                    pipe.close()
+                except (OSError, BrokenPipeError):
+                    pass
+            if self._reader:
+                self._reader.join(timeout=1)
+            if self._log:
+                self._log.close()

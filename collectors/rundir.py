@@ -2,8 +2,10 @@
 
 A RunDir is a context manager: run.json says "running" from the start,
 "complete" only once the whole record is written, and "incomplete" (with
-the error) on any other exit, Ctrl-C included. Every write is atomic
-(temporary file + rename), so a reader never sees half a record.
+the error) on any other exit, Ctrl-C included; "abandoned" when its qprof
+was killed outright and a later qprof found its remains (remains.py).
+Every write is atomic (temporary file + rename), so a reader never sees
+half a record.
 """
 import json
 import os
@@ -12,7 +14,8 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from .errors import Interrupted, QprofError, RunNotFound
+from . import interrupts, remains
+from .errors import Interrupted, QprofError, RunNotFound, RunsDirUnwritable
 
 RECORD = "run.json"
 
@@ -21,14 +24,26 @@ def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
 
 
-def write_json_atomic(path: Path, obj: dict) -> None:
+def write_text_atomic(path: Path, text: str) -> None:
+    """path holds text whole or not at all; an unwritable place is
+    RunsDirUnwritable with its sentence."""
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=2, sort_keys=False)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as e:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+        raise unwritable(path.parent, e)
+
+
+def write_json_atomic(path: Path, obj: dict) -> None:
+    write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=False) + "\n")
 
 
 class RunDir:
@@ -43,30 +58,67 @@ class RunDir:
         write_json_atomic(self.path / self.record_name, self.record)
 
     def __enter__(self) -> "RunDir":
-        self.path.mkdir(parents=True, exist_ok=False)
-        self.save()
+        try:
+            self.path.mkdir(parents=True, exist_ok=False)
+        except OSError as e:
+            raise unwritable(self.root, e)
+        remains.ledger().claim("runs", str(self.path / self.record_name))
+        try:
+            self.save()
+        except BaseException:
+            self._drop()
+            raise
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        if self.record.get("status") == "complete":
-            return
-        self.record["status"] = "incomplete"
-        if isinstance(exc, QprofError):
-            self.record["error"] = exc.sentence
-        elif isinstance(exc, KeyboardInterrupt):
-            self.record["error"] = Interrupted.default_sentence
-        elif exc is not None:
-            self.record["error"] = f"{exc_type.__name__}: {exc}"
-        self.save()
+        with interrupts.deferred():
+            saved = True
+            if self.record.get("status") != "complete":
+                self.record["status"] = "incomplete"
+                if isinstance(exc, QprofError):
+                    self.record["error"] = exc.sentence
+                elif isinstance(exc, KeyboardInterrupt):
+                    self.record["error"] = Interrupted.default_sentence
+                elif exc is not None:
+                    self.record["error"] = f"{exc_type.__name__}: {exc}"
+                try:
+                    self.save()
+                except RunsDirUnwritable:
+                    # Still "running" on disk: left claimed, so a later
+                    # qprof marks it abandoned. The first error is the news.
+                    saved = False
+                    if exc is None:
+                        raise
+            if saved:
+                remains.ledger().release("runs", str(self.path / self.record_name))
+
+    def _drop(self) -> None:
+        """A directory whose first record could not be written is not a run."""
+        remains.ledger().release("runs", str(self.path / self.record_name))
+        for p in self.path.iterdir():
+            p.unlink(missing_ok=True)
+        self.path.rmdir()
 
     def complete(self, record: dict) -> None:
-        self.record = {"id": self.id, "status": "complete", **record}
-        self.save()
+        before, self.record = self.record, {"id": self.id, "status": "complete", **record}
+        try:
+            self.save()
+        except BaseException:
+            self.record = before
+            raise
         latest = self.root / "latest"
         tmp = self.root / f".latest.tmp{os.getpid()}"
-        tmp.unlink(missing_ok=True)
-        tmp.symlink_to(self.id)
-        os.replace(tmp, latest)
+        try:
+            tmp.unlink(missing_ok=True)
+            tmp.symlink_to(self.id)
+            os.replace(tmp, latest)
+        except OSError as e:
+            raise unwritable(self.root, e)
+
+
+def unwritable(path: Path, e: OSError) -> RunsDirUnwritable:
+    return RunsDirUnwritable(f"cannot write under {path} ({e.strerror or e}); pass --runs-dir "
+                             "(or set QPROF_RUNS_DIR) to a writable directory.")
 
 
 def load(root: Path, run_id: str = "latest") -> dict:

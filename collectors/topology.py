@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import List, Optional
 
+from . import interrupts, remains
 from .errors import TopologyFailed
 
 # Private (RFC 1918) pool the /30 is taken from; any /30 overlapping an
@@ -109,8 +110,11 @@ class Topology:
         names = {"client": f"{NETNS_PREFIX}{self.tag}-c", "server": f"{NETNS_PREFIX}{self.tag}-s"}
         links = {"client": f"{LINK_PREFIX}{self.tag}c", "server": f"{LINK_PREFIX}{self.tag}s"}
         for side in ("client", "server"):
-            self._run_ip("netns", "add", names[side])
+            # Claimed before it exists: a qprof killed between the two
+            # leaves nothing the ledger does not name.
+            remains.ledger().claim("netns", names[side])
             self._created.append(names[side])
+            self._run_ip("netns", "add", names[side])
         self._run_ip("link", "add", links["client"], "netns", names["client"], "type", "veth",
                      "peer", "name", links["server"], "netns", names["server"])
         for i, side in enumerate(("client", "server")):
@@ -143,11 +147,21 @@ class Topology:
             )
 
     def close(self) -> None:
-        """Kill anything left in our namespaces, then delete them."""
-        for ns in reversed(self._created):
-            kill_netns_processes(ns)
-            _ip("netns", "del", ns, check=False)
-        self._created.clear()
+        """Kill anything left in our namespaces, then delete them; no signal
+        cuts this half way. A namespace that would not go stays claimed, so
+        the run's last sentence names it and `qprof clean` retries."""
+        with interrupts.deferred():
+            for ns in reversed(self._created):
+                if delete_netns(ns):
+                    remains.ledger().release("netns", ns)
+            self._created.clear()
+
+
+def delete_netns(ns: str) -> bool:
+    """Kill what runs in namespace ns and delete it; True once it is gone."""
+    kill_netns_processes(ns)
+    _ip("netns", "del", ns, check=False)
+    return not os.path.exists(f"/run/netns/{ns}")
 
 
 def kill_netns_processes(ns: str) -> None:

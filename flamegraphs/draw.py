@@ -22,6 +22,7 @@ from typing import Mapping, Optional, Sequence
 
 from qprof.collectors import paths
 from qprof.collectors.errors import NotBuilt
+from qprof.collectors.rundir import write_text_atomic
 
 from . import folded
 from .normalize import SideFigures
@@ -45,16 +46,10 @@ def _run(argv: Sequence[str], text: Optional[str] = None) -> str:
     return r.stdout
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def _flamegraph(folded_text: str, out: Path, title: str, subtitle: str) -> Path:
     svg = _run([tool("flamegraph"), "--countname", COUNT_NAME, "--factor", FACTOR, "--hash",
                 "--title", title, "--subtitle", subtitle], folded_text)
-    _write_atomic(out, svg)
+    write_text_atomic(out, svg)
     return out
 
 
