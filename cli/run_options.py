@@ -18,9 +18,10 @@ TRANSFER_OPTIONS = [
     click.option("--duration", "-d", "duration_s", type=Duration(), default="10s", show_default=True,
                  help="Length of the measured window (after warm-up)."),
     click.option("--bytes", "-b", "nbytes", type=Size(), default=None,
-                 help="Send this many bytes per stream instead of for a duration (e.g. 1G)."),
-    click.option("--warmup", "warmup_s", type=Duration(), default="1s", show_default=True,
-                 help="Time after the handshake left out of the window."),
+                 help="Send this many bytes per stream instead of for a duration (e.g. 1G); the window is "
+                      "then the whole transfer, handshake included."),
+    click.option("--warmup", "warmup_s", type=Duration(), default=None,
+                 help="Time after the handshake left out of the window [default: 1s; not with --bytes]."),
     click.option("--streams", "-n", type=click.IntRange(1, 64), default=_defaults.streams, show_default=True,
                  help="Streams in the one connection."),
     click.option("--topology", type=click.Choice(runner.TOPOLOGIES), default=_defaults.topology, show_default=True,

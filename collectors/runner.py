@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from . import cpu, derive, environment, errors, guest, netstat, offload, paths, stacks
+from . import cpu, derive, environment, errors, guest, netstat, offload, paths, remains, stacks
 from qprof.flamegraphs import summary as flame_summary
 from qprof.flamegraphs.sides import side_bytes
 
@@ -32,12 +32,17 @@ TOPOLOGIES = ("netns", "loopback")
 EXEC_PROFILES = ("lowlat", "maxtput")
 FAULTS = ("handshake", "kill-server", "bad-cert", "tls-mismatch", "no-interposer")
 
+DEFAULT_WARMUP_S = 1.0
 READY_TIMEOUT_S = 10.0
 CONNECT_TIMEOUT_S = 10.0
 FINISH_TIMEOUT_S = 30.0
 # The client keeps sending this long past the window's end, so the end
 # edge is taken while the transfer is still in its steady state.
 TAIL_S = 0.3
+# A fixed-size transfer may take as long as it needs, but not stall: the
+# server's progress is read this often, and no new byte for STALL_S ends it.
+PROGRESS_CHECK_S = 5.0
+STALL_S = 30.0
 UDP_IP_HEADERS = 28   # IPv4 + UDP
 MSQUIC_MAX_MTU = 1500  # msquic's default MaximumMtu
 
@@ -46,8 +51,8 @@ MSQUIC_MAX_MTU = 1500  # msquic's default MaximumMtu
 class RunOptions:
     stack: str = "quic"
     duration_s: float = 10.0          # the measured window; ignored with bytes
-    bytes: Optional[int] = None       # per stream: a fixed-size transfer instead
-    warmup_s: float = 1.0             # after the handshake, before the window
+    bytes: Optional[int] = None       # per stream: a fixed-size transfer, measured whole (handshake included)
+    warmup_s: Optional[float] = None  # after the handshake, before the window; None: 1 s, or 0 with bytes
     streams: int = 1
     topology: str = "netns"
     mtu: int = 1500
@@ -84,6 +89,16 @@ def check_options(opts: RunOptions) -> stacks.Stack:
     stack = stacks.validate(opts.stack, opts.tls_version, opts.cipher, opts.sendfile, opts.guest)
     if opts.io_size is None:
         opts.io_size = stack.io_size
+    if opts.bytes is not None:
+        if opts.bytes <= 0:
+            raise errors.BadValue(f"--bytes {opts.bytes} moves nothing; give a size such as 64K or 1G, "
+                                  "or --duration for a timed run.")
+        if opts.warmup_s:
+            raise errors.BadValue("--warmup does not apply to --bytes: a fixed-size transfer is measured whole, "
+                                  "handshake included; drop --warmup, or use --duration for a steady-state window.")
+        opts.warmup_s = 0.0
+    elif opts.warmup_s is None:
+        opts.warmup_s = DEFAULT_WARMUP_S
     offload.plan(opts.stack, opts.topology, opts.gso, opts.gro, opts.send_mode, opts.batch, opts.dgram_size)
     if opts.dgram_size is not None and opts.topology == "netns" and opts.dgram_size > opts.mtu - UDP_IP_HEADERS:
         raise errors.BadValue(f"--dgram-size {opts.dgram_size} does not fit the veth MTU {opts.mtu} "
@@ -127,8 +142,13 @@ def workload_argv(binary: Path, opts: RunOptions, role: str, addr: str, port: in
 
 def run(opts: RunOptions, on_progress: Callable[[str], None] = log) -> dict:
     binary = preflight(opts)
-    if opts.guest:
-        return run_in_guest(opts, on_progress)
+    with remains.exclusive("run"):
+        if opts.guest:
+            return run_in_guest(opts, on_progress)
+        return _run(opts, binary, on_progress)
+
+
+def _run(opts: RunOptions, binary: Path, on_progress) -> dict:
     with RunDir(Path(opts.runs_dir)) as rundir:
         rundir.record.update({"stack": opts.stack, "config": asdict(opts)})
         cert, key = make_certificate(rundir.path)
@@ -178,7 +198,7 @@ def _transfer(opts, binary, topo, run_path, cert, key, on_progress, plan) -> dic
         if p.done.get("exit_code") != 0:
             p.raise_exit()
     if window.bytes <= 0:
-        raise errors.BadValue("no bytes arrived inside the window (the transfer ended during warm-up); raise --bytes or lower --warmup.")
+        raise errors.PeerDied("no bytes arrived inside the window though both sides reported success; see the run's logs.")
     record = build_record(opts, topo, window, connected, client_done, server_done, tls_before)
     record["probes"] = probe_records
     # The whole run's UDP counters of each namespace (the host's, on loopback).
@@ -246,34 +266,59 @@ def _perf(opts, run_path):
 
 
 def _measure(opts, server, client, probes, perf, on_progress):
-    """Connect, warm up, and take the window's two edges."""
+    """Connect, warm up, and take the window's two edges. A fixed-size
+    transfer is measured whole: the window opens before the client
+    connects and closes when the server has the last byte."""
     tls_before = {"client": stacks.read_tls_stat(client.pid), "server": stacks.read_tls_stat(server.pid)}
+    procs = (server, client)
+    if opts.bytes:
+        if perf is not None:
+            perf.enable()
+        start = take_edge("start", server, client, probes)
+        client.send("start")
+        connected = client.wait_event("connected", CONNECT_TIMEOUT_S)
+        on_progress("measuring until the last byte arrives")
+        _wait_for_last_byte(server, opts.bytes * opts.streams)
+        end = take_edge("end", server, client, probes)
+        if perf is not None:
+            perf.disable()
+        return connected, Window(start, end), tls_before
     client.send("start")
     connected = client.wait_event("connected", CONNECT_TIMEOUT_S)
-    procs = (server, client)
     on_progress(f"connected; warming up {opts.warmup_s:g} s")
     sleep_watching(connected["t_ns"] + int(opts.warmup_s * 1e9), procs)
     if perf is not None:
         perf.enable()
     start = take_edge("start", server, client, probes)
-    if opts.bytes:
-        on_progress("measuring until the last byte arrives")
-        server.wait_event("done", timeout_s=3600)
-        end = take_edge("end", server, client, probes)
-        if perf is not None:
-            perf.disable()
-    else:
-        on_progress(f"measuring {opts.duration_s:g} s")
-        if opts.fault == "kill-server":
-            sleep_watching(start.t_ns + int(opts.duration_s * 0.3e9), procs)
-            server.proc.kill()
-        sleep_watching(start.t_ns + int(opts.duration_s * 1e9), procs)
-        end = take_edge("end", server, client, probes)
-        if perf is not None:
-            perf.disable()
-        sleep_watching(end.t_ns + int(TAIL_S * 1e9), procs)
-        client.send("stop")
+    on_progress(f"measuring {opts.duration_s:g} s")
+    if opts.fault == "kill-server":
+        sleep_watching(start.t_ns + int(opts.duration_s * 0.3e9), procs)
+        server.proc.kill()
+    sleep_watching(start.t_ns + int(opts.duration_s * 1e9), procs)
+    end = take_edge("end", server, client, probes)
+    if perf is not None:
+        perf.disable()
+    sleep_watching(end.t_ns + int(TAIL_S * 1e9), procs)
+    client.send("stop")
     return connected, Window(start, end), tls_before
+
+
+def _wait_for_last_byte(server, total: int) -> None:
+    """The server's done report, however long the transfer takes while
+    bytes keep arriving; a stall of STALL_S is a Timeout."""
+    seen, last_progress = -1, time.monotonic()
+    while True:
+        try:
+            server.wait_event("done", PROGRESS_CHECK_S)
+            return
+        except errors.Timeout:
+            pass
+        got = server.mark("progress")["app_bytes"]
+        if got > seen:
+            seen, last_progress = got, time.monotonic()
+        elif time.monotonic() - last_progress > STALL_S:
+            raise errors.Timeout(f"the fixed-size transfer stalled: the server received no byte for {STALL_S:.0f} s "
+                                 f"({got} of {total} bytes arrived); see {server.log_path}.")
 
 
 @contextmanager
@@ -452,11 +497,12 @@ def derive_probe_figures(rec: dict, pids: dict) -> dict:
 
 def guest_argv(opts: RunOptions) -> list:
     """The same run, as `qprof run` arguments for the guest's qprof."""
-    argv = ["--stack", opts.stack, "--warmup", f"{opts.warmup_s}s", "--streams", str(opts.streams),
+    argv = ["--stack", opts.stack, "--streams", str(opts.streams),
             "--topology", opts.topology, "--port", str(opts.port), "--io-size", str(opts.io_size),
             "--exec-profile", opts.exec_profile, "--probes", ",".join(opts.probes) or "none",
             "--sample-hz", str(opts.sample_hz)]
-    argv += ["--bytes", str(opts.bytes)] if opts.bytes else ["--duration", f"{opts.duration_s}s"]
+    argv += ["--bytes", str(opts.bytes)] if opts.bytes else ["--duration", f"{opts.duration_s}s",
+                                                              "--warmup", f"{opts.warmup_s}s"]
     if opts.tls_version:
         argv += ["--tls", opts.tls_version]
     if opts.cipher:
