@@ -1,8 +1,11 @@
 """Shared by the tests: run the real CLI, and check that nothing is left."""
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -27,8 +30,51 @@ def run_json(runs_dir, *args, timeout=120):
     return json.loads(r.stdout)
 
 
+def _default_signals():
+    # A suite launched in the background of a non-interactive shell hands
+    # its children SIGINT ignored; a qprof that is to be interrupted must
+    # start with the default disposition, as from a terminal.
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+
+
+@contextmanager
+def started(*args, runs_dir=None, env_extra=None):
+    """`python -m qprof ARGS` running in its own session with default signal
+    dispositions. On leaving, a qprof still running is killed with its whole
+    session, and `qprof clean` removes what it made, so a test that gives up
+    leaves nothing for the next."""
+    env = dict(os.environ)
+    if runs_dir is not None:
+        env["QPROF_RUNS_DIR"] = str(runs_dir)
+    env.update(env_extra or {})
+    p = subprocess.Popen([sys.executable, "-m", "qprof", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, env=env, preexec_fn=_default_signals, start_new_session=True)
+    try:
+        yield p
+    finally:
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            p.communicate()
+            subprocess.run([sys.executable, "-m", "qprof", "clean"], capture_output=True, env=env, timeout=60)
+
+
+def wait_for_transfer(runs_dir, timeout_s=30.0):
+    """Until a run under runs_dir has both workload processes going."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if list(runs_dir.glob("*/client.log")) and any("qprof-wl" in l for l in leftovers()):
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"no transfer started under {runs_dir} within {timeout_s:.0f} s")
+
+
 def leftovers():
-    """Namespaces, links and processes a run could have left behind."""
+    """Namespaces, links, processes, ledgers and temporary paths a run could
+    have left behind."""
     found = []
     ns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     found += [f"netns {line.split()[0]}" for line in ns.splitlines() if line.startswith("qp-")]
@@ -38,7 +84,11 @@ def leftovers():
         if name.startswith("qp"):
             found.append(f"link {name}")
     ps = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
-    found += [f"process {line.strip()}" for line in ps.splitlines() if "qprof-wl" in line]
+    found += [f"process {line.strip()}" for line in ps.splitlines()
+              if "qprof-wl" in line or "perf record" in line or "qemu-system" in line]
+    state = Path(os.environ.get("QPROF_STATE_DIR", "/run/qprof"))
+    found += [f"ledger {p}" for p in state.glob("*.json")]
+    found += [f"path {p}" for p in Path("/tmp").glob("qprof-perf-*")]
     return found
 
 

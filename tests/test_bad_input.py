@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import leftovers, needs_build, qprof
+from conftest import leftovers, needs_build, qprof, started, wait_for_transfer
 
 # The exit codes are qprof's interface (README, collectors/errors.py).
 UNKNOWN_STACK, BAD_VALUE, NOT_ROOT, PORT_IN_USE = 3, 4, 5, 6
@@ -98,20 +98,13 @@ def test_server_dies_mid_run(runs_dir):
 
 @needs_build
 def test_ctrl_c(runs_dir):
-    env = {**os.environ, "QPROF_RUNS_DIR": str(runs_dir)}
-    p = subprocess.Popen([sys.executable, "-m", "qprof", "run", "--duration", "30s"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    # Interrupt once the transfer is under way: both logs exist and the
-    # server has accepted the connection.
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        logs = list(runs_dir.glob("*/client.log"))
-        if logs and any("qprof-wl" in l for l in leftovers()):
-            break
-        time.sleep(0.1)
-    time.sleep(1.5)
-    p.send_signal(signal.SIGINT)
-    out, err = p.communicate(timeout=30)
+    with started("run", "--duration", "30s", runs_dir=runs_dir) as p:
+        # Interrupt once the transfer is under way: both logs exist and the
+        # server has accepted the connection.
+        wait_for_transfer(runs_dir)
+        time.sleep(1.5)
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=30)
     assert p.returncode == INTERRUPTED, err
     assert "interrupted" in one_sentence(err)
     statuses = run_statuses(runs_dir)

@@ -199,23 +199,15 @@ def test_udp_without_gso(runs_dir, mode):
 
 
 def test_compare_interrupted_leaves_nothing_and_says_so(runs_dir):
-    import os
     import signal
-    import subprocess
-    import sys
     import time
-    env = {**os.environ, "QPROF_RUNS_DIR": str(runs_dir)}
-    p = subprocess.Popen([sys.executable, "-m", "qprof", "compare", "--stack", "udp", "--vary", "gro=on,off",
-                          "--duration", "30s", "--sample-hz", "0"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if list(runs_dir.glob("*/client.log")) and any("qprof-wl" in l for l in leftovers()):
-            break
-        time.sleep(0.1)
-    time.sleep(1.5)
-    p.send_signal(signal.SIGINT)
-    out, err = p.communicate(timeout=30)
+    from conftest import started, wait_for_transfer
+    with started("compare", "--stack", "udp", "--vary", "gro=on,off", "--duration", "30s", "--sample-hz", "0",
+                 runs_dir=runs_dir) as p:
+        wait_for_transfer(runs_dir)
+        time.sleep(1.5)
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=30)
     assert p.returncode == 130, err
     assert "interrupted" in one_sentence(err)
     assert run_statuses(runs_dir) == ["incomplete"]

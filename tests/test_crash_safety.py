@@ -1,0 +1,210 @@
+"""Nothing outlives qprof, every wait ends, cleanup is not cut half way
+(issue 12): SIGKILL, bursts of Ctrl-C, a second measurement, unwritable
+run directories, interruption during start-up, fixed-size transfers."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, leftovers, needs_build, qprof, run_json, started, wait_for_transfer
+from test_bad_input import one_sentence, run_statuses
+
+BAD_VALUE, INTERRUPTED, UNWRITABLE, BUSY = 4, 130, 27, 28
+SHORT = ("--duration", "1s", "--warmup", "0.3s", "--probes", "none", "--sample-hz", "0")
+
+
+def children_of(pid):
+    r = subprocess.run(["ps", "-eo", "pid,ppid,args"], capture_output=True, text=True)
+    return [l for l in r.stdout.splitlines()[1:] if l.split()[1] == str(pid)]
+
+
+def wait_until(cond, timeout_s=10.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.1)
+    return cond()
+
+
+@needs_build
+def test_sigkill_leaves_only_what_the_next_command_reclaims(runs_dir):
+    with started("run", "--duration", "30s", runs_dir=runs_dir) as p:
+        wait_for_transfer(runs_dir)
+        time.sleep(1)
+        assert any("perf record" in l for l in leftovers()), "the run should be sampling"
+        os.kill(p.pid, signal.SIGKILL)
+        p.communicate(timeout=10)
+        # Its children die with it (PR_SET_PDEATHSIG), perf included.
+        assert wait_until(lambda: not [l for l in leftovers() if l.startswith("process")]), leftovers()
+        left = leftovers()
+        assert any(l.startswith("netns qp-") for l in left) and any(l.startswith("ledger") for l in left), left
+        assert run_statuses(runs_dir) == ["running"]
+
+        dry = qprof("clean", "--dry-run")
+        assert dry.returncode == 0 and "would remove namespace qp-" in dry.stdout, dry.stdout
+        assert leftovers() == left       # a dry run removes nothing
+        doctor = qprof("doctor", "--json")
+        found = [c for c in json.loads(doctor.stdout) if c["name"] == "remains of dead runs"]
+        assert found and found[0]["verdict"] == "limited" and "qprof clean" in found[0]["fix"], found
+
+        # The next measurement removes the remains, says so, and marks the run.
+        r = qprof("run", *SHORT, "--json", runs_dir=runs_dir)
+        assert r.returncode == 0, r.stderr
+        assert "removed what an earlier qprof left: namespace qp-" in r.stderr
+    statuses = sorted(run_statuses(runs_dir))
+    assert statuses == ["abandoned", "complete"], statuses
+    dead = next(json.loads(p.read_text()) for p in runs_dir.glob("*/run.json")
+                if json.loads(p.read_text())["status"] == "abandoned")
+    assert "killed" in dead["error"]
+    assert qprof("clean").stdout.startswith("nothing to clean")
+
+
+@needs_build
+@pytest.mark.parametrize("attempt", range(3))
+def test_burst_of_ctrl_c_removes_everything_and_says_so_truly(runs_dir, attempt):
+    with started("run", "--duration", "30s", runs_dir=runs_dir) as p:
+        wait_for_transfer(runs_dir)
+        time.sleep(0.5 + attempt * 0.7)
+        for gap_ms in (5, 40, 10, 25, 5):
+            p.send_signal(signal.SIGINT)
+            time.sleep(gap_ms / 1000)
+        out, err = p.communicate(timeout=60)
+    assert p.returncode == INTERRUPTED, err
+    line = one_sentence(err)
+    assert "interrupted" in line and "everything the run created was removed" in line
+    assert leftovers() == []
+    assert run_statuses(runs_dir) == ["incomplete"]
+
+
+@needs_build
+def test_second_measurement_is_refused_while_one_runs(runs_dir, tmp_path):
+    with started("run", "--duration", "30s", "--probes", "none", runs_dir=runs_dir) as p:
+        wait_for_transfer(runs_dir)
+        other = tmp_path / "other"
+        for cmd in (("run", *SHORT), ("compare", "--stacks", "tcp,udp", *SHORT)):
+            r = qprof(*cmd, runs_dir=other)
+            assert r.returncode == BUSY, r.stderr
+            line = one_sentence(r.stderr)
+            assert f"pid {p.pid}" in line and "wait for it" in line, line
+        assert not other.exists()
+        p.send_signal(signal.SIGINT)
+        p.communicate(timeout=60)
+    assert p.returncode == INTERRUPTED
+
+
+@pytest.fixture
+def read_only_dir(tmp_path):
+    d = tmp_path / "ro"
+    d.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "qprof-test-ro", str(d)], check=True)
+    yield d
+    subprocess.run(["umount", str(d)], check=True)
+
+
+@needs_build
+@pytest.mark.parametrize("where", ["proc", "under-file", "read-only"])
+@pytest.mark.parametrize("how", ["flag", "env", "compare"])
+def test_unwritable_runs_dir(tmp_path, read_only_dir, where, how):
+    (tmp_path / "a-file").write_text("")
+    target = {"proc": Path("/proc/qp"), "under-file": tmp_path / "a-file" / "runs",
+              "read-only": read_only_dir / "runs"}[where]
+    cmd = ("run", *SHORT) if how != "compare" else ("compare", "--stacks", "tcp,udp", *SHORT)
+    if how == "flag":
+        r = qprof(*cmd, "--runs-dir", str(target))
+    else:
+        r = qprof(*cmd, runs_dir=target)
+    assert r.returncode == UNWRITABLE, r.stderr
+    line = one_sentence(r.stderr)
+    assert str(target.parent) in line or str(target) in line, line
+    assert "writable" in line
+    assert leftovers() == []
+
+
+@needs_build
+def test_flame_in_read_only_run_dir(tmp_path, runs_dir):
+    rec = run_json(runs_dir, "--duration", "1s", "--warmup", "0.3s", "--probes", "none")
+    ro = tmp_path / "ro-runs"
+    subprocess.run(["cp", "-a", str(runs_dir), str(ro)], check=True)
+    subprocess.run(["mount", "--bind", str(ro), str(ro)], check=True)
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(ro)], check=True)
+        r = qprof("flame", rec["id"], "--runs-dir", str(ro))
+    finally:
+        subprocess.run(["umount", str(ro)], check=True)
+    assert r.returncode == UNWRITABLE, r.stderr
+    assert "writable" in one_sentence(r.stderr)
+
+
+@pytest.mark.parametrize("delay_s", [0.05, 0.15, 0.3])
+def test_interrupt_during_start_up_is_one_sentence(runs_dir, delay_s):
+    with started("run", "--duration", "5s", runs_dir=runs_dir) as p:
+        time.sleep(delay_s)
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=60)
+    assert p.returncode == INTERRUPTED, err
+    assert "interrupted" in one_sentence(err)
+    assert "Traceback" not in err
+    assert leftovers() == []
+
+
+@needs_build
+def test_inherited_ignored_sigint_stays_ignored_and_sigterm_cleans_up(runs_dir):
+    env = {**os.environ, "QPROF_RUNS_DIR": str(runs_dir)}
+
+    def ignore_sigint():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+    p = subprocess.Popen([sys.executable, "-m", "qprof", "run", "--duration", "30s", "--sample-hz", "0"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                         preexec_fn=ignore_sigint, start_new_session=True)
+    try:
+        wait_for_transfer(runs_dir)
+        p.send_signal(signal.SIGINT)
+        time.sleep(1)
+        assert p.poll() is None, "a background job's ignored SIGINT must not stop it"
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.communicate()
+            qprof("clean")
+    assert p.returncode == INTERRUPTED, err
+    assert "interrupted" in one_sentence(err)
+    assert leftovers() == []
+
+
+@needs_build
+@pytest.mark.parametrize("case", ["tests/test_bad_input.py::test_ctrl_c",
+                                  "tests/test_run_offload.py::test_compare_interrupted_leaves_nothing_and_says_so"])
+def test_interrupt_tests_pass_when_the_suite_starts_with_sigint_ignored(case):
+    """As `setsid bash -c 'make test & wait'` launches it (issue 11)."""
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", case],
+                       capture_output=True, text=True, cwd=REPO, timeout=300,
+                       preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN), start_new_session=True)
+    assert r.returncode == 0, r.stdout[-3000:]
+    assert "1 passed" in r.stdout
+
+
+@needs_build
+@pytest.mark.parametrize("stack", ["quic", "tcp"])
+def test_tiny_fixed_size_without_warmup_is_measured_whole(runs_dir, stack):
+    rec = run_json(runs_dir, "--stack", stack, "--bytes", "64K", "--warmup", "0", timeout=60)
+    assert rec["bytes"] == rec["bytes_total"] == 64 * 1024
+    assert rec["window_s"] > 0
+
+
+@pytest.mark.parametrize("args, cause", [(["--bytes", "0"], "moves nothing"),
+                                         (["--bytes", "64K", "--warmup", "1s"], "does not apply")])
+def test_fixed_size_refusals(runs_dir, args, cause):
+    r = qprof("run", *args, runs_dir=runs_dir)
+    assert r.returncode == BAD_VALUE, r.stderr
+    assert cause in one_sentence(r.stderr)
+    assert not runs_dir.exists()
