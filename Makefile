@@ -1,5 +1,6 @@
 # qprof: `make run` and `make test` do all set-up on a fresh machine.
 #   deps      Debian packages, a Python venv with qprof and its PyPI deps
+#   fetch     every crate the build needs (crates.io), so `build` runs offline
 #   build     msquic (from crates.io, with cmake) and the workload
 #   run       build, then `qprof run --stack quic`
 #   test      build, then the whole test suite
