@@ -65,6 +65,7 @@ def print_run(rec: dict, console: Optional[Console] = None) -> None:
         console.print(f"system busy {util * 100:.0f}% of {env['cpu_count']} CPUs; "
                       f"{ABSENT} = not measured (per-process softirq: see README)")
     console.print(_own_counters(rec))
+    _print_loss(rec, console)
     _print_offload(rec, console)
     _print_probes(rec, console)
     _print_flame(rec, console)
@@ -99,6 +100,22 @@ def _own_counters(rec: dict) -> Table:
             w.add_row(side, _int(win.get("io_calls")), _int(ti.get("segs_out")), _int(ti.get("segs_in")),
                       _int(ti.get("total_retrans")))
     return w
+
+
+def _print_loss(rec: dict, console: Console) -> None:
+    """The kernel's own drop and retransmit counters over the window."""
+    k = rec.get("kernel_loss")
+    if not k or k.get("dropped") is None:
+        return
+    line = ("[red]the kernel dropped packets:[/] " + "; ".join(k["where"]) if k["dropped"]
+            else "kernel drops: none (snmp, softnet, qdisc and veth counters)")
+    retr, dup = k.get("retransmitted_segments"), k.get("duplicate_segments")
+    if retr:
+        line += f"; TCP retransmitted {retr:,} segments"
+        if dup:
+            line += f", {dup:,} of them reported back as duplicates (spurious: the originals arrived"
+            line += ", reordered)" if k.get("reordering_seen") else ")"
+    console.print(line)
 
 
 def _print_offload(rec: dict, console: Console) -> None:

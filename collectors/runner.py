@@ -182,10 +182,12 @@ def _transfer(opts, binary, topo, run_path, cert, key, on_progress, plan) -> dic
             _client_with_probes(opts, client_argv, topo, run_path, server) as (client, probes), \
             _perf(opts, run_path) as perf:
         udp_before = {side: netstat.read_udp(ep) for side, ep in (("client", topo.client), ("server", topo.server))}
+        dev_before = {side: netstat.read_device(ep) for side, ep in (("client", topo.client), ("server", topo.server))}
         connected, window, tls_before = _measure(opts, server, client, probes, perf, on_progress)
         client_done = client.finish(FINISH_TIMEOUT_S)
         server_done = server.finish(FINISH_TIMEOUT_S)
         udp_after = {side: netstat.read_udp(ep) for side, ep in (("client", topo.client), ("server", topo.server))}
+        dev_after = {side: netstat.read_device(ep) for side, ep in (("client", topo.client), ("server", topo.server))}
         probe_records = probes.records()
         flame = None
         if perf is not None:
@@ -203,6 +205,12 @@ def _transfer(opts, binary, topo, run_path, cert, key, on_progress, plan) -> dic
     record["probes"] = probe_records
     # The whole run's UDP counters of each namespace (the host's, on loopback).
     record["kernel_udp"] = {side: counter_delta(udp_before[side], udp_after[side]) for side in udp_before}
+    record["kernel_loss"] = netstat.losses(
+        {side: counter_delta(window.start.net[side], window.end.net[side]) for side in ("client", "server")},
+        counter_delta(window.start.net["softnet"], window.end.net["softnet"]),
+        {side: counter_delta(dev_before[side], dev_after[side]) for side in dev_before})
+    if topo.kind == "loopback":
+        record["kernel_loss"]["source"] += "; on loopback both sides read the host's namespace, other traffic included"
     record["flame"] = flame
     if flame is not None:
         flame.update(sample_coverage(flame["samples_per_cpu"], record["cpu_window_s"], flame["sample_hz"],

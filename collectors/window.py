@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 from typing import Dict, Iterable, Optional
 
-from . import cpu, stacks
+from . import cpu, netstat, stacks
 from .workload import WorkloadProcess
 
 MARK_TIMEOUT_S = 5.0
@@ -25,6 +25,7 @@ class Edge:
     server_mark: dict
     client_mark: dict
     tls_stat: dict  # side -> /proc/<pid>/net/tls_stat, None without kernel TLS
+    net: dict       # side -> the namespace's loss counters (netstat.WATCHED); "softnet": the machine's
 
 
 @dataclass
@@ -61,11 +62,13 @@ def take_edge(name: str, server: WorkloadProcess, client: WorkloadProcess, probe
     server_cpu = cpu.read_process(server.pid)
     client_cpu = cpu.read_process(client.pid)
     tls_stat = {"server": stacks.read_tls_stat(server.pid), "client": stacks.read_tls_stat(client.pid)}
+    net = {"server": netstat.read_namespace(server.pid), "client": netstat.read_namespace(client.pid),
+           "softnet": netstat.read_softnet()}
     server_mark = server.wait_event("mark", MARK_TIMEOUT_S)
     client_mark = client.wait_event("mark", MARK_TIMEOUT_S)
     if probes is not None:
         probes.collect_mark(name)
-    return Edge(t_ns, system, server_cpu, client_cpu, server_mark, client_mark, tls_stat)
+    return Edge(t_ns, system, server_cpu, client_cpu, server_mark, client_mark, tls_stat, net)
 
 
 def sleep_watching(until_ns: int, procs: Iterable[WorkloadProcess]) -> None:
