@@ -93,7 +93,8 @@ def draw_run(opts: FlameOptions) -> List[Path]:
     for side, stacks in loaded.items():
         fig = figs[side] = normalize.figures(stacks, run.period_ns, run.bytes_for(side), classifier)
         measured = sides.measured_ns_per_byte(run.record, side)
-        gap = normalize.gap_percent(fig.ns_per_byte, measured)
+        gap = normalize.gap_percent(fig.ns_per_byte, measured,
+                                    normalize.base_samples(measured, run.bytes_for(side), run.period_ns))
         svg = run.path / f"flame-{side}.svg"
         scaled = normalize.per_byte(stacks, run.period_ns, run.bytes_for(side))
         if scaled:

@@ -167,8 +167,9 @@ def _print_probes(rec: dict, console: Console) -> None:
         ("datagrams per send call", "datagrams_per_send_call", lambda v: _num(v, "{:.1f}")),
         ("datagrams per recv call", "datagrams_per_recv_call", lambda v: _num(v, "{:.1f}")),
         ("in-syscall ns/B", "in_syscall_ns_per_byte", _num),
-        ("CPU share in send calls", "send_share_of_cpu", lambda v: _num(v and v * 100, "{:.1f}%")),
-        ("CPU share in recv calls", "recv_share_of_cpu", lambda v: _num(v and v * 100, "{:.1f}%")),
+        # Wall time, blocked time included: not a share of CPU, and may exceed 1.
+        ("wall s in send calls per CPU s", "send_wall_s_per_cpu_s", lambda v: _num(v, "{:.2f}")),
+        ("wall s in recv calls per CPU s", "recv_wall_s_per_cpu_s", lambda v: _num(v, "{:.2f}")),
     )
     for label, key, fmt in rows:
         t.add_row(label, *(fmt(sides[side][key]) if sides.get(side) else ABSENT for side in ("client", "server")))

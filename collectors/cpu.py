@@ -85,6 +85,44 @@ def read_process(pid: int) -> ProcessCpu:
     return ProcessCpu(utime_s, stime_s, oncpu_ns / 1e9)
 
 
+def read_tasks() -> Dict[tuple, int]:
+    """Every task's on-CPU nanoseconds (schedstat), keyed (pid, tid); the
+    idle tasks are not in /proc, so they are left out as perf's are."""
+    out = {}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue  # exited meanwhile
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                    out[(int(pid), int(tid))] = int(f.read().split()[0])
+            except (OSError, ValueError, IndexError):
+                pass
+    return out
+
+
+def others_figures(start: Dict[tuple, int], end: Dict[tuple, int], exclude_pids, nbytes: int) -> dict:
+    """Everything but the two workload processes, from one nanosecond
+    source (each task's schedstat), so it cannot come out below zero: a
+    sum of per-task increases. A task seen only at the end counts from
+    zero; one that exited inside the window is missed (an undercount)."""
+    total_ns = 0
+    for key, ns in end.items():
+        if key[0] in exclude_pids:
+            continue
+        before = start.get(key, 0)
+        total_ns += ns - before if ns >= before else ns  # a reused tid is a new task
+    return {"oncpu_schedstat_s": total_ns / 1e9,
+            "tasks": sum(1 for k in end if k[0] not in exclude_pids),
+            "ns_per_byte": {"oncpu": per_byte(total_ns / 1e9, nbytes)},
+            "source": "every task but the two workload processes: the increase of each one's "
+                      "/proc/<pid>/task/<tid>/schedstat over the window (idle excluded)"}
+
+
 def per_byte(seconds: Optional[float], nbytes: int) -> Optional[float]:
     """CPU nanoseconds per byte; None stays None (not measured)."""
     if seconds is None or nbytes <= 0:

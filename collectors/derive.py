@@ -48,7 +48,9 @@ def _sum(calls: Dict[str, dict], names, field: str) -> int:
 def syscall_figures(calls: Dict[str, dict], nbytes: int, cpu_s: Optional[float],
                     datagrams_out: Optional[int], datagrams_in: Optional[int], rw_is_network: bool = False) -> dict:
     """Syscalls per MB, bytes and datagrams (wire packets) per call, time
-    inside per byte, share of the side's CPU inside send and receive calls."""
+    inside per byte, and wall seconds inside send and receive calls per
+    second of the side's CPU: a call's time is wall time (blocked time
+    included), so this is no share of CPU and may exceed 1."""
     send, recv = (SEND_RW, RECV_RW) if rw_is_network else (SEND, RECV)
     send_calls, recv_calls = _sum(calls, send, "calls"), _sum(calls, recv, "calls")
     recv_ok = recv_calls - _sum(calls, recv, "errors")
@@ -70,8 +72,8 @@ def syscall_figures(calls: Dict[str, dict], nbytes: int, cpu_s: Optional[float],
         "datagrams_per_send_call": _ratio(datagrams_out, send_calls),
         "datagrams_per_recv_call": _ratio(datagrams_in, recv_ok),
         "in_syscall_ns_per_byte": _ratio(send_ns + recv_ns, nbytes),
-        "send_share_of_cpu": _ratio(send_ns / 1e9, cpu_s),
-        "recv_share_of_cpu": _ratio(recv_ns / 1e9, cpu_s),
+        "send_wall_s_per_cpu_s": _ratio(send_ns / 1e9, cpu_s),
+        "recv_wall_s_per_cpu_s": _ratio(recv_ns / 1e9, cpu_s),
     }
 
 

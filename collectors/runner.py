@@ -201,7 +201,8 @@ def _transfer(opts, binary, topo, run_path, cert, key, on_progress, plan) -> dic
             p.raise_exit()
     if window.bytes <= 0:
         raise errors.PeerDied("no bytes arrived inside the window though both sides reported success; see the run's logs.")
-    record = build_record(opts, topo, window, connected, client_done, server_done, tls_before)
+    record = build_record(opts, topo, window, connected, client_done, server_done, tls_before,
+                          {"client": client.pid, "server": server.pid})
     record["probes"] = probe_records
     # The whole run's UDP counters of each namespace (the host's, on loopback).
     record["kernel_udp"] = {side: counter_delta(udp_before[side], udp_after[side]) for side in udp_before}
@@ -341,7 +342,7 @@ def _client_with_probes(opts, client_argv, topo, run_path, server):
 
 
 def build_record(opts, topo, window: Window, connected: dict, client_done: dict, server_done: dict,
-                 tls_before: dict) -> dict:
+                 tls_before: dict, pids: dict) -> dict:
     nbytes = window.bytes
     stack = stacks.STACKS[opts.stack]
     env = environment.describe()
@@ -389,6 +390,8 @@ def build_record(opts, topo, window: Window, connected: dict, client_done: dict,
             "server": cpu.process_figures(window.end.server - window.start.server, nbytes),
             "system": cpu.system_figures(window.end.system - window.start.system, nbytes,
                                          window.cpu_seconds, ncpu),
+            "others": cpu.others_figures(window.start.tasks, window.end.tasks,
+                                         set(pids.values()), nbytes),
         },
         "workload": {
             side: {"window": _mark_delta(getattr(window.start, f"{side}_mark"), getattr(window.end, f"{side}_mark")),

@@ -26,6 +26,7 @@ class Edge:
     client_mark: dict
     tls_stat: dict  # side -> /proc/<pid>/net/tls_stat, None without kernel TLS
     net: dict       # side -> the namespace's loss counters (netstat.WATCHED); "softnet": the machine's
+    tasks: dict     # (pid, tid) -> on-CPU ns of every task (schedstat)
 
 
 @dataclass
@@ -61,6 +62,7 @@ def take_edge(name: str, server: WorkloadProcess, client: WorkloadProcess, probe
     system = cpu.read_system()
     server_cpu = cpu.read_process(server.pid)
     client_cpu = cpu.read_process(client.pid)
+    tasks = cpu.read_tasks()
     tls_stat = {"server": stacks.read_tls_stat(server.pid), "client": stacks.read_tls_stat(client.pid)}
     net = {"server": netstat.read_namespace(server.pid), "client": netstat.read_namespace(client.pid),
            "softnet": netstat.read_softnet()}
@@ -68,7 +70,7 @@ def take_edge(name: str, server: WorkloadProcess, client: WorkloadProcess, probe
     client_mark = client.wait_event("mark", MARK_TIMEOUT_S)
     if probes is not None:
         probes.collect_mark(name)
-    return Edge(t_ns, system, server_cpu, client_cpu, server_mark, client_mark, tls_stat, net)
+    return Edge(t_ns, system, server_cpu, client_cpu, server_mark, client_mark, tls_stat, net, tasks)
 
 
 def sleep_watching(until_ns: int, procs: Iterable[WorkloadProcess]) -> None:

@@ -81,13 +81,28 @@ def figures(stacks: Mapping[str, int], period_ns: int, nbytes: int,
     )
 
 
-def gap_percent(graph_ns_per_byte: float, measured_ns_per_byte: Optional[float]) -> Optional[float]:
+# A gap is a percentage only of a base worth this many sample periods: of
+# a few samples' worth of CPU, one sample more or less is tens of percent.
+GAP_MIN_BASE_SAMPLES = 50
+
+
+def gap_percent(graph_ns_per_byte: float, measured_ns_per_byte: Optional[float],
+                base_samples: Optional[float] = None) -> Optional[float]:
     """How far the graph is from the collectors' measured CPU, in % of the
-    measured; None when that is missing or not positive (the system side's
-    rest, a difference of two readings, can come out below zero)."""
+    measured; None when that is missing, not positive, or (given
+    base_samples, the measured CPU in sample periods) too small a base."""
     if measured_ns_per_byte is None or measured_ns_per_byte <= 0:
         return None
+    if base_samples is not None and base_samples < GAP_MIN_BASE_SAMPLES:
+        return None
     return (graph_ns_per_byte - measured_ns_per_byte) / measured_ns_per_byte * 100.0
+
+
+def base_samples(measured_ns_per_byte: Optional[float], nbytes: int, period_ns: int) -> Optional[float]:
+    """The measured CPU of a side in sample periods."""
+    if measured_ns_per_byte is None or period_ns <= 0:
+        return None
+    return measured_ns_per_byte * nbytes / period_ns
 
 
 def per_byte(stacks: Mapping[str, int], period_ns: int, nbytes: int) -> Dict[str, int]:

@@ -104,14 +104,15 @@ def side_bytes(record: dict, side: str) -> int:
 
 def measured_ns_per_byte(record: dict, side: str) -> Optional[float]:
     """The collectors' CPU per byte for the side. The flame's system side is
-    everything but the two workload processes (idle excluded), so its
-    measured figure is system minus client minus server."""
+    everything but the two workload processes (idle excluded): the record's
+    cpu.others, one nanosecond source summed task by task. Records made
+    before it have no such figure: absent, not the difference of the
+    machine's ticks and the processes' (which could come out negative)."""
     cpu = record.get("cpu") or {}
     try:
         if side != "system":
             return float(cpu[side]["ns_per_byte"]["total"])
-        rest_s = cpu["system"]["total_s"] - cpu["client"]["total_s"] - cpu["server"]["total_s"]
-        return rest_s * 1e9 / record["bytes"]
+        return float(cpu["others"]["oncpu_schedstat_s"]) * 1e9 / record["bytes"]
     except (KeyError, TypeError, ZeroDivisionError):
         return None
 

@@ -12,13 +12,15 @@ def run_figures(record: dict, stacks_dir: Path) -> Dict[str, dict]:
     out = {}
     for side in sides.SIDES:
         data = folded.read(stacks_dir / f"{side}.folded")
-        fig = normalize.figures(data.stacks, period_ns, sides.side_bytes(record, side))
+        nbytes = sides.side_bytes(record, side)
+        fig = normalize.figures(data.stacks, period_ns, nbytes)
         measured = sides.measured_ns_per_byte(record, side)
         out[side] = {
             "samples": fig.samples,
             "ns_per_byte": fig.ns_per_byte,
             "measured_ns_per_byte": measured,
-            "gap_percent": normalize.gap_percent(fig.ns_per_byte, measured),
+            "gap_percent": normalize.gap_percent(fig.ns_per_byte, measured,
+                                                 normalize.base_samples(measured, nbytes, period_ns)),
             "stack_quality": fig.stack_quality,
             "categories_ns_per_byte": fig.categories_ns_per_byte,
         }

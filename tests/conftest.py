@@ -23,11 +23,33 @@ def qprof(*args, runs_dir=None, timeout=120, env_extra=None, **kw):
                           timeout=timeout, env=env, **kw)
 
 
+def impossible_figures(obj, path=""):
+    """Figures no measurement can give: a share outside [0, 1], negative
+    CPU time or CPU per byte. Every real run's record is checked."""
+    bad = []
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            bad += impossible_figures(v, f"{path}.{k}" if path else k)
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            bad += impossible_figures(v, f"{path}[{i}]")
+    elif isinstance(obj, (int, float)) and not isinstance(obj, bool):
+        leaf = path.rsplit(".", 1)[-1]
+        if "share" in leaf and not 0 <= obj <= 1:
+            bad.append(f"{path} = {obj}")
+        cpu = path.startswith(("cpu.", "cpu_threads.")) or "ns_per_byte" in path
+        if cpu and (leaf.endswith("_s") or "ns_per_byte" in path) and obj < 0:
+            bad.append(f"{path} = {obj}")
+    return bad
+
+
 def run_json(runs_dir, *args, timeout=120):
     r = qprof("run", "--json", *args, runs_dir=runs_dir, timeout=timeout)
     assert r.returncode == 0, r.stderr
     assert r.stderr == "", r.stderr
-    return json.loads(r.stdout)
+    rec = json.loads(r.stdout)
+    assert impossible_figures(rec) == []
+    return rec
 
 
 def _default_signals():

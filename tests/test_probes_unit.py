@@ -48,8 +48,8 @@ def test_syscall_figures():
     assert f["datagrams_per_send_call"] == pytest.approx(44)
     assert f["datagrams_per_recv_call"] is None          # not measured stays absent
     assert f["in_syscall_ns_per_byte"] == pytest.approx(3_000_000 / 6_000_000)
-    assert f["send_share_of_cpu"] == pytest.approx(0.2)
-    assert f["recv_share_of_cpu"] == pytest.approx(0.1)
+    assert f["send_wall_s_per_cpu_s"] == pytest.approx(0.2)
+    assert f["recv_wall_s_per_cpu_s"] == pytest.approx(0.1)
 
 
 def test_compare():

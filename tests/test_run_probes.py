@@ -28,7 +28,7 @@ def assert_syscalls(rec):
     assert 1.0 <= s["recv_bytes"] / rec["bytes"] <= QUIC_OVERHEAD_MAX
     for f in (c, s):
         assert f["syscalls_per_mb"] > 0 and f["in_syscall_ns_per_byte"] > 0
-        assert 0 < f["send_share_of_cpu"] + f["recv_share_of_cpu"] <= 1.2  # wall time in a call may exceed CPU a little
+        assert 0 < f["send_wall_s_per_cpu_s"] + f["recv_wall_s_per_cpu_s"] <= 1.2  # wall time in a call may exceed CPU a little
     # eBPF against msquic's own counters, per side.
     for side in ("client", "server"):
         checks = rec["crosscheck"][side]

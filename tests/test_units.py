@@ -97,3 +97,12 @@ def test_subnet_avoids_used_networks():
     assert str(topology.choose_subnet(used, pool)) == "10.218.0.4/30"
     with pytest.raises(TopologyFailed):
         topology.choose_subnet([ipaddress.ip_network("10.0.0.0/8")], pool)
+
+
+def test_others_cannot_go_below_zero():
+    from qprof.collectors import cpu
+    start = {(1, 1): 100, (1, 2): 50, (7, 7): 10_000, (9, 9): 500}
+    end = {(1, 1): 400, (7, 7): 12_000, (9, 9): 20, (11, 11): 30}   # (1,2) exited, (9,9) reused
+    out = cpu.others_figures(start, end, {7}, nbytes=100)
+    assert out["oncpu_schedstat_s"] * 1e9 == pytest.approx(300 + 20 + 30)
+    assert out["tasks"] == 3 and out["ns_per_byte"]["oncpu"] == pytest.approx(3.5)
