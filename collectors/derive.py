@@ -147,3 +147,41 @@ def thread_figures(cpu_window: dict, pids: Dict[str, int], side_bytes: Dict[str,
     out["hardirq_s"] = None if hardirq_ns is None else hardirq_ns / 1e9
     out["softirq_includes_hardirqs"] = cpu_window.get("softirq_includes_hardirqs")
     return out
+
+
+EBPF_CATEGORY = "eBPF probes"  # flamegraphs/categories.rules
+
+
+def observer_cost(probes: dict, nbytes: int, flame: Optional[dict]) -> Optional[dict]:
+    """What the eBPF probes cost over the window, from the kernel's BPF
+    run-time statistics (each probe turns them on while it lives): run time
+    and runs per probe and program, and ns/B of the window's bytes, beside
+    the flame graph's eBPF category per side (which also holds the
+    tracepoint dispatch around the programs). None when no probe ran; a
+    probe without statistics is None inside (not measured, not zero)."""
+    present = {n: p for n, p in probes.items() if p.get("status") == "present"}
+    if not present:
+        return None
+    out = {}
+    for name, p in present.items():
+        progs = p["window"].get("progs")
+        if not p.get("bpf_stats") or progs is None:
+            out[name] = None
+            continue
+        run_ns, runs = sum(x["run_time_ns"] for x in progs), sum(x["run_cnt"] for x in progs)
+        out[name] = {"run_time_s": run_ns / 1e9, "runs": runs, "ns_per_run": _ratio(run_ns, runs),
+                     "ns_per_byte": _ratio(run_ns, nbytes),
+                     "programs": {x["name"]: {"run_time_s": x["run_time_ns"] / 1e9, "runs": x["run_cnt"]}
+                                  for x in progs}}
+    measured = [v for v in out.values() if v is not None]
+    total_s = sum(v["run_time_s"] for v in measured) if len(measured) == len(out) else None
+    sides = (flame or {}).get("sides") or {}
+    return {
+        "probes": out,
+        "run_time_s": total_s,
+        "ns_per_byte": _ratio(total_s * 1e9, nbytes) if total_s is not None else None,
+        "flame_ebpf_ns_per_byte": {side: (f.get("categories_ns_per_byte") or {}).get(EBPF_CATEGORY, 0.0)
+                                   for side, f in sides.items()} or None,
+        "source": "the kernel's BPF run-time statistics (BPF_ENABLE_STATS) of each probe's programs over "
+                  "the window; flame_ebpf_ns_per_byte: the flame graph's eBPF category per side",
+    }

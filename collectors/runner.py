@@ -218,6 +218,7 @@ def _transfer(opts, binary, topo, run_path, cert, key, on_progress, plan) -> dic
                                      record["environment"]["cpu_count"]))
         flame["sides"] = flame_summary.run_figures(record, run_path / flame["stacks_dir"])
     record.update(derive_probe_figures(record, {"client": client.pid, "server": server.pid}))
+    record["observers"] = derive.observer_cost(probe_records, record["bytes"], flame)
     if opts.stack == "udp" and topo.kind == "netns":
         # Every datagram the receiver's sequence numbers call lost was
         # dropped by its kernel, in its own namespace (whole run).

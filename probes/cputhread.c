@@ -398,11 +398,13 @@ static int print_json(const char *name, struct cputhread_bpf *skel)
 	/* Not timed is absent, not zero. */
 	if (hardirqs)
 		printf("],\"softirq_includes_hardirqs\":false,\"hardirq_count\":%llu,\"hardirq_ns\":%llu,"
-		       "\"hardirq_in_softirq_ns\":%llu}\n",
+		       "\"hardirq_in_softirq_ns\":%llu",
 		       tot.hard.count, tot.hard.time_ns, tot.hard.in_softirq_ns);
 	else
 		printf("],\"softirq_includes_hardirqs\":true,\"hardirq_count\":null,\"hardirq_ns\":null,"
-		       "\"hardirq_in_softirq_ns\":null}\n");
+		       "\"hardirq_in_softirq_ns\":null");
+	probe_json_progs(stdout, skel->obj);
+	printf("}\n");
 	free(rows);
 	return 0;
 }

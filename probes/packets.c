@@ -313,7 +313,9 @@ static int print_json(const char *name, struct packets_bpf *skel)
 			printf("\"%s\":%llu,", gro_names[g], s[i].gro_result[g]);
 		printf("\"unknown\":%llu}}}", s[i].gro_result_unknown);
 	}
-	printf("]}\n");
+	putchar(']');
+	probe_json_progs(stdout, skel->obj);
+	printf("}\n");
 	return 0;
 }
 

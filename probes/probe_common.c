@@ -15,6 +15,36 @@
 #include "probe_common.h"
 
 static volatile sig_atomic_t exiting;
+static int stats_fd = -1;
+
+static void enable_stats(const struct probe_env *env)
+{
+	if (env->no_bpf_stats)
+		return;
+	stats_fd = bpf_enable_stats(BPF_STATS_RUN_TIME);
+	if (stats_fd < 0 && env->verbose)
+		fprintf(stderr, "BPF run-time statistics unavailable: %s\n", strerror(errno));
+}
+
+void probe_json_progs(FILE *f, struct bpf_object *obj)
+{
+	struct bpf_program *prog;
+	int i = 0;
+
+	fprintf(f, ",\"progs\":[");
+	bpf_object__for_each_program(prog, obj) {
+		struct bpf_prog_info info = {};
+		__u32 len = sizeof(info);
+		int fd = bpf_program__fd(prog);
+
+		if (fd < 0 || bpf_obj_get_info_by_fd(fd, &info, &len))
+			continue; /* not loaded (autoload off) */
+		fprintf(f, "%s{\"name\":\"%s\",\"run_time_ns\":%llu,\"run_cnt\":%llu,\"recursion_misses\":%llu}",
+			i++ ? "," : "", bpf_program__name(prog), (unsigned long long)info.run_time_ns,
+			(unsigned long long)info.run_cnt, (unsigned long long)info.recursion_misses);
+	}
+	fputc(']', f);
+}
 
 static void sig_handler(int sig)
 {
@@ -146,6 +176,7 @@ static error_t parse_common(int key, char *arg, struct argp_state *state)
 	case 'j': env->json = true; break;
 	case 'c': env->control = true; env->json = true; break;
 	case 'v': env->verbose = true; break;
+	case 'S': env->no_bpf_stats = true; break;
 	case 'h': argp_state_help(state, stderr, ARGP_HELP_STD_HELP); break;
 	case ARGP_KEY_ARG:
 		if (parse_interval(env, state->arg_num, arg)) {
@@ -163,6 +194,7 @@ static const struct argp_option common_opts[] = {
 	{ "json", 'j', NULL, 0, "One JSON line per snapshot", 0 },
 	{ "control", 'c', NULL, 0, "Snapshot on 'mark NAME' lines on stdin; 'exit' ends", 0 },
 	{ "verbose", 'v', NULL, 0, "libbpf's debug output", 0 },
+	{ "no-bpf-stats", 'S', NULL, 0, "Leave the kernel's BPF run-time statistics off (they cost two clock reads a program run)", 0 },
 	{ NULL, 'h', NULL, OPTION_HIDDEN, "Show the full help", 0 },
 	{},
 };
@@ -177,8 +209,10 @@ int probe_main_loop(const struct probe_env *env, probe_snapshot_fn snapshot, voi
 
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
+	enable_stats(env);
 	if (env->control) {
-		printf("{\"event\":\"ready\",\"pid\":%d%s%s}\n", getpid(), env->ready_info ? "," : "",
+		printf("{\"event\":\"ready\",\"pid\":%d,\"bpf_stats\":%s%s%s}\n", getpid(),
+		       stats_fd >= 0 ? "true" : "false", env->ready_info ? "," : "",
 		       env->ready_info ? env->ready_info : "");
 		fflush(stdout);
 		while (!err && !exiting && fgets(line, sizeof(line), stdin)) {

@@ -22,6 +22,7 @@ struct probe_env {
 	bool json;
 	bool control;     /* commands on stdin: mark NAME, exit */
 	bool verbose;
+	bool no_bpf_stats; /* leave the kernel's BPF run-time statistics off */
 	int interval_s;   /* without --control: print every interval_s... */
 	int count;        /* ...count times (0: until Ctrl-C) */
 	const char *ready_info; /* more members for the ready event ("k":"v",...), or NULL */
@@ -46,7 +47,10 @@ void probe_set_targets(const struct probe_env *env, volatile __u32 *tgids, volat
  * on stdin with snapshot(name) until "exit" or EOF; otherwise calls
  * snapshot("interval") every interval_s seconds, count times or until
  * SIGINT/SIGTERM. snapshot prints one JSON line (or a human table).
- * Before either, prints {"event":"ready"} with --control. A snapshot
+ * Before either, unless --no-bpf-stats, it turns the kernel's BPF run-time
+ * statistics on for as long as this process lives (BPF_ENABLE_STATS: the
+ * kernel turns them off when the fd closes, at exit or kill -9), and
+ * prints {"event":"ready","bpf_stats":true|false} with --control. A snapshot
  * that fails (it returns -errno, having said why on stderr) ends the loop
  * with its error: a probe that cannot read its maps stops rather than
  * print figures it did not read.
@@ -69,6 +73,14 @@ void probe_json_hist(FILE *f, const char *key, const unsigned long long *slots);
 
 /* libbpf's messages on stderr only with -v; errors always. */
 void probe_setup_libbpf(bool verbose);
+
+struct bpf_object;
+/*
+ * Prints ,"progs":[{"name":..,"run_time_ns":..,"run_cnt":..,"recursion_misses":..},...]
+ * for every loaded program of obj: what the probe itself cost so far
+ * (run time only while statistics are on).
+ */
+void probe_json_progs(FILE *f, struct bpf_object *obj);
 #endif
 
 #endif

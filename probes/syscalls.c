@@ -201,7 +201,9 @@ static int print_json(const char *name, struct syscalls_bpf *skel)
 		probe_json_hist(stdout, "time_hist_ns", s->time_hist_ns);
 		putchar('}');
 	}
-	printf("]}\n");
+	putchar(']');
+	probe_json_progs(stdout, skel->obj);
+	printf("}\n");
 	free(rows);
 	return 0;
 }

@@ -116,3 +116,28 @@ def test_all_probes_netns(runs_dir):
     assert ct["client"]["softirq_in_context_s"] > ct["server"]["softirq_in_context_s"]
     # qprof run does not time hardirqs (their cost, README): absent, not zero.
     assert ct["softirq_includes_hardirqs"] is True and ct["hardirq_s"] is None
+
+
+@pytest.mark.parametrize("stack", ["tcp", "quic"])
+def test_observers_cost_is_in_the_record(runs_dir, stack):
+    """What the probes cost, from the kernel's BPF run-time statistics, in
+    every run with probes; none without."""
+    rec = run_json(runs_dir, "--stack", stack, "--duration", "2s", "--warmup", "0.5s")
+    obs = rec["observers"]
+    assert set(obs["probes"]) == {"syscalls", "packets", "cputhread"}
+    for name, p in obs["probes"].items():
+        assert rec["probes"][name]["bpf_stats"] is True
+        assert p["run_time_s"] > 0 and p["runs"] > 0 and p["ns_per_run"] > 0 and p["ns_per_byte"] > 0, name
+        assert sum(x["runs"] for x in p["programs"].values()) == p["runs"]
+    assert obs["run_time_s"] == pytest.approx(sum(p["run_time_s"] for p in obs["probes"].values()))
+    # The programs ran inside the window's CPU, so cost less than all of it.
+    assert 0 < obs["run_time_s"] < rec["cpu"]["system"]["total_s"]
+    # A second instrument: the flame graph's eBPF category (which also holds
+    # the tracepoint dispatch around the programs) is of the same order.
+    flame = obs["flame_ebpf_ns_per_byte"]
+    assert set(flame) == {"client", "server", "system"} and all(v >= 0 for v in flame.values())
+    if rec["flame"]["complete"]:
+        assert 0.3 < sum(flame.values()) / obs["ns_per_byte"] < 3, (flame, obs["ns_per_byte"])
+
+    bare = run_json(runs_dir, "--stack", stack, "--duration", "1s", "--warmup", "0.3s", "--probes", "none")
+    assert bare["observers"] is None
