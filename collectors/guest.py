@@ -29,7 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional
 
-from . import errors, paths
+from . import errors, paths, interrupts, remains
+from .controlled import _die_with_parent
 
 QEMU = "qemu-system-x86_64"
 BUSYBOX = Path("/bin/busybox")
@@ -228,15 +229,18 @@ class GuestVM:
         if shutil.which(QEMU) is None:
             raise errors.GuestMissing(f"{QEMU} is not installed; run `make guest` (Debian's qemu-system-x86).")
         self.proc = subprocess.Popen(self.argv(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.PIPE, process_group=0)
+                                     stderr=subprocess.PIPE, process_group=0, preexec_fn=_die_with_parent)
+        self._claim = remains.ledger().claim_pid(self.proc.pid)
         return self
 
     def __exit__(self, *exc) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-        if self.proc is not None:
-            self.proc.wait()
-            self.proc.stderr.close()
+        with interrupts.deferred():
+            if self.proc is not None and self.proc.poll() is None:
+                self.proc.kill()
+            if self.proc is not None:
+                self.proc.wait()
+                self.proc.stderr.close()
+                remains.ledger().release("pids", self._claim)
 
     def stages(self) -> List[str]:
         try:

@@ -24,7 +24,8 @@ import tempfile
 from pathlib import Path
 from typing import Dict, Optional
 
-from . import errors, paths
+from . import errors, interrupts, paths, remains
+from .controlled import _die_with_parent
 
 EVENT = "cpu-clock"
 ACK_TIMEOUT_S = 10.0
@@ -77,6 +78,7 @@ class PerfRecorder:
 
     def __enter__(self) -> "PerfRecorder":
         self._tmp = tempfile.TemporaryDirectory(prefix="qprof-perf-")
+        remains.ledger().claim("paths", self._tmp.name)
         ctl, ack = Path(self._tmp.name) / "ctl", Path(self._tmp.name) / "ack"
         os.mkfifo(ctl)
         os.mkfifo(ack)
@@ -85,7 +87,9 @@ class PerfRecorder:
             self.proc = subprocess.Popen(
                 ["perf", "record", "-q", "-a", *record_call_graph(self.call_graph), "-e", EVENT, "-c", str(self.period_ns), "-D", "-1",
                  "--control", f"fifo:{ctl},{ack}", "-o", str(self.data)],
-                stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log, process_group=0)
+                stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log, process_group=0,
+                preexec_fn=_die_with_parent)
+            self._claim = remains.ledger().claim_pid(self.proc.pid)
             self._ctl = self._open_ctl(ctl)
             self._ack = os.fdopen(os.open(ack, os.O_RDONLY | os.O_NONBLOCK), "r")
         except BaseException:
@@ -143,23 +147,27 @@ class PerfRecorder:
                 self.proc.wait()
 
     def close(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        for f in (self._ctl, self._ack):
-            try:
-                if f:
-                    f.close()
-            except OSError:
-                pass
-        if getattr(self, "_log", None):
-            self._log.close()
-        if self._tmp:
-            self._tmp.cleanup()
-            self._tmp = None
-        if not self.keep_data:
-            self.data.unlink(missing_ok=True)
-            Path(str(self.data) + ".old").unlink(missing_ok=True)
+        with interrupts.deferred():
+            if self.proc:
+                if self.proc.poll() is None:
+                    self.proc.kill()
+                self.proc.wait()
+                remains.ledger().release("pids", self._claim)
+            for f in (self._ctl, self._ack):
+                try:
+                    if f:
+                        f.close()
+                except OSError:
+                    pass
+            if getattr(self, "_log", None):
+                self._log.close()
+            if self._tmp:
+                self._tmp.cleanup()
+                remains.ledger().release("paths", self._tmp.name)
+                self._tmp = None
+            if not self.keep_data:
+                self.data.unlink(missing_ok=True)
+                Path(str(self.data) + ".old").unlink(missing_ok=True)
 
     def fold(self, pids: Dict[str, int], out_dir: Path) -> Dict[str, int]:
         """perf.data -> out_dir/{client,server,system}.folded; samples per side."""

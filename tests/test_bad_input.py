@@ -27,7 +27,7 @@ def one_sentence(stderr):
 def run_statuses(runs_dir):
     if not runs_dir.exists():
         return []
-    return [json.loads(p.read_text())["status"] for p in runs_dir.glob("*/run.json")]
+    return [json.loads(p.read_text())["status"] for p in runs_dir.glob("*/run.json") if p.parent.name != "latest"]
 
 
 def test_unknown_stack(runs_dir):

@@ -12,7 +12,7 @@ from qprof.collectors.capabilities import caps_held
 
 NAMES = ["root", "btf", "tracepoints", "kprobes", "fentry/fexit", "perf sampling", "hardware counters",
          "udp gso/gro", "kernel tls", "netns/veth", "tc qdiscs", "msquic build",
-         "gso/gro switches"]
+         "gso/gro switches", "remains of dead runs"]
 VERDICTS = {"ok", "missing", "limited", "unknown"}
 # Doctor's scratch namespaces and links (qp-doc-<pid>-a, qpd<pid>a); narrower
 # than conftest.leftovers() so a `qprof run` elsewhere on the host cannot fail this.
