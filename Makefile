@@ -44,8 +44,19 @@ WL_SRC := $(wildcard workloads/*.c)
 WL_HDR := $(wildcard workloads/*.h)
 # The GSO/GRO interposer (LD_PRELOAD) lives in workloads/preload/, out of WL_SRC.
 PRELOAD_LIB := $(BUILD)/lib/libqprof-offload.so
+FLOOR_SRC := workloads/floor/qprof_floor.c
+FLOOR_BIN := $(BUILD)/bin/qprof-floor $(BUILD)/bin/qprof-floor-quictls
 workload: msquic
-	@$(MAKE) --no-print-directory $(BUILD)/bin/qprof-wl $(PRELOAD_LIB)
+	@$(MAKE) --no-print-directory $(BUILD)/bin/qprof-wl $(PRELOAD_LIB) $(FLOOR_BIN)
+# The AEAD and copy floor (collectors/floor.py): once against the system's
+# OpenSSL (TLS over TCP), once against the quictls msquic links (QUIC).
+$(BUILD)/bin/qprof-floor: $(FLOOR_SRC)
+	@mkdir -p $(@D)
+	$(CC) -O2 -g -Wall -Wextra -Werror -std=gnu11 -o $@ $< -lcrypto
+$(BUILD)/bin/qprof-floor-quictls: $(FLOOR_SRC) $(BUILD)/msquic/.stamp
+	@mkdir -p $(@D)
+	$(CC) -O2 -g -Wall -Wextra -Werror -std=gnu11 -I$(BUILD)/msquic/quictls/include -o $@ $< \
+	    $(BUILD)/msquic/quictls/lib/libcrypto.a -lpthread -ldl
 $(PRELOAD_LIB): workloads/preload/offload_preload.c
 	@mkdir -p $(@D)
 	$(CC) -O2 -g -fPIC -shared -fvisibility=hidden -Wall -Wextra -Werror -std=gnu11 -o $@ $< -ldl

@@ -66,6 +66,7 @@ def print_run(rec: dict, console: Optional[Console] = None) -> None:
                       f"{ABSENT} = not measured (per-process softirq: see README)")
     console.print(_own_counters(rec))
     _print_loss(rec, console)
+    _print_floor(rec, console)
     _print_offload(rec, console)
     _print_probes(rec, console)
     _print_flame(rec, console)
@@ -100,6 +101,18 @@ def _own_counters(rec: dict) -> Table:
             w.add_row(side, _int(win.get("io_calls")), _int(ti.get("segs_out")), _int(ti.get("segs_in")),
                       _int(ti.get("total_retrans")))
     return w
+
+
+def _print_floor(rec: dict, console: Console) -> None:
+    """The run's CPU per byte as a multiple of the machine's floor."""
+    f = rec.get("floor")
+    if not f or "absent" in f:
+        return
+    x, n = f["times_floor"], f["ns_per_byte"]
+    console.print(f"floor ({f['includes']}; {f['record_bytes']:,}-byte records, {f['library']}): "
+                  f"client {n['client']:.3f}, server {n['server']:.3f}, system {n['system']:.3f} ns/B; "
+                  f"this run [bold]{_num(x['system'], '{:.1f}')}×[/] the floor "
+                  f"(client {_num(x['client'], '{:.1f}')}×, server {_num(x['server'], '{:.1f}')}×)")
 
 
 def _print_loss(rec: dict, console: Console) -> None:

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from . import cpu, derive, environment, errors, guest, netstat, offload, paths, remains, stacks
+from . import cpu, derive, environment, errors, floor, guest, netstat, offload, paths, remains, stacks
 from qprof.flamegraphs import summary as flame_summary
 from qprof.flamegraphs.sides import side_bytes
 
@@ -158,12 +158,14 @@ def _run(opts: RunOptions, binary: Path, on_progress) -> dict:
                             opts.dgram_size, run_path=rundir.path)
         if opts.fault == "no-interposer":   # the steering silently not taking effect
             plan.env = {"client": {}, "server": {}}
+        floor_parts = floor.measure(opts.stack)  # cached; before anything else runs
         with Topology(opts.topology, rundir.id[-6:], mtu=opts.mtu) as topo:
             on_progress(f"run {rundir.id}: {opts.stack} over {topo.kind}"
                         + (f" {topo.subnet}" if topo.subnet else "") + f", output in {rundir.path}")
             for ep in ((topo.client, topo.server) if topo.kind == "netns" else ()):
                 offload.set_device_features(ep, plan.devices)
             record = _transfer(opts, binary, topo, rundir.path, cert, key, on_progress, plan)
+        record["floor"] = floor.figures(opts.stack, floor_parts, record["cpu"], opts.sendfile)
         rundir.record["offload"] = record["offload"]
         offload.verify(plan.effective, record["offload"]["observed"])
         rundir.complete(record)

@@ -15,7 +15,15 @@ src=$("$here/../../build-aux/crate-src.sh" --offline "$here/Cargo.toml" msquic)
 # place of its own defaults; frame pointers so perf can walk every stack.
 flags="-O3 -fno-omit-frame-pointer"
 stamp="$src|$flags|v1"
+# quictls as msquic built it (headers, static libcrypto): qprof-floor
+# measures QUIC's AEAD through the very library msquic links.
+quictls() {
+    rm -rf "$out/quictls" && mkdir -p "$out/quictls/lib" &&
+        cp -a "$out/cmake/_deps/opensslquic-build/quictls/include" "$out/quictls/" &&
+        cp "$out/cmake/_deps/opensslquic-build/quictls/lib/libcrypto.a" "$out/quictls/lib/"
+}
 if [ -f "$out/lib/libmsquic.so" ] && [ "$(cat "$out/.stamp" 2>/dev/null)" = "$stamp" ]; then
+    [ -f "$out/quictls/lib/libcrypto.a" ] || quictls
     echo "msquic: up to date in $out" >&2
     exit 0
 fi
@@ -28,5 +36,6 @@ ninja -C "$out/cmake" msquic >&2
 mkdir -p "$out/lib" "$out/include"
 cp -a "$out/cmake/out"/libmsquic.so* "$out/lib/"
 cp "$src/src/inc/msquic.h" "$src/src/inc/msquic_posix.h" "$src/src/inc/quic_sal_stub.h" "$out/include/"
+quictls
 echo "$stamp" > "$out/.stamp"
 echo "msquic: built $(ls "$out/lib") in $out" >&2
