@@ -66,6 +66,14 @@ def test_tcp_tls(runs_dir, version, cipher):
     # Over the whole run the workload's own totals show the overhead exactly:
     # the server read as many plaintext bytes as the client wrote.
     assert rec["workload"]["server"]["report"]["app_bytes"] == rec["workload"]["client"]["report"]["app_bytes"]
+    # Configured as a production server reads and a batching sender writes:
+    # at most one read() per 16 KiB record (read-ahead), and one write() per
+    # SSL_write, its records gathered (not one write() a record).
+    s = rec["syscalls"]["server"]
+    records = s["recv_bytes"] / (16384 + 22)
+    assert s["recv_calls"] <= 1.05 * records, (s["recv_calls"], records)
+    writes_per_ssl_write = c["send_calls"] / rec["workload"]["client"]["window"]["io_calls"]
+    assert writes_per_ssl_write == pytest.approx(1.0, abs=0.05), writes_per_ssl_write
 
 
 def test_unknown_cipher(runs_dir):

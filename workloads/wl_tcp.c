@@ -29,6 +29,8 @@
 
 #define MAX_CONNS 64
 #define CONNECT_TIMEOUT_S 10
+#define TLS_READ_BUF (128 * 1024)            /* several 16 KiB records per read() */
+#define TLS_WRITE_BUF ((1 << 20) + (64 << 10)) /* the largest --io-size and its records' headers */
 
 enum tls_mode { TLS_NONE, TLS_USER, TLS_KERNEL };
 
@@ -173,6 +175,16 @@ static int make_ctx(void)
 	}
 	if (T.tls == TLS_KERNEL)
 		SSL_CTX_set_options(T.ctx, SSL_OP_ENABLE_KTLS);
+	if (T.tls == TLS_USER) {
+		/*
+		 * Read as a production server does: without read-ahead OpenSSL
+		 * reads each record's 5-byte header, then its body (2.3 read()s
+		 * per SSL_read measured); with it, one read() fills a buffer of
+		 * several records.
+		 */
+		SSL_CTX_set_read_ahead(T.ctx, 1);
+		SSL_CTX_set_default_read_buffer_len(T.ctx, TLS_READ_BUF);
+	}
 	if (T.server) {
 		if (SSL_CTX_use_certificate_chain_file(T.ctx, T.o->cert) != 1 ||
 		    SSL_CTX_use_PrivateKey_file(T.ctx, T.o->key, SSL_FILETYPE_PEM) != 1)
@@ -184,6 +196,25 @@ static int make_ctx(void)
 err:
 	wl_warn("TLS setup failed on the %s: %s", T.server ? "server" : "client", ssl_reason());
 	return WL_EXIT_LIB_OPEN;
+}
+
+/*
+ * User-space TLS writes one record of at most 16 KiB per write(); a buffer
+ * BIO between OpenSSL and the socket gathers one SSL_write's records into
+ * one write() (flushed after each SSL_write), as msquic's own TLS-over-TCP
+ * path (secnetperf -tcp:1) batches its frames into one send.
+ */
+static int buffer_writes(struct tconn *c)
+{
+	BIO *buf = BIO_new(BIO_f_buffer()), *sock = SSL_get_wbio(c->ssl);
+
+	if (!buf || BIO_set_write_buffer_size(buf, TLS_WRITE_BUF) <= 0 || !BIO_up_ref(sock)) {
+		BIO_free(buf);
+		fail(WL_EXIT_LIB_OPEN, "TLS write buffer failed on the client: %s", ssl_reason());
+		return -1;
+	}
+	SSL_set0_wbio(c->ssl, BIO_push(buf, sock));
+	return 0;
 }
 
 /* The TLS handshake on a connected socket; SSL_set_fd only now, as kTLS needs. */
@@ -198,6 +229,8 @@ static int tls_handshake(struct tconn *c)
 		fail(WL_EXIT_LIB_OPEN, "SSL_new failed on the %s: %s", T.server ? "server" : "client", ssl_reason());
 		return -1;
 	}
+	if (T.tls == TLS_USER && !T.server && buffer_writes(c))
+		return -1;
 	rc = T.server ? SSL_accept(c->ssl) : SSL_connect(c->ssl);
 	if (rc != 1) {
 		fail(WL_EXIT_HANDSHAKE, "TLS handshake failed on the %s (connection %d): %s",
@@ -293,8 +326,13 @@ static ssize_t client_send(struct tconn *c, uint64_t len)
 		off_t o = (off_t)at;
 		return sendfile(c->fd, T.memfd, &o, len);
 	}
-	if (c->ssl)
-		return SSL_write(c->ssl, region + at, (int)len);
+	if (c->ssl) {
+		int n = SSL_write(c->ssl, region + at, (int)len);
+
+		if (n > 0 && T.tls == TLS_USER && BIO_flush(SSL_get_wbio(c->ssl)) <= 0)
+			return -1;
+		return n;
+	}
 	return send(c->fd, region + at, len, 0);
 }
 

@@ -1,0 +1,161 @@
+#!/usr/bin/env python3
+"""Benchmark: are qprof's workloads as efficient as the reference tools?
+
+qprof's verdicts are only as good as its workloads, so each one is run
+beside the reference implementation of its stack, on the same machine and
+topology (two namespaces, veth, MTU 1500), interleaved: every round runs
+each tool once, in an order that rotates from round to round.
+
+  tcp      qprof run --stack tcp      vs  iperf3 (always)
+  quic     qprof run --stack quic     vs  secnetperf -exec:lowlat -cipher:1 -up:Ns
+  tcp-tls  qprof run --stack tcp-tls  vs  secnetperf -tcp:1 (TLS 1.3 via quictls, 16 KiB records)
+
+Both use AES-128-GCM (secnetperf's -cipher:1; its default lets quictls
+choose AES-256-GCM).
+
+secnetperf is msquic's own perf tool. It is not in the crates.io crate
+and qprof never downloads it: build it from msquic's repository at the
+tag of qprof's msquic (v2.5.1) and pass --secnetperf PATH. By default it
+runs on qprof's own libmsquic.so (LD_LIBRARY_PATH), so both sides use
+the same library build; --secnetperf-own-msquic uses the one beside it.
+
+qprof's figures are its own record's (the steady-state window after its
+warm-up, probes and sampling off). A reference tool's are taken from
+outside: /proc/stat's busy time over the client's whole run, divided by
+the bytes the tool reports (iperf3: every interval, none omitted;
+secnetperf: the connection's acknowledged bytes), so they include the
+handshake and slow start, a small handicap at 10 s.
+
+USAGE: .venv/bin/python benchmarks/fidelity.py [--rounds N] [--duration S] [--secnetperf PATH] [--stacks LIST]
+(the venv's Python: it makes the namespaces with qprof's own Topology)
+"""
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+QPROF = str(REPO / ".venv" / "bin" / "qprof")
+
+from qprof.collectors import cpu as qcpu  # noqa: E402
+from qprof.collectors.topology import Topology  # noqa: E402
+
+
+def busy_s(a, b) -> float:
+    d = b - a
+    return d.user_s + d.nice_s + d.system_s + d.irq_s + d.softirq_s + d.steal_s
+
+
+def run_qprof(stack: str, duration: float, runs_dir: str) -> tuple:
+    r = subprocess.run([QPROF, "run", "--json", "--stack", stack, "--duration", f"{duration}s",
+                        "--probes", "none", "--sample-hz", "0"], capture_output=True, text=True,
+                       env={**os.environ, "QPROF_RUNS_DIR": runs_dir})
+    if r.returncode != 0:
+        sys.exit(f"qprof run --stack {stack} failed: {r.stderr.strip()}")
+    rec = json.loads(r.stdout)
+    return rec["throughput_gbps"], rec["cpu"]["system"]["ns_per_byte"]["total"]
+
+
+def _served(topo, server_argv, client_argv, env=None, settle_s=0.5):
+    """Run a server in the server namespace and a client in the client
+    namespace; /proc/stat around the client; the client's stdout."""
+    server = subprocess.Popen(topo.server.command(server_argv), stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, env=env)
+    try:
+        time.sleep(settle_s)
+        before = qcpu.read_system()
+        r = subprocess.run(topo.client.command(client_argv), capture_output=True, text=True, env=env, timeout=300)
+        after = qcpu.read_system()
+    finally:
+        server.kill()
+        server.wait()
+    if r.returncode != 0:
+        sys.exit(f"{client_argv[0]} failed: {r.stderr.strip()[-300:]}")
+    return r.stdout, busy_s(before, after)
+
+
+def run_iperf3(topo, duration: float) -> tuple:
+    out, busy = _served(topo, ["iperf3", "-s", "-1"],
+                        ["iperf3", "-c", topo.server.addr, "-t", str(duration), "-J"])
+    j = json.loads(out)
+    nbytes = sum(i["sum"]["bytes"] for i in j["intervals"])
+    gbps = j["end"]["sum_received"]["bits_per_second"] / 1e9
+    return gbps, busy * 1e9 / nbytes
+
+
+def run_secnetperf(topo, duration: float, path: str, env, tcp: bool) -> tuple:
+    # The server's -cipher:1 = QUIC_ALLOWED_CIPHER_SUITE_AES_128_GCM_SHA256,
+    # qprof's AEAD (a client given it prints nothing); left alone, quictls
+    # prefers AES-256-GCM.
+    common = ["-exec:lowlat"] + (["-tcp:1"] if tcp else [])
+    out, busy = _served(topo, [path, *common, "-cipher:1"], [path, f"-target:{topo.server.addr}", *common,
+                                                             f"-up:{duration:g}s", "-pctput:1"], env=env)
+    m = re.search(r"Upload (\d+) bytes @ (\d+) kbps", out)
+    if not m:
+        sys.exit(f"secnetperf printed no result: {out.strip()[-300:]}")
+    nbytes, kbps = int(m.group(1)), int(m.group(2))
+    return kbps / 1e6, busy * 1e9 / nbytes
+
+
+def summary(values):
+    return statistics.median(values), min(values), max(values)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--duration", type=float, default=10.0)
+    ap.add_argument("--stacks", default="tcp,quic,tcp-tls")
+    ap.add_argument("--secnetperf", help="path of a secnetperf built from msquic v2.5.1")
+    ap.add_argument("--secnetperf-own-msquic", action="store_true",
+                    help="run secnetperf on the libmsquic beside it, not qprof's")
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("needs root (namespaces)")
+    stacks = [s for s in args.stacks.split(",") if s]
+    if args.secnetperf is None:
+        skipped = [s for s in stacks if s != "tcp"]
+        if skipped:
+            print(f"no --secnetperf: {', '.join(skipped)} not compared (secnetperf is msquic's; see the docstring)")
+        stacks = [s for s in stacks if s == "tcp"]
+    env = dict(os.environ)
+    if args.secnetperf and not args.secnetperf_own_msquic:
+        env["LD_LIBRARY_PATH"] = str(REPO / "build" / "msquic" / "lib")
+    refs = {"tcp": "iperf3", "quic": "secnetperf", "tcp-tls": "secnetperf -tcp:1"}
+    got = {s: {"qprof": [], "ref": []} for s in stacks}
+    jobs = [(s, who) for s in stacks for who in ("qprof", "ref")]
+    with tempfile.TemporaryDirectory() as runs_dir:
+        for rnd in range(args.rounds):
+            order = jobs[rnd % len(jobs):] + jobs[:rnd % len(jobs)]
+            for stack, who in order:
+                if who == "qprof":
+                    res = run_qprof(stack, args.duration, runs_dir)
+                else:
+                    with Topology("netns", f"fd{os.getpid() % 10000}") as topo:
+                        if stack == "tcp":
+                            res = run_iperf3(topo, args.duration)
+                        else:
+                            res = run_secnetperf(topo, args.duration, args.secnetperf, env, tcp=stack == "tcp-tls")
+                got[stack][who].append(res)
+                print(f"round {rnd + 1}: {stack:8} {who if who == 'qprof' else refs[stack]:18} "
+                      f"{res[0]:6.2f} Gbit/s {res[1]:.3f} ns/B", flush=True)
+    print(f"\n{args.rounds} rounds of {args.duration:g} s, netns + veth, interleaved; median (min-max)")
+    print(f"{'stack':8} {'reference':18} {'qprof Gbit/s':>20} {'ref Gbit/s':>20} {'ratio':>6}"
+          f" {'qprof ns/B':>20} {'ref ns/B':>20} {'ratio':>6}")
+    for s in stacks:
+        q, r = got[s]["qprof"], got[s]["ref"]
+        qt, rt = summary([x[0] for x in q]), summary([x[0] for x in r])
+        qc, rc = summary([x[1] for x in q]), summary([x[1] for x in r])
+        print(f"{s:8} {refs[s]:18} {qt[0]:6.2f} ({qt[1]:.2f}-{qt[2]:.2f}) {rt[0]:6.2f} ({rt[1]:.2f}-{rt[2]:.2f}) "
+              f"{qt[0] / rt[0]:6.3f} {qc[0]:6.3f} ({qc[1]:.3f}-{qc[2]:.3f}) {rc[0]:6.3f} ({rc[1]:.3f}-{rc[2]:.3f}) "
+              f"{qc[0] / rc[0]:6.3f}")
+
+
+if __name__ == "__main__":
+    main()
