@@ -1,8 +1,10 @@
 """`qprof clean`: remove what qprof processes that died (kill -9, a
 machine stop) left behind, and say what was removed."""
+import os
+
 import click
 
-from qprof.collectors import remains
+from qprof.collectors import errors, remains
 
 
 @click.command()
@@ -22,6 +24,8 @@ def clean(dry_run):
       qprof clean            # remove, and list what was removed
       qprof clean -n         # only list
     """
+    if os.geteuid() != 0:
+        raise errors.NotRoot("qprof clean needs root (it kills processes and deletes namespaces); run it as root.")
     if dry_run:
         items = [f"{i} (qprof pid {d.get('pid')})" for d in remains.dead_ledgers() for i in remains.describe(d)]
     else:

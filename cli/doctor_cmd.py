@@ -43,7 +43,11 @@ def doctor(as_json):
 
 def remains_check() -> capabilities.Check:
     """What qprof processes that died left behind (reported, not removed)."""
-    dead = remains.dead_ledgers()
+    try:
+        dead = remains.dead_ledgers()
+    except OSError as e:
+        return capabilities.Check("remains of dead runs", "unknown",
+                                  f"cannot read {remains.state_dir()}: {e.strerror}", "run qprof doctor as root")
     items = [f"{i} (qprof pid {d.get('pid')})" for d in dead for i in remains.describe(d)]
     if not dead:
         return capabilities.Check("remains of dead runs", "ok", "no qprof that died left anything", "")

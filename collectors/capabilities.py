@@ -207,6 +207,8 @@ def check_btf() -> Result:
 @_check("tracepoints")
 def check_tracepoints() -> Result:
     fix = "boot a kernel with CONFIG_FTRACE_SYSCALLS=y, or use --guest"
+    if os.geteuid() != 0:
+        return UNKNOWN, "attaching to a tracepoint needs root; this check ran as a user", "run qprof doctor as root"
     was_mounted = _tracefs_dir() is not None
     with _tracefs() as tracing:
         if tracing is None:
@@ -219,9 +221,10 @@ def check_tracepoints() -> Result:
     if not count.isdigit() or int(count) == 0:
         return LIMITED, f"perf attached to {TRACEPOINT} but counted {count or 'nothing'}", ""
     if not was_mounted:
-        # libbpf looks tracepoint ids up in tracefs, so qprof's probes need it mounted.
-        return LIMITED, f"{TRACEPOINT} attaches and counts, but tracefs is not mounted", \
-            f"mount -t tracefs nodev {TRACEFS_DIRS[0]}"
+        # qprof's probes attach by BTF (tp_btf) and need no tracefs; perf and
+        # bpftrace mount it for themselves, as this check did.
+        return OK, (f"perf counted {count} {TRACEPOINT}; tracefs is not mounted, which qprof's probes "
+                    "(tp_btf) do not need"), ""
     return OK, f"tracefs at {tracing}; perf counted {count} {TRACEPOINT}", ""
 
 
@@ -255,13 +258,16 @@ def check_perf_sampling() -> Result:
     paranoid = Path("/proc/sys/kernel/perf_event_paranoid").read_text().strip()
     with tempfile.TemporaryDirectory(prefix="qprof-doctor-") as tmp, _no_new_tracefs_mounts():
         data = Path(tmp) / "perf.data"
-        r = _run(["perf", "record", "-q", "-e", "cpu-clock", "-F", "99", "-g", "-o", str(data), "--", "sleep", "0.1"])
+        # What qprof runs: every CPU (-a), DWARF call graphs.
+        r = _run(["perf", "record", "-q", "-a", "-e", "cpu-clock", "-F", "99", "--call-graph", "dwarf,8192",
+                  "-o", str(data), "--", "sleep", "0.1"])
         data_bytes = data.stat().st_size if data.exists() else 0
     if r.returncode != 0 or data_bytes == 0:
         why = _last_line(r.stderr) or f"exit {r.returncode}, {data_bytes} bytes written"
-        return MISSING, f"perf record -e cpu-clock -g failed: {why}; perf_event_paranoid={paranoid}", \
-            "run as root, or sysctl kernel.perf_event_paranoid=-1"
-    return OK, f"cpu-clock with call graphs; perf_event_paranoid={paranoid}", ""
+        return MISSING, (f"perf record -a -e cpu-clock --call-graph dwarf failed: {why}; "
+                         f"perf_event_paranoid={paranoid}"), \
+            "run as root (system-wide sampling), or sysctl kernel.perf_event_paranoid=-1"
+    return OK, f"cpu-clock on every CPU with DWARF call graphs; perf_event_paranoid={paranoid}", ""
 
 
 @_check("hardware counters")

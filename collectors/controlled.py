@@ -115,6 +115,19 @@ class ControlledProcess:
             return ""
         return lines[-1].removeprefix(prefix).strip() if lines else ""
 
+    def how_it_ended(self, prefix: str = "") -> str:
+        """"killed by SIGKILL", "exit 3: <its last line>", or its last line
+        if it still runs: what a record says of a process that went quiet."""
+        try:
+            code = self.proc.wait(timeout=1)
+        except subprocess.TimeoutExpired:
+            code = None
+        msg = self.last_message(prefix)
+        if code is None:
+            return msg or "no answer, still running"
+        how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit {code}"
+        return f"{how}: {msg}" if msg else how
+
     def kill(self) -> None:
         if self.proc is None:
             return

@@ -159,13 +159,12 @@ def observer_cost(probes: dict, nbytes: int, flame: Optional[dict]) -> Optional[
     the flame graph's eBPF category per side (which also holds the
     tracepoint dispatch around the programs). None when no probe ran; a
     probe without statistics is None inside (not measured, not zero)."""
-    present = {n: p for n, p in probes.items() if p.get("status") == "present"}
-    if not present:
+    if not any(p.get("status") == "present" for p in probes.values()):
         return None
     out = {}
-    for name, p in present.items():
-        progs = p["window"].get("progs")
-        if not p.get("bpf_stats") or progs is None:
+    for name, p in probes.items():
+        progs = (p.get("window") or {}).get("progs")
+        if p.get("status") != "present" or not p.get("bpf_stats") or progs is None:
             out[name] = None
             continue
         run_ns, runs = sum(x["run_time_ns"] for x in progs), sum(x["run_cnt"] for x in progs)

@@ -118,15 +118,35 @@ class PerfRecorder:
         lines = (self.run_path / "perf.log").read_text(errors="replace").strip().splitlines()
         return lines[-1] if lines else f"exit {self.proc.poll()}"
 
+    def died(self) -> errors.InstrumentFailed:
+        """perf ended on its own: how, and its last word."""
+        code = self.proc.wait()
+        how = (f"killed by {signal.Signals(-code).name}" if code < 0 and -code in signal.valid_signals()
+               else f"exit {code}")
+        self._log.flush()
+        lines = (self.run_path / "perf.log").read_text(errors="replace").strip().splitlines()
+        said = f": {lines[-1].strip()}" if lines else ""
+        return errors.InstrumentFailed(f"perf record ended mid-run ({how}{said}), so the run has no complete "
+                                       "stack samples; run again, or pass --sample-hz 0 to run without stacks.")
+
     def _command(self, cmd: str) -> None:
-        self._ctl.write(cmd + "\n")
-        self._ctl.flush()
+        if self.proc.poll() is not None:
+            raise self.died()
+        try:
+            self._ctl.write(cmd + "\n")
+            self._ctl.flush()
+        except OSError:  # EPIPE: perf's end of the fifo closed with it
+            raise self.died()
         if not select.select([self._ack], [], [], ACK_TIMEOUT_S)[0]:
+            if self.proc.poll() is not None:
+                raise self.died()
             raise errors.Timeout(f"perf did not acknowledge '{cmd}' within {ACK_TIMEOUT_S:.0f} s; "
                                  f"see {self.run_path / 'perf.log'}.")
         # perf writes "ack\n" with its terminating NUL, which lands at the
         # front of the next reply.
         reply = self._ack.readline().replace("\0", "").strip()
+        if reply != "ack" and self.proc.poll() is not None:
+            raise self.died()
         if reply != "ack":
             raise errors.Timeout(f"perf did not acknowledge '{cmd}' (said '{reply}'); see {self.run_path / 'perf.log'}.")
 
@@ -138,6 +158,8 @@ class PerfRecorder:
 
     def stop(self) -> None:
         """Let perf write perf.data and exit."""
+        if self.proc and self.proc.poll() is not None:
+            raise self.died()
         if self.proc and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGINT)
             try:

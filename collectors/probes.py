@@ -108,7 +108,7 @@ class ProbeSet:
         try:
             p.ready = p.proc.wait_event("ready", READY_TIMEOUT_S)
         except (ProcessEnded, errors.Timeout):
-            self._lose(p, "failed to load or attach: " + (p.proc.last_message() or "no message"))
+            self._lose(p, "failed to load or attach: " + p.proc.how_it_ended())
 
     def _lose(self, p: Probe, reason: str) -> None:
         p.absent = reason
@@ -128,7 +128,7 @@ class ProbeSet:
             try:
                 p.marks[name] = p.proc.wait_event("mark", MARK_TIMEOUT_S)
             except (ProcessEnded, errors.Timeout):
-                self._lose(p, f"stopped answering at the {name} edge: " + (p.proc.last_message() or "no message"))
+                self._lose(p, f"stopped answering at the {name} edge: " + p.proc.how_it_ended())
 
     def records(self) -> Dict[str, dict]:
         return {p.name: p.record() for p in self.probes}

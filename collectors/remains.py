@@ -172,9 +172,11 @@ def dead_ledgers() -> List[dict]:
     """The ledgers whose process is no longer running."""
     out = []
     d = state_dir()
-    if not d.is_dir():
+    try:
+        names = sorted(os.listdir(d))  # OSError (not root) is the caller's to say
+    except FileNotFoundError:
         return out
-    for p in sorted(d.glob("*.json")):
+    for p in (d / n for n in names if n.endswith(".json")):
         try:
             data = json.loads(p.read_text())
         except (OSError, json.JSONDecodeError):

@@ -208,3 +208,52 @@ def test_fixed_size_refusals(runs_dir, args, cause):
     assert r.returncode == BAD_VALUE, r.stderr
     assert cause in one_sentence(r.stderr)
     assert not runs_dir.exists()
+
+
+def descendant(pid, needle, timeout_s=30.0):
+    """The pid of a process under pid whose command line holds needle."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        r = subprocess.run(["ps", "-eo", "pid,ppid,args"], capture_output=True, text=True)
+        rows = [l.split(None, 2) for l in r.stdout.splitlines()[1:]]
+        parent = {int(p): int(pp) for p, pp, *_ in rows}
+        for p, _, args in ((int(r[0]), r[1], r[2] if len(r) > 2 else "") for r in rows):
+            q = p
+            while q in parent and q != pid and q > 1:
+                q = parent[q]
+            if q == pid and needle in args:
+                return p
+        time.sleep(0.1)
+    raise AssertionError(f"no '{needle}' under pid {pid}")
+
+
+@needs_build
+def test_perf_dying_mid_run_is_one_sentence(runs_dir):
+    with started("run", "--duration", "6s", "--warmup", "0.5s", "--probes", "none", runs_dir=runs_dir) as p:
+        wait_for_transfer(runs_dir)
+        time.sleep(1.5)
+        os.kill(descendant(p.pid, "perf record"), signal.SIGKILL)
+        out, err = p.communicate(timeout=60)
+    assert p.returncode == 26, err
+    line = one_sentence(err)
+    assert "perf record ended mid-run (killed by SIGKILL" in line and "--sample-hz 0" in line, line
+    assert "Traceback" not in err
+    assert run_statuses(runs_dir) == ["incomplete"]
+    assert leftovers() == []
+
+
+@needs_build
+def test_probe_killed_mid_run_is_absent_with_its_signal(runs_dir):
+    with started("run", "--json", "--duration", "5s", "--warmup", "0.5s", "--sample-hz", "0",
+                 runs_dir=runs_dir) as p:
+        wait_for_transfer(runs_dir)
+        time.sleep(1.5)
+        os.kill(descendant(p.pid, "qprof-syscalls"), signal.SIGKILL)
+        out, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err
+    rec = json.loads(out)
+    assert rec["probes"]["syscalls"] == {"status": "absent",
+                                         "reason": "stopped answering at the end edge: killed by SIGKILL"}
+    assert rec["syscalls"] == {"client": None, "server": None}
+    assert rec["observers"]["probes"]["syscalls"] is None and rec["observers"]["run_time_s"] is None
+    assert leftovers() == []

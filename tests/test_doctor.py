@@ -77,3 +77,21 @@ def test_caps_held_decodes_only_the_bits_qprof_needs():
     assert caps_held("000000c000000000") == {"CAP_PERFMON", "CAP_BPF"}          # bits 38, 39
     assert caps_held("0000000000500800") == set()                                # bits 11, 20, 22
     assert caps_held("000001ffffffffff") == {"CAP_NET_ADMIN", "CAP_SYS_ADMIN", "CAP_PERFMON", "CAP_BPF"}
+
+
+def test_as_a_user_doctor_says_what_needs_root(tmp_path):
+    """Run as nobody, doctor does not claim what only root can do (perf -a)
+    nor blame the kernel for what is a missing privilege."""
+    import os
+    import sys
+    os.chmod(tmp_path, 0o777)
+    r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                        sys.executable, "-m", "qprof", "doctor", "--json"], capture_output=True, text=True,
+                       timeout=120, cwd=tmp_path, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1",
+                                                        "QPROF_STATE_DIR": str(tmp_path / "state")})
+    assert r.returncode == 0, r.stderr
+    checks = {c["name"]: c for c in json.loads(r.stdout)}
+    assert checks["root"]["verdict"] == "missing"
+    assert checks["perf sampling"]["verdict"] == "missing" and "root" in checks["perf sampling"]["fix"]
+    assert checks["tracepoints"]["verdict"] == "unknown" and "root" in checks["tracepoints"]["fix"]
+    assert "CONFIG_FTRACE" not in checks["tracepoints"]["fix"]
