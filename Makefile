@@ -42,12 +42,14 @@ msquic: fetch
 
 WL_SRC := $(wildcard workloads/*.c)
 WL_HDR := $(wildcard workloads/*.h)
-# The GSO/GRO interposer (LD_PRELOAD) lives in workloads/preload/, out of WL_SRC.
+# The LD_PRELOAD interposers live in workloads/preload/, out of WL_SRC: GSO/GRO
+# steering (offload) and the QUIC server's listening address (bind).
 PRELOAD_LIB := $(BUILD)/lib/libqprof-offload.so
+BIND_LIB := $(BUILD)/lib/libqprof-bind.so
 FLOOR_SRC := workloads/floor/qprof_floor.c
 FLOOR_BIN := $(BUILD)/bin/qprof-floor $(BUILD)/bin/qprof-floor-quictls
 workload: msquic
-	@$(MAKE) --no-print-directory $(BUILD)/bin/qprof-wl $(PRELOAD_LIB) $(FLOOR_BIN)
+	@$(MAKE) --no-print-directory $(BUILD)/bin/qprof-wl $(PRELOAD_LIB) $(BIND_LIB) $(FLOOR_BIN)
 # The AEAD and copy floor (collectors/floor.py): once against the system's
 # OpenSSL (TLS over TCP), once against the quictls msquic links (QUIC).
 $(BUILD)/bin/qprof-floor: $(FLOOR_SRC)
@@ -57,7 +59,7 @@ $(BUILD)/bin/qprof-floor-quictls: $(FLOOR_SRC) $(BUILD)/msquic/.stamp
 	@mkdir -p $(@D)
 	$(CC) -O2 -g -Wall -Wextra -Werror -std=gnu11 -I$(BUILD)/msquic/quictls/include -o $@ $< \
 	    $(BUILD)/msquic/quictls/lib/libcrypto.a -lpthread -ldl
-$(PRELOAD_LIB): workloads/preload/offload_preload.c
+$(BUILD)/lib/libqprof-%.so: workloads/preload/%_preload.c
 	@mkdir -p $(@D)
 	$(CC) -O2 -g -fPIC -shared -fvisibility=hidden -Wall -Wextra -Werror -std=gnu11 -o $@ $< -ldl
 $(BUILD)/bin/qprof-wl: $(WL_SRC) $(WL_HDR) $(BUILD)/msquic/.stamp

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from . import cpu, derive, environment, errors, floor, guest, netstat, offload, paths, remains, stacks
+from . import cpu, derive, environment, errors, floor, guest, listen, netstat, offload, paths, remains, stacks
 from qprof.flamegraphs import summary as flame_summary
 from qprof.flamegraphs.sides import side_bytes
 
@@ -126,7 +126,7 @@ def make_certificate(run_path: Path) -> tuple:
 
 
 def workload_argv(binary: Path, opts: RunOptions, role: str, addr: str, port: int,
-                  plan: Optional[offload.OffloadPlan] = None) -> list:
+                  plan: Optional[offload.OffloadPlan] = None, run_path: Optional[Path] = None) -> list:
     stack = stacks.STACKS[opts.stack]
     argv = [str(binary), "--stack", opts.stack, "--role", role, "--addr", addr,
             "--port", str(port), "--streams", str(opts.streams), "--io-size", str(opts.io_size), "--control"]
@@ -135,9 +135,11 @@ def workload_argv(binary: Path, opts: RunOptions, role: str, addr: str, port: in
     if role == "client" and opts.bytes:
         argv += ["--bytes", str(opts.bytes)]
     argv += stacks.workload_args(stack, role, opts.tls_version, opts.cipher, opts.sendfile)
+    env = listen.server_env(stack.name, addr, port, run_path) if role == "server" else {}
     if plan is not None:
-        argv = offload.argv_with_env(plan.env[role], argv + plan.args[role])
-    return argv
+        env = listen.merge(plan.env[role], env)
+        argv += plan.args[role]
+    return offload.argv_with_env(env, argv)
 
 
 def run(opts: RunOptions, on_progress: Callable[[str], None] = log) -> dict:
@@ -173,7 +175,7 @@ def _run(opts: RunOptions, binary: Path, on_progress) -> dict:
 
 
 def _transfer(opts, binary, topo, run_path, cert, key, on_progress, plan) -> dict:
-    server_argv = workload_argv(binary, opts, "server", topo.server.addr, opts.port, plan)
+    server_argv = workload_argv(binary, opts, "server", topo.server.addr, opts.port, plan, run_path)
     server_argv += ["--cert", str(cert), "--key", str(key)]
     connect_port = opts.port + 1 if opts.fault == "handshake" else opts.port
     client_argv = workload_argv(binary, opts, "client", topo.server.addr, connect_port, plan) + ["--wait-start"]
@@ -208,6 +210,7 @@ def _transfer(opts, binary, topo, run_path, cert, key, on_progress, plan) -> dic
     record["probes"] = probe_records
     # The whole run's UDP counters of each namespace (the host's, on loopback).
     record["kernel_udp"] = {side: counter_delta(udp_before[side], udp_after[side]) for side in udp_before}
+    record["listen"] = {"server_binds": listen.read_report(run_path)}
     record["kernel_loss"] = netstat.losses(
         {side: counter_delta(window.start.net[side], window.end.net[side]) for side in ("client", "server")},
         counter_delta(window.start.net["softnet"], window.end.net["softnet"]),

@@ -1,0 +1,85 @@
+"""The QUIC server listens only where the README says: on 127.0.0.1 for
+--topology loopback, on its veth address in its namespace; and a port
+another msquic server holds is reported as in use (exit 6)."""
+import json
+import os
+import subprocess
+import threading
+import time
+
+import pytest
+
+from conftest import REPO, leftovers, needs_build, qprof, run_json, started
+from test_bad_input import one_sentence, run_statuses
+
+pytestmark = needs_build
+PORT = 4499
+MAPPED_LOOPBACK = "0000000000000000FFFF00000100007F"   # ::ffff:127.0.0.1 as /proc/net/udp6 writes it
+
+
+def udp_sockets_on(port: int) -> list:
+    """(local address, local port) of every UDP socket on port, v4 and v6."""
+    out = []
+    for name in ("udp", "udp6"):
+        for line in open(f"/proc/net/{name}").read().splitlines()[1:]:
+            addr, hexport = line.split()[1].split(":")
+            if int(hexport, 16) == port:
+                out.append(addr)
+    return out
+
+
+def test_loopback_server_binds_loopback_only(runs_dir):
+    seen = []
+    with started("run", "--json", "--topology", "loopback", "--port", str(PORT), "--duration", "2s",
+                 "--warmup", "0.5s", "--probes", "none", "--sample-hz", "0", runs_dir=runs_dir) as p:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and p.poll() is None:
+            seen += udp_sockets_on(PORT)
+            time.sleep(0.2)
+        out, err = p.communicate(timeout=30)
+    assert p.returncode == 0, err
+    assert seen, "the server's socket was never seen"
+    # The listener and its per-processor sockets: loopback, never the wildcard.
+    assert set(seen) <= {MAPPED_LOOPBACK, "0100007F"}, set(seen)
+    rec = json.loads(out)
+    binds = rec["listen"]["server_binds"]
+    assert binds and all(b["to"] == f"[::ffff:127.0.0.1]:{PORT}" and b["result"] == "ok" for b in binds), binds
+
+
+def test_netns_server_binds_its_veth_address(runs_dir):
+    rec = run_json(runs_dir, "--duration", "1s", "--warmup", "0.3s", "--probes", "none", "--sample-hz", "0")
+    addr = rec["environment"]["topology"]["server"]["addr"]
+    assert [b["to"] for b in rec["listen"]["server_binds"]] == [f"[::ffff:{addr}]:4433"]
+    tcp = run_json(runs_dir, "--stack", "tcp", "--duration", "1s", "--warmup", "0.3s", "--probes", "none",
+                   "--sample-hz", "0")
+    assert tcp["listen"]["server_binds"] is None      # the TCP server binds its address itself
+
+
+def test_port_held_by_another_msquic_server_is_in_use(runs_dir, tmp_path):
+    """msquic shares a port through SO_REUSEPORT: without the interposer a
+    second server joined the first and the run failed its handshake."""
+    cert, key = tmp_path / "c.pem", tmp_path / "k.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                    "-days", "1", "-subj", "/CN=t", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True)
+    other = subprocess.Popen([str(REPO / "build" / "bin" / "qprof-wl"), "--stack", "quic", "--role", "server",
+                              "--addr", "127.0.0.1", "--port", str(PORT), "--cert", str(cert), "--key", str(key)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert json.loads(other.stdout.readline())["event"] == "ready"
+        assert udp_sockets_on(PORT)                     # msquic's own wildcard binding holds it
+        r = qprof("run", "--topology", "loopback", "--port", str(PORT), "--duration", "1s", runs_dir=runs_dir)
+    finally:
+        other.kill()
+        other.communicate()
+    assert r.returncode == 6, r.stderr
+    line = one_sentence(r.stderr)
+    assert str(PORT) in line and "in use" in line, line
+    assert run_statuses(runs_dir) == ["incomplete"]
+
+
+def test_env_composition():
+    from qprof.collectors import listen
+    env = listen.merge({"LD_PRELOAD": "/a.so", "QPROF_GSO": "off"}, {"LD_PRELOAD": "/b.so", "QPROF_BIND_PORT": "1"})
+    assert env == {"LD_PRELOAD": "/a.so /b.so", "QPROF_GSO": "off", "QPROF_BIND_PORT": "1"}
+    assert listen.server_env("tcp", "127.0.0.1", 1, None) == {}
