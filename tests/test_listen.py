@@ -1,16 +1,21 @@
 """The QUIC server listens only where the README says: on 127.0.0.1 for
 --topology loopback, on its veth address in its namespace; and a port
-another msquic server holds is reported as in use (exit 6)."""
+anything else holds, another msquic server included, is reported as in use
+(exit 6)."""
 import json
 import os
+import socket
 import subprocess
+import sys
 import threading
 import time
+from contextlib import contextmanager
 
 import pytest
 
 from conftest import REPO, leftovers, needs_build, qprof, run_json, started
 from test_bad_input import one_sentence, run_statuses
+from qprof.collectors import listen
 
 pytestmark = needs_build
 PORT = 4499
@@ -55,31 +60,90 @@ def test_netns_server_binds_its_veth_address(runs_dir):
     assert tcp["listen"]["server_binds"] is None      # the TCP server binds its address itself
 
 
-def test_port_held_by_another_msquic_server_is_in_use(runs_dir, tmp_path):
-    """msquic shares a port through SO_REUSEPORT: without the interposer a
-    second server joined the first and the run failed its handshake."""
+@contextmanager
+def port_holder(kind, tmp_path):
+    """Something else on 127.0.0.1:PORT: msquic's own wildcard binding
+    (SO_REUSEPORT), an msquic server under the interposer, or a plain socket."""
+    if kind == "socket":
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.bind(("127.0.0.1", PORT))
+            yield
+        return
     cert, key = tmp_path / "c.pem", tmp_path / "k.pem"
     subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
                     "-days", "1", "-subj", "/CN=t", "-keyout", str(key), "-out", str(cert)],
                    check=True, capture_output=True)
+    env = dict(os.environ)
+    if kind == "msquic-interposed":
+        env.update(listen.server_env("quic", "127.0.0.1", PORT, None))
     other = subprocess.Popen([str(REPO / "build" / "bin" / "qprof-wl"), "--stack", "quic", "--role", "server",
                               "--addr", "127.0.0.1", "--port", str(PORT), "--cert", str(cert), "--key", str(key)],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         assert json.loads(other.stdout.readline())["event"] == "ready"
-        assert udp_sockets_on(PORT)                     # msquic's own wildcard binding holds it
-        r = qprof("run", "--topology", "loopback", "--port", str(PORT), "--duration", "1s", runs_dir=runs_dir)
+        yield
     finally:
         other.kill()
         other.communicate()
+
+
+@pytest.mark.parametrize("holder", ["msquic", "msquic-interposed", "socket"])
+def test_port_held_is_in_use(runs_dir, tmp_path, holder):
+    """msquic shares a port through SO_REUSEPORT: without the interposer a
+    second server joined the first and the run failed its handshake."""
+    with port_holder(holder, tmp_path):
+        assert udp_sockets_on(PORT)
+        r = qprof("run", "--topology", "loopback", "--port", str(PORT), "--duration", "1s", runs_dir=runs_dir)
     assert r.returncode == 6, r.stderr
     line = one_sentence(r.stderr)
     assert str(PORT) in line and "in use" in line, line
     assert run_statuses(runs_dir) == ["incomplete"]
 
 
+INTERPOSED = f"""
+import socket
+def udp(family):
+    s = socket.socket(family, socket.SOCK_DGRAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    return s
+def bind(s, addr):
+    try:
+        s.bind(addr)
+        return s.getsockname()[:2]
+    except OSError as e:
+        return e.strerror
+first = udp(socket.AF_INET6)
+print(bind(first, ("::", {PORT})))
+first.close()
+# Another server on the address between the interposer's probe (first bind
+# only) and its bind: it binds, finds the other, and gives the port back.
+other = udp(socket.AF_INET)
+other.bind(("127.0.0.1", {PORT}))
+second = udp(socket.AF_INET6)
+print(bind(second, ("::", {PORT})))
+other.close()
+print(bind(udp(socket.AF_INET), ("0.0.0.0", {PORT})))
+print(bind(udp(socket.AF_INET6), ("::", 0)))          # msquic's start-up probes: port 0
+print(bind(udp(socket.AF_INET6), ("::", {PORT + 1})))
+"""
+
+
+def test_interposer_steers_wildcard_binds_on_the_port_only(tmp_path):
+    env = {**os.environ, **listen.server_env("quic", "127.0.0.1", PORT, tmp_path)}
+    r = subprocess.run([sys.executable, "-c", INTERPOSED], capture_output=True, text=True, env=env)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    out = r.stdout.splitlines()
+    assert out[:3] == [str(("::ffff:127.0.0.1", PORT)), "Address already in use", str(("127.0.0.1", PORT))]
+    assert out[3].startswith("('::', ") and not out[3].endswith(f" {PORT})")
+    assert out[4] == str(("::", PORT + 1))
+    binds = listen.read_report(tmp_path)
+    assert [(b["from"], b["to"], b["result"]) for b in binds] == [
+        (f"[::]:{PORT}", f"[::ffff:127.0.0.1]:{PORT}", "ok"),
+        (f"[::]:{PORT}", f"[::ffff:127.0.0.1]:{PORT}", "EADDRINUSE"),
+        (f"[0.0.0.0]:{PORT}", f"[127.0.0.1]:{PORT}", "ok")]
+
+
 def test_env_composition():
-    from qprof.collectors import listen
     env = listen.merge({"LD_PRELOAD": "/a.so", "QPROF_GSO": "off"}, {"LD_PRELOAD": "/b.so", "QPROF_BIND_PORT": "1"})
     assert env == {"LD_PRELOAD": "/a.so /b.so", "QPROF_GSO": "off", "QPROF_BIND_PORT": "1"}
     assert listen.server_env("tcp", "127.0.0.1", 1, None) == {}

@@ -15,8 +15,15 @@
  *       socket without SO_REUSEPORT is bound to the same address and port:
  *       if anything else holds it (wildcard or not, reuseport or not), the
  *       bind fails with EADDRINUSE, which msquic reports as
- *       QUIC_STATUS_ADDRESS_IN_USE. The server's own per-processor sockets
- *       then share the port among themselves as msquic intends.
+ *       QUIC_STATUS_ADDRESS_IN_USE. After each such bind, /proc/net/udp and
+ *       udp6 are read: a socket other than this one on the port, on the
+ *       address or a wildcard, is a server that bound between the probe
+ *       and the bind (two started at once share the port through
+ *       SO_REUSEPORT, ~1 start in 40 here), and the bind fails with
+ *       EADDRINUSE too; of two such servers at least the later one fails.
+ *       The server's own per-processor sockets, bound after the first to
+ *       the address it got, share the port among themselves as msquic
+ *       intends, so SO_REUSEPORT is left alone.
  *   QPROF_BIND_REPORT=FILE
  *       each steered call appends one JSON line to FILE:
  *       {"pid":N,"call":"bind","from":"[::]:N","to":"[::ffff:a.b.c.d]:N","result":"ok"}
@@ -33,6 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define EXPORT __attribute__((visibility("default")))
@@ -124,6 +132,71 @@ static bool held_elsewhere(const struct sockaddr *sa, socklen_t len)
 	return rc < 0 && errno == EADDRINUSE;
 }
 
+/* Does /proc/net/NAME list a UDP socket on port, on addr or a wildcard
+ * (v4, or v6 unspecified or v4-mapped), other than inode self? */
+static bool other_socket_in(const char *name, int port, struct in_addr addr, unsigned long self)
+{
+	char path[32], line[512];
+	bool found = false;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/net/%s", name);
+	f = fopen(path, "re");
+	if (!f)
+		return false;
+	if (!fgets(line, sizeof(line), f))   /* the header */
+		goto out;
+	while (!found && fgets(line, sizeof(line), f)) {
+		unsigned int w[4] = { 0 };   /* as the kernel prints them: raw 32-bit words */
+		unsigned int p;
+		unsigned long ino;
+		bool n;
+
+		if (!strcmp(name, "udp"))
+			n = sscanf(line, "%*d: %8x:%4x %*s %*s %*s %*s %*s %*s %*s %lu", &w[3], &p, &ino) == 3;
+		else
+			n = sscanf(line, "%*d: %8x%8x%8x%8x:%4x %*s %*s %*s %*s %*s %*s %*s %lu",
+				   &w[0], &w[1], &w[2], &w[3], &p, &ino) == 6;
+		if (!n || (int)p != port || ino == self)
+			continue;
+		if (strcmp(name, "udp") && (w[0] || w[1] || (w[2] && w[2] != htonl(0xffff))))
+			continue;   /* an IPv6 address, which IPv4 does not overlap */
+		found = !w[3] || w[3] == addr.s_addr;
+	}
+out:
+	fclose(f);
+	return found;
+}
+
+static bool shared(int fd)
+{
+	int type = 0;
+	socklen_t tlen = sizeof(type);
+	struct stat st;
+
+	if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tlen) || type != SOCK_DGRAM || fstat(fd, &st))
+		return false;
+	return other_socket_in("udp", bind_port, bind_addr, st.st_ino) ||
+	       other_socket_in("udp6", bind_port, bind_addr, st.st_ino);
+}
+
+/* Unbind fd as a failed bind would have left it: a fresh socket of the
+ * same kind in its place, so the port is free the moment bind returns. */
+static void release(int fd)
+{
+	int domain = 0, proto = 0, fl = fcntl(fd, F_GETFL), fdfl = fcntl(fd, F_GETFD), nfd;
+	socklen_t l1 = sizeof(domain), l2 = sizeof(proto);
+
+	if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &l1) || getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &proto, &l2))
+		return;
+	nfd = socket(domain, SOCK_DGRAM, proto);
+	if (nfd < 0)
+		return;
+	if (dup3(nfd, fd, fdfl & FD_CLOEXEC ? O_CLOEXEC : 0) >= 0 && fl >= 0)
+		fcntl(fd, F_SETFL, fl);
+	close(nfd);
+}
+
 EXPORT int bind(int fd, const struct sockaddr *sa, socklen_t len)
 {
 	struct sockaddr_storage to;
@@ -164,6 +237,12 @@ EXPORT int bind(int fd, const struct sockaddr *sa, socklen_t len)
 		}
 	}
 	rc = real_bind()(fd, (struct sockaddr *)&to, len);
+	if (rc == 0 && shared(fd)) {
+		release(fd);
+		report(from_s, to_s, "EADDRINUSE");
+		errno = EADDRINUSE;
+		return -1;
+	}
 	report(from_s, to_s, rc ? strerror(errno) : "ok");
 	return rc;
 }
