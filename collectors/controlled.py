@@ -116,8 +116,9 @@ class ControlledProcess:
         return lines[-1].removeprefix(prefix).strip() if lines else ""
 
     def how_it_ended(self, prefix: str = "") -> str:
-        """"killed by SIGKILL", "exit 3: <its last line>", or its last line
-        if it still runs: what a record says of a process that went quiet."""
+        """What a record says of a process that went quiet: "killed by
+        SIGKILL" (and its last line, if any), else its last line, else
+        "exit 3"."""
         try:
             code = self.proc.wait(timeout=1)
         except subprocess.TimeoutExpired:
@@ -125,8 +126,10 @@ class ControlledProcess:
         msg = self.last_message(prefix)
         if code is None:
             return msg or "no answer, still running"
-        how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit {code}"
-        return f"{how}: {msg}" if msg else how
+        if code < 0:
+            how = f"killed by {signal.Signals(-code).name}"
+            return f"{how}: {msg}" if msg else how
+        return msg or f"exit {code}"
 
     def kill(self) -> None:
         if self.proc is None:

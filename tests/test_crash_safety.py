@@ -252,8 +252,10 @@ def test_probe_killed_mid_run_is_absent_with_its_signal(runs_dir):
         out, err = p.communicate(timeout=60)
     assert p.returncode == 0, err
     rec = json.loads(out)
-    assert rec["probes"]["syscalls"] == {"status": "absent",
-                                         "reason": "stopped answering at the end edge: killed by SIGKILL"}
+    # Killed before or after the window opened: either edge finds it gone.
+    assert rec["probes"]["syscalls"]["status"] == "absent"
+    assert rec["probes"]["syscalls"]["reason"] in (f"stopped answering at the {edge} edge: killed by SIGKILL"
+                                                   for edge in ("start", "end"))
     assert rec["syscalls"] == {"client": None, "server": None}
     assert rec["observers"]["probes"]["syscalls"] is None and rec["observers"]["run_time_s"] is None
     assert leftovers() == []
