@@ -21,8 +21,13 @@ from . import errors, interrupts, remains
 PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent():
+def die_with_parent():
+    """A Popen preexec_fn: the child is SIGKILLed when qprof dies, even by
+    kill -9, so no workload, probe, perf or QEMU outlives it."""
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+_die_with_parent = die_with_parent  # the name it had
 
 
 class ProcessEnded(Exception):
@@ -44,7 +49,7 @@ class ControlledProcess:
         self._log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(
             self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
-            preexec_fn=_die_with_parent, process_group=0,
+            preexec_fn=die_with_parent, process_group=0,
         )
         self._claim = remains.ledger().claim_pid(self.proc.pid)
         self._reader = threading.Thread(target=self._read_events, name=f"{self.name}-events", daemon=True)

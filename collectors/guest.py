@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from . import errors, paths, interrupts, remains
-from .controlled import _die_with_parent
+from .controlled import die_with_parent
 
 QEMU = "qemu-system-x86_64"
 BUSYBOX = Path("/bin/busybox")
@@ -229,7 +229,7 @@ class GuestVM:
         if shutil.which(QEMU) is None:
             raise errors.GuestMissing(f"{QEMU} is not installed; run `make guest` (Debian's qemu-system-x86).")
         self.proc = subprocess.Popen(self.argv(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.PIPE, process_group=0, preexec_fn=_die_with_parent)
+                                     stderr=subprocess.PIPE, process_group=0, preexec_fn=die_with_parent)
         self._claim = remains.ledger().claim_pid(self.proc.pid)
         return self
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Dict, Optional
 
 from . import errors, interrupts, paths, remains
-from .controlled import _die_with_parent
+from .controlled import die_with_parent
 
 EVENT = "cpu-clock"
 ACK_TIMEOUT_S = 10.0
@@ -88,7 +88,7 @@ class PerfRecorder:
                 ["perf", "record", "-q", "-a", *record_call_graph(self.call_graph), "-e", EVENT, "-c", str(self.period_ns), "-D", "-1",
                  "--control", f"fifo:{ctl},{ack}", "-o", str(self.data)],
                 stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log, process_group=0,
-                preexec_fn=_die_with_parent)
+                preexec_fn=die_with_parent)
             self._claim = remains.ledger().claim_pid(self.proc.pid)
             self._ctl = self._open_ctl(ctl)
             self._ack = os.fdopen(os.open(ack, os.O_RDONLY | os.O_NONBLOCK), "r")
