@@ -118,15 +118,27 @@ class PerfRecorder:
         lines = (self.run_path / "perf.log").read_text(errors="replace").strip().splitlines()
         return lines[-1] if lines else f"exit {self.proc.poll()}"
 
+    def _ended(self, within_s: float = 1.0) -> bool:
+        """Whether perf has exited, or does within within_s: its fifos close
+        in the kernel's exit path a moment before it can be reaped."""
+        try:
+            self.proc.wait(timeout=within_s)
+            return True
+        except subprocess.TimeoutExpired:
+            return False
+
     def died(self) -> errors.InstrumentFailed:
-        """perf ended on its own: how, and its last word."""
-        code = self.proc.wait()
-        how = (f"killed by {signal.Signals(-code).name}" if code < 0 and -code in signal.valid_signals()
+        """perf ended on its own (or closed its control fifo and does not
+        end): how, and its last word."""
+        code = self.proc.returncode if self._ended() else None
+        how = ("closed its control fifo but did not exit" if code is None
+               else f"killed by {signal.Signals(-code).name}" if code < 0 and -code in signal.valid_signals()
                else f"exit {code}")
         self._log.flush()
         lines = (self.run_path / "perf.log").read_text(errors="replace").strip().splitlines()
         said = f": {lines[-1].strip()}" if lines else ""
-        return errors.InstrumentFailed(f"perf record ended mid-run ({how}{said}), so the run has no complete "
+        verb = "stopped answering" if code is None else "ended"
+        return errors.InstrumentFailed(f"perf record {verb} mid-run ({how}{said}), so the run has no complete "
                                        "stack samples; run again, or pass --sample-hz 0 to run without stacks.")
 
     def _command(self, cmd: str) -> None:
@@ -135,7 +147,7 @@ class PerfRecorder:
         try:
             self._ctl.write(cmd + "\n")
             self._ctl.flush()
-        except OSError:  # EPIPE: perf's end of the fifo closed with it
+        except OSError:  # EPIPE: perf's end of the fifo closed, as on its exit
             raise self.died()
         if not select.select([self._ack], [], [], ACK_TIMEOUT_S)[0]:
             if self.proc.poll() is not None:
@@ -145,7 +157,7 @@ class PerfRecorder:
         # perf writes "ack\n" with its terminating NUL, which lands at the
         # front of the next reply.
         reply = self._ack.readline().replace("\0", "").strip()
-        if reply != "ack" and self.proc.poll() is not None:
+        if reply != "ack" and (not reply or self._ended()):  # "": perf closed the fifo, as on its exit
             raise self.died()
         if reply != "ack":
             raise errors.Timeout(f"perf did not acknowledge '{cmd}' (said '{reply}'); see {self.run_path / 'perf.log'}.")
