@@ -243,19 +243,22 @@ def test_perf_dying_mid_run_is_one_sentence(runs_dir):
 
 
 @needs_build
-def test_probe_killed_mid_run_is_absent_with_its_signal(runs_dir):
+@pytest.mark.parametrize("probe", ["syscalls", "packets", "cputhread"])
+def test_probe_killed_mid_run_is_absent_with_its_signal(runs_dir, probe):
     with started("run", "--json", "--duration", "5s", "--warmup", "0.5s", "--sample-hz", "0",
                  runs_dir=runs_dir) as p:
         wait_for_transfer(runs_dir)
         time.sleep(1.5)
-        os.kill(descendant(p.pid, "qprof-syscalls"), signal.SIGKILL)
+        os.kill(descendant(p.pid, f"qprof-{probe}"), signal.SIGKILL)
         out, err = p.communicate(timeout=60)
     assert p.returncode == 0, err
     rec = json.loads(out)
     # Killed before or after the window opened: either edge finds it gone.
-    assert rec["probes"]["syscalls"]["status"] == "absent"
-    assert rec["probes"]["syscalls"]["reason"] in (f"stopped answering at the {edge} edge: killed by SIGKILL"
-                                                   for edge in ("start", "end"))
-    assert rec["syscalls"] == {"client": None, "server": None}
-    assert rec["observers"]["probes"]["syscalls"] is None and rec["observers"]["run_time_s"] is None
+    assert rec["probes"][probe]["status"] == "absent"
+    assert rec["probes"][probe]["reason"] in (f"stopped answering at the {edge} edge: killed by SIGKILL"
+                                              for edge in ("start", "end"))
+    assert f"probe {probe} is absent: stopped answering" in err and "Traceback" not in err
+    if probe == "syscalls":
+        assert rec["syscalls"] == {"client": None, "server": None}
+    assert rec["observers"]["probes"][probe] is None and rec["observers"]["run_time_s"] is None
     assert leftovers() == []
