@@ -32,7 +32,8 @@ CAP_BITS = {"CAP_NET_ADMIN": 12, "CAP_SYS_ADMIN": 21, "CAP_PERFMON": 38, "CAP_BP
 BTF_PATH = Path("/sys/kernel/btf/vmlinux")
 BTF_MAGIC = 0xEB9F
 TRACEFS_DIRS = (Path("/sys/kernel/tracing"), Path("/sys/kernel/debug/tracing"))
-TRACEPOINT = "syscalls:sys_enter_getpid"
+# The tracepoint the syscalls probe (tp_btf/sys_enter) and its bpftrace twin attach to.
+TRACEPOINT = "raw_syscalls:sys_enter"
 TCP_ULP_PATH = Path("/proc/sys/net/ipv4/tcp_available_ulp")
 
 SOL_UDP, UDP_SEGMENT, UDP_GRO = 17, 103, 104
@@ -43,6 +44,7 @@ SOL_TLS, TLS_TX, TCP_ULP = 282, 1, 31
 TLS_1_2_VERSION, TLS_CIPHER_AES_GCM_128 = 0x0303, 51
 
 TRACEPOINTS_ONLY = "qprof's probes use tracepoints only; nothing to do"
+AS_ROOT = "run qprof doctor as root"
 MAKE_BUILD = "run `make build`"
 
 Result = Tuple[str, str, str]  # verdict, detail, fix
@@ -104,6 +106,13 @@ def _run_ok(argv: list[str]) -> subprocess.CompletedProcess:
 def _last_line(text: str) -> str:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return lines[-1] if lines else ""
+
+
+def _first_line(text: str) -> str:
+    """The first line that says something: perf's errors open with a bare
+    "Error:" and end with pages of advice."""
+    lines = [line.strip() for line in text.splitlines() if line.strip().rstrip(":") not in ("", "Error")]
+    return lines[0].removeprefix("Error:").strip() if lines else ""
 
 
 def caps_held(cap_eff_hex: str) -> set[str]:
@@ -206,14 +215,16 @@ def check_btf() -> Result:
 
 @_check("tracepoints")
 def check_tracepoints() -> Result:
-    fix = "boot a kernel with CONFIG_FTRACE_SYSCALLS=y, or use --guest"
+    fix = "boot a kernel with syscall tracepoints (CONFIG_HAVE_SYSCALL_TRACEPOINTS), or use --guest"
     if os.geteuid() != 0:
-        return UNKNOWN, "attaching to a tracepoint needs root; this check ran as a user", "run qprof doctor as root"
+        return UNKNOWN, "attaching to a tracepoint needs root; this check ran as a user", AS_ROOT
     was_mounted = _tracefs_dir() is not None
     with _tracefs() as tracing:
         if tracing is None:
-            return MISSING, "tracefs is not mounted and cannot be mounted", fix
-        # Python, not `true`: it calls getpid, so a count of 0 would mean the attach is not live.
+            # perf looks tracepoints up in tracefs; qprof's probes (tp_btf) do not.
+            return UNKNOWN, ("tracefs is not mounted and cannot be mounted, so perf cannot attach to "
+                             f"{TRACEPOINT}; qprof's probes (tp_btf) do not need it, the bpftrace twins do"), ""
+        # A Python start-up makes hundreds of syscalls: a count of 0 would mean the attach is not live.
         r = _run(["perf", "stat", "-e", TRACEPOINT, "-x,", "--", sys.executable, "-c", "import os; os.getpid()"])
     if r.returncode != 0:
         return MISSING, f"perf could not attach to {TRACEPOINT}: {_last_line(r.stderr)}", fix
@@ -230,6 +241,9 @@ def check_tracepoints() -> Result:
 
 @_check("kprobes")
 def check_kprobes() -> Result:
+    if os.geteuid() != 0:
+        return UNKNOWN, "kprobe_events is in tracefs, which only root can mount and read; this check ran as a user", \
+            AS_ROOT
     with _tracefs() as tracing:
         if tracing is None:
             return UNKNOWN, "tracefs is not available, so kprobe_events cannot be looked for", ""
@@ -243,6 +257,8 @@ def check_kprobes() -> Result:
 def check_fentry() -> Result:
     if shutil.which("bpftrace") is None:
         return UNKNOWN, "bpftrace is not installed, so fentry could not be tried", "apt-get install bpftrace"
+    if os.geteuid() != 0:
+        return UNKNOWN, "attaching fentry needs root (bpftrace refuses a user); this check ran as a user", AS_ROOT
     # The probe exits on the first vfs_read, which some process does all the time.
     with _no_new_tracefs_mounts():
         r = _run(["bpftrace", "-e", "kfunc:vmlinux:vfs_read { exit(); }"])
@@ -263,10 +279,16 @@ def check_perf_sampling() -> Result:
                   "-o", str(data), "--", "sleep", "0.1"])
         data_bytes = data.stat().st_size if data.exists() else 0
     if r.returncode != 0 or data_bytes == 0:
-        why = _last_line(r.stderr) or f"exit {r.returncode}, {data_bytes} bytes written"
-        return MISSING, (f"perf record -a -e cpu-clock --call-graph dwarf failed: {why}; "
+        why = _first_line(r.stderr) or f"exit {r.returncode}, {data_bytes} bytes written"
+        if os.geteuid() != 0:
+            # Every CPU (-a) needs perf_event_paranoid <= 0 or CAP_PERFMON; the
+            # rest of qprof needs root anyway, so lowering it would not help.
+            return MISSING, (f"sampling every CPU (perf record -a, as qprof runs it) needs root: as euid "
+                             f"{os.geteuid()} with perf_event_paranoid={paranoid} perf said '{why}'"), \
+                "run qprof as root"
+        return MISSING, (f"perf record -a -e cpu-clock --call-graph dwarf failed as root: {why}; "
                          f"perf_event_paranoid={paranoid}"), \
-            "run as root (system-wide sampling), or sysctl kernel.perf_event_paranoid=-1"
+            "qprof run --sample-hz 0 runs without stack samples"
     return OK, f"cpu-clock on every CPU with DWARF call graphs; perf_event_paranoid={paranoid}", ""
 
 

@@ -92,6 +92,27 @@ def test_as_a_user_doctor_says_what_needs_root(tmp_path):
     assert r.returncode == 0, r.stderr
     checks = {c["name"]: c for c in json.loads(r.stdout)}
     assert checks["root"]["verdict"] == "missing"
-    assert checks["perf sampling"]["verdict"] == "missing" and "root" in checks["perf sampling"]["fix"]
-    assert checks["tracepoints"]["verdict"] == "unknown" and "root" in checks["tracepoints"]["fix"]
+    perf = checks["perf sampling"]
+    assert perf["verdict"] == "missing" and "needs root" in perf["detail"] and perf["fix"] == "run qprof as root"
+    assert "Access to performance monitoring" in perf["detail"]  # perf's reason, not its closing advice
+    # A missing privilege is not a kernel that lacks the feature.
+    for name in ("tracepoints", "kprobes", "fentry/fexit"):
+        assert checks[name]["verdict"] == "unknown" and "root" in checks[name]["fix"], checks[name]
     assert "CONFIG_FTRACE" not in checks["tracepoints"]["fix"]
+
+
+PERF_AS_USER = """\
+Error:
+Access to performance monitoring and observability operations is limited.
+Consider adjusting /proc/sys/kernel/perf_event_paranoid setting to open
+perf_event_paranoid setting is 2:
+To make the adjusted perf_event_paranoid setting permanent preserve it
+in /etc/sysctl.conf (e.g. kernel.perf_event_paranoid = <setting>)
+"""
+
+
+def test_perf_is_quoted_by_its_first_line_that_says_something():
+    from qprof.collectors.capabilities import _first_line
+    assert _first_line(PERF_AS_USER) == "Access to performance monitoring and observability operations is limited."
+    assert _first_line("Error:\tUnable to find debugfs/tracefs\nHint: ...") == "Unable to find debugfs/tracefs"
+    assert _first_line("\n") == ""
