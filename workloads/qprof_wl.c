@@ -23,7 +23,9 @@ static const char usage[] =
 "  -t, --duration-ms MS     client: send for MS after the handshake\n"
 "  -b, --bytes N            client: send N bytes per stream, then FIN\n"
 "      --io-size N          client: bytes per send request, a power of two\n"
-"                           from 1024 to 1048576 (default 65536)\n"
+"                           from 1024 to 1048576 (default 65536); both roles:\n"
+"                           the payload pattern's period is max(N, 64K), so\n"
+"                           give the server the client's N\n"
 "      --exec-profile P     msquic execution profile: lowlat (default) or maxtput\n"
 "      --tls V              tcp-tls, tcp-ktls: TLS version 1.2 or 1.3 (default)\n"
 "      --cipher NAME        tcp-tls, tcp-ktls: OpenSSL cipher name (default AES-128-GCM:\n"
@@ -200,6 +202,7 @@ int main(int argc, char **argv)
 		wl_warn("--wait-start needs --control (the start command comes on stdin)");
 		return WL_EXIT_USAGE;
 	}
+	wl_pattern_init(o.io_size);
 	if (!strcmp(o.stack, "quic"))
 		return wl_quic_run(&o);
 	if (!strcmp(o.stack, "tcp") || !strcmp(o.stack, "tcp-tls") || !strcmp(o.stack, "tcp-ktls"))

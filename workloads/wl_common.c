@@ -12,45 +12,51 @@
 #include "wl.h"
 
 static uint8_t *pattern;
-static pthread_once_t pattern_once = PTHREAD_ONCE_INIT;
+static uint64_t pattern_mask;  /* period - 1; the period is a power of two */
 
-static inline uint64_t pat_word(uint64_t aligned_off)
+static inline uint64_t pat_word(uint64_t aligned_off, uint64_t mask)
 {
-	return (aligned_off & (WL_PAT_PERIOD - 1)) ^ WL_PAT_SEED;
+	return (aligned_off & mask) ^ WL_PAT_SEED;
 }
 
-static void pattern_init(void)
+void wl_pattern_init(uint32_t io_size)
 {
-	uint64_t i;
+	uint64_t period = io_size > WL_PAT_PERIOD_MIN ? io_size : WL_PAT_PERIOD_MIN, i;
 
-	pattern = aligned_alloc(4096, WL_PAT_PERIOD);
+	pattern_mask = period - 1;
+	pattern = aligned_alloc(4096, period);
 	if (!pattern)
 		abort();
-	for (i = 0; i < WL_PAT_PERIOD; i += 8) {
-		uint64_t w = pat_word(i);
+	for (i = 0; i < period; i += 8) {
+		uint64_t w = pat_word(i, pattern_mask);
 		memcpy(pattern + i, &w, 8);
 	}
 }
 
+uint32_t wl_pattern_period(void)
+{
+	return (uint32_t)(pattern_mask + 1);
+}
+
 const uint8_t *wl_pattern_region(void)
 {
-	pthread_once(&pattern_once, pattern_init);
 	return pattern;
 }
 
-static inline uint8_t pat_byte(uint64_t off)
+static inline uint8_t pat_byte(uint64_t off, uint64_t mask)
 {
-	return (uint8_t)(pat_word(off & ~7ull) >> (8 * (off & 7)));
+	return (uint8_t)(pat_word(off & ~7ull, mask) >> (8 * (off & 7)));
 }
 
 __attribute__((target_clones("avx2", "default")))
 bool wl_pattern_check(uint64_t off, const uint8_t *p, size_t len)
 {
+	const uint64_t mask = pattern_mask;
 	uint64_t bad = 0;
 	size_t i, words;
 
 	while (len && (off & 7)) {
-		if (*p != pat_byte(off))
+		if (*p != pat_byte(off, mask))
 			return false;
 		p++, off++, len--;
 	}
@@ -59,13 +65,13 @@ bool wl_pattern_check(uint64_t off, const uint8_t *p, size_t len)
 	for (i = 0; i < words; i++) {
 		uint64_t w;
 		memcpy(&w, p + 8 * i, 8);
-		bad |= w ^ pat_word(off + 8 * i);
+		bad |= w ^ pat_word(off + 8 * i, mask);
 	}
 	if (bad)
 		return false;
 	p += 8 * words, off += 8 * words, len -= 8 * words;
 	for (; len; p++, off++, len--)
-		if (*p != pat_byte(off))
+		if (*p != pat_byte(off, mask))
 			return false;
 	return true;
 }

@@ -233,7 +233,7 @@ static void client_send_more(struct qstream *s)
 		if (atomic_load(&S.stopping)) {
 			buf = NULL, len = 0, flags = QUIC_SEND_FLAG_FIN;
 		} else {
-			buf = &S.chunks[(s->off % WL_PAT_PERIOD) / o->io_size];
+			buf = &S.chunks[(s->off % wl_pattern_period()) / o->io_size];
 			if (o->bytes && s->off + len >= o->bytes) {
 				len = o->bytes - s->off;
 				s->tail.Buffer = buf->Buffer;
@@ -666,7 +666,7 @@ int wl_quic_run(const struct wl_opts *o)
 
 	if (!server) {
 		region = wl_pattern_region();
-		S.nchunks = WL_PAT_PERIOD / o->io_size;
+		S.nchunks = wl_pattern_period() / o->io_size;
 		S.chunks = calloc(S.nchunks, sizeof(*S.chunks));
 		if (!S.chunks)
 			return WL_EXIT_INTERNAL;

@@ -316,10 +316,11 @@ out:
 static ssize_t client_send(struct tconn *c, uint64_t len)
 {
 	const uint8_t *region = wl_pattern_region();
-	uint64_t at = c->off % WL_PAT_PERIOD;
+	const uint64_t period = wl_pattern_period();
+	uint64_t at = c->off % period;
 
-	if (len > WL_PAT_PERIOD - at)
-		len = WL_PAT_PERIOD - at;
+	if (len > period - at)
+		len = period - at;
 	if (T.o->sendfile) {
 		if (c->ssl)
 			return SSL_sendfile(c->ssl, T.memfd, (off_t)at, len, 0);
@@ -531,13 +532,14 @@ static void emit_done(int code)
 static int make_memfd(void)
 {
 	const uint8_t *region = wl_pattern_region();
-	size_t left = WL_PAT_PERIOD;
+	const size_t period = wl_pattern_period();
+	size_t left = period;
 
 	T.memfd = memfd_create("qprof-pattern", MFD_CLOEXEC);
 	if (T.memfd < 0)
 		return -1;
 	while (left) {
-		ssize_t n = write(T.memfd, region + (WL_PAT_PERIOD - left), left);
+		ssize_t n = write(T.memfd, region + (period - left), left);
 		if (n <= 0)
 			return -1;
 		left -= (size_t)n;
@@ -570,7 +572,6 @@ int wl_tcp_run(const struct wl_opts *o)
 		wl_warn("cannot make the sendfile source: %s", strerror(errno));
 		return WL_EXIT_INTERNAL;
 	}
-	wl_pattern_region();
 	/* Control first: whoever waits on us must hear even a setup failure. */
 	if (o->control && wl_control_start(&control_ops))
 		return WL_EXIT_INTERNAL;

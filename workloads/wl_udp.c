@@ -53,7 +53,7 @@
 #define UDP_MMSG_MAX 1024             /* UIO_MAXIOV: sendmmsg's vlen limit */
 #define UDP_HDR 8                     /* the sequence number */
 #define UDP_STRIDE 65536u
-#define UDP_SLOTS (WL_PAT_PERIOD / UDP_STRIDE)
+#define UDP_SLOTS (wl_pattern_period() / UDP_STRIDE)
 #define UDP_END_SEQ UINT64_MAX
 #define UDP_END_LEN 16
 #define UDP_END_REPEATS 6             /* gaps 1, 2, 4, 8, 16 ms */
@@ -683,7 +683,6 @@ int wl_udp_run(const struct wl_opts *o)
 		return WL_EXIT_USAGE;
 	sem_init(&U.may_start, 0, 0);
 	sem_init(&U.may_exit, 0, 0);
-	wl_pattern_region();
 	/* Control first: whoever waits on us must hear even a setup failure. */
 	if (o->control && wl_control_start(&control_ops)) {
 		wl_warn("cannot start the control thread");
