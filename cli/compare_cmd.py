@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from qprof.collectors import compare, runner
+from qprof.collectors import compare, options, runner
 from qprof.collectors.errors import BadValue
 from qprof.run_options import to_run_options, transfer_options
 
@@ -18,7 +18,7 @@ ABSENT = "—"
 
 @click.command()
 @click.option("--stack", "-s", default=None, help=f"The stack whose configurations vary [default: quic]; "
-                                                  f"one of {', '.join(runner.STACKS)}.")
+                                                  f"one of {', '.join(options.STACK_NAMES)}.")
 @click.option("--stacks", "stack_list", default=None, metavar="S1,S2,...",
               help="Compare stacks side by side (each with the same --vary, if any).")
 @click.option("--vary", "vary_items", multiple=True, metavar="KEY=V1,V2",
@@ -52,8 +52,8 @@ def compare_cmd(ctx, stack, stack_list, vary_items, repeat, as_json, **kwargs):
         raise BadValue("give --stack (one stack, with --vary) or --stacks (several), not both.")
     stack_names = compare.parse_stacks(stack_list) if stack_list else [stack or "quic"]
     vary = compare.parse_vary(list(vary_items))
-    fixed = [key for key, (field, _) in compare.VARY_KEYS.items()
-             if field in kwargs and ctx.get_parameter_source(field) == ParameterSource.COMMANDLINE]
+    fixed = [key for key in compare.VARY_KEYS
+             if ctx.get_parameter_source(options.BY_NAME[key].field) == ParameterSource.COMMANDLINE]
     base = to_run_options(stack_names[0], kwargs)
     configs = compare.build_matrix(base, stack_names, vary, fixed)
     runner.preflight(configs[0].opts)   # root and the build, before the first run

@@ -75,6 +75,12 @@ def main(argv=None):
     except (click.exceptions.Abort, KeyboardInterrupt):
         click.echo(f"qprof: {_interrupted_sentence()}", err=True)
         sys.exit(Interrupted.exit_code)
+    except click.UsageError as e:
+        # One sentence, as every other failure (exit 2).
+        cmd = e.ctx.command_path if e.ctx is not None else "qprof"
+        msg = " ".join(e.format_message().split()).rstrip(".")
+        click.echo(f"qprof: {msg}; see `{cmd} --help`.", err=True)
+        sys.exit(e.exit_code)
     except click.ClickException as e:
         e.show()
         sys.exit(e.exit_code)

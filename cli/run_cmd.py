@@ -1,20 +1,23 @@
 """`qprof run`: one measured bulk transfer."""
 import json
+from pathlib import Path
 
 import click
 
 from qprof import report
-from qprof.collectors import runner
+from qprof.collectors import options, runner
+from qprof.collectors.faults import FAULTS, Faults
 from qprof.run_options import to_run_options, transfer_options
 
 
 @click.command()
-@click.option("--stack", "-s", default=runner.RunOptions().stack, show_default=True,
-              help=f"Transport stack: {', '.join(runner.STACKS)}.")
+@click.option("--stack", "-s", default=options.BY_NAME["stack"].default, show_default=True,
+              help=f"Transport stack: {', '.join(options.STACK_NAMES)}.")
 @transfer_options
 @click.option("--json", "as_json", is_flag=True, help="Print the run record on stdout instead of the table.")
-@click.option("--inject-fault", "fault", type=click.Choice(runner.FAULTS), default=None, hidden=True)
-def run(stack, as_json, fault, **kwargs):
+@click.option("--inject-fault", "fault", type=click.Choice(FAULTS), default=None, hidden=True)
+@click.option("--options-file", type=click.Path(exists=True, dir_okay=False), default=None, hidden=True)
+def run(stack, as_json, fault, options_file, **kwargs):
     """Drive a real bulk transfer and measure its CPU per byte.
 
     The client sends as fast as the stack allows from one network
@@ -31,9 +34,9 @@ def run(stack, as_json, fault, **kwargs):
       qprof run --stack quic --gso off             # msquic without GSO (and so GRO)
       qprof run --stack udp --send-mode sendmmsg --gro off   # raw UDP, the kernel's floor
     """
-    opts = to_run_options(stack, kwargs)
-    opts.fault = fault
-    record = runner.run(opts)
+    # --options-file: the guest's hand-over, every option as JSON (collectors/options.py).
+    opts = options.from_json(Path(options_file).read_text()) if options_file else to_run_options(stack, kwargs)
+    record = runner.run(opts, faults=Faults(fault))
     if as_json:
         click.echo(json.dumps(record, indent=2))
     else:

@@ -13,44 +13,24 @@ from itertools import product
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
-from . import environment, errors, remains, runner, stacks
-from .units import parse_size_bytes
+from . import environment, errors, options, remains, runner, stacks
 from .rundir import RunDir
 
 COMPARISON_RECORD = "comparison.json"
 COMPARISONS_SUBDIR = "comparisons"
 
 
-def _int(v: str) -> int:
-    if not v.isdigit():
-        raise ValueError(v)
-    return int(v)
-
-
-def _size(v: str) -> int:
-    return parse_size_bytes(v, "io-size")
-
-
-# --vary KEY -> (RunOptions field, parser). Values are then checked by
-# runner.check_options like the same flags given to `qprof run`.
-VARY_KEYS: Dict[str, Tuple[str, Callable[[str], object]]] = {
-    "gso": ("gso", str),
-    "gro": ("gro", str),
-    "send-mode": ("send_mode", str),
-    "batch": ("batch", _int),
-    "dgram-size": ("dgram_size", _int),
-    "io-size": ("io_size", _size),
-    "streams": ("streams", _int),
-    "exec-profile": ("exec_profile", str),
-    "tls": ("tls_version", str),
-}
+# The --vary keys: the options collectors/options.py marks as variable,
+# each parsed and range-checked by its own Option, then the whole
+# configuration by runner.check_options like `qprof run`'s flags.
+VARY_KEYS = options.VARY_KEYS
 
 
 @dataclass
 class Config:
     stack: str
     overrides: Dict[str, str]             # vary key -> value as the user wrote it
-    opts: runner.RunOptions
+    opts: options.RunOptions
 
     @property
     def label(self) -> str:
@@ -79,7 +59,7 @@ def parse_vary(items: List[str]) -> Dict[str, List[str]]:
     return out
 
 
-def build_matrix(base: runner.RunOptions, stack_names: List[str], vary: Dict[str, List[str]],
+def build_matrix(base: options.RunOptions, stack_names: List[str], vary: Dict[str, List[str]],
                  fixed_flags: List[str]) -> List[Config]:
     """Every configuration, each checked as `qprof run` would check it,
     before anything runs. fixed_flags: the vary keys the user also gave
@@ -92,19 +72,13 @@ def build_matrix(base: runner.RunOptions, stack_names: List[str], vary: Dict[str
     for stack in stack_names:
         for values in product(*(vary[k] for k in keys)):
             overrides = dict(zip(keys, values))
-            fields = {}
-            for k, v in overrides.items():
-                name, parse = VARY_KEYS[k]
-                try:
-                    fields[name] = parse(v)
-                except (ValueError, errors.BadValue):
-                    raise errors.BadValue(f"--vary {k} value '{v}' is not valid for --{k}; see `qprof run --help`.")
-            opts = replace(base, stack=stack, **fields)
+            label = Config(stack, overrides, base).label
             try:
+                fields = {options.BY_NAME[k].field: options.BY_NAME[k].parse(v) for k, v in overrides.items()}
+                opts = replace(base, stack=stack, **fields)
                 runner.check_options(opts)
             except errors.QprofError as e:
-                where = f"configuration '{Config(stack, overrides, opts).label}'"
-                raise type(e)(f"{where}: {e.sentence}")
+                raise type(e)(f"configuration '{label}': {e.sentence}")
             configs.append(Config(stack, overrides, opts))
     if len(configs) < 2:
         raise errors.BadValue("a comparison needs at least two configurations; add --vary KEY=V1,V2 "

@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from . import errors, paths
+from . import errors, options, paths
 
 ONOFF = ("on", "off")
-UDP_SEND_MODES = ("sendmsg", "sendmmsg", "gso")
+UDP_SEND_MODES = options.UDP_SEND_MODES
 PRELOAD_LIB = "libqprof-offload.so"
 REPORT_NAME = "offload-{role}.jsonl"
 # ethtool feature names per request, on both veths.

@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 from typing import Dict, Optional
 
-from . import errors, interrupts, paths, remains
+from . import errors, interrupts, options, paths, remains
 from .controlled import die_with_parent
 
 EVENT = "cpu-clock"
@@ -49,7 +49,7 @@ _ROOT = re.compile(r"^(?P<comm>.*)-(?P<pid>\d+)$")
 # 8192 bytes unwind as far as 16384 and 32768 did (99.4-99.7%) at half and
 # a quarter of the data; the few stacks left short stop in msquic, not at
 # the copy's end.
-CALL_GRAPHS = ("fp", "dwarf")
+CALL_GRAPHS = options.CALL_GRAPHS
 DEFAULT_CALL_GRAPH = "dwarf"
 DWARF_STACK_BYTES = 8192
 

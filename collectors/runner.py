@@ -11,26 +11,25 @@ import subprocess
 from contextlib import contextmanager
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Callable, Optional
 
-from . import cpu, derive, environment, errors, floor, guest, listen, netstat, offload, paths, remains, stacks
+from . import cpu, derive, environment, errors, floor, guest, listen, netstat, offload, options, paths, remains, stacks
 from qprof.flamegraphs import summary as flame_summary
 from qprof.flamegraphs.sides import side_bytes
 
 from .perf import PerfRecorder
-from .probes import PROBES as PROBE_ARGV, ProbeSet, target_for
+from .faults import NO_FAULTS, Faults
+from .options import RunOptions
+from .probes import ProbeSet, target_for
 from .rundir import RunDir
 from .topology import Topology
 from .window import Window, counter_delta, sleep_watching, take_edge
 from .workload import WorkloadProcess
 
-STACKS = tuple(stacks.STACKS)
-PROBES = tuple(PROBE_ARGV)
-TOPOLOGIES = ("netns", "loopback")
-EXEC_PROFILES = ("lowlat", "maxtput")
-FAULTS = ("handshake", "kill-server", "bad-cert", "tls-mismatch", "no-interposer")
+STACKS = options.STACK_NAMES
+PROBES = options.PROBE_NAMES
 
 DEFAULT_WARMUP_S = 1.0
 READY_TIMEOUT_S = 10.0
@@ -47,36 +46,6 @@ UDP_IP_HEADERS = 28   # IPv4 + UDP
 MSQUIC_MAX_MTU = 1500  # msquic's default MaximumMtu
 
 
-@dataclass
-class RunOptions:
-    stack: str = "quic"
-    duration_s: float = 10.0          # the measured window; ignored with bytes
-    bytes: Optional[int] = None       # per stream: a fixed-size transfer, measured whole (handshake included)
-    warmup_s: Optional[float] = None  # after the handshake, before the window; None: 1 s, or 0 with bytes
-    streams: int = 1
-    topology: str = "netns"
-    mtu: int = 1500
-    port: int = 4433
-    io_size: Optional[int] = None     # bytes per send request; None: the stack's default
-    exec_profile: str = "lowlat"      # msquic execution profile
-    tls_version: Optional[str] = None # tcp-tls, tcp-ktls: "1.2" or "1.3" (default)
-    cipher: Optional[str] = None      # tcp-tls, tcp-ktls: OpenSSL name (default AES-128-GCM)
-    sendfile: bool = False            # tcp, tcp-ktls: the client sendfile()s its data
-    guest: bool = False               # run inside a QEMU guest (Debian's kernel)
-    probes: tuple = tuple(PROBES)     # eBPF probes attached around the run
-    sample_hz: int = 99               # perf cpu-clock stack samples per CPU-second; 0: none
-                                      # (99: no measurable cost here; 250 cost 4.5%, 1000 cost 9%)
-    keep_perf_data: bool = False      # keep perf.data beside the folded stacks
-    call_graph: Optional[str] = None  # "fp" or "dwarf" user stacks; None: perf.DEFAULT_CALL_GRAPH
-    gso: Optional[str] = None         # "on"/"off" (collectors/offload.py says how per stack); None: as the stack starts
-    gro: Optional[str] = None         # "on"/"off"; quic: follows gso when unset
-    send_mode: Optional[str] = None   # udp: sendmsg, sendmmsg or gso (default gso; sendmmsg with --gso off)
-    batch: Optional[int] = None       # udp: datagrams per call (default: the workload's)
-    dgram_size: Optional[int] = None  # udp: payload bytes per datagram (default 1472: MTU 1500)
-    runs_dir: str = "runs"
-    fault: Optional[str] = None       # tests only: inject a real failure
-
-
 def log(msg: str) -> None:
     """Progress for a person watching; scripts get stderr for errors only."""
     if sys.stderr.isatty():
@@ -86,6 +55,7 @@ def log(msg: str) -> None:
 def check_options(opts: RunOptions) -> stacks.Stack:
     """Refuse options that cannot run together, before anything starts;
     fills in the stack's defaults."""
+    options.check(opts)
     stack = stacks.validate(opts.stack, opts.tls_version, opts.cipher, opts.sendfile, opts.guest)
     if opts.io_size is None:
         opts.io_size = stack.io_size
@@ -128,12 +98,8 @@ def make_certificate(run_path: Path) -> tuple:
 def workload_argv(binary: Path, opts: RunOptions, role: str, addr: str, port: int,
                   plan: Optional[offload.OffloadPlan] = None, run_path: Optional[Path] = None) -> list:
     stack = stacks.STACKS[opts.stack]
-    argv = [str(binary), "--stack", opts.stack, "--role", role, "--addr", addr,
-            "--port", str(port), "--streams", str(opts.streams), "--io-size", str(opts.io_size), "--control"]
-    if stack.name == "quic":
-        argv += ["--exec-profile", opts.exec_profile]
-    if role == "client" and opts.bytes:
-        argv += ["--bytes", str(opts.bytes)]
+    argv = [str(binary), "--stack", opts.stack, "--role", role, "--addr", addr, "--port", str(port), "--control"]
+    argv += options.workload_args(opts, role)
     argv += stacks.workload_args(stack, role, opts.tls_version, opts.cipher, opts.sendfile)
     env = listen.server_env(stack.name, addr, port, run_path) if role == "server" else {}
     if plan is not None:
@@ -142,23 +108,24 @@ def workload_argv(binary: Path, opts: RunOptions, role: str, addr: str, port: in
     return offload.argv_with_env(env, argv)
 
 
-def run(opts: RunOptions, on_progress: Callable[[str], None] = log) -> dict:
+def run(opts: RunOptions, on_progress: Callable[[str], None] = log, faults: Faults = NO_FAULTS) -> dict:
+    """faults: real failures for the tests (collectors/faults.py), never in the record."""
     binary = preflight(opts)
     with remains.exclusive("run"):
         if opts.guest:
-            return run_in_guest(opts, on_progress)
-        return _run(opts, binary, on_progress)
+            return run_in_guest(opts, on_progress, faults)
+        return _run(opts, binary, on_progress, faults)
 
 
-def _run(opts: RunOptions, binary: Path, on_progress) -> dict:
+def _run(opts: RunOptions, binary: Path, on_progress, faults: Faults) -> dict:
     with RunDir(Path(opts.runs_dir)) as rundir:
         rundir.record.update({"stack": opts.stack, "config": asdict(opts)})
         cert, key = make_certificate(rundir.path)
-        if opts.fault == "bad-cert":
+        if faults.bad_cert:
             cert.write_text("not a certificate\n")
         plan = offload.plan(opts.stack, opts.topology, opts.gso, opts.gro, opts.send_mode, opts.batch,
                             opts.dgram_size, run_path=rundir.path)
-        if opts.fault == "no-interposer":   # the steering silently not taking effect
+        if faults.no_interposer:   # the steering silently not taking effect
             plan.env = {"client": {}, "server": {}}
         floor_parts = floor.measure(opts.stack)  # cached; before anything else runs
         with Topology(opts.topology, rundir.id[-6:], mtu=opts.mtu) as topo:
@@ -166,7 +133,7 @@ def _run(opts: RunOptions, binary: Path, on_progress) -> dict:
                         + (f" {topo.subnet}" if topo.subnet else "") + f", output in {rundir.path}")
             for ep in ((topo.client, topo.server) if topo.kind == "netns" else ()):
                 offload.set_device_features(ep, plan.devices)
-            record = _transfer(opts, binary, topo, rundir.path, cert, key, on_progress, plan)
+            record = _transfer(opts, binary, topo, rundir.path, cert, key, on_progress, plan, faults)
         record["floor"] = floor.figures(opts.stack, floor_parts, record["cpu"], opts.sendfile)
         rundir.record["offload"] = record["offload"]
         offload.verify(plan.effective, record["offload"]["observed"])
@@ -174,12 +141,12 @@ def _run(opts: RunOptions, binary: Path, on_progress) -> dict:
         return rundir.record
 
 
-def _transfer(opts, binary, topo, run_path, cert, key, on_progress, plan) -> dict:
+def _transfer(opts, binary, topo, run_path, cert, key, on_progress, plan, faults: Faults) -> dict:
     server_argv = workload_argv(binary, opts, "server", topo.server.addr, opts.port, plan, run_path)
     server_argv += ["--cert", str(cert), "--key", str(key)]
-    connect_port = opts.port + 1 if opts.fault == "handshake" else opts.port
+    connect_port = opts.port + 1 if faults.handshake else opts.port
     client_argv = workload_argv(binary, opts, "client", topo.server.addr, connect_port, plan) + ["--wait-start"]
-    if opts.fault == "tls-mismatch":
+    if faults.tls_mismatch:
         client_argv += ["--tls", "1.2" if (opts.tls_version or "1.3") == "1.3" else "1.3"]
 
     with WorkloadProcess("server", server_argv, topo.server, run_path / "server.log") as server, \
@@ -187,7 +154,7 @@ def _transfer(opts, binary, topo, run_path, cert, key, on_progress, plan) -> dic
             _perf(opts, run_path) as perf:
         udp_before = {side: netstat.read_udp(ep) for side, ep in (("client", topo.client), ("server", topo.server))}
         dev_before = {side: netstat.read_device(ep) for side, ep in (("client", topo.client), ("server", topo.server))}
-        connected, window, tls_before = _measure(opts, server, client, probes, perf, on_progress)
+        connected, window, tls_before = _measure(opts, server, client, probes, perf, on_progress, faults)
         client_done = client.finish(FINISH_TIMEOUT_S)
         server_done = server.finish(FINISH_TIMEOUT_S)
         udp_after = {side: netstat.read_udp(ep) for side, ep in (("client", topo.client), ("server", topo.server))}
@@ -280,7 +247,7 @@ def _perf(opts, run_path):
         yield perf
 
 
-def _measure(opts, server, client, probes, perf, on_progress):
+def _measure(opts, server, client, probes, perf, on_progress, faults: Faults):
     """Connect, warm up, and take the window's two edges. A fixed-size
     transfer is measured whole: the window opens before the client
     connects and closes when the server has the last byte."""
@@ -306,7 +273,7 @@ def _measure(opts, server, client, probes, perf, on_progress):
         perf.enable()
     start = take_edge("start", server, client, probes)
     on_progress(f"measuring {opts.duration_s:g} s")
-    if opts.fault == "kill-server":
+    if faults.kill_server:
         sleep_watching(start.t_ns + int(opts.duration_s * 0.3e9), procs)
         server.proc.kill()
     sleep_watching(start.t_ns + int(opts.duration_s * 1e9), procs)
@@ -512,39 +479,18 @@ def derive_probe_figures(rec: dict, pids: dict) -> dict:
     return {"syscalls": sides, "crosscheck": checks, "cpu_threads": threads}
 
 
-def guest_argv(opts: RunOptions) -> list:
-    """The same run, as `qprof run` arguments for the guest's qprof."""
-    argv = ["--stack", opts.stack, "--streams", str(opts.streams),
-            "--topology", opts.topology, "--port", str(opts.port), "--io-size", str(opts.io_size),
-            "--exec-profile", opts.exec_profile, "--probes", ",".join(opts.probes) or "none",
-            "--sample-hz", str(opts.sample_hz)]
-    argv += ["--bytes", str(opts.bytes)] if opts.bytes else ["--duration", f"{opts.duration_s}s",
-                                                              "--warmup", f"{opts.warmup_s}s"]
-    if opts.tls_version:
-        argv += ["--tls", opts.tls_version]
-    if opts.cipher:
-        argv += ["--cipher", opts.cipher]
-    if opts.sendfile:
-        argv += ["--sendfile"]
-    if opts.keep_perf_data:
-        argv += ["--keep-perf-data"]
-    for flag, v in (("--call-graph", opts.call_graph), ("--gso", opts.gso), ("--gro", opts.gro), ("--send-mode", opts.send_mode),
-                    ("--batch", opts.batch), ("--dgram-size", opts.dgram_size)):
-        if v is not None:
-            argv += [flag, str(v)]
-    if opts.fault:
-        argv += ["--inject-fault", opts.fault]
-    return argv
-
-
-def run_in_guest(opts: RunOptions, on_progress) -> dict:
+def run_in_guest(opts: RunOptions, on_progress, faults: Faults) -> dict:
     """The whole measurement inside a QEMU guest; its record comes back here."""
     art = guest.artifacts()
     with RunDir(Path(opts.runs_dir)) as rundir:
         rundir.record.update({"stack": opts.stack, "config": asdict(opts)})
         out = (rundir.path / "guest").resolve()
         out.mkdir()
-        (out / "cmd.sh").write_text(guest.guest_command(guest_argv(opts), out))
+        # The same options for the guest's qprof, as JSON (collectors/options.py).
+        # Not a guest again inside the guest; its runs go where the host reads them.
+        (out / "options.json").write_text(options.to_json(replace(opts, guest=False, runs_dir=str(out / "runs"))))
+        (out / "cmd.sh").write_text(guest.guest_command(["--options-file", str(out / "options.json"),
+                                                         *faults.argv()], out))
         on_progress(f"run {rundir.id}: {opts.stack} in a QEMU guest ({art.kernel_release}, TCG), "
                     f"output in {rundir.path}")
         timeout_s = opts.warmup_s + (opts.duration_s if not opts.bytes else 600) + 300

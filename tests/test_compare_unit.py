@@ -54,6 +54,13 @@ def test_bad_vary_is_refused(items, needle):
     ("quic", {"gro": ["on"]}, [], errors.BadValue, "at least two configurations"),
     ("udp", {"batch": ["x", "2"]}, [], errors.BadValue, "'x'"),
     ("quic", {"tls": ["1.2", "1.3"]}, [], errors.BadTls, "tcp-tls and tcp-ktls only"),
+    # Ranges from the option table, checked before the first run (they
+    # used to pass the up-front check and fail after earlier runs).
+    ("quic", {"io-size": ["2048", "1000"]}, [], errors.BadValue, "'quic io-size=1000'"),
+    ("quic", {"streams": ["1", "100"]}, [], errors.BadValue, "--streams 100 is not from 1 to 64"),
+    ("udp", {"batch": ["1", "5000"]}, [], errors.BadValue, "--batch 5000"),
+    ("tcp-tls", {"tls": ["1.3", "1.1"]}, [], errors.BadTls, "--tls takes 1.2 or 1.3"),
+    ("quic", {"exec-profile": ["lowlat", "fast"]}, [], errors.BadValue, "'fast'"),
 ])
 def test_configurations_are_checked_before_anything_runs(stack, vary, fixed, cls, needle):
     with pytest.raises(cls) as e:

@@ -1,0 +1,74 @@
+"""The option table (collectors/options.py) is the one place options are
+declared: RunOptions, the click options of run and compare, the --vary
+keys and the guest hand-over all come from it."""
+import json
+from dataclasses import asdict, fields, replace
+
+import pytest
+
+from conftest import qprof
+from qprof.collectors import compare, errors, options, runner, stacks
+
+
+def test_run_options_are_the_table():
+    assert [f.name for f in fields(options.RunOptions)] == [o.field for o in options.OPTIONS]
+    assert options.RunOptions is runner.RunOptions
+    assert options.STACK_NAMES == tuple(stacks.STACKS)
+
+
+def test_every_cli_option_is_on_run_and_compare():
+    for cmd in ("run", "compare"):
+        r = qprof(cmd, "--help")
+        assert r.returncode == 0, r.stderr
+        for o in options.OPTIONS:
+            if o.cli:
+                assert o.flag in r.stdout, (cmd, o.flag)
+
+
+def test_vary_keys_parse_with_their_option():
+    assert set(compare.VARY_KEYS) == {o.name for o in options.OPTIONS if o.vary}
+    assert options.BY_NAME["io-size"].parse("128K") == 131072
+    with pytest.raises(errors.BadValue):
+        options.BY_NAME["io-size"].parse("96K")        # not a power of two
+    with pytest.raises(errors.BadValue):
+        options.BY_NAME["streams"].parse("0")
+
+
+def test_guest_hand_over_round_trips():
+    opts = replace(options.RunOptions(), stack="tcp-tls", tls_version="1.2", duration_s=2.5, probes=("syscalls",),
+                   io_size=65536, sample_hz=0)
+    back = options.from_json(options.to_json(opts))
+    assert back == opts
+
+
+def test_guest_hand_over_refuses_unknown_fields_and_bad_values():
+    data = json.loads(options.to_json(options.RunOptions()))
+    with pytest.raises(errors.BadValue, match="unknown fields"):
+        options.from_json(json.dumps({**data, "fault": "handshake"}))
+    with pytest.raises(errors.BadValue, match="--streams"):
+        options.from_json(json.dumps({**data, "streams": 65}))
+
+
+def test_faults_are_not_options():
+    assert "fault" not in asdict(options.RunOptions())
+
+
+def test_workload_gets_only_its_stacks_options():
+    quic = runner.RunOptions(stack="quic", io_size=65536, bytes=1 << 20)
+    tcp = runner.RunOptions(stack="tcp", io_size=131072)
+    assert options.workload_args(quic, "client") == ["--bytes", "1048576", "--streams", "1", "--io-size", "65536",
+                                                     "--exec-profile", "lowlat"]
+    assert options.workload_args(quic, "server") == ["--streams", "1", "--io-size", "65536",
+                                                     "--exec-profile", "lowlat"]
+    assert options.workload_args(tcp, "client") == ["--streams", "1", "--io-size", "131072"]
+
+
+@pytest.mark.parametrize("args, needle", [(["--topology", "x"], "--topology"), (["--streams", "65"], "--streams"),
+                                          (["--no-such-flag"], "--no-such-flag")])
+def test_usage_errors_are_one_sentence(args, needle, tmp_path):
+    r = qprof("run", *args, runs_dir=tmp_path / "runs")
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("qprof: ") and needle in lines[0], r.stderr
+    assert lines[0].endswith("--help`.")
+    assert not (tmp_path / "runs").exists()
