@@ -19,6 +19,6 @@ setup(
         "click>=8.1,<9",
         "rich>=13.7,<16",
     ],
-    extras_require={"test": ["pytest>=8,<10"]},
+    extras_require={"test": ["pytest>=8,<10", "jsonschema>=4.18,<5"]},
     entry_points={"console_scripts": ["qprof = qprof.main:main"]},
 )

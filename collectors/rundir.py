@@ -18,6 +18,10 @@ from . import interrupts, remains
 from .errors import Interrupted, QprofError, RunNotFound, RunsDirUnwritable
 
 RECORD = "run.json"
+# Each record's schema (collectors/schema/<name>.schema.json) and its
+# version: a change to a field's name or meaning bumps it, and the README
+# says what changed.
+SCHEMA_VERSIONS = {RECORD: 1, "comparison.json": 1}
 
 
 def new_run_id() -> str:
@@ -52,7 +56,8 @@ class RunDir:
         self.root = root
         self.path = root / self.id
         self.record_name = record_name
-        self.record: dict = {"id": self.id, "status": "running"}
+        self.schema_version = SCHEMA_VERSIONS[record_name]
+        self.record: dict = {"schema_version": self.schema_version, "id": self.id, "status": "running"}
 
     def save(self) -> None:
         write_json_atomic(self.path / self.record_name, self.record)
@@ -100,7 +105,8 @@ class RunDir:
         self.path.rmdir()
 
     def complete(self, record: dict) -> None:
-        before, self.record = self.record, {"id": self.id, "status": "complete", **record}
+        before, self.record = self.record, {**record, "schema_version": self.schema_version, "id": self.id,
+                                            "status": "complete"}
         try:
             self.save()
         except BaseException:

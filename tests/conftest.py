@@ -114,11 +114,33 @@ def leftovers():
     return found
 
 
+SCHEMAS = {"run.json": REPO / "collectors" / "schema" / "run.schema.json",
+           "comparison.json": REPO / "collectors" / "schema" / "comparison.schema.json"}
+
+
+def validate_records(root: Path) -> int:
+    """Every run.json and comparison.json under root against its JSON Schema
+    (a guest's own records included); how many were checked."""
+    import jsonschema
+
+    n = 0
+    for name, schema_path in SCHEMAS.items():
+        schema = json.loads(schema_path.read_text())
+        for p in sorted(Path(root).rglob(name)):
+            if "latest" in p.parts:
+                continue
+            jsonschema.validate(json.loads(p.read_text()), schema)
+            n += 1
+    return n
+
+
 @pytest.fixture
 def runs_dir(tmp_path):
     d = tmp_path / "runs"
     yield d
     assert leftovers() == []
+    if d.exists():
+        validate_records(d)
 
 
 needs_build = pytest.mark.skipif(
