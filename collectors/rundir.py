@@ -105,8 +105,8 @@ class RunDir:
         self.path.rmdir()
 
     def complete(self, record: dict) -> None:
-        before, self.record = self.record, {**record, "schema_version": self.schema_version, "id": self.id,
-                                            "status": "complete"}
+        head = {"schema_version": self.schema_version, "id": self.id, "status": "complete"}
+        before, self.record = self.record, {**head, **{k: v for k, v in record.items() if k not in head}}
         try:
             self.save()
         except BaseException:

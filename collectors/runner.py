@@ -15,17 +15,16 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Callable, Optional
 
-from . import cpu, derive, environment, errors, floor, guest, listen, netstat, offload, options, paths, remains, stacks
-from qprof.flamegraphs import summary as flame_summary
-from qprof.flamegraphs.sides import side_bytes
+from . import environment, errors, floor, guest, listen, netstat, offload, options, paths, record, remains, stacks
 
 from .perf import PerfRecorder
 from .faults import NO_FAULTS, Faults
+from .measurement import MEASUREMENT, Measurement
 from .options import RunOptions
 from .probes import ProbeSet, target_for
-from .rundir import RunDir
+from .rundir import RunDir, write_text_atomic
 from .topology import Topology
-from .window import Window, counter_delta, sleep_watching, take_edge
+from .window import Window, sleep_watching, take_edge
 from .workload import WorkloadProcess
 
 STACKS = options.STACK_NAMES
@@ -133,109 +132,64 @@ def _run(opts: RunOptions, binary: Path, on_progress, faults: Faults) -> dict:
                         + (f" {topo.subnet}" if topo.subnet else "") + f", output in {rundir.path}")
             for ep in ((topo.client, topo.server) if topo.kind == "netns" else ()):
                 offload.set_device_features(ep, plan.devices)
-            record = _transfer(opts, binary, topo, rundir.path, cert, key, on_progress, plan, faults)
-        record["floor"] = floor.figures(opts.stack, floor_parts, record["cpu"], opts.sendfile)
-        rundir.record["offload"] = record["offload"]
-        offload.verify(plan.effective, record["offload"]["observed"])
-        rundir.complete(record)
+            m = _transfer(opts, binary, topo, rundir.path, cert, key, on_progress, plan, faults, floor_parts)
+        # The raw measurement first: if describing it fails, the evidence stays.
+        write_text_atomic(rundir.path / MEASUREMENT, m.to_json())
+        rec = record.describe(m, rundir.path)
+        rundir.record["offload"] = rec["offload"]
+        offload.verify(plan.effective, rec["offload"]["observed"])
+        rundir.complete(rec)
         return rundir.record
 
 
-def _transfer(opts, binary, topo, run_path, cert, key, on_progress, plan, faults: Faults) -> dict:
+def _transfer(opts, binary, topo, run_path, cert, key, on_progress, plan, faults: Faults,
+              floor_parts: dict) -> Measurement:
+    """The transfer and every instrument around it; what they read, raw."""
     server_argv = workload_argv(binary, opts, "server", topo.server.addr, opts.port, plan, run_path)
     server_argv += ["--cert", str(cert), "--key", str(key)]
     connect_port = opts.port + 1 if faults.handshake else opts.port
     client_argv = workload_argv(binary, opts, "client", topo.server.addr, connect_port, plan) + ["--wait-start"]
     if faults.tls_mismatch:
         client_argv += ["--tls", "1.2" if (opts.tls_version or "1.3") == "1.3" else "1.3"]
+    sides = (("client", topo.client), ("server", topo.server))
 
     with WorkloadProcess("server", server_argv, topo.server, run_path / "server.log") as server, \
             _client_with_probes(opts, client_argv, topo, run_path, server) as (client, probes), \
             _perf(opts, run_path) as perf:
-        udp_before = {side: netstat.read_udp(ep) for side, ep in (("client", topo.client), ("server", topo.server))}
-        dev_before = {side: netstat.read_device(ep) for side, ep in (("client", topo.client), ("server", topo.server))}
+        udp_before = {side: netstat.read_udp(ep) for side, ep in sides}
+        dev_before = {side: netstat.read_device(ep) for side, ep in sides}
         connected, window, tls_before = _measure(opts, server, client, probes, perf, on_progress, faults)
+        measured_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         client_done = client.finish(FINISH_TIMEOUT_S)
         server_done = server.finish(FINISH_TIMEOUT_S)
-        udp_after = {side: netstat.read_udp(ep) for side, ep in (("client", topo.client), ("server", topo.server))}
-        dev_after = {side: netstat.read_device(ep) for side, ep in (("client", topo.client), ("server", topo.server))}
+        udp_after = {side: netstat.read_udp(ep) for side, ep in sides}
+        dev_after = {side: netstat.read_device(ep) for side, ep in sides}
         probe_records = probes.records()
-        flame = None
+        capture = None
         if perf is not None:
             perf.stop()
             samples = perf.fold({"client": client.pid, "server": server.pid}, run_path / "stacks")
-            flame = {"event": "cpu-clock", "sample_period_ns": perf.period_ns, "sample_hz": perf.sample_hz,
-                     "call_graph": perf.call_graph,
-                     "samples": samples, "samples_per_cpu": perf.samples_per_cpu(), "stacks_dir": "stacks"}
+            capture = {"event": "cpu-clock", "sample_period_ns": perf.period_ns, "sample_hz": perf.sample_hz,
+                       "call_graph": perf.call_graph,
+                       "samples": samples, "samples_per_cpu": perf.samples_per_cpu(), "stacks_dir": "stacks"}
     for p in (client, server):
         if p.done.get("exit_code") != 0:
             p.raise_exit()
     if window.bytes <= 0:
         raise errors.PeerDied("no bytes arrived inside the window though both sides reported success; see the run's logs.")
-    record = build_record(opts, topo, window, connected, client_done, server_done, tls_before,
-                          {"client": client.pid, "server": server.pid})
-    record["probes"] = probe_records
-    # The whole run's UDP counters of each namespace (the host's, on loopback).
-    record["kernel_udp"] = {side: counter_delta(udp_before[side], udp_after[side]) for side in udp_before}
-    record["listen"] = {"server_binds": listen.read_report(run_path)}
-    record["kernel_loss"] = netstat.losses(
-        {side: counter_delta(window.start.net[side], window.end.net[side]) for side in ("client", "server")},
-        counter_delta(window.start.net["softnet"], window.end.net["softnet"]),
-        {side: counter_delta(dev_before[side], dev_after[side]) for side in dev_before})
-    if topo.kind == "loopback":
-        record["kernel_loss"]["source"] += "; on loopback both sides read the host's namespace, other traffic included"
-    record["flame"] = flame
-    if flame is not None:
-        flame.update(sample_coverage(flame["samples_per_cpu"], record["cpu_window_s"], flame["sample_hz"],
-                                     record["environment"]["cpu_count"]))
-        flame["sides"] = flame_summary.run_figures(record, run_path / flame["stacks_dir"])
-    record.update(derive_probe_figures(record, {"client": client.pid, "server": server.pid}))
-    record["observers"] = derive.observer_cost(probe_records, record["bytes"], flame)
-    if opts.stack == "udp" and topo.kind == "netns":
-        # Every datagram the receiver's sequence numbers call lost was
-        # dropped by its kernel, in its own namespace (whole run).
-        # The kernel counts skbs (InErrors includes RcvbufErrors): with GSO
-        # and GRO each reaches the socket whole, carrying a batch.
-        k = record["kernel_udp"]["server"] or {}
-        c = client_done
-        per_skb = c.get("batch", 1) if c.get("send_mode") == "gso" and server_done.get("gro") else 1
-        dropped = k["InErrors"] * per_skb if "InErrors" in k else None
-        lost = server_done.get("lost")
-        record["crosscheck"].setdefault("server", {})["udp_drops"] = {
-            "kernel": dropped, "own": lost, "ratio": dropped / lost if dropped is not None and lost else None,
-            "source": f"kernel Udp InErrors x {per_skb} datagrams per skb (server namespace, whole run) "
-                      "against the receiver's sequence gaps"}
-    record["offload"] = offload_record(opts, topo, plan, record, run_path)
-    return record
-
-
-def offload_record(opts, topo, plan, record: dict, run_path: Path) -> dict:
-    """Requested, set up, and observed GSO/GRO, with each instrument's evidence."""
-    if opts.stack == "udp":
-        max_dgram = record["workload"]["client"]["report"].get("dgram_size") or opts.dgram_size
-    else:
-        max_dgram = min(opts.mtu if topo.kind == "netns" else MSQUIC_MAX_MTU, MSQUIC_MAX_MTU) - UDP_IP_HEADERS
-    devices = ({side: offload.read_device_features(ep) for side, ep in (("client", topo.client), ("server", topo.server))}
-               if topo.kind == "netns" else None)
-    return {**plan.describe(), "device_features": devices,
-            "interposer": offload.read_interposer_reports(run_path),
-            "observed": offload.observe(record, max_dgram)}
-
-
-# A CPU that recorded less than this share of window x rate lost samples.
-SAMPLE_COVERAGE_MIN = 0.95
-
-
-def sample_coverage(per_cpu: dict, window_s: float, hz: int, ncpu: int) -> dict:
-    """Each CPU's samples against window x rate (idle samples included)."""
-    expected = window_s * hz
-    coverage = {str(c): per_cpu.get(str(c), 0) / expected for c in range(ncpu)}
-    short = [c for c, v in coverage.items() if v < SAMPLE_COVERAGE_MIN]
-    return {"coverage_per_cpu": coverage, "complete": not short,
-            "incomplete_reason": (f"CPU {', '.join(short)} recorded "
-                                  + ", ".join(f"{coverage[c] * 100:.0f}%" for c in short)
-                                  + " of its expected samples: its cpu-clock timer did not fire "
-                                  "every period, so graphs on it undercount") if short else None}
+    env = environment.describe()
+    env["topology"] = topo.describe()
+    return Measurement(
+        options=asdict(opts), environment=env, measured_at=measured_at,
+        pids={"client": client.pid, "server": server.pid}, window=window, connected=connected,
+        done={"client": client_done, "server": server_done}, tls_before=tls_before,
+        udp={"before": udp_before, "after": udp_after}, devices={"before": dev_before, "after": dev_after},
+        probes=probe_records, perf=capture, server_binds=listen.read_report(run_path),
+        offload={**plan.describe(),
+                 "device_features": ({side: offload.read_device_features(ep) for side, ep in sides}
+                                     if topo.kind == "netns" else None),
+                 "interposer": offload.read_interposer_reports(run_path)},
+        floor_parts=floor_parts)
 
 
 @contextmanager
@@ -312,171 +266,6 @@ def _client_with_probes(opts, client_argv, topo, run_path, server):
         target = target_for(topo, {"server": server.pid, "client": client.pid})
         with ProbeSet(list(opts.probes), target, run_path) as probes:
             yield client, probes
-
-
-def build_record(opts, topo, window: Window, connected: dict, client_done: dict, server_done: dict,
-                 tls_before: dict, pids: dict) -> dict:
-    nbytes = window.bytes
-    stack = stacks.STACKS[opts.stack]
-    env = environment.describe()
-    env["topology"] = topo.describe()
-    if stack.name == "quic":
-        env["msquic_version"] = connected.get("msquic_version")
-        env["msquic_send_segmentation"] = {"client": client_done.get("send_segmentation"),
-                                           "server": server_done.get("send_segmentation")}
-        env["msquic_recv_coalescing"] = {"client": client_done.get("recv_coalescing"),
-                                         "server": server_done.get("recv_coalescing")}
-
-    if stack.name == "udp":
-        # No reliability: every datagram that arrived passed the content
-        # check, and no more arrived than were sent; loss is a figure.
-        verified = (server_done.get("verified") is True
-                    and server_done["app_bytes"] <= client_done["app_bytes"])
-    else:
-        verified = (server_done.get("verified") is True
-                    and server_done["app_bytes"] == client_done["app_bytes"]
-                    and server_done["streams_completed"] == opts.streams)
-    if not verified:
-        raise errors.VerifyFailed(
-            f"the server verified {server_done['app_bytes']} bytes on {server_done['streams_completed']} streams "
-            f"but the client sent {client_done['app_bytes']} on {opts.streams}; see the run's logs.")
-
-    ncpu = env["cpu_count"]
-    # The sender's CPU is per byte it sent; for reliable stacks that is the
-    # bytes received, for raw UDP it includes what was lost.
-    sent = window.end.client_mark["app_bytes"] - window.start.client_mark["app_bytes"]
-    client_bytes = sent if stack.name == "udp" else nbytes
-    return {
-        "stack": opts.stack,
-        "config": asdict(opts),
-        "environment": env,
-        "transport": transport_record(stack, client_done, server_done, tls_before, window),
-        "bytes": nbytes,
-        "bytes_total": server_done["app_bytes"],
-        "bytes_sent": sent,
-        "verified": verified,
-        "window_s": window.seconds,
-        "cpu_window_s": window.cpu_seconds,
-        "throughput_gbps": nbytes * 8 / window.seconds / 1e9,
-        "cpu": {
-            "client": cpu.process_figures(window.end.client - window.start.client, client_bytes),
-            "server": cpu.process_figures(window.end.server - window.start.server, nbytes),
-            "system": cpu.system_figures(window.end.system - window.start.system, nbytes,
-                                         window.cpu_seconds, ncpu),
-            "others": cpu.others_figures(window.start.tasks, window.end.tasks,
-                                         set(pids.values()), nbytes),
-        },
-        "workload": {
-            side: {"window": _mark_delta(getattr(window.start, f"{side}_mark"), getattr(window.end, f"{side}_mark")),
-                   "report": done}
-            for side, done in (("client", client_done), ("server", server_done))
-        },
-        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-    }
-
-
-# The raw UDP workload's counters (workloads/wl_udp.c).
-UDP_COUNTERS = ("datagrams", "lost", "reordered", "duplicates", "gro_segments")
-
-
-def _mark_delta(a: dict, b: dict) -> dict:
-    """The workload's own counters over the window: every counter group its
-    marks carry (msquic's perf_counters and conn_stats, or TCP_INFO)."""
-    out = {"app_bytes": b["app_bytes"] - a["app_bytes"]}
-    for k in ("io_calls",) + UDP_COUNTERS:
-        if k in b and k in a:
-            out[k] = b[k] - a[k]
-    for group in ("perf_counters", "conn_stats", "tcp_info"):
-        if group in b:
-            out[group] = counter_delta(a.get(group), b.get(group))
-    return out
-
-
-def transport_record(stack, client_done: dict, server_done: dict, tls_before: dict, window: Window) -> dict:
-    """TLS as the sockets reported it, and the kernel's proof for kTLS."""
-    rec = {"protocol": stack.transport, "tls": stack.tls}
-    if not stack.configurable_tls:
-        return rec
-    ktls = {"client_send": client_done.get("ktls_send"), "client_recv": client_done.get("ktls_recv"),
-            "server_send": server_done.get("ktls_send"), "server_recv": server_done.get("ktls_recv")}
-    tls_stat = {side: counter_delta(tls_before.get(side), window.end.tls_stat.get(side))
-                for side in ("client", "server")}
-    rec.update({
-        "tls_version": client_done.get("tls_version"),
-        "tls_cipher": client_done.get("tls_cipher"),
-        "ktls": ktls,
-        "ktls_label": stacks.ktls_label(ktls["client_send"], ktls["server_recv"]) if stack.tls == "kernel" else "none",
-        "tls_stat_delta": tls_stat,
-    })
-    if stack.tls == "kernel":
-        _prove_ktls(ktls, tls_stat)
-    return rec
-
-
-def _prove_ktls(ktls: dict, tls_stat: dict) -> None:
-    """A direction is kTLS only if the kernel's own counters moved for it."""
-    proofs = (("client_send", "client", "TlsTxSw"), ("server_recv", "server", "TlsRxSw"))
-    claimed = [p for p in proofs if ktls[p[0]]]
-    if not claimed:
-        raise errors.KtlsUnproven("OpenSSL enabled kernel TLS in neither direction of the upload; "
-                                  "check that the cipher is AES-GCM and the guest has the tls and gcm modules.")
-    for flag, side, counter in claimed:
-        moved = (tls_stat.get(side) or {}).get(counter, 0)
-        if moved <= 0:
-            raise errors.KtlsUnproven(f"the {side} reported kernel TLS ({flag}) but /proc/net/tls_stat {counter} "
-                                      "did not move; the run is not kTLS and is not recorded as such.")
-
-
-def _packets_dev(probe: dict, dev: str) -> Optional[dict]:
-    if probe.get("status") != "present":
-        return None
-    for d in probe["window"].get("devices", []):
-        if d.get("dev") == dev:
-            return d
-    return None
-
-
-def derive_probe_figures(rec: dict, pids: dict) -> dict:
-    """Per-side syscall figures and their cross-checks with the workload's own counts."""
-    stack = stacks.STACKS[rec["stack"]]
-    probes = rec["probes"]
-    sys_probe, pkt_probe = probes.get("syscalls", {}), probes.get("packets", {})
-    topo = rec["environment"]["topology"]
-    nbytes = rec["bytes"]
-    sides, checks = {}, {}
-    for side in ("client", "server"):
-        if sys_probe.get("status") != "present":
-            sides[side] = None
-            continue
-        calls = derive.by_syscall(sys_probe["window"]["threads"], pids[side])
-        out_dgrams = in_dgrams = None
-        if topo["kind"] == "netns":
-            me = f"{topo[side]['ifname']}@{topo[side]['netns']}"
-            dev = _packets_dev(pkt_probe, me)
-            if dev is not None:
-                out_dgrams = dev["tx"].get("wire_packets")
-                in_dgrams = dev["rx"].get("wire_packets")
-        sides[side] = {
-            "by_syscall": calls,
-            **derive.syscall_figures(calls, side_bytes(rec, side), rec["cpu"][side]["total_s"], out_dgrams,
-                                     in_dgrams, stack.rw_is_network),
-        }
-        checks[side] = derive.crosscheck(stack.name, side, sides[side], rec["workload"][side]["window"],
-                                         out_dgrams, in_dgrams)
-    thr = probes.get("cputhread", {})
-    threads = (derive.thread_figures(thr["window"], pids, {side: side_bytes(rec, side) for side in pids}, nbytes)
-               if thr.get("status") == "present" else None)
-    if threads is not None:
-        # Two instruments of one quantity: sched_switch timing against the
-        # kernel's own sum_exec_runtime (/proc/<pid>/task/*/schedstat). The
-        # kernel starts a woken task's clock before the switch when the
-        # wake-up preempts idle, so schedstat lies between on-CPU and
-        # on-CPU plus the wake-up latency (README, "Cross-checks").
-        for side in pids:
-            f = threads[side]
-            f["oncpu_check"] = {**derive.agreement(f["oncpu_s"], rec["cpu"][side]["oncpu_schedstat_s"], "schedstat"),
-                                "ebpf_plus_runq": f["oncpu_s"] + f["runq_s"]}
-    return {"syscalls": sides, "crosscheck": checks, "cpu_threads": threads}
 
 
 def run_in_guest(opts: RunOptions, on_progress, faults: Faults) -> dict:

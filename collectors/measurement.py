@@ -1,0 +1,63 @@
+"""What one run measured, raw: the window's two edges, the workloads'
+reports, the probes' snapshots, the stack samples' counts, the kernel's
+counters around the run, and the environment it ran in.
+
+runner.py produces a Measurement and writes it to the run directory as
+measurement.json; record.describe() turns it into run.json, a pure
+function of it (and of the folded stacks beside it). Keeping the raw
+values means a record can be derived again, and tested against a stored
+measurement (tests/test_record_golden.py).
+"""
+import json
+from dataclasses import asdict, dataclass, fields
+from typing import Dict, Optional
+
+from . import cpu
+from .window import Edge, Window
+
+MEASUREMENT = "measurement.json"
+
+
+@dataclass
+class Measurement:
+    options: dict                 # asdict(RunOptions), defaults filled in by check_options
+    environment: dict             # environment.describe(), with "topology" (Topology.describe())
+    measured_at: str              # local time, when the window closed
+    pids: Dict[str, int]          # side -> workload pid
+    window: Window
+    connected: dict               # the client's "connected" event
+    done: Dict[str, dict]         # side -> the workload's final report
+    tls_before: Dict[str, Optional[dict]]  # side -> /proc/<pid>/net/tls_stat before the window
+    udp: Dict[str, Dict[str, Optional[dict]]]      # "before"/"after" -> side -> /proc/net/snmp Udp
+    devices: Dict[str, Dict[str, Optional[dict]]]  # "before"/"after" -> side -> link counters
+    probes: dict                  # probe name -> its record (status, window, edges, ...)
+    perf: Optional[dict]          # the stack samples' capture, None with --sample-hz 0
+    server_binds: Optional[list]  # what the QUIC server's bind interposer steered
+    offload: dict                 # plan (describe()), device_features, interposer reports
+    floor_parts: dict             # floor.measure(stack)
+
+    def to_json(self) -> str:
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d["window"] = {"start": _edge_out(self.window.start), "end": _edge_out(self.window.end)}
+        return json.dumps(d, indent=1)
+
+    @classmethod
+    def from_json(cls, text: str) -> "Measurement":
+        d = json.loads(text)
+        d["window"] = Window(_edge_in(d["window"]["start"]), _edge_in(d["window"]["end"]))
+        return cls(**d)
+
+
+def _edge_out(e: Edge) -> dict:
+    d = asdict(e)
+    d["tasks"] = {f"{pid}/{tid}": ns for (pid, tid), ns in e.tasks.items()}
+    return d
+
+
+def _edge_in(d: dict) -> Edge:
+    d = dict(d)
+    d["system"] = cpu.SystemCpu(**d["system"])
+    d["server"] = cpu.ProcessCpu(**d["server"])
+    d["client"] = cpu.ProcessCpu(**d["client"])
+    d["tasks"] = {tuple(int(x) for x in k.split("/")): ns for k, ns in d["tasks"].items()}
+    return Edge(**d)

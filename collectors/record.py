@@ -1,0 +1,273 @@
+"""run.json from a Measurement: one pure function, `describe`, that
+derives every figure in one fixed order (each step reads only what the
+steps before it wrote). Its inputs are the measurement and the folded
+stacks beside it in the run directory; it reads no clock and no /proc, so
+a stored measurement gives the same record again
+(tests/test_record_golden.py).
+"""
+import copy
+from dataclasses import asdict, fields
+from pathlib import Path
+from typing import Optional
+
+from qprof.flamegraphs import summary as flame_summary
+from qprof.flamegraphs.sides import side_bytes
+
+from . import cpu, derive, errors, floor, netstat, offload, options, stacks
+from .measurement import Measurement
+from .window import Window, counter_delta
+
+UDP_IP_HEADERS = 28   # IPv4 + UDP
+MSQUIC_MAX_MTU = 1500  # msquic's default MaximumMtu
+
+
+def run_options(m: Measurement) -> options.RunOptions:
+    known = {f.name for f in fields(options.RunOptions)}
+    opts = {k: v for k, v in m.options.items() if k in known}
+    opts["probes"] = tuple(opts.get("probes", ()))
+    return options.RunOptions(**opts)
+
+
+def describe(m: Measurement, run_path: Path) -> dict:
+    """The record of one run, in this order:
+    1. the core: bytes, window, CPU, the workloads' counters (build_record);
+    2. the probes' snapshots, the kernel's UDP and loss counters, the bind report;
+    3. the stack samples: coverage, then per-side figures from the folded stacks;
+    4. per-side syscall figures and cross-checks (need 1 and 2);
+    5. what the observers cost (needs 2 and 3);
+    6. the UDP drop cross-check (needs 2);
+    7. GSO/GRO as observed (needs 4);
+    8. the floor (needs 1's CPU)."""
+    opts = run_options(m)
+    rec = build_record(opts, m)
+    rec["probes"] = m.probes
+    # The whole run's UDP counters of each namespace (the host's, on loopback).
+    rec["kernel_udp"] = {side: counter_delta(m.udp["before"][side], m.udp["after"][side]) for side in m.udp["before"]}
+    rec["listen"] = {"server_binds": m.server_binds}
+    start, end = m.window.start.net, m.window.end.net
+    rec["kernel_loss"] = netstat.losses(
+        {side: counter_delta(start[side], end[side]) for side in ("client", "server")},
+        counter_delta(start["softnet"], end["softnet"]),
+        {side: counter_delta(m.devices["before"][side], m.devices["after"][side]) for side in m.devices["before"]})
+    loopback = m.environment["topology"]["kind"] == "loopback"
+    if loopback:
+        rec["kernel_loss"]["source"] += "; on loopback both sides read the host's namespace, other traffic included"
+    flame = copy.deepcopy(m.perf)
+    rec["flame"] = flame
+    if flame is not None:
+        flame.update(sample_coverage(flame["samples_per_cpu"], rec["cpu_window_s"], flame["sample_hz"],
+                                     rec["environment"]["cpu_count"]))
+        flame["sides"] = flame_summary.run_figures(rec, run_path / flame["stacks_dir"])
+    rec.update(derive_probe_figures(rec, m.pids))
+    rec["observers"] = derive.observer_cost(m.probes, rec["bytes"], flame)
+    if opts.stack == "udp" and not loopback:
+        rec["crosscheck"].setdefault("server", {})["udp_drops"] = udp_drops(rec, m.done["client"], m.done["server"])
+    rec["offload"] = offload_record(opts, m, rec)
+    rec["floor"] = floor.figures(opts.stack, m.floor_parts, rec["cpu"], opts.sendfile)
+    return rec
+
+
+def udp_drops(rec: dict, client_done: dict, server_done: dict) -> dict:
+    """Every datagram the receiver's sequence numbers call lost was dropped
+    by its kernel, in its own namespace (whole run). The kernel counts skbs
+    (InErrors includes RcvbufErrors): with GSO and GRO each reaches the
+    socket whole, carrying a batch."""
+    k = rec["kernel_udp"]["server"] or {}
+    per_skb = client_done.get("batch", 1) if client_done.get("send_mode") == "gso" and server_done.get("gro") else 1
+    dropped = k["InErrors"] * per_skb if "InErrors" in k else None
+    lost = server_done.get("lost")
+    return {"kernel": dropped, "own": lost, "ratio": dropped / lost if dropped is not None and lost else None,
+            "source": f"kernel Udp InErrors x {per_skb} datagrams per skb (server namespace, whole run) "
+                      "against the receiver's sequence gaps"}
+
+
+def offload_record(opts, m: Measurement, record: dict) -> dict:
+    """Requested, set up, and observed GSO/GRO, with each instrument's evidence."""
+    if opts.stack == "udp":
+        max_dgram = record["workload"]["client"]["report"].get("dgram_size") or opts.dgram_size
+    else:
+        netns = m.environment["topology"]["kind"] == "netns"
+        max_dgram = min(opts.mtu if netns else MSQUIC_MAX_MTU, MSQUIC_MAX_MTU) - UDP_IP_HEADERS
+    return {**m.offload, "observed": offload.observe(record, max_dgram)}
+
+
+# A CPU that recorded less than this share of window x rate lost samples.
+SAMPLE_COVERAGE_MIN = 0.95
+
+
+def sample_coverage(per_cpu: dict, window_s: float, hz: int, ncpu: int) -> dict:
+    """Each CPU's samples against window x rate (idle samples included)."""
+    expected = window_s * hz
+    coverage = {str(c): per_cpu.get(str(c), 0) / expected for c in range(ncpu)}
+    short = [c for c, v in coverage.items() if v < SAMPLE_COVERAGE_MIN]
+    return {"coverage_per_cpu": coverage, "complete": not short,
+            "incomplete_reason": (f"CPU {', '.join(short)} recorded "
+                                  + ", ".join(f"{coverage[c] * 100:.0f}%" for c in short)
+                                  + " of its expected samples: its cpu-clock timer did not fire "
+                                  "every period, so graphs on it undercount") if short else None}
+
+
+def build_record(opts, m: Measurement) -> dict:
+    """The run's core figures: bytes, window, CPU per side, the workloads' counters."""
+    window, connected, tls_before, pids = m.window, m.connected, m.tls_before, m.pids
+    client_done, server_done = m.done["client"], m.done["server"]
+    nbytes = window.bytes
+    stack = stacks.STACKS[opts.stack]
+    env = copy.deepcopy(m.environment)
+    if stack.name == "quic":
+        env["msquic_version"] = connected.get("msquic_version")
+        env["msquic_send_segmentation"] = {"client": client_done.get("send_segmentation"),
+                                           "server": server_done.get("send_segmentation")}
+        env["msquic_recv_coalescing"] = {"client": client_done.get("recv_coalescing"),
+                                         "server": server_done.get("recv_coalescing")}
+
+    if stack.name == "udp":
+        # No reliability: every datagram that arrived passed the content
+        # check, and no more arrived than were sent; loss is a figure.
+        verified = (server_done.get("verified") is True
+                    and server_done["app_bytes"] <= client_done["app_bytes"])
+    else:
+        verified = (server_done.get("verified") is True
+                    and server_done["app_bytes"] == client_done["app_bytes"]
+                    and server_done["streams_completed"] == opts.streams)
+    if not verified:
+        raise errors.VerifyFailed(
+            f"the server verified {server_done['app_bytes']} bytes on {server_done['streams_completed']} streams "
+            f"but the client sent {client_done['app_bytes']} on {opts.streams}; see the run's logs.")
+
+    ncpu = env["cpu_count"]
+    # The sender's CPU is per byte it sent; for reliable stacks that is the
+    # bytes received, for raw UDP it includes what was lost.
+    sent = window.end.client_mark["app_bytes"] - window.start.client_mark["app_bytes"]
+    client_bytes = sent if stack.name == "udp" else nbytes
+    return {
+        "stack": opts.stack,
+        "config": asdict(opts),
+        "environment": env,
+        "transport": transport_record(stack, client_done, server_done, tls_before, window),
+        "bytes": nbytes,
+        "bytes_total": server_done["app_bytes"],
+        "bytes_sent": sent,
+        "verified": verified,
+        "window_s": window.seconds,
+        "cpu_window_s": window.cpu_seconds,
+        "throughput_gbps": nbytes * 8 / window.seconds / 1e9,
+        "cpu": {
+            "client": cpu.process_figures(window.end.client - window.start.client, client_bytes),
+            "server": cpu.process_figures(window.end.server - window.start.server, nbytes),
+            "system": cpu.system_figures(window.end.system - window.start.system, nbytes,
+                                         window.cpu_seconds, ncpu),
+            "others": cpu.others_figures(window.start.tasks, window.end.tasks,
+                                         set(pids.values()), nbytes),
+        },
+        "workload": {
+            side: {"window": _mark_delta(getattr(window.start, f"{side}_mark"), getattr(window.end, f"{side}_mark")),
+                   "report": done}
+            for side, done in (("client", client_done), ("server", server_done))
+        },
+        "measured_at": m.measured_at,
+    }
+
+
+# The raw UDP workload's counters (workloads/wl_udp.c).
+UDP_COUNTERS = ("datagrams", "lost", "reordered", "duplicates", "gro_segments")
+
+
+def _mark_delta(a: dict, b: dict) -> dict:
+    """The workload's own counters over the window: every counter group its
+    marks carry (msquic's perf_counters and conn_stats, or TCP_INFO)."""
+    out = {"app_bytes": b["app_bytes"] - a["app_bytes"]}
+    for k in ("io_calls",) + UDP_COUNTERS:
+        if k in b and k in a:
+            out[k] = b[k] - a[k]
+    for group in ("perf_counters", "conn_stats", "tcp_info"):
+        if group in b:
+            out[group] = counter_delta(a.get(group), b.get(group))
+    return out
+
+
+def transport_record(stack, client_done: dict, server_done: dict, tls_before: dict, window: Window) -> dict:
+    """TLS as the sockets reported it, and the kernel's proof for kTLS."""
+    rec = {"protocol": stack.transport, "tls": stack.tls}
+    if not stack.configurable_tls:
+        return rec
+    ktls = {"client_send": client_done.get("ktls_send"), "client_recv": client_done.get("ktls_recv"),
+            "server_send": server_done.get("ktls_send"), "server_recv": server_done.get("ktls_recv")}
+    tls_stat = {side: counter_delta(tls_before.get(side), window.end.tls_stat.get(side))
+                for side in ("client", "server")}
+    rec.update({
+        "tls_version": client_done.get("tls_version"),
+        "tls_cipher": client_done.get("tls_cipher"),
+        "ktls": ktls,
+        "ktls_label": stacks.ktls_label(ktls["client_send"], ktls["server_recv"]) if stack.tls == "kernel" else "none",
+        "tls_stat_delta": tls_stat,
+    })
+    if stack.tls == "kernel":
+        _prove_ktls(ktls, tls_stat)
+    return rec
+
+
+def _prove_ktls(ktls: dict, tls_stat: dict) -> None:
+    """A direction is kTLS only if the kernel's own counters moved for it."""
+    proofs = (("client_send", "client", "TlsTxSw"), ("server_recv", "server", "TlsRxSw"))
+    claimed = [p for p in proofs if ktls[p[0]]]
+    if not claimed:
+        raise errors.KtlsUnproven("OpenSSL enabled kernel TLS in neither direction of the upload; "
+                                  "check that the cipher is AES-GCM and the guest has the tls and gcm modules.")
+    for flag, side, counter in claimed:
+        moved = (tls_stat.get(side) or {}).get(counter, 0)
+        if moved <= 0:
+            raise errors.KtlsUnproven(f"the {side} reported kernel TLS ({flag}) but /proc/net/tls_stat {counter} "
+                                      "did not move; the run is not kTLS and is not recorded as such.")
+
+
+def _packets_dev(probe: dict, dev: str) -> Optional[dict]:
+    if probe.get("status") != "present":
+        return None
+    for d in probe["window"].get("devices", []):
+        if d.get("dev") == dev:
+            return d
+    return None
+
+
+def derive_probe_figures(rec: dict, pids: dict) -> dict:
+    """Per-side syscall figures and their cross-checks with the workload's own counts."""
+    stack = stacks.STACKS[rec["stack"]]
+    probes = rec["probes"]
+    sys_probe, pkt_probe = probes.get("syscalls", {}), probes.get("packets", {})
+    topo = rec["environment"]["topology"]
+    nbytes = rec["bytes"]
+    sides, checks = {}, {}
+    for side in ("client", "server"):
+        if sys_probe.get("status") != "present":
+            sides[side] = None
+            continue
+        calls = derive.by_syscall(sys_probe["window"]["threads"], pids[side])
+        out_dgrams = in_dgrams = None
+        if topo["kind"] == "netns":
+            me = f"{topo[side]['ifname']}@{topo[side]['netns']}"
+            dev = _packets_dev(pkt_probe, me)
+            if dev is not None:
+                out_dgrams = dev["tx"].get("wire_packets")
+                in_dgrams = dev["rx"].get("wire_packets")
+        sides[side] = {
+            "by_syscall": calls,
+            **derive.syscall_figures(calls, side_bytes(rec, side), rec["cpu"][side]["total_s"], out_dgrams,
+                                     in_dgrams, stack.rw_is_network),
+        }
+        checks[side] = derive.crosscheck(stack.name, side, sides[side], rec["workload"][side]["window"],
+                                         out_dgrams, in_dgrams)
+    thr = probes.get("cputhread", {})
+    threads = (derive.thread_figures(thr["window"], pids, {side: side_bytes(rec, side) for side in pids}, nbytes)
+               if thr.get("status") == "present" else None)
+    if threads is not None:
+        # Two instruments of one quantity: sched_switch timing against the
+        # kernel's own sum_exec_runtime (/proc/<pid>/task/*/schedstat). The
+        # kernel starts a woken task's clock before the switch when the
+        # wake-up preempts idle, so schedstat lies between on-CPU and
+        # on-CPU plus the wake-up latency (README, "Cross-checks").
+        for side in pids:
+            f = threads[side]
+            f["oncpu_check"] = {**derive.agreement(f["oncpu_s"], rec["cpu"][side]["oncpu_schedstat_s"], "schedstat"),
+                                "ebpf_plus_runq": f["oncpu_s"] + f["runq_s"]}
+    return {"syscalls": sides, "crosscheck": checks, "cpu_threads": threads}

@@ -1,0 +1,61 @@
+"""record.describe is a pure function of a run's measurement (and the
+folded stacks beside it): stored measurements this project recorded
+itself (tests/data/record/<case>/measurement.json, from real runs) go in,
+and the record must equal the blessed one beside them.
+
+    QPROF_BLESS=1 .venv/bin/python -m pytest tests/test_record_golden.py   # rewrite expected.json
+
+Bless only after reading the diff: a changed figure is a changed
+product."""
+import json
+import os
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from conftest import SCHEMAS
+from qprof.collectors import record
+from qprof.collectors.measurement import Measurement
+
+DATA = Path(__file__).parent / "data" / "record"
+CASES = sorted(p.name for p in DATA.iterdir() if (p / "measurement.json").exists())
+BLESS = os.environ.get("QPROF_BLESS") == "1"
+
+
+def _describe(case: str) -> dict:
+    m = Measurement.from_json((DATA / case / "measurement.json").read_text())
+    # Through JSON, as run.json holds it.
+    return json.loads(json.dumps(record.describe(m, DATA / case)))
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_record_from_stored_measurement(case):
+    got = _describe(case)
+    path = DATA / case / "expected.json"
+    if BLESS:
+        path.write_text(json.dumps(got, indent=1) + "\n")
+    assert path.exists(), f"{path} is missing; bless it with QPROF_BLESS=1"
+    assert got == json.loads(path.read_text())
+    complete = {"schema_version": 1, "id": "20261123-000000-000000", "status": "complete", **got}
+    jsonschema.validate(complete, json.loads(SCHEMAS["run.json"].read_text()))
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_describe_is_pure(case):
+    """The same measurement twice gives the same record, and describing
+    does not change the measurement."""
+    text = (DATA / case / "measurement.json").read_text()
+    m = Measurement.from_json(text)
+    a = json.dumps(record.describe(m, DATA / case))
+    assert json.loads(m.to_json()) == json.loads(text)
+    assert json.dumps(record.describe(m, DATA / case)) == a
+
+
+def test_measurement_round_trips():
+    text = (DATA / CASES[0] / "measurement.json").read_text()
+    assert json.loads(Measurement.from_json(text).to_json()) == json.loads(text)
+
+
+def test_cases_cover_the_stack_kinds():
+    assert {"quic", "tcp-tls", "udp"} <= set(CASES)
