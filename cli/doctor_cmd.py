@@ -17,8 +17,10 @@ VERDICT_STYLES = {"ok": "green", "limited": "yellow", "missing": "red", "unknown
 def doctor(as_json):
     """Check what this kernel and machine allow qprof to measure.
 
-    Each check really tries the capability (attaches a tracepoint, sends a
-    GSO datagram, creates a namespace and veth) and removes what it created.
+    Each check really tries the capability (loads the probes, samples with
+    perf, sends a GSO datagram, creates a namespace and veth, adds each
+    qdisc: netem, tbf, htb) and removes what it created; the build checks
+    look for what `qprof run` and `qprof flame` need from `make build`.
     Verdicts: ok, limited (works with a restriction), missing, unknown
     (could not tell; the detail says why). The exit code is 0 whatever the
     verdicts: doctor reports, it does not fail.

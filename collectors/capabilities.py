@@ -1,25 +1,32 @@
-"""What this kernel and machine allow qprof to do: one Check per capability.
+"""What this kernel and machine allow qprof to do: one Check per capability
+qprof uses, and one per part of `make build` that `qprof run` and `qprof
+flame` need.
 
-Each check really tries the capability where that is cheap (attaches a
-tracepoint, sends a GSO datagram, creates a namespace), never raises (a
-check that cannot tell says "unknown" and why), removes whatever it created
-on every exit path, and bounds every subprocess by TIMEOUT_S.
+Each check really tries the capability where that is cheap (loads the
+probe tools, samples with perf, sends a GSO datagram, creates a namespace,
+adds each qdisc), never raises (a check that cannot tell says "unknown" and
+why), removes whatever it created on every exit path, and bounds every
+subprocess by TIMEOUT_S. The build checks look where qprof's own path
+helpers look, so they fail exactly when a run would.
 """
 from __future__ import annotations
 
 import functools
+import json
 import os
+import re
+import select
 import shutil
 import signal
 import socket
 import struct
 import subprocess
-import sys
 import tempfile
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Optional, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 from . import paths
 from .errors import NotBuilt
@@ -31,9 +38,6 @@ TIMEOUT_S = 5
 CAP_BITS = {"CAP_NET_ADMIN": 12, "CAP_SYS_ADMIN": 21, "CAP_PERFMON": 38, "CAP_BPF": 39}
 BTF_PATH = Path("/sys/kernel/btf/vmlinux")
 BTF_MAGIC = 0xEB9F
-TRACEFS_DIRS = (Path("/sys/kernel/tracing"), Path("/sys/kernel/debug/tracing"))
-# The tracepoint the syscalls probe (tp_btf/sys_enter) and its bpftrace twin attach to.
-TRACEPOINT = "raw_syscalls:sys_enter"
 TCP_ULP_PATH = Path("/proc/sys/net/ipv4/tcp_available_ulp")
 
 SOL_UDP, UDP_SEGMENT, UDP_GRO = 17, 103, 104
@@ -43,7 +47,16 @@ GSO_SEND_BYTES = 2 * GSO_SEGMENT_BYTES
 SOL_TLS, TLS_TX, TCP_ULP = 282, 1, 31
 TLS_1_2_VERSION, TLS_CIPHER_AES_GCM_128 = 0x0303, 51
 
-TRACEPOINTS_ONLY = "qprof's probes use tracepoints only; nothing to do"
+# The queueing disciplines qprof's runs may put on their veths: what each is
+# for, and the `tc qdisc add ... root` arguments that try it (then `tc class
+# add` arguments under it, for a classful one).
+QDISCS = (
+    ("netem", "link emulation: delay, loss, jitter", ["netem", "delay", "1ms", "1ms", "loss", "1%"], None),
+    ("tbf", "rate limit", ["tbf", "rate", "1gbit", "burst", "64k", "latency", "10ms"], None),
+    ("htb", "rate limit, by class", ["handle", "1:", "htb", "default", "10"],
+     ["parent", "1:", "classid", "1:10", "htb", "rate", "1gbit"]),
+)
+
 AS_ROOT = "run qprof doctor as root"
 MAKE_BUILD = "run `make build`"
 
@@ -62,6 +75,15 @@ class StepFailed(Exception):
     """A command a check depends on failed; the message names it and why."""
 
 
+def _could_not_test(name: str, e: Exception) -> Check:
+    if isinstance(e, subprocess.TimeoutExpired):
+        cmd = e.cmd if isinstance(e.cmd, str) else " ".join(map(str, e.cmd))
+        return Check(name, UNKNOWN, f"could not test: `{cmd}` did not finish within {e.timeout:g} s", "")
+    if isinstance(e, FileNotFoundError):
+        return Check(name, UNKNOWN, f"could not test: {e.filename or e} not found", "")
+    return Check(name, UNKNOWN, f"could not test: {e}", "")
+
+
 def _check(name: str) -> Callable[[Callable[[], Result]], Callable[[], Check]]:
     """Turn a function returning (verdict, detail, fix) into one returning
     a Check that never raises."""
@@ -70,14 +92,24 @@ def _check(name: str) -> Callable[[Callable[[], Result]], Callable[[], Check]]:
         def guarded() -> Check:
             try:
                 verdict, detail, fix = fn()
-            except subprocess.TimeoutExpired as e:
-                why = f"`{' '.join(e.cmd)}` did not finish within {e.timeout:g} s"
-                return Check(name, UNKNOWN, f"could not test: {why}", "")
-            except FileNotFoundError as e:
-                return Check(name, UNKNOWN, f"could not test: {e.filename or e} not found", "")
             except Exception as e:
-                return Check(name, UNKNOWN, f"could not test: {e}", "")
+                return _could_not_test(name, e)
             return Check(name, verdict, detail, fix)
+        return guarded
+    return wrap
+
+
+def _checks(*names: str) -> Callable[[Callable[[], List[Result]]], Callable[[], List[Check]]]:
+    """_check for one trial that answers several checks: the function
+    returns one (verdict, detail, fix) per name, in order."""
+    def wrap(fn: Callable[[], List[Result]]) -> Callable[[], List[Check]]:
+        @functools.wraps(fn)
+        def guarded() -> List[Check]:
+            try:
+                results = fn()
+            except Exception as e:
+                return [_could_not_test(name, e) for name in names]
+            return [Check(name, *result) for name, result in zip(names, results, strict=True)]
         return guarded
     return wrap
 
@@ -127,31 +159,18 @@ def _tracefs_mounts() -> set[str]:
         return {fields[1] for fields in (line.split() for line in f) if len(fields) > 2 and fields[2] == "tracefs"}
 
 
-def _tracefs_dir() -> Optional[Path]:
-    return next((d for d in TRACEFS_DIRS if (d / "events").is_dir()), None)
-
-
 @contextmanager
 def _no_new_tracefs_mounts() -> Iterator[None]:
-    """perf and bpftrace mount tracefs themselves when it is missing: every
-    tracefs mount that appears inside the block is unmounted on the way out,
-    so the mount table is left as it was found."""
+    """perf mounts tracefs itself when it is missing (nothing qprof runs
+    needs it: the probes attach by BTF, tp_btf): every tracefs mount that
+    appears inside the block is unmounted on the way out, so the mount
+    table is left as it was found."""
     before = _tracefs_mounts()
     try:
         yield
     finally:
         for mnt in _tracefs_mounts() - before:
             _run(["umount", mnt])
-
-
-@contextmanager
-def _tracefs() -> Iterator[Optional[Path]]:
-    """Yield the tracefs directory, mounting it for the block if needed;
-    None if tracefs cannot be had."""
-    with _no_new_tracefs_mounts():
-        if _tracefs_dir() is None:
-            _run(["mount", "-t", "tracefs", "nodev", str(TRACEFS_DIRS[0])])
-        yield _tracefs_dir()
 
 
 @dataclass
@@ -180,6 +199,18 @@ def scratch_netns() -> Iterator[ScratchNetns]:
     finally:
         for ns in reversed(created):
             _run(["ip", "netns", "del", ns])
+
+
+@contextmanager
+def scratch_ns() -> Iterator[str]:
+    """One namespace named after this pid, with nothing in it but its own
+    lo; deleted on every exit path."""
+    ns = f"qp-doc-{os.getpid()}-q"
+    try:
+        _run_ok(["ip", "netns", "add", ns])
+        yield ns
+    finally:
+        _run(["ip", "netns", "del", ns])  # also after a timed-out add, which may have created it
 
 
 @_check("root")
@@ -213,60 +244,113 @@ def check_btf() -> Result:
     return OK, f"{BTF_PATH}, {size_bytes} bytes", ""
 
 
+def _read_line(p: subprocess.Popen, timeout_s: float) -> Tuple[Optional[bytes], bytes]:
+    """The first line p writes on stdout, or None if it ends first, and
+    what followed it; TimeoutExpired after timeout_s."""
+    fd, buf = p.stdout.fileno(), b""
+    deadline = time.monotonic() + timeout_s
+    while b"\n" not in buf:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            raise subprocess.TimeoutExpired(p.args, timeout_s)
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            return None, buf
+        buf += chunk
+    line, _, rest = buf.partition(b"\n")
+    return line, rest
+
+
+def _events(text: bytes) -> List[dict]:
+    events = []
+    for line in text.decode(errors="replace").splitlines():
+        try:
+            events.append(json.loads(line))
+        except ValueError:
+            pass
+    return events
+
+
+def _give_the_probes_something_to_see() -> None:
+    """Doctor's own traffic: a UDP datagram over lo (the syscalls probe
+    counts its sendto, the packets probe lo's skbs) and a sleep (the
+    cputhread probe counts the switch)."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as rx, \
+                socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as tx:
+            rx.bind(("127.0.0.1", 0))
+            rx.settimeout(1.0)
+            tx.sendto(b"qprof doctor", rx.getsockname())
+            rx.recv(64)
+    except OSError:
+        pass
+    time.sleep(0.02)
+
+
+def _try_probe(name: str) -> Tuple[str, str]:
+    """Start the probe tool as `qprof run` does (on doctor's own pid and on
+    lo), let it see some traffic, mark it and tell it to exit. Returns
+    (OK, MISSING or LIMITED, what happened)."""
+    from .probes import PROBES, READY_TIMEOUT_S, Target
+    target = Target(pids={"doctor": os.getpid()}, devices={"doctor": "lo@host"})
+    argv = [str(paths.probe_binary(name))] + PROBES[name](target)
+    # stderr to a file, not a pipe: a failed load's verifier log can fill a pipe and stall the tool.
+    with tempfile.TemporaryFile() as err:
+        p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+                             start_new_session=True)
+        try:
+            try:
+                ready, rest = _read_line(p, READY_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                return MISSING, f"did not load and attach within {READY_TIMEOUT_S:g} s"
+            if ready is None:
+                p.wait(timeout=TIMEOUT_S)
+            else:
+                _give_the_probes_something_to_see()
+                out, _ = p.communicate(b"mark doctor\nexit\n", timeout=TIMEOUT_S)
+        finally:
+            if p.returncode is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.communicate()
+        err.seek(0)
+        why = _last_line(err.read().decode(errors="replace")) or f"exit {p.returncode}"
+    if ready is None:
+        return MISSING, f"did not load or attach: {why}"
+    ready_event = next(iter(_events(ready)), {})
+    mark = next((e for e in _events(rest + out) if e.get("event") == "mark"), None)
+    if mark is None:
+        return LIMITED, f"attached, then answered no mark ({why})"
+    if not ready_event.get("bpf_stats"):
+        return OK, "attached and answered a mark"
+    runs = sum(prog.get("run_cnt", 0) for prog in mark.get("progs", []))
+    if runs == 0:
+        return LIMITED, "attached, but its programs never ran"
+    return OK, f"attached, its programs ran {runs} times"
+
+
 @_check("tracepoints")
 def check_tracepoints() -> Result:
-    fix = "boot a kernel with syscall tracepoints (CONFIG_HAVE_SYSCALL_TRACEPOINTS), or use --guest"
+    """What `qprof run` does with each probe tool: load it, its programs
+    attached to tracepoints by BTF (tp_btf), which needs no tracefs."""
+    from .options import PROBE_NAMES
     if os.geteuid() != 0:
-        return UNKNOWN, "attaching to a tracepoint needs root; this check ran as a user", AS_ROOT
-    was_mounted = _tracefs_dir() is not None
-    with _tracefs() as tracing:
-        if tracing is None:
-            # perf looks tracepoints up in tracefs; qprof's probes (tp_btf) do not.
-            return UNKNOWN, ("tracefs is not mounted and cannot be mounted, so perf cannot attach to "
-                             f"{TRACEPOINT}; qprof's probes (tp_btf) do not need it, the bpftrace twins do"), ""
-        # A Python start-up makes hundreds of syscalls: a count of 0 would mean the attach is not live.
-        r = _run(["perf", "stat", "-e", TRACEPOINT, "-x,", "--", sys.executable, "-c", "import os; os.getpid()"])
-    if r.returncode != 0:
-        return MISSING, f"perf could not attach to {TRACEPOINT}: {_last_line(r.stderr)}", fix
-    count = next((line.split(",")[0] for line in r.stderr.splitlines() if TRACEPOINT in line), "")
-    if not count.isdigit() or int(count) == 0:
-        return LIMITED, f"perf attached to {TRACEPOINT} but counted {count or 'nothing'}", ""
-    if not was_mounted:
-        # qprof's probes attach by BTF (tp_btf) and need no tracefs; perf and
-        # bpftrace mount it for themselves, as this check did.
-        return OK, (f"perf counted {count} {TRACEPOINT}; tracefs is not mounted, which qprof's probes "
-                    "(tp_btf) do not need"), ""
-    return OK, f"tracefs at {tracing}; perf counted {count} {TRACEPOINT}", ""
-
-
-@_check("kprobes")
-def check_kprobes() -> Result:
-    if os.geteuid() != 0:
-        return UNKNOWN, "kprobe_events is in tracefs, which only root can mount and read; this check ran as a user", \
-            AS_ROOT
-    with _tracefs() as tracing:
-        if tracing is None:
-            return UNKNOWN, "tracefs is not available, so kprobe_events cannot be looked for", ""
-        kprobe_events = tracing / "kprobe_events"
-        if kprobe_events.exists():
-            return OK, f"{kprobe_events} exists", ""
-    return MISSING, f"no {kprobe_events}: kernel built without CONFIG_KPROBE_EVENTS", TRACEPOINTS_ONLY
-
-
-@_check("fentry/fexit")
-def check_fentry() -> Result:
-    if shutil.which("bpftrace") is None:
-        return UNKNOWN, "bpftrace is not installed, so fentry could not be tried", "apt-get install bpftrace"
-    if os.geteuid() != 0:
-        return UNKNOWN, "attaching fentry needs root (bpftrace refuses a user); this check ran as a user", AS_ROOT
-    # The probe exits on the first vfs_read, which some process does all the time.
+        return UNKNOWN, "loading the probes (eBPF, tp_btf) needs root; this check ran as a user", AS_ROOT
+    built = [name for name in PROBE_NAMES if paths.probe_binary(name).exists()]
+    unbuilt = [f"qprof-{name}" for name in PROBE_NAMES if name not in built]
+    if not built:
+        return UNKNOWN, (f"no probe tool is built ({', '.join(unbuilt)}), so attaching by BTF (tp_btf) "
+                         "could not be tried"), MAKE_BUILD
     with _no_new_tracefs_mounts():
-        r = _run(["bpftrace", "-e", "kfunc:vmlinux:vfs_read { exit(); }"])
-    if r.returncode == 0:
-        return OK, "bpftrace attached kfunc:vmlinux:vfs_read", ""
-    # bpftrace ends its errors with the offending source line and a ~~~ marker; the ERROR line says why.
-    errors = [line.split("ERROR:", 1)[1] for line in r.stderr.splitlines() if "ERROR:" in line]
-    return MISSING, f"bpftrace: {_last_line(errors[-1] if errors else r.stderr)}", TRACEPOINTS_ONLY
+        tried = {name: _try_probe(name) for name in built}
+    detail = ("by BTF (tp_btf; no tracefs needed): "
+              + "; ".join(f"qprof-{name} {what}" for name, (_, what) in tried.items())
+              + (f"; {', '.join(unbuilt)} not built, so not tried (see probes build)" if unbuilt else ""))
+    verdicts = [verdict for verdict, _ in tried.values()]
+    if all(v == OK for v in verdicts):
+        return OK, detail, ""
+    fix = ("`qprof run` records a probe that cannot attach as absent and carries on; boot a kernel with "
+           "BTF and these tracepoints, or use --guest") if MISSING in verdicts else ""
+    return (MISSING if all(v == MISSING for v in verdicts) else LIMITED), detail, fix
 
 
 @_check("perf sampling")
@@ -290,15 +374,6 @@ def check_perf_sampling() -> Result:
                          f"perf_event_paranoid={paranoid}"), \
             "qprof run --sample-hz 0 runs without stack samples"
     return OK, f"cpu-clock on every CPU with DWARF call graphs; perf_event_paranoid={paranoid}", ""
-
-
-@_check("hardware counters")
-def check_hardware_counters() -> Result:
-    with _no_new_tracefs_mounts():
-        r = _run(["perf", "stat", "-e", "instructions", "-x,", "--", "true"])
-    if r.returncode != 0 or "<not supported>" in r.stderr or "<not counted>" in r.stderr:
-        return MISSING, "software cpu-clock only: qprof reports nanoseconds, not cycles", "nothing to do"
-    return OK, "perf counts instructions", ""
 
 
 @_check("udp gso/gro")
@@ -349,70 +424,174 @@ def check_kernel_tls() -> Result:
 
 @_check("netns/veth")
 def check_netns_veth() -> Result:
+    if os.geteuid() != 0:
+        return UNKNOWN, "creating a network namespace needs root; this check ran as a user", AS_ROOT
     try:
         with scratch_netns() as s:
             _run_ok(["ip", "-n", s.ns_a, "link", "set", s.link_a, "up"])
             _run_ok(["ip", "-n", s.ns_b, "link", "set", s.link_b, "up"])
             state = _run_ok(["ip", "-n", s.ns_a, "-o", "link", "show", s.link_a]).stdout
     except StepFailed as e:
-        return MISSING, str(e), "run as root on a kernel with network namespaces and veth"
+        return MISSING, str(e), "boot a kernel with network namespaces and veth; --topology loopback needs neither"
     if "LOWER_UP" not in state:
         return LIMITED, "veth pair created and set up, but it has no carrier", ""
     return OK, "created two namespaces joined by a veth pair, brought it up, removed them", ""
 
 
-@_check("tc qdiscs")
-def check_tc_qdiscs() -> Result:
+def _no_module(kind: str) -> str:
+    """Why the kernel does not know a qdisc: '; this kernel has no
+    sch_KIND...' when modprobe finds no module either ('' when it does, or
+    cannot tell)."""
     try:
-        with scratch_netns() as s:
-            tbf = _run(["tc", "-n", s.ns_a, "qdisc", "add", "dev", s.link_a, "root",
-                        "tbf", "rate", "1gbit", "burst", "64k", "latency", "10ms"])
-            netem = _run(["tc", "-n", s.ns_b, "qdisc", "add", "dev", s.link_b, "root", "netem", "delay", "1ms"])
-    except StepFailed as e:
-        return UNKNOWN, f"no scratch namespace to try qdiscs in: {e}", ""
-    fixes = {"tbf": "rate limiting needs --guest", "netem": "delay/loss emulation needs --guest"}
-    results = {"tbf": tbf, "netem": netem}
-    failed = [kind for kind, r in results.items() if r.returncode != 0]
-    detail = "; ".join(f"{kind} missing ({_last_line(r.stderr)})" if kind in failed else f"{kind} ok"
-                       for kind, r in results.items())
-    fix = "; ".join(fixes[kind] for kind in failed)
-    if not failed:
-        return OK, detail, ""
-    return (MISSING if len(failed) == len(results) else LIMITED), detail, fix
+        r = _run(["modprobe", "-n", f"sch_{kind}"])
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return f"; this kernel has no sch_{kind} (not built in, no module)" if r.returncode != 0 else ""
 
 
-@_check("msquic build")
-def check_msquic_build() -> Result:
-    lib = paths.msquic_library()
-    if not lib.exists():
-        return MISSING, f"{lib} does not exist", MAKE_BUILD
-    try:
-        workload = paths.workload_binary()
-    except NotBuilt as e:
-        return MISSING, e.sentence, MAKE_BUILD
-    r = _run([str(workload), "--help"])
-    if r.returncode != 0:
-        return MISSING, f"`{workload} --help` exited {r.returncode}: {_last_line(r.stderr)}", MAKE_BUILD
-    return OK, f"{lib.name} and {workload.name} in {paths.build_dir()}; {workload.name} --help runs", ""
+@_checks(*(f"qdisc {kind}" for kind, *_ in QDISCS))
+def check_qdiscs() -> List[Result]:
+    """Each qdisc really added, as root qdisc of lo in a scratch namespace,
+    then deleted: a modular qdisc the kernel has not loaded yet is loaded
+    by the add, so neither /proc/modules nor /sys/module can tell."""
+    if os.geteuid() != 0:
+        return [(UNKNOWN, f"{kind} ({what}): adding a qdisc needs root (a scratch network namespace); "
+                          "this check ran as a user", AS_ROOT) for kind, what, *_ in QDISCS]
+    results = []
+    with scratch_ns() as ns:
+        for kind, what, qdisc_args, class_args in QDISCS:
+            tried = [["tc", "-n", ns, "qdisc", "add", "dev", "lo", "root", *qdisc_args]]
+            if class_args:
+                tried.append(["tc", "-n", ns, "class", "add", "dev", "lo", *class_args])
+            failed = None
+            for argv in tried:
+                r = _run(argv)
+                if r.returncode != 0:
+                    failed = (argv, _last_line(r.stderr) or f"exit {r.returncode}")
+                    break
+            _run(["tc", "-n", ns, "qdisc", "del", "dev", "lo", "root"])
+            if failed is None:
+                done = " and ".join(f"`{_tc(argv)}`" for argv in tried)
+                results.append((OK, f"{kind} ({what}): {done} worked in a scratch namespace", ""))
+                continue
+            argv, why = failed
+            why = why.removeprefix("Error: ").rstrip(".")
+            if "qdisc kind is unknown" in why:
+                why += _no_module(kind)
+            results.append((MISSING, f"{kind} ({what}): `{_tc(argv)}` failed: {why}",
+                            f"{what.split(':')[0]} with {kind} needs another kernel: use --guest "
+                            f"(a QEMU guest running Debian's kernel, which has sch_{kind} as a module)"))
+    return results
+
+
+def _tc(argv: List[str]) -> str:
+    """A tc command as a person would type it: without the scratch `-n NS`."""
+    return " ".join(argv[:1] + argv[3:])
 
 
 @_check("gso/gro switches")
 def check_offload_switches() -> Result:
-    """What --gso/--gro need: the interposer for quic, ethtool for TCP."""
-    from .offload import PRELOAD_LIB
-    lib = paths.build_dir() / "lib" / PRELOAD_LIB
+    """--gso/--gro on the TCP stacks set the veths' features with ethtool;
+    on quic they load libqprof-offload.so (see interposers build)."""
     ethtool = shutil.which("ethtool")
-    missing = [what for what, ok in ((f"{lib} (quic --gso/--gro off)", lib.exists()),
-                                     ("ethtool (TCP --gso/--gro)", ethtool)) if not ok]
+    if ethtool is None:
+        return MISSING, "ethtool is not installed: the TCP stacks' --gso/--gro set the veths' features with it", \
+            "`make deps` installs it (Debian package ethtool)"
+    return OK, f"{ethtool} (TCP stacks' --gso/--gro); quic's switch is libqprof-offload.so (interposers build)", ""
+
+
+def _missing_of(e: NotBuilt) -> str:
+    """'PATH is missing' out of a path helper's NotBuilt sentence."""
+    m = re.search(r"\((.+ is missing)\)", e.sentence)
+    return m.group(1) if m else e.sentence
+
+
+def _build_result(what: str, missing: List[str], consequence: str) -> Result:
     if missing:
-        return MISSING, "missing: " + "; ".join(missing), "run `make build` (ethtool comes with `make deps`)"
-    return OK, f"{lib.name} built, {ethtool} present", ""
+        return MISSING, f"{'; '.join(missing)}: {consequence}", MAKE_BUILD
+    return OK, what, ""
 
 
-CHECKS = (check_root, check_btf, check_tracepoints, check_kprobes, check_fentry, check_perf_sampling,
-          check_hardware_counters, check_udp_gso_gro, check_kernel_tls, check_netns_veth, check_tc_qdiscs,
-          check_msquic_build, check_offload_switches)
+@_check("workload build")
+def check_workload_build() -> Result:
+    """qprof-wl (every stack) and msquic (quic); `qprof run` refuses without them."""
+    missing = []
+    try:
+        workload: Optional[Path] = paths.workload_binary()
+    except NotBuilt as e:
+        workload = None
+        missing.append(_missing_of(e))
+    lib = paths.msquic_library()
+    if not lib.exists():
+        missing.append(f"{lib} is missing")
+    if missing:
+        return _build_result("", missing, "`qprof run` refuses to start without them")
+    r = _run([str(workload), "--help"])
+    if r.returncode != 0:
+        return MISSING, f"`{workload} --help` exited {r.returncode}: {_last_line(r.stderr)}", MAKE_BUILD
+    return OK, f"{workload.name} and {lib.name} in {paths.build_dir()}; {workload.name} --help runs", ""
+
+
+@_check("probes build")
+def check_probes_build() -> Result:
+    from .options import PROBE_NAMES
+    tools = [paths.probe_binary(name) for name in PROBE_NAMES]
+    missing = [f"{tool} is missing" for tool in tools if not tool.exists()]
+    return _build_result(f"{', '.join(t.name for t in tools)} in {tools[0].parent}", missing,
+                         "`qprof run` records those probes as absent")
+
+
+@_check("interposers build")
+def check_interposers_build() -> Result:
+    """The LD_PRELOAD libraries, where offload.py and listen.py look."""
+    from . import listen, offload
+    lib_dir = paths.build_dir() / "lib"
+    needed_by = {offload.PRELOAD_LIB: "quic with --gso off or --gro off",
+                 listen.LIB: "every quic run: it binds the server to the run's address"}
+    missing = [f"{lib_dir / lib} is missing (needed by {who})" for lib, who in needed_by.items()
+               if not (lib_dir / lib).exists()]
+    return _build_result(f"{', '.join(needed_by)} in {lib_dir}", missing, "`qprof run` refuses those runs")
+
+
+@_check("inferno build")
+def check_inferno_build() -> Result:
+    """The inferno tools qprof runs, found as perf.py and draw.py find them:
+    collapse-perf folds a run's stacks, flamegraph and diff-folded draw."""
+    from qprof.flamegraphs import draw
+    from . import perf
+    found, missing = [], []
+    for locate, tool in ((perf.inferno, "collapse-perf"), (draw.tool, "flamegraph"), (draw.tool, "diff-folded")):
+        try:
+            found.append(locate(tool))
+        except NotBuilt as e:
+            missing.append(_missing_of(e))
+    return _build_result(f"{', '.join(p.name for p in found)} in {found[0].parent if found else ''}", missing,
+                         "`qprof run` keeps no folded stacks and `qprof flame` draws nothing without them")
+
+
+@_check("floor build")
+def check_floor_build() -> Result:
+    """The floor tools, where floor.measure looks, and the stacks whose
+    floor each one measures."""
+    from . import floor
+    stacks: Dict[str, List[str]] = {}
+    for stack, spec in floor.SPECS.items():
+        stacks.setdefault(spec.binary, []).append(stack)
+    tools = {paths.build_dir() / "bin" / binary: names for binary, names in stacks.items()}
+    missing = [f"{tool} is missing (the floor of {', '.join(names)})" for tool, names in tools.items()
+               if not os.access(tool, os.X_OK)]
+    return _build_result(f"{', '.join(t.name for t in tools)} in {paths.build_dir() / 'bin'}", missing,
+                         "runs of those stacks record their floor as absent")
+
+
+CHECKS = (check_root, check_btf, check_tracepoints, check_perf_sampling, check_udp_gso_gro, check_kernel_tls,
+          check_netns_veth, check_qdiscs, check_offload_switches, check_workload_build, check_probes_build,
+          check_interposers_build, check_inferno_build, check_floor_build)
 
 
 def run_checks() -> list[Check]:
-    return [check() for check in CHECKS]
+    checks: list[Check] = []
+    for check in CHECKS:
+        result = check()
+        checks += result if isinstance(result, list) else [result]
+    return checks

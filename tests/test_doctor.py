@@ -1,8 +1,11 @@
 """`qprof doctor --json` on this host: every check once with a valid verdict,
 verdicts that agree with what the host has, and nothing left behind."""
+import gzip
 import json
+import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,9 +13,11 @@ import pytest
 from conftest import qprof
 from qprof.collectors.capabilities import caps_held
 
-NAMES = ["root", "btf", "tracepoints", "kprobes", "fentry/fexit", "perf sampling", "hardware counters",
-         "udp gso/gro", "kernel tls", "netns/veth", "tc qdiscs", "msquic build",
-         "gso/gro switches", "remains of dead runs"]
+NAMES = ["root", "btf", "tracepoints", "perf sampling", "udp gso/gro", "kernel tls", "netns/veth",
+         "qdisc netem", "qdisc tbf", "qdisc htb", "gso/gro switches", "workload build", "probes build",
+         "interposers build", "inferno build", "floor build", "remains of dead runs"]
+BUILD_CHECKS = ["workload build", "probes build", "interposers build", "inferno build", "floor build"]
+QDISC_CONFIG = {"netem": "CONFIG_NET_SCH_NETEM", "tbf": "CONFIG_NET_SCH_TBF", "htb": "CONFIG_NET_SCH_HTB"}
 VERDICTS = {"ok", "missing", "limited", "unknown"}
 # Doctor's scratch namespaces and links (qp-doc-<pid>-a, qpd<pid>a); narrower
 # than conftest.leftovers() so a `qprof run` elsewhere on the host cannot fail this.
@@ -25,10 +30,25 @@ def tracefs_mounts():
 
 
 @pytest.fixture(scope="module")
-def doctor():
+def doctor_pid():
+    """doctor run once, as conftest.qprof runs the CLI, but with its pid
+    known: the probe tools it starts are given it (-p PID)."""
     mounts_before = tracefs_mounts()
-    r = qprof("doctor", "--json")
+    p = subprocess.Popen([sys.executable, "-m", "qprof", "doctor", "--json"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    out, err = p.communicate(timeout=120)
+    return subprocess.CompletedProcess(p.args, p.returncode, out, err), mounts_before, p.pid
+
+
+@pytest.fixture(scope="module")
+def doctor(doctor_pid):
+    r, mounts_before, _ = doctor_pid
     return r, mounts_before
+
+
+@pytest.fixture(scope="module")
+def checks(doctor):
+    return {c["name"]: c for c in json.loads(doctor[0].stdout)}
 
 
 @pytest.fixture(scope="module")
@@ -62,8 +82,22 @@ def test_btf_ok_exactly_when_vmlinux_btf_exists(verdicts):
     assert (verdicts["btf"] == "ok") == Path("/sys/kernel/btf/vmlinux").exists()
 
 
-def test_leaves_no_namespace_link_or_mount(doctor):
-    _, mounts_before = doctor
+def probe_tools_given(pid):
+    """Live processes of qprof's probe tools whose arguments hold pid."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if Path(argv[0].decode(errors="replace")).name.startswith("qprof-") and str(pid).encode() in argv:
+            found.append(b" ".join(argv).decode(errors="replace"))
+    return found
+
+
+def test_leaves_no_namespace_link_mount_or_probe(doctor_pid):
+    _, mounts_before, pid = doctor_pid
+    assert probe_tools_given(pid) == []
     netns = [line.split()[0] for line in subprocess.run(["ip", "netns", "list"], capture_output=True,
                                                         text=True, check=True).stdout.splitlines()]
     links = [line.split(":")[1].strip().split("@")[0] for line in subprocess.run(
@@ -96,7 +130,7 @@ def test_as_a_user_doctor_says_what_needs_root(tmp_path):
     assert perf["verdict"] == "missing" and "needs root" in perf["detail"] and perf["fix"] == "run qprof as root"
     assert "Access to performance monitoring" in perf["detail"]  # perf's reason, not its closing advice
     # A missing privilege is not a kernel that lacks the feature.
-    for name in ("tracepoints", "kprobes", "fentry/fexit"):
+    for name in ("tracepoints", "netns/veth", "qdisc netem", "qdisc tbf", "qdisc htb"):
         assert checks[name]["verdict"] == "unknown" and "root" in checks[name]["fix"], checks[name]
     assert "CONFIG_FTRACE" not in checks["tracepoints"]["fix"]
 
@@ -116,3 +150,64 @@ def test_perf_is_quoted_by_its_first_line_that_says_something():
     assert _first_line(PERF_AS_USER) == "Access to performance monitoring and observability operations is limited."
     assert _first_line("Error:\tUnable to find debugfs/tracefs\nHint: ...") == "Unable to find debugfs/tracefs"
     assert _first_line("\n") == ""
+
+
+def test_the_probes_are_tried_by_btf_without_tracefs(checks):
+    """The probes attach by tp_btf: doctor loads them, and asks for no tracefs."""
+    c = checks["tracepoints"]
+    assert "tp_btf" in c["detail"] and "no tracefs needed" in c["detail"], c
+    assert "tracefs" not in c["fix"], c
+    for name in ("syscalls", "packets", "cputhread"):
+        assert f"qprof-{name}" in c["detail"], c
+
+
+def kernel_config():
+    try:
+        return gzip.decompress(Path("/proc/config.gz").read_bytes()).decode()
+    except OSError:
+        return None
+
+
+@pytest.mark.parametrize("kind", sorted(QDISC_CONFIG))
+def test_each_qdisc_has_its_own_line_and_a_verdict_the_kernel_config_agrees_with(checks, kind):
+    c = checks[f"qdisc {kind}"]
+    assert c["verdict"] in ("ok", "missing"), c
+    assert c["detail"].startswith(f"{kind} ("), c
+    if c["verdict"] == "missing":
+        assert "--guest" in c["fix"], c
+    if kind == "netem":
+        assert "delay, loss, jitter" in c["detail"], c
+    config = kernel_config()
+    if config is None:
+        pytest.skip("no /proc/config.gz to compare the verdict with")
+    option = QDISC_CONFIG[kind]
+    if f"{option}=y" in config:
+        assert c["verdict"] == "ok", c
+    elif f"{option}=m" not in config:  # =m: whether the module is installed decides
+        assert c["verdict"] == "missing" and f"no sch_{kind}" in c["detail"], c
+
+
+def test_an_empty_build_dir_fails_each_build_check_naming_what_and_make_build(tmp_path):
+    """QPROF_BUILD_DIR moves every path helper: nothing is built there."""
+    env = {"QPROF_BUILD_DIR": str(tmp_path), "QPROF_STATE_DIR": str(tmp_path / "state")}
+    r = qprof("doctor", "--json", env_extra=env)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    checks = {c["name"]: c for c in json.loads(r.stdout)}
+    assert list(checks) == NAMES
+    expected = {
+        "workload build": [f"{tmp_path}/bin/qprof-wl is missing", "libmsquic.so is missing"],
+        "probes build": [f"{tmp_path}/bin/qprof-{n} is missing" for n in ("syscalls", "packets", "cputhread")],
+        "interposers build": [f"{tmp_path}/lib/libqprof-offload.so is missing",
+                              f"{tmp_path}/lib/libqprof-bind.so is missing"],
+        "inferno build": [f"inferno-{t} is missing" for t in ("collapse-perf", "flamegraph", "diff-folded")],
+        "floor build": [f"{tmp_path}/bin/qprof-floor is missing", f"{tmp_path}/bin/qprof-floor-quictls is missing"],
+    }
+    assert sorted(expected) == sorted(BUILD_CHECKS)
+    for name, sentences in expected.items():
+        c = checks[name]
+        assert c["verdict"] == "missing" and "make build" in c["fix"], c
+        for sentence in sentences:
+            assert sentence in c["detail"], c
+    if os.geteuid() == 0:
+        # Nothing to load: the probes are not tried, and that is not the kernel's fault.
+        assert checks["tracepoints"]["verdict"] == "unknown" and "make build" in checks["tracepoints"]["fix"]
