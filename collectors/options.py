@@ -22,7 +22,6 @@ from . import errors
 from .units import parse_duration_s, parse_size_bytes
 
 STACK_NAMES = ("quic", "udp", "tcp", "tcp-tls", "tcp-ktls")
-TCP_STACKS = ("tcp", "tcp-tls", "tcp-ktls")
 PROBE_NAMES = ("syscalls", "packets", "cputhread")
 TOPOLOGIES = ("netns", "loopback")
 EXEC_PROFILES = ("lowlat", "maxtput")
@@ -170,7 +169,7 @@ OPTIONS: List[Option] = [
            "`make guest` first."),
     Option("probes", "probes", PROBE_NAMES, "eBPF probes to attach, comma-separated, or 'none'."),
     Option("sample-hz", "int", 99, "perf cpu-clock stack samples per CPU-second over the window (0: no stacks; "
-           "99 costs nothing measurable here, 250 cost 4.5%, 1000 cost 9%).", lo=0, hi=20000),
+           "see RESULTS.md for what each rate costs).", lo=0, hi=20000),
     Option("call-graph", "choice", None, "How perf walks user stacks: dwarf (from .eh_frame, complete through "
            "code without frame pointers such as OpenSSL's) or fp (frame pointers, smaller perf.data) "
            "[default: dwarf].", choices=CALL_GRAPHS, metavar="|".join(CALL_GRAPHS)),
