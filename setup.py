@@ -1,12 +1,15 @@
 """qprof: where the CPU goes when bulk data moves over QUIC and TCP+kTLS.
 
-The top-level folders are the package's parts: cli/ is the package `qprof`
-itself (the command), and collectors/, probes/, flamegraphs/, workloads/
-are its subpackages.
+The package `qprof` is core/ (errors, paths, units, the run directory,
+the ledger, the version); its subpackages are the top-level folders:
+cli/ (the command), collectors/ (measurement), flamegraphs/ (folded
+stacks per byte), probes/ and workloads/ (their built tools are located,
+not imported). Dependencies point cli -> collectors -> flamegraphs ->
+core (tests/test_layers.py).
 """
 from setuptools import setup
 
-PARTS = ["collectors", "probes", "flamegraphs", "workloads"]
+PARTS = ["cli", "collectors", "probes", "flamegraphs", "workloads"]
 
 setup(
     name="qprof",
@@ -14,11 +17,12 @@ setup(
     description="CPU nanoseconds per byte for QUIC (msquic) and TCP/kTLS bulk transfers",
     python_requires=">=3.9",
     packages=["qprof"] + [f"qprof.{p}" for p in PARTS],
-    package_dir={"qprof": "cli", **{f"qprof.{p}": p for p in PARTS}},
+    package_dir={"qprof": "core", **{f"qprof.{p}": p for p in PARTS}},
+    package_data={"qprof.collectors": ["schema/*.json"], "qprof.flamegraphs": ["categories.rules"]},
     install_requires=[
         "click>=8.1,<9",
         "rich>=13.7,<16",
     ],
     extras_require={"test": ["pytest>=8,<10", "jsonschema>=4.18,<5"]},
-    entry_points={"console_scripts": ["qprof = qprof.main:main"]},
+    entry_points={"console_scripts": ["qprof = qprof.cli.main:main"]},
 )

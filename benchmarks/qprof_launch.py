@@ -29,7 +29,7 @@ def qprof(call_graph: Optional[str] = None, dwarf_bytes: Optional[int] = None) -
     if dwarf_bytes is not None:
         sets.append(f"p.DWARF_STACK_BYTES = {int(dwarf_bytes)}")
     code = ("import sys; import qprof.collectors.perf as p; " + "; ".join(sets)
-            + "; from qprof.main import main; sys.argv[0] = 'qprof'; sys.exit(main())")
+            + "; from qprof.cli.main import main; sys.argv[0] = 'qprof'; sys.exit(main())")
     return [PYTHON, "-c", code]
 
 

@@ -1,2 +1,2 @@
-"""qprof: where the CPU goes when bulk data moves over QUIC and TCP+kTLS."""
-__version__ = "0.1.0"
+"""The `qprof` command: click subcommands, one module each, over the
+libraries (qprof.collectors, qprof.flamegraphs) and the core (qprof)."""

@@ -4,7 +4,7 @@ import os
 
 import click
 
-from qprof.collectors import errors, remains
+from qprof import errors, remains
 
 
 @click.command()

@@ -10,8 +10,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from qprof.collectors import compare, options, runner
-from qprof.collectors.errors import BadValue
-from qprof.run_options import to_run_options, transfer_options
+from qprof.errors import BadValue
+from qprof.cli.run_options import to_run_options, transfer_options
 
 ABSENT = "—"
 

@@ -7,7 +7,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from qprof.collectors import capabilities, remains
+from qprof import remains
+from qprof.collectors import capabilities
 
 VERDICT_STYLES = {"ok": "green", "limited": "yellow", "missing": "red", "unknown": "dim"}
 

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from qprof.collectors.errors import BadValue
+from qprof.errors import BadValue
 from qprof.flamegraphs import categories, diff, draw, folded, normalize, sides
 
 ABSENT = "—"

@@ -21,8 +21,8 @@ for _sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
 import click  # noqa: E402  (after the handlers: importing takes most of start-up)
 
 from qprof import __version__
-from qprof.collectors import interrupts, remains  # noqa: E402
-from qprof.collectors.errors import Interrupted, QprofError  # noqa: E402
+from qprof import interrupts, remains  # noqa: E402
+from qprof.errors import Interrupted, QprofError  # noqa: E402
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -45,7 +45,7 @@ def cli():
 
 
 def _register():
-    from qprof import clean_cmd, compare_cmd, doctor_cmd, flame_cmd, run_cmd
+    from qprof.cli import clean_cmd, compare_cmd, doctor_cmd, flame_cmd, run_cmd
 
     cli.add_command(run_cmd.run)
     cli.add_command(doctor_cmd.doctor)

@@ -4,6 +4,8 @@ from typing import Optional
 from rich.console import Console
 from rich.table import Table
 
+from qprof.collectors import offload
+
 ABSENT = "—"
 
 
@@ -15,10 +17,6 @@ def _int(v: Optional[int]) -> str:
     return ABSENT if v is None else f"{v:,}"
 
 
-def _onoff(v: Optional[bool]) -> str:
-    return "on" if v else "off" if v is False else ABSENT
-
-
 def _headline(rec: dict) -> str:
     env, cfg, tr = rec["environment"], rec["config"], rec.get("transport") or {}
     topo = env["topology"]
@@ -28,8 +26,8 @@ def _headline(rec: dict) -> str:
         where += ", [yellow]emulated guest: compare stacks within the guest only[/]"
     if rec["stack"] == "quic":
         return (where + f"; msquic {env.get('msquic_version') or ABSENT}"
-                f", GSO {_onoff(env.get('msquic_send_segmentation', {}).get('client'))}"
-                f", GRO {_onoff(env.get('msquic_recv_coalescing', {}).get('server'))} (msquic's own report)")
+                f", GSO {offload.onoff(env.get('msquic_send_segmentation', {}).get('client')) or ABSENT}"
+                f", GRO {offload.onoff(env.get('msquic_recv_coalescing', {}).get('server')) or ABSENT} (msquic's own report)")
     if rec["stack"] == "udp":
         c = rec["workload"]["client"]["report"]
         return where + f"; raw UDP, {c.get('send_mode')} × {c.get('batch')}, {c.get('dgram_size')}-byte datagrams"

@@ -4,10 +4,10 @@ from pathlib import Path
 
 import click
 
-from qprof import report
+from qprof.cli import report
 from qprof.collectors import options, runner
 from qprof.collectors.faults import FAULTS, Faults
-from qprof.run_options import to_run_options, transfer_options
+from qprof.cli.run_options import to_run_options, transfer_options
 
 
 @click.command()

@@ -6,7 +6,7 @@ from dataclasses import replace
 import click
 
 from qprof.collectors import options
-from qprof.units import Duration, Size
+from qprof.cli.units import Duration, Size
 
 
 def _click_option(o: options.Option):

@@ -1,7 +1,7 @@
 """click option types for durations and sizes (the syntax: collectors.units)."""
 import click
 
-from qprof.collectors.units import parse_duration_s, parse_size_bytes
+from qprof.units import parse_duration_s, parse_size_bytes
 
 
 def _flag(param, default: str) -> str:

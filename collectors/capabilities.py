@@ -28,8 +28,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
-from . import paths
-from .errors import NotBuilt
+from qprof import paths
+
+from . import transports
+from qprof.errors import NotBuilt
 
 OK, MISSING, LIMITED, UNKNOWN = "ok", "missing", "limited", "unknown"
 VERDICTS = (OK, MISSING, LIMITED, UNKNOWN)
@@ -38,7 +40,7 @@ TIMEOUT_S = 5
 CAP_BITS = {"CAP_NET_ADMIN": 12, "CAP_SYS_ADMIN": 21, "CAP_PERFMON": 38, "CAP_BPF": 39}
 BTF_PATH = Path("/sys/kernel/btf/vmlinux")
 BTF_MAGIC = 0xEB9F
-TCP_ULP_PATH = Path("/proc/sys/net/ipv4/tcp_available_ulp")
+TCP_ULP_PATH = transports.TCP_ULP  # one path, the run's check and doctor's
 
 SOL_UDP, UDP_SEGMENT, UDP_GRO = 17, 103, 104
 GSO_SEGMENT_BYTES = 1400
@@ -555,14 +557,13 @@ def check_interposers_build() -> Result:
 
 @_check("inferno build")
 def check_inferno_build() -> Result:
-    """The inferno tools qprof runs, found as perf.py and draw.py find them:
-    collapse-perf folds a run's stacks, flamegraph and diff-folded draw."""
-    from qprof.flamegraphs import draw
-    from . import perf
+    """The inferno tools qprof runs (paths.inferno_tool, as perf.py and
+    draw.py find them): collapse-perf folds a run's stacks, flamegraph and
+    diff-folded draw."""
     found, missing = [], []
-    for locate, tool in ((perf.inferno, "collapse-perf"), (draw.tool, "flamegraph"), (draw.tool, "diff-folded")):
+    for tool in ("collapse-perf", "flamegraph", "diff-folded"):
         try:
-            found.append(locate(tool))
+            found.append(paths.inferno_tool(tool))
         except NotBuilt as e:
             missing.append(_missing_of(e))
     return _build_result(f"{', '.join(p.name for p in found)} in {found[0].parent if found else ''}", missing,

@@ -11,10 +11,11 @@ import statistics
 from dataclasses import asdict, dataclass, field, replace
 from itertools import product
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional
 
-from . import environment, errors, options, remains, runner, stacks
-from .rundir import RunDir
+from qprof import errors, remains
+from . import environment, options, runner, transports
+from qprof.rundir import RunDir
 
 COMPARISON_RECORD = "comparison.json"
 COMPARISONS_SUBDIR = "comparisons"
@@ -93,8 +94,8 @@ def parse_stacks(text: str) -> List[str]:
     if len(set(names)) != len(names):
         raise errors.BadValue(f"--stacks lists a stack twice ('{text}'); give each once.")
     for n in names:
-        if n not in stacks.STACKS:
-            raise errors.UnknownStack(f"unknown stack '{n}'; valid stacks are: {', '.join(stacks.STACKS)}.")
+        if n not in transports.STACKS:
+            raise errors.UnknownStack(f"unknown stack '{n}'; valid stacks are: {', '.join(transports.STACKS)}.")
     return names
 
 

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import List, Optional
 
-from . import errors, interrupts, remains
+from qprof import errors, interrupts, remains
 
 PR_SET_PDEATHSIG = 1
 

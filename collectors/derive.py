@@ -184,3 +184,19 @@ def observer_cost(probes: dict, nbytes: int, flame: Optional[dict]) -> Optional[
         "source": "the kernel's BPF run-time statistics (BPF_ENABLE_STATS) of each probe's programs over "
                   "the window; flame_ebpf_ns_per_byte: the flame graph's eBPF category per side",
     }
+
+
+def packets_devices(rec: dict) -> dict:
+    """side -> the packets probe's window for that side's veth (netns runs
+    with the probe present; {} otherwise)."""
+    probe = (rec.get("probes") or {}).get("packets") or {}
+    topo = (rec.get("environment") or {}).get("topology") or {}
+    if probe.get("status") != "present" or topo.get("kind") != "netns":
+        return {}
+    found = {}
+    for side in ("client", "server"):
+        name = f"{topo[side]['ifname']}@{topo[side]['netns']}"
+        for d in probe["window"].get("devices", []):
+            if d.get("dev") == name:
+                found[side] = d
+    return found

@@ -20,9 +20,9 @@ import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
 
-from . import environment, paths
+from qprof import paths
+from . import environment
 
 SECONDS = 0.3  # CPU time per operation
 

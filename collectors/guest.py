@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional
 
-from . import errors, paths, interrupts, remains
+from qprof import errors, paths, interrupts, remains
 from .controlled import die_with_parent
 
 QEMU = "qemu-system-x86_64"

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from . import errors, paths
+from qprof import errors, paths
 
 LIB = "libqprof-bind.so"
 REPORT_NAME = "bind-server.jsonl"

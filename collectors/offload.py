@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from . import errors, options, paths
+from qprof import errors, paths
+from . import derive, options
 
 ONOFF = ("on", "off")
 UDP_SEND_MODES = options.UDP_SEND_MODES
@@ -49,7 +50,7 @@ class OffloadPlan:
                 "device_features_set": self.devices or None}
 
 
-def _check_onoff(name: str, value: Optional[str]) -> None:
+def _checkonoff(name: str, value: Optional[str]) -> None:
     if value is not None and value not in ONOFF:
         raise errors.BadValue(f"--{name} takes on or off, not '{value}'.")
 
@@ -59,8 +60,8 @@ def plan(stack_name: str, topology: str, gso: Optional[str], gro: Optional[str],
          run_path: Optional[Path] = None) -> OffloadPlan:
     """Resolve the request for the stack, refusing what it cannot honour
     with the reason and the fix, before anything runs."""
-    _check_onoff("gso", gso)
-    _check_onoff("gro", gro)
+    _checkonoff("gso", gso)
+    _checkonoff("gro", gro)
     udp_only = [n for n, v in (("send-mode", send_mode), ("batch", batch), ("dgram-size", dgram_size)) if v is not None]
     if udp_only and stack_name != "udp":
         raise errors.BadValue(f"--{udp_only[0]} applies to --stack udp only; drop it or use --stack udp.")
@@ -186,7 +187,7 @@ def observe(rec: dict, max_datagram: int) -> dict:
     from the server's received sizes (UDP) or GRO entries (TCP). A state
     no instrument saw is None, never "off"."""
     transport = rec["stack"] if rec["stack"] in ("quic", "udp") else "tcp"
-    dev = _devices(rec)
+    dev = derive.packets_devices(rec)
     client_tx = dev["client"]["tx"] if dev.get("client") else None
     server_rx = dev["server"]["rx"] if dev.get("server") else None
     sys_client = (rec.get("syscalls") or {}).get("client")
@@ -221,8 +222,8 @@ def observe(rec: dict, max_datagram: int) -> dict:
     env = rec.get("environment") or {}
     own_view = None
     if transport == "quic" and "msquic_send_segmentation" in env:
-        own_view = {"gso": _onoff(env["msquic_send_segmentation"].get("client")),
-                    "gro": _onoff(env["msquic_recv_coalescing"].get("server"))}
+        own_view = {"gso": onoff(env["msquic_send_segmentation"].get("client")),
+                    "gro": onoff(env["msquic_recv_coalescing"].get("server"))}
     # Whether GRO had anything to do: a UDP socket's GRO keeps super-packets
     # whole (the veth's own GRO is off), while a veth's GRO merges only
     # packets that were not super-packets already (veth passes TSO skbs
@@ -234,7 +235,8 @@ def observe(rec: dict, max_datagram: int) -> dict:
     return {"gso": gso, "gro": gro, "gro_applies": applies, "evidence": ev, "stack_reports": own_view}
 
 
-def _onoff(v) -> Optional[str]:
+def onoff(v: Optional[bool]) -> Optional[str]:
+    """True/False as on/off; None (not seen) stays None."""
     return None if v is None else ("on" if v else "off")
 
 
@@ -247,20 +249,6 @@ def _recv_bytes_per_message(calls: dict) -> Optional[float]:
         nbytes += c["bytes"]
         msgs += c["msgs_returned"] if name == "recvmmsg" else c["calls"] - c["errors"]
     return nbytes / msgs if msgs else None
-
-
-def _devices(rec: dict) -> dict:
-    probe = (rec.get("probes") or {}).get("packets") or {}
-    topo = (rec.get("environment") or {}).get("topology") or {}
-    if probe.get("status") != "present" or topo.get("kind") != "netns":
-        return {}
-    found = {}
-    for side in ("client", "server"):
-        name = f"{topo[side]['ifname']}@{topo[side]['netns']}"
-        for d in probe["window"].get("devices", []):
-            if d.get("dev") == name:
-                found[side] = d
-    return found
 
 
 def contradictions(effective: Dict[str, Optional[str]], observed: dict) -> List[str]:

@@ -11,15 +11,15 @@ choice checks (`check`, called by runner.check_options for `run`,
 
 Checks that relate two options or need the stack (TLS on a stack without
 it, GSO against the send mode, a datagram larger than the MTU) stay
-where that knowledge lives: collectors/stacks.py and collectors/offload.py,
+where that knowledge lives: collectors/transports.py and collectors/offload.py,
 which runner.check_options calls after `check`.
 """
 import json
 from dataclasses import asdict, field, fields, make_dataclass
 from typing import Callable, Dict, List, Optional, Tuple
 
-from . import errors
-from .units import parse_duration_s, parse_size_bytes
+from qprof import errors
+from qprof.units import parse_duration_s, parse_size_bytes
 
 STACK_NAMES = ("quic", "udp", "tcp", "tcp-tls", "tcp-ktls")
 PROBE_NAMES = ("syscalls", "packets", "cputhread")
@@ -191,7 +191,7 @@ RunOptions.__doc__ = "One measured transfer's settings; fields and defaults from
 
 def check(opts) -> None:
     """Every option's own range and choices. Whether an option applies to
-    the stack is checked by stacks.validate and offload.plan, which know why
+    the stack is checked by transports.validate and offload.plan, which know why
     (runner.check_options calls them next)."""
     for o in OPTIONS:
         o.check(getattr(opts, o.field))

@@ -24,7 +24,8 @@ import tempfile
 from pathlib import Path
 from typing import Dict, Optional
 
-from . import errors, interrupts, options, paths, remains
+from qprof import errors, interrupts, paths, remains
+from . import options
 from .controlled import die_with_parent
 
 EVENT = "cpu-clock"
@@ -52,13 +53,6 @@ _ROOT = re.compile(r"^(?P<comm>.*)-(?P<pid>\d+)$")
 CALL_GRAPHS = options.CALL_GRAPHS
 DEFAULT_CALL_GRAPH = "dwarf"
 DWARF_STACK_BYTES = 8192
-
-
-def inferno(tool: str) -> Path:
-    path = paths.build_dir() / "tools" / "bin" / f"inferno-{tool}"
-    if not path.exists():
-        raise errors.NotBuilt(f"inferno is not built ({path} is missing); run `make build`.")
-    return path
 
 
 class PerfRecorder:
@@ -214,7 +208,7 @@ class PerfRecorder:
                                    "-F", "comm,pid,tid,time,event,ip,sym,dso"],
                                   stdout=subprocess.PIPE,
                                   stderr=subprocess.DEVNULL)
-        collapse = subprocess.run([str(inferno("collapse-perf")), "--pid", "--all"], stdin=script.stdout,
+        collapse = subprocess.run([str(paths.inferno_tool("collapse-perf")), "--pid", "--all"], stdin=script.stdout,
                                   capture_output=True, text=True)
         script.stdout.close()
         script.wait()

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
-from . import errors, paths
+from qprof import errors, paths
 from .controlled import ControlledProcess, ProcessEnded
 from .topology import Topology
 

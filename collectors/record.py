@@ -8,12 +8,12 @@ a stored measurement gives the same record again
 import copy
 from dataclasses import asdict, fields
 from pathlib import Path
-from typing import Optional
 
 from qprof.flamegraphs import summary as flame_summary
-from qprof.flamegraphs.sides import side_bytes
+from qprof.perbyte import side_bytes
 
-from . import cpu, derive, errors, floor, netstat, offload, options, stacks
+from qprof import errors
+from . import cpu, derive, floor, netstat, offload, options, transports
 from .measurement import Measurement
 from .window import Window, counter_delta
 
@@ -112,7 +112,7 @@ def build_record(opts, m: Measurement) -> dict:
     window, connected, tls_before, pids = m.window, m.connected, m.tls_before, m.pids
     client_done, server_done = m.done["client"], m.done["server"]
     nbytes = window.bytes
-    stack = stacks.STACKS[opts.stack]
+    stack = transports.STACKS[opts.stack]
     env = copy.deepcopy(m.environment)
     if stack.name == "quic":
         env["msquic_version"] = connected.get("msquic_version")
@@ -199,7 +199,7 @@ def transport_record(stack, client_done: dict, server_done: dict, tls_before: di
         "tls_version": client_done.get("tls_version"),
         "tls_cipher": client_done.get("tls_cipher"),
         "ktls": ktls,
-        "ktls_label": stacks.ktls_label(ktls["client_send"], ktls["server_recv"]) if stack.tls == "kernel" else "none",
+        "ktls_label": transports.ktls_label(ktls["client_send"], ktls["server_recv"]) if stack.tls == "kernel" else "none",
         "tls_stat_delta": tls_stat,
     })
     if stack.tls == "kernel":
@@ -221,21 +221,12 @@ def _prove_ktls(ktls: dict, tls_stat: dict) -> None:
                                       "did not move; the run is not kTLS and is not recorded as such.")
 
 
-def _packets_dev(probe: dict, dev: str) -> Optional[dict]:
-    if probe.get("status") != "present":
-        return None
-    for d in probe["window"].get("devices", []):
-        if d.get("dev") == dev:
-            return d
-    return None
-
-
 def derive_probe_figures(rec: dict, pids: dict) -> dict:
     """Per-side syscall figures and their cross-checks with the workload's own counts."""
-    stack = stacks.STACKS[rec["stack"]]
+    stack = transports.STACKS[rec["stack"]]
     probes = rec["probes"]
-    sys_probe, pkt_probe = probes.get("syscalls", {}), probes.get("packets", {})
-    topo = rec["environment"]["topology"]
+    sys_probe = probes.get("syscalls", {})
+    devices = derive.packets_devices(rec)
     nbytes = rec["bytes"]
     sides, checks = {}, {}
     for side in ("client", "server"):
@@ -244,12 +235,10 @@ def derive_probe_figures(rec: dict, pids: dict) -> dict:
             continue
         calls = derive.by_syscall(sys_probe["window"]["threads"], pids[side])
         out_dgrams = in_dgrams = None
-        if topo["kind"] == "netns":
-            me = f"{topo[side]['ifname']}@{topo[side]['netns']}"
-            dev = _packets_dev(pkt_probe, me)
-            if dev is not None:
-                out_dgrams = dev["tx"].get("wire_packets")
-                in_dgrams = dev["rx"].get("wire_packets")
+        dev = devices.get(side)
+        if dev is not None:
+            out_dgrams = dev["tx"].get("wire_packets")
+            in_dgrams = dev["rx"].get("wire_packets")
         sides[side] = {
             "by_syscall": calls,
             **derive.syscall_figures(calls, side_bytes(rec, side), rec["cpu"][side]["total_s"], out_dgrams,

@@ -15,14 +15,15 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Callable, Optional
 
-from . import environment, errors, floor, guest, listen, netstat, offload, options, paths, record, remains, stacks
+from qprof import errors, paths, remains
+from . import environment, floor, guest, listen, netstat, offload, options, record, transports
 
 from .perf import PerfRecorder
 from .faults import NO_FAULTS, Faults
 from .measurement import MEASUREMENT, Measurement
 from .options import RunOptions
 from .probes import ProbeSet, target_for
-from .rundir import RunDir, write_text_atomic
+from qprof.rundir import RunDir, write_text_atomic
 from .topology import Topology
 from .window import Window, sleep_watching, take_edge
 from .workload import WorkloadProcess
@@ -51,11 +52,11 @@ def log(msg: str) -> None:
         print(f"qprof: {msg}", file=sys.stderr, flush=True)
 
 
-def check_options(opts: RunOptions) -> stacks.Stack:
+def check_options(opts: RunOptions) -> transports.Stack:
     """Refuse options that cannot run together, before anything starts;
     fills in the stack's defaults."""
     options.check(opts)
-    stack = stacks.validate(opts.stack, opts.tls_version, opts.cipher, opts.sendfile, opts.guest)
+    stack = transports.validate(opts.stack, opts.tls_version, opts.cipher, opts.sendfile, opts.guest)
     if opts.io_size is None:
         opts.io_size = stack.io_size
     if opts.bytes is not None:
@@ -96,10 +97,10 @@ def make_certificate(run_path: Path) -> tuple:
 
 def workload_argv(binary: Path, opts: RunOptions, role: str, addr: str, port: int,
                   plan: Optional[offload.OffloadPlan] = None, run_path: Optional[Path] = None) -> list:
-    stack = stacks.STACKS[opts.stack]
+    stack = transports.STACKS[opts.stack]
     argv = [str(binary), "--stack", opts.stack, "--role", role, "--addr", addr, "--port", str(port), "--control"]
     argv += options.workload_args(opts, role)
-    argv += stacks.workload_args(stack, role, opts.tls_version, opts.cipher, opts.sendfile)
+    argv += transports.workload_args(stack, role, opts.tls_version, opts.cipher, opts.sendfile)
     env = listen.server_env(stack.name, addr, port, run_path) if role == "server" else {}
     if plan is not None:
         env = listen.merge(plan.env[role], env)
@@ -205,7 +206,7 @@ def _measure(opts, server, client, probes, perf, on_progress, faults: Faults):
     """Connect, warm up, and take the window's two edges. A fixed-size
     transfer is measured whole: the window opens before the client
     connects and closes when the server has the last byte."""
-    tls_before = {"client": stacks.read_tls_stat(client.pid), "server": stacks.read_tls_stat(server.pid)}
+    tls_before = {"client": transports.read_tls_stat(client.pid), "server": transports.read_tls_stat(server.pid)}
     procs = (server, client)
     if opts.bytes:
         if perf is not None:

@@ -7,15 +7,13 @@ namespaces and deletes them, which deletes the veth pair with them.
 """
 import ipaddress
 import json
-import os
-import signal
 import subprocess
 import time
 from dataclasses import dataclass, field
 from typing import List, Optional
 
-from . import interrupts, remains
-from .errors import TopologyFailed
+from qprof import interrupts, remains
+from qprof.errors import TopologyFailed
 
 # Private (RFC 1918) pool the /30 is taken from; any /30 overlapping an
 # address or route the host already has is skipped.
@@ -152,23 +150,6 @@ class Topology:
         the run's last sentence names it and `qprof clean` retries."""
         with interrupts.deferred():
             for ns in reversed(self._created):
-                if delete_netns(ns):
+                if remains.delete_netns(ns):
                     remains.ledger().release("netns", ns)
             self._created.clear()
-
-
-def delete_netns(ns: str) -> bool:
-    """Kill what runs in namespace ns and delete it; True once it is gone."""
-    kill_netns_processes(ns)
-    _ip("netns", "del", ns, check=False)
-    return not os.path.exists(f"/run/netns/{ns}")
-
-
-def kill_netns_processes(ns: str) -> None:
-    r = _ip("netns", "pids", ns, check=False)
-    for pid in r.stdout.split():
-        try:
-            os.kill(int(pid), signal.SIGKILL)
-        except (ProcessLookupError, ValueError):
-            pass
-

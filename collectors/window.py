@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 from typing import Dict, Iterable, Optional
 
-from . import cpu, netstat, stacks
+from . import cpu, netstat, transports
 from .workload import WorkloadProcess
 
 MARK_TIMEOUT_S = 5.0
@@ -63,7 +63,7 @@ def take_edge(name: str, server: WorkloadProcess, client: WorkloadProcess, probe
     server_cpu = cpu.read_process(server.pid)
     client_cpu = cpu.read_process(client.pid)
     tasks = cpu.read_tasks()
-    tls_stat = {"server": stacks.read_tls_stat(server.pid), "client": stacks.read_tls_stat(client.pid)}
+    tls_stat = {"server": transports.read_tls_stat(server.pid), "client": transports.read_tls_stat(client.pid)}
     net = {"server": netstat.read_namespace(server.pid), "client": netstat.read_namespace(client.pid),
            "softnet": netstat.read_softnet()}
     server_mark = server.wait_event("mark", MARK_TIMEOUT_S)

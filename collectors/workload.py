@@ -5,7 +5,7 @@ import subprocess
 from pathlib import Path
 from typing import List
 
-from . import errors
+from qprof import errors
 from .controlled import ControlledProcess, ProcessEnded
 from .topology import Endpoint
 

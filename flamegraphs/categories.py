@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Pattern, Sequence
 
-from qprof.collectors.errors import BadValue
+from qprof.errors import BadValue
 
 from . import folded
 

@@ -4,7 +4,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, List, Optional
 
-from qprof.collectors.errors import BadValue, IncompatibleRuns
+from qprof.errors import BadValue, IncompatibleRuns
 
 from . import categories, draw, folded, normalize, sides
 

@@ -14,28 +14,20 @@ or throughput. Widths are B's; inferno colours a frame red where B's count
 is higher (B costs more per byte) and blue where it is lower, which is
 what we want, so no --negate.
 """
-import os
 import subprocess
 import tempfile
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
-from qprof.collectors import paths
-from qprof.collectors.errors import NotBuilt
-from qprof.collectors.rundir import write_text_atomic
+from qprof import paths
+from qprof.errors import NotBuilt
+from qprof.rundir import write_text_atomic
 
 from . import folded
 from .normalize import SideFigures
 
 COUNT_NAME = "ps/B"
 FACTOR = "0.001"   # fs/B counts -> ps/B labels
-
-
-def tool(name: str) -> Path:
-    path = paths.build_dir() / "tools" / "bin" / f"inferno-{name}"
-    if not os.access(path, os.X_OK):
-        raise NotBuilt(f"inferno is not built ({path} is missing); run `make inferno` in {paths.REPO_ROOT}.")
-    return path
 
 
 def _run(argv: Sequence[str], text: Optional[str] = None) -> str:
@@ -47,7 +39,7 @@ def _run(argv: Sequence[str], text: Optional[str] = None) -> str:
 
 
 def _flamegraph(folded_text: str, out: Path, title: str, subtitle: str) -> Path:
-    svg = _run([tool("flamegraph"), "--countname", COUNT_NAME, "--factor", FACTOR, "--hash",
+    svg = _run([paths.inferno_tool("flamegraph"), "--countname", COUNT_NAME, "--factor", FACTOR, "--hash",
                 "--title", title, "--subtitle", subtitle], folded_text)
     write_text_atomic(out, svg)
     return out
@@ -65,7 +57,7 @@ def render_diff(a_per_byte: Mapping[str, int], b_per_byte: Mapping[str, int], ou
         fa, fb = Path(tmp) / "a.folded", Path(tmp) / "b.folded"
         folded.write(a_per_byte, fa)
         folded.write(b_per_byte, fb)
-        diff = _run([tool("diff-folded"), fa, fb])
+        diff = _run([paths.inferno_tool("diff-folded"), fa, fb])
     return _flamegraph(diff, out, title, subtitle)
 
 

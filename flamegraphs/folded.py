@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Mapping, Optional, TextIO, Tuple, Union
 
-from qprof.collectors.errors import BadStacks
+from qprof.errors import BadStacks
 
 Source = Union[str, Path, TextIO, None]
 

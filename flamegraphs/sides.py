@@ -6,8 +6,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from qprof.collectors import rundir
-from qprof.collectors.errors import BadStacks, NoStacks, RunNotFound
+from qprof import rundir
+from qprof.perbyte import side_bytes
+from qprof.errors import BadStacks, NoStacks, RunNotFound
 
 from . import folded
 
@@ -92,14 +93,6 @@ def load_side(run: Run, side: str, warn: Callable[[str], None] = folded.warn_std
     for message in warnings:
         warn(message)
     return data
-
-
-def side_bytes(record: dict, side: str) -> int:
-    """The bytes a side's CPU is divided by: what it sent for a raw UDP
-    sender (datagrams may be lost), else what the receiver verified."""
-    if side == "client" and record.get("stack") == "udp" and record.get("bytes_sent"):
-        return int(record["bytes_sent"])
-    return int(record["bytes"])
 
 
 def measured_ns_per_byte(record: dict, side: str) -> Optional[float]:

@@ -4,6 +4,8 @@ missing samples), stack quality, and ns/B by category."""
 from pathlib import Path
 from typing import Dict
 
+from qprof.perbyte import side_bytes
+
 from . import folded, normalize, sides
 
 
@@ -12,7 +14,7 @@ def run_figures(record: dict, stacks_dir: Path) -> Dict[str, dict]:
     out = {}
     for side in sides.SIDES:
         data = folded.read(stacks_dir / f"{side}.folded")
-        nbytes = sides.side_bytes(record, side)
+        nbytes = side_bytes(record, side)
         fig = normalize.figures(data.stacks, period_ns, nbytes)
         measured = sides.measured_ns_per_byte(record, side)
         out[side] = {

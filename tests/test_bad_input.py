@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from conftest import leftovers, needs_build, qprof, started, wait_for_transfer
+from conftest import needs_build, qprof, started, wait_for_transfer
 
-# The exit codes are qprof's interface (README, collectors/errors.py).
+# The exit codes are qprof's interface (README, core/errors.py).
 UNKNOWN_STACK, BAD_VALUE, NOT_ROOT, PORT_IN_USE = 3, 4, 5, 6
 TRANSPORT_OPEN, HANDSHAKE, PEER_DIED, INTERRUPTED = 7, 8, 9, 130
 

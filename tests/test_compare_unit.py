@@ -1,7 +1,8 @@
 """qprof compare's matrix, statistics and refusals, without transfers."""
 import pytest
 
-from qprof.collectors import compare, errors, offload, runner
+from qprof import errors
+from qprof.collectors import compare, offload, runner
 
 
 def base(**kw):

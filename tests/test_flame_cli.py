@@ -15,7 +15,7 @@ from conftest import REPO, qprof
 DATA = Path(__file__).resolve().parent / "data" / "flame"
 SIDES = ("client", "server", "system")
 SVG = "{http://www.w3.org/2000/svg}"
-# Exit codes: qprof's interface (collectors/errors.py).
+# Exit codes: qprof's interface (core/errors.py).
 BAD_VALUE, NOT_BUILT, RUN_NOT_FOUND, NO_STACKS, BAD_STACKS, INCOMPATIBLE = 4, 11, 15, 22, 23, 24
 
 needs_inferno = pytest.mark.skipif(not (REPO / "build" / "tools" / "bin" / "inferno-flamegraph").exists(),

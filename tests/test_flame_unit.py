@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from qprof.collectors.errors import BadStacks, BadValue
+from qprof.errors import BadStacks, BadValue
 from qprof.flamegraphs import categories, folded, normalize, sides
 
 DATA = Path(__file__).resolve().parent / "data" / "flame"

@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from qprof.collectors import errors
+from qprof import errors
 from qprof.collectors.controlled import ControlledProcess
 from qprof.collectors.perf import PerfRecorder
 

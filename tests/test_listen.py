@@ -7,13 +7,12 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 import time
 from contextlib import contextmanager
 
 import pytest
 
-from conftest import REPO, leftovers, needs_build, qprof, run_json, started
+from conftest import REPO, needs_build, qprof, run_json, started
 from test_bad_input import one_sentence, run_statuses
 from qprof.collectors import listen
 

@@ -7,13 +7,14 @@ from dataclasses import asdict, fields, replace
 import pytest
 
 from conftest import qprof
-from qprof.collectors import compare, errors, options, runner, stacks
+from qprof import errors
+from qprof.collectors import compare, options, runner, transports
 
 
 def test_run_options_are_the_table():
     assert [f.name for f in fields(options.RunOptions)] == [o.field for o in options.OPTIONS]
     assert options.RunOptions is runner.RunOptions
-    assert options.STACK_NAMES == tuple(stacks.STACKS)
+    assert options.STACK_NAMES == tuple(transports.STACKS)
 
 
 def test_every_cli_option_is_on_run_and_compare():

@@ -10,7 +10,7 @@ import jsonschema
 import pytest
 
 from conftest import REPO, validate_records
-from qprof.collectors import rundir
+from qprof import rundir
 
 SCHEMAS = REPO / "collectors" / "schema"
 

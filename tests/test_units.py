@@ -4,8 +4,8 @@ import ipaddress
 import pytest
 
 from qprof.collectors import cpu, topology, window
-from qprof.collectors.errors import BadValue, TopologyFailed
-from qprof.collectors.units import parse_duration_s, parse_size_bytes
+from qprof.errors import BadValue, TopologyFailed
+from qprof.units import parse_duration_s, parse_size_bytes
 
 
 @pytest.mark.parametrize("text,seconds", [

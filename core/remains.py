@@ -207,8 +207,6 @@ def _running(record_path: str) -> bool:
 def reclaim() -> List[str]:
     """Remove what dead qprof processes left; what was removed, one item a
     line (what could not be is said too)."""
-    from .topology import delete_netns  # topology claims through this module
-
     removed = []
     for data in dead_ledgers():
         owner = f"qprof pid {data.get('pid')}"
@@ -264,3 +262,19 @@ def _mark_abandoned(record_path: Path, data: dict) -> bool:
     except OSError:
         return False
     return True
+
+
+def delete_netns(ns: str) -> bool:
+    """Kill what runs in namespace ns and delete it; True once it is gone."""
+    kill_netns_processes(ns)
+    subprocess.run(["ip", "netns", "del", ns], capture_output=True, text=True)
+    return not os.path.exists(f"/run/netns/{ns}")
+
+
+def kill_netns_processes(ns: str) -> None:
+    r = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True)
+    for pid in r.stdout.split():
+        try:
+            os.kill(int(pid), signal.SIGKILL)
+        except (ProcessLookupError, ValueError):
+            pass

@@ -1,11 +1,12 @@
-"""The transport stacks qprof drives, and what differs between them: the
+"""The transport stacks qprof drives ("stack" in options and records;
+call stacks are flamegraphs' business), and what differs between them: the
 workload's options, which checks apply before a run, which syscalls carry
 the data, and how the transport describes itself in the record."""
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from . import errors
+from qprof import errors
 
 TCP_ULP = Path("/proc/sys/net/ipv4/tcp_available_ulp")
 TLS_VERSIONS = ("1.2", "1.3")

@@ -30,3 +30,11 @@ def msquic_library() -> Path:
 
 def runs_dir() -> Path:
     return Path(os.environ.get("QPROF_RUNS_DIR", "runs"))
+
+
+def inferno_tool(name: str) -> Path:
+    """One of inferno's programs (inferno-NAME), as `make build` installs them."""
+    path = build_dir() / "tools" / "bin" / f"inferno-{name}"
+    if not os.access(path, os.X_OK):
+        raise NotBuilt(f"inferno is not built ({path} is missing); run `make inferno` (part of `make build`) in {REPO_ROOT}.")
+    return path

@@ -1,3 +1,0 @@
-from qprof.main import main
-
-main()

@@ -1,0 +1,4 @@
+"""`python -m qprof`: the command's entry point (not a library module)."""
+from qprof.cli.main import main
+
+main()

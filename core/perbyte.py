@@ -1,0 +1,10 @@
+"""Which bytes a side's CPU is divided by: one answer for the record's
+figures (collectors) and the flame graphs' (flamegraphs)."""
+
+
+def side_bytes(record: dict, side: str) -> int:
+    """The bytes a side's CPU is divided by: what it sent for a raw UDP
+    sender (datagrams may be lost), else what the receiver verified."""
+    if side == "client" and record.get("stack") == "udp" and record.get("bytes_sent"):
+        return int(record["bytes_sent"])
+    return int(record["bytes"])
