@@ -1,9 +1,11 @@
+# SPDX-License-Identifier: GPL-2.0-only
 # qprof: `make run` and `make test` do all set-up on a fresh machine.
 #   deps      Debian packages, a Python venv with qprof and its PyPI deps
 #   fetch     every crate the build needs (crates.io), so `build` runs offline
 #   build     msquic (from crates.io, with cmake) and the workload
 #   run       build, then `qprof run --stack quic`
-#   test      build, then the whole test suite
+#   lint      ruff (Python) and clang-format (C) check the style
+#   test      build, lint, then the whole test suite
 SHELL := /bin/bash
 BUILD ?= build
 VENV ?= .venv
@@ -11,9 +13,9 @@ PY := $(VENV)/bin/python
 CC ?= cc
 CFLAGS_WL := -O3 -g -fno-omit-frame-pointer -Wall -Wextra -Werror -std=gnu11
 APT_PKGS := iproute2 procps openssl libssl-dev cmake ninja-build gcc make perl python3-venv linux-perf bpftrace ethtool iperf3 \
-            clang llvm bpftool libbpf-dev libelf-dev zlib1g-dev pkg-config
+            clang llvm bpftool libbpf-dev libelf-dev zlib1g-dev pkg-config clang-format
 
-.PHONY: all deps apt venv fetch build msquic workload probes inferno guest run test bench clean
+.PHONY: all deps apt venv fetch build msquic workload probes inferno guest run lint test bench clean
 all: build
 
 deps: apt venv
@@ -120,7 +122,14 @@ guest: apt
 run: deps build
 	$(VENV)/bin/qprof run --stack quic
 
-test: deps build guest
+# Style, as ruff.toml and .clang-format say; part of `make test`.
+C_SRC := $(shell git ls-files 'probes/*.c' 'probes/*.h' 'workloads/*.c' 'workloads/*.h' 'workloads/*/*.c' 2>/dev/null)
+lint: deps
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	clang-format --dry-run --Werror --style=file $(C_SRC)
+
+test: deps build guest lint
 	$(VENV)/bin/python -m pytest -ra tests
 
 clean:

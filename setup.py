@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """qprof: where the CPU goes when bulk data moves over QUIC and TCP+kTLS.
 
 The package `qprof` is core/ (errors, paths, units, the run directory,
@@ -7,6 +8,7 @@ stacks per byte), probes/ and workloads/ (their built tools are located,
 not imported). Dependencies point cli -> collectors -> flamegraphs ->
 core (tests/test_layers.py).
 """
+
 from setuptools import setup
 
 PARTS = ["cli", "collectors", "probes", "flamegraphs", "workloads"]
@@ -23,6 +25,6 @@ setup(
         "click>=8.1,<9",
         "rich>=13.7,<16",
     ],
-    extras_require={"test": ["pytest>=8,<10", "jsonschema>=4.18,<5"]},
+    extras_require={"test": ["pytest>=8,<10", "jsonschema>=4.18,<5", "ruff==0.17.6"]},
     entry_points={"console_scripts": ["qprof = qprof.cli.main:main"]},
 )

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0-only
 """Benchmark: what each of perf's stack walks costs the transfer, and how
 complete the stacks it gives are.
 
@@ -17,6 +18,7 @@ USAGE: .venv/bin/python benchmarks/callgraph_cost.py [--stack S] [--sample-hz HZ
 EXAMPLES:
     .venv/bin/python benchmarks/callgraph_cost.py --stack tcp-tls --rounds 4 --duration 4
 """
+
 import argparse
 import json
 import os
@@ -31,16 +33,36 @@ SIDES = ("client", "server")
 
 
 def run(qprof, extra, args, runs_dir):
-    r = subprocess.run([*qprof, "run", "--json", "--duration", f"{args.duration}s", "--topology", args.topology,
-                        "--stack", args.stack, "--probes", "none", *extra], capture_output=True, text=True,
-                       env={**os.environ, "QPROF_RUNS_DIR": runs_dir})
+    r = subprocess.run(
+        [
+            *qprof,
+            "run",
+            "--json",
+            "--duration",
+            f"{args.duration}s",
+            "--topology",
+            args.topology,
+            "--stack",
+            args.stack,
+            "--probes",
+            "none",
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "QPROF_RUNS_DIR": runs_dir},
+    )
     if r.returncode != 0:
         sys.exit(f"qprof run failed: {r.stderr.strip()}")
     rec = json.loads(r.stdout)
     flame = rec.get("flame") or {}
     quality = {s: flame["sides"][s]["stack_quality"] for s in SIDES} if flame else {}
-    return {"gbps": rec["throughput_gbps"], "ns_per_byte": rec["cpu"]["system"]["ns_per_byte"]["total"],
-            "quality": quality, "complete": flame.get("complete")}
+    return {
+        "gbps": rec["throughput_gbps"],
+        "ns_per_byte": rec["cpu"]["system"]["ns_per_byte"]["total"],
+        "quality": quality,
+        "complete": flame.get("complete"),
+    }
 
 
 def main():
@@ -67,8 +89,10 @@ def main():
                 res = run(qprof, extra, args, runs_dir)
                 results[name].append(res)
                 q = " ".join(f"{s} {res['quality'][s] * 100:.1f}%" for s in SIDES if res["quality"].get(s) is not None)
-                line.append(f"{name} {res['gbps']:.2f} Gbit/s {res['ns_per_byte']:.3f} ns/B"
-                            + (f" [{q}{'' if res['complete'] else ', incomplete capture'}]" if q else ""))
+                line.append(
+                    f"{name} {res['gbps']:.2f} Gbit/s {res['ns_per_byte']:.3f} ns/B"
+                    + (f" [{q}{'' if res['complete'] else ', incomplete capture'}]" if q else "")
+                )
             print(f"round {i + 1}: " + " | ".join(line), flush=True)
     base = {k: statistics.median(r[k] for r in results["none"]) for k in ("gbps", "ns_per_byte")}
     dwarf = qprof_launch.describe("dwarf", args.dwarf_bytes)
@@ -76,11 +100,16 @@ def main():
     for name, rs in results.items():
         gbps = statistics.median(r["gbps"] for r in rs)
         nspb = statistics.median(r["ns_per_byte"] for r in rs)
-        quality = " ".join(f"{s} {statistics.median(r['quality'][s] for r in rs) * 100:.1f}%"
-                           for s in SIDES if all(r["quality"].get(s) is not None for r in rs))
-        print(f"  {dwarf if name == 'dwarf' else name:12s} {gbps:6.2f} Gbit/s ({gbps / base['gbps']:.3f} of none) "
-              f"system {nspb:.3f} ns/B ({nspb / base['ns_per_byte']:.3f} of none)"
-              + (f"; stack quality {quality}" if quality else ""))
+        quality = " ".join(
+            f"{s} {statistics.median(r['quality'][s] for r in rs) * 100:.1f}%"
+            for s in SIDES
+            if all(r["quality"].get(s) is not None for r in rs)
+        )
+        print(
+            f"  {dwarf if name == 'dwarf' else name:12s} {gbps:6.2f} Gbit/s ({gbps / base['gbps']:.3f} of none) "
+            f"system {nspb:.3f} ns/B ({nspb / base['ns_per_byte']:.3f} of none)"
+            + (f"; stack quality {quality}" if quality else "")
+        )
 
 
 if __name__ == "__main__":

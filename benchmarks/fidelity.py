@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0-only
 """Benchmark: are qprof's workloads as efficient as the reference tools?
 
 qprof's verdicts are only as good as its workloads, so each one is run
@@ -29,6 +30,7 @@ handshake and slow start, a small handicap at 10 s.
 USAGE: .venv/bin/python benchmarks/fidelity.py [--rounds N] [--duration S] [--secnetperf PATH] [--stacks LIST]
 (the venv's Python: it makes the namespaces with qprof's own Topology)
 """
+
 import argparse
 import json
 import os
@@ -53,9 +55,24 @@ def busy_s(a, b) -> float:
 
 
 def run_qprof(stack: str, duration: float, runs_dir: str) -> tuple:
-    r = subprocess.run([QPROF, "run", "--json", "--stack", stack, "--duration", f"{duration}s",
-                        "--probes", "none", "--sample-hz", "0"], capture_output=True, text=True,
-                       env={**os.environ, "QPROF_RUNS_DIR": runs_dir})
+    r = subprocess.run(
+        [
+            QPROF,
+            "run",
+            "--json",
+            "--stack",
+            stack,
+            "--duration",
+            f"{duration}s",
+            "--probes",
+            "none",
+            "--sample-hz",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "QPROF_RUNS_DIR": runs_dir},
+    )
     if r.returncode != 0:
         sys.exit(f"qprof run --stack {stack} failed: {r.stderr.strip()}")
     rec = json.loads(r.stdout)
@@ -65,8 +82,9 @@ def run_qprof(stack: str, duration: float, runs_dir: str) -> tuple:
 def _served(topo, server_argv, client_argv, env=None, settle_s=0.5):
     """Run a server in the server namespace and a client in the client
     namespace; /proc/stat around the client; the client's stdout."""
-    server = subprocess.Popen(topo.server.command(server_argv), stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, env=env)
+    server = subprocess.Popen(
+        topo.server.command(server_argv), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env
+    )
     try:
         time.sleep(settle_s)
         before = qcpu.read_system()
@@ -81,8 +99,7 @@ def _served(topo, server_argv, client_argv, env=None, settle_s=0.5):
 
 
 def run_iperf3(topo, duration: float) -> tuple:
-    out, busy = _served(topo, ["iperf3", "-s", "-1"],
-                        ["iperf3", "-c", topo.server.addr, "-t", str(duration), "-J"])
+    out, busy = _served(topo, ["iperf3", "-s", "-1"], ["iperf3", "-c", topo.server.addr, "-t", str(duration), "-J"])
     j = json.loads(out)
     nbytes = sum(i["sum"]["bytes"] for i in j["intervals"])
     gbps = j["end"]["sum_received"]["bits_per_second"] / 1e9
@@ -94,8 +111,12 @@ def run_secnetperf(topo, duration: float, path: str, env, tcp: bool) -> tuple:
     # qprof's AEAD (a client given it prints nothing); left alone, quictls
     # prefers AES-256-GCM.
     common = ["-exec:lowlat"] + (["-tcp:1"] if tcp else [])
-    out, busy = _served(topo, [path, *common, "-cipher:1"], [path, f"-target:{topo.server.addr}", *common,
-                                                             f"-up:{duration:g}s", "-pctput:1"], env=env)
+    out, busy = _served(
+        topo,
+        [path, *common, "-cipher:1"],
+        [path, f"-target:{topo.server.addr}", *common, f"-up:{duration:g}s", "-pctput:1"],
+        env=env,
+    )
     m = re.search(r"Upload (\d+) bytes @ (\d+) kbps", out)
     if not m:
         sys.exit(f"secnetperf printed no result: {out.strip()[-300:]}")
@@ -113,8 +134,9 @@ def main():
     ap.add_argument("--duration", type=float, default=10.0)
     ap.add_argument("--stacks", default="tcp,quic,tcp-tls")
     ap.add_argument("--secnetperf", help="path of a secnetperf built from msquic v2.5.1")
-    ap.add_argument("--secnetperf-own-msquic", action="store_true",
-                    help="run secnetperf on the libmsquic beside it, not qprof's")
+    ap.add_argument(
+        "--secnetperf-own-msquic", action="store_true", help="run secnetperf on the libmsquic beside it, not qprof's"
+    )
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("needs root (namespaces)")
@@ -132,7 +154,7 @@ def main():
     jobs = [(s, who) for s in stacks for who in ("qprof", "ref")]
     with tempfile.TemporaryDirectory() as runs_dir:
         for rnd in range(args.rounds):
-            order = jobs[rnd % len(jobs):] + jobs[:rnd % len(jobs)]
+            order = jobs[rnd % len(jobs) :] + jobs[: rnd % len(jobs)]
             for stack, who in order:
                 if who == "qprof":
                     res = run_qprof(stack, args.duration, runs_dir)
@@ -143,18 +165,25 @@ def main():
                         else:
                             res = run_secnetperf(topo, args.duration, args.secnetperf, env, tcp=stack == "tcp-tls")
                 got[stack][who].append(res)
-                print(f"round {rnd + 1}: {stack:8} {who if who == 'qprof' else refs[stack]:18} "
-                      f"{res[0]:6.2f} Gbit/s {res[1]:.3f} ns/B", flush=True)
+                print(
+                    f"round {rnd + 1}: {stack:8} {who if who == 'qprof' else refs[stack]:18} "
+                    f"{res[0]:6.2f} Gbit/s {res[1]:.3f} ns/B",
+                    flush=True,
+                )
     print(f"\n{args.rounds} rounds of {args.duration:g} s, netns + veth, interleaved; median (min-max)")
-    print(f"{'stack':8} {'reference':18} {'qprof Gbit/s':>20} {'ref Gbit/s':>20} {'ratio':>6}"
-          f" {'qprof ns/B':>20} {'ref ns/B':>20} {'ratio':>6}")
+    print(
+        f"{'stack':8} {'reference':18} {'qprof Gbit/s':>20} {'ref Gbit/s':>20} {'ratio':>6}"
+        f" {'qprof ns/B':>20} {'ref ns/B':>20} {'ratio':>6}"
+    )
     for s in stacks:
         q, r = got[s]["qprof"], got[s]["ref"]
         qt, rt = summary([x[0] for x in q]), summary([x[0] for x in r])
         qc, rc = summary([x[1] for x in q]), summary([x[1] for x in r])
-        print(f"{s:8} {refs[s]:18} {qt[0]:6.2f} ({qt[1]:.2f}-{qt[2]:.2f}) {rt[0]:6.2f} ({rt[1]:.2f}-{rt[2]:.2f}) "
-              f"{qt[0] / rt[0]:6.3f} {qc[0]:6.3f} ({qc[1]:.3f}-{qc[2]:.3f}) {rc[0]:6.3f} ({rc[1]:.3f}-{rc[2]:.3f}) "
-              f"{qc[0] / rc[0]:6.3f}")
+        print(
+            f"{s:8} {refs[s]:18} {qt[0]:6.2f} ({qt[1]:.2f}-{qt[2]:.2f}) {rt[0]:6.2f} ({rt[1]:.2f}-{rt[2]:.2f}) "
+            f"{qt[0] / rt[0]:6.3f} {qc[0]:6.3f} ({qc[1]:.3f}-{qc[2]:.3f}) {rc[0]:6.3f} ({rc[1]:.3f}-{rc[2]:.3f}) "
+            f"{qc[0] / rc[0]:6.3f}"
+        )
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0-only
 """Benchmark: folding, normalising and drawing a 60 s capture of both CPUs
 at the default rate (target: under 3 s).
 
@@ -13,6 +14,7 @@ capture; the fold is then timed as PerfRecorder does it for that walk.
 USAGE: .venv/bin/python benchmarks/flame_speed.py [--duration S] [--run-dir DIR]
                                                   [--call-graph fp|dwarf] [--dwarf-bytes N]
 """
+
 import argparse
 import json
 import os
@@ -41,9 +43,19 @@ def main():
         if args.run_dir:
             run_dir = Path(args.run_dir)
         else:
-            r = subprocess.run([*qprof_launch.qprof(args.call_graph, args.dwarf_bytes), "run", "--json", "--duration",
-                                f"{args.duration}s", "--keep-perf-data"], capture_output=True, text=True,
-                               env={**os.environ, "QPROF_RUNS_DIR": runs_dir})
+            r = subprocess.run(
+                [
+                    *qprof_launch.qprof(args.call_graph, args.dwarf_bytes),
+                    "run",
+                    "--json",
+                    "--duration",
+                    f"{args.duration}s",
+                    "--keep-perf-data",
+                ],
+                capture_output=True,
+                text=True,
+                env={**os.environ, "QPROF_RUNS_DIR": runs_dir},
+            )
             if r.returncode != 0:
                 sys.exit(r.stderr.strip())
             run_dir = Path(runs_dir) / json.loads(r.stdout)["id"]
@@ -65,14 +77,22 @@ def main():
                 draw.render(scaled, Path(runs_dir) / f"{side}.svg", f"{side}", "benchmark")
         t3 = time.perf_counter()
         total = sum(samples.values())
-        print(f"capture: {rec['window_s']:.0f} s window, {rec['flame']['sample_hz']} Hz, "
-              f"{'call graph as recorded' if args.run_dir else qprof_launch.describe(args.call_graph, args.dwarf_bytes)}, {total:,} samples (idle excluded), "
-              f"{(run_dir / 'perf.data').stat().st_size / 1e6:.0f} MB perf.data")
+        print(
+            f"capture: {rec['window_s']:.0f} s window, {rec['flame']['sample_hz']} Hz, "
+            f"{'call graph as recorded' if args.run_dir else qprof_launch.describe(args.call_graph, args.dwarf_bytes)}"
+            f", {total:,} samples (idle excluded), "
+            f"{(run_dir / 'perf.data').stat().st_size / 1e6:.0f} MB perf.data"
+        )
         print(f"fold {t1 - t0:.2f} s, normalise {t2 - t1:.2f} s, draw {t3 - t2:.2f} s: total {t3 - t0:.2f} s")
-        print({s: round(f["ns_per_byte"], 3) for s, f in figs.items()}, "ns/B; samples per CPU / expected",
-              {c: round(v, 2) for c, v in rec["flame"]["coverage_per_cpu"].items()})
-        print("stack quality", {s: None if f["stack_quality"] is None else round(f["stack_quality"] * 100, 1)
-                                for s, f in figs.items()})
+        print(
+            {s: round(f["ns_per_byte"], 3) for s, f in figs.items()},
+            "ns/B; samples per CPU / expected",
+            {c: round(v, 2) for c, v in rec["flame"]["coverage_per_cpu"].items()},
+        )
+        print(
+            "stack quality",
+            {s: None if f["stack_quality"] is None else round(f["stack_quality"] * 100, 1) for s, f in figs.items()},
+        )
 
 
 def _pid(rec, side):

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0-only
 """Benchmark: what each eBPF program of qprof's probes costs per event.
 
 Runs one `qprof run` with all probes and the kernel's BPF statistics on
@@ -14,6 +15,7 @@ USAGE: benchmarks/probe_cost.py [--stack S] [--duration S] [--topology netns|loo
 EXAMPLES:
     benchmarks/probe_cost.py --stack tcp --duration 4
 """
+
 import argparse
 import json
 import os
@@ -48,7 +50,7 @@ def program_names():
     for src in sorted((REPO / "probes").glob("*.bpf.c")):
         for prog in re.findall(r"BPF_PROG\((\w+)", src.read_text()):
             for n in (prog, prog[:15]):  # bpftool gives the BTF name if it has it, else the kernel's 15 characters
-                names[n] = src.name[:-len(".bpf.c")]
+                names[n] = src.name[: -len(".bpf.c")]
     return names
 
 
@@ -59,8 +61,11 @@ def bpf_progs():
 
 def probe_progs(names, before):
     """id -> (probe, prog name, run_cnt, run_time_ns) for probe programs loaded since `before`."""
-    return {p["id"]: (names[p["name"]], p["name"], p.get("run_cnt", 0), p.get("run_time_ns", 0))
-            for p in bpf_progs() if p["id"] not in before and p.get("name") in names}
+    return {
+        p["id"]: (names[p["name"]], p["name"], p.get("run_cnt", 0), p.get("run_time_ns", 0))
+        for p in bpf_progs()
+        if p["id"] not in before and p.get("name") in names
+    }
 
 
 def poll(stop, names, before, last, seen_s):
@@ -84,11 +89,30 @@ def main():
         sys.exit("probe_cost.py needs root: it sets kernel.bpf_stats_enabled and loads the probes")
     last, seen_s, stop = {}, {}, threading.Event()
     with tempfile.TemporaryDirectory() as runs_dir, bpf_stats_enabled():
-        poller = threading.Thread(target=poll, args=(stop, program_names(), {p["id"] for p in bpf_progs()}, last, seen_s), daemon=True)
+        poller = threading.Thread(
+            target=poll, args=(stop, program_names(), {p["id"] for p in bpf_progs()}, last, seen_s), daemon=True
+        )
         poller.start()
-        r = subprocess.run([QPROF, "run", "--json", "--duration", f"{args.duration}s", "--topology", args.topology,
-                            "--stack", args.stack, "--probes", "syscalls,packets,cputhread", "--sample-hz", "0"],
-                           capture_output=True, text=True, env={**os.environ, "QPROF_RUNS_DIR": runs_dir})
+        r = subprocess.run(
+            [
+                QPROF,
+                "run",
+                "--json",
+                "--duration",
+                f"{args.duration}s",
+                "--topology",
+                args.topology,
+                "--stack",
+                args.stack,
+                "--probes",
+                "syscalls,packets,cputhread",
+                "--sample-hz",
+                "0",
+            ],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "QPROF_RUNS_DIR": runs_dir},
+        )
         stop.set()
         poller.join()
     if r.returncode != 0:
@@ -103,20 +127,41 @@ def main():
             continue
         first, lastseen = seen_s[pid]
         span = max(lastseen - first, POLL_S)
-        rows.append({"probe": probe, "program": name, "run_cnt": cnt, "ns_per_event": ns / cnt,
-                     "run_time_ns": ns, "cpu_share": ns / (span * 1e9 * ncpu)})
+        rows.append(
+            {
+                "probe": probe,
+                "program": name,
+                "run_cnt": cnt,
+                "ns_per_event": ns / cnt,
+                "run_time_ns": ns,
+                "cpu_share": ns / (span * 1e9 * ncpu),
+            }
+        )
     total_share = sum(x["cpu_share"] for x in rows)
     if args.json:
-        json.dump({"stack": args.stack, "topology": args.topology, "duration_s": args.duration,
-                   "throughput_gbps": gbps, "programs": rows, "cpu_share_total": total_share}, sys.stdout)
+        json.dump(
+            {
+                "stack": args.stack,
+                "topology": args.topology,
+                "duration_s": args.duration,
+                "throughput_gbps": gbps,
+                "programs": rows,
+                "cpu_share_total": total_share,
+            },
+            sys.stdout,
+        )
         print()
         return
     print(f"{'probe':<10} {'program':<28} {'events':>10} {'ns/event':>9} {'CPU share':>9}")
     for x in rows:
-        print(f"{x['probe']:<10} {x['program']:<28} {x['run_cnt']:>10} {x['ns_per_event']:>9.0f} "
-              f"{x['cpu_share'] * 100:>8.2f}%")
-    print(f"{args.stack} over {args.topology}, {args.duration:g} s window at {gbps:.2f} Gbit/s: "
-          f"probe programs took {total_share * 100:.2f}% of {ncpu} CPUs")
+        print(
+            f"{x['probe']:<10} {x['program']:<28} {x['run_cnt']:>10} {x['ns_per_event']:>9.0f} "
+            f"{x['cpu_share'] * 100:>8.2f}%"
+        )
+    print(
+        f"{args.stack} over {args.topology}, {args.duration:g} s window at {gbps:.2f} Gbit/s: "
+        f"probe programs took {total_share * 100:.2f}% of {ncpu} CPUs"
+    )
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0-only
 """Benchmark: what qprof's instruments cost the transfer they measure.
 
 Runs the same `qprof run` with and without the instrument, interleaved,
@@ -14,6 +15,7 @@ perf stack sampling at --sample-hz against none (probes off in both).
 USAGE: benchmarks/probe_overhead.py [--what probes|stacks] [--probes LIST] [--sample-hz HZ] [--pairs N]
                                     [--duration S] [--topology netns|loopback] [--stack S]
 """
+
 import argparse
 import json
 import os
@@ -29,9 +31,12 @@ QPROF = str(REPO / ".venv" / "bin" / "qprof")
 
 
 def run(extra, duration_s, topology, stack, runs_dir):
-    r = subprocess.run([QPROF, "run", "--json", "--duration", f"{duration_s}s", "--topology", topology,
-                        "--stack", stack, *extra], capture_output=True, text=True,
-                       env={**os.environ, "QPROF_RUNS_DIR": runs_dir})
+    r = subprocess.run(
+        [QPROF, "run", "--json", "--duration", f"{duration_s}s", "--topology", topology, "--stack", stack, *extra],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "QPROF_RUNS_DIR": runs_dir},
+    )
     if r.returncode != 0:
         sys.exit(f"qprof run failed: {r.stderr.strip()}")
     rec = json.loads(r.stdout)
@@ -56,8 +61,11 @@ def main():
     ap.add_argument("--stack", default="quic")
     ap.add_argument("--what", choices=("probes", "stacks"), default="probes")
     ap.add_argument("--sample-hz", type=int, default=1000)
-    ap.add_argument("--probes", default="syscalls,packets,cputhread",
-                    help="--what probes: the probes turned on (default: all three)")
+    ap.add_argument(
+        "--probes",
+        default="syscalls,packets,cputhread",
+        help="--what probes: the probes turned on (default: all three)",
+    )
     args = ap.parse_args()
     with_p, without = [], []
     with tempfile.TemporaryDirectory() as runs_dir:
@@ -76,15 +84,22 @@ def main():
                 a = run(off, args.duration, args.topology, args.stack, runs_dir)
             without.append(a)
             with_p.append(b)
-            print(f"pair {i + 1}: without {a[0]:.2f} Gbit/s {a[1]:.3f} ns/B | with {b[0]:.2f} Gbit/s "
-                  f"{b[1]:.3f} ns/B | throughput ratio {b[0] / a[0]:.3f}", flush=True)
+            print(
+                f"pair {i + 1}: without {a[0]:.2f} Gbit/s {a[1]:.3f} ns/B | with {b[0]:.2f} Gbit/s "
+                f"{b[1]:.3f} ns/B | throughput ratio {b[0] / a[0]:.3f}",
+                flush=True,
+            )
     tput = statistics.median(b[0] for b in with_p) / statistics.median(a[0] for a in without)
     nspb = statistics.median(b[1] for b in with_p) / statistics.median(a[1] for a in without)
     what = f"probes {args.probes}" if args.what == "probes" else f"stacks at {args.sample_hz} Hz"
-    print(f"{args.stack} over {args.topology}, {args.pairs} pairs of {args.duration:g} s: throughput with/without {what} "
-          f"{tput:.3f} ({(1 - tput) * 100:+.1f}% cost), system CPU ns/B with/without {nspb:.3f} (ratios of medians)")
-    for name, ratios in (("throughput", [b[0] / a[0] for a, b in zip(without, with_p)]),
-                         ("system CPU ns/B", [b[1] / a[1] for a, b in zip(without, with_p)])):
+    print(
+        f"{args.stack} over {args.topology}, {args.pairs} pairs of {args.duration:g} s: throughput with/without {what} "
+        f"{tput:.3f} ({(1 - tput) * 100:+.1f}% cost), system CPU ns/B with/without {nspb:.3f} (ratios of medians)"
+    )
+    for name, ratios in (
+        ("throughput", [b[0] / a[0] for a, b in zip(without, with_p)]),
+        ("system CPU ns/B", [b[1] / a[1] for a, b in zip(without, with_p)]),
+    ):
         med, lo, hi = median_interval(ratios)
         print(f"  {name} with/without, median of the pairs: {med:.3f} (95% interval {lo:.3f}-{hi:.3f})")
 

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
 # Debian packages for qprof, from empty apt lists as well as warm ones.
 # Usage: apt.sh install PKG...       install those not installed yet
 #        apt.sh kernel-deb DIR       download the package linux-image-amd64

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
 # Print the source directory of CRATE, a dependency pinned (by checksum) in
 # the Cargo.lock beside MANIFEST, fetching it and every dependency it has on
 # this host's target into $CARGO_HOME first, unless --offline.

@@ -1,5 +1,7 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """`qprof clean`: remove what qprof processes that died (kill -9, a
 machine stop) left behind, and say what was removed."""
+
 import os
 
 import click

@@ -1,4 +1,6 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """`qprof compare`: configurations side by side, interleaved and repeated."""
+
 import json
 import sys
 from pathlib import Path
@@ -9,22 +11,42 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from qprof.cli.run_options import to_run_options, transfer_options
 from qprof.collectors import compare, options, runner
 from qprof.errors import BadValue
-from qprof.cli.run_options import to_run_options, transfer_options
 
 ABSENT = "—"
 
 
 @click.command()
-@click.option("--stack", "-s", default=None, help=f"The stack whose configurations vary [default: quic]; "
-                                                  f"one of {', '.join(options.STACK_NAMES)}.")
-@click.option("--stacks", "stack_list", default=None, metavar="S1,S2,...",
-              help="Compare stacks side by side (each with the same --vary, if any).")
-@click.option("--vary", "vary_items", multiple=True, metavar="KEY=V1,V2",
-              help=f"A setting to vary; repeat for a product. Keys: {', '.join(compare.VARY_KEYS)}.")
-@click.option("--repeat", "-r", type=click.IntRange(1, 100), default=3, show_default=True,
-              help="Runs per configuration, interleaved A B A B ....")
+@click.option(
+    "--stack",
+    "-s",
+    default=None,
+    help=f"The stack whose configurations vary [default: quic]; one of {', '.join(options.STACK_NAMES)}.",
+)
+@click.option(
+    "--stacks",
+    "stack_list",
+    default=None,
+    metavar="S1,S2,...",
+    help="Compare stacks side by side (each with the same --vary, if any).",
+)
+@click.option(
+    "--vary",
+    "vary_items",
+    multiple=True,
+    metavar="KEY=V1,V2",
+    help=f"A setting to vary; repeat for a product. Keys: {', '.join(compare.VARY_KEYS)}.",
+)
+@click.option(
+    "--repeat",
+    "-r",
+    type=click.IntRange(1, 100),
+    default=3,
+    show_default=True,
+    help="Runs per configuration, interleaved A B A B ....",
+)
 @transfer_options
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison record on stdout instead of the table.")
 @click.pass_context
@@ -52,11 +74,14 @@ def compare_cmd(ctx, stack, stack_list, vary_items, repeat, as_json, **kwargs):
         raise BadValue("give --stack (one stack, with --vary) or --stacks (several), not both.")
     stack_names = compare.parse_stacks(stack_list) if stack_list else [stack or "quic"]
     vary = compare.parse_vary(list(vary_items))
-    fixed = [key for key in compare.VARY_KEYS
-             if ctx.get_parameter_source(options.BY_NAME[key].field) == ParameterSource.COMMANDLINE]
+    fixed = [
+        key
+        for key in compare.VARY_KEYS
+        if ctx.get_parameter_source(options.BY_NAME[key].field) == ParameterSource.COMMANDLINE
+    ]
     base = to_run_options(stack_names[0], kwargs)
     configs = compare.build_matrix(base, stack_names, vary, fixed)
-    runner.preflight(configs[0].opts)   # root and the build, before the first run
+    runner.preflight(configs[0].opts)  # root and the build, before the first run
     copts = compare.CompareOptions(configs=configs, repeat=repeat, runs_dir=base.runs_dir, vary=vary)
     record = _run_with_progress(copts)
     if as_json:
@@ -78,9 +103,12 @@ def _run_with_progress(copts: compare.CompareOptions) -> dict:
 
         def on_done(entry):
             rec = entry["record"]
-            progress.console.print(f"{copts.configs[entry['config']].label}: {rec['throughput_gbps']:.2f} Gbit/s, "
-                                   f"system {rec['cpu']['system']['ns_per_byte']['total']:.3f} ns/B (run {rec['id']})")
+            progress.console.print(
+                f"{copts.configs[entry['config']].label}: {rec['throughput_gbps']:.2f} Gbit/s, "
+                f"system {rec['cpu']['system']['ns_per_byte']['total']:.3f} ns/B (run {rec['id']})"
+            )
             progress.advance(task)
+
         return compare.run(copts, on_run, on_done)
 
 
@@ -116,8 +144,10 @@ CATEGORY_FLOOR_NS_PER_BYTE = 0.005
 def print_comparison(rec: dict, console: Console = None) -> None:
     console = console or Console()
     labels = [c["label"] for c in rec["configs"]]
-    console.print(f"[bold]{len(labels)} configurations × {rec['repeat']} runs, interleaved[/]: "
-                  "median ±half its range, ×ratio of medians to the first, * where the ranges do not overlap")
+    console.print(
+        f"[bold]{len(labels)} configurations × {rec['repeat']} runs, interleaved[/]: "
+        "median ±half its range, ×ratio of medians to the first, * where the ranges do not overlap"
+    )
     units = rec["metric_units"]
     main = Table(title="figures", title_justify="left")
     cats = Table(title="CPU ns/B by flame category", title_justify="left")
@@ -137,15 +167,19 @@ def print_comparison(rec: dict, console: Console = None) -> None:
         console.print(cats)
     skipped = rec.get("incomplete_captures") or []
     if skipped:
-        console.print(f"[yellow]categories leave out {len(skipped)} of {len(rec['runs'])} runs whose capture "
-                      f"missed samples on some CPU (flame.complete false): {', '.join(skipped)}[/]")
+        console.print(
+            f"[yellow]categories leave out {len(skipped)} of {len(rec['runs'])} runs whose capture "
+            f"missed samples on some CPU (flame.complete false): {', '.join(skipped)}[/]"
+        )
     fd = rec.get("flame_diff") or {}
     cdir = Path(rec.get("path", ""))
     if fd.get("sides"):
         for side, d in fd["sides"].items():
             where = d["svg"] or "nothing drawn (no samples)"
-            console.print(f"flame diff {side}: {labels[0]} (run {fd['a']}) {d['a_ns_per_byte']:.3f} ns/B -> "
-                          f"{labels[1]} (run {fd['b']}) {d['b_ns_per_byte']:.3f} ns/B: {cdir / where if d['svg'] else where}")
+            console.print(
+                f"flame diff {side}: {labels[0]} (run {fd['a']}) {d['a_ns_per_byte']:.3f} ns/B -> "
+                f"{labels[1]} (run {fd['b']}) {d['b_ns_per_byte']:.3f} ns/B: {cdir / where if d['svg'] else where}"
+            )
     elif fd:
         console.print(f"flame diff: none ({fd.get('absent')})")
     console.print(f"comparison {rec['id']}: {len(rec['runs'])} runs, record {cdir / compare.COMPARISON_RECORD}")

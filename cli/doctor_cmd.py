@@ -1,4 +1,6 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """`qprof doctor`: what this kernel and machine allow, one line per capability."""
+
 import dataclasses
 import json
 
@@ -49,11 +51,18 @@ def remains_check() -> capabilities.Check:
     try:
         dead = remains.dead_ledgers()
     except OSError as e:
-        return capabilities.Check("remains of dead runs", "unknown",
-                                  f"cannot read {remains.state_dir()}: {e.strerror}", "run qprof doctor as root")
+        return capabilities.Check(
+            "remains of dead runs",
+            "unknown",
+            f"cannot read {remains.state_dir()}: {e.strerror}",
+            "run qprof doctor as root",
+        )
     items = [f"{i} (qprof pid {d.get('pid')})" for d in dead for i in remains.describe(d)]
     if not dead:
         return capabilities.Check("remains of dead runs", "ok", "no qprof that died left anything", "")
-    return capabilities.Check("remains of dead runs", "limited",
-                              "; ".join(items) or f"{len(dead)} ledger(s) of dead qprof processes",
-                              "`qprof clean` removes them (the next `qprof run` does too)")
+    return capabilities.Check(
+        "remains of dead runs",
+        "limited",
+        "; ".join(items) or f"{len(dead)} ledger(s) of dead qprof processes",
+        "`qprof clean` removes them (the next `qprof run` does too)",
+    )

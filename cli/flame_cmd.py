@@ -1,4 +1,6 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """`qprof flame`: a run's stack samples as flame graphs in CPU time per byte."""
+
 import shutil
 import subprocess
 import sys
@@ -29,16 +31,36 @@ class FlameOptions:
 
 @click.command()
 @click.argument("run_id", required=False)
-@click.option("--side", type=click.Choice(sides.SIDES + ("all",)), default="all", show_default=True,
-              help="Which side's samples: the client or server process, the rest of the system, or all three.")
+@click.option(
+    "--side",
+    type=click.Choice(sides.SIDES + ("all",)),
+    default="all",
+    show_default=True,
+    help="Which side's samples: the client or server process, the rest of the system, or all three.",
+)
 @click.option("--open", "open_svg", is_flag=True, help="Open the graphs with xdg-open (else say where they are).")
-@click.option("--folded", "print_folded", is_flag=True,
-              help="Print the folded stacks (sample counts) on stdout instead of drawing; with --side all "
-                   "each stack gets its side as an extra root frame.")
-@click.option("--diff", nargs=2, metavar="RUN_A RUN_B", default=None,
-              help="Draw B against A per byte: RUNS_DIR/<B>/flame-diff-<A>-<side>.svg, red where B costs more.")
-@click.option("--runs-dir", type=click.Path(file_okay=False), default="runs", show_default=True,
-              envvar="QPROF_RUNS_DIR", help="Where run directories are.")
+@click.option(
+    "--folded",
+    "print_folded",
+    is_flag=True,
+    help="Print the folded stacks (sample counts) on stdout instead of drawing; with --side all "
+    "each stack gets its side as an extra root frame.",
+)
+@click.option(
+    "--diff",
+    nargs=2,
+    metavar="RUN_A RUN_B",
+    default=None,
+    help="Draw B against A per byte: RUNS_DIR/<B>/flame-diff-<A>-<side>.svg, red where B costs more.",
+)
+@click.option(
+    "--runs-dir",
+    type=click.Path(file_okay=False),
+    default="runs",
+    show_default=True,
+    envvar="QPROF_RUNS_DIR",
+    help="Where run directories are.",
+)
 def flame(run_id, side, open_svg, print_folded, diff, runs_dir):
     """Flame graphs of a run, in CPU time per byte.
 
@@ -63,9 +85,14 @@ def flame(run_id, side, open_svg, print_folded, diff, runs_dir):
         raise BadValue("give either RUN_ID or --diff RUN_A RUN_B, not both; --diff names both runs itself.")
     if diff and print_folded:
         raise BadValue("--folded prints one run's stacks and --diff draws two runs; use one of them.")
-    opts = FlameOptions(run_id=run_id or "latest", sides=sides.SIDES if side == "all" else (side,),
-                        open_svg=open_svg, print_folded=print_folded, diff=tuple(diff) if diff else None,
-                        runs_dir=Path(runs_dir))
+    opts = FlameOptions(
+        run_id=run_id or "latest",
+        sides=sides.SIDES if side == "all" else (side,),
+        open_svg=open_svg,
+        print_folded=print_folded,
+        diff=tuple(diff) if diff else None,
+        runs_dir=Path(runs_dir),
+    )
     if opts.print_folded:
         print_stacks(opts)
         return
@@ -93,13 +120,18 @@ def draw_run(opts: FlameOptions) -> List[Path]:
     for side, stacks in loaded.items():
         fig = figs[side] = normalize.figures(stacks, run.period_ns, run.bytes_for(side), classifier)
         measured = sides.measured_ns_per_byte(run.record, side)
-        gap = normalize.gap_percent(fig.ns_per_byte, measured,
-                                    normalize.base_samples(measured, run.bytes_for(side), run.period_ns))
+        gap = normalize.gap_percent(
+            fig.ns_per_byte, measured, normalize.base_samples(measured, run.bytes_for(side), run.period_ns)
+        )
         svg = run.path / f"flame-{side}.svg"
         scaled = normalize.per_byte(stacks, run.period_ns, run.bytes_for(side))
         if scaled:
-            draw.render(scaled, svg, draw.side_title(run.record, side, fig),
-                        draw.side_subtitle(run.id, fig, measured, gap, incomplete))
+            draw.render(
+                scaled,
+                svg,
+                draw.side_title(run.record, side, fig),
+                draw.side_subtitle(run.id, fig, measured, gap, incomplete),
+            )
             svgs.append(svg)
         click.echo(side_line(side, fig, measured, gap, svg if scaled else None))
     console.print(category_table(figs))
@@ -108,13 +140,16 @@ def draw_run(opts: FlameOptions) -> List[Path]:
     return svgs
 
 
-def side_line(side: str, fig: normalize.SideFigures, measured: Optional[float], gap: Optional[float],
-              svg: Optional[Path]) -> str:
+def side_line(
+    side: str, fig: normalize.SideFigures, measured: Optional[float], gap: Optional[float], svg: Optional[Path]
+) -> str:
     """One greppable line per side."""
     q = ABSENT if fig.stack_quality is None else f"{fig.stack_quality * 100:.1f}%"
-    return (f"{side}: graph {fig.ns_per_byte:.3f} ns/B, measured {_num(measured)} ns/B, "
-            f"gap {_num(gap, '{:+.1f}%')}, stack quality {q}, {fig.samples:,} samples -> "
-            + (str(svg) if svg else "nothing to draw"))
+    return (
+        f"{side}: graph {fig.ns_per_byte:.3f} ns/B, measured {_num(measured)} ns/B, "
+        f"gap {_num(gap, '{:+.1f}%')}, stack quality {q}, {fig.samples:,} samples -> "
+        + (str(svg) if svg else "nothing to draw")
+    )
 
 
 def _num(v: Optional[float], fmt: str = "{:.3f}") -> str:
@@ -132,8 +167,13 @@ def category_table(figs: dict) -> Table:
             share = fig.categories_samples[cat] / fig.samples * 100 if fig.samples else None
             row.append(f"{fig.categories_ns_per_byte[cat]:.3f} ({_num(share, '{:5.1f}%')})")
         t.add_row(*row)
-    t.add_row("[bold]total[/]", *(f"[bold]{fig.ns_per_byte:.3f}[/] (100.0%)" if fig.samples else f"{0:.3f} ({ABSENT})"
-                                  for fig in figs.values()))
+    t.add_row(
+        "[bold]total[/]",
+        *(
+            f"[bold]{fig.ns_per_byte:.3f}[/] (100.0%)" if fig.samples else f"{0:.3f} ({ABSENT})"
+            for fig in figs.values()
+        ),
+    )
     return t
 
 
@@ -146,8 +186,10 @@ def draw_diff(opts: FlameOptions) -> List[Path]:
             click.echo(f"{d.side}: run {run_b.id} has no samples on this side, nothing drawn")
             continue
         svgs.append(d.svg)
-        click.echo(f"{d.side}: A {d.a_ns_per_byte:.3f} ns/B -> B {d.b_ns_per_byte:.3f} ns/B "
-                   f"({_num(d.change_percent, '{:+.1f}%')}) -> {d.svg}")
+        click.echo(
+            f"{d.side}: A {d.a_ns_per_byte:.3f} ns/B -> B {d.b_ns_per_byte:.3f} ns/B "
+            f"({_num(d.change_percent, '{:+.1f}%')}) -> {d.svg}"
+        )
     return svgs
 
 
@@ -158,6 +200,11 @@ def open_files(svgs: List[Path]) -> None:
             click.echo(f"xdg-open is not installed; open {svg} in a web browser.")
             continue
         # Detached: a browser started by xdg-open outlives qprof and is the user's.
-        subprocess.Popen([opener, str(svg)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL, start_new_session=True)
+        subprocess.Popen(
+            [opener, str(svg)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         click.echo(f"opened {svg}")

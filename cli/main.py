@@ -1,8 +1,10 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """The `qprof` command: a click group whose subcommands live one a module.
 
 Logs and errors go to stderr, data to stdout. Every failure is a
 QprofError: one sentence on stderr and its own exit code.
 """
+
 import os
 import signal
 import sys
@@ -20,8 +22,7 @@ for _sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
 
 import click  # noqa: E402  (after the handlers: importing takes most of start-up)
 
-from qprof import __version__
-from qprof import interrupts, remains  # noqa: E402
+from qprof import __version__, interrupts, remains  # noqa: E402
 from qprof.errors import Interrupted, QprofError  # noqa: E402
 
 

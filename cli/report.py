@@ -1,4 +1,6 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """A run record as a short human table (rich), on stdout."""
+
 from typing import Optional
 
 from rich.console import Console
@@ -25,9 +27,12 @@ def _headline(rec: dict) -> str:
     if env.get("emulated"):
         where += ", [yellow]emulated guest: compare stacks within the guest only[/]"
     if rec["stack"] == "quic":
-        return (where + f"; msquic {env.get('msquic_version') or ABSENT}"
-                f", GSO {offload.onoff(env.get('msquic_send_segmentation', {}).get('client')) or ABSENT}"
-                f", GRO {offload.onoff(env.get('msquic_recv_coalescing', {}).get('server')) or ABSENT} (msquic's own report)")
+        return (
+            where + f"; msquic {env.get('msquic_version') or ABSENT}"
+            f", GSO {offload.onoff(env.get('msquic_send_segmentation', {}).get('client')) or ABSENT}"
+            f", GRO {offload.onoff(env.get('msquic_recv_coalescing', {}).get('server')) or ABSENT}"
+            " (msquic's own report)"
+        )
     if rec["stack"] == "udp":
         c = rec["workload"]["client"]["report"]
         return where + f"; raw UDP, {c.get('send_mode')} × {c.get('batch')}, {c.get('dgram_size')}-byte datagrams"
@@ -55,13 +60,21 @@ def print_run(rec: dict, console: Optional[Console] = None) -> None:
     for side in ("client", "server", "system"):
         c = rec["cpu"][side]
         n = c["ns_per_byte"]
-        t.add_row(side, _num(c["total_s"]), _num(n["user"]), _num(n["system"]), _num(n["softirq"]),
-                  _num(n["total"], "[bold]{:.3f}[/]"))
+        t.add_row(
+            side,
+            _num(c["total_s"]),
+            _num(n["user"]),
+            _num(n["system"]),
+            _num(n["softirq"]),
+            _num(n["total"], "[bold]{:.3f}[/]"),
+        )
     console.print(t)
     util = rec["cpu"]["system"].get("utilisation")
     if util is not None:
-        console.print(f"system busy {util * 100:.0f}% of {env['cpu_count']} CPUs; "
-                      f"{ABSENT} = not measured (per-process softirq: see README)")
+        console.print(
+            f"system busy {util * 100:.0f}% of {env['cpu_count']} CPUs; "
+            f"{ABSENT} = not measured (per-process softirq: see README)"
+        )
     console.print(_own_counters(rec))
     _print_loss(rec, console)
     _print_floor(rec, console)
@@ -88,16 +101,33 @@ def _own_counters(rec: dict) -> Table:
         win = rec["workload"][side]["window"]
         if rec["stack"] == "quic":
             pc, cs = win.get("perf_counters") or {}, win.get("conn_stats") or {}
-            w.add_row(side, _int(pc.get("udp_send_calls")), _int(pc.get("udp_send")),
-                      _int(pc.get("udp_recv_events")), _int(pc.get("udp_recv")),
-                      _int(cs.get("send_suspected_lost_packets")), _int(cs.get("send_congestion_count")))
+            w.add_row(
+                side,
+                _int(pc.get("udp_send_calls")),
+                _int(pc.get("udp_send")),
+                _int(pc.get("udp_recv_events")),
+                _int(pc.get("udp_recv")),
+                _int(cs.get("send_suspected_lost_packets")),
+                _int(cs.get("send_congestion_count")),
+            )
         elif rec["stack"] == "udp":
-            w.add_row(side, _int(win.get("io_calls")), _int(win.get("datagrams")), _int(win.get("lost")),
-                      _int(win.get("reordered")), _int(win.get("gro_segments")))
+            w.add_row(
+                side,
+                _int(win.get("io_calls")),
+                _int(win.get("datagrams")),
+                _int(win.get("lost")),
+                _int(win.get("reordered")),
+                _int(win.get("gro_segments")),
+            )
         else:
             ti = win.get("tcp_info") or {}
-            w.add_row(side, _int(win.get("io_calls")), _int(ti.get("segs_out")), _int(ti.get("segs_in")),
-                      _int(ti.get("total_retrans")))
+            w.add_row(
+                side,
+                _int(win.get("io_calls")),
+                _int(ti.get("segs_out")),
+                _int(ti.get("segs_in")),
+                _int(ti.get("total_retrans")),
+            )
     return w
 
 
@@ -107,10 +137,12 @@ def _print_floor(rec: dict, console: Console) -> None:
     if not f or "absent" in f:
         return
     x, n = f["times_floor"], f["ns_per_byte"]
-    console.print(f"floor ({f['includes']}; {f['record_bytes']:,}-byte records, {f['library']}): "
-                  f"client {n['client']:.3f}, server {n['server']:.3f}, system {n['system']:.3f} ns/B; "
-                  f"this run [bold]{_num(x['system'], '{:.1f}')}×[/] the floor "
-                  f"(client {_num(x['client'], '{:.1f}')}×, server {_num(x['server'], '{:.1f}')}×)")
+    console.print(
+        f"floor ({f['includes']}; {f['record_bytes']:,}-byte records, {f['library']}): "
+        f"client {n['client']:.3f}, server {n['server']:.3f}, system {n['system']:.3f} ns/B; "
+        f"this run [bold]{_num(x['system'], '{:.1f}')}×[/] the floor "
+        f"(client {_num(x['client'], '{:.1f}')}×, server {_num(x['server'], '{:.1f}')}×)"
+    )
 
 
 def _print_loss(rec: dict, console: Console) -> None:
@@ -118,8 +150,11 @@ def _print_loss(rec: dict, console: Console) -> None:
     k = rec.get("kernel_loss")
     if not k or k.get("dropped") is None:
         return
-    line = ("[red]the kernel dropped packets:[/] " + "; ".join(k["where"]) if k["dropped"]
-            else "kernel drops: none (snmp, softnet, qdisc and veth counters)")
+    line = (
+        "[red]the kernel dropped packets:[/] " + "; ".join(k["where"])
+        if k["dropped"]
+        else "kernel drops: none (snmp, softnet, qdisc and veth counters)"
+    )
     retr, dup = k.get("retransmitted_segments"), k.get("duplicate_segments")
     if retr:
         line += f"; TCP retransmitted {retr:,} segments"
@@ -210,16 +245,23 @@ def _print_threads(rec: dict, console: Console) -> None:
         f = ct[side]
         n = f["ns_per_byte"]
         top = f["threads"][0] if f["threads"] else None
-        t.add_row(side, _num(n["oncpu"]), _num(n["softirq_in_context"]), _num(n["own_work"]),
-                  f"{top['comm']}/{top['tid']} {top['share'] * 100:.0f}%" if top and top["share"] is not None else ABSENT)
+        t.add_row(
+            side,
+            _num(n["oncpu"]),
+            _num(n["softirq_in_context"]),
+            _num(n["own_work"]),
+            f"{top['comm']}/{top['tid']} {top['share'] * 100:.0f}%" if top and top["share"] is not None else ABSENT,
+        )
     console.print(t)
-    vecs = ", ".join(f"{k} {v['ns_per_byte']:.3f}" for k, v in ct["softirq"].items()
-                     if (v["ns_per_byte"] or 0) >= 0.0005)
+    vecs = ", ".join(
+        f"{k} {v['ns_per_byte']:.3f}" for k, v in ct["softirq"].items() if (v["ns_per_byte"] or 0) >= 0.0005
+    )
     if vecs:
         nested = " (hardirqs that interrupted them included)" if ct.get("softirq_includes_hardirqs") else ""
         console.print(f"softirq by vector, system-wide, ns/B: {vecs}{nested}")
-    checks = [f"{side} {_ratio(ct[side]['oncpu_check'])}" for side in ("client", "server")
-              if ct[side].get("oncpu_check")]
+    checks = [
+        f"{side} {_ratio(ct[side]['oncpu_check'])}" for side in ("client", "server") if ct[side].get("oncpu_check")
+    ]
     if checks:
         console.print("eBPF on-CPU / the kernel's schedstat: " + "; ".join(checks))
 
@@ -229,8 +271,10 @@ def _print_flame(rec: dict, console: Console) -> None:
     if not flame or "sides" not in flame:
         return
     sides = flame["sides"]
-    t = Table(title=f"CPU per byte by category (perf {flame['event']} stacks, {flame['sample_hz']} Hz), ns/B",
-              title_justify="left")
+    t = Table(
+        title=f"CPU per byte by category (perf {flame['event']} stacks, {flame['sample_hz']} Hz), ns/B",
+        title_justify="left",
+    )
     t.add_column("CATEGORY")
     for side in sides:
         t.add_column(side.upper(), justify="right")
@@ -240,8 +284,10 @@ def _print_flame(rec: dict, console: Console) -> None:
     t.add_row("[bold]graph total[/]", *(f"[bold]{sides[s]['ns_per_byte']:.3f}[/]" for s in sides))
     t.add_row("measured", *(_num(sides[s]["measured_ns_per_byte"]) for s in sides))
     t.add_row("gap", *(_num(sides[s]["gap_percent"], "{:+.1f}%") for s in sides))
-    t.add_row("stack quality", *(_num(sides[s]["stack_quality"] and sides[s]["stack_quality"] * 100, "{:.0f}%")
-                                 for s in sides))
+    t.add_row(
+        "stack quality",
+        *(_num(sides[s]["stack_quality"] and sides[s]["stack_quality"] * 100, "{:.0f}%") for s in sides),
+    )
     console.print(t)
     if flame.get("complete") is False:
         console.print(f"[yellow]the capture undercounts: {flame['incomplete_reason']}[/]")

@@ -1,18 +1,25 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """`qprof run`: one measured bulk transfer."""
+
 import json
 from pathlib import Path
 
 import click
 
 from qprof.cli import report
+from qprof.cli.run_options import to_run_options, transfer_options
 from qprof.collectors import options, runner
 from qprof.collectors.faults import FAULTS, Faults
-from qprof.cli.run_options import to_run_options, transfer_options
 
 
 @click.command()
-@click.option("--stack", "-s", default=options.BY_NAME["stack"].default, show_default=True,
-              help=f"Transport stack: {', '.join(options.STACK_NAMES)}.")
+@click.option(
+    "--stack",
+    "-s",
+    default=options.BY_NAME["stack"].default,
+    show_default=True,
+    help=f"Transport stack: {', '.join(options.STACK_NAMES)}.",
+)
 @transfer_options
 @click.option("--json", "as_json", is_flag=True, help="Print the run record on stdout instead of the table.")
 @click.option("--inject-fault", "fault", type=click.Choice(FAULTS), default=None, hidden=True)

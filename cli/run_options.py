@@ -1,12 +1,14 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """The options of one measured transfer as click options, shared by `qprof
 run` and `qprof compare`: every one comes from the table in
 collectors/options.py, which also checks the values."""
+
 from dataclasses import replace
 
 import click
 
-from qprof.collectors import options
 from qprof.cli.units import Duration, Size
+from qprof.collectors import options
 
 
 def _click_option(o: options.Option):

@@ -1,4 +1,6 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """click option types for durations and sizes (the syntax: collectors.units)."""
+
 import click
 
 from qprof.units import parse_duration_s, parse_size_bytes

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """What this kernel and machine allow qprof to do: one Check per capability
 qprof uses, and one per part of `make build` that `qprof run` and `qprof
 flame` need.
@@ -9,6 +10,7 @@ why), removes whatever it created on every exit path, and bounds every
 subprocess by TIMEOUT_S. The build checks look where qprof's own path
 helpers look, so they fail exactly when a run would.
 """
+
 from __future__ import annotations
 
 import functools
@@ -29,9 +31,9 @@ from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 from qprof import paths
+from qprof.errors import NotBuilt
 
 from . import transports
-from qprof.errors import NotBuilt
 
 OK, MISSING, LIMITED, UNKNOWN = "ok", "missing", "limited", "unknown"
 VERDICTS = (OK, MISSING, LIMITED, UNKNOWN)
@@ -55,8 +57,12 @@ TLS_1_2_VERSION, TLS_CIPHER_AES_GCM_128 = 0x0303, 51
 QDISCS = (
     ("netem", "link emulation: delay, loss, jitter", ["netem", "delay", "1ms", "1ms", "loss", "1%"], None),
     ("tbf", "rate limit", ["tbf", "rate", "1gbit", "burst", "64k", "latency", "10ms"], None),
-    ("htb", "rate limit, by class", ["handle", "1:", "htb", "default", "10"],
-     ["parent", "1:", "classid", "1:10", "htb", "rate", "1gbit"]),
+    (
+        "htb",
+        "rate limit, by class",
+        ["handle", "1:", "htb", "default", "10"],
+        ["parent", "1:", "classid", "1:10", "htb", "rate", "1gbit"],
+    ),
 )
 
 AS_ROOT = "run qprof doctor as root"
@@ -89,6 +95,7 @@ def _could_not_test(name: str, e: Exception) -> Check:
 def _check(name: str) -> Callable[[Callable[[], Result]], Callable[[], Check]]:
     """Turn a function returning (verdict, detail, fix) into one returning
     a Check that never raises."""
+
     def wrap(fn: Callable[[], Result]) -> Callable[[], Check]:
         @functools.wraps(fn)
         def guarded() -> Check:
@@ -97,13 +104,16 @@ def _check(name: str) -> Callable[[Callable[[], Result]], Callable[[], Check]]:
             except Exception as e:
                 return _could_not_test(name, e)
             return Check(name, verdict, detail, fix)
+
         return guarded
+
     return wrap
 
 
 def _checks(*names: str) -> Callable[[Callable[[], List[Result]]], Callable[[], List[Check]]]:
     """_check for one trial that answers several checks: the function
     returns one (verdict, detail, fix) per name, in order."""
+
     def wrap(fn: Callable[[], List[Result]]) -> Callable[[], List[Check]]:
         @functools.wraps(fn)
         def guarded() -> List[Check]:
@@ -112,7 +122,9 @@ def _checks(*names: str) -> Callable[[Callable[[], List[Result]]], Callable[[], 
             except Exception as e:
                 return [_could_not_test(name, e) for name in names]
             return [Check(name, *result) for name, result in zip(names, results, strict=True)]
+
         return guarded
+
     return wrap
 
 
@@ -195,8 +207,9 @@ def scratch_netns() -> Iterator[ScratchNetns]:
         for ns in (s.ns_a, s.ns_b):
             created.append(ns)  # before `add`: a timed-out add may still have created it
             _run_ok(["ip", "netns", "add", ns])
-        _run_ok(["ip", "-n", s.ns_a, "link", "add", s.link_a, "type", "veth",
-                 "peer", "name", s.link_b, "netns", s.ns_b])
+        _run_ok(
+            ["ip", "-n", s.ns_a, "link", "add", s.link_a, "type", "veth", "peer", "name", s.link_b, "netns", s.ns_b]
+        )
         yield s
     finally:
         for ns in reversed(created):
@@ -278,8 +291,10 @@ def _give_the_probes_something_to_see() -> None:
     counts its sendto, the packets probe lo's skbs) and a sleep (the
     cputhread probe counts the switch)."""
     try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as rx, \
-                socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as tx:
+        with (
+            socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as rx,
+            socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as tx,
+        ):
             rx.bind(("127.0.0.1", 0))
             rx.settimeout(1.0)
             tx.sendto(b"qprof doctor", rx.getsockname())
@@ -294,12 +309,12 @@ def _try_probe(name: str) -> Tuple[str, str]:
     lo), let it see some traffic, mark it and tell it to exit. Returns
     (OK, MISSING or LIMITED, what happened)."""
     from .probes import PROBES, READY_TIMEOUT_S, Target
+
     target = Target(pids={"doctor": os.getpid()}, devices={"doctor": "lo@host"})
     argv = [str(paths.probe_binary(name))] + PROBES[name](target)
     # stderr to a file, not a pipe: a failed load's verifier log can fill a pipe and stall the tool.
     with tempfile.TemporaryFile() as err:
-        p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
-                             start_new_session=True)
+        p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, start_new_session=True)
         try:
             try:
                 ready, rest = _read_line(p, READY_TIMEOUT_S)
@@ -335,23 +350,35 @@ def check_tracepoints() -> Result:
     """What `qprof run` does with each probe tool: load it, its programs
     attached to tracepoints by BTF (tp_btf), which needs no tracefs."""
     from .options import PROBE_NAMES
+
     if os.geteuid() != 0:
         return UNKNOWN, "loading the probes (eBPF, tp_btf) needs root; this check ran as a user", AS_ROOT
     built = [name for name in PROBE_NAMES if paths.probe_binary(name).exists()]
     unbuilt = [f"qprof-{name}" for name in PROBE_NAMES if name not in built]
     if not built:
-        return UNKNOWN, (f"no probe tool is built ({', '.join(unbuilt)}), so attaching by BTF (tp_btf) "
-                         "could not be tried"), MAKE_BUILD
+        return (
+            UNKNOWN,
+            (f"no probe tool is built ({', '.join(unbuilt)}), so attaching by BTF (tp_btf) could not be tried"),
+            MAKE_BUILD,
+        )
     with _no_new_tracefs_mounts():
         tried = {name: _try_probe(name) for name in built}
-    detail = ("by BTF (tp_btf; no tracefs needed): "
-              + "; ".join(f"qprof-{name} {what}" for name, (_, what) in tried.items())
-              + (f"; {', '.join(unbuilt)} not built, so not tried (see probes build)" if unbuilt else ""))
+    detail = (
+        "by BTF (tp_btf; no tracefs needed): "
+        + "; ".join(f"qprof-{name} {what}" for name, (_, what) in tried.items())
+        + (f"; {', '.join(unbuilt)} not built, so not tried (see probes build)" if unbuilt else "")
+    )
     verdicts = [verdict for verdict, _ in tried.values()]
     if all(v == OK for v in verdicts):
         return OK, detail, ""
-    fix = ("`qprof run` records a probe that cannot attach as absent and carries on; boot a kernel with "
-           "BTF and these tracepoints, or use --guest") if MISSING in verdicts else ""
+    fix = (
+        (
+            "`qprof run` records a probe that cannot attach as absent and carries on; boot a kernel with "
+            "BTF and these tracepoints, or use --guest"
+        )
+        if MISSING in verdicts
+        else ""
+    )
     return (MISSING if all(v == MISSING for v in verdicts) else LIMITED), detail, fix
 
 
@@ -361,28 +388,51 @@ def check_perf_sampling() -> Result:
     with tempfile.TemporaryDirectory(prefix="qprof-doctor-") as tmp, _no_new_tracefs_mounts():
         data = Path(tmp) / "perf.data"
         # What qprof runs: every CPU (-a), DWARF call graphs.
-        r = _run(["perf", "record", "-q", "-a", "-e", "cpu-clock", "-F", "99", "--call-graph", "dwarf,8192",
-                  "-o", str(data), "--", "sleep", "0.1"])
+        r = _run(
+            [
+                "perf",
+                "record",
+                "-q",
+                "-a",
+                "-e",
+                "cpu-clock",
+                "-F",
+                "99",
+                "--call-graph",
+                "dwarf,8192",
+                "-o",
+                str(data),
+                "--",
+                "sleep",
+                "0.1",
+            ]
+        )
         data_bytes = data.stat().st_size if data.exists() else 0
     if r.returncode != 0 or data_bytes == 0:
         why = _first_line(r.stderr) or f"exit {r.returncode}, {data_bytes} bytes written"
         if os.geteuid() != 0:
             # Every CPU (-a) needs perf_event_paranoid <= 0 or CAP_PERFMON; the
             # rest of qprof needs root anyway, so lowering it would not help.
-            return MISSING, (f"sampling every CPU (perf record -a, as qprof runs it) needs root: as euid "
-                             f"{os.geteuid()} with perf_event_paranoid={paranoid} perf said '{why}'"), \
-                "run qprof as root"
-        return MISSING, (f"perf record -a -e cpu-clock --call-graph dwarf failed as root: {why}; "
-                         f"perf_event_paranoid={paranoid}"), \
-            "qprof run --sample-hz 0 runs without stack samples"
+            return (
+                MISSING,
+                (
+                    f"sampling every CPU (perf record -a, as qprof runs it) needs root: as euid "
+                    f"{os.geteuid()} with perf_event_paranoid={paranoid} perf said '{why}'"
+                ),
+                "run qprof as root",
+            )
+        return (
+            MISSING,
+            (f"perf record -a -e cpu-clock --call-graph dwarf failed as root: {why}; perf_event_paranoid={paranoid}"),
+            "qprof run --sample-hz 0 runs without stack samples",
+        )
     return OK, f"cpu-clock on every CPU with DWARF call graphs; perf_event_paranoid={paranoid}", ""
 
 
 @_check("udp gso/gro")
 def check_udp_gso_gro() -> Result:
     fix = "boot a kernel >= 5.0 (UDP_SEGMENT, UDP_GRO), or use --guest"
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as tx, \
-            socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as rx:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as tx, socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as rx:
         try:
             tx.setsockopt(SOL_UDP, UDP_SEGMENT, GSO_SEGMENT_BYTES)
             tx.setsockopt(SOL_UDP, UDP_GRO, 1)
@@ -407,20 +457,29 @@ def check_kernel_tls() -> Result:
     ulps = TCP_ULP_PATH.read_text().split()
     # Not listed: don't setsockopt(TCP_ULP) anyway, it would load the tls module and leave it loaded.
     if "tls" not in ulps:
-        return MISSING, f"no 'tls' in {TCP_ULP_PATH} ({' '.join(ulps) or 'empty'})", \
-            "run TCP+kTLS stacks with --guest (a QEMU guest running Debian's kernel)"
-    crypto_info = struct.pack("=HH8s16s4s8s", TLS_1_2_VERSION, TLS_CIPHER_AES_GCM_128,
-                              bytes(8), bytes(16), bytes(4), bytes(8))
-    with socket.create_server(("127.0.0.1", 0)) as listener, \
-            socket.create_connection(listener.getsockname(), timeout=TIMEOUT_S) as client:
+        return (
+            MISSING,
+            f"no 'tls' in {TCP_ULP_PATH} ({' '.join(ulps) or 'empty'})",
+            "run TCP+kTLS stacks with --guest (a QEMU guest running Debian's kernel)",
+        )
+    crypto_info = struct.pack(
+        "=HH8s16s4s8s", TLS_1_2_VERSION, TLS_CIPHER_AES_GCM_128, bytes(8), bytes(16), bytes(4), bytes(8)
+    )
+    with (
+        socket.create_server(("127.0.0.1", 0)) as listener,
+        socket.create_connection(listener.getsockname(), timeout=TIMEOUT_S) as client,
+    ):
         peer, _ = listener.accept()
         with peer:
             try:
                 client.setsockopt(socket.IPPROTO_TCP, TCP_ULP, b"tls")
                 client.setsockopt(SOL_TLS, TLS_TX, crypto_info)
             except OSError as e:
-                return LIMITED, f"'tls' is listed, but enabling AES-GCM-128 TX on a TCP socket failed: {e.strerror}", \
-                    "run TCP+kTLS stacks with --guest"
+                return (
+                    LIMITED,
+                    f"'tls' is listed, but enabling AES-GCM-128 TX on a TCP socket failed: {e.strerror}",
+                    "run TCP+kTLS stacks with --guest",
+                )
     return OK, "TLS 1.2 AES-GCM-128 TX enabled on a loopback TCP socket", ""
 
 
@@ -457,8 +516,14 @@ def check_qdiscs() -> List[Result]:
     then deleted: a modular qdisc the kernel has not loaded yet is loaded
     by the add, so neither /proc/modules nor /sys/module can tell."""
     if os.geteuid() != 0:
-        return [(UNKNOWN, f"{kind} ({what}): adding a qdisc needs root (a scratch network namespace); "
-                          "this check ran as a user", AS_ROOT) for kind, what, *_ in QDISCS]
+        return [
+            (
+                UNKNOWN,
+                f"{kind} ({what}): adding a qdisc needs root (a scratch network namespace); this check ran as a user",
+                AS_ROOT,
+            )
+            for kind, what, *_ in QDISCS
+        ]
     results = []
     with scratch_ns() as ns:
         for kind, what, qdisc_args, class_args in QDISCS:
@@ -480,9 +545,14 @@ def check_qdiscs() -> List[Result]:
             why = why.removeprefix("Error: ").rstrip(".")
             if "qdisc kind is unknown" in why:
                 why += _no_module(kind)
-            results.append((MISSING, f"{kind} ({what}): `{_tc(argv)}` failed: {why}",
-                            f"{what.split(':')[0]} with {kind} needs another kernel: use --guest "
-                            f"(a QEMU guest running Debian's kernel, which has sch_{kind} as a module)"))
+            results.append(
+                (
+                    MISSING,
+                    f"{kind} ({what}): `{_tc(argv)}` failed: {why}",
+                    f"{what.split(':')[0]} with {kind} needs another kernel: use --guest "
+                    f"(a QEMU guest running Debian's kernel, which has sch_{kind} as a module)",
+                )
+            )
     return results
 
 
@@ -497,8 +567,11 @@ def check_offload_switches() -> Result:
     on quic they load libqprof-offload.so (see interposers build)."""
     ethtool = shutil.which("ethtool")
     if ethtool is None:
-        return MISSING, "ethtool is not installed: the TCP stacks' --gso/--gro set the veths' features with it", \
-            "`make deps` installs it (Debian package ethtool)"
+        return (
+            MISSING,
+            "ethtool is not installed: the TCP stacks' --gso/--gro set the veths' features with it",
+            "`make deps` installs it (Debian package ethtool)",
+        )
     return OK, f"{ethtool} (TCP stacks' --gso/--gro); quic's switch is libqprof-offload.so (interposers build)", ""
 
 
@@ -537,21 +610,31 @@ def check_workload_build() -> Result:
 @_check("probes build")
 def check_probes_build() -> Result:
     from .options import PROBE_NAMES
+
     tools = [paths.probe_binary(name) for name in PROBE_NAMES]
     missing = [f"{tool} is missing" for tool in tools if not tool.exists()]
-    return _build_result(f"{', '.join(t.name for t in tools)} in {tools[0].parent}", missing,
-                         "`qprof run` records those probes as absent")
+    return _build_result(
+        f"{', '.join(t.name for t in tools)} in {tools[0].parent}",
+        missing,
+        "`qprof run` records those probes as absent",
+    )
 
 
 @_check("interposers build")
 def check_interposers_build() -> Result:
     """The LD_PRELOAD libraries, where offload.py and listen.py look."""
     from . import listen, offload
+
     lib_dir = paths.build_dir() / "lib"
-    needed_by = {offload.PRELOAD_LIB: "quic with --gso off or --gro off",
-                 listen.LIB: "every quic run: it binds the server to the run's address"}
-    missing = [f"{lib_dir / lib} is missing (needed by {who})" for lib, who in needed_by.items()
-               if not (lib_dir / lib).exists()]
+    needed_by = {
+        offload.PRELOAD_LIB: "quic with --gso off or --gro off",
+        listen.LIB: "every quic run: it binds the server to the run's address",
+    }
+    missing = [
+        f"{lib_dir / lib} is missing (needed by {who})"
+        for lib, who in needed_by.items()
+        if not (lib_dir / lib).exists()
+    ]
     return _build_result(f"{', '.join(needed_by)} in {lib_dir}", missing, "`qprof run` refuses those runs")
 
 
@@ -566,8 +649,11 @@ def check_inferno_build() -> Result:
             found.append(paths.inferno_tool(tool))
         except NotBuilt as e:
             missing.append(_missing_of(e))
-    return _build_result(f"{', '.join(p.name for p in found)} in {found[0].parent if found else ''}", missing,
-                         "`qprof run` keeps no folded stacks and `qprof flame` draws nothing without them")
+    return _build_result(
+        f"{', '.join(p.name for p in found)} in {found[0].parent if found else ''}",
+        missing,
+        "`qprof run` keeps no folded stacks and `qprof flame` draws nothing without them",
+    )
 
 
 @_check("floor build")
@@ -575,19 +661,39 @@ def check_floor_build() -> Result:
     """The floor tools, where floor.measure looks, and the stacks whose
     floor each one measures."""
     from . import floor
+
     stacks: Dict[str, List[str]] = {}
     for stack, spec in floor.SPECS.items():
         stacks.setdefault(spec.binary, []).append(stack)
     tools = {paths.build_dir() / "bin" / binary: names for binary, names in stacks.items()}
-    missing = [f"{tool} is missing (the floor of {', '.join(names)})" for tool, names in tools.items()
-               if not os.access(tool, os.X_OK)]
-    return _build_result(f"{', '.join(t.name for t in tools)} in {paths.build_dir() / 'bin'}", missing,
-                         "runs of those stacks record their floor as absent")
+    missing = [
+        f"{tool} is missing (the floor of {', '.join(names)})"
+        for tool, names in tools.items()
+        if not os.access(tool, os.X_OK)
+    ]
+    return _build_result(
+        f"{', '.join(t.name for t in tools)} in {paths.build_dir() / 'bin'}",
+        missing,
+        "runs of those stacks record their floor as absent",
+    )
 
 
-CHECKS = (check_root, check_btf, check_tracepoints, check_perf_sampling, check_udp_gso_gro, check_kernel_tls,
-          check_netns_veth, check_qdiscs, check_offload_switches, check_workload_build, check_probes_build,
-          check_interposers_build, check_inferno_build, check_floor_build)
+CHECKS = (
+    check_root,
+    check_btf,
+    check_tracepoints,
+    check_perf_sampling,
+    check_udp_gso_gro,
+    check_kernel_tls,
+    check_netns_veth,
+    check_qdiscs,
+    check_offload_switches,
+    check_workload_build,
+    check_probes_build,
+    check_interposers_build,
+    check_inferno_build,
+    check_floor_build,
+)
 
 
 def run_checks() -> list[Check]:

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """`qprof compare`: a matrix of configurations run interleaved and
 repeated (A B C A B C ...), each configuration summarised by its median
 and spread, with ratios against the first and a flag where a difference
@@ -7,6 +8,7 @@ Interleaving spreads this shared machine's drift over every
 configuration alike, so ratios taken within one comparison hold even
 when absolute figures wander between sessions.
 """
+
 import statistics
 from dataclasses import asdict, dataclass, field, replace
 from itertools import product
@@ -14,8 +16,9 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
 from qprof import errors, remains
-from . import environment, options, runner, transports
 from qprof.rundir import RunDir
+
+from . import environment, options, runner, transports
 
 COMPARISON_RECORD = "comparison.json"
 COMPARISONS_SUBDIR = "comparisons"
@@ -30,7 +33,7 @@ VARY_KEYS = options.VARY_KEYS
 @dataclass
 class Config:
     stack: str
-    overrides: Dict[str, str]             # vary key -> value as the user wrote it
+    overrides: Dict[str, str]  # vary key -> value as the user wrote it
     opts: options.RunOptions
 
     @property
@@ -60,8 +63,9 @@ def parse_vary(items: List[str]) -> Dict[str, List[str]]:
     return out
 
 
-def build_matrix(base: options.RunOptions, stack_names: List[str], vary: Dict[str, List[str]],
-                 fixed_flags: List[str]) -> List[Config]:
+def build_matrix(
+    base: options.RunOptions, stack_names: List[str], vary: Dict[str, List[str]], fixed_flags: List[str]
+) -> List[Config]:
     """Every configuration, each checked as `qprof run` would check it,
     before anything runs. fixed_flags: the vary keys the user also gave
     as plain flags (a conflict)."""
@@ -82,8 +86,7 @@ def build_matrix(base: options.RunOptions, stack_names: List[str], vary: Dict[st
                 raise type(e)(f"configuration '{label}': {e.sentence}")
             configs.append(Config(stack, overrides, opts))
     if len(configs) < 2:
-        raise errors.BadValue("a comparison needs at least two configurations; add --vary KEY=V1,V2 "
-                              "or --stacks S1,S2.")
+        raise errors.BadValue("a comparison needs at least two configurations; add --vary KEY=V1,V2 or --stacks S1,S2.")
     return configs
 
 
@@ -100,6 +103,7 @@ def parse_stacks(text: str) -> List[str]:
 
 
 # --- figures --------------------------------------------------------------------
+
 
 def _get(rec: dict, *path):
     v = rec
@@ -129,20 +133,56 @@ class Metric:
 
 METRICS: List[Metric] = [
     Metric("throughput_gbps", "throughput", "Gbit/s", lambda r: r.get("throughput_gbps"), lower_is_better=False),
-    *[Metric(f"{s}_ns_per_byte", f"{s} CPU", "ns/B", (lambda s: lambda r: _get(r, "cpu", s, "ns_per_byte", "total"))(s))
-      for s in ("client", "server", "system")],
-    *[Metric(f"{s}_syscalls_per_mb", f"{s} syscalls", "per MB", (lambda s: lambda r: _get(r, "syscalls", s, "syscalls_per_mb"))(s))
-      for s in ("client", "server")],
-    Metric("client_bytes_per_send_call", "client bytes/send call", "B",
-           lambda r: _get(r, "syscalls", "client", "bytes_per_send_call"), lower_is_better=False),
-    Metric("server_bytes_per_recv_call", "server bytes/recv call", "B",
-           lambda r: _get(r, "syscalls", "server", "bytes_per_recv_call"), lower_is_better=False),
-    Metric("client_datagrams_per_send_call", "client packets/send call", "",
-           lambda r: _get(r, "syscalls", "client", "datagrams_per_send_call"), lower_is_better=False),
-    Metric("server_datagrams_per_recv_call", "server packets/recv call", "",
-           lambda r: _get(r, "syscalls", "server", "datagrams_per_recv_call"), lower_is_better=False),
-    Metric("client_tx_gso_share", "client GSO super-packet share", "",
-           lambda r: _get(r, "offload", "observed", "evidence", "client_tx_gso_share"), lower_is_better=False),
+    *[
+        Metric(
+            f"{s}_ns_per_byte", f"{s} CPU", "ns/B", (lambda s: lambda r: _get(r, "cpu", s, "ns_per_byte", "total"))(s)
+        )
+        for s in ("client", "server", "system")
+    ],
+    *[
+        Metric(
+            f"{s}_syscalls_per_mb",
+            f"{s} syscalls",
+            "per MB",
+            (lambda s: lambda r: _get(r, "syscalls", s, "syscalls_per_mb"))(s),
+        )
+        for s in ("client", "server")
+    ],
+    Metric(
+        "client_bytes_per_send_call",
+        "client bytes/send call",
+        "B",
+        lambda r: _get(r, "syscalls", "client", "bytes_per_send_call"),
+        lower_is_better=False,
+    ),
+    Metric(
+        "server_bytes_per_recv_call",
+        "server bytes/recv call",
+        "B",
+        lambda r: _get(r, "syscalls", "server", "bytes_per_recv_call"),
+        lower_is_better=False,
+    ),
+    Metric(
+        "client_datagrams_per_send_call",
+        "client packets/send call",
+        "",
+        lambda r: _get(r, "syscalls", "client", "datagrams_per_send_call"),
+        lower_is_better=False,
+    ),
+    Metric(
+        "server_datagrams_per_recv_call",
+        "server packets/recv call",
+        "",
+        lambda r: _get(r, "syscalls", "server", "datagrams_per_recv_call"),
+        lower_is_better=False,
+    ),
+    Metric(
+        "client_tx_gso_share",
+        "client GSO super-packet share",
+        "",
+        lambda r: _get(r, "offload", "observed", "evidence", "client_tx_gso_share"),
+        lower_is_better=False,
+    ),
     Metric("udp_loss_share", "datagrams lost", "share", _loss_share),
 ]
 
@@ -159,13 +199,24 @@ def category_metrics(records: List[dict]) -> List[Metric]:
     seen = []
     for rec in records:
         for side, fig in (_get(rec, "flame", "sides") or {}).items():
-            for cat in (fig.get("categories_ns_per_byte") or {}):
+            for cat in fig.get("categories_ns_per_byte") or {}:
                 if (side, cat) not in seen:
                     seen.append((side, cat))
-    return [Metric(f"{side}_{cat}_ns_per_byte", f"{side}: {cat}", "ns/B",
-                   (lambda side, cat: lambda r: _get(r, "flame", "sides", side, "categories_ns_per_byte", cat)
-                    if _complete_flame(r) else None)(side, cat))
-            for side, cat in seen]
+    return [
+        Metric(
+            f"{side}_{cat}_ns_per_byte",
+            f"{side}: {cat}",
+            "ns/B",
+            (
+                lambda side, cat: (
+                    lambda r: (
+                        _get(r, "flame", "sides", side, "categories_ns_per_byte", cat) if _complete_flame(r) else None
+                    )
+                )
+            )(side, cat),
+        )
+        for side, cat in seen
+    ]
 
 
 def summarize(values: List[Optional[float]]) -> dict:
@@ -174,8 +225,14 @@ def summarize(values: List[Optional[float]]) -> dict:
     got = [v for v in values if v is not None]
     if not got:
         return {"n": 0, "absent": len(values), "median": None, "min": None, "max": None, "values": values}
-    return {"n": len(got), "absent": len(values) - len(got), "median": statistics.median(got),
-            "min": min(got), "max": max(got), "values": values}
+    return {
+        "n": len(got),
+        "absent": len(values) - len(got),
+        "median": statistics.median(got),
+        "min": min(got),
+        "max": max(got),
+        "values": values,
+    }
 
 
 def beyond_spread(a: dict, b: dict) -> Optional[bool]:
@@ -198,8 +255,7 @@ def table(configs: List[Config], runs: List[dict], metrics: List[Metric]) -> Dic
             rows.append(summarize([m.get(r["record"]) for r in runs if r["config"] == i]))
         base = rows[0]
         for row in rows:
-            row["ratio"] = (row["median"] / base["median"]
-                            if row["median"] is not None and base["median"] else None)
+            row["ratio"] = row["median"] / base["median"] if row["median"] is not None and base["median"] else None
             row["beyond_spread"] = beyond_spread(base, row) if row is not base else None
         if any(r["n"] for r in rows):
             out[m.key] = rows
@@ -210,7 +266,11 @@ def representative(runs: List[dict], config: int) -> Optional[dict]:
     """The configuration's run with the median system CPU per byte (the
     lower middle for an even count) among those with a complete capture
     if any: the one its flame graph stands for."""
-    mine = [r for r in runs if r["config"] == config and _get(r["record"], "cpu", "system", "ns_per_byte", "total") is not None]
+    mine = [
+        r
+        for r in runs
+        if r["config"] == config and _get(r["record"], "cpu", "system", "ns_per_byte", "total") is not None
+    ]
     if any(_complete_flame(r["record"]) for r in mine):
         mine = [r for r in mine if _complete_flame(r["record"])]
     if not mine:
@@ -220,6 +280,7 @@ def representative(runs: List[dict], config: int) -> Optional[dict]:
 
 
 # --- running ----------------------------------------------------------------------
+
 
 @dataclass
 class CompareOptions:
@@ -233,29 +294,45 @@ def flame_diff(runs_dir: Path, out_dir: Path, a: dict, b: dict) -> dict:
     """The differential graphs of two runs (B against A, per byte), or why
     there are none; a comparison without stacks is still a comparison."""
     from qprof.flamegraphs import diff, sides
+
     try:
         run_a, run_b = sides.load_run(runs_dir, a["id"]), sides.load_run(runs_dir, b["id"])
         drawn = diff.render(run_a, run_b, sides.SIDES, lambda side: out_dir / f"flame-diff-{side}.svg")
     except (errors.NoStacks, errors.BadStacks, errors.IncompatibleRuns) as e:
         return {"a": a["id"], "b": b["id"], "absent": e.sentence}
-    return {"a": a["id"], "b": b["id"],
-            "sides": {d.side: {"svg": d.svg.name if d.svg else None, "a_ns_per_byte": d.a_ns_per_byte,
-                               "b_ns_per_byte": d.b_ns_per_byte, "change_percent": d.change_percent}
-                      for d in drawn}}
+    return {
+        "a": a["id"],
+        "b": b["id"],
+        "sides": {
+            d.side: {
+                "svg": d.svg.name if d.svg else None,
+                "a_ns_per_byte": d.a_ns_per_byte,
+                "b_ns_per_byte": d.b_ns_per_byte,
+                "change_percent": d.change_percent,
+            }
+            for d in drawn
+        },
+    }
 
 
-def run(copts: CompareOptions, on_run: Callable[[int, int, Config], None],
-        on_done: Callable[[dict], None]) -> dict:
+def run(copts: CompareOptions, on_run: Callable[[int, int, Config], None], on_done: Callable[[dict], None]) -> dict:
     """Every configuration `repeat` times, interleaved; the comparison
     record, written as it goes so a failure leaves what was done."""
     root = Path(copts.runs_dir) / COMPARISONS_SUBDIR
     with remains.exclusive("compare"), RunDir(root, record_name=COMPARISON_RECORD) as cdir:
-        cdir.record.update({
-            "kind": "comparison", "order": "interleaved", "repeat": copts.repeat, "vary": copts.vary,
-            "configs": [{"label": c.label, "stack": c.stack, "overrides": c.overrides, "options": asdict(c.opts)}
-                        for c in copts.configs],
-            "runs": [],
-        })
+        cdir.record.update(
+            {
+                "kind": "comparison",
+                "order": "interleaved",
+                "repeat": copts.repeat,
+                "vary": copts.vary,
+                "configs": [
+                    {"label": c.label, "stack": c.stack, "overrides": c.overrides, "options": asdict(c.opts)}
+                    for c in copts.configs
+                ],
+                "runs": [],
+            }
+        )
         cdir.save()
         runs = []
         total = copts.repeat * len(copts.configs)
@@ -263,8 +340,13 @@ def run(copts: CompareOptions, on_run: Callable[[int, int, Config], None],
             for i, cfg in enumerate(copts.configs):
                 on_run(len(runs) + 1, total, cfg)
                 rec = runner.run(replace(cfg.opts), on_progress=lambda msg: None)
-                entry = {"id": rec["id"], "config": i, "repeat": rep,
-                         "path": str(Path("..") / ".." / rec["id"]), "record": rec}
+                entry = {
+                    "id": rec["id"],
+                    "config": i,
+                    "repeat": rep,
+                    "path": str(Path("..") / ".." / rec["id"]),
+                    "record": rec,
+                }
                 runs.append(entry)
                 cdir.record["runs"].append({k: v for k, v in entry.items() if k != "record"})
                 cdir.save()
@@ -276,12 +358,18 @@ def run(copts: CompareOptions, on_run: Callable[[int, int, Config], None],
             "path": str(cdir.path),
             "environment": environment.describe(),
             "metrics": table(copts.configs, runs, metrics),
-            "incomplete_captures": [r["id"] for r in runs if r["record"].get("flame") and not _complete_flame(r["record"])],
-            "metric_units": {m.key: {"label": m.label, "unit": m.unit, "lower_is_better": m.lower_is_better}
-                             for m in metrics},
+            "incomplete_captures": [
+                r["id"] for r in runs if r["record"].get("flame") and not _complete_flame(r["record"])
+            ],
+            "metric_units": {
+                m.key: {"label": m.label, "unit": m.unit, "lower_is_better": m.lower_is_better} for m in metrics
+            },
         }
         a, b = representative(runs, 0), representative(runs, 1)
-        result["flame_diff"] = (flame_diff(Path(copts.runs_dir), cdir.path, a["record"], b["record"]) if a and b
-                                else {"absent": "no run of the first two configurations has CPU figures"})
+        result["flame_diff"] = (
+            flame_diff(Path(copts.runs_dir), cdir.path, a["record"], b["record"])
+            if a and b
+            else {"absent": "no run of the first two configurations has CPU figures"}
+        )
         cdir.complete(result)
         return cdir.record

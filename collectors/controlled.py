@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """A child process that speaks qprof's control protocol: JSON event lines
 on stdout, commands on stdin ("mark NAME" answered by a mark event,
 "exit"). The workload and every probe tool speak it.
@@ -6,6 +7,7 @@ A ControlledProcess is a context manager and the one owner of its
 process: on every exit path the process is killed and reaped, and it
 dies with qprof (PR_SET_PDEATHSIG) if qprof itself is killed outright.
 """
+
 import ctypes
 import json
 import queue
@@ -48,8 +50,12 @@ class ControlledProcess:
     def __enter__(self):
         self._log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(
-            self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
-            preexec_fn=die_with_parent, process_group=0,
+            self.argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            preexec_fn=die_with_parent,
+            process_group=0,
         )
         self._claim = remains.ledger().claim_pid(self.proc.pid)
         self._reader = threading.Thread(target=self._read_events, name=f"{self.name}-events", daemon=True)
@@ -90,7 +96,9 @@ class ControlledProcess:
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise errors.Timeout(f"the {self.name} gave no '{name}' event within {timeout_s:.0f} s; see {self.log_path}.")
+                raise errors.Timeout(
+                    f"the {self.name} gave no '{name}' event within {timeout_s:.0f} s; see {self.log_path}."
+                )
             try:
                 ev = self.events.get(timeout=left)
             except queue.Empty:

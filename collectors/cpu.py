@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """CPU time from the kernel's own accounting, read at the window's edges.
 
 Two instruments:
@@ -13,6 +14,7 @@ is sampled by the tick: a tick that lands in softirq counts as softirq in
 process's system time includes softirq work done in its context, and
 per-process softirq cannot be separated here: it is reported as absent.
 """
+
 import os
 from dataclasses import dataclass
 from typing import Dict, Optional
@@ -47,21 +49,20 @@ class ProcessCpu:
     oncpu_s: float  # schedstat, ns resolution
 
     def __sub__(self, other: "ProcessCpu") -> "ProcessCpu":
-        return ProcessCpu(self.user_s - other.user_s, self.system_s - other.system_s,
-                          self.oncpu_s - other.oncpu_s)
+        return ProcessCpu(self.user_s - other.user_s, self.system_s - other.system_s, self.oncpu_s - other.oncpu_s)
 
 
 def parse_proc_stat(text: str) -> SystemCpu:
     for line in text.splitlines():
         if line.startswith("cpu "):
-            ticks = [int(x) for x in line.split()[1:1 + len(STAT_FIELDS)]]
+            ticks = [int(x) for x in line.split()[1 : 1 + len(STAT_FIELDS)]]
             return SystemCpu(*(t / CLK_TCK for t in ticks))
     raise ValueError("no aggregate cpu line in /proc/stat")
 
 
 def parse_pid_stat(text: str) -> tuple:
     """(utime_s, stime_s) from /proc/<pid>/stat; comm may hold spaces."""
-    rest = text[text.rindex(")") + 2:].split()
+    rest = text[text.rindex(")") + 2 :].split()
     # rest[0] is field 3 (state); utime and stime are fields 14 and 15.
     return int(rest[11]) / CLK_TCK, int(rest[12]) / CLK_TCK
 
@@ -116,11 +117,13 @@ def others_figures(start: Dict[tuple, int], end: Dict[tuple, int], exclude_pids,
             continue
         before = start.get(key, 0)
         total_ns += ns - before if ns >= before else ns  # a reused tid is a new task
-    return {"oncpu_schedstat_s": total_ns / 1e9,
-            "tasks": sum(1 for k in end if k[0] not in exclude_pids),
-            "ns_per_byte": {"oncpu": per_byte(total_ns / 1e9, nbytes)},
-            "source": "every task but the two workload processes: the increase of each one's "
-                      "/proc/<pid>/task/<tid>/schedstat over the window (idle excluded)"}
+    return {
+        "oncpu_schedstat_s": total_ns / 1e9,
+        "tasks": sum(1 for k in end if k[0] not in exclude_pids),
+        "ns_per_byte": {"oncpu": per_byte(total_ns / 1e9, nbytes)},
+        "source": "every task but the two workload processes: the increase of each one's "
+        "/proc/<pid>/task/<tid>/schedstat over the window (idle excluded)",
+    }
 
 
 def per_byte(seconds: Optional[float], nbytes: int) -> Optional[float]:

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """Per-side figures derived from the probes' window deltas, and their
 cross-checks against msquic's own counters.
 
@@ -7,6 +8,7 @@ counted (msquic's eventfd wake-ups use them); for TCP they carry the
 data (OpenSSL writes records with write()), so they count. The
 workload's control thread (wl-control) is left out either way.
 """
+
 from typing import Dict, List, Optional
 
 SEND = ("sendmsg", "sendmmsg", "sendto", "sendfile", "splice")
@@ -28,8 +30,20 @@ def by_syscall(threads: List[dict], tgid: int) -> Dict[str, dict]:
     for t in threads:
         if t["tgid"] != tgid or t.get("comm") == CONTROL_THREAD:
             continue
-        s = out.setdefault(t["sys"], {"calls": 0, "errors": 0, "eagain": 0, "bytes": 0, "msgs_requested": 0,
-                                      "msgs_returned": 0, "mmsg_truncated": 0, "time_ns": 0, "time_hist_ns": []})
+        s = out.setdefault(
+            t["sys"],
+            {
+                "calls": 0,
+                "errors": 0,
+                "eagain": 0,
+                "bytes": 0,
+                "msgs_requested": 0,
+                "msgs_returned": 0,
+                "mmsg_truncated": 0,
+                "time_ns": 0,
+                "time_hist_ns": [],
+            },
+        )
         for k in ("calls", "errors", "eagain", "bytes", "msgs_requested", "msgs_returned", "mmsg_truncated", "time_ns"):
             s[k] += t[k]
         h = s["time_hist_ns"]
@@ -45,8 +59,14 @@ def _sum(calls: Dict[str, dict], names, field: str) -> int:
     return sum(calls[n][field] for n in names if n in calls)
 
 
-def syscall_figures(calls: Dict[str, dict], nbytes: int, cpu_s: Optional[float],
-                    datagrams_out: Optional[int], datagrams_in: Optional[int], rw_is_network: bool = False) -> dict:
+def syscall_figures(
+    calls: Dict[str, dict],
+    nbytes: int,
+    cpu_s: Optional[float],
+    datagrams_out: Optional[int],
+    datagrams_in: Optional[int],
+    rw_is_network: bool = False,
+) -> dict:
     """Syscalls per MB, bytes and datagrams (wire packets) per call, time
     inside per byte, and wall seconds inside send and receive calls per
     second of the side's CPU: a call's time is wall time (blocked time
@@ -122,8 +142,7 @@ def thread_figures(cpu_window: dict, pids: Dict[str, int], side_bytes: Dict[str,
     out: Dict[str, dict] = {}
     for side, pid in pids.items():
         side_nbytes = side_bytes[side]
-        threads = sorted((t for t in cpu_window["threads"] if t["tgid"] == pid),
-                         key=lambda t: -t["oncpu_ns"])
+        threads = sorted((t for t in cpu_window["threads"] if t["tgid"] == pid), key=lambda t: -t["oncpu_ns"])
         oncpu_ns = sum(t["oncpu_ns"] for t in threads)
         softirq_ns = sum(v["in_target_ns"].get(str(pid), 0) for v in cpu_window["softirq"])
         out[side] = {
@@ -131,17 +150,33 @@ def thread_figures(cpu_window: dict, pids: Dict[str, int], side_bytes: Dict[str,
             # woken and waiting for a CPU, from the sched_wakeup to the switch-in
             "runq_s": sum(t["runq_ns"] for t in threads) / 1e9,
             "softirq_in_context_s": softirq_ns / 1e9,
-            "ns_per_byte": {"oncpu": _ratio(oncpu_ns, side_nbytes),
-                            "softirq_in_context": _ratio(softirq_ns, side_nbytes),
-                            "own_work": _ratio(oncpu_ns - softirq_ns, side_nbytes)},
-            "threads": [{"tid": t["tid"], "comm": t["comm"], "oncpu_s": t["oncpu_ns"] / 1e9,
-                         "share": _ratio(t["oncpu_ns"], oncpu_ns), "switches": t["switches"],
-                         "involuntary": t["involuntary"]} for t in threads],
+            "ns_per_byte": {
+                "oncpu": _ratio(oncpu_ns, side_nbytes),
+                "softirq_in_context": _ratio(softirq_ns, side_nbytes),
+                "own_work": _ratio(oncpu_ns - softirq_ns, side_nbytes),
+            },
+            "threads": [
+                {
+                    "tid": t["tid"],
+                    "comm": t["comm"],
+                    "oncpu_s": t["oncpu_ns"] / 1e9,
+                    "share": _ratio(t["oncpu_ns"], oncpu_ns),
+                    "switches": t["switches"],
+                    "involuntary": t["involuntary"],
+                }
+                for t in threads
+            ],
         }
-    out["softirq"] = {v["vec"]: {"count": v["count"], "time_s": v["time_ns"] / 1e9,
-                                 "in_ksoftirqd_s": v["in_ksoftirqd_ns"] / 1e9,
-                                 "ns_per_byte": _ratio(v["time_ns"], nbytes)}
-                      for v in cpu_window["softirq"] if v["count"]}
+    out["softirq"] = {
+        v["vec"]: {
+            "count": v["count"],
+            "time_s": v["time_ns"] / 1e9,
+            "in_ksoftirqd_s": v["in_ksoftirqd_ns"] / 1e9,
+            "ns_per_byte": _ratio(v["time_ns"], nbytes),
+        }
+        for v in cpu_window["softirq"]
+        if v["count"]
+    }
     # The run does not time hardirqs (see qprof-cputhread --hardirqs): absent, not zero.
     hardirq_ns = cpu_window.get("hardirq_ns")
     out["hardirq_s"] = None if hardirq_ns is None else hardirq_ns / 1e9
@@ -168,10 +203,13 @@ def observer_cost(probes: dict, nbytes: int, flame: Optional[dict]) -> Optional[
             out[name] = None
             continue
         run_ns, runs = sum(x["run_time_ns"] for x in progs), sum(x["run_cnt"] for x in progs)
-        out[name] = {"run_time_s": run_ns / 1e9, "runs": runs, "ns_per_run": _ratio(run_ns, runs),
-                     "ns_per_byte": _ratio(run_ns, nbytes),
-                     "programs": {x["name"]: {"run_time_s": x["run_time_ns"] / 1e9, "runs": x["run_cnt"]}
-                                  for x in progs}}
+        out[name] = {
+            "run_time_s": run_ns / 1e9,
+            "runs": runs,
+            "ns_per_run": _ratio(run_ns, runs),
+            "ns_per_byte": _ratio(run_ns, nbytes),
+            "programs": {x["name"]: {"run_time_s": x["run_time_ns"] / 1e9, "runs": x["run_cnt"]} for x in progs},
+        }
     measured = [v for v in out.values() if v is not None]
     total_s = sum(v["run_time_s"] for v in measured) if len(measured) == len(out) else None
     sides = (flame or {}).get("sides") or {}
@@ -179,10 +217,12 @@ def observer_cost(probes: dict, nbytes: int, flame: Optional[dict]) -> Optional[
         "probes": out,
         "run_time_s": total_s,
         "ns_per_byte": _ratio(total_s * 1e9, nbytes) if total_s is not None else None,
-        "flame_ebpf_ns_per_byte": {side: (f.get("categories_ns_per_byte") or {}).get(EBPF_CATEGORY, 0.0)
-                                   for side, f in sides.items()} or None,
+        "flame_ebpf_ns_per_byte": {
+            side: (f.get("categories_ns_per_byte") or {}).get(EBPF_CATEGORY, 0.0) for side, f in sides.items()
+        }
+        or None,
         "source": "the kernel's BPF run-time statistics (BPF_ENABLE_STATS) of each probe's programs over "
-                  "the window; flame_ebpf_ns_per_byte: the flame graph's eBPF category per side",
+        "the window; flame_ebpf_ns_per_byte: the flame graph's eBPF category per side",
     }
 
 

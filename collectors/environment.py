@@ -1,4 +1,6 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """The machine a run was measured on, so two records can be compared later."""
+
 import os
 import platform
 import socket

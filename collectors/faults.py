@@ -1,9 +1,11 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """Real failures injected for the tests, never part of a run's options or
 record: the hidden `qprof run --inject-fault NAME` builds a Faults, and
 runner.run takes it beside the RunOptions. Each one makes a real part
 fail (a wrong port, a broken certificate, a killed server, a TLS version
 the server refuses, the GSO/GRO interposer left out), so the tests see
 qprof's real handling of it."""
+
 from dataclasses import dataclass
 from typing import List, Optional
 
@@ -19,23 +21,23 @@ class Faults:
             raise ValueError(f"unknown fault {self.name!r}")
 
     @property
-    def handshake(self) -> bool:       # the client connects to the wrong port
+    def handshake(self) -> bool:  # the client connects to the wrong port
         return self.name == "handshake"
 
     @property
-    def kill_server(self) -> bool:     # the server is SIGKILLed mid-window
+    def kill_server(self) -> bool:  # the server is SIGKILLed mid-window
         return self.name == "kill-server"
 
     @property
-    def bad_cert(self) -> bool:        # the server's certificate is not one
+    def bad_cert(self) -> bool:  # the server's certificate is not one
         return self.name == "bad-cert"
 
     @property
-    def tls_mismatch(self) -> bool:    # the client asks for the other TLS version
+    def tls_mismatch(self) -> bool:  # the client asks for the other TLS version
         return self.name == "tls-mismatch"
 
     @property
-    def no_interposer(self) -> bool:   # GSO/GRO steering silently not loaded
+    def no_interposer(self) -> bool:  # GSO/GRO steering silently not loaded
         return self.name == "no-interposer"
 
     def argv(self) -> List[str]:

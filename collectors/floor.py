@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """The floor under a stack's CPU per byte: what the unavoidable work costs
 on this machine, so a run's ns/B can be read as a multiple of it.
 
@@ -14,6 +15,7 @@ once per environment, before the run, never inside its window.
 For tcp-ktls the kernel seals the records; OpenSSL's AES-GCM stands in for
 the kernel's, both AES-NI.
 """
+
 import hashlib
 import json
 import os
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from qprof import paths
+
 from . import environment
 
 SECONDS = 0.3  # CPU time per operation
@@ -29,13 +32,13 @@ SECONDS = 0.3  # CPU time per operation
 
 @dataclass(frozen=True)
 class Spec:
-    binary: str          # under build/bin
+    binary: str  # under build/bin
     record_bytes: int
     crypto: bool
 
 
 SPECS = {
-    "quic": Spec("qprof-floor-quictls", 1440, True),   # 1500 - IP, UDP, short header, tag
+    "quic": Spec("qprof-floor-quictls", 1440, True),  # 1500 - IP, UDP, short header, tag
     "tcp-tls": Spec("qprof-floor", 16384, True),
     "tcp-ktls": Spec("qprof-floor", 16384, True),
     "tcp": Spec("qprof-floor", 16384, False),
@@ -55,15 +58,30 @@ def measure(stack: str) -> dict:
     if not os.access(binary, os.X_OK):
         return {"absent": f"{binary} is not built (`make build`)"}
     st = binary.stat()
-    key = hashlib.sha256(json.dumps([str(binary), st.st_mtime_ns, st.st_size, spec.record_bytes,
-                                     environment.cpu_model(), os.cpu_count(), os.uname().release]).encode()).hexdigest()[:16]
+    key = hashlib.sha256(
+        json.dumps(
+            [
+                str(binary),
+                st.st_mtime_ns,
+                st.st_size,
+                spec.record_bytes,
+                environment.cpu_model(),
+                os.cpu_count(),
+                os.uname().release,
+            ]
+        ).encode()
+    ).hexdigest()[:16]
     cache = _cache_dir() / f"{spec.binary}-{spec.record_bytes}-{key}.json"
     try:
         return {**json.loads(cache.read_text()), "cached": True}
     except (OSError, ValueError):
         pass
-    r = subprocess.run([str(binary), "--size", str(spec.record_bytes), "--seconds", str(SECONDS)],
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [str(binary), "--size", str(spec.record_bytes), "--seconds", str(SECONDS)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     if r.returncode != 0:
         return {"absent": f"{spec.binary} failed: {(r.stderr.strip().splitlines() or ['no message'])[-1]}"}
     out = json.loads(r.stdout)
@@ -88,13 +106,18 @@ def figures(stack: str, parts: dict, cpu: dict, sendfile: bool = False) -> dict:
     client = (0.0 if sendfile else copy) + (parts["seal_ns_per_byte"] if spec.crypto else 0.0)
     server = copy + (parts["open_ns_per_byte"] if spec.crypto else 0.0)
     floor = {"client": client, "server": server, "system": client + server}
-    measured = {"client": cpu["client"]["ns_per_byte"]["total"], "server": cpu["server"]["ns_per_byte"]["total"],
-                "system": cpu["system"]["ns_per_byte"]["total"]}
+    measured = {
+        "client": cpu["client"]["ns_per_byte"]["total"],
+        "server": cpu["server"]["ns_per_byte"]["total"],
+        "system": cpu["system"]["ns_per_byte"]["total"],
+    }
     return {
         **parts,
         "includes": ("one copy on the server (the client sendfile()s)" if sendfile else "one copy per side")
-                    + (", AES-128-GCM seal (client) and open (server)" if spec.crypto else ""),
+        + (", AES-128-GCM seal (client) and open (server)" if spec.crypto else ""),
         "ns_per_byte": floor,
-        "times_floor": {side: (measured[side] / floor[side] if measured[side] is not None and floor[side] > 0
-                               else None) for side in floor},
+        "times_floor": {
+            side: (measured[side] / floor[side] if measured[side] is not None and floor[side] > 0 else None)
+            for side in floor
+        },
     }

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """`--guest`: the whole measurement inside a QEMU guest running Debian's
 stock kernel, for what this host's kernel lacks (kernel TLS, netem).
 
@@ -16,6 +17,7 @@ A GuestVM is a context manager and the one owner of the QEMU process.
 Artifacts are cached under build/guest/ and rebuilt only when an input
 changes.
 """
+
 import hashlib
 import json
 import os
@@ -29,7 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional
 
-from qprof import errors, paths, interrupts, remains
+from qprof import errors, interrupts, paths, remains
+
 from .controlled import die_with_parent
 
 QEMU = "qemu-system-x86_64"
@@ -40,10 +43,20 @@ BOOT_TIMEOUT_S = 120.0
 # Module names (as modprobe knows them); their dependencies come first.
 MODULES = (
     # kTLS with the kernel's AES-GCM (setsockopt(SOL_TLS) fails with ENOENT without them)
-    "cryptd", "crypto_simd", "aesni_intel", "ghash_clmulni_intel", "gf128mul", "ghash_generic",
-    "ctr", "gcm", "tls",
+    "cryptd",
+    "crypto_simd",
+    "aesni_intel",
+    "ghash_clmulni_intel",
+    "gf128mul",
+    "ghash_generic",
+    "ctr",
+    "gcm",
+    "tls",
     # the run's topology, and the host's userland over virtio-9p
-    "veth", "virtio_pci", "9pnet_virtio", "9p",
+    "veth",
+    "virtio_pci",
+    "9pnet_virtio",
+    "9p",
 )
 STAGE = "qprof-guest: stage "
 
@@ -64,16 +77,19 @@ class Artifacts:
 def _kernel_deb() -> Path:
     debs = sorted(guest_dir().glob("linux-image-*-amd64_*.deb"))
     if not debs:
-        raise errors.GuestMissing(f"the guest kernel package is not in {guest_dir()}; run `make guest` "
-                                  "(it downloads Debian's linux-image-amd64 and installs QEMU).")
+        raise errors.GuestMissing(
+            f"the guest kernel package is not in {guest_dir()}; run `make guest` "
+            "(it downloads Debian's linux-image-amd64 and installs QEMU)."
+        )
     return debs[-1]
 
 
 def _run(argv: List[str], what: str, **kw) -> subprocess.CompletedProcess:
     r = subprocess.run(argv, capture_output=True, text=True, **kw)
     if r.returncode != 0:
-        raise errors.GuestBootFailed(f"building the guest failed at {what} ({r.stderr.strip()[-300:]}); "
-                                     "run `make guest` and retry.")
+        raise errors.GuestBootFailed(
+            f"building the guest failed at {what} ({r.stderr.strip()[-300:]}); run `make guest` and retry."
+        )
     return r
 
 
@@ -179,8 +195,9 @@ def artifacts() -> Artifacts:
         initramfs = gdir / f"initramfs-{stamp}.cpio.gz"
         files = subprocess.run(["find", "."], cwd=st, capture_output=True, check=True).stdout
         with open(initramfs, "wb") as out:
-            cpio = subprocess.Popen(["cpio", "-o", "-H", "newc", "--quiet"], cwd=st, stdin=subprocess.PIPE,
-                                    stdout=subprocess.PIPE)
+            cpio = subprocess.Popen(
+                ["cpio", "-o", "-H", "newc", "--quiet"], cwd=st, stdin=subprocess.PIPE, stdout=subprocess.PIPE
+            )
             gz = subprocess.Popen(["gzip", "-1"], stdin=cpio.stdout, stdout=out)
             cpio.stdout.close()
             cpio.communicate(files)
@@ -216,20 +233,47 @@ class GuestVM:
         # lockups, RCU stalls) in about one guest run in ten while the
         # probes attached; single-threaded TCG is no slower on 2 host CPUs.
         return [
-            QEMU, "-accel", "tcg,thread=single", "-cpu", "max", "-smp", str(GUEST_CPUS),
-            "-m", str(GUEST_MEMORY_MB), "-display", "none", "-monitor", "none", "-no-reboot",
-            "-nic", "none", "-serial", f"file:{self.console_log}",
-            "-kernel", str(self.art.kernel), "-initrd", str(self.art.initramfs),
-            "-append", f"console=ttyS0 rdinit=/init panic=-1 quiet qprof.out={self.out_dir}",
-            "-virtfs", "local,path=/,mount_tag=hostroot,security_model=passthrough,readonly=on,multidevs=remap,id=hostroot",
-            "-virtfs", f"local,path={self.out_dir},mount_tag=out,security_model=passthrough,id=out",
+            QEMU,
+            "-accel",
+            "tcg,thread=single",
+            "-cpu",
+            "max",
+            "-smp",
+            str(GUEST_CPUS),
+            "-m",
+            str(GUEST_MEMORY_MB),
+            "-display",
+            "none",
+            "-monitor",
+            "none",
+            "-no-reboot",
+            "-nic",
+            "none",
+            "-serial",
+            f"file:{self.console_log}",
+            "-kernel",
+            str(self.art.kernel),
+            "-initrd",
+            str(self.art.initramfs),
+            "-append",
+            f"console=ttyS0 rdinit=/init panic=-1 quiet qprof.out={self.out_dir}",
+            "-virtfs",
+            "local,path=/,mount_tag=hostroot,security_model=passthrough,readonly=on,multidevs=remap,id=hostroot",
+            "-virtfs",
+            f"local,path={self.out_dir},mount_tag=out,security_model=passthrough,id=out",
         ]
 
     def __enter__(self) -> "GuestVM":
         if shutil.which(QEMU) is None:
             raise errors.GuestMissing(f"{QEMU} is not installed; run `make guest` (Debian's qemu-system-x86).")
-        self.proc = subprocess.Popen(self.argv(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.PIPE, process_group=0, preexec_fn=die_with_parent)
+        self.proc = subprocess.Popen(
+            self.argv(),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            process_group=0,
+            preexec_fn=die_with_parent,
+        )
         self._claim = remains.ledger().claim_pid(self.proc.pid)
         return self
 
@@ -267,12 +311,14 @@ class GuestVM:
                 where = stages[-1] if stages else "before init ran"
                 raise errors.GuestTimeout(
                     f"the guest timed out at stage '{where}' (last console line: {self.last_console_line()}); "
-                    f"see {self.console_log}.")
+                    f"see {self.console_log}."
+                )
             time.sleep(0.2)
         if self.proc.returncode != 0:
             err = self.proc.stderr.read().decode(errors="replace").strip()
-            raise errors.GuestBootFailed(f"QEMU failed ({err[-300:] or 'exit ' + str(self.proc.returncode)}); "
-                                         f"see {self.console_log}.")
+            raise errors.GuestBootFailed(
+                f"QEMU failed ({err[-300:] or 'exit ' + str(self.proc.returncode)}); see {self.console_log}."
+            )
         return self.stages()
 
 
@@ -289,5 +335,7 @@ def guest_command(run_argv: List[str], out_dir: Path) -> str:
     }
     exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
     cmd = " ".join(shlex.quote(a) for a in [str(py), "-m", "qprof", "run", "--json", *run_argv])
-    return (f"cd /\nexport {exports}\n{cmd} > {shlex.quote(str(out_dir / 'run.stdout'))} "
-            f"2> {shlex.quote(str(out_dir / 'run.stderr'))}\necho $? > {shlex.quote(str(out_dir / 'rc'))}\n")
+    return (
+        f"cd /\nexport {exports}\n{cmd} > {shlex.quote(str(out_dir / 'run.stdout'))} "
+        f"2> {shlex.quote(str(out_dir / 'run.stderr'))}\necho $? > {shlex.quote(str(out_dir / 'rc'))}\n"
+    )

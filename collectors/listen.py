@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """Where the QUIC server listens: only on the address the run gives it.
 
 msquic binds its listeners to the dual-mode wildcard [::]:PORT, sharing it
@@ -8,6 +9,7 @@ server's veth address in its namespace) and fails it with EADDRINUSE if
 anything else holds the port. The TCP and UDP servers bind the address
 themselves (wl_bind).
 """
+
 import json
 from pathlib import Path
 from typing import Dict, List, Optional

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """What one run measured, raw: the window's two edges, the workloads'
 reports, the probes' snapshots, the stack samples' counts, the kernel's
 counters around the run, and the environment it ran in.
@@ -8,6 +9,7 @@ function of it (and of the folded stacks beside it). Keeping the raw
 values means a record can be derived again, and tested against a stored
 measurement (tests/test_record_golden.py).
 """
+
 import json
 from dataclasses import asdict, dataclass, fields
 from typing import Dict, Optional
@@ -20,21 +22,21 @@ MEASUREMENT = "measurement.json"
 
 @dataclass
 class Measurement:
-    options: dict                 # asdict(RunOptions), defaults filled in by check_options
-    environment: dict             # environment.describe(), with "topology" (Topology.describe())
-    measured_at: str              # local time, when the window closed
-    pids: Dict[str, int]          # side -> workload pid
+    options: dict  # asdict(RunOptions), defaults filled in by check_options
+    environment: dict  # environment.describe(), with "topology" (Topology.describe())
+    measured_at: str  # local time, when the window closed
+    pids: Dict[str, int]  # side -> workload pid
     window: Window
-    connected: dict               # the client's "connected" event
-    done: Dict[str, dict]         # side -> the workload's final report
+    connected: dict  # the client's "connected" event
+    done: Dict[str, dict]  # side -> the workload's final report
     tls_before: Dict[str, Optional[dict]]  # side -> /proc/<pid>/net/tls_stat before the window
-    udp: Dict[str, Dict[str, Optional[dict]]]      # "before"/"after" -> side -> /proc/net/snmp Udp
+    udp: Dict[str, Dict[str, Optional[dict]]]  # "before"/"after" -> side -> /proc/net/snmp Udp
     devices: Dict[str, Dict[str, Optional[dict]]]  # "before"/"after" -> side -> link counters
-    probes: dict                  # probe name -> its record (status, window, edges, ...)
-    perf: Optional[dict]          # the stack samples' capture, None with --sample-hz 0
+    probes: dict  # probe name -> its record (status, window, edges, ...)
+    perf: Optional[dict]  # the stack samples' capture, None with --sample-hz 0
     server_binds: Optional[list]  # what the QUIC server's bind interposer steered
-    offload: dict                 # plan (describe()), device_features, interposer reports
-    floor_parts: dict             # floor.measure(stack)
+    offload: dict  # plan (describe()), device_features, interposer reports
+    floor_parts: dict  # floor.measure(stack)
 
     def to_json(self) -> str:
         d = {f.name: getattr(self, f.name) for f in fields(self)}

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """The kernel's own counters of loss and drops, as a second instrument
 beside the workloads' (sequence gaps, TCP_INFO retransmits).
 
@@ -7,6 +8,7 @@ enough for a window edge); the machine's softnet backlog drops
 (/proc/net/softnet_stat, not per namespace); and each veth's qdisc and
 link drops over the whole run (tc and ip, which fork: not at an edge).
 """
+
 import json
 import subprocess
 from pathlib import Path
@@ -25,25 +27,54 @@ from .topology import Endpoint
 # syscalls, and its ACK processing in softirq on the receiver's CPU).
 DROPS = {
     "Tcp": ("InErrs",),
-    "TcpExt": ("TCPBacklogDrop", "TCPRcvQDrop", "TCPOFODrop", "TCPZeroWindowDrop", "TCPMinTTLDrop",
-               "TCPDeferAcceptDrop", "PFMemallocDrop", "ListenDrops", "ListenOverflows", "RcvPruned",
-               "OfoPruned", "TCPMemoryPressures", "TCPRetransFail", "TCPWqueueTooBig"),
+    "TcpExt": (
+        "TCPBacklogDrop",
+        "TCPRcvQDrop",
+        "TCPOFODrop",
+        "TCPZeroWindowDrop",
+        "TCPMinTTLDrop",
+        "TCPDeferAcceptDrop",
+        "PFMemallocDrop",
+        "ListenDrops",
+        "ListenOverflows",
+        "RcvPruned",
+        "OfoPruned",
+        "TCPMemoryPressures",
+        "TCPRetransFail",
+        "TCPWqueueTooBig",
+    ),
     "Udp": ("InErrors", "RcvbufErrors", "SndbufErrors", "NoPorts", "InCsumErrors", "MemErrors"),
     "Ip": ("InDiscards", "OutDiscards", "InHdrErrors", "InAddrErrors", "ReasmFails", "FragFails"),
     "IpExt": ("InNoRoutes", "InTruncatedPkts", "InCsumErrors"),
 }
 RETRANSMITS = {
     "Tcp": ("RetransSegs",),
-    "TcpExt": ("TCPFastRetrans", "TCPSlowStartRetrans", "TCPLostRetransmit", "TCPTimeouts", "TCPLossProbes",
-               "TCPSpuriousRTOs"),
+    "TcpExt": (
+        "TCPFastRetrans",
+        "TCPSlowStartRetrans",
+        "TCPLostRetransmit",
+        "TCPTimeouts",
+        "TCPLossProbes",
+        "TCPSpuriousRTOs",
+    ),
 }
 REORDERING = {
-    "TcpExt": ("TCPDSACKRecvSegs", "TCPDSACKRecv", "TCPDSACKOldSent", "TCPSACKReorder", "TCPTSReorder",
-               "TCPRenoReorder", "TCPOFOQueue", "TCPDSACKUndo"),
+    "TcpExt": (
+        "TCPDSACKRecvSegs",
+        "TCPDSACKRecv",
+        "TCPDSACKOldSent",
+        "TCPSACKReorder",
+        "TCPTSReorder",
+        "TCPRenoReorder",
+        "TCPOFOQueue",
+        "TCPDSACKUndo",
+    ),
 }
 KINDS = {"drops": DROPS, "retransmits": RETRANSMITS, "reordering": REORDERING}
-WATCHED = {t: tuple(c for kind in KINDS.values() for c in kind.get(t, ())) for t in
-           dict.fromkeys(t for kind in KINDS.values() for t in kind)}
+WATCHED = {
+    t: tuple(c for kind in KINDS.values() for c in kind.get(t, ()))
+    for t in dict.fromkeys(t for kind in KINDS.values() for t in kind)
+}
 
 
 def parse_snmp(text: str) -> Dict[str, Dict[str, int]]:
@@ -125,8 +156,11 @@ def _kind(key: str) -> str:
     return next(k for k, tables in KINDS.items() if name in tables.get(table, ()))
 
 
-def losses(window: Dict[str, Optional[Dict[str, int]]], softnet: Optional[Dict[str, int]],
-           devices: Dict[str, Optional[Dict[str, int]]]) -> dict:
+def losses(
+    window: Dict[str, Optional[Dict[str, int]]],
+    softnet: Optional[Dict[str, int]],
+    devices: Dict[str, Optional[Dict[str, int]]],
+) -> dict:
     """What the kernel dropped and where (`dropped`, `where`), and what TCP
     sent again (`retransmitted_segments`) and the receiver reported back as
     duplicates (`duplicate_segments`: those retransmits were spurious)."""
@@ -149,12 +183,13 @@ def losses(window: Dict[str, Optional[Dict[str, int]]], softnet: Optional[Dict[s
         "where": where,
         "retransmitted_segments": client.get("Tcp.RetransSegs", 0) if moved.get("client") is not None else None,
         "duplicate_segments": client.get("TcpExt.TCPDSACKRecvSegs", 0) if moved.get("client") is not None else None,
-        "reordering_seen": any(_kind(k) == "reordering" and k != "TcpExt.TCPDSACKRecvSegs"
-                               for d in (client, server) for k in d),
+        "reordering_seen": any(
+            _kind(k) == "reordering" and k != "TcpExt.TCPDSACKRecvSegs" for d in (client, server) for k in d
+        ),
         "window": moved,
         "softnet_window": softnet,
         "devices_run": devices,
         "source": "per side: the namespace's /proc/net/snmp and netstat over the window (only counters "
-                  "that moved); softnet_stat is the whole machine's; devices: tc qdisc and ip link over "
-                  "the whole run",
+        "that moved); softnet_stat is the whole machine's; devices: tc qdisc and ip link over "
+        "the whole run",
     }

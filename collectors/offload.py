@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """GSO and GRO: what a run asks for, how each stack is made to honour it,
 and what the instruments saw.
 
@@ -15,6 +16,7 @@ The knobs are where each stack decides:
 Observed state comes from the probes and the stacks' own counters, and a
 run whose observation contradicts its request is an error, not a result.
 """
+
 import json
 import subprocess
 from dataclasses import dataclass, field
@@ -22,6 +24,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from qprof import errors, paths
+
 from . import derive, options
 
 ONOFF = ("on", "off")
@@ -38,16 +41,20 @@ class OffloadPlan:
     """The request, resolved for one stack: per-role environment and
     workload arguments, and the device features to set."""
 
-    requested: Dict[str, Optional[str]]           # gso/gro as asked: "on", "off", None (unset)
-    effective: Dict[str, Optional[str]]           # what the run is set up for (None: left to the stack)
+    requested: Dict[str, Optional[str]]  # gso/gro as asked: "on", "off", None (unset)
+    effective: Dict[str, Optional[str]]  # what the run is set up for (None: left to the stack)
     notes: List[str] = field(default_factory=list)
     env: Dict[str, Dict[str, str]] = field(default_factory=lambda: {"client": {}, "server": {}})
     args: Dict[str, List[str]] = field(default_factory=lambda: {"client": [], "server": []})
     devices: Dict[str, str] = field(default_factory=dict)  # ethtool feature -> on/off, both veths
 
     def describe(self) -> dict:
-        return {"requested": self.requested, "effective": self.effective, "notes": self.notes,
-                "device_features_set": self.devices or None}
+        return {
+            "requested": self.requested,
+            "effective": self.effective,
+            "notes": self.notes,
+            "device_features_set": self.devices or None,
+        }
 
 
 def _checkonoff(name: str, value: Optional[str]) -> None:
@@ -55,9 +62,16 @@ def _checkonoff(name: str, value: Optional[str]) -> None:
         raise errors.BadValue(f"--{name} takes on or off, not '{value}'.")
 
 
-def plan(stack_name: str, topology: str, gso: Optional[str], gro: Optional[str],
-         send_mode: Optional[str] = None, batch: Optional[int] = None, dgram_size: Optional[int] = None,
-         run_path: Optional[Path] = None) -> OffloadPlan:
+def plan(
+    stack_name: str,
+    topology: str,
+    gso: Optional[str],
+    gro: Optional[str],
+    send_mode: Optional[str] = None,
+    batch: Optional[int] = None,
+    dgram_size: Optional[int] = None,
+    run_path: Optional[Path] = None,
+) -> OffloadPlan:
     """Resolve the request for the stack, refusing what it cannot honour
     with the reason and the fix, before anything runs."""
     _checkonoff("gso", gso)
@@ -77,8 +91,10 @@ def plan(stack_name: str, topology: str, gso: Optional[str], gro: Optional[str],
 
 def _plan_quic(p: OffloadPlan, gso, gro, run_path) -> None:
     if gso == "off" and gro == "on":
-        raise errors.BadValue("msquic 2.5.1 tests GRO only after its GSO probe send succeeds, so it cannot run "
-                              "with GSO off and GRO on; use --gso off alone (GRO follows) or --gro off alone.")
+        raise errors.BadValue(
+            "msquic 2.5.1 tests GRO only after its GSO probe send succeeds, so it cannot run "
+            "with GSO off and GRO on; use --gso off alone (GRO follows) or --gro off alone."
+        )
     if gso == "off":
         p.effective["gro"] = "off"
         if gro is None:
@@ -120,8 +136,10 @@ def _plan_udp(p: OffloadPlan, gso, gro, send_mode, batch, dgram_size) -> None:
 
 def _plan_tcp(p: OffloadPlan, topology, gso, gro) -> None:
     if (gso or gro) and topology != "netns":
-        raise errors.BadValue("--gso and --gro set TCP's offloads on the run's veth pair, and the loopback "
-                              "topology has none (the host's lo is not qprof's to change); use --topology netns.")
+        raise errors.BadValue(
+            "--gso and --gro set TCP's offloads on the run's veth pair, and the loopback "
+            "topology has none (the host's lo is not qprof's to change); use --topology netns."
+        )
     for names, v in ((TCP_GSO_FEATURES, gso), (TCP_GRO_FEATURES, gro)):
         if v is not None:
             p.devices.update({n: v for n in names})
@@ -134,8 +152,12 @@ def argv_with_env(env: Dict[str, str], argv: List[str]) -> List[str]:
 
 # --- device features (tcp) -----------------------------------------------------
 
-ETHTOOL_NAMES = {"tso": "tcp-segmentation-offload", "gso": "generic-segmentation-offload",
-                 "gro": "generic-receive-offload", "udp_gso": "tx-udp-segmentation"}
+ETHTOOL_NAMES = {
+    "tso": "tcp-segmentation-offload",
+    "gso": "generic-segmentation-offload",
+    "gro": "generic-receive-offload",
+    "udp_gso": "tx-udp-segmentation",
+}
 
 
 def set_device_features(endpoint, features: Dict[str, str]) -> None:
@@ -144,8 +166,10 @@ def set_device_features(endpoint, features: Dict[str, str]) -> None:
     argv = endpoint.command(["ethtool", "-K", endpoint.ifname, *[x for k, v in features.items() for x in (k, v)]])
     r = subprocess.run(argv, capture_output=True, text=True)
     if r.returncode != 0:
-        raise errors.TopologyFailed(f"`ethtool -K {endpoint.ifname}` failed ({r.stderr.strip() or r.returncode}); "
-                                    "check that ethtool is installed (`make deps`).")
+        raise errors.TopologyFailed(
+            f"`ethtool -K {endpoint.ifname}` failed ({r.stderr.strip() or r.returncode}); "
+            "check that ethtool is installed (`make deps`)."
+        )
 
 
 def read_device_features(endpoint) -> Optional[Dict[str, str]]:
@@ -176,6 +200,7 @@ def read_interposer_reports(run_path: Path) -> Optional[Dict[str, list]]:
 
 
 # --- observation -----------------------------------------------------------------
+
 
 def _share(num, den) -> Optional[float]:
     return num / den if num is not None and den else None
@@ -222,8 +247,10 @@ def observe(rec: dict, max_datagram: int) -> dict:
     env = rec.get("environment") or {}
     own_view = None
     if transport == "quic" and "msquic_send_segmentation" in env:
-        own_view = {"gso": onoff(env["msquic_send_segmentation"].get("client")),
-                    "gro": onoff(env["msquic_recv_coalescing"].get("server"))}
+        own_view = {
+            "gso": onoff(env["msquic_send_segmentation"].get("client")),
+            "gro": onoff(env["msquic_recv_coalescing"].get("server")),
+        }
     # Whether GRO had anything to do: a UDP socket's GRO keeps super-packets
     # whole (the veth's own GRO is off), while a veth's GRO merges only
     # packets that were not super-packets already (veth passes TSO skbs
@@ -261,8 +288,11 @@ def contradictions(effective: Dict[str, Optional[str]], observed: dict) -> List[
     if gso == "on" and observed["gso"] == "off":
         out.append("GSO was set on but the client sent no super-packets")
     if gro == "off" and observed["gro"] == "on":
-        what = (f"received {ev.get('recv_bytes_per_message'):.0f} bytes per message, more than one datagram"
-                if "recv_bytes_per_message" in ev else f"its device ran GRO {ev.get('server_rx_gro_entries')} times")
+        what = (
+            f"received {ev.get('recv_bytes_per_message'):.0f} bytes per message, more than one datagram"
+            if "recv_bytes_per_message" in ev
+            else f"its device ran GRO {ev.get('server_rx_gro_entries')} times"
+        )
         out.append(f"GRO was set off but the server {what}")
     if gro == "on" and observed["gro"] == "off" and observed.get("gro_applies"):
         out.append("GRO was set on but the server saw no coalesced receive")
@@ -281,4 +311,5 @@ def verify(effective: Dict[str, Optional[str]], observed: dict) -> None:
     if found:
         raise errors.OffloadContradiction(
             f"the run's observed offload state contradicts its request: {'; '.join(found)}; "
-            "the record keeps both (offload) and the run is not a result.")
+            "the record keeps both (offload) and the run is not a result."
+        )

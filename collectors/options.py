@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """The options of one measured transfer, declared once.
 
 Each Option says what it is (type, unit, range, default), which stacks
@@ -14,6 +15,7 @@ it, GSO against the send mode, a datagram larger than the MTU) stay
 where that knowledge lives: collectors/transports.py and collectors/offload.py,
 which runner.check_options calls after `check`.
 """
+
 import json
 from dataclasses import asdict, field, fields, make_dataclass
 from typing import Callable, Dict, List, Optional, Tuple
@@ -34,30 +36,47 @@ class Option:
     """One option. kind: int, size (bytes, 64K syntax), duration (seconds,
     10s syntax), choice, flag (bool), text, or probes (a comma list)."""
 
-    def __init__(self, name: str, kind: str, default, help: str, *, field_name: Optional[str] = None,
-                 short: Optional[str] = None, lo: Optional[float] = None, hi: Optional[float] = None,
-                 choices: Tuple[str, ...] = (), power_of_two: bool = False, stacks: Tuple[str, ...] = (),
-                 vary: bool = False, workload: Optional[str] = None, roles: Tuple[str, ...] = ("client", "server"),
-                 cli: bool = True, metavar: Optional[str] = None, show_default: bool = True,
-                 error: type = errors.BadValue, envvar: Optional[str] = None):
-        self.name = name                    # the flag without "--", and the --vary key
+    def __init__(
+        self,
+        name: str,
+        kind: str,
+        default,
+        help: str,
+        *,
+        field_name: Optional[str] = None,
+        short: Optional[str] = None,
+        lo: Optional[float] = None,
+        hi: Optional[float] = None,
+        choices: Tuple[str, ...] = (),
+        power_of_two: bool = False,
+        stacks: Tuple[str, ...] = (),
+        vary: bool = False,
+        workload: Optional[str] = None,
+        roles: Tuple[str, ...] = ("client", "server"),
+        cli: bool = True,
+        metavar: Optional[str] = None,
+        show_default: bool = True,
+        error: type = errors.BadValue,
+        envvar: Optional[str] = None,
+    ):
+        self.name = name  # the flag without "--", and the --vary key
         self.field = field_name or name.replace("-", "_")
         self.kind = kind
-        self.default = default              # None: the stack's or the workload's own
+        self.default = default  # None: the stack's or the workload's own
         self.help = help
         self.short = short
         self.lo, self.hi = lo, hi
         self.choices = choices
         self.power_of_two = power_of_two
-        self.stacks = stacks                # () = every stack
+        self.stacks = stacks  # () = every stack
         self.vary = vary
-        self.workload = workload            # qprof-wl's flag when the value is passed straight on
-        self.roles = roles                  # which workload roles get it
+        self.workload = workload  # qprof-wl's flag when the value is passed straight on
+        self.roles = roles  # which workload roles get it
         self.cli = cli
         self.metavar = metavar
         self.show_default = show_default
-        self.error = error                  # the QprofError a bad value raises (its exit code)
-        self.envvar = envvar                # the environment variable that sets it too
+        self.error = error  # the QprofError a bad value raises (its exit code)
+        self.envvar = envvar  # the environment variable that sets it too
 
     @property
     def flag(self) -> str:
@@ -89,18 +108,22 @@ class Option:
         if value is None:
             return
         if self.kind in ("int", "size") and not isinstance(value, bool):
-            if (self.lo is not None and value < self.lo) or (self.hi is not None and value > self.hi) \
-                    or (self.power_of_two and value & (value - 1)):
+            if (
+                (self.lo is not None and value < self.lo)
+                or (self.hi is not None and value > self.hi)
+                or (self.power_of_two and value & (value - 1))
+            ):
                 raise self.error(f"{self.flag} {value} is not {self.range_text()}.")
         if self.kind == "duration" and self.lo is not None and value <= self.lo:
             raise self.error(f"{self.flag} must be more than zero; write it like 10s.")
         if self.kind == "choice" and value not in self.choices:
-            raise self.error(f"{self.flag} takes {', '.join(self.choices[:-1])} or {self.choices[-1]}, "
-                             f"not '{value}'.")
+            raise self.error(f"{self.flag} takes {', '.join(self.choices[:-1])} or {self.choices[-1]}, not '{value}'.")
         if self.kind == "probes":
             unknown = [p for p in value if p not in PROBE_NAMES]
             if unknown:
-                raise errors.BadValue(f"unknown probe '{unknown[0]}'; the probes are: {', '.join(PROBE_NAMES)} (or none).")
+                raise errors.BadValue(
+                    f"unknown probe '{unknown[0]}'; the probes are: {', '.join(PROBE_NAMES)} (or none)."
+                )
 
     def range_text(self) -> str:
         if self.power_of_two:
@@ -126,53 +149,171 @@ def parse_probes(text: str) -> tuple:
 # In the order `--help` shows them. `stack` and `runs-dir` are set by the
 # commands themselves (run: --stack; compare: --stack/--stacks).
 OPTIONS: List[Option] = [
-    Option("stack", "choice", "quic", "Transport stack.", choices=STACK_NAMES, cli=False,
-           error=errors.UnknownStack),
-    Option("duration", "duration", 10.0, "Length of the measured window (after warm-up).",
-           field_name="duration_s", short="-d", lo=0.0),
-    Option("bytes", "size", None, "Send this many bytes per stream instead of for a duration (e.g. 1G); the "
-           "window is then the whole transfer, handshake included.", short="-b", workload="--bytes",
-           roles=("client",)),
-    Option("warmup", "duration", None, "Time after the handshake left out of the window "
-           "[default: 1s; not with --bytes].", field_name="warmup_s"),
-    Option("streams", "int", 1, "Streams in the one connection.", short="-n", lo=1, hi=64, vary=True,
-           workload="--streams"),
-    Option("topology", "choice", "netns", "Two network namespaces joined by veth, or the host loopback.",
-           choices=TOPOLOGIES),
+    Option("stack", "choice", "quic", "Transport stack.", choices=STACK_NAMES, cli=False, error=errors.UnknownStack),
+    Option(
+        "duration",
+        "duration",
+        10.0,
+        "Length of the measured window (after warm-up).",
+        field_name="duration_s",
+        short="-d",
+        lo=0.0,
+    ),
+    Option(
+        "bytes",
+        "size",
+        None,
+        "Send this many bytes per stream instead of for a duration (e.g. 1G); the "
+        "window is then the whole transfer, handshake included.",
+        short="-b",
+        workload="--bytes",
+        roles=("client",),
+    ),
+    Option(
+        "warmup",
+        "duration",
+        None,
+        "Time after the handshake left out of the window [default: 1s; not with --bytes].",
+        field_name="warmup_s",
+    ),
+    Option(
+        "streams", "int", 1, "Streams in the one connection.", short="-n", lo=1, hi=64, vary=True, workload="--streams"
+    ),
+    Option(
+        "topology",
+        "choice",
+        "netns",
+        "Two network namespaces joined by veth, or the host loopback.",
+        choices=TOPOLOGIES,
+    ),
     Option("mtu", "int", 1500, "veth MTU.", lo=576, hi=9000, cli=False),
     Option("port", "int", 4433, "Server port.", short="-p", lo=1, hi=65535),
-    Option("io-size", "size", None, "Bytes per send request, a power of two from 1K to 1M [default: 64K for "
-           "quic (msquic's secnetperf), 128K for TCP (iperf3)].", lo=1 << 10, hi=1 << 20, power_of_two=True,
-           vary=True, workload="--io-size"),
-    Option("exec-profile", "choice", "lowlat", "msquic execution profile.", choices=EXEC_PROFILES,
-           stacks=("quic",), vary=True, workload="--exec-profile"),
-    Option("tls", "choice", None, "tcp-tls, tcp-ktls: TLS version [default: 1.3].", field_name="tls_version",
-           choices=("1.2", "1.3"), stacks=("tcp-tls", "tcp-ktls"), vary=True, metavar="1.2|1.3",
-           error=errors.BadTls),
-    Option("cipher", "text", None, "tcp-tls, tcp-ktls: OpenSSL cipher [default: AES-128-GCM, QUIC's AEAD].",
-           stacks=("tcp-tls", "tcp-ktls"), metavar="NAME"),
-    Option("sendfile", "flag", False, "tcp, tcp-ktls: the client sendfile()s its data (zero copy).",
-           stacks=("tcp", "tcp-ktls")),
-    Option("gso", "choice", None, "Segmentation offload. quic: msquic's UDP_SEGMENT (an interposer fails its "
-           "start-up probe; GRO follows); udp: --send-mode gso or sendmmsg; tcp stacks: TSO+GSO of the veth "
-           "pair [default: as the stack starts].", choices=ONOFF, vary=True, metavar="on|off"),
-    Option("gro", "choice", None, "Receive coalescing. quic, udp: the receiver's UDP_GRO; tcp stacks: GRO of "
-           "the veth pair [default: as the stack starts].", choices=ONOFF, vary=True, metavar="on|off"),
-    Option("send-mode", "choice", None, "udp: one datagram per sendmsg, a batch per sendmmsg, or a batch per "
-           "GSO send [default: gso].", choices=UDP_SEND_MODES, stacks=("udp",), vary=True,
-           metavar="|".join(UDP_SEND_MODES)),
-    Option("batch", "int", None, "udp: datagrams per sendmmsg or GSO send [default: the workload's, see "
-           "README].", lo=1, hi=1024, stacks=("udp",), vary=True),
-    Option("dgram-size", "int", None, "udp: UDP payload bytes per datagram [default: 1472, MTU 1500].",
-           lo=16, hi=65507, stacks=("udp",), vary=True),
-    Option("guest", "flag", False, "Run the whole measurement in a QEMU guest with Debian's kernel (for kTLS); "
-           "`make guest` first."),
+    Option(
+        "io-size",
+        "size",
+        None,
+        "Bytes per send request, a power of two from 1K to 1M [default: 64K for "
+        "quic (msquic's secnetperf), 128K for TCP (iperf3)].",
+        lo=1 << 10,
+        hi=1 << 20,
+        power_of_two=True,
+        vary=True,
+        workload="--io-size",
+    ),
+    Option(
+        "exec-profile",
+        "choice",
+        "lowlat",
+        "msquic execution profile.",
+        choices=EXEC_PROFILES,
+        stacks=("quic",),
+        vary=True,
+        workload="--exec-profile",
+    ),
+    Option(
+        "tls",
+        "choice",
+        None,
+        "tcp-tls, tcp-ktls: TLS version [default: 1.3].",
+        field_name="tls_version",
+        choices=("1.2", "1.3"),
+        stacks=("tcp-tls", "tcp-ktls"),
+        vary=True,
+        metavar="1.2|1.3",
+        error=errors.BadTls,
+    ),
+    Option(
+        "cipher",
+        "text",
+        None,
+        "tcp-tls, tcp-ktls: OpenSSL cipher [default: AES-128-GCM, QUIC's AEAD].",
+        stacks=("tcp-tls", "tcp-ktls"),
+        metavar="NAME",
+    ),
+    Option(
+        "sendfile",
+        "flag",
+        False,
+        "tcp, tcp-ktls: the client sendfile()s its data (zero copy).",
+        stacks=("tcp", "tcp-ktls"),
+    ),
+    Option(
+        "gso",
+        "choice",
+        None,
+        "Segmentation offload. quic: msquic's UDP_SEGMENT (an interposer fails its "
+        "start-up probe; GRO follows); udp: --send-mode gso or sendmmsg; tcp stacks: TSO+GSO of the veth "
+        "pair [default: as the stack starts].",
+        choices=ONOFF,
+        vary=True,
+        metavar="on|off",
+    ),
+    Option(
+        "gro",
+        "choice",
+        None,
+        "Receive coalescing. quic, udp: the receiver's UDP_GRO; tcp stacks: GRO of "
+        "the veth pair [default: as the stack starts].",
+        choices=ONOFF,
+        vary=True,
+        metavar="on|off",
+    ),
+    Option(
+        "send-mode",
+        "choice",
+        None,
+        "udp: one datagram per sendmsg, a batch per sendmmsg, or a batch per GSO send [default: gso].",
+        choices=UDP_SEND_MODES,
+        stacks=("udp",),
+        vary=True,
+        metavar="|".join(UDP_SEND_MODES),
+    ),
+    Option(
+        "batch",
+        "int",
+        None,
+        "udp: datagrams per sendmmsg or GSO send [default: the workload's, see README].",
+        lo=1,
+        hi=1024,
+        stacks=("udp",),
+        vary=True,
+    ),
+    Option(
+        "dgram-size",
+        "int",
+        None,
+        "udp: UDP payload bytes per datagram [default: 1472, MTU 1500].",
+        lo=16,
+        hi=65507,
+        stacks=("udp",),
+        vary=True,
+    ),
+    Option(
+        "guest",
+        "flag",
+        False,
+        "Run the whole measurement in a QEMU guest with Debian's kernel (for kTLS); `make guest` first.",
+    ),
     Option("probes", "probes", PROBE_NAMES, "eBPF probes to attach, comma-separated, or 'none'."),
-    Option("sample-hz", "int", 99, "perf cpu-clock stack samples per CPU-second over the window (0: no stacks; "
-           "see RESULTS.md for what each rate costs).", lo=0, hi=20000),
-    Option("call-graph", "choice", None, "How perf walks user stacks: dwarf (from .eh_frame, complete through "
-           "code without frame pointers such as OpenSSL's) or fp (frame pointers, smaller perf.data) "
-           "[default: dwarf].", choices=CALL_GRAPHS, metavar="|".join(CALL_GRAPHS)),
+    Option(
+        "sample-hz",
+        "int",
+        99,
+        "perf cpu-clock stack samples per CPU-second over the window (0: no stacks; "
+        "see RESULTS.md for what each rate costs).",
+        lo=0,
+        hi=20000,
+    ),
+    Option(
+        "call-graph",
+        "choice",
+        None,
+        "How perf walks user stacks: dwarf (from .eh_frame, complete through "
+        "code without frame pointers such as OpenSSL's) or fp (frame pointers, smaller perf.data) "
+        "[default: dwarf].",
+        choices=CALL_GRAPHS,
+        metavar="|".join(CALL_GRAPHS),
+    ),
     Option("keep-perf-data", "flag", False, "Keep perf.data in the run directory after folding."),
     Option("runs-dir", "text", "runs", "Where run directories are written.", envvar="QPROF_RUNS_DIR"),
 ]
@@ -180,12 +321,18 @@ BY_NAME: Dict[str, Option] = {o.name: o for o in OPTIONS}
 BY_FIELD: Dict[str, Option] = {o.field: o for o in OPTIONS}
 VARY_KEYS: Tuple[str, ...] = tuple(o.name for o in OPTIONS if o.vary)
 
-_PYTYPES = {"int": Optional[int], "size": Optional[int], "duration": Optional[float], "choice": Optional[str],
-            "flag": bool, "text": Optional[str], "probes": tuple}
+_PYTYPES = {
+    "int": Optional[int],
+    "size": Optional[int],
+    "duration": Optional[float],
+    "choice": Optional[str],
+    "flag": bool,
+    "text": Optional[str],
+    "probes": tuple,
+}
 
 # The value object runner.run takes: one field per option, its default the table's.
-RunOptions = make_dataclass("RunOptions", [(o.field, _PYTYPES[o.kind], field(default=o.default))
-                                           for o in OPTIONS])
+RunOptions = make_dataclass("RunOptions", [(o.field, _PYTYPES[o.kind], field(default=o.default)) for o in OPTIONS])
 RunOptions.__doc__ = "One measured transfer's settings; fields and defaults from collectors/options.py OPTIONS."
 
 
@@ -217,8 +364,9 @@ def from_json(text: str):
     known = {f.name for f in fields(RunOptions)}
     unknown = sorted(set(data) - known)
     if unknown:
-        raise errors.BadValue(f"the options file has unknown fields ({', '.join(unknown)}); "
-                              "it was written by another qprof version.")
+        raise errors.BadValue(
+            f"the options file has unknown fields ({', '.join(unknown)}); it was written by another qprof version."
+        )
     if "probes" in data:
         data["probes"] = tuple(data["probes"])
     opts = RunOptions(**data)

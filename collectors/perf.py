@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """Stack samples over exactly the measured window, folded per side.
 
 `perf record -a --call-graph dwarf` (or `fp`) on the software cpu-clock
@@ -14,17 +15,19 @@ the flamegraphs package reads.
 A PerfRecorder is a context manager and the one owner of the perf
 process, its fifos and perf.data (removed unless kept).
 """
+
 import os
 import re
 import select
 import signal
-import time
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 from typing import Dict, Optional
 
 from qprof import errors, interrupts, paths, remains
+
 from . import options
 from .controlled import die_with_parent
 
@@ -56,8 +59,7 @@ DWARF_STACK_BYTES = 8192
 
 
 class PerfRecorder:
-    def __init__(self, run_path: Path, sample_hz: int, keep_data: bool = False,
-                 call_graph: Optional[str] = None):
+    def __init__(self, run_path: Path, sample_hz: int, keep_data: bool = False, call_graph: Optional[str] = None):
         self.call_graph = call_graph or DEFAULT_CALL_GRAPH
         if self.call_graph not in CALL_GRAPHS:
             raise errors.BadValue(f"call graph '{self.call_graph}' is not one of {', '.join(CALL_GRAPHS)}.")
@@ -79,10 +81,29 @@ class PerfRecorder:
         self._log = open(self.run_path / "perf.log", "wb")
         try:
             self.proc = subprocess.Popen(
-                ["perf", "record", "-q", "-a", *record_call_graph(self.call_graph), "-e", EVENT, "-c", str(self.period_ns), "-D", "-1",
-                 "--control", f"fifo:{ctl},{ack}", "-o", str(self.data)],
-                stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log, process_group=0,
-                preexec_fn=die_with_parent)
+                [
+                    "perf",
+                    "record",
+                    "-q",
+                    "-a",
+                    *record_call_graph(self.call_graph),
+                    "-e",
+                    EVENT,
+                    "-c",
+                    str(self.period_ns),
+                    "-D",
+                    "-1",
+                    "--control",
+                    f"fifo:{ctl},{ack}",
+                    "-o",
+                    str(self.data),
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=self._log,
+                stderr=self._log,
+                process_group=0,
+                preexec_fn=die_with_parent,
+            )
             self._claim = remains.ledger().claim_pid(self.proc.pid)
             self._ctl = self._open_ctl(ctl)
             self._ack = os.fdopen(os.open(ack, os.O_RDONLY | os.O_NONBLOCK), "r")
@@ -103,8 +124,10 @@ class PerfRecorder:
                 return os.fdopen(os.open(ctl, os.O_WRONLY | os.O_NONBLOCK), "w")
             except OSError:  # ENXIO: no reader yet
                 if self.proc.poll() is not None or time.monotonic() > deadline:
-                    raise errors.Timeout(f"perf record did not start ({self._why()}); run `qprof doctor` "
-                                         "or pass --sample-hz 0 to run without stacks.")
+                    raise errors.Timeout(
+                        f"perf record did not start ({self._why()}); run `qprof doctor` "
+                        "or pass --sample-hz 0 to run without stacks."
+                    )
                 time.sleep(0.02)
 
     def _why(self) -> str:
@@ -125,15 +148,21 @@ class PerfRecorder:
         """perf ended on its own (or closed its control fifo and does not
         end): how, and its last word."""
         code = self.proc.returncode if self._ended() else None
-        how = ("closed its control fifo but did not exit" if code is None
-               else f"killed by {signal.Signals(-code).name}" if code < 0 and -code in signal.valid_signals()
-               else f"exit {code}")
+        how = (
+            "closed its control fifo but did not exit"
+            if code is None
+            else f"killed by {signal.Signals(-code).name}"
+            if code < 0 and -code in signal.valid_signals()
+            else f"exit {code}"
+        )
         self._log.flush()
         lines = (self.run_path / "perf.log").read_text(errors="replace").strip().splitlines()
         said = f": {lines[-1].strip()}" if lines else ""
         verb = "stopped answering" if code is None else "ended"
-        return errors.InstrumentFailed(f"perf record {verb} mid-run ({how}{said}), so the run has no complete "
-                                       "stack samples; run again, or pass --sample-hz 0 to run without stacks.")
+        return errors.InstrumentFailed(
+            f"perf record {verb} mid-run ({how}{said}), so the run has no complete "
+            "stack samples; run again, or pass --sample-hz 0 to run without stacks."
+        )
 
     def _command(self, cmd: str) -> None:
         if self.proc.poll() is not None:
@@ -146,15 +175,18 @@ class PerfRecorder:
         if not select.select([self._ack], [], [], ACK_TIMEOUT_S)[0]:
             if self.proc.poll() is not None:
                 raise self.died()
-            raise errors.Timeout(f"perf did not acknowledge '{cmd}' within {ACK_TIMEOUT_S:.0f} s; "
-                                 f"see {self.run_path / 'perf.log'}.")
+            raise errors.Timeout(
+                f"perf did not acknowledge '{cmd}' within {ACK_TIMEOUT_S:.0f} s; see {self.run_path / 'perf.log'}."
+            )
         # perf writes "ack\n" with its terminating NUL, which lands at the
         # front of the next reply.
         reply = self._ack.readline().replace("\0", "").strip()
         if reply != "ack" and (not reply or self._ended()):  # "": perf closed the fifo, as on its exit
             raise self.died()
         if reply != "ack":
-            raise errors.Timeout(f"perf did not acknowledge '{cmd}' (said '{reply}'); see {self.run_path / 'perf.log'}.")
+            raise errors.Timeout(
+                f"perf did not acknowledge '{cmd}' (said '{reply}'); see {self.run_path / 'perf.log'}."
+            )
 
     def enable(self) -> None:
         self._command("enable")
@@ -204,17 +236,24 @@ class PerfRecorder:
         # --no-inline: with DWARF unwinding perf would otherwise look every
         # user frame up in the debug info for inlined callees (13x slower on
         # a 60 s capture) and add frames a frame-pointer capture lacks.
-        script = subprocess.Popen(["perf", "script", "-i", str(self.data), "--no-inline",
-                                   "-F", "comm,pid,tid,time,event,ip,sym,dso"],
-                                  stdout=subprocess.PIPE,
-                                  stderr=subprocess.DEVNULL)
-        collapse = subprocess.run([str(paths.inferno_tool("collapse-perf")), "--pid", "--all"], stdin=script.stdout,
-                                  capture_output=True, text=True)
+        script = subprocess.Popen(
+            ["perf", "script", "-i", str(self.data), "--no-inline", "-F", "comm,pid,tid,time,event,ip,sym,dso"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
+        collapse = subprocess.run(
+            [str(paths.inferno_tool("collapse-perf")), "--pid", "--all"],
+            stdin=script.stdout,
+            capture_output=True,
+            text=True,
+        )
         script.stdout.close()
         script.wait()
         if collapse.returncode != 0:
-            raise errors.NotBuilt(f"inferno-collapse-perf failed ({collapse.stderr.strip()[-200:]}); "
-                                  "check `perf script` on the run's perf.data (--keep-perf-data).")
+            raise errors.NotBuilt(
+                f"inferno-collapse-perf failed ({collapse.stderr.strip()[-200:]}); "
+                "check `perf script` on the run's perf.data (--keep-perf-data)."
+            )
         return split_folded(collapse.stdout, pids, out_dir)
 
     def samples_per_cpu(self) -> Dict[str, int]:

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """The eBPF probe tools (build/bin/qprof-NAME) attached around a run.
 
 Each probe is a ControlledProcess: started with the run's pids (or its
@@ -9,12 +10,14 @@ the record holds its reason instead of figures. Never zeros.
 Snapshots are cumulative since attach; `delta` turns two of them into the
 window's figures.
 """
+
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
 from qprof import errors, paths
+
 from .controlled import ControlledProcess, ProcessEnded
 from .topology import Topology
 
@@ -26,8 +29,8 @@ MARK_TIMEOUT_S = 5.0
 class Target:
     """What the probes watch: the two workload processes and their devices."""
 
-    pids: Dict[str, int]            # side -> pid
-    devices: Dict[str, str]         # side -> "IFNAME@NETNS" (loopback: both "lo@host")
+    pids: Dict[str, int]  # side -> pid
+    devices: Dict[str, str]  # side -> "IFNAME@NETNS" (loopback: both "lo@host")
 
 
 def _pid_list(t: Target) -> str:
@@ -53,8 +56,7 @@ def target_for(topo: Topology, pids: Dict[str, int]) -> Target:
     if topo.kind == "loopback":
         devices = {"client": "lo@host", "server": "lo@host"}
     else:
-        devices = {side: f"{ep.ifname}@{ep.netns}" for side, ep in
-                   (("client", topo.client), ("server", topo.server))}
+        devices = {side: f"{ep.ifname}@{ep.netns}" for side, ep in (("client", topo.client), ("server", topo.server))}
     return Target(pids=pids, devices=devices)
 
 
@@ -62,7 +64,7 @@ def target_for(topo: Topology, pids: Dict[str, int]) -> Target:
 class Probe:
     name: str
     proc: Optional[ControlledProcess] = None
-    absent: Optional[str] = None       # why there are no figures
+    absent: Optional[str] = None  # why there are no figures
     marks: Dict[str, dict] = field(default_factory=dict)
     ready: Dict[str, object] = field(default_factory=dict)  # what the tool said of itself when ready
 
@@ -70,8 +72,12 @@ class Probe:
         if self.absent is not None:
             return {"status": "absent", "reason": self.absent}
         info = {k: v for k, v in self.ready.items() if k not in ("event", "pid")}
-        return {"status": "present", **info, "window": delta(self.marks["start"], self.marks["end"]),
-                "edges": {name: {k: m[k] for k in EDGE_TIMES if k in m} for name, m in self.marks.items()}}
+        return {
+            "status": "present",
+            **info,
+            "window": delta(self.marks["start"], self.marks["end"]),
+            "edges": {name: {k: m[k] for k in EDGE_TIMES if k in m} for name, m in self.marks.items()},
+        }
 
 
 def warn(msg: str) -> None:

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """run.json from a Measurement: one pure function, `describe`, that
 derives every figure in one fixed order (each step reads only what the
 steps before it wrote). Its inputs are the measurement and the folded
@@ -5,19 +6,20 @@ stacks beside it in the run directory; it reads no clock and no /proc, so
 a stored measurement gives the same record again
 (tests/test_record_golden.py).
 """
+
 import copy
 from dataclasses import asdict, fields
 from pathlib import Path
 
+from qprof import errors
 from qprof.flamegraphs import summary as flame_summary
 from qprof.perbyte import side_bytes
 
-from qprof import errors
 from . import cpu, derive, floor, netstat, offload, options, transports
 from .measurement import Measurement
 from .window import Window, counter_delta
 
-UDP_IP_HEADERS = 28   # IPv4 + UDP
+UDP_IP_HEADERS = 28  # IPv4 + UDP
 MSQUIC_MAX_MTU = 1500  # msquic's default MaximumMtu
 
 
@@ -48,15 +50,19 @@ def describe(m: Measurement, run_path: Path) -> dict:
     rec["kernel_loss"] = netstat.losses(
         {side: counter_delta(start[side], end[side]) for side in ("client", "server")},
         counter_delta(start["softnet"], end["softnet"]),
-        {side: counter_delta(m.devices["before"][side], m.devices["after"][side]) for side in m.devices["before"]})
+        {side: counter_delta(m.devices["before"][side], m.devices["after"][side]) for side in m.devices["before"]},
+    )
     loopback = m.environment["topology"]["kind"] == "loopback"
     if loopback:
         rec["kernel_loss"]["source"] += "; on loopback both sides read the host's namespace, other traffic included"
     flame = copy.deepcopy(m.perf)
     rec["flame"] = flame
     if flame is not None:
-        flame.update(sample_coverage(flame["samples_per_cpu"], rec["cpu_window_s"], flame["sample_hz"],
-                                     rec["environment"]["cpu_count"]))
+        flame.update(
+            sample_coverage(
+                flame["samples_per_cpu"], rec["cpu_window_s"], flame["sample_hz"], rec["environment"]["cpu_count"]
+            )
+        )
         flame["sides"] = flame_summary.run_figures(rec, run_path / flame["stacks_dir"])
     rec.update(derive_probe_figures(rec, m.pids))
     rec["observers"] = derive.observer_cost(m.probes, rec["bytes"], flame)
@@ -76,9 +82,13 @@ def udp_drops(rec: dict, client_done: dict, server_done: dict) -> dict:
     per_skb = client_done.get("batch", 1) if client_done.get("send_mode") == "gso" and server_done.get("gro") else 1
     dropped = k["InErrors"] * per_skb if "InErrors" in k else None
     lost = server_done.get("lost")
-    return {"kernel": dropped, "own": lost, "ratio": dropped / lost if dropped is not None and lost else None,
-            "source": f"kernel Udp InErrors x {per_skb} datagrams per skb (server namespace, whole run) "
-                      "against the receiver's sequence gaps"}
+    return {
+        "kernel": dropped,
+        "own": lost,
+        "ratio": dropped / lost if dropped is not None and lost else None,
+        "source": f"kernel Udp InErrors x {per_skb} datagrams per skb (server namespace, whole run) "
+        "against the receiver's sequence gaps",
+    }
 
 
 def offload_record(opts, m: Measurement, record: dict) -> dict:
@@ -100,11 +110,18 @@ def sample_coverage(per_cpu: dict, window_s: float, hz: int, ncpu: int) -> dict:
     expected = window_s * hz
     coverage = {str(c): per_cpu.get(str(c), 0) / expected for c in range(ncpu)}
     short = [c for c, v in coverage.items() if v < SAMPLE_COVERAGE_MIN]
-    return {"coverage_per_cpu": coverage, "complete": not short,
-            "incomplete_reason": (f"CPU {', '.join(short)} recorded "
-                                  + ", ".join(f"{coverage[c] * 100:.0f}%" for c in short)
-                                  + " of its expected samples: its cpu-clock timer did not fire "
-                                  "every period, so graphs on it undercount") if short else None}
+    return {
+        "coverage_per_cpu": coverage,
+        "complete": not short,
+        "incomplete_reason": (
+            f"CPU {', '.join(short)} recorded "
+            + ", ".join(f"{coverage[c] * 100:.0f}%" for c in short)
+            + " of its expected samples: its cpu-clock timer did not fire "
+            "every period, so graphs on it undercount"
+        )
+        if short
+        else None,
+    }
 
 
 def build_record(opts, m: Measurement) -> dict:
@@ -116,24 +133,30 @@ def build_record(opts, m: Measurement) -> dict:
     env = copy.deepcopy(m.environment)
     if stack.name == "quic":
         env["msquic_version"] = connected.get("msquic_version")
-        env["msquic_send_segmentation"] = {"client": client_done.get("send_segmentation"),
-                                           "server": server_done.get("send_segmentation")}
-        env["msquic_recv_coalescing"] = {"client": client_done.get("recv_coalescing"),
-                                         "server": server_done.get("recv_coalescing")}
+        env["msquic_send_segmentation"] = {
+            "client": client_done.get("send_segmentation"),
+            "server": server_done.get("send_segmentation"),
+        }
+        env["msquic_recv_coalescing"] = {
+            "client": client_done.get("recv_coalescing"),
+            "server": server_done.get("recv_coalescing"),
+        }
 
     if stack.name == "udp":
         # No reliability: every datagram that arrived passed the content
         # check, and no more arrived than were sent; loss is a figure.
-        verified = (server_done.get("verified") is True
-                    and server_done["app_bytes"] <= client_done["app_bytes"])
+        verified = server_done.get("verified") is True and server_done["app_bytes"] <= client_done["app_bytes"]
     else:
-        verified = (server_done.get("verified") is True
-                    and server_done["app_bytes"] == client_done["app_bytes"]
-                    and server_done["streams_completed"] == opts.streams)
+        verified = (
+            server_done.get("verified") is True
+            and server_done["app_bytes"] == client_done["app_bytes"]
+            and server_done["streams_completed"] == opts.streams
+        )
     if not verified:
         raise errors.VerifyFailed(
             f"the server verified {server_done['app_bytes']} bytes on {server_done['streams_completed']} streams "
-            f"but the client sent {client_done['app_bytes']} on {opts.streams}; see the run's logs.")
+            f"but the client sent {client_done['app_bytes']} on {opts.streams}; see the run's logs."
+        )
 
     ncpu = env["cpu_count"]
     # The sender's CPU is per byte it sent; for reliable stacks that is the
@@ -155,14 +178,14 @@ def build_record(opts, m: Measurement) -> dict:
         "cpu": {
             "client": cpu.process_figures(window.end.client - window.start.client, client_bytes),
             "server": cpu.process_figures(window.end.server - window.start.server, nbytes),
-            "system": cpu.system_figures(window.end.system - window.start.system, nbytes,
-                                         window.cpu_seconds, ncpu),
-            "others": cpu.others_figures(window.start.tasks, window.end.tasks,
-                                         set(pids.values()), nbytes),
+            "system": cpu.system_figures(window.end.system - window.start.system, nbytes, window.cpu_seconds, ncpu),
+            "others": cpu.others_figures(window.start.tasks, window.end.tasks, set(pids.values()), nbytes),
         },
         "workload": {
-            side: {"window": _mark_delta(getattr(window.start, f"{side}_mark"), getattr(window.end, f"{side}_mark")),
-                   "report": done}
+            side: {
+                "window": _mark_delta(getattr(window.start, f"{side}_mark"), getattr(window.end, f"{side}_mark")),
+                "report": done,
+            }
             for side, done in (("client", client_done), ("server", server_done))
         },
         "measured_at": m.measured_at,
@@ -191,17 +214,26 @@ def transport_record(stack, client_done: dict, server_done: dict, tls_before: di
     rec = {"protocol": stack.transport, "tls": stack.tls}
     if not stack.configurable_tls:
         return rec
-    ktls = {"client_send": client_done.get("ktls_send"), "client_recv": client_done.get("ktls_recv"),
-            "server_send": server_done.get("ktls_send"), "server_recv": server_done.get("ktls_recv")}
-    tls_stat = {side: counter_delta(tls_before.get(side), window.end.tls_stat.get(side))
-                for side in ("client", "server")}
-    rec.update({
-        "tls_version": client_done.get("tls_version"),
-        "tls_cipher": client_done.get("tls_cipher"),
-        "ktls": ktls,
-        "ktls_label": transports.ktls_label(ktls["client_send"], ktls["server_recv"]) if stack.tls == "kernel" else "none",
-        "tls_stat_delta": tls_stat,
-    })
+    ktls = {
+        "client_send": client_done.get("ktls_send"),
+        "client_recv": client_done.get("ktls_recv"),
+        "server_send": server_done.get("ktls_send"),
+        "server_recv": server_done.get("ktls_recv"),
+    }
+    tls_stat = {
+        side: counter_delta(tls_before.get(side), window.end.tls_stat.get(side)) for side in ("client", "server")
+    }
+    rec.update(
+        {
+            "tls_version": client_done.get("tls_version"),
+            "tls_cipher": client_done.get("tls_cipher"),
+            "ktls": ktls,
+            "ktls_label": transports.ktls_label(ktls["client_send"], ktls["server_recv"])
+            if stack.tls == "kernel"
+            else "none",
+            "tls_stat_delta": tls_stat,
+        }
+    )
     if stack.tls == "kernel":
         _prove_ktls(ktls, tls_stat)
     return rec
@@ -212,13 +244,17 @@ def _prove_ktls(ktls: dict, tls_stat: dict) -> None:
     proofs = (("client_send", "client", "TlsTxSw"), ("server_recv", "server", "TlsRxSw"))
     claimed = [p for p in proofs if ktls[p[0]]]
     if not claimed:
-        raise errors.KtlsUnproven("OpenSSL enabled kernel TLS in neither direction of the upload; "
-                                  "check that the cipher is AES-GCM and the guest has the tls and gcm modules.")
+        raise errors.KtlsUnproven(
+            "OpenSSL enabled kernel TLS in neither direction of the upload; "
+            "check that the cipher is AES-GCM and the guest has the tls and gcm modules."
+        )
     for flag, side, counter in claimed:
         moved = (tls_stat.get(side) or {}).get(counter, 0)
         if moved <= 0:
-            raise errors.KtlsUnproven(f"the {side} reported kernel TLS ({flag}) but /proc/net/tls_stat {counter} "
-                                      "did not move; the run is not kTLS and is not recorded as such.")
+            raise errors.KtlsUnproven(
+                f"the {side} reported kernel TLS ({flag}) but /proc/net/tls_stat {counter} "
+                "did not move; the run is not kTLS and is not recorded as such."
+            )
 
 
 def derive_probe_figures(rec: dict, pids: dict) -> dict:
@@ -241,14 +277,19 @@ def derive_probe_figures(rec: dict, pids: dict) -> dict:
             in_dgrams = dev["rx"].get("wire_packets")
         sides[side] = {
             "by_syscall": calls,
-            **derive.syscall_figures(calls, side_bytes(rec, side), rec["cpu"][side]["total_s"], out_dgrams,
-                                     in_dgrams, stack.rw_is_network),
+            **derive.syscall_figures(
+                calls, side_bytes(rec, side), rec["cpu"][side]["total_s"], out_dgrams, in_dgrams, stack.rw_is_network
+            ),
         }
-        checks[side] = derive.crosscheck(stack.name, side, sides[side], rec["workload"][side]["window"],
-                                         out_dgrams, in_dgrams)
+        checks[side] = derive.crosscheck(
+            stack.name, side, sides[side], rec["workload"][side]["window"], out_dgrams, in_dgrams
+        )
     thr = probes.get("cputhread", {})
-    threads = (derive.thread_figures(thr["window"], pids, {side: side_bytes(rec, side) for side in pids}, nbytes)
-               if thr.get("status") == "present" else None)
+    threads = (
+        derive.thread_figures(thr["window"], pids, {side: side_bytes(rec, side) for side in pids}, nbytes)
+        if thr.get("status") == "present"
+        else None
+    )
     if threads is not None:
         # Two instruments of one quantity: sched_switch timing against the
         # kernel's own sum_exec_runtime (/proc/<pid>/task/*/schedstat). The
@@ -257,6 +298,8 @@ def derive_probe_figures(rec: dict, pids: dict) -> dict:
         # on-CPU plus the wake-up latency (README, "Cross-checks").
         for side in pids:
             f = threads[side]
-            f["oncpu_check"] = {**derive.agreement(f["oncpu_s"], rec["cpu"][side]["oncpu_schedstat_s"], "schedstat"),
-                                "ebpf_plus_runq": f["oncpu_s"] + f["runq_s"]}
+            f["oncpu_check"] = {
+                **derive.agreement(f["oncpu_s"], rec["cpu"][side]["oncpu_schedstat_s"], "schedstat"),
+                "ebpf_plus_runq": f["oncpu_s"] + f["runq_s"],
+            }
     return {"syscalls": sides, "crosscheck": checks, "cpu_threads": threads}

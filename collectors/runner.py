@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """`qprof run`: one measured bulk transfer, from options to run record.
 
 The nesting of context managers is the order of ownership: the run
@@ -5,25 +6,26 @@ directory outlives the topology, which outlives the workload processes,
 so on any exit the processes die first, then the namespaces go, then the
 record is marked for what happened.
 """
+
 import json
 import os
 import subprocess
-from contextlib import contextmanager
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Callable, Optional
 
 from qprof import errors, paths, remains
-from . import environment, floor, guest, listen, netstat, offload, options, record, transports
+from qprof.rundir import RunDir, write_text_atomic
 
-from .perf import PerfRecorder
+from . import environment, floor, guest, listen, netstat, offload, options, record, transports
 from .faults import NO_FAULTS, Faults
 from .measurement import MEASUREMENT, Measurement
 from .options import RunOptions
+from .perf import PerfRecorder
 from .probes import ProbeSet, target_for
-from qprof.rundir import RunDir, write_text_atomic
 from .topology import Topology
 from .window import Window, sleep_watching, take_edge
 from .workload import WorkloadProcess
@@ -42,7 +44,7 @@ TAIL_S = 0.3
 # server's progress is read this often, and no new byte for STALL_S ends it.
 PROGRESS_CHECK_S = 5.0
 STALL_S = 30.0
-UDP_IP_HEADERS = 28   # IPv4 + UDP
+UDP_IP_HEADERS = 28  # IPv4 + UDP
 MSQUIC_MAX_MTU = 1500  # msquic's default MaximumMtu
 
 
@@ -61,18 +63,23 @@ def check_options(opts: RunOptions) -> transports.Stack:
         opts.io_size = stack.io_size
     if opts.bytes is not None:
         if opts.bytes <= 0:
-            raise errors.BadValue(f"--bytes {opts.bytes} moves nothing; give a size such as 64K or 1G, "
-                                  "or --duration for a timed run.")
+            raise errors.BadValue(
+                f"--bytes {opts.bytes} moves nothing; give a size such as 64K or 1G, or --duration for a timed run."
+            )
         if opts.warmup_s:
-            raise errors.BadValue("--warmup does not apply to --bytes: a fixed-size transfer is measured whole, "
-                                  "handshake included; drop --warmup, or use --duration for a steady-state window.")
+            raise errors.BadValue(
+                "--warmup does not apply to --bytes: a fixed-size transfer is measured whole, "
+                "handshake included; drop --warmup, or use --duration for a steady-state window."
+            )
         opts.warmup_s = 0.0
     elif opts.warmup_s is None:
         opts.warmup_s = DEFAULT_WARMUP_S
     offload.plan(opts.stack, opts.topology, opts.gso, opts.gro, opts.send_mode, opts.batch, opts.dgram_size)
     if opts.dgram_size is not None and opts.topology == "netns" and opts.dgram_size > opts.mtu - UDP_IP_HEADERS:
-        raise errors.BadValue(f"--dgram-size {opts.dgram_size} does not fit the veth MTU {opts.mtu} "
-                              f"(at most {opts.mtu - UDP_IP_HEADERS} bytes of UDP payload); lower it.")
+        raise errors.BadValue(
+            f"--dgram-size {opts.dgram_size} does not fit the veth MTU {opts.mtu} "
+            f"(at most {opts.mtu - UDP_IP_HEADERS} bytes of UDP payload); lower it."
+        )
     return stack
 
 
@@ -86,17 +93,43 @@ def preflight(opts: RunOptions) -> Path:
 def make_certificate(run_path: Path) -> tuple:
     cert, key = run_path / "server-cert.pem", run_path / "server-key.pem"
     r = subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
-         "-nodes", "-days", "1", "-subj", "/CN=qprof", "-keyout", str(key), "-out", str(cert)],
-        capture_output=True, text=True,
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=qprof",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        capture_output=True,
+        text=True,
     )
     if r.returncode != 0:
-        raise errors.TransportOpenFailed(f"openssl could not make the run's certificate ({r.stderr.strip()}); check that openssl is installed.")
+        raise errors.TransportOpenFailed(
+            f"openssl could not make the run's certificate ({r.stderr.strip()}); check that openssl is installed."
+        )
     return cert, key
 
 
-def workload_argv(binary: Path, opts: RunOptions, role: str, addr: str, port: int,
-                  plan: Optional[offload.OffloadPlan] = None, run_path: Optional[Path] = None) -> list:
+def workload_argv(
+    binary: Path,
+    opts: RunOptions,
+    role: str,
+    addr: str,
+    port: int,
+    plan: Optional[offload.OffloadPlan] = None,
+    run_path: Optional[Path] = None,
+) -> list:
     stack = transports.STACKS[opts.stack]
     argv = [str(binary), "--stack", opts.stack, "--role", role, "--addr", addr, "--port", str(port), "--control"]
     argv += options.workload_args(opts, role)
@@ -123,15 +156,26 @@ def _run(opts: RunOptions, binary: Path, on_progress, faults: Faults) -> dict:
         cert, key = make_certificate(rundir.path)
         if faults.bad_cert:
             cert.write_text("not a certificate\n")
-        plan = offload.plan(opts.stack, opts.topology, opts.gso, opts.gro, opts.send_mode, opts.batch,
-                            opts.dgram_size, run_path=rundir.path)
-        if faults.no_interposer:   # the steering silently not taking effect
+        plan = offload.plan(
+            opts.stack,
+            opts.topology,
+            opts.gso,
+            opts.gro,
+            opts.send_mode,
+            opts.batch,
+            opts.dgram_size,
+            run_path=rundir.path,
+        )
+        if faults.no_interposer:  # the steering silently not taking effect
             plan.env = {"client": {}, "server": {}}
         floor_parts = floor.measure(opts.stack)  # cached; before anything else runs
         with Topology(opts.topology, rundir.id[-6:], mtu=opts.mtu) as topo:
-            on_progress(f"run {rundir.id}: {opts.stack} over {topo.kind}"
-                        + (f" {topo.subnet}" if topo.subnet else "") + f", output in {rundir.path}")
-            for ep in ((topo.client, topo.server) if topo.kind == "netns" else ()):
+            on_progress(
+                f"run {rundir.id}: {opts.stack} over {topo.kind}"
+                + (f" {topo.subnet}" if topo.subnet else "")
+                + f", output in {rundir.path}"
+            )
+            for ep in (topo.client, topo.server) if topo.kind == "netns" else ():
                 offload.set_device_features(ep, plan.devices)
             m = _transfer(opts, binary, topo, rundir.path, cert, key, on_progress, plan, faults, floor_parts)
         # The raw measurement first: if describing it fails, the evidence stays.
@@ -143,8 +187,9 @@ def _run(opts: RunOptions, binary: Path, on_progress, faults: Faults) -> dict:
         return rundir.record
 
 
-def _transfer(opts, binary, topo, run_path, cert, key, on_progress, plan, faults: Faults,
-              floor_parts: dict) -> Measurement:
+def _transfer(
+    opts, binary, topo, run_path, cert, key, on_progress, plan, faults: Faults, floor_parts: dict
+) -> Measurement:
     """The transfer and every instrument around it; what they read, raw."""
     server_argv = workload_argv(binary, opts, "server", topo.server.addr, opts.port, plan, run_path)
     server_argv += ["--cert", str(cert), "--key", str(key)]
@@ -154,9 +199,11 @@ def _transfer(opts, binary, topo, run_path, cert, key, on_progress, plan, faults
         client_argv += ["--tls", "1.2" if (opts.tls_version or "1.3") == "1.3" else "1.3"]
     sides = (("client", topo.client), ("server", topo.server))
 
-    with WorkloadProcess("server", server_argv, topo.server, run_path / "server.log") as server, \
-            _client_with_probes(opts, client_argv, topo, run_path, server) as (client, probes), \
-            _perf(opts, run_path) as perf:
+    with (
+        WorkloadProcess("server", server_argv, topo.server, run_path / "server.log") as server,
+        _client_with_probes(opts, client_argv, topo, run_path, server) as (client, probes),
+        _perf(opts, run_path) as perf,
+    ):
         udp_before = {side: netstat.read_udp(ep) for side, ep in sides}
         dev_before = {side: netstat.read_device(ep) for side, ep in sides}
         connected, window, tls_before = _measure(opts, server, client, probes, perf, on_progress, faults)
@@ -170,27 +217,47 @@ def _transfer(opts, binary, topo, run_path, cert, key, on_progress, plan, faults
         if perf is not None:
             perf.stop()
             samples = perf.fold({"client": client.pid, "server": server.pid}, run_path / "stacks")
-            capture = {"event": "cpu-clock", "sample_period_ns": perf.period_ns, "sample_hz": perf.sample_hz,
-                       "call_graph": perf.call_graph,
-                       "samples": samples, "samples_per_cpu": perf.samples_per_cpu(), "stacks_dir": "stacks"}
+            capture = {
+                "event": "cpu-clock",
+                "sample_period_ns": perf.period_ns,
+                "sample_hz": perf.sample_hz,
+                "call_graph": perf.call_graph,
+                "samples": samples,
+                "samples_per_cpu": perf.samples_per_cpu(),
+                "stacks_dir": "stacks",
+            }
     for p in (client, server):
         if p.done.get("exit_code") != 0:
             p.raise_exit()
     if window.bytes <= 0:
-        raise errors.PeerDied("no bytes arrived inside the window though both sides reported success; see the run's logs.")
+        raise errors.PeerDied(
+            "no bytes arrived inside the window though both sides reported success; see the run's logs."
+        )
     env = environment.describe()
     env["topology"] = topo.describe()
     return Measurement(
-        options=asdict(opts), environment=env, measured_at=measured_at,
-        pids={"client": client.pid, "server": server.pid}, window=window, connected=connected,
-        done={"client": client_done, "server": server_done}, tls_before=tls_before,
-        udp={"before": udp_before, "after": udp_after}, devices={"before": dev_before, "after": dev_after},
-        probes=probe_records, perf=capture, server_binds=listen.read_report(run_path),
-        offload={**plan.describe(),
-                 "device_features": ({side: offload.read_device_features(ep) for side, ep in sides}
-                                     if topo.kind == "netns" else None),
-                 "interposer": offload.read_interposer_reports(run_path)},
-        floor_parts=floor_parts)
+        options=asdict(opts),
+        environment=env,
+        measured_at=measured_at,
+        pids={"client": client.pid, "server": server.pid},
+        window=window,
+        connected=connected,
+        done={"client": client_done, "server": server_done},
+        tls_before=tls_before,
+        udp={"before": udp_before, "after": udp_after},
+        devices={"before": dev_before, "after": dev_after},
+        probes=probe_records,
+        perf=capture,
+        server_binds=listen.read_report(run_path),
+        offload={
+            **plan.describe(),
+            "device_features": (
+                {side: offload.read_device_features(ep) for side, ep in sides} if topo.kind == "netns" else None
+            ),
+            "interposer": offload.read_interposer_reports(run_path),
+        },
+        floor_parts=floor_parts,
+    )
 
 
 @contextmanager
@@ -254,8 +321,10 @@ def _wait_for_last_byte(server, total: int) -> None:
         if got > seen:
             seen, last_progress = got, time.monotonic()
         elif time.monotonic() - last_progress > STALL_S:
-            raise errors.Timeout(f"the fixed-size transfer stalled: the server received no byte for {STALL_S:.0f} s "
-                                 f"({got} of {total} bytes arrived); see {server.log_path}.")
+            raise errors.Timeout(
+                f"the fixed-size transfer stalled: the server received no byte for {STALL_S:.0f} s "
+                f"({got} of {total} bytes arrived); see {server.log_path}."
+            )
 
 
 @contextmanager
@@ -279,17 +348,21 @@ def run_in_guest(opts: RunOptions, on_progress, faults: Faults) -> dict:
         # The same options for the guest's qprof, as JSON (collectors/options.py).
         # Not a guest again inside the guest; its runs go where the host reads them.
         (out / "options.json").write_text(options.to_json(replace(opts, guest=False, runs_dir=str(out / "runs"))))
-        (out / "cmd.sh").write_text(guest.guest_command(["--options-file", str(out / "options.json"),
-                                                         *faults.argv()], out))
-        on_progress(f"run {rundir.id}: {opts.stack} in a QEMU guest ({art.kernel_release}, TCG), "
-                    f"output in {rundir.path}")
+        (out / "cmd.sh").write_text(
+            guest.guest_command(["--options-file", str(out / "options.json"), *faults.argv()], out)
+        )
+        on_progress(
+            f"run {rundir.id}: {opts.stack} in a QEMU guest ({art.kernel_release}, TCG), output in {rundir.path}"
+        )
         timeout_s = opts.warmup_s + (opts.duration_s if not opts.bytes else 600) + 300
         with guest.GuestVM(art, out, rundir.path / "console.log") as vm:
             stages = vm.wait(timeout_s)
         rc_file = out / "rc"
         if not rc_file.exists():
-            raise errors.GuestBootFailed(f"the guest stopped at stage '{stages[-1] if stages else 'boot'}' "
-                                         f"(last console line: {vm.last_console_line()}); see {rundir.path / 'console.log'}.")
+            raise errors.GuestBootFailed(
+                f"the guest stopped at stage '{stages[-1] if stages else 'boot'}' "
+                f"(last console line: {vm.last_console_line()}); see {rundir.path / 'console.log'}."
+            )
         rc = int(rc_file.read_text().strip() or 1)
         if rc != 0:
             lines = [l for l in (out / "run.stderr").read_text(errors="replace").splitlines() if l.strip()]
@@ -301,9 +374,15 @@ def run_in_guest(opts: RunOptions, on_progress, faults: Faults) -> dict:
         rec["config"] = asdict(opts)
         env = rec["environment"]
         env["emulated"] = True
-        env["guest"] = {"kernel_package": art.package, "kernel_release": art.kernel_release,
-                        "qemu": guest.qemu_version(), "accel": "tcg", "cpu": "max",
-                        "cpus": guest.GUEST_CPUS, "memory_mb": guest.GUEST_MEMORY_MB}
+        env["guest"] = {
+            "kernel_package": art.package,
+            "kernel_release": art.kernel_release,
+            "qemu": guest.qemu_version(),
+            "accel": "tcg",
+            "cpu": "max",
+            "cpus": guest.GUEST_CPUS,
+            "memory_mb": guest.GUEST_MEMORY_MB,
+        }
         env["host"] = environment.describe()
         rundir.complete(rec)
         return rundir.record

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """Where the two ends of a transfer live: two network namespaces joined by a
 veth pair (default), or the host's loopback.
 
@@ -5,6 +6,7 @@ A Topology is a context manager and the one owner of what it creates: on
 every exit path (success, error, Ctrl-C) it kills what still runs in its
 namespaces and deletes them, which deletes the veth pair with them.
 """
+
 import ipaddress
 import json
 import subprocess
@@ -62,7 +64,9 @@ def choose_subnet(used: List[ipaddress.IPv4Network], pool=ADDRESS_POOL) -> ipadd
     for net in pool.subnets(new_prefix=30):
         if not any(net.overlaps(u) for u in used):
             return net
-    raise TopologyFailed(f"every /30 in {pool} collides with an address or route on this host; free one or change ADDRESS_POOL.")
+    raise TopologyFailed(
+        f"every /30 in {pool} collides with an address or route on this host; free one or change ADDRESS_POOL."
+    )
 
 
 @dataclass
@@ -70,7 +74,7 @@ class Topology:
     """Namespaces + veth, or loopback. Use as a context manager."""
 
     kind: str  # "netns" or "loopback"
-    tag: str   # short unique tag for names (run id suffix)
+    tag: str  # short unique tag for names (run id suffix)
     mtu: int = 1500
     client: Optional[Endpoint] = None
     server: Optional[Endpoint] = None
@@ -113,8 +117,20 @@ class Topology:
             remains.ledger().claim("netns", names[side])
             self._created.append(names[side])
             self._run_ip("netns", "add", names[side])
-        self._run_ip("link", "add", links["client"], "netns", names["client"], "type", "veth",
-                     "peer", "name", links["server"], "netns", names["server"])
+        self._run_ip(
+            "link",
+            "add",
+            links["client"],
+            "netns",
+            names["client"],
+            "type",
+            "veth",
+            "peer",
+            "name",
+            links["server"],
+            "netns",
+            names["server"],
+        )
         for i, side in enumerate(("client", "server")):
             ns, link = names[side], links[side]
             # msquic probes GSO/GRO over 127.0.0.1 at start-up and quietly

@@ -1,7 +1,9 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """tracefs, which bpftrace's tracepoint probes (and libbpf's, outside
 tp_btf) need. This host does not mount it; perf mounts it on its own and
 leaves it. `mounted()` mounts it only if absent and unmounts only what it
 mounted, so the machine is left as it was found."""
+
 import os
 import subprocess
 from contextlib import contextmanager

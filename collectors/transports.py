@@ -1,7 +1,9 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """The transport stacks qprof drives ("stack" in options and records;
 call stacks are flamegraphs' business), and what differs between them: the
 workload's options, which checks apply before a run, which syscalls carry
 the data, and how the transport describes itself in the record."""
+
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional
@@ -15,11 +17,11 @@ TLS_VERSIONS = ("1.2", "1.3")
 @dataclass(frozen=True)
 class Stack:
     name: str
-    transport: str        # "udp" or "tcp"
-    tls: str              # "quic" (inside QUIC), "user", "kernel" or "none"
-    sendfile: bool        # the client can sendfile() its data
-    rw_is_network: bool   # read()/write() on the socket carry the data
-    io_size: int          # default bytes per send: secnetperf's for QUIC, iperf3's for TCP
+    transport: str  # "udp" or "tcp"
+    tls: str  # "quic" (inside QUIC), "user", "kernel" or "none"
+    sendfile: bool  # the client can sendfile() its data
+    rw_is_network: bool  # read()/write() on the socket carry the data
+    io_size: int  # default bytes per send: secnetperf's for QUIC, iperf3's for TCP
 
     @property
     def configurable_tls(self) -> bool:
@@ -43,30 +45,44 @@ def kernel_has_tls(ulp_path: Path = TCP_ULP) -> bool:
         return False
 
 
-def validate(stack_name: str, tls_version: Optional[str], cipher: Optional[str], sendfile: bool,
-             guest: bool) -> Stack:
+def validate(stack_name: str, tls_version: Optional[str], cipher: Optional[str], sendfile: bool, guest: bool) -> Stack:
     """Refuse what cannot run, with the reason and the fix, before anything starts."""
     stack = STACKS.get(stack_name)
     if stack is None:
         raise errors.UnknownStack(f"unknown stack '{stack_name}'; valid stacks are: {', '.join(STACKS)}.")
     if (tls_version is not None or cipher is not None) and not stack.configurable_tls:
-        what = "QUIC's TLS is fixed to TLS 1.3 with AES-128-GCM" if stack.tls == "quic" else f"plain {stack.name} has no TLS"
-        raise errors.BadTls(f"--tls and --cipher apply to tcp-tls and tcp-ktls only ({what}); drop them or pick one of those stacks.")
+        what = (
+            "QUIC's TLS is fixed to TLS 1.3 with AES-128-GCM"
+            if stack.tls == "quic"
+            else f"plain {stack.name} has no TLS"
+        )
+        raise errors.BadTls(
+            f"--tls and --cipher apply to tcp-tls and tcp-ktls only ({what}); drop them or pick one of those stacks."
+        )
     if tls_version is not None and tls_version not in TLS_VERSIONS:
         raise errors.BadTls(f"unknown TLS version '{tls_version}'; use --tls 1.2 or --tls 1.3.")
     if sendfile and not stack.sendfile:
-        why = ("user-space TLS must encrypt in user space" if stack.tls == "user"
-               else "msquic sends from its own buffers" if stack.name == "quic" else "datagrams are sent from user buffers")
-        raise errors.SendfileUnsupported(f"--sendfile works with tcp and tcp-ktls only ({stack.name}: {why}); drop it or pick one of those.")
+        why = (
+            "user-space TLS must encrypt in user space"
+            if stack.tls == "user"
+            else "msquic sends from its own buffers"
+            if stack.name == "quic"
+            else "datagrams are sent from user buffers"
+        )
+        raise errors.SendfileUnsupported(
+            f"--sendfile works with tcp and tcp-ktls only ({stack.name}: {why}); drop it or pick one of those."
+        )
     if stack.tls == "kernel" and not guest and not kernel_has_tls():
         raise errors.KernelFeatureMissing(
             f"this kernel lacks the TLS ULP ('tls' is not in {TCP_ULP}), so tcp-ktls cannot run here; "
-            "add --guest to run it in a QEMU guest with Debian's kernel.")
+            "add --guest to run it in a QEMU guest with Debian's kernel."
+        )
     return stack
 
 
-def workload_args(stack: Stack, role: str, tls_version: Optional[str], cipher: Optional[str],
-                  sendfile: bool) -> List[str]:
+def workload_args(
+    stack: Stack, role: str, tls_version: Optional[str], cipher: Optional[str], sendfile: bool
+) -> List[str]:
     args = []
     if stack.configurable_tls:
         args += ["--tls", tls_version or "1.3"]

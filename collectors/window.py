@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """The steady-state window: its two edges and what was measured between.
 
 An edge reads, as close together as possible: /proc/stat, both processes'
@@ -6,6 +7,7 @@ The window starts `warmup_s` after the handshake completed and ends
 `duration_s` later (or when the server reports the last byte, for a
 transfer of a fixed size). Everything qprof derives covers exactly it.
 """
+
 import time
 from dataclasses import dataclass
 from typing import Dict, Iterable, Optional
@@ -25,8 +27,8 @@ class Edge:
     server_mark: dict
     client_mark: dict
     tls_stat: dict  # side -> /proc/<pid>/net/tls_stat, None without kernel TLS
-    net: dict       # side -> the namespace's loss counters (netstat.WATCHED); "softnet": the machine's
-    tasks: dict     # (pid, tid) -> on-CPU ns of every task (schedstat)
+    net: dict  # side -> the namespace's loss counters (netstat.WATCHED); "softnet": the machine's
+    tasks: dict  # (pid, tid) -> on-CPU ns of every task (schedstat)
 
 
 @dataclass
@@ -64,8 +66,11 @@ def take_edge(name: str, server: WorkloadProcess, client: WorkloadProcess, probe
     client_cpu = cpu.read_process(client.pid)
     tasks = cpu.read_tasks()
     tls_stat = {"server": transports.read_tls_stat(server.pid), "client": transports.read_tls_stat(client.pid)}
-    net = {"server": netstat.read_namespace(server.pid), "client": netstat.read_namespace(client.pid),
-           "softnet": netstat.read_softnet()}
+    net = {
+        "server": netstat.read_namespace(server.pid),
+        "client": netstat.read_namespace(client.pid),
+        "softnet": netstat.read_softnet(),
+    }
     server_mark = server.wait_event("mark", MARK_TIMEOUT_S)
     client_mark = client.wait_event("mark", MARK_TIMEOUT_S)
     if probes is not None:

@@ -1,11 +1,14 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """One qprof-wl process (a server or a client role) under qprof's control
 (see workloads/wl.h for its events and commands), and what its ending
 means as a QprofError."""
+
 import subprocess
 from pathlib import Path
 from typing import List
 
 from qprof import errors
+
 from .controlled import ControlledProcess, ProcessEnded
 from .topology import Endpoint
 
@@ -42,7 +45,9 @@ class WorkloadProcess(ControlledProcess):
         try:
             self.proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            raise errors.Timeout(f"the {self.role} did not exit within {timeout_s:.0f} s of its report; see {self.log_path}.")
+            raise errors.Timeout(
+                f"the {self.role} did not exit within {timeout_s:.0f} s of its report; see {self.log_path}."
+            )
         return report
 
     def raise_exit(self) -> None:
@@ -60,9 +65,14 @@ class WorkloadProcess(ControlledProcess):
         if code == WorkloadExit.TLS_CONFIG:
             raise errors.BadTls(f"{msg}; list the names with `openssl ciphers -v`{where}.")
         if code == WorkloadExit.LIB_OPEN:
-            raise errors.TransportOpenFailed(f"the {self.role} could not set up its transport ({msg}); run `qprof doctor`{where}.")
+            raise errors.TransportOpenFailed(
+                f"the {self.role} could not set up its transport ({msg}); run `qprof doctor`{where}."
+            )
         if code == WorkloadExit.HANDSHAKE:
-            raise errors.HandshakeFailed(f"{msg}; check that both sides agree on the TLS version and cipher and that the server is reachable{where}.")
+            raise errors.HandshakeFailed(
+                f"{msg}; check that both sides agree on the TLS version and cipher"
+                f" and that the server is reachable{where}."
+            )
         if code == WorkloadExit.VERIFY:
             raise errors.VerifyFailed(f"{msg}: the data the server received is not what the client sent{where}.")
         if code == WorkloadExit.USAGE:

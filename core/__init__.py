@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """qprof: where the CPU goes when bulk data moves over QUIC and TCP+kTLS.
 
 This package's own modules are the core every part imports: errors (exit
@@ -7,4 +8,5 @@ its subpackages: cli (the command), collectors (measurement), flamegraphs
 (folded stacks per byte); dependencies point cli -> collectors ->
 flamegraphs -> core (tests/test_layers.py).
 """
+
 __version__ = "0.1.0"

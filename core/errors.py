@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """Every failure qprof reports: one sentence naming the cause and the fix,
 and an exit code of its own so scripts can tell failures apart.
 

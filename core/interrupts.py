@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """Ctrl-C, SIGTERM and SIGHUP: the first one interrupts, cleanup is never
 cut half way.
 
@@ -12,14 +13,15 @@ non-interactive shell (`qprof run &` in a script) ignores SIGINT, and
 `nohup` ignores SIGHUP, by design (as POSIX tools do); SIGTERM still stops
 such a qprof cleanly.
 """
+
 import signal
 from contextlib import contextmanager
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
-_handled = []        # the signals qprof took over
-_depth = 0           # nesting of deferred() blocks
-_pending = None      # a signal that arrived inside deferred()
+_handled = []  # the signals qprof took over
+_depth = 0  # nesting of deferred() blocks
+_pending = None  # a signal that arrived inside deferred()
 _interrupted = False
 
 

@@ -1,4 +1,6 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """Where qprof finds what `make build` produced and where runs are written."""
+
 import os
 from pathlib import Path
 
@@ -36,5 +38,7 @@ def inferno_tool(name: str) -> Path:
     """One of inferno's programs (inferno-NAME), as `make build` installs them."""
     path = build_dir() / "tools" / "bin" / f"inferno-{name}"
     if not os.access(path, os.X_OK):
-        raise NotBuilt(f"inferno is not built ({path} is missing); run `make inferno` (part of `make build`) in {REPO_ROOT}.")
+        raise NotBuilt(
+            f"inferno is not built ({path} is missing); run `make inferno` (part of `make build`) in {REPO_ROOT}."
+        )
     return path

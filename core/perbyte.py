@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """Which bytes a side's CPU is divided by: one answer for the record's
 figures (collectors) and the flame graphs' (flamegraphs)."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """What a qprof process owns on this machine, kept on disk so that nothing
 outlives it, even `kill -9`.
 
@@ -19,6 +20,7 @@ second one is refused with who holds it.
 Child processes also die with qprof through PR_SET_PDEATHSIG; the ledger
 is for what the kernel does not remove by itself.
 """
+
 import fcntl
 import json
 import os
@@ -67,8 +69,7 @@ class Ledger:
     def __init__(self):
         self.pid = os.getpid()
         self.path = state_dir() / f"{self.pid}.json"
-        self.data = {"pid": self.pid, "start_time": start_time(self.pid), "argv": None,
-                     **{k: [] for k in KINDS}}
+        self.data = {"pid": self.pid, "start_time": start_time(self.pid), "argv": None, **{k: [] for k in KINDS}}
 
     def claim(self, kind: str, value) -> None:
         if value not in self.data[kind]:
@@ -97,8 +98,10 @@ class Ledger:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             _write(self.path, self.data)
         except OSError as e:
-            raise errors.RunsDirUnwritable(f"qprof cannot keep its ledger in {self.path.parent} ({e.strerror}); "
-                                           "set QPROF_STATE_DIR to a writable directory.")
+            raise errors.RunsDirUnwritable(
+                f"qprof cannot keep its ledger in {self.path.parent} ({e.strerror}); "
+                "set QPROF_STATE_DIR to a writable directory."
+            )
 
 
 def _argv() -> List[str]:
@@ -143,15 +146,18 @@ def exclusive(what: str):
         d.mkdir(parents=True, exist_ok=True)
         fd = os.open(d / "lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     except OSError as e:
-        raise errors.RunsDirUnwritable(f"qprof cannot open its lock in {d} ({e.strerror}); "
-                                       "set QPROF_STATE_DIR to a writable directory.")
+        raise errors.RunsDirUnwritable(
+            f"qprof cannot open its lock in {d} ({e.strerror}); set QPROF_STATE_DIR to a writable directory."
+        )
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         holder = os.pread(fd, 4096, 0).decode(errors="replace").strip()
         os.close(fd)
-        raise errors.Busy(f"another qprof measurement holds this machine ({holder or 'pid unknown'}), and "
-                          "whole-machine CPU per byte would include its work; wait for it to end or stop it.")
+        raise errors.Busy(
+            f"another qprof measurement holds this machine ({holder or 'pid unknown'}), and "
+            "whole-machine CPU per byte would include its work; wait for it to end or stop it."
+        )
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"pid {os.getpid()}: qprof {what}, since {time.strftime('%H:%M:%S')}".encode(), 0)
     _lock_fd, _lock_depth = fd, 1
@@ -167,6 +173,7 @@ def exclusive(what: str):
 
 
 # -- remains of dead processes -------------------------------------------
+
 
 def dead_ledgers() -> List[dict]:
     """The ledgers whose process is no longer running."""
@@ -255,8 +262,10 @@ def _mark_abandoned(record_path: Path, data: dict) -> bool:
     if rec.get("status") != "running":
         return False
     rec["status"] = "abandoned"
-    rec["error"] = (f"qprof (pid {data.get('pid')}) ended without finishing this run (killed outright, or "
-                    f"the machine stopped); its remains were removed at {time.strftime('%Y-%m-%dT%H:%M:%S%z')}.")
+    rec["error"] = (
+        f"qprof (pid {data.get('pid')}) ended without finishing this run (killed outright, or "
+        f"the machine stopped); its remains were removed at {time.strftime('%Y-%m-%dT%H:%M:%S%z')}."
+    )
     try:
         write_json_atomic(record_path, rec)
     except OSError:

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """The run directory, runs/<id>/, and its record run.json.
 
 A RunDir is a context manager: run.json says "running" from the start,
@@ -7,6 +8,7 @@ was killed outright and a later qprof found its remains (remains.py).
 Every write is atomic (temporary file + rename), so a reader never sees
 half a record.
 """
+
 import json
 import os
 import secrets
@@ -123,8 +125,10 @@ class RunDir:
 
 
 def unwritable(path: Path, e: OSError) -> RunsDirUnwritable:
-    return RunsDirUnwritable(f"cannot write under {path} ({e.strerror or e}); pass --runs-dir "
-                             "(or set QPROF_RUNS_DIR) to a writable directory.")
+    return RunsDirUnwritable(
+        f"cannot write under {path} ({e.strerror or e}); pass --runs-dir "
+        "(or set QPROF_RUNS_DIR) to a writable directory."
+    )
 
 
 def load(root: Path, run_id: str = "latest") -> dict:

@@ -1,8 +1,10 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """Durations and sizes as users type them: 10s, 500ms, 2m; 64K, 1G.
 
 Sizes use powers of two (K = 1024), as iperf3 and netperf do. Plain
 parsers, for the CLI's option types and for `qprof compare --vary`.
 """
+
 import re
 
 from .errors import BadValue

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """Each sample of a folded stack in one category of work, by the rules in
 categories.rules (its header says how a stack is classified: leaf first,
 the first frame that any rule matches decides).
@@ -8,6 +9,7 @@ every side and run and its values sum to the input's samples.
 
     python -m qprof.flamegraphs.categories [FILE]   # samples per category, JSON; stdin without FILE
 """
+
 import json
 import re
 import sys

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """Flame graphs drawn by inferno from per-byte folded stacks (whole fs/B,
 see normalize.py); this module only composes titles and runs the tools.
 
@@ -14,6 +15,7 @@ or throughput. Widths are B's; inferno colours a frame red where B's count
 is higher (B costs more per byte) and blue where it is lower, which is
 what we want, so no --negate.
 """
+
 import subprocess
 import tempfile
 from pathlib import Path
@@ -27,7 +29,7 @@ from . import folded
 from .normalize import SideFigures
 
 COUNT_NAME = "ps/B"
-FACTOR = "0.001"   # fs/B counts -> ps/B labels
+FACTOR = "0.001"  # fs/B counts -> ps/B labels
 
 
 def _run(argv: Sequence[str], text: Optional[str] = None) -> str:
@@ -39,8 +41,21 @@ def _run(argv: Sequence[str], text: Optional[str] = None) -> str:
 
 
 def _flamegraph(folded_text: str, out: Path, title: str, subtitle: str) -> Path:
-    svg = _run([paths.inferno_tool("flamegraph"), "--countname", COUNT_NAME, "--factor", FACTOR, "--hash",
-                "--title", title, "--subtitle", subtitle], folded_text)
+    svg = _run(
+        [
+            paths.inferno_tool("flamegraph"),
+            "--countname",
+            COUNT_NAME,
+            "--factor",
+            FACTOR,
+            "--hash",
+            "--title",
+            title,
+            "--subtitle",
+            subtitle,
+        ],
+        folded_text,
+    )
     write_text_atomic(out, svg)
     return out
 
@@ -50,8 +65,9 @@ def render(per_byte_stacks: Mapping[str, int], out: Path, title: str, subtitle: 
     return _flamegraph("".join(folded.lines(per_byte_stacks)), out, title, subtitle)
 
 
-def render_diff(a_per_byte: Mapping[str, int], b_per_byte: Mapping[str, int], out: Path,
-                title: str, subtitle: str) -> Path:
+def render_diff(
+    a_per_byte: Mapping[str, int], b_per_byte: Mapping[str, int], out: Path, title: str, subtitle: str
+) -> Path:
     """A differential graph of B against A, both in fs/B."""
     with tempfile.TemporaryDirectory(prefix="qprof-flame-") as tmp:
         fa, fb = Path(tmp) / "a.folded", Path(tmp) / "b.folded"
@@ -79,11 +95,14 @@ def side_title(record: dict, side: str, fig: SideFigures) -> str:
     return f"{describe_run(record)}: {side} {fig.ns_per_byte:.3f} ns/B"
 
 
-def side_subtitle(run_id: str, fig: SideFigures, measured: Optional[float], gap: Optional[float],
-                  incomplete: Optional[str]) -> str:
-    text = (f"measured {_pct(measured, '{:.3f}')} ns/B (collectors), gap {_pct(gap, '{:+.1f}%')}; "
-            f"stack quality {_pct(None if fig.stack_quality is None else fig.stack_quality * 100, '{:.1f}%')}; "
-            f"{fig.samples:,} samples of {fig.sample_period_ns / 1e6:g} ms; run {run_id}; frames in {COUNT_NAME}")
+def side_subtitle(
+    run_id: str, fig: SideFigures, measured: Optional[float], gap: Optional[float], incomplete: Optional[str]
+) -> str:
+    text = (
+        f"measured {_pct(measured, '{:.3f}')} ns/B (collectors), gap {_pct(gap, '{:+.1f}%')}; "
+        f"stack quality {_pct(None if fig.stack_quality is None else fig.stack_quality * 100, '{:.1f}%')}; "
+        f"{fig.samples:,} samples of {fig.sample_period_ns / 1e6:g} ms; run {run_id}; frames in {COUNT_NAME}"
+    )
     if incomplete:
         text += "; UNDERCOUNTS: " + incomplete
     return text
@@ -91,10 +110,14 @@ def side_subtitle(run_id: str, fig: SideFigures, measured: Optional[float], gap:
 
 def diff_title(side: str, rec_a: dict, fig_a: SideFigures, rec_b: dict, fig_b: SideFigures) -> str:
     change = (fig_b.ns_per_byte - fig_a.ns_per_byte) / fig_a.ns_per_byte * 100 if fig_a.ns_per_byte else None
-    return (f"{side}: A {rec_a.get('stack')} {fig_a.ns_per_byte:.3f} ns/B -> B {rec_b.get('stack')} "
-            f"{fig_b.ns_per_byte:.3f} ns/B ({_pct(change, '{:+.1f}%')})")
+    return (
+        f"{side}: A {rec_a.get('stack')} {fig_a.ns_per_byte:.3f} ns/B -> B {rec_b.get('stack')} "
+        f"{fig_b.ns_per_byte:.3f} ns/B ({_pct(change, '{:+.1f}%')})"
+    )
 
 
 def diff_subtitle(id_a: str, rec_a: dict, id_b: str, rec_b: dict) -> str:
-    return (f"A = run {id_a} ({describe_run(rec_a)}), B = run {id_b} ({describe_run(rec_b)}); "
-            f"widths are B's; red: B costs more per byte, blue: less; frames in {COUNT_NAME}")
+    return (
+        f"A = run {id_a} ({describe_run(rec_a)}), B = run {id_b} ({describe_run(rec_b)}); "
+        f"widths are B's; red: B costs more per byte, blue: less; frames in {COUNT_NAME}"
+    )

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """Folded stacks, the interchange format between collectors/ and
 flamegraphs/ (and inferno): one stack a line, `root;frame;...;leaf COUNT`.
 
@@ -7,6 +8,7 @@ Frames may hold spaces ("[unknown] "), so the count is what follows the
 last space. As inferno does, a malformed line is skipped with one warning
 for the whole input, never fatal; only input with nothing usable in it is.
 """
+
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +29,7 @@ class Folded:
 
     stacks: Dict[str, int] = field(default_factory=dict)
     name: str = "<stdin>"
-    skipped_lines: int = 0        # malformed lines left out
+    skipped_lines: int = 0  # malformed lines left out
     partial_last_line: bool = False  # the text did not end with a newline
 
     @property
@@ -62,14 +64,18 @@ def parse(text: str, name: str = "<stdin>", warn: Callable[[str], None] = warn_s
         stack, count = parsed
         out.stacks[stack] = out.stacks.get(stack, 0) + count
     if out.skipped_lines and not out.stacks:
-        raise BadStacks(f"{name} holds no folded stacks ({out.skipped_lines} malformed line(s), "
-                        f"the first at line {first_bad[0]}); it should read 'root;frame;...;leaf COUNT' "
-                        "as `qprof run` writes it.")
+        raise BadStacks(
+            f"{name} holds no folded stacks ({out.skipped_lines} malformed line(s), "
+            f"the first at line {first_bad[0]}); it should read 'root;frame;...;leaf COUNT' "
+            "as `qprof run` writes it."
+        )
     if out.skipped_lines:
         lineno, line = first_bad
         shown = line if len(line) <= 60 else line[:57] + "..."
-        warn(f"{name}: skipped {out.skipped_lines} malformed line(s), the first at line {lineno} "
-             f"({shown!r}); the graph leaves their samples out.")
+        warn(
+            f"{name}: skipped {out.skipped_lines} malformed line(s), the first at line {lineno} "
+            f"({shown!r}); the graph leaves their samples out."
+        )
     return out
 
 
@@ -83,8 +89,10 @@ def read(source: Source = None, warn: Callable[[str], None] = warn_stderr) -> Fo
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
-        raise BadStacks(f"{path} is not text (not UTF-8): it is not a folded-stacks file; "
-                        "fold perf.data with `perf script | inferno-collapse-perf`.")
+        raise BadStacks(
+            f"{path} is not text (not UTF-8): it is not a folded-stacks file; "
+            "fold perf.data with `perf script | inferno-collapse-perf`."
+        )
     except OSError as e:
         raise BadStacks(f"cannot read {path} ({e.strerror or e}); check the path and its permissions.")
     return parse(text, str(path), warn)

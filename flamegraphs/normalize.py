@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """A side's samples as CPU nanoseconds per byte moved, by category, and how
 much of it sits on complete stacks.
 
@@ -8,6 +9,7 @@ byte (1 ns/B = 10^6 fs/B): integers, as inferno wants, fine enough that a
 single 1 ms sample over 2 GB (~500 fs/B) keeps three digits, and the same
 unit for every run, so two runs diff per byte whatever their length.
 """
+
 import re
 from dataclasses import dataclass
 from typing import Dict, Mapping, Optional
@@ -25,10 +27,14 @@ FS_PER_NS = 1_000_000
 # space made the call or was interrupted, so a stack that starts there lost
 # its user part. With DWARF unwinding that is what a user stack perf could
 # not copy looks like (a process in execve or exit, its memory going away).
-_USER_ENTRY = re.compile(r"^(start_thread|clone3?|__clone3?|__clone_internal|_start|_dl_start\w*|__libc_start_main\w*"
-                         r"|__libc_start_call_main|thread_start)$")
-_KERNEL_ENTRY = re.compile(r"^(ret_from_fork\w*|secondary_startup_64\w*|common_startup_64|x86_64_start_\w+"
-                           r"|start_kernel|cpu_startup_entry)(\.[\w.]+)?_\[k\]$")
+_USER_ENTRY = re.compile(
+    r"^(start_thread|clone3?|__clone3?|__clone_internal|_start|_dl_start\w*|__libc_start_main\w*"
+    r"|__libc_start_call_main|thread_start)$"
+)
+_KERNEL_ENTRY = re.compile(
+    r"^(ret_from_fork\w*|secondary_startup_64\w*|common_startup_64|x86_64_start_\w+"
+    r"|start_kernel|cpu_startup_entry)(\.[\w.]+)?_\[k\]$"
+)
 
 
 def stack_complete(stack: str) -> bool:
@@ -49,10 +55,10 @@ class SideFigures:
     sample_period_ns: int
     bytes: int
     ns_per_byte: float
-    categories_samples: Dict[str, int]        # CATEGORIES order
+    categories_samples: Dict[str, int]  # CATEGORIES order
     categories_ns_per_byte: Dict[str, float]  # sums to ns_per_byte
     complete_samples: int
-    stack_quality: Optional[float]            # complete share, 0..1; None without samples
+    stack_quality: Optional[float]  # complete share, 0..1; None without samples
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -62,8 +68,9 @@ def ns_per_byte(samples: int, period_ns: int, nbytes: int) -> float:
     return samples * period_ns / nbytes
 
 
-def figures(stacks: Mapping[str, int], period_ns: int, nbytes: int,
-            classifier: Optional[categories.Classifier] = None) -> SideFigures:
+def figures(
+    stacks: Mapping[str, int], period_ns: int, nbytes: int, classifier: Optional[categories.Classifier] = None
+) -> SideFigures:
     if nbytes <= 0:
         raise ValueError("bytes must be positive to express CPU per byte")
     by_cat = categories.categorize(stacks, classifier)
@@ -86,8 +93,9 @@ def figures(stacks: Mapping[str, int], period_ns: int, nbytes: int,
 GAP_MIN_BASE_SAMPLES = 50
 
 
-def gap_percent(graph_ns_per_byte: float, measured_ns_per_byte: Optional[float],
-                base_samples: Optional[float] = None) -> Optional[float]:
+def gap_percent(
+    graph_ns_per_byte: float, measured_ns_per_byte: Optional[float], base_samples: Optional[float] = None
+) -> Optional[float]:
     """How far the graph is from the collectors' measured CPU, in % of the
     measured; None when that is missing, not positive, or (given
     base_samples, the measured CPU in sample periods) too small a base."""

@@ -1,14 +1,16 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """A run's stack samples per side, as `qprof run` left them in its
 directory (run.json `flame`, stacks/{client,server,system}.folded), checked
 against the record before any figure is drawn from them, and the CPU the
 collectors measured for the same side, to hold the graph against."""
+
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
 from qprof import rundir
-from qprof.perbyte import side_bytes
 from qprof.errors import BadStacks, NoStacks, RunNotFound
+from qprof.perbyte import side_bytes
 
 from . import folded
 
@@ -46,29 +48,41 @@ def load_run(runs_dir: Path, run_id: str = "latest") -> Run:
     try:
         record = rundir.load(Path(runs_dir), run_id)
     except ValueError as e:  # json.JSONDecodeError
-        raise RunNotFound(f"run {run_id} has a run.json that is not valid JSON ({e}); it cannot be read, "
-                          "so make a new run with `qprof run`.")
+        raise RunNotFound(
+            f"run {run_id} has a run.json that is not valid JSON ({e}); it cannot be read, "
+            "so make a new run with `qprof run`."
+        )
     path = (Path(runs_dir) / run_id).resolve()
     rid = record.get("id") or path.name
     status = record.get("status")
     if status != "complete":
         why = f": {record['error']}" if record.get("error") else ""
-        raise NoStacks(f"run {rid} is {status}{why.rstrip('.')}; only a complete run has stacks to draw, "
-                       "so make a new one with `qprof run`.")
+        raise NoStacks(
+            f"run {rid} is {status}{why.rstrip('.')}; only a complete run has stacks to draw, "
+            "so make a new one with `qprof run`."
+        )
     flame = record.get("flame")
     if not flame:
-        raise NoStacks(f"run {rid} has no stack samples (made with --sample-hz 0, or before qprof sampled "
-                       "stacks); make a new run with `qprof run`, which samples stacks by default (--sample-hz 99).")
+        raise NoStacks(
+            f"run {rid} has no stack samples (made with --sample-hz 0, or before qprof sampled "
+            "stacks); make a new run with `qprof run`, which samples stacks by default (--sample-hz 99)."
+        )
     if flame.get("event") != EVENT or not flame.get("sample_period_ns"):
-        raise BadStacks(f"run {rid} sampled '{flame.get('event')}' without a fixed period, which cannot be "
-                        f"expressed as CPU time per byte; qprof draws {EVENT} samples only.")
+        raise BadStacks(
+            f"run {rid} sampled '{flame.get('event')}' without a fixed period, which cannot be "
+            f"expressed as CPU time per byte; qprof draws {EVENT} samples only."
+        )
     if not record.get("bytes") or record["bytes"] <= 0:
-        raise BadStacks(f"run {rid} moved no bytes in its window, so there is no per-byte figure to draw; "
-                        "make a new run with `qprof run`.")
+        raise BadStacks(
+            f"run {rid} moved no bytes in its window, so there is no per-byte figure to draw; "
+            "make a new run with `qprof run`."
+        )
     run = Run(rid, path, record)
     if not run.stacks_file("client").parent.is_dir():
-        raise NoStacks(f"run {rid} recorded stack samples but {run.stacks_file('client').parent} is missing; "
-                       "make a new run with `qprof run`.")
+        raise NoStacks(
+            f"run {rid} recorded stack samples but {run.stacks_file('client').parent} is missing; "
+            "make a new run with `qprof run`."
+        )
     return run
 
 
@@ -79,17 +93,23 @@ def load_side(run: Run, side: str, warn: Callable[[str], None] = folded.warn_std
     path = run.stacks_file(side)
     recorded = run.flame.get("samples", {}).get(side)
     if not path.exists():
-        raise BadStacks(f"{path} is missing although run {run.id} recorded {recorded} samples for the {side}; "
-                        "the run directory is damaged, so make a new run with `qprof run`.")
-    warnings = []   # held back: a file refused below gets its error alone, not a warning too
+        raise BadStacks(
+            f"{path} is missing although run {run.id} recorded {recorded} samples for the {side}; "
+            "the run directory is damaged, so make a new run with `qprof run`."
+        )
+    warnings = []  # held back: a file refused below gets its error alone, not a warning too
     data = folded.read(path, warnings.append)
     if recorded is not None and data.samples != recorded:
         if data.partial_last_line:
-            raise BadStacks(f"{path} is truncated: it ends mid-line and holds {data.samples:,} of the "
-                            f"{recorded:,} samples run.json recorded; make a new run with `qprof run`.")
+            raise BadStacks(
+                f"{path} is truncated: it ends mid-line and holds {data.samples:,} of the "
+                f"{recorded:,} samples run.json recorded; make a new run with `qprof run`."
+            )
         if not data.skipped_lines:
-            raise BadStacks(f"{path} holds {data.samples:,} samples but run.json recorded {recorded:,}, "
-                            "so it was truncated or altered; make a new run with `qprof run`.")
+            raise BadStacks(
+                f"{path} holds {data.samples:,} samples but run.json recorded {recorded:,}, "
+                "so it was truncated or altered; make a new run with `qprof run`."
+            )
     for message in warnings:
         warn(message)
     return data

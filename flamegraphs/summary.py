@@ -1,6 +1,8 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """What `qprof run` stores of its own stack samples: per side, the graph's
 CPU per byte against the collectors' measured figure (the gap means
 missing samples), stack quality, and ns/B by category."""
+
 from pathlib import Path
 from typing import Dict
 
@@ -21,8 +23,9 @@ def run_figures(record: dict, stacks_dir: Path) -> Dict[str, dict]:
             "samples": fig.samples,
             "ns_per_byte": fig.ns_per_byte,
             "measured_ns_per_byte": measured,
-            "gap_percent": normalize.gap_percent(fig.ns_per_byte, measured,
-                                                 normalize.base_samples(measured, nbytes, period_ns)),
+            "gap_percent": normalize.gap_percent(
+                fig.ns_per_byte, measured, normalize.base_samples(measured, nbytes, period_ns)
+            ),
             "stack_quality": fig.stack_quality,
             "categories_ns_per_byte": fig.categories_ns_per_byte,
         }

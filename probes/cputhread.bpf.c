@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // On-CPU time of every thread of the given processes, from sched_switch;
 // softirq time by vector and hardirq time, system-wide, with the softirq
 // time served on a target's stack or in ksoftirqd set apart. tp_btf
@@ -48,9 +49,9 @@ struct {
 
 struct irq_state {
 	__u64 softirq_start_ns;
-	__u64 softirq_hardirq_ns;  /* hardirqs nested in the running softirq */
+	__u64 softirq_hardirq_ns; /* hardirqs nested in the running softirq */
 	__u64 hardirq_start_ns;
-	__u32 softirq_target;      /* 1 + target_index() of the task current at entry, or 0 */
+	__u32 softirq_target; /* 1 + target_index() of the task current at entry, or 0 */
 	__u32 in_ksoftirqd;
 };
 
@@ -71,7 +72,7 @@ struct {
 /* Per CPU, at target_index() * QP_NR_SOFTIRQS + vector. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, PROBE_MAX_PIDS * QP_NR_SOFTIRQS);
+	__uint(max_entries, PROBE_MAX_PIDS *QP_NR_SOFTIRQS);
 	__type(key, __u32);
 	__type(value, __u64);
 } softirq_in_target SEC(".maps");
@@ -147,8 +148,8 @@ static __always_inline void seq_end(struct thread_cpu *t)
 }
 
 SEC("tp_btf/sched_switch")
-int BPF_PROG(sched_switch, bool preempt, struct task_struct *prev,
-	     struct task_struct *next, unsigned int prev_state)
+int BPF_PROG(sched_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
+	     unsigned int prev_state)
 {
 	bool created = false, prev_ours = is_target(prev->tgid), next_ours = is_target(next->tgid);
 	__u64 now, sum_exec, slice = 0;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // qprof-cputhread: on-CPU time of every thread of given processes, and
 // softirq time by vector (with the part served in those processes'
 // context), exact to the nanosecond where /proc/stat counts ticks.
@@ -16,42 +17,42 @@
 #include "cputhread.skel.h"
 
 static const char *const vec_names[QP_NR_SOFTIRQS] = {
-	"HI", "TIMER", "NET_TX", "NET_RX", "BLOCK",
-	"IRQ_POLL", "TASKLET", "SCHED", "HRTIMER", "RCU",
+	"HI",	    "TIMER",   "NET_TX", "NET_RX",  "BLOCK",
+	"IRQ_POLL", "TASKLET", "SCHED",	 "HRTIMER", "RCU",
 };
 
-#define EXIT_FAIL 1        /* BPF open/load/attach, or the system refused */
-#define EXIT_NO_PROCESS 2  /* a -p names no process */
+#define EXIT_FAIL 1	  /* BPF open/load/attach, or the system refused */
+#define EXIT_NO_PROCESS 2 /* a -p names no process */
 
 static struct probe_env env;
 static bool hardirqs; /* --hardirqs */
 
 const char *argp_program_version = "qprof-cputhread 0.1";
 static const char argp_doc[] =
-"On-CPU time of every thread of given processes, and softirq time by vector.\n"
-"\n"
-"Threads: on-CPU ns from sched_switch, the running slice included up to the\n"
-"snapshot. Softirqs: system-wide time per vector, the part served while a\n"
-"thread of a given process was current (IN-TARGET) and in ksoftirqd. All\n"
-"totals are cumulative since attach.\n"
-"\n"
-"With --hardirqs, also hardirq time (device handlers, the local timer,\n"
-"scheduler and function-call IPIs), and softirq times less the hardirqs\n"
-"that interrupted them; without, softirq times include those. Timing every\n"
-"hardirq sits in the path of every timer and cross-CPU wake-up: it cost\n"
-"~5% of TCP throughput over veth on a 2-CPU VM, the rest of this tool <2%.\n"
-"\n"
-"USAGE: qprof-cputhread -p PID[,PID...] [--json] [--control | INTERVAL [COUNT]]\n"
-"\v"
-"EXAMPLES:\n"
-"    qprof-cputhread -p 1234           # print totals every second\n"
-"    qprof-cputhread -p 1234,1240 5 2  # every 5 s, twice\n"
-"    qprof-cputhread -p 1234 --json    # one JSON line per interval\n"
-"    qprof-cputhread -p 1234 --control # JSON on 'mark NAME' lines on stdin\n";
+	"On-CPU time of every thread of given processes, and softirq time by vector.\n"
+	"\n"
+	"Threads: on-CPU ns from sched_switch, the running slice included up to the\n"
+	"snapshot. Softirqs: system-wide time per vector, the part served while a\n"
+	"thread of a given process was current (IN-TARGET) and in ksoftirqd. All\n"
+	"totals are cumulative since attach.\n"
+	"\n"
+	"With --hardirqs, also hardirq time (device handlers, the local timer,\n"
+	"scheduler and function-call IPIs), and softirq times less the hardirqs\n"
+	"that interrupted them; without, softirq times include those. Timing every\n"
+	"hardirq sits in the path of every timer and cross-CPU wake-up: it cost\n"
+	"~5% of TCP throughput over veth on a 2-CPU VM, the rest of this tool <2%.\n"
+	"\n"
+	"USAGE: qprof-cputhread -p PID[,PID...] [--json] [--control | INTERVAL [COUNT]]\n"
+	"\v"
+	"EXAMPLES:\n"
+	"    qprof-cputhread -p 1234           # print totals every second\n"
+	"    qprof-cputhread -p 1234,1240 5 2  # every 5 s, twice\n"
+	"    qprof-cputhread -p 1234 --json    # one JSON line per interval\n"
+	"    qprof-cputhread -p 1234 --control # JSON on 'mark NAME' lines on stdin\n";
 
 static const struct argp_option opts[] = {
-	{ "pid", 'p', "PID[,PID...]", 0, "Processes to follow (all their threads)", 0 },
-	{ "hardirqs", 'H', NULL, 0, "Also time hardirqs, and take them out of softirq time", 0 },
+	{"pid", 'p', "PID[,PID...]", 0, "Processes to follow (all their threads)", 0},
+	{"hardirqs", 'H', NULL, 0, "Also time hardirqs, and take them out of softirq time", 0},
 	{},
 };
 
@@ -79,18 +80,16 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 	case 'p':
 		if (probe_parse_pids(&env, arg))
 			argp_failure(state, argp_err_exit_status, 0,
-				     "invalid PID list '%s': give process ids, comma-separated", arg);
+				     "invalid PID list '%s': give process ids, comma-separated",
+				     arg);
 		break;
 	case 'H': hardirqs = true; break;
-	case ARGP_KEY_INIT:
-		state->child_inputs[0] = &env;
-		break;
+	case ARGP_KEY_INIT: state->child_inputs[0] = &env; break;
 	case ARGP_KEY_END:
 		if (!env.npids)
 			argp_failure(state, argp_err_exit_status, 0, "-p PID is required");
 		break;
-	default:
-		return ARGP_ERR_UNKNOWN;
+	default: return ARGP_ERR_UNKNOWN;
 	}
 	return 0;
 }
@@ -104,11 +103,13 @@ static int check_pids(void)
 	for (i = 0; i < env.npids; i++) {
 		tgid = proc_tgid(env.pids[i]);
 		if (!tgid) {
-			fprintf(stderr, "qprof-cputhread: no process %d; see 'ps -e'\n", env.pids[i]);
+			fprintf(stderr, "qprof-cputhread: no process %d; see 'ps -e'\n",
+				env.pids[i]);
 			return EXIT_NO_PROCESS;
 		}
 		if (tgid != env.pids[i]) {
-			fprintf(stderr, "qprof-cputhread: %d is a thread of process %d; give the process id\n",
+			fprintf(stderr,
+				"qprof-cputhread: %d is a thread of process %d; give the process id\n",
 				env.pids[i], tgid);
 			return EXIT_NO_PROCESS;
 		}
@@ -175,7 +176,7 @@ static bool consistent(const struct thread_cpu *a, const struct thread_cpu *c)
 struct thread_row {
 	__u32 slot;
 	struct thread_cpu t;
-	__u64 oncpu_ns;  /* with the running slice */
+	__u64 oncpu_ns; /* with the running slice */
 };
 
 /* By tgid and tid, and a reused tid's slots oldest first. */
@@ -247,7 +248,8 @@ static struct thread_row *read_threads(struct cputhread_bpf *skel, int *n)
 	if (!err)
 		err = probe_read_array(fd, nslots, c, sizeof(*c));
 	if (err) {
-		fprintf(stderr, "qprof-cputhread: reading the threads failed: %s\n", strerror(-err));
+		fprintf(stderr, "qprof-cputhread: reading the threads failed: %s\n",
+			strerror(-err));
 		free(rows);
 		free(a);
 		return NULL;
@@ -273,7 +275,8 @@ static struct thread_row *read_threads(struct cputhread_bpf *skel, int *n)
 	free(a);
 	qsort(rows, m, sizeof(*rows), cmp_rows);
 	for (i = 0; i < m; i++) {
-		if (*n && rows[*n - 1].t.tgid == rows[i].t.tgid && rows[*n - 1].t.tid == rows[i].t.tid)
+		if (*n && rows[*n - 1].t.tgid == rows[i].t.tgid &&
+		    rows[*n - 1].t.tid == rows[i].t.tid)
 			merge_row(&rows[*n - 1], &rows[i]);
 		else
 			rows[(*n)++] = rows[i];
@@ -333,7 +336,8 @@ static int read_irqs(struct cputhread_bpf *skel, struct irq_totals *tot)
 	for (i = 0; i < env.npids; i++)
 		for (vec = 0; vec < QP_NR_SOFTIRQS; vec++)
 			for (cpu = 0; cpu < ncpu; cpu++)
-				tot->in_target_ns[i][vec] += ns[((size_t)i * QP_NR_SOFTIRQS + vec) * ncpu + cpu];
+				tot->in_target_ns[i][vec] +=
+					ns[((size_t)i * QP_NR_SOFTIRQS + vec) * ncpu + cpu];
 	for (cpu = 0; cpu < ncpu; cpu++) {
 		tot->hard.count += h[cpu].count;
 		tot->hard.time_ns += h[cpu].time_ns;
@@ -379,7 +383,8 @@ static int print_json(const char *name, struct cputhread_bpf *skel)
 	printf(",\"t_ns\":%llu,\"read_ns\":%llu,\"attach_ns\":%llu,\"threads\":[", t_ns,
 	       probe_now_ns() - t_ns, skel->bss->attach_ns);
 	for (i = 0; i < n; i++) {
-		printf("%s{\"tgid\":%u,\"tid\":%u,\"comm\":", i ? "," : "", rows[i].t.tgid, rows[i].t.tid);
+		printf("%s{\"tgid\":%u,\"tid\":%u,\"comm\":", i ? "," : "", rows[i].t.tgid,
+		       rows[i].t.tid);
 		print_json_str(rows[i].t.comm);
 		printf(",\"oncpu_ns\":%llu,\"switches\":%llu,\"involuntary\":%llu,\"wakeups\":%llu,"
 		       "\"runq_ns\":%llu,\"untraced_slices\":%llu,\"untraced_ns\":%llu,\"exited\":%s}",
@@ -392,7 +397,8 @@ static int print_json(const char *name, struct cputhread_bpf *skel)
 		printf("%s{\"vec\":\"%s\",\"count\":%llu,\"time_ns\":%llu,\"in_target_ns\":{",
 		       vec ? "," : "", vec_names[vec], tot.vec[vec].count, tot.vec[vec].time_ns);
 		for (i = 0; i < env.npids; i++)
-			printf("%s\"%d\":%llu", i ? "," : "", env.pids[i], tot.in_target_ns[i][vec]);
+			printf("%s\"%d\":%llu", i ? "," : "", env.pids[i],
+			       tot.in_target_ns[i][vec]);
 		printf("},\"in_ksoftirqd_ns\":%llu}", tot.vec[vec].ksoftirqd_ns);
 	}
 	/* Not timed is absent, not zero. */
@@ -423,8 +429,8 @@ static int print_table(struct cputhread_bpf *skel)
 		free(rows);
 		return -EIO;
 	}
-	printf("%-8s %-8s %-16s %12s %10s %10s\n", "PID", "TID", "COMM", "ON-CPU (ms)",
-	       "SWITCHES", "INVOL");
+	printf("%-8s %-8s %-16s %12s %10s %10s\n", "PID", "TID", "COMM", "ON-CPU (ms)", "SWITCHES",
+	       "INVOL");
 	for (i = 0; i < n; i++)
 		printf("%-8u %-8u %-16s %12.1f %10llu %10llu\n", rows[i].t.tgid, rows[i].t.tid,
 		       rows[i].t.comm, rows[i].oncpu_ns / 1e6, rows[i].t.switches,
@@ -435,7 +441,8 @@ static int print_table(struct cputhread_bpf *skel)
 		for (in_target = 0, i = 0; i < env.npids; i++)
 			in_target += tot.in_target_ns[i][vec];
 		printf("%-9s %10llu %12.1f %15.1f %15.1f\n", vec_names[vec], tot.vec[vec].count,
-		       tot.vec[vec].time_ns / 1e6, in_target / 1e6, tot.vec[vec].ksoftirqd_ns / 1e6);
+		       tot.vec[vec].time_ns / 1e6, in_target / 1e6,
+		       tot.vec[vec].ksoftirqd_ns / 1e6);
 	}
 	if (hardirqs)
 		printf("%-9s %10llu %12.1f\n", "HARDIRQ", tot.hard.count, tot.hard.time_ns / 1e6);
@@ -456,9 +463,9 @@ static int snapshot(const char *name, void *arg)
 
 int main(int argc, char **argv)
 {
-	static const struct argp_child children[] = { { &probe_common_argp, 0, NULL, 0 }, {} };
-	static const struct argp argp = { .options = opts, .parser = parse_arg, .doc = argp_doc,
-					  .children = children };
+	static const struct argp_child children[] = {{&probe_common_argp, 0, NULL, 0}, {}};
+	static const struct argp argp = {
+		.options = opts, .parser = parse_arg, .doc = argp_doc, .children = children};
 	struct cputhread_bpf *skel;
 	int err, i;
 
@@ -480,11 +487,16 @@ int main(int argc, char **argv)
 	probe_set_targets(&env, skel->rodata->targ_tgids, &skel->rodata->targ_ntgids);
 	if (!hardirqs) {
 		struct bpf_program *progs[] = {
-			skel->progs.irq_handler_entry, skel->progs.irq_handler_exit,
-			skel->progs.local_timer_entry, skel->progs.local_timer_exit,
-			skel->progs.reschedule_entry, skel->progs.reschedule_exit,
-			skel->progs.call_function_entry, skel->progs.call_function_exit,
-			skel->progs.call_function_single_entry, skel->progs.call_function_single_exit,
+			skel->progs.irq_handler_entry,
+			skel->progs.irq_handler_exit,
+			skel->progs.local_timer_entry,
+			skel->progs.local_timer_exit,
+			skel->progs.reschedule_entry,
+			skel->progs.reschedule_exit,
+			skel->progs.call_function_entry,
+			skel->progs.call_function_exit,
+			skel->progs.call_function_single_entry,
+			skel->progs.call_function_single_exit,
 		};
 
 		for (i = 0; i < (int)(sizeof(progs) / sizeof(progs[0])); i++)

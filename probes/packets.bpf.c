@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // Counts skbs, bytes, wire packets and GSO/GRO super-packets per network
 // device and direction where the driver sees them: net_dev_start_xmit (TX)
 // and netif_receive_skb after GRO (RX), plus what GRO did with each packet.
@@ -138,7 +139,8 @@ static __always_inline void count_skb(struct pk_dir_stats *d, const struct sk_bu
 {
 	unsigned char *head = skb->head, *data = skb->data;
 	struct skb_shared_info *sh = (struct skb_shared_info *)(head + skb->end);
-	__u32 len = skb->len, gso_size = SHINFO_FIELD(sh, gso_size), segs = SHINFO_FIELD(sh, gso_segs);
+	__u32 len = skb->len, gso_size = SHINFO_FIELD(sh, gso_size),
+	      segs = SHINFO_FIELD(sh, gso_segs);
 	const unsigned char *l3 = data;
 	__u32 l2 = 0, hdr;
 	__u8 proto;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // qprof-packets: skbs, bytes, wire packets and GSO/GRO super-packets on
 // given network devices, TX and RX, with length and segment histograms.
 #define _GNU_SOURCE
@@ -20,12 +21,12 @@
 #include "packets_portable.skel.h"
 
 /* Exit codes, besides argp's 64 for bad syntax. */
-#define EXIT_FAIL 1       /* BPF open/load/attach, or the system refused */
-#define EXIT_NO_DEVICE 2  /* a -d names no device or namespace */
+#define EXIT_FAIL 1	 /* BPF open/load/attach, or the system refused */
+#define EXIT_NO_DEVICE 2 /* a -d names no device or namespace */
 
 struct pk_dev {
 	char ifname[IF_NAMESIZE];
-	char netns[64];              /* name under /run/netns, or "host" */
+	char netns[64];		      /* name under /run/netns, or "host" */
 	char label[IF_NAMESIZE + 64]; /* IFNAME@NETNS */
 	struct pk_dev_key key;
 };
@@ -35,33 +36,34 @@ static int ndevs;
 static struct probe_env env;
 static bool portable; /* --portable: the bpf_probe_read_kernel build even where not needed */
 
-static const char *const gro_names[PK_NGRO] = { "merged", "merged_free", "held", "normal", "consumed" };
+static const char *const gro_names[PK_NGRO] = {"merged", "merged_free", "held", "normal",
+					       "consumed"};
 
 const char *argp_program_version = "qprof-packets 0.1";
 static const char argp_doc[] =
-"Count skbs, bytes, wire packets and GSO/GRO super-packets on network devices.\n"
-"\n"
-"USAGE: qprof-packets -d IF[@NETNS]... [--json] [--control | INTERVAL [COUNT]]\n"
-"\n"
-"NETNS is a name under /run/netns (ip netns add) or 'host' (the default):\n"
-"this tool's own namespace. TX is counted at net_dev_start_xmit (length\n"
-"from the MAC header), RX at netif_receive_skb after GRO (from the network\n"
-"header). Headers are read through the bpf_rdonly_cast kfunc (kernel 6.2\n"
-"and later); on older kernels, or with --portable, a build of the same\n"
-"program that copies them with bpf_probe_read_kernel is loaded instead.\n"
-"Exit status: 2 if a device or namespace does not exist, 1 if BPF or the\n"
-"system fails.\n"
-"\n"
-"EXAMPLES:\n"
-"    qprof-packets -d lo                     # loopback, totals every second\n"
-"    qprof-packets -d eth0 5 2               # every 5 s, twice\n"
-"    qprof-packets -d veth0@ns1 -d veth1@ns2 # both ends of a veth pair\n"
-"    qprof-packets -d lo --json              # one JSON line per interval\n"
-"    qprof-packets -d lo@host --control      # JSON per 'mark NAME' on stdin\n";
+	"Count skbs, bytes, wire packets and GSO/GRO super-packets on network devices.\n"
+	"\n"
+	"USAGE: qprof-packets -d IF[@NETNS]... [--json] [--control | INTERVAL [COUNT]]\n"
+	"\n"
+	"NETNS is a name under /run/netns (ip netns add) or 'host' (the default):\n"
+	"this tool's own namespace. TX is counted at net_dev_start_xmit (length\n"
+	"from the MAC header), RX at netif_receive_skb after GRO (from the network\n"
+	"header). Headers are read through the bpf_rdonly_cast kfunc (kernel 6.2\n"
+	"and later); on older kernels, or with --portable, a build of the same\n"
+	"program that copies them with bpf_probe_read_kernel is loaded instead.\n"
+	"Exit status: 2 if a device or namespace does not exist, 1 if BPF or the\n"
+	"system fails.\n"
+	"\n"
+	"EXAMPLES:\n"
+	"    qprof-packets -d lo                     # loopback, totals every second\n"
+	"    qprof-packets -d eth0 5 2               # every 5 s, twice\n"
+	"    qprof-packets -d veth0@ns1 -d veth1@ns2 # both ends of a veth pair\n"
+	"    qprof-packets -d lo --json              # one JSON line per interval\n"
+	"    qprof-packets -d lo@host --control      # JSON per 'mark NAME' on stdin\n";
 
 static const struct argp_option opts[] = {
-	{ "dev", 'd', "IFNAME[@NETNS]", 0, "A device to count (repeatable, up to 8)", 0 },
-	{ "portable", 'P', NULL, 0, "Copy headers with bpf_probe_read_kernel, as before 6.2", 0 },
+	{"dev", 'd', "IFNAME[@NETNS]", 0, "A device to count (repeatable, up to 8)", 0},
+	{"portable", 'P', NULL, 0, "Copy headers with bpf_probe_read_kernel, as before 6.2", 0},
 	{},
 };
 
@@ -73,7 +75,8 @@ static int parse_dev(const char *arg)
 	struct pk_dev *d;
 
 	if (ndevs >= PK_MAX_DEVS || n == 0 || n >= IF_NAMESIZE || !*ns ||
-	    strlen(ns) >= sizeof(d->netns) || strchr(ns, '/') || !strcmp(ns, ".") || !strcmp(ns, ".."))
+	    strlen(ns) >= sizeof(d->netns) || strchr(ns, '/') || !strcmp(ns, ".") ||
+	    !strcmp(ns, ".."))
 		return -1;
 	d = &devs[ndevs++];
 	memcpy(d->ifname, arg, n);
@@ -90,21 +93,20 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 	switch (key) {
 	case 'd':
 		if (parse_dev(arg))
-			argp_failure(state, argp_err_exit_status, 0, "invalid device '%s': give IFNAME@NETNS (up to %d of them), "
-				     "NETNS a name under /run/netns or 'host'", arg, PK_MAX_DEVS);
+			argp_failure(state, argp_err_exit_status, 0,
+				     "invalid device '%s': give IFNAME@NETNS (up to %d of them), "
+				     "NETNS a name under /run/netns or 'host'",
+				     arg, PK_MAX_DEVS);
 		break;
 	case 'P': portable = true; break;
-	case ARGP_KEY_INIT:
-		state->child_inputs[0] = &env;
-		break;
+	case ARGP_KEY_INIT: state->child_inputs[0] = &env; break;
 	case ARGP_KEY_END:
 		if (!ndevs) {
 			fprintf(stderr, "-d IFNAME[@NETNS] is required\n");
 			argp_usage(state);
 		}
 		break;
-	default:
-		return ARGP_ERR_UNKNOWN;
+	default: return ARGP_ERR_UNKNOWN;
 	}
 	return 0;
 }
@@ -126,25 +128,30 @@ static int resolve_dev(struct pk_dev *d, int self_fd)
 		snprintf(path, sizeof(path), "/run/netns/%s", d->netns);
 		fd = open(path, O_RDONLY | O_CLOEXEC);
 		if (fd < 0) {
-			fprintf(stderr, "qprof-packets: no network namespace '%s' (%s: %s); "
-				"see 'ip netns list', or use @host\n", d->netns, path, strerror(errno));
+			fprintf(stderr,
+				"qprof-packets: no network namespace '%s' (%s: %s); "
+				"see 'ip netns list', or use @host\n",
+				d->netns, path, strerror(errno));
 			return EXIT_NO_DEVICE;
 		}
 	}
 	if (fstat(fd, &st)) {
-		fprintf(stderr, "qprof-packets: failed to stat namespace '%s': %s\n", d->netns, strerror(errno));
+		fprintf(stderr, "qprof-packets: failed to stat namespace '%s': %s\n", d->netns,
+			strerror(errno));
 		goto out;
 	}
 	d->key.netns_ino = (__u32)st.st_ino;
 	if (!host && setns(fd, CLONE_NEWNET)) {
-		fprintf(stderr, "qprof-packets: failed to enter namespace '%s' (%s): %s; is it a network namespace?\n",
+		fprintf(stderr,
+			"qprof-packets: failed to enter namespace '%s' (%s): %s; is it a network namespace?\n",
 			d->netns, path, strerror(errno));
 		ret = EXIT_NO_DEVICE;
 		goto out;
 	}
 	ifindex = if_nametoindex(d->ifname);
 	if (!host && setns(self_fd, CLONE_NEWNET)) {
-		fprintf(stderr, "qprof-packets: failed to return to this tool's namespace: %s\n", strerror(errno));
+		fprintf(stderr, "qprof-packets: failed to return to this tool's namespace: %s\n",
+			strerror(errno));
 		goto out;
 	}
 	if (!ifindex) {
@@ -172,7 +179,8 @@ static int resolve_devs(void)
 
 	self_fd = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
 	if (self_fd < 0) {
-		fprintf(stderr, "qprof-packets: failed to open /proc/self/ns/net: %s\n", strerror(errno));
+		fprintf(stderr, "qprof-packets: failed to open /proc/self/ns/net: %s\n",
+			strerror(errno));
 		return EXIT_FAIL;
 	}
 	for (i = 0; i < ndevs && !err; i++)
@@ -183,7 +191,8 @@ static int resolve_devs(void)
 	for (i = 0; i < ndevs; i++)
 		for (j = 0; j < i; j++)
 			if (!memcmp(&devs[i].key, &devs[j].key, sizeof(devs[i].key))) {
-				fprintf(stderr, "qprof-packets: %s and %s are the same device; give it once\n",
+				fprintf(stderr,
+					"qprof-packets: %s and %s are the same device; give it once\n",
 					devs[j].label, devs[i].label);
 				return EXIT_NO_DEVICE;
 			}
@@ -237,7 +246,8 @@ static unsigned long long recursion_misses(struct packets_bpf *skel)
 	struct bpf_program *prog;
 	unsigned long long n = 0;
 
-	bpf_object__for_each_program(prog, skel->obj) {
+	bpf_object__for_each_program(prog, skel->obj)
+	{
 		struct bpf_prog_info info = {};
 		__u32 len = sizeof(info);
 
@@ -263,8 +273,8 @@ static void print_json_dir(const struct pk_dir_stats *s)
 {
 	printf("{\"skbs\":%llu,\"bytes\":%llu,\"wire_packets\":%llu,\"wire_bytes\":%llu,\"gso_skbs\":%llu,"
 	       "\"udp_skbs\":%llu,\"tcp_skbs\":%llu,\"other_skbs\":%llu,",
-	       s->skbs, s->bytes, s->wire_packets, s->wire_bytes, s->gso_skbs, s->udp_skbs, s->tcp_skbs,
-	       s->other_skbs);
+	       s->skbs, s->bytes, s->wire_packets, s->wire_bytes, s->gso_skbs, s->udp_skbs,
+	       s->tcp_skbs, s->other_skbs);
 	probe_json_hist(stdout, "len_hist_bytes", s->len_hist_bytes);
 	putchar(',');
 	probe_json_hist(stdout, "gso_size_hist_bytes", s->gso_size_hist_bytes);
@@ -280,8 +290,8 @@ static int read_devs(struct packets_bpf *skel, struct pk_dev_stats *s)
 	for (i = 0; i < ndevs; i++) {
 		err = read_dev(skel, i, &s[i]);
 		if (err) {
-			fprintf(stderr, "qprof-packets: reading %s's counters failed: %s\n", devs[i].label,
-				strerror(-err));
+			fprintf(stderr, "qprof-packets: reading %s's counters failed: %s\n",
+				devs[i].label, strerror(-err));
 			return err;
 		}
 	}
@@ -304,7 +314,8 @@ static int print_json(const char *name, struct packets_bpf *skel)
 	for (i = 0; i < ndevs; i++) {
 		printf("%s{\"dev\":", i ? "," : "");
 		json_str(devs[i].label);
-		printf(",\"netns_ino\":%u,\"ifindex\":%u,\"tx\":", devs[i].key.netns_ino, devs[i].key.ifindex);
+		printf(",\"netns_ino\":%u,\"ifindex\":%u,\"tx\":", devs[i].key.netns_ino,
+		       devs[i].key.ifindex);
 		print_json_dir(&s[i].dir[PK_TX]);
 		printf("},\"rx\":");
 		print_json_dir(&s[i].dir[PK_RX]);
@@ -334,9 +345,11 @@ static int print_table(struct packets_bpf *skel)
 		for (d = 0; d < PK_NDIR; d++) {
 			const struct pk_dir_stats *t = &s[i].dir[d];
 
-			printf("%-24s %-3s %12llu %14llu %12llu %10llu %12.1f %12llu %12llu\n", devs[i].label,
-			       d == PK_TX ? "TX" : "RX", t->skbs, t->bytes, t->wire_packets, t->gso_skbs,
-			       t->skbs ? (double)t->bytes / t->skbs : 0.0, t->udp_skbs, t->tcp_skbs);
+			printf("%-24s %-3s %12llu %14llu %12llu %10llu %12.1f %12llu %12llu\n",
+			       devs[i].label, d == PK_TX ? "TX" : "RX", t->skbs, t->bytes,
+			       t->wire_packets, t->gso_skbs,
+			       t->skbs ? (double)t->bytes / t->skbs : 0.0, t->udp_skbs,
+			       t->tcp_skbs);
 		}
 	}
 	missed = recursion_misses(skel);
@@ -379,7 +392,8 @@ static struct packets_bpf *open_skel(bool portable_build)
 	if (packets_bpf__create_skeleton(skel))
 		goto fail;
 	if (portable_build)
-		skel->skeleton->data = (void *)packets_portable_bpf__elf_bytes(&skel->skeleton->data_sz);
+		skel->skeleton->data =
+			(void *)packets_portable_bpf__elf_bytes(&skel->skeleton->data_sz);
 	if (bpf_object__open_skeleton(skel->skeleton, NULL))
 		goto fail;
 	return skel;
@@ -390,9 +404,9 @@ fail:
 
 int main(int argc, char **argv)
 {
-	static const struct argp_child children[] = { { &probe_common_argp, 0, NULL, 0 }, {} };
-	static const struct argp argp = { .options = opts, .parser = parse_arg, .doc = argp_doc,
-					  .children = children };
+	static const struct argp_child children[] = {{&probe_common_argp, 0, NULL, 0}, {}};
+	static const struct argp argp = {
+		.options = opts, .parser = parse_arg, .doc = argp_doc, .children = children};
 	struct packets_bpf *skel;
 	int err, i;
 
@@ -410,7 +424,8 @@ int main(int argc, char **argv)
 	if (!portable && !kernel_has_rdonly_cast()) {
 		portable = true;
 		if (env.verbose)
-			fprintf(stderr, "no bpf_rdonly_cast in this kernel: loading the portable build\n");
+			fprintf(stderr,
+				"no bpf_rdonly_cast in this kernel: loading the portable build\n");
 	}
 	/* Which build counted is part of how a figure was measured. */
 	env.ready_info = portable ? "\"build\":\"portable\"" : "\"build\":\"rdonly_cast\"";

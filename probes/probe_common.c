@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 /* User-side helpers shared by qprof's probe tools. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -32,16 +33,19 @@ void probe_json_progs(FILE *f, struct bpf_object *obj)
 	int i = 0;
 
 	fprintf(f, ",\"progs\":[");
-	bpf_object__for_each_program(prog, obj) {
+	bpf_object__for_each_program(prog, obj)
+	{
 		struct bpf_prog_info info = {};
 		__u32 len = sizeof(info);
 		int fd = bpf_program__fd(prog);
 
 		if (fd < 0 || bpf_obj_get_info_by_fd(fd, &info, &len))
 			continue; /* not loaded (autoload off) */
-		fprintf(f, "%s{\"name\":\"%s\",\"run_time_ns\":%llu,\"run_cnt\":%llu,\"recursion_misses\":%llu}",
-			i++ ? "," : "", bpf_program__name(prog), (unsigned long long)info.run_time_ns,
-			(unsigned long long)info.run_cnt, (unsigned long long)info.recursion_misses);
+		fprintf(f,
+			"%s{\"name\":\"%s\",\"run_time_ns\":%llu,\"run_cnt\":%llu,\"recursion_misses\":%llu}",
+			i++ ? "," : "", bpf_program__name(prog),
+			(unsigned long long)info.run_time_ns, (unsigned long long)info.run_cnt,
+			(unsigned long long)info.recursion_misses);
 	}
 	fputc(']', f);
 }
@@ -107,7 +111,8 @@ int probe_read_array(int fd, __u32 n, void *values, size_t value_size)
 	while (done < n) {
 		count = n - done;
 		err = bpf_map_lookup_batch(fd, done ? &next : NULL, &next, keys + done,
-					   (char *)values + (size_t)done * value_size, &count, NULL);
+					   (char *)values + (size_t)done * value_size, &count,
+					   NULL);
 		done += count;
 		if (err == -ENOENT && done) /* the map's end: everything there is */
 			err = 0;
@@ -174,7 +179,10 @@ static error_t parse_common(int key, char *arg, struct argp_state *state)
 
 	switch (key) {
 	case 'j': env->json = true; break;
-	case 'c': env->control = true; env->json = true; break;
+	case 'c':
+		env->control = true;
+		env->json = true;
+		break;
 	case 'v': env->verbose = true; break;
 	case 'S': env->no_bpf_stats = true; break;
 	case 'h': argp_state_help(state, stderr, ARGP_HELP_STD_HELP); break;
@@ -184,26 +192,27 @@ static error_t parse_common(int key, char *arg, struct argp_state *state)
 			argp_usage(state);
 		}
 		break;
-	default:
-		return ARGP_ERR_UNKNOWN;
+	default: return ARGP_ERR_UNKNOWN;
 	}
 	return 0;
 }
 
 static const struct argp_option common_opts[] = {
-	{ "json", 'j', NULL, 0, "One JSON line per snapshot", 0 },
-	{ "control", 'c', NULL, 0, "Snapshot on 'mark NAME' lines on stdin; 'exit' ends", 0 },
-	{ "verbose", 'v', NULL, 0, "libbpf's debug output", 0 },
-	{ "no-bpf-stats", 'S', NULL, 0, "Leave the kernel's BPF run-time statistics off (they cost two clock reads a program run)", 0 },
-	{ NULL, 'h', NULL, OPTION_HIDDEN, "Show the full help", 0 },
+	{"json", 'j', NULL, 0, "One JSON line per snapshot", 0},
+	{"control", 'c', NULL, 0, "Snapshot on 'mark NAME' lines on stdin; 'exit' ends", 0},
+	{"verbose", 'v', NULL, 0, "libbpf's debug output", 0},
+	{"no-bpf-stats", 'S', NULL, 0,
+	 "Leave the kernel's BPF run-time statistics off (they cost two clock reads a program run)",
+	 0},
+	{NULL, 'h', NULL, OPTION_HIDDEN, "Show the full help", 0},
 	{},
 };
 
-const struct argp probe_common_argp = { .options = common_opts, .parser = parse_common };
+const struct argp probe_common_argp = {.options = common_opts, .parser = parse_common};
 
 int probe_main_loop(const struct probe_env *env, probe_snapshot_fn snapshot, void *arg)
 {
-	struct sigaction sa = { .sa_handler = sig_handler };
+	struct sigaction sa = {.sa_handler = sig_handler};
 	char line[256];
 	int n = 0, err = 0;
 

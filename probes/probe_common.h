@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 /* Shared by every probe, kernel and user side: limits and the histogram. */
 #ifndef QPROF_PROBE_COMMON_H
 #define QPROF_PROBE_COMMON_H
@@ -20,11 +21,11 @@ struct probe_env {
 	pid_t pids[PROBE_MAX_PIDS];
 	int npids;
 	bool json;
-	bool control;     /* commands on stdin: mark NAME, exit */
+	bool control; /* commands on stdin: mark NAME, exit */
 	bool verbose;
-	bool no_bpf_stats; /* leave the kernel's BPF run-time statistics off */
-	int interval_s;   /* without --control: print every interval_s... */
-	int count;        /* ...count times (0: until Ctrl-C) */
+	bool no_bpf_stats;	/* leave the kernel's BPF run-time statistics off */
+	int interval_s;		/* without --control: print every interval_s... */
+	int count;		/* ...count times (0: until Ctrl-C) */
 	const char *ready_info; /* more members for the ready event ("k":"v",...), or NULL */
 };
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // Counts the run's network and waiting syscalls per thread: calls, errors,
 // bytes, mmsg messages and time inside, from the raw_syscalls tracepoints
 // through BTF (tp_btf: no tracefs needed, one attach point for all).
@@ -13,11 +14,11 @@
 DEFINE_TARGET_TGIDS
 
 struct inflight {
-	__u64 ts;      /* 0: no call of ours in flight */
+	__u64 ts; /* 0: no call of ours in flight */
 	__u64 msgvec;
 	__u32 sys;
 	__u32 vlen;
-	__u32 slot;    /* 1 + the thread's slot; 0: none yet */
+	__u32 slot; /* 1 + the thread's slot; 0: none yet */
 	__u32 pad;
 };
 
@@ -50,7 +51,7 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, QP_MAX_THREADS * QP_NSYS);
+	__uint(max_entries, QP_MAX_THREADS *QP_NSYS);
 	__type(key, __u32);
 	__type(value, struct sys_stats);
 } stats SEC(".maps");
@@ -200,14 +201,9 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 	case QP_EPOLL_WAIT:
 	case QP_EPOLL_PWAIT:
 	case QP_EPOLL_PWAIT2:
-	case QP_IO_URING_ENTER:
-		s->msgs_returned += ret;
-		break;
-	case QP_FUTEX:
-		break;
-	default:
-		s->bytes += ret;
-		break;
+	case QP_IO_URING_ENTER: s->msgs_returned += ret; break;
+	case QP_FUTEX: break;
+	default: s->bytes += ret; break;
 	}
 	return 0;
 }

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // qprof-syscalls: network and waiting syscalls of given processes, per
 // thread: calls, errors, bytes, mmsg messages, time inside.
 #define _GNU_SOURCE
@@ -13,8 +14,8 @@
 #include "syscalls.skel.h"
 
 static const char *const sys_names[QP_NSYS] = {
-	"sendmsg", "sendmmsg", "recvmsg", "recvmmsg", "sendto", "recvfrom",
-	"write", "writev", "read", "readv", "sendfile", "splice",
+	"sendmsg",    "sendmmsg",    "recvmsg",	     "recvmmsg",       "sendto",   "recvfrom",
+	"write",      "writev",	     "read",	     "readv",	       "sendfile", "splice",
 	"epoll_wait", "epoll_pwait", "epoll_pwait2", "io_uring_enter", "futex",
 };
 
@@ -23,18 +24,18 @@ static bool warned_lost;
 
 const char *argp_program_version = "qprof-syscalls 0.1";
 static const char argp_doc[] =
-"Count the network and waiting syscalls of given processes, per thread.\n"
-"\n"
-"USAGE: qprof-syscalls -p PID[,PID...] [--json] [--control | INTERVAL [COUNT]]\n"
-"\n"
-"EXAMPLES:\n"
-"    qprof-syscalls -p 1234           # print totals every second\n"
-"    qprof-syscalls -p 1234,1240 5 2  # every 5 s, twice\n"
-"    qprof-syscalls -p 1234 --json    # one JSON line per interval\n"
-"    qprof-syscalls -p 1234 --control # JSON on 'mark NAME' lines on stdin\n";
+	"Count the network and waiting syscalls of given processes, per thread.\n"
+	"\n"
+	"USAGE: qprof-syscalls -p PID[,PID...] [--json] [--control | INTERVAL [COUNT]]\n"
+	"\n"
+	"EXAMPLES:\n"
+	"    qprof-syscalls -p 1234           # print totals every second\n"
+	"    qprof-syscalls -p 1234,1240 5 2  # every 5 s, twice\n"
+	"    qprof-syscalls -p 1234 --json    # one JSON line per interval\n"
+	"    qprof-syscalls -p 1234 --control # JSON on 'mark NAME' lines on stdin\n";
 
 static const struct argp_option opts[] = {
-	{ "pid", 'p', "PID[,PID...]", 0, "Processes to follow (all their threads)", 0 },
+	{"pid", 'p', "PID[,PID...]", 0, "Processes to follow (all their threads)", 0},
 	{},
 };
 
@@ -47,17 +48,14 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 			argp_usage(state);
 		}
 		break;
-	case ARGP_KEY_INIT:
-		state->child_inputs[0] = &env;
-		break;
+	case ARGP_KEY_INIT: state->child_inputs[0] = &env; break;
 	case ARGP_KEY_END:
 		if (!env.npids) {
 			fprintf(stderr, "-p PID is required\n");
 			argp_usage(state);
 		}
 		break;
-	default:
-		return ARGP_ERR_UNKNOWN;
+	default: return ARGP_ERR_UNKNOWN;
 	}
 	return 0;
 }
@@ -135,7 +133,8 @@ static int read_rows(struct syscalls_bpf *skel, struct row **out, int *n)
 	if (!err)
 		err = probe_read_array(tfd, nslots, threads, sizeof(*threads));
 	if (err) {
-		fprintf(stderr, "qprof-syscalls: reading the counters failed: %s\n", strerror(-err));
+		fprintf(stderr, "qprof-syscalls: reading the counters failed: %s\n",
+			strerror(-err));
 		free(rows);
 		goto out;
 	}
@@ -146,7 +145,8 @@ static int read_rows(struct syscalls_bpf *skel, struct row **out, int *n)
 			k = slot * QP_NSYS + sys;
 			if (!stats[k].calls)
 				continue;
-			rows[m].key = (struct sys_key){ .tgid = threads[slot].tgid, .tid = threads[slot].tid, .sys = sys };
+			rows[m].key = (struct sys_key){
+				.tgid = threads[slot].tgid, .tid = threads[slot].tid, .sys = sys};
 			rows[m].s = stats[k];
 			m++;
 		}
@@ -196,8 +196,9 @@ static int print_json(const char *name, struct syscalls_bpf *skel)
 		printf("%s{\"tgid\":%u,\"tid\":%u,\"comm\":\"%s\",\"sys\":\"%s\",\"calls\":%llu,"
 		       "\"errors\":%llu,\"eagain\":%llu,\"bytes\":%llu,\"msgs_requested\":%llu,"
 		       "\"msgs_returned\":%llu,\"mmsg_truncated\":%llu,\"time_ns\":%llu,",
-		       i ? "," : "", key->tgid, key->tid, comm, sys_names[key->sys], s->calls, s->errors,
-		       s->eagain, s->bytes, s->msgs_requested, s->msgs_returned, s->mmsg_truncated, s->time_ns);
+		       i ? "," : "", key->tgid, key->tid, comm, sys_names[key->sys], s->calls,
+		       s->errors, s->eagain, s->bytes, s->msgs_requested, s->msgs_returned,
+		       s->mmsg_truncated, s->time_ns);
 		probe_json_hist(stdout, "time_hist_ns", s->time_hist_ns);
 		putchar('}');
 	}
@@ -238,8 +239,9 @@ static int print_table(struct syscalls_bpf *skel)
 		for (j = 0; j < QP_NSYS; j++)
 			if (tot[i][j].calls)
 				printf("%-8u %-15s %12llu %10llu %14llu %10llu %14.1f\n", tgids[i],
-				       sys_names[j], tot[i][j].calls, tot[i][j].errors, tot[i][j].bytes,
-				       tot[i][j].msgs_returned, tot[i][j].time_ns / 1e3);
+				       sys_names[j], tot[i][j].calls, tot[i][j].errors,
+				       tot[i][j].bytes, tot[i][j].msgs_returned,
+				       tot[i][j].time_ns / 1e3);
 	printf("\n");
 	return 0;
 }
@@ -251,9 +253,9 @@ static int snapshot(const char *name, void *arg)
 
 int main(int argc, char **argv)
 {
-	static const struct argp_child children[] = { { &probe_common_argp, 0, NULL, 0 }, {} };
-	static const struct argp argp = { .options = opts, .parser = parse_arg, .doc = argp_doc,
-					  .children = children };
+	static const struct argp_child children[] = {{&probe_common_argp, 0, NULL, 0}, {}};
+	static const struct argp argp = {
+		.options = opts, .parser = parse_arg, .doc = argp_doc, .children = children};
 	struct syscalls_bpf *skel;
 	int err;
 

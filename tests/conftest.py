@@ -1,4 +1,6 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """Shared by the tests: run the real CLI, and check that nothing is left."""
+
 import json
 import os
 import signal
@@ -19,8 +21,9 @@ def qprof(*args, runs_dir=None, timeout=120, env_extra=None, **kw):
     if runs_dir is not None:
         env["QPROF_RUNS_DIR"] = str(runs_dir)
     env.update(env_extra or {})
-    return subprocess.run([sys.executable, "-m", "qprof", *args], capture_output=True, text=True,
-                          timeout=timeout, env=env, **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "qprof", *args], capture_output=True, text=True, timeout=timeout, env=env, **kw
+    )
 
 
 def impossible_figures(obj, path=""):
@@ -70,8 +73,15 @@ def started(*args, runs_dir=None, env_extra=None):
     if runs_dir is not None:
         env["QPROF_RUNS_DIR"] = str(runs_dir)
     env.update(env_extra or {})
-    p = subprocess.Popen([sys.executable, "-m", "qprof", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True, env=env, preexec_fn=_default_signals, start_new_session=True)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "qprof", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        preexec_fn=_default_signals,
+        start_new_session=True,
+    )
     try:
         yield p
     finally:
@@ -106,16 +116,21 @@ def leftovers():
         if name.startswith("qp"):
             found.append(f"link {name}")
     ps = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
-    found += [f"process {line.strip()}" for line in ps.splitlines()
-              if "qprof-wl" in line or "perf record" in line or "qemu-system" in line]
+    found += [
+        f"process {line.strip()}"
+        for line in ps.splitlines()
+        if "qprof-wl" in line or "perf record" in line or "qemu-system" in line
+    ]
     state = Path(os.environ.get("QPROF_STATE_DIR", "/run/qprof"))
     found += [f"ledger {p}" for p in state.glob("*.json")]
     found += [f"path {p}" for p in Path("/tmp").glob("qprof-perf-*")]
     return found
 
 
-SCHEMAS = {"run.json": REPO / "collectors" / "schema" / "run.schema.json",
-           "comparison.json": REPO / "collectors" / "schema" / "comparison.schema.json"}
+SCHEMAS = {
+    "run.json": REPO / "collectors" / "schema" / "run.schema.json",
+    "comparison.json": REPO / "collectors" / "schema" / "comparison.schema.json",
+}
 
 
 def validate_records(root: Path) -> int:

@@ -1,5 +1,7 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """Each bad input or failure: one sentence on stderr, its own exit code,
 nothing left behind, and a run directory that does not look complete."""
+
 import json
 import os
 import signal
@@ -38,8 +40,10 @@ def test_unknown_stack(runs_dir):
     assert not runs_dir.exists()
 
 
-@pytest.mark.parametrize("args", [["--duration", "ten"], ["--warmup", "5 parsecs"], ["--bytes", "12Q"],
-                                  ["--io-size", "1000"], ["--duration", "0s"]])
+@pytest.mark.parametrize(
+    "args",
+    [["--duration", "ten"], ["--warmup", "5 parsecs"], ["--bytes", "12Q"], ["--io-size", "1000"], ["--duration", "0s"]],
+)
 def test_malformed_values(runs_dir, args):
     r = qprof("run", *args, runs_dir=runs_dir)
     assert r.returncode == BAD_VALUE, r.stderr
@@ -49,24 +53,50 @@ def test_malformed_values(runs_dir, args):
 
 def test_not_root(runs_dir, tmp_path):
     os.chmod(tmp_path, 0o777)
-    r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-                        sys.executable, "-m", "qprof", "run", "--duration", "1s"],
-                       capture_output=True, text=True, timeout=60, cwd=tmp_path,
-                       env={**os.environ, "QPROF_RUNS_DIR": str(runs_dir), "PYTHONDONTWRITEBYTECODE": "1"})
+    r = subprocess.run(
+        [
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            sys.executable,
+            "-m",
+            "qprof",
+            "run",
+            "--duration",
+            "1s",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env={**os.environ, "QPROF_RUNS_DIR": str(runs_dir), "PYTHONDONTWRITEBYTECODE": "1"},
+    )
     assert r.returncode == NOT_ROOT, r.stderr
     assert "root" in one_sentence(r.stderr)
     assert not runs_dir.exists()
 
 
 @needs_build
-@pytest.mark.parametrize("stack, kind", [("quic", socket.SOCK_DGRAM), ("udp", socket.SOCK_DGRAM),
-                                         ("tcp", socket.SOCK_STREAM)])
+@pytest.mark.parametrize(
+    "stack, kind", [("quic", socket.SOCK_DGRAM), ("udp", socket.SOCK_DGRAM), ("tcp", socket.SOCK_STREAM)]
+)
 def test_port_in_use(runs_dir, stack, kind):
     with socket.socket(socket.AF_INET, kind) as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-        r = qprof("run", "--stack", stack, "--topology", "loopback", "--port", str(port), "--duration", "1s",
-                  runs_dir=runs_dir)
+        r = qprof(
+            "run",
+            "--stack",
+            stack,
+            "--topology",
+            "loopback",
+            "--port",
+            str(port),
+            "--duration",
+            "1s",
+            runs_dir=runs_dir,
+        )
     assert r.returncode == PORT_IN_USE, r.stderr
     assert str(port) in one_sentence(r.stderr)
     assert run_statuses(runs_dir) == ["incomplete"]

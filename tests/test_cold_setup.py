@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """The README's set-up works from empty caches (issue 11): what `make`
 downloads is fetched here into empty directories, and what the build then
 reads offline is found there. A warm cargo home, pip cache or apt list on
@@ -6,6 +7,7 @@ the machine running the tests cannot hide a missing download step.
 The downloads are real (crates.io ~140 MB, PyPI, Debian's lists); nothing
 is compiled.
 """
+
 import json
 import os
 import shutil
@@ -23,8 +25,12 @@ TARGET = next((l.split(": ", 1)[1] for l in HOST.splitlines() if l.startswith("h
 def cold_env(tmp_path: Path) -> dict:
     """An environment whose cargo home and pip cache are empty."""
     (tmp_path / "cargo").mkdir()
-    return {**os.environ, "CARGO_HOME": str(tmp_path / "cargo"), "PIP_NO_CACHE_DIR": "1",
-            "PIP_CACHE_DIR": str(tmp_path / "pip-cache")}
+    return {
+        **os.environ,
+        "CARGO_HOME": str(tmp_path / "cargo"),
+        "PIP_NO_CACHE_DIR": "1",
+        "PIP_CACHE_DIR": str(tmp_path / "pip-cache"),
+    }
 
 
 def run(argv, env, **kw):
@@ -63,8 +69,21 @@ def test_inferno_and_its_locked_dependencies_from_empty_cargo_home(fetched):
     assert src.is_relative_to(fetched["CARGO_HOME"]) and src.name == "inferno-0.12.8", src
     # What `cargo install --path SRC --locked --offline` resolves: every
     # dependency inferno's own Cargo.lock names for this target.
-    r = run(["cargo", "metadata", "--locked", "--offline", "--filter-platform", TARGET, "--format-version", "1",
-             "--manifest-path", str(src / "Cargo.toml")], fetched)
+    r = run(
+        [
+            "cargo",
+            "metadata",
+            "--locked",
+            "--offline",
+            "--filter-platform",
+            TARGET,
+            "--format-version",
+            "1",
+            "--manifest-path",
+            str(src / "Cargo.toml"),
+        ],
+        fetched,
+    )
     names = {p["name"] for p in json.loads(r.stdout)["packages"]}
     assert {"inferno", "quick-xml", "clap"} <= names
 
@@ -74,8 +93,14 @@ def test_offline_build_step_refuses_what_was_not_fetched(tmp_path):
     """The build's offline step on an empty cargo home fails with cargo's
     reason rather than reaching the network: it reads only what `fetch` got."""
     env = cold_env(tmp_path)
-    r = subprocess.run([str(REPO / "workloads" / "msquic" / "build.sh"), str(tmp_path / "out")],
-                       capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
+    r = subprocess.run(
+        [str(REPO / "workloads" / "msquic" / "build.sh"), str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=300,
+    )
     assert r.returncode != 0
     assert "offline" in r.stderr
     assert not (tmp_path / "out" / "lib").exists()
@@ -100,8 +125,11 @@ def test_guest_kernel_from_empty_apt_lists(tmp_path):
     (lists / "partial").mkdir(parents=True)
     archives = tmp_path / "archives"
     (archives / "partial").mkdir(parents=True)
-    env = {**os.environ, "APT_OPTS": f"-o Dir::State::Lists={lists} -o Dir::Cache::Archives={archives} "
-                                     f"-o Dir::Cache::pkgcache= -o Dir::Cache::srcpkgcache="}
+    env = {
+        **os.environ,
+        "APT_OPTS": f"-o Dir::State::Lists={lists} -o Dir::Cache::Archives={archives} "
+        f"-o Dir::Cache::pkgcache= -o Dir::Cache::srcpkgcache=",
+    }
     r = run([str(REPO / "build-aux" / "apt.sh"), "kernel-deb", str(tmp_path / "guest")], env)
     assert "updating the package lists" in r.stderr
     debs = list((tmp_path / "guest").glob("linux-image-*-amd64_*.deb"))

@@ -1,4 +1,6 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """qprof compare's matrix, statistics and refusals, without transfers."""
+
 import pytest
 
 from qprof import errors
@@ -23,8 +25,12 @@ def interposer_built(tmp_path, monkeypatch):
 def test_vary_product_in_order_first_config_is_the_baseline():
     vary = compare.parse_vary(["gso=on,off", "io-size=64K,128K"])
     configs = compare.build_matrix(base(), ["quic"], vary, [])
-    assert [c.label for c in configs] == ["quic gso=on io-size=64K", "quic gso=on io-size=128K",
-                                          "quic gso=off io-size=64K", "quic gso=off io-size=128K"]
+    assert [c.label for c in configs] == [
+        "quic gso=on io-size=64K",
+        "quic gso=on io-size=128K",
+        "quic gso=off io-size=64K",
+        "quic gso=off io-size=128K",
+    ]
     assert [c.opts.io_size for c in configs] == [65536, 131072, 65536, 131072]
     assert [c.opts.gso for c in configs] == ["on", "on", "off", "off"]
 
@@ -35,34 +41,40 @@ def test_stacks_side_by_side_get_each_stack_default_io_size():
     assert [c.opts.io_size for c in configs] == [64 << 10, 128 << 10, 128 << 10]
 
 
-@pytest.mark.parametrize("items, needle", [
-    (["gsx=on,off"], "unknown --vary key 'gsx'"),
-    (["gso"], "KEY=V1,V2"),
-    (["gso=on,,off"], "empty value"),
-    (["gso=on,on"], "twice"),
-    (["gso=on,off", "gso=off,on"], "given twice"),
-])
+@pytest.mark.parametrize(
+    "items, needle",
+    [
+        (["gsx=on,off"], "unknown --vary key 'gsx'"),
+        (["gso"], "KEY=V1,V2"),
+        (["gso=on,,off"], "empty value"),
+        (["gso=on,on"], "twice"),
+        (["gso=on,off", "gso=off,on"], "given twice"),
+    ],
+)
 def test_bad_vary_is_refused(items, needle):
     with pytest.raises(errors.BadValue) as e:
         compare.parse_vary(items)
     assert needle in e.value.sentence
 
 
-@pytest.mark.parametrize("stack, vary, fixed, cls, needle", [
-    ("quic", {"gso": ["on", "maybe"]}, [], errors.BadValue, "'quic gso=maybe'"),
-    ("quic", {"gso": ["on", "off"]}, ["gso"], errors.BadValue, "both fixed and varied"),
-    ("quic", {"send-mode": ["gso", "sendmsg"]}, [], errors.BadValue, "--stack udp only"),
-    ("quic", {"gro": ["on"]}, [], errors.BadValue, "at least two configurations"),
-    ("udp", {"batch": ["x", "2"]}, [], errors.BadValue, "'x'"),
-    ("quic", {"tls": ["1.2", "1.3"]}, [], errors.BadTls, "tcp-tls and tcp-ktls only"),
-    # Ranges from the option table, checked before the first run (they
-    # used to pass the up-front check and fail after earlier runs).
-    ("quic", {"io-size": ["2048", "1000"]}, [], errors.BadValue, "'quic io-size=1000'"),
-    ("quic", {"streams": ["1", "100"]}, [], errors.BadValue, "--streams 100 is not from 1 to 64"),
-    ("udp", {"batch": ["1", "5000"]}, [], errors.BadValue, "--batch 5000"),
-    ("tcp-tls", {"tls": ["1.3", "1.1"]}, [], errors.BadTls, "--tls takes 1.2 or 1.3"),
-    ("quic", {"exec-profile": ["lowlat", "fast"]}, [], errors.BadValue, "'fast'"),
-])
+@pytest.mark.parametrize(
+    "stack, vary, fixed, cls, needle",
+    [
+        ("quic", {"gso": ["on", "maybe"]}, [], errors.BadValue, "'quic gso=maybe'"),
+        ("quic", {"gso": ["on", "off"]}, ["gso"], errors.BadValue, "both fixed and varied"),
+        ("quic", {"send-mode": ["gso", "sendmsg"]}, [], errors.BadValue, "--stack udp only"),
+        ("quic", {"gro": ["on"]}, [], errors.BadValue, "at least two configurations"),
+        ("udp", {"batch": ["x", "2"]}, [], errors.BadValue, "'x'"),
+        ("quic", {"tls": ["1.2", "1.3"]}, [], errors.BadTls, "tcp-tls and tcp-ktls only"),
+        # Ranges from the option table, checked before the first run (they
+        # used to pass the up-front check and fail after earlier runs).
+        ("quic", {"io-size": ["2048", "1000"]}, [], errors.BadValue, "'quic io-size=1000'"),
+        ("quic", {"streams": ["1", "100"]}, [], errors.BadValue, "--streams 100 is not from 1 to 64"),
+        ("udp", {"batch": ["1", "5000"]}, [], errors.BadValue, "--batch 5000"),
+        ("tcp-tls", {"tls": ["1.3", "1.1"]}, [], errors.BadTls, "--tls takes 1.2 or 1.3"),
+        ("quic", {"exec-profile": ["lowlat", "fast"]}, [], errors.BadValue, "'fast'"),
+    ],
+)
 def test_configurations_are_checked_before_anything_runs(stack, vary, fixed, cls, needle):
     with pytest.raises(cls) as e:
         compare.build_matrix(base(), [stack], vary, fixed)
@@ -96,7 +108,10 @@ def test_beyond_spread_needs_three_runs_and_disjoint_ranges():
 
 
 def rec(gbps, sys_nspb, cats=None):
-    r = {"throughput_gbps": gbps, "cpu": {s: {"ns_per_byte": {"total": sys_nspb}} for s in ("client", "server", "system")}}
+    r = {
+        "throughput_gbps": gbps,
+        "cpu": {s: {"ns_per_byte": {"total": sys_nspb}} for s in ("client", "server", "system")},
+    }
     if cats:
         r["flame"] = {"sides": {"client": {"categories_ns_per_byte": cats}}}
     return r
@@ -104,20 +119,26 @@ def rec(gbps, sys_nspb, cats=None):
 
 def test_table_ratios_against_first_and_representative_run():
     cfgs = [object(), object()]
-    runs = [{"config": 0, "record": rec(10, 1.0, {"crypto": 0.5})}, {"config": 1, "record": rec(5, 2.0, {"crypto": 1.0})},
-            {"config": 0, "record": rec(12, 0.9, {"crypto": 0.4})}, {"config": 1, "record": rec(6, 2.2, {"crypto": 1.1})},
-            {"config": 0, "record": rec(11, 0.8, {"crypto": 0.45})}, {"config": 1, "record": rec(4, 2.4, {"crypto": 1.2})}]
+    runs = [
+        {"config": 0, "record": rec(10, 1.0, {"crypto": 0.5})},
+        {"config": 1, "record": rec(5, 2.0, {"crypto": 1.0})},
+        {"config": 0, "record": rec(12, 0.9, {"crypto": 0.4})},
+        {"config": 1, "record": rec(6, 2.2, {"crypto": 1.1})},
+        {"config": 0, "record": rec(11, 0.8, {"crypto": 0.45})},
+        {"config": 1, "record": rec(4, 2.4, {"crypto": 1.2})},
+    ]
     metrics = compare.METRICS + compare.category_metrics([r["record"] for r in runs])
     t = compare.table(cfgs, runs, metrics)
     assert t["throughput_gbps"][0]["median"] == 11 and t["throughput_gbps"][1]["median"] == 5
     assert t["throughput_gbps"][1]["ratio"] == pytest.approx(5 / 11)
     assert t["throughput_gbps"][1]["beyond_spread"] is True
     assert t["client_crypto_ns_per_byte"][1]["ratio"] == pytest.approx(1.1 / 0.45)
-    assert "client_syscalls_per_mb" not in t      # never measured: no row, not zeros
+    assert "client_syscalls_per_mb" not in t  # never measured: no row, not zeros
     assert compare.representative(runs, 1)["record"]["cpu"]["system"]["ns_per_byte"]["total"] == 2.2
 
 
 # --- offload ---------------------------------------------------------------------
+
 
 def test_quic_gso_off_implies_gro_off_through_the_interposer(tmp_path, interposer_built):
     lib = interposer_built
@@ -159,8 +180,9 @@ def test_contradictions():
     # GRO on with nothing for GRO to do is not a contradiction; with something, it is.
     assert not offload.contradictions({"gso": None, "gro": "on"}, observed("on", "off", False, server_rx_gro_entries=0))
     assert offload.contradictions({"gso": None, "gro": "on"}, observed("off", "off", True, server_rx_gro_entries=0))
-    assert offload.contradictions({"gso": None, "gro": "off"},
-                                  observed("on", "on", True, recv_bytes_per_message=60000.0))
+    assert offload.contradictions(
+        {"gso": None, "gro": "off"}, observed("on", "on", True, recv_bytes_per_message=60000.0)
+    )
     # Unmeasured is never a contradiction (nor a confirmation).
     assert not offload.contradictions({"gso": "off", "gro": "off"}, observed(None, None, None))
     msquic_says = observed("off", "off", False)
@@ -179,7 +201,7 @@ def test_missing_interposer_is_not_built(monkeypatch, tmp_path):
 
 def test_categories_of_an_incomplete_capture_are_absent():
     good, short = rec(10, 1.0, {"crypto": 0.5}), rec(10, 1.0, {"crypto": 0.01})
-    short["flame"]["complete"] = False      # a CPU missed samples: every frame on it undercounts
+    short["flame"]["complete"] = False  # a CPU missed samples: every frame on it undercounts
     runs = [{"config": 0, "record": good, "id": "a"}, {"config": 1, "record": short, "id": "b"}]
     t = compare.table([0, 1], runs, compare.category_metrics([good, short]))
     assert t["client_crypto_ns_per_byte"][0]["n"] == 1

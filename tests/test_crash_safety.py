@@ -1,6 +1,8 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """Nothing outlives qprof, every wait ends, cleanup is not cut half way
 (issue 12): SIGKILL, bursts of Ctrl-C, a second measurement, unwritable
 run directories, interruption during start-up, fixed-size transfers."""
+
 import json
 import os
 import signal
@@ -48,7 +50,7 @@ def test_sigkill_leaves_only_what_the_next_command_reclaims(runs_dir):
 
         dry = qprof("clean", "--dry-run")
         assert dry.returncode == 0 and "would remove namespace qp-" in dry.stdout, dry.stdout
-        assert leftovers() == left       # a dry run removes nothing
+        assert leftovers() == left  # a dry run removes nothing
         doctor = qprof("doctor", "--json")
         found = [c for c in json.loads(doctor.stdout) if c["name"] == "remains of dead runs"]
         assert found and found[0]["verdict"] == "limited" and "qprof clean" in found[0]["fix"], found
@@ -59,8 +61,11 @@ def test_sigkill_leaves_only_what_the_next_command_reclaims(runs_dir):
         assert "removed what an earlier qprof left: namespace qp-" in r.stderr
     statuses = sorted(run_statuses(runs_dir))
     assert statuses == ["abandoned", "complete"], statuses
-    dead = next(json.loads(p.read_text()) for p in runs_dir.glob("*/run.json")
-                if json.loads(p.read_text())["status"] == "abandoned")
+    dead = next(
+        json.loads(p.read_text())
+        for p in runs_dir.glob("*/run.json")
+        if json.loads(p.read_text())["status"] == "abandoned"
+    )
     assert "killed" in dead["error"]
     assert qprof("clean").stdout.startswith("nothing to clean")
 
@@ -112,8 +117,11 @@ def read_only_dir(tmp_path):
 @pytest.mark.parametrize("how", ["flag", "env", "compare"])
 def test_unwritable_runs_dir(tmp_path, read_only_dir, where, how):
     (tmp_path / "a-file").write_text("")
-    target = {"proc": Path("/proc/qp"), "under-file": tmp_path / "a-file" / "runs",
-              "read-only": read_only_dir / "runs"}[where]
+    target = {
+        "proc": Path("/proc/qp"),
+        "under-file": tmp_path / "a-file" / "runs",
+        "read-only": read_only_dir / "runs",
+    }[where]
     cmd = ("run", *SHORT) if how != "compare" else ("compare", "--stacks", "tcp,udp", *SHORT)
     if how == "flag":
         r = qprof(*cmd, "--runs-dir", str(target))
@@ -161,9 +169,15 @@ def test_inherited_ignored_sigint_stays_ignored_and_sigterm_cleans_up(runs_dir):
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
-    p = subprocess.Popen([sys.executable, "-m", "qprof", "run", "--duration", "30s", "--sample-hz", "0"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                         preexec_fn=ignore_sigint, start_new_session=True)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "qprof", "run", "--duration", "30s", "--sample-hz", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        preexec_fn=ignore_sigint,
+        start_new_session=True,
+    )
     try:
         wait_for_transfer(runs_dir)
         p.send_signal(signal.SIGINT)
@@ -182,13 +196,24 @@ def test_inherited_ignored_sigint_stays_ignored_and_sigterm_cleans_up(runs_dir):
 
 
 @needs_build
-@pytest.mark.parametrize("case", ["tests/test_bad_input.py::test_ctrl_c",
-                                  "tests/test_run_offload.py::test_compare_interrupted_leaves_nothing_and_says_so"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "tests/test_bad_input.py::test_ctrl_c",
+        "tests/test_run_offload.py::test_compare_interrupted_leaves_nothing_and_says_so",
+    ],
+)
 def test_interrupt_tests_pass_when_the_suite_starts_with_sigint_ignored(case):
     """As `setsid bash -c 'make test & wait'` launches it (issue 11)."""
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", case],
-                       capture_output=True, text=True, cwd=REPO, timeout=300,
-                       preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN), start_new_session=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", case],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+        start_new_session=True,
+    )
     assert r.returncode == 0, r.stdout[-3000:]
     assert "1 passed" in r.stdout
 
@@ -201,8 +226,9 @@ def test_tiny_fixed_size_without_warmup_is_measured_whole(runs_dir, stack):
     assert rec["window_s"] > 0
 
 
-@pytest.mark.parametrize("args, cause", [(["--bytes", "0"], "moves nothing"),
-                                         (["--bytes", "64K", "--warmup", "1s"], "does not apply")])
+@pytest.mark.parametrize(
+    "args, cause", [(["--bytes", "0"], "moves nothing"), (["--bytes", "64K", "--warmup", "1s"], "does not apply")]
+)
 def test_fixed_size_refusals(runs_dir, args, cause):
     r = qprof("run", *args, runs_dir=runs_dir)
     assert r.returncode == BAD_VALUE, r.stderr
@@ -245,8 +271,7 @@ def test_perf_dying_mid_run_is_one_sentence(runs_dir):
 @needs_build
 @pytest.mark.parametrize("probe", ["syscalls", "packets", "cputhread"])
 def test_probe_killed_mid_run_is_absent_with_its_signal(runs_dir, probe):
-    with started("run", "--json", "--duration", "5s", "--warmup", "0.5s", "--sample-hz", "0",
-                 runs_dir=runs_dir) as p:
+    with started("run", "--json", "--duration", "5s", "--warmup", "0.5s", "--sample-hz", "0", runs_dir=runs_dir) as p:
         wait_for_transfer(runs_dir)
         time.sleep(1.5)
         os.kill(descendant(p.pid, f"qprof-{probe}"), signal.SIGKILL)
@@ -255,8 +280,9 @@ def test_probe_killed_mid_run_is_absent_with_its_signal(runs_dir, probe):
     rec = json.loads(out)
     # Killed before or after the window opened: either edge finds it gone.
     assert rec["probes"][probe]["status"] == "absent"
-    assert rec["probes"][probe]["reason"] in (f"stopped answering at the {edge} edge: killed by SIGKILL"
-                                              for edge in ("start", "end"))
+    assert rec["probes"][probe]["reason"] in (
+        f"stopped answering at the {edge} edge: killed by SIGKILL" for edge in ("start", "end")
+    )
     assert f"probe {probe} is absent: stopped answering" in err and "Traceback" not in err
     if probe == "syscalls":
         assert rec["syscalls"] == {"client": None, "server": None}

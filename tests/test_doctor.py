@@ -1,5 +1,7 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """`qprof doctor --json` on this host: every check once with a valid verdict,
 verdicts that agree with what the host has, and nothing left behind."""
+
 import gzip
 import json
 import os
@@ -10,12 +12,29 @@ from pathlib import Path
 
 import pytest
 
-from conftest import qprof
 from qprof.collectors.capabilities import caps_held
 
-NAMES = ["root", "btf", "tracepoints", "perf sampling", "udp gso/gro", "kernel tls", "netns/veth",
-         "qdisc netem", "qdisc tbf", "qdisc htb", "gso/gro switches", "workload build", "probes build",
-         "interposers build", "inferno build", "floor build", "remains of dead runs"]
+from conftest import qprof
+
+NAMES = [
+    "root",
+    "btf",
+    "tracepoints",
+    "perf sampling",
+    "udp gso/gro",
+    "kernel tls",
+    "netns/veth",
+    "qdisc netem",
+    "qdisc tbf",
+    "qdisc htb",
+    "gso/gro switches",
+    "workload build",
+    "probes build",
+    "interposers build",
+    "inferno build",
+    "floor build",
+    "remains of dead runs",
+]
 BUILD_CHECKS = ["workload build", "probes build", "interposers build", "inferno build", "floor build"]
 QDISC_CONFIG = {"netem": "CONFIG_NET_SCH_NETEM", "tbf": "CONFIG_NET_SCH_TBF", "htb": "CONFIG_NET_SCH_HTB"}
 VERDICTS = {"ok", "missing", "limited", "unknown"}
@@ -25,8 +44,9 @@ SCRATCH_NAME = re.compile(r"^(qp-doc|qpd\d+[ab]$)")
 
 
 def tracefs_mounts():
-    return sorted(line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()
-                  if line.split()[2] == "tracefs")
+    return sorted(
+        line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines() if line.split()[2] == "tracefs"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -34,8 +54,9 @@ def doctor_pid():
     """doctor run once, as conftest.qprof runs the CLI, but with its pid
     known: the probe tools it starts are given it (-p PID)."""
     mounts_before = tracefs_mounts()
-    p = subprocess.Popen([sys.executable, "-m", "qprof", "doctor", "--json"], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "qprof", "doctor", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     out, err = p.communicate(timeout=120)
     return subprocess.CompletedProcess(p.args, p.returncode, out, err), mounts_before, p.pid
 
@@ -98,18 +119,24 @@ def probe_tools_given(pid):
 def test_leaves_no_namespace_link_mount_or_probe(doctor_pid):
     _, mounts_before, pid = doctor_pid
     assert probe_tools_given(pid) == []
-    netns = [line.split()[0] for line in subprocess.run(["ip", "netns", "list"], capture_output=True,
-                                                        text=True, check=True).stdout.splitlines()]
-    links = [line.split(":")[1].strip().split("@")[0] for line in subprocess.run(
-        ["ip", "-o", "link"], capture_output=True, text=True, check=True).stdout.splitlines()]
+    netns = [
+        line.split()[0]
+        for line in subprocess.run(
+            ["ip", "netns", "list"], capture_output=True, text=True, check=True
+        ).stdout.splitlines()
+    ]
+    links = [
+        line.split(":")[1].strip().split("@")[0]
+        for line in subprocess.run(["ip", "-o", "link"], capture_output=True, text=True, check=True).stdout.splitlines()
+    ]
     assert [name for name in netns + links if SCRATCH_NAME.match(name)] == []
     assert tracefs_mounts() == mounts_before
 
 
 def test_caps_held_decodes_only_the_bits_qprof_needs():
     assert caps_held("0000000000201000") == {"CAP_NET_ADMIN", "CAP_SYS_ADMIN"}  # bits 12, 21
-    assert caps_held("000000c000000000") == {"CAP_PERFMON", "CAP_BPF"}          # bits 38, 39
-    assert caps_held("0000000000500800") == set()                                # bits 11, 20, 22
+    assert caps_held("000000c000000000") == {"CAP_PERFMON", "CAP_BPF"}  # bits 38, 39
+    assert caps_held("0000000000500800") == set()  # bits 11, 20, 22
     assert caps_held("000001ffffffffff") == {"CAP_NET_ADMIN", "CAP_SYS_ADMIN", "CAP_PERFMON", "CAP_BPF"}
 
 
@@ -118,11 +145,26 @@ def test_as_a_user_doctor_says_what_needs_root(tmp_path):
     nor blame the kernel for what is a missing privilege."""
     import os
     import sys
+
     os.chmod(tmp_path, 0o777)
-    r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-                        sys.executable, "-m", "qprof", "doctor", "--json"], capture_output=True, text=True,
-                       timeout=120, cwd=tmp_path, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1",
-                                                        "QPROF_STATE_DIR": str(tmp_path / "state")})
+    r = subprocess.run(
+        [
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            sys.executable,
+            "-m",
+            "qprof",
+            "doctor",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "QPROF_STATE_DIR": str(tmp_path / "state")},
+    )
     assert r.returncode == 0, r.stderr
     checks = {c["name"]: c for c in json.loads(r.stdout)}
     assert checks["root"]["verdict"] == "missing"
@@ -147,6 +189,7 @@ in /etc/sysctl.conf (e.g. kernel.perf_event_paranoid = <setting>)
 
 def test_perf_is_quoted_by_its_first_line_that_says_something():
     from qprof.collectors.capabilities import _first_line
+
     assert _first_line(PERF_AS_USER) == "Access to performance monitoring and observability operations is limited."
     assert _first_line("Error:\tUnable to find debugfs/tracefs\nHint: ...") == "Unable to find debugfs/tracefs"
     assert _first_line("\n") == ""
@@ -197,8 +240,10 @@ def test_an_empty_build_dir_fails_each_build_check_naming_what_and_make_build(tm
     expected = {
         "workload build": [f"{tmp_path}/bin/qprof-wl is missing", "libmsquic.so is missing"],
         "probes build": [f"{tmp_path}/bin/qprof-{n} is missing" for n in ("syscalls", "packets", "cputhread")],
-        "interposers build": [f"{tmp_path}/lib/libqprof-offload.so is missing",
-                              f"{tmp_path}/lib/libqprof-bind.so is missing"],
+        "interposers build": [
+            f"{tmp_path}/lib/libqprof-offload.so is missing",
+            f"{tmp_path}/lib/libqprof-bind.so is missing",
+        ],
         "inferno build": [f"inferno-{t} is missing" for t in ("collapse-perf", "flamegraph", "diff-folded")],
         "floor build": [f"{tmp_path}/bin/qprof-floor is missing", f"{tmp_path}/bin/qprof-floor-quictls is missing"],
     }

@@ -1,5 +1,7 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """`qprof flame` as a user runs it, on run directories assembled in
 tmp_path from the golden captures (tests/data/flame/<case>/)."""
+
 import json
 import re
 import shutil
@@ -18,11 +20,16 @@ SVG = "{http://www.w3.org/2000/svg}"
 # Exit codes: qprof's interface (core/errors.py).
 BAD_VALUE, NOT_BUILT, RUN_NOT_FOUND, NO_STACKS, BAD_STACKS, INCOMPATIBLE = 4, 11, 15, 22, 23, 24
 
-needs_inferno = pytest.mark.skipif(not (REPO / "build" / "tools" / "bin" / "inferno-flamegraph").exists(),
-                                   reason="inferno is not built; `make inferno`")
+needs_inferno = pytest.mark.skipif(
+    not (REPO / "build" / "tools" / "bin" / "inferno-flamegraph").exists(),
+    reason="inferno is not built; `make inferno`",
+)
 
-SIDE_LINE = re.compile(r"^(client|server|system): graph (\d+\.\d{3}) ns/B, measured (-?\d+\.\d{3}|—) ns/B, "
-                       r"gap ([+-]\d+\.\d%|—), stack quality (\d+\.\d%|—), ([\d,]+) samples -> (.+)$", re.M)
+SIDE_LINE = re.compile(
+    r"^(client|server|system): graph (\d+\.\d{3}) ns/B, measured (-?\d+\.\d{3}|—) ns/B, "
+    r"gap ([+-]\d+\.\d%|—), stack quality (\d+\.\d%|—), ([\d,]+) samples -> (.+)$",
+    re.M,
+)
 
 
 def one_sentence(stderr):
@@ -58,7 +65,7 @@ def expected_figures(case, side):
 
 
 def svg_title(path):
-    root = ET.parse(path).getroot()   # raises if not well-formed XML
+    root = ET.parse(path).getroot()  # raises if not well-formed XML
     texts = {t.get("id"): "".join(t.itertext()) for t in root.iter(f"{SVG}text") if t.get("id")}
     return texts.get("title", ""), texts.get("subtitle", "")
 
@@ -72,8 +79,14 @@ def svg_frames(path):
             continue
         m = re.match(r"^(.*) \(([\d,]+) ps/B, [\d.]+%(?:; ([+-]?[\d.]+)%)?\)$", title.text)
         if m:
-            out.append((m.group(1), int(m.group(2).replace(",", "")),
-                        None if m.group(3) is None else float(m.group(3)), rect.get("fill")))
+            out.append(
+                (
+                    m.group(1),
+                    int(m.group(2).replace(",", "")),
+                    None if m.group(3) is None else float(m.group(3)),
+                    rect.get("fill"),
+                )
+            )
     return out
 
 
@@ -121,6 +134,7 @@ def test_an_undercounting_capture_says_so(runs):
     def short(rec):
         rec["flame"]["complete"] = False
         rec["flame"]["incomplete_reason"] = "CPU 1 recorded 75% of its expected samples"
+
     _, path = add_run(runs, "quic", edit=short)
     r = qprof("flame", "--side", "client", runs_dir=runs)
     assert r.returncode == 0, r.stderr
@@ -174,7 +188,7 @@ def test_open(runs, tmp_path):
     bin_dir.mkdir()
     log = tmp_path / "opened.txt"
     opener = bin_dir / "xdg-open"
-    opener.write_text(f"#!/bin/sh\necho \"$1\" >> {log}\n")
+    opener.write_text(f'#!/bin/sh\necho "$1" >> {log}\n')
     opener.chmod(opener.stat().st_mode | stat.S_IEXEC)
     r = qprof("flame", "--side", "client", "--open", runs_dir=runs, env_extra={"PATH": str(bin_dir)})
     assert r.returncode == 0, r.stderr
@@ -216,6 +230,7 @@ def test_unknown_run(runs):
 def test_run_without_stacks(runs):
     def no_flame(rec):
         rec["flame"] = None
+
     rid, path = add_run(runs, "quic", edit=no_flame)
     r = qprof("flame", runs_dir=runs)
     assert r.returncode == NO_STACKS
@@ -232,6 +247,7 @@ def test_incomplete_run(runs):
     def incomplete(rec):
         rec["status"] = "incomplete"
         rec["error"] = "interrupted; everything the run created was removed."
+
     add_run(runs, "quic", edit=incomplete)
     r = qprof("flame", runs_dir=runs)
     assert r.returncode == NO_STACKS
@@ -242,7 +258,7 @@ def test_truncated_folded_file(runs):
     _, path = add_run(runs, "quic")
     f = path / "stacks" / "client.folded"
     text = f.read_text()
-    f.write_text(text[: len(text) // 2])   # cut mid-line, as a full disk would
+    f.write_text(text[: len(text) // 2])  # cut mid-line, as a full disk would
     r = qprof("flame", "--side", "client", runs_dir=runs)
     assert r.returncode == BAD_STACKS
     assert "truncated" in one_sentence(r.stderr)
@@ -252,7 +268,7 @@ def test_folded_file_missing_lines(runs):
     _, path = add_run(runs, "quic")
     f = path / "stacks" / "server.folded"
     f.write_text("".join(f.read_text().splitlines(keepends=True)[:-5]))  # whole lines gone
-    r = qprof("flame", "--folded", runs_dir=runs)   # all sides: the client is fine, the server not
+    r = qprof("flame", "--folded", runs_dir=runs)  # all sides: the client is fine, the server not
     assert r.returncode == BAD_STACKS
     assert "run.json recorded" in one_sentence(r.stderr)
     assert r.stdout == ""
@@ -288,6 +304,7 @@ def test_diff_refusals(runs):
 
     def emulated(rec):
         rec["environment"]["emulated"] = True
+
     b, _ = add_run(runs, "quic", edit=emulated)
     r = qprof("flame", "--diff", a, b, runs_dir=runs)
     assert r.returncode == INCOMPATIBLE

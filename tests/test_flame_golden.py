@@ -1,8 +1,10 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """Golden files: real captures this project made (tests/data/flame/<case>/),
 and what flamegraphs/ makes of them, blessed beside them.
 
     QPROF_BLESS=1 .venv/bin/python -m pytest tests/test_flame_golden.py   # rewrite expected/
 """
+
 import json
 import os
 from pathlib import Path
@@ -88,7 +90,9 @@ def test_directions():
     assert tls["server"]["receive syscalls"] > tls["server"]["send syscalls"]
     assert quic["server"]["receive syscalls"] > quic["client"]["receive syscalls"]
     # msquic is most of QUIC's protocol work; libssl is a thin record layer by comparison.
-    assert quic["client"]["protocol"] / sum(quic["client"].values()) > tls["client"]["protocol"] / sum(tls["client"].values())
+    assert quic["client"]["protocol"] / sum(quic["client"].values()) > tls["client"]["protocol"] / sum(
+        tls["client"].values()
+    )
 
 
 def test_stack_quality_sees_the_unwinder():

@@ -1,5 +1,7 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """flamegraphs/ on hand-made input: the folded reader, classification
 order, categories summing to the total, stack quality, per-byte units."""
+
 import io
 import sys
 from pathlib import Path
@@ -17,6 +19,7 @@ def rules(text):
 
 
 # --- the reader -------------------------------------------------------------
+
 
 def test_reader_sums_duplicates_and_keeps_spaces_in_frames():
     text = "a;b;c 3\na;b;c 4\nmemfd:x;[unknown] ;[unknown] ;leaf_[k] 2\n\n"
@@ -101,11 +104,14 @@ def test_categories_are_in_fixed_order_and_sum_to_the_total():
     assert sum(got.values()) == sum(stacks.values())
 
 
-@pytest.mark.parametrize("text,match", [
-    ("crypto ^aes\n", "no tab"),
-    ("cryptography\t^aes\n", "unknown category"),
-    ("crypto\t^aes(\n", "bad regular expression"),
-])
+@pytest.mark.parametrize(
+    "text,match",
+    [
+        ("crypto ^aes\n", "no tab"),
+        ("cryptography\t^aes\n", "unknown category"),
+        ("crypto\t^aes(\n", "bad regular expression"),
+    ],
+)
 def test_bad_rules_are_refused_with_the_line(text, match):
     with pytest.raises(BadValue, match=match) as e:
         categories.parse_rules(text, "t.rules")
@@ -118,39 +124,72 @@ def test_comments_and_blank_lines_are_ignored():
 
 # The shipped rules on frames as real captures name them.
 SHIPPED = [
-    ("qprof-wl;[unknown];read;entry_SYSCALL_64_after_hwframe_[k];do_syscall_64_[k];ksys_read_[k];vfs_read_[k];"
-     "sock_read_iter_[k];sock_recvmsg_[k];tcp_recvmsg_[k];tcp_recvmsg_locked_[k];skb_copy_datagram_iter_[k];"
-     "__skb_datagram_iter_[k];_copy_to_iter_[k]", "copies"),
+    (
+        "qprof-wl;[unknown];read;entry_SYSCALL_64_after_hwframe_[k];do_syscall_64_[k];ksys_read_[k];vfs_read_[k];"
+        "sock_read_iter_[k];sock_recvmsg_[k];tcp_recvmsg_[k];tcp_recvmsg_locked_[k];skb_copy_datagram_iter_[k];"
+        "__skb_datagram_iter_[k];_copy_to_iter_[k]",
+        "copies",
+    ),
     ("qprof-wl;run_client;SSL_write;ssl3_write_bytes;tls_write_records;EVP_EncryptUpdate;aesni_gcm_encrypt", "crypto"),
     ("qprof-wl;[libcrypto.so.3]", "crypto"),
-    ("qprof-wl;start_thread;CxPlatWorkerThread;QuicWorkerLoop;QuicSendFlush;QuicPacketBuilderFinalize;CxPlatEncrypt",
-     "crypto"),
-    ("qprof-wl;start_thread;CxPlatWorkerThread;QuicWorkerLoop;QuicSendFlush;QuicLossDetectionOnPacketSent;"
-     "CxPlatHashtableEnumerateNext", "protocol"),
-    ("qprof-wl;start_thread;CxPlatWorkerThread;QuicWorkerLoop;QuicConnDrainOperations;QuicStreamRecvFlush;"
-     "wl_pattern_check.avx2", "other"),
-    ("qprof-wl;QuicSendFlush;__libc_sendmsg;entry_SYSCALL_64_after_hwframe_[k];do_syscall_64_[k];__sys_sendmsg_[k];"
-     "___sys_sendmsg_[k];____sys_sendmsg_[k]", "send syscalls"),
-    ("qprof-wl;QuicSendFlush;__libc_sendmsg;entry_SYSCALL_64_after_hwframe_[k];do_syscall_64_[k];__sys_sendmsg_[k];"
-     "___sys_sendmsg_[k];____sys_sendmsg_[k];udpv6_sendmsg_[k];udp_sendmsg_[k]", "kernel net stack"),
-    ("qprof-wl;__libc_sendmsg;entry_SYSCALL_64_after_hwframe_[k];do_syscall_64_[k];syscall_trace_enter_[k];"
-     "__bpf_trace_sys_enter_[k];bpf_trace_run2_[k];bpf_prog_5094dd60116f0407_sys_enter;htab_map_update_elem_[k]",
-     "eBPF probes"),
-    ("qprof-wl;__GI___libc_write;entry_SYSCALL_64_after_hwframe_[k];do_syscall_64_[k];ksys_write_[k];vfs_write_[k];"
-     "sock_write_iter_[k];tcp_sendmsg_[k];tcp_sendmsg_locked_[k];__tcp_push_pending_frames_[k];tcp_write_xmit_[k];"
-     "_raw_spin_unlock_irqrestore_[k]", "kernel net stack"),
-    ("qprof-wl;[libcrypto.so.3];asm_sysvec_apic_timer_interrupt_[k];sysvec_apic_timer_interrupt_[k];"
-     "__irq_exit_rcu_[k];handle_softirqs_[k];net_rx_action_[k];__napi_poll_[k];process_backlog_[k]",
-     "device and softirq"),
-    ("qprof-wl;[libcrypto.so.3];asm_sysvec_apic_timer_interrupt_[k];sysvec_apic_timer_interrupt_[k];"
-     "__irq_exit_rcu_[k];handle_softirqs_[k];net_rx_action_[k];__napi_poll_[k];process_backlog_[k];"
-     "tcp_v4_rcv_[k];tcp_rcv_established_[k];tcp_data_queue_[k];sock_def_readable_[k];"
-     "_raw_spin_unlock_irqrestore_[k]", "scheduling"),
-    ("qprof-wl;start_thread;CxPlatWorkerThread;epoll_wait;entry_SYSCALL_64_after_hwframe_[k];do_syscall_64_[k];"
-     "__x64_sys_epoll_wait_[k];do_epoll_wait_[k];schedule_hrtimeout_range_clock_[k];schedule_[k];__schedule_[k];"
-     "finish_task_switch.isra.0_[k]", "scheduling"),
-    ("perf;__libc_start_call_main;[perf];__GI___libc_write;entry_SYSCALL_64_after_hwframe_[k];do_syscall_64_[k];"
-     "ksys_write_[k];vfs_write_[k];ext4_buffered_write_iter_[k];file_update_time_flags_[k]", "other"),
+    (
+        "qprof-wl;start_thread;CxPlatWorkerThread;QuicWorkerLoop;QuicSendFlush;QuicPacketBuilderFinalize;CxPlatEncrypt",
+        "crypto",
+    ),
+    (
+        "qprof-wl;start_thread;CxPlatWorkerThread;QuicWorkerLoop;QuicSendFlush;QuicLossDetectionOnPacketSent;"
+        "CxPlatHashtableEnumerateNext",
+        "protocol",
+    ),
+    (
+        "qprof-wl;start_thread;CxPlatWorkerThread;QuicWorkerLoop;QuicConnDrainOperations;QuicStreamRecvFlush;"
+        "wl_pattern_check.avx2",
+        "other",
+    ),
+    (
+        "qprof-wl;QuicSendFlush;__libc_sendmsg;entry_SYSCALL_64_after_hwframe_[k];do_syscall_64_[k];__sys_sendmsg_[k];"
+        "___sys_sendmsg_[k];____sys_sendmsg_[k]",
+        "send syscalls",
+    ),
+    (
+        "qprof-wl;QuicSendFlush;__libc_sendmsg;entry_SYSCALL_64_after_hwframe_[k];do_syscall_64_[k];__sys_sendmsg_[k];"
+        "___sys_sendmsg_[k];____sys_sendmsg_[k];udpv6_sendmsg_[k];udp_sendmsg_[k]",
+        "kernel net stack",
+    ),
+    (
+        "qprof-wl;__libc_sendmsg;entry_SYSCALL_64_after_hwframe_[k];do_syscall_64_[k];syscall_trace_enter_[k];"
+        "__bpf_trace_sys_enter_[k];bpf_trace_run2_[k];bpf_prog_5094dd60116f0407_sys_enter;htab_map_update_elem_[k]",
+        "eBPF probes",
+    ),
+    (
+        "qprof-wl;__GI___libc_write;entry_SYSCALL_64_after_hwframe_[k];do_syscall_64_[k];ksys_write_[k];vfs_write_[k];"
+        "sock_write_iter_[k];tcp_sendmsg_[k];tcp_sendmsg_locked_[k];__tcp_push_pending_frames_[k];tcp_write_xmit_[k];"
+        "_raw_spin_unlock_irqrestore_[k]",
+        "kernel net stack",
+    ),
+    (
+        "qprof-wl;[libcrypto.so.3];asm_sysvec_apic_timer_interrupt_[k];sysvec_apic_timer_interrupt_[k];"
+        "__irq_exit_rcu_[k];handle_softirqs_[k];net_rx_action_[k];__napi_poll_[k];process_backlog_[k]",
+        "device and softirq",
+    ),
+    (
+        "qprof-wl;[libcrypto.so.3];asm_sysvec_apic_timer_interrupt_[k];sysvec_apic_timer_interrupt_[k];"
+        "__irq_exit_rcu_[k];handle_softirqs_[k];net_rx_action_[k];__napi_poll_[k];process_backlog_[k];"
+        "tcp_v4_rcv_[k];tcp_rcv_established_[k];tcp_data_queue_[k];sock_def_readable_[k];"
+        "_raw_spin_unlock_irqrestore_[k]",
+        "scheduling",
+    ),
+    (
+        "qprof-wl;start_thread;CxPlatWorkerThread;epoll_wait;entry_SYSCALL_64_after_hwframe_[k];do_syscall_64_[k];"
+        "__x64_sys_epoll_wait_[k];do_epoll_wait_[k];schedule_hrtimeout_range_clock_[k];schedule_[k];__schedule_[k];"
+        "finish_task_switch.isra.0_[k]",
+        "scheduling",
+    ),
+    (
+        "perf;__libc_start_call_main;[perf];__GI___libc_write;entry_SYSCALL_64_after_hwframe_[k];do_syscall_64_[k];"
+        "ksys_write_[k];vfs_write_[k];ext4_buffered_write_iter_[k];file_update_time_flags_[k]",
+        "other",
+    ),
 ]
 
 
@@ -161,32 +200,44 @@ def test_shipped_rules(stack, expected):
 
 def test_shipped_rules_leave_lock_and_skid_frames_unmatched():
     c = categories.Classifier()
-    for frame in ("_raw_spin_unlock_irqrestore_[k]", "_raw_spin_lock_bh_[k]", "__pv_queued_spin_lock_slowpath_[k]",
-                  "[unknown]", "[unknown] ", "malloc", "entry_SYSCALL_64_after_hwframe_[k]", "do_syscall_64_[k]"):
+    for frame in (
+        "_raw_spin_unlock_irqrestore_[k]",
+        "_raw_spin_lock_bh_[k]",
+        "__pv_queued_spin_lock_slowpath_[k]",
+        "[unknown]",
+        "[unknown] ",
+        "malloc",
+        "entry_SYSCALL_64_after_hwframe_[k]",
+        "do_syscall_64_[k]",
+    ):
         assert c.frame_category(frame) is None, frame
 
 
 # --- stack quality ----------------------------------------------------------
 
-@pytest.mark.parametrize("stack,complete", [
-    ("qprof-wl;start_thread;CxPlatWorkerThread;QuicWorkerLoop", True),
-    ("qprof-wl;__libc_start_call_main;main;run_client", True),
-    ("ksoftirqd/0;ret_from_fork_asm_[k];ret_from_fork_[k];kthread_[k];run_ksoftirqd_[k]", True),
-    # A syscall or fault has a user-space caller: starting at the entry, the
-    # stack lost its user part (DWARF: a process whose memory was going away).
-    ("qprof-wl;entry_SYSCALL_64_after_hwframe_[k];do_syscall_64_[k]", False),
-    ("bash;entry_SYSCALL_64_after_hwframe_[k];do_syscall_64_[k];x64_sys_call_[k];__x64_sys_exit_group_[k]", False),
-    ("qprof-wl;asm_exc_page_fault_[k];exc_page_fault_[k]", False),
-    ("qprof-wl;clone3;start_thread;CxPlatWorkerThread", True),
-    ("qprof-wl;CxPlatEncrypt;EVP_EncryptUpdate;ossl_gcm_stream_update", False),
-    ("qprof-wl;[unknown];__strcmp_avx2", False),
-    ("memfd:sealed-91;[unknown] ;[unknown] ;entry_SYSCALL_64_after_hwframe_[k]", False),
-    ("qprof-wl;_aesni_ctr32_ghash_6x", False),
-    ("qprof-wl;__GI___libc_write;entry_SYSCALL_64_after_hwframe_[k];do_syscall_64_[k]", False),
-    ("qprof-wl;[libcrypto.so.3]", False),
-    ("qprof-wl;kthread_[k];worker_thread_[k]", False),
-    ("qprof-wl", False),
-])
+
+@pytest.mark.parametrize(
+    "stack,complete",
+    [
+        ("qprof-wl;start_thread;CxPlatWorkerThread;QuicWorkerLoop", True),
+        ("qprof-wl;__libc_start_call_main;main;run_client", True),
+        ("ksoftirqd/0;ret_from_fork_asm_[k];ret_from_fork_[k];kthread_[k];run_ksoftirqd_[k]", True),
+        # A syscall or fault has a user-space caller: starting at the entry, the
+        # stack lost its user part (DWARF: a process whose memory was going away).
+        ("qprof-wl;entry_SYSCALL_64_after_hwframe_[k];do_syscall_64_[k]", False),
+        ("bash;entry_SYSCALL_64_after_hwframe_[k];do_syscall_64_[k];x64_sys_call_[k];__x64_sys_exit_group_[k]", False),
+        ("qprof-wl;asm_exc_page_fault_[k];exc_page_fault_[k]", False),
+        ("qprof-wl;clone3;start_thread;CxPlatWorkerThread", True),
+        ("qprof-wl;CxPlatEncrypt;EVP_EncryptUpdate;ossl_gcm_stream_update", False),
+        ("qprof-wl;[unknown];__strcmp_avx2", False),
+        ("memfd:sealed-91;[unknown] ;[unknown] ;entry_SYSCALL_64_after_hwframe_[k]", False),
+        ("qprof-wl;_aesni_ctr32_ghash_6x", False),
+        ("qprof-wl;__GI___libc_write;entry_SYSCALL_64_after_hwframe_[k];do_syscall_64_[k]", False),
+        ("qprof-wl;[libcrypto.so.3]", False),
+        ("qprof-wl;kthread_[k];worker_thread_[k]", False),
+        ("qprof-wl", False),
+    ],
+)
 def test_stack_complete(stack, complete):
     assert normalize.stack_complete(stack) is complete
 
@@ -199,6 +250,7 @@ def test_stack_quality_is_the_share_of_samples():
 
 
 # --- per-byte arithmetic ----------------------------------------------------
+
 
 def test_ns_per_byte_and_categories_sum_to_it():
     stacks = {"p;QuicA": 600, "p;aesni_b": 400, "p;x": 2}
@@ -231,10 +283,15 @@ def test_measured_system_side_is_the_rest():
     """Everything but the two processes, task by task from one source; a
     record without that figure has none, never the tick difference (which
     came out at -0.180 ns/B on a tcp-tls run)."""
-    rec = {"bytes": 10**9, "cpu": {"client": {"total_s": 1.0, "ns_per_byte": {"total": 1.0}},
-                                   "server": {"total_s": 0.5, "ns_per_byte": {"total": 0.5}},
-                                   "system": {"total_s": 1.3, "ns_per_byte": {"total": 1.3}},
-                                   "others": {"oncpu_schedstat_s": 0.25}}}
+    rec = {
+        "bytes": 10**9,
+        "cpu": {
+            "client": {"total_s": 1.0, "ns_per_byte": {"total": 1.0}},
+            "server": {"total_s": 0.5, "ns_per_byte": {"total": 0.5}},
+            "system": {"total_s": 1.3, "ns_per_byte": {"total": 1.3}},
+            "others": {"oncpu_schedstat_s": 0.25},
+        },
+    }
     assert sides.measured_ns_per_byte(rec, "client") == 1.0
     assert sides.measured_ns_per_byte(rec, "system") == pytest.approx(0.25)
     del rec["cpu"]["others"]
@@ -244,8 +301,10 @@ def test_measured_system_side_is_the_rest():
 
 # --- perf's call graph and the fold -------------------------------------------
 
+
 def test_recorder_call_graph(tmp_path, monkeypatch):
     from qprof.collectors import perf
+
     assert perf.PerfRecorder(tmp_path, 99).call_graph == perf.DEFAULT_CALL_GRAPH
     assert perf.PerfRecorder(tmp_path, 99, call_graph="fp").call_graph == "fp"
     assert perf.record_call_graph("fp") == ["--call-graph", "fp"]
@@ -257,11 +316,16 @@ def test_recorder_call_graph(tmp_path, monkeypatch):
 
 def test_fold_drops_clone_under_start_thread_only(tmp_path):
     from qprof.collectors import perf
-    collapsed = ("qprof-wl-10;clone3;start_thread;worker;f 3\n"      # dwarf
-                 "qprof-wl-10;start_thread;worker;f 2\n"             # fp
-                 "qprof-wl-11;clone3;ret_from_fork_asm_[k] 1\n"
-                 "swapper-0;secondary_startup_64_[k] 9\n")
+
+    collapsed = (
+        "qprof-wl-10;clone3;start_thread;worker;f 3\n"  # dwarf
+        "qprof-wl-10;start_thread;worker;f 2\n"  # fp
+        "qprof-wl-11;clone3;ret_from_fork_asm_[k] 1\n"
+        "swapper-0;secondary_startup_64_[k] 9\n"
+    )
     samples = perf.split_folded(collapsed, {"client": 10, "server": 11}, tmp_path)
     assert samples == {"client": 5, "server": 1, "system": 0}
-    assert (tmp_path / "client.folded").read_text() == "qprof-wl;start_thread;worker;f 3\nqprof-wl;start_thread;worker;f 2\n"
+    assert (
+        tmp_path / "client.folded"
+    ).read_text() == "qprof-wl;start_thread;worker;f 3\nqprof-wl;start_thread;worker;f 2\n"
     assert (tmp_path / "server.folded").read_text() == "qprof-wl;clone3;ret_from_fork_asm_[k] 1\n"

@@ -1,18 +1,31 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """The floor under each stack: qprof-floor's measurement, the figures
 built from it, and a real run read against it."""
+
 import json
 import subprocess
 
 import pytest
 
-from conftest import REPO, needs_build, run_json
 from qprof.collectors import floor
 
+from conftest import REPO, needs_build, run_json
+
 BIN = REPO / "build" / "bin"
-PARTS = {"library": "OpenSSL x", "aead": "AES-128-GCM", "record_bytes": 16384, "seconds": 0.3,
-         "seal_ns_per_byte": 0.3, "open_ns_per_byte": 0.2, "copy_ns_per_byte": 0.1}
-CPU = {"client": {"ns_per_byte": {"total": 1.2}}, "server": {"ns_per_byte": {"total": 0.9}},
-       "system": {"ns_per_byte": {"total": 2.5}}}
+PARTS = {
+    "library": "OpenSSL x",
+    "aead": "AES-128-GCM",
+    "record_bytes": 16384,
+    "seconds": 0.3,
+    "seal_ns_per_byte": 0.3,
+    "open_ns_per_byte": 0.2,
+    "copy_ns_per_byte": 0.1,
+}
+CPU = {
+    "client": {"ns_per_byte": {"total": 1.2}},
+    "server": {"ns_per_byte": {"total": 0.9}},
+    "system": {"ns_per_byte": {"total": 2.5}},
+}
 
 
 def test_figures_per_side():
@@ -27,11 +40,13 @@ def test_figures_per_side():
 
 
 @needs_build
-@pytest.mark.parametrize("binary, size, library", [("qprof-floor", 16384, "OpenSSL 3"),
-                                                   ("qprof-floor-quictls", 1440, "+quic")])
+@pytest.mark.parametrize(
+    "binary, size, library", [("qprof-floor", 16384, "OpenSSL 3"), ("qprof-floor-quictls", 1440, "+quic")]
+)
 def test_qprof_floor_measures_each_part(binary, size, library):
-    r = subprocess.run([str(BIN / binary), "--size", str(size), "--seconds", "0.05"], capture_output=True,
-                       text=True, timeout=60)
+    r = subprocess.run(
+        [str(BIN / binary), "--size", str(size), "--seconds", "0.05"], capture_output=True, text=True, timeout=60
+    )
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert library in out["library"] and out["record_bytes"] == size and out["aead"] == "AES-128-GCM"
@@ -48,14 +63,16 @@ def test_qprof_floor_refuses_bad_size():
 @needs_build
 @pytest.mark.parametrize("stack", ["tcp-tls", "quic"])
 def test_every_stack_runs_above_its_floor(runs_dir, stack):
-    rec = run_json(runs_dir, "--stack", stack, "--duration", "2s", "--warmup", "0.5s",
-                   "--probes", "none", "--sample-hz", "0")
+    rec = run_json(
+        runs_dir, "--stack", stack, "--duration", "2s", "--warmup", "0.5s", "--probes", "none", "--sample-hz", "0"
+    )
     f = rec["floor"]
     assert f["ns_per_byte"]["system"] == pytest.approx(f["ns_per_byte"]["client"] + f["ns_per_byte"]["server"])
     # The floor is work no implementation can skip: every side costs more.
     for side in ("client", "server", "system"):
         assert f["times_floor"][side] > 1, (side, f)
     # Measured once per environment: the next run reads the cache.
-    again = run_json(runs_dir, "--stack", stack, "--duration", "1s", "--warmup", "0.3s",
-                     "--probes", "none", "--sample-hz", "0")
+    again = run_json(
+        runs_dir, "--stack", stack, "--duration", "1s", "--warmup", "0.3s", "--probes", "none", "--sample-hz", "0"
+    )
     assert again["floor"]["cached"] is True and again["floor"]["seal_ns_per_byte"] == f["seal_ns_per_byte"]

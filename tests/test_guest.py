@@ -1,13 +1,16 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """Kernel TLS, proven inside a QEMU guest running Debian's kernel: the
 host here has none. Transfers are short: the guest is emulated (TCG)."""
+
 import json
 import subprocess
 
 import pytest
 
+from qprof.collectors import guest
+
 from conftest import needs_build, qprof, run_json
 from test_bad_input import one_sentence, run_statuses
-from qprof.collectors import guest
 
 pytestmark = needs_build
 GUEST_BOOT_FAILED, GUEST_MISSING = 18, 20
@@ -24,8 +27,20 @@ def qemu_processes():
 
 
 def ktls_run(runs_dir, *args, probes="syscalls"):
-    rec = run_json(runs_dir, "--stack", "tcp-ktls", "--guest", "--duration", "1s", "--warmup", "0.5s",
-                   "--probes", probes, *args, timeout=400)
+    rec = run_json(
+        runs_dir,
+        "--stack",
+        "tcp-ktls",
+        "--guest",
+        "--duration",
+        "1s",
+        "--warmup",
+        "0.5s",
+        "--probes",
+        probes,
+        *args,
+        timeout=400,
+    )
     assert qemu_processes() == []
     assert rec["status"] == "complete" and rec["verified"] is True and rec["bytes"] > 0
     env = rec["environment"]
@@ -40,7 +55,8 @@ def test_ktls_tls13_offloads_send(runs_dir):
     # Every probe loads on Debian's 6.1 (packets through its portable build:
     # 6.1 has no bpf_rdonly_cast) and saw the transfer.
     assert {n: p["status"] for n, p in rec["probes"].items()} == dict.fromkeys(
-        ("syscalls", "packets", "cputhread"), "present")
+        ("syscalls", "packets", "cputhread"), "present"
+    )
     assert rec["probes"]["packets"]["build"] == "portable"
     devices = rec["probes"]["packets"]["window"]["devices"]
     assert sum(d["tx"]["tcp_skbs"] for d in devices) > 0
@@ -85,8 +101,7 @@ def test_guest_artifacts_are_cached():
 
 
 def test_guest_missing(runs_dir, tmp_path):
-    r = qprof("run", "--stack", "tcp-ktls", "--guest", runs_dir=runs_dir,
-              env_extra={"QPROF_GUEST_DIR": str(tmp_path)})
+    r = qprof("run", "--stack", "tcp-ktls", "--guest", runs_dir=runs_dir, env_extra={"QPROF_GUEST_DIR": str(tmp_path)})
     assert r.returncode == GUEST_MISSING, r.stderr
     assert "make guest" in one_sentence(r.stderr)
     assert not runs_dir.exists()
@@ -99,10 +114,19 @@ def test_guest_boot_failure_says_where(runs_dir, tmp_path):
     kernel, initramfs = tmp_path / "vmlinuz-bad", tmp_path / "initramfs-bad.cpio.gz"
     kernel.write_text("not a kernel\n")
     initramfs.write_text("")
-    (tmp_path / f"built-{guest._stamp(deb)}.json").write_text(json.dumps(
-        {"kernel": str(kernel), "initramfs": str(initramfs), "kernel_release": "0.0", "package": deb.name}))
-    r = qprof("run", "--stack", "tcp-ktls", "--guest", "--duration", "1s", runs_dir=runs_dir,
-              env_extra={"QPROF_GUEST_DIR": str(tmp_path)})
+    (tmp_path / f"built-{guest._stamp(deb)}.json").write_text(
+        json.dumps({"kernel": str(kernel), "initramfs": str(initramfs), "kernel_release": "0.0", "package": deb.name})
+    )
+    r = qprof(
+        "run",
+        "--stack",
+        "tcp-ktls",
+        "--guest",
+        "--duration",
+        "1s",
+        runs_dir=runs_dir,
+        env_extra={"QPROF_GUEST_DIR": str(tmp_path)},
+    )
     assert r.returncode == GUEST_BOOT_FAILED, r.stderr
     assert "QEMU failed" in one_sentence(r.stderr)
     assert run_statuses(runs_dir) == ["incomplete"]

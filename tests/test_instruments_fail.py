@@ -1,7 +1,9 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """An instrument that dies mid-run is named with how it ended: perf (a
 stand-in speaking its control-fifo protocol) as errors.InstrumentFailed,
 a probe's process by its signal or its last line. No root, no transfer:
 the real runs with perf and probes killed are in test_crash_safety.py."""
+
 import os
 import signal
 import stat
@@ -58,6 +60,7 @@ def fake_perf(tmp_path, monkeypatch):
     def start(mode):
         monkeypatch.setenv("FAKE_PERF", mode)
         return PerfRecorder(run_path, 99)
+
     yield start
     assert not list((tmp_path / "state").glob("*.json")), "the ledger still holds something"
 
@@ -68,12 +71,15 @@ def one_sentence(e):
     return text
 
 
-@pytest.mark.parametrize("mode, when, how", [
-    ("kill:1", "enable", "perf record ended mid-run (killed by SIGKILL)"),
-    ("kill:2", "disable", "perf record ended mid-run (killed by SIGKILL)"),
-    ("exit:2", "disable", "perf record ended mid-run (exit 3: failed to mmap with 12 (Cannot allocate memory))"),
-    ("close:1", "enable", "perf record stopped answering mid-run (closed its control fifo but did not exit)"),
-])
+@pytest.mark.parametrize(
+    "mode, when, how",
+    [
+        ("kill:1", "enable", "perf record ended mid-run (killed by SIGKILL)"),
+        ("kill:2", "disable", "perf record ended mid-run (killed by SIGKILL)"),
+        ("exit:2", "disable", "perf record ended mid-run (exit 3: failed to mmap with 12 (Cannot allocate memory))"),
+        ("close:1", "enable", "perf record stopped answering mid-run (closed its control fifo but did not exit)"),
+    ],
+)
 def test_perf_dying_at_a_command_is_instrument_failed(fake_perf, mode, when, how):
     with fake_perf(mode) as perf:
         tmp = perf._tmp.name
@@ -100,8 +106,9 @@ def test_perf_killed_between_commands_is_instrument_failed(fake_perf):
 def test_perf_that_closed_its_fifo_meets_epipe_not_a_traceback(fake_perf):
     with fake_perf("close-after:1") as perf:
         perf.enable()
-        with pytest.raises(errors.InstrumentFailed,
-                           match=r"^perf record stopped answering mid-run \(closed its control fifo"):
+        with pytest.raises(
+            errors.InstrumentFailed, match=r"^perf record stopped answering mid-run \(closed its control fifo"
+        ):
             perf.disable()
     assert perf.proc.poll() == -signal.SIGKILL  # killed on the way out
 
@@ -114,18 +121,27 @@ MODE
 """
 
 
-@pytest.mark.parametrize("mode, reason", [
-    ("os.kill(os.getpid(), signal.SIGKILL)", "killed by SIGKILL"),
-    ("print('libbpf: map lookup failed: -EPERM', file=sys.stderr, flush=True); os.kill(os.getpid(), signal.SIGTERM)",
-     "killed by SIGTERM: libbpf: map lookup failed: -EPERM"),
-    ("print('failed to read maps: No such file', file=sys.stderr, flush=True); sys.exit(3)",
-     "failed to read maps: No such file"),
-    ("sys.exit(3)", "exit 3"),
-])
+@pytest.mark.parametrize(
+    "mode, reason",
+    [
+        ("os.kill(os.getpid(), signal.SIGKILL)", "killed by SIGKILL"),
+        (
+            "print('libbpf: map lookup failed: -EPERM', file=sys.stderr, flush=True); "
+            "os.kill(os.getpid(), signal.SIGTERM)",
+            "killed by SIGTERM: libbpf: map lookup failed: -EPERM",
+        ),
+        (
+            "print('failed to read maps: No such file', file=sys.stderr, flush=True); sys.exit(3)",
+            "failed to read maps: No such file",
+        ),
+        ("sys.exit(3)", "exit 3"),
+    ],
+)
 def test_a_probe_that_went_quiet_is_named_by_how_it_ended(tmp_path, monkeypatch, mode, reason):
     monkeypatch.setenv("QPROF_STATE_DIR", str(tmp_path / "state"))
-    with ControlledProcess("fake probe", [sys.executable, "-c", PROBE.replace("MODE", mode)],
-                           tmp_path / "probe.log") as p:
+    with ControlledProcess(
+        "fake probe", [sys.executable, "-c", PROBE.replace("MODE", mode)], tmp_path / "probe.log"
+    ) as p:
         p.wait_event("ready", 10)
         p.send("mark start")
         with pytest.raises(Exception) as e:

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """Dependencies point one way: the command (qprof.cli) uses the libraries
 (qprof.collectors, qprof.flamegraphs), which use the core (the package
 qprof's own modules: errors, paths, units, rundir, interrupts, remains,
@@ -5,14 +6,19 @@ perbyte, the version). flamegraphs uses only the core; collectors may use
 flamegraphs (a run's record holds its flame summary, a comparison draws
 differential graphs), never the reverse; nothing imports the command.
 Checked on every module's import statements."""
+
 import ast
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 SUBPACKAGES = ("cli", "collectors", "flamegraphs", "probes", "workloads")
 FOLDERS = {"core": "core", "flamegraphs": "flamegraphs", "collectors": "collectors", "cli": "cli"}
-ALLOWED = {"core": {"core"}, "flamegraphs": {"core"}, "collectors": {"core", "flamegraphs"},
-           "cli": {"core", "flamegraphs", "collectors"}}
+ALLOWED = {
+    "core": {"core"},
+    "flamegraphs": {"core"},
+    "collectors": {"core", "flamegraphs"},
+    "cli": {"core", "flamegraphs", "collectors"},
+}
 # `python -m qprof`: the program's entry point, not a library module.
 ENTRY = {Path("core/__main__.py")}
 
@@ -38,8 +44,11 @@ def imported(source: str):
 
 
 def violations(layer: str, name: str, source: str) -> list:
-    return [f"{name}:{line} imports {mod} ({layer} -> {layer_of(mod)})" for mod, line in imported(source)
-            if layer_of(mod) and layer_of(mod) != layer and layer_of(mod) not in ALLOWED[layer]]
+    return [
+        f"{name}:{line} imports {mod} ({layer} -> {layer_of(mod)})"
+        for mod, line in imported(source)
+        if layer_of(mod) and layer_of(mod) != layer and layer_of(mod) not in ALLOWED[layer]
+    ]
 
 
 def test_imports_point_one_way():

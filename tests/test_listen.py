@@ -1,7 +1,9 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """The QUIC server listens only where the README says: on 127.0.0.1 for
 --topology loopback, on its veth address in its namespace; and a port
 anything else holds, another msquic server included, is reported as in use
 (exit 6)."""
+
 import json
 import os
 import socket
@@ -12,13 +14,14 @@ from contextlib import contextmanager
 
 import pytest
 
+from qprof.collectors import listen
+
 from conftest import REPO, needs_build, qprof, run_json, started
 from test_bad_input import one_sentence, run_statuses
-from qprof.collectors import listen
 
 pytestmark = needs_build
 PORT = 4499
-MAPPED_LOOPBACK = "0000000000000000FFFF00000100007F"   # ::ffff:127.0.0.1 as /proc/net/udp6 writes it
+MAPPED_LOOPBACK = "0000000000000000FFFF00000100007F"  # ::ffff:127.0.0.1 as /proc/net/udp6 writes it
 
 
 def udp_sockets_on(port: int) -> list:
@@ -34,8 +37,23 @@ def udp_sockets_on(port: int) -> list:
 
 def test_loopback_server_binds_loopback_only(runs_dir):
     seen = []
-    with started("run", "--json", "--topology", "loopback", "--port", str(PORT), "--duration", "2s",
-                 "--warmup", "0.5s", "--probes", "none", "--sample-hz", "0", runs_dir=runs_dir) as p:
+    with started(
+        "run",
+        "--json",
+        "--topology",
+        "loopback",
+        "--port",
+        str(PORT),
+        "--duration",
+        "2s",
+        "--warmup",
+        "0.5s",
+        "--probes",
+        "none",
+        "--sample-hz",
+        "0",
+        runs_dir=runs_dir,
+    ) as p:
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline and p.poll() is None:
             seen += udp_sockets_on(PORT)
@@ -54,9 +72,10 @@ def test_netns_server_binds_its_veth_address(runs_dir):
     rec = run_json(runs_dir, "--duration", "1s", "--warmup", "0.3s", "--probes", "none", "--sample-hz", "0")
     addr = rec["environment"]["topology"]["server"]["addr"]
     assert [b["to"] for b in rec["listen"]["server_binds"]] == [f"[::ffff:{addr}]:4433"]
-    tcp = run_json(runs_dir, "--stack", "tcp", "--duration", "1s", "--warmup", "0.3s", "--probes", "none",
-                   "--sample-hz", "0")
-    assert tcp["listen"]["server_binds"] is None      # the TCP server binds its address itself
+    tcp = run_json(
+        runs_dir, "--stack", "tcp", "--duration", "1s", "--warmup", "0.3s", "--probes", "none", "--sample-hz", "0"
+    )
+    assert tcp["listen"]["server_binds"] is None  # the TCP server binds its address itself
 
 
 @contextmanager
@@ -69,15 +88,52 @@ def port_holder(kind, tmp_path):
             yield
         return
     cert, key = tmp_path / "c.pem", tmp_path / "k.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-                    "-days", "1", "-subj", "/CN=t", "-keyout", str(key), "-out", str(cert)],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=t",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+    )
     env = dict(os.environ)
     if kind == "msquic-interposed":
         env.update(listen.server_env("quic", "127.0.0.1", PORT, None))
-    other = subprocess.Popen([str(REPO / "build" / "bin" / "qprof-wl"), "--stack", "quic", "--role", "server",
-                              "--addr", "127.0.0.1", "--port", str(PORT), "--cert", str(cert), "--key", str(key)],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    other = subprocess.Popen(
+        [
+            str(REPO / "build" / "bin" / "qprof-wl"),
+            "--stack",
+            "quic",
+            "--role",
+            "server",
+            "--addr",
+            "127.0.0.1",
+            "--port",
+            str(PORT),
+            "--cert",
+            str(cert),
+            "--key",
+            str(key),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         assert json.loads(other.stdout.readline())["event"] == "ready"
         yield
@@ -139,7 +195,8 @@ def test_interposer_steers_wildcard_binds_on_the_port_only(tmp_path):
     assert [(b["from"], b["to"], b["result"]) for b in binds] == [
         (f"[::]:{PORT}", f"[::ffff:127.0.0.1]:{PORT}", "ok"),
         (f"[::]:{PORT}", f"[::ffff:127.0.0.1]:{PORT}", "EADDRINUSE"),
-        (f"[0.0.0.0]:{PORT}", f"[127.0.0.1]:{PORT}", "ok")]
+        (f"[0.0.0.0]:{PORT}", f"[127.0.0.1]:{PORT}", "ok"),
+    ]
 
 
 def test_env_composition():

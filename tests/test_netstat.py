@@ -1,11 +1,14 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """The kernel's loss counters: parsing this machine's own /proc text, the
 verdict built from them, and a real transfer's record."""
+
 from pathlib import Path
 
 import pytest
 
-from conftest import needs_build, run_json
 from qprof.collectors import netstat
+
+from conftest import needs_build, run_json
 
 DATA = Path(__file__).parent / "data" / "netstat"
 
@@ -30,23 +33,35 @@ def test_parse_softnet_sums_cpus_in_hex():
 
 
 def test_spurious_retransmits_are_not_drops():
-    window = {"client": {"Tcp.RetransSegs": 100, "TcpExt.TCPFastRetrans": 100, "TcpExt.TCPDSACKRecvSegs": 95,
-                         "TcpExt.TCPSACKReorder": 3},
-              "server": {"TcpExt.TCPOFOQueue": 7, "Udp.InErrors": 0}}
+    window = {
+        "client": {
+            "Tcp.RetransSegs": 100,
+            "TcpExt.TCPFastRetrans": 100,
+            "TcpExt.TCPDSACKRecvSegs": 95,
+            "TcpExt.TCPSACKReorder": 3,
+        },
+        "server": {"TcpExt.TCPOFOQueue": 7, "Udp.InErrors": 0},
+    }
     out = netstat.losses(window, {"dropped": 0, "time_squeeze": 4}, {"client": None, "server": None})
     assert out["dropped"] is False and out["where"] == []
     assert out["retransmitted_segments"] == 100 and out["duplicate_segments"] == 95 and out["reordering_seen"]
-    assert "Udp.InErrors" not in out["window"]["server"]      # only what moved is kept
+    assert "Udp.InErrors" not in out["window"]["server"]  # only what moved is kept
 
 
 def test_drops_are_named_where_they_happened():
     window = {"client": {"Tcp.RetransSegs": 0}, "server": {"Udp.RcvbufErrors": 5, "Udp.InErrors": 5}}
-    out = netstat.losses(window, {"dropped": 2, "time_squeeze": 0},
-                         {"client": {"qdisc_drops": 9, "qdisc_overlimits": 40, "link_tx_dropped": 0},
-                          "server": None})
+    out = netstat.losses(
+        window,
+        {"dropped": 2, "time_squeeze": 0},
+        {"client": {"qdisc_drops": 9, "qdisc_overlimits": 40, "link_tx_dropped": 0}, "server": None},
+    )
     assert out["dropped"] is True
-    assert out["where"] == ["server Udp.RcvbufErrors 5", "server Udp.InErrors 5",
-                            "machine softnet backlog dropped 2", "client veth qdisc_drops 9"]
+    assert out["where"] == [
+        "server Udp.RcvbufErrors 5",
+        "server Udp.InErrors 5",
+        "machine softnet backlog dropped 2",
+        "client veth qdisc_drops 9",
+    ]
 
 
 def test_unmeasured_is_absent_not_zero():
@@ -57,8 +72,9 @@ def test_unmeasured_is_absent_not_zero():
 @needs_build
 @pytest.mark.parametrize("stack", ["tcp-tls", "quic"])
 def test_transfer_names_its_drops_and_explains_its_retransmits(runs_dir, stack):
-    rec = run_json(runs_dir, "--stack", stack, "--duration", "2s", "--warmup", "0.5s",
-                   "--probes", "none", "--sample-hz", "0")
+    rec = run_json(
+        runs_dir, "--stack", stack, "--duration", "2s", "--warmup", "0.5s", "--probes", "none", "--sample-hz", "0"
+    )
     k = rec["kernel_loss"]
     assert k["dropped"] is not None and k["window"]["client"] is not None and k["window"]["server"] is not None
     assert k["dropped"] == bool(k["where"])
@@ -67,7 +83,9 @@ def test_transfer_names_its_drops_and_explains_its_retransmits(runs_dir, stack):
     if stack == "tcp-tls":
         # TCP's own count agrees with the namespace's (one connection there).
         ti = rec["workload"]["client"]["window"]["tcp_info"]
-        assert k["retransmitted_segments"] == pytest.approx(ti["total_retrans"], abs=max(10, ti["total_retrans"] * 0.02))
+        assert k["retransmitted_segments"] == pytest.approx(
+            ti["total_retrans"], abs=max(10, ti["total_retrans"] * 0.02)
+        )
         # A retransmit on this loss-free veth is explained: a drop named, or
         # the receiver reported duplicates / reordering was detected.
         if k["retransmitted_segments"]:

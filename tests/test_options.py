@@ -1,14 +1,17 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """The option table (collectors/options.py) is the one place options are
 declared: RunOptions, the click options of run and compare, the --vary
 keys and the guest hand-over all come from it."""
+
 import json
 from dataclasses import asdict, fields, replace
 
 import pytest
 
-from conftest import qprof
 from qprof import errors
 from qprof.collectors import compare, options, runner, transports
+
+from conftest import qprof
 
 
 def test_run_options_are_the_table():
@@ -30,14 +33,21 @@ def test_vary_keys_parse_with_their_option():
     assert set(compare.VARY_KEYS) == {o.name for o in options.OPTIONS if o.vary}
     assert options.BY_NAME["io-size"].parse("128K") == 131072
     with pytest.raises(errors.BadValue):
-        options.BY_NAME["io-size"].parse("96K")        # not a power of two
+        options.BY_NAME["io-size"].parse("96K")  # not a power of two
     with pytest.raises(errors.BadValue):
         options.BY_NAME["streams"].parse("0")
 
 
 def test_guest_hand_over_round_trips():
-    opts = replace(options.RunOptions(), stack="tcp-tls", tls_version="1.2", duration_s=2.5, probes=("syscalls",),
-                   io_size=65536, sample_hz=0)
+    opts = replace(
+        options.RunOptions(),
+        stack="tcp-tls",
+        tls_version="1.2",
+        duration_s=2.5,
+        probes=("syscalls",),
+        io_size=65536,
+        sample_hz=0,
+    )
     back = options.from_json(options.to_json(opts))
     assert back == opts
 
@@ -57,15 +67,24 @@ def test_faults_are_not_options():
 def test_workload_gets_only_its_stacks_options():
     quic = runner.RunOptions(stack="quic", io_size=65536, bytes=1 << 20)
     tcp = runner.RunOptions(stack="tcp", io_size=131072)
-    assert options.workload_args(quic, "client") == ["--bytes", "1048576", "--streams", "1", "--io-size", "65536",
-                                                     "--exec-profile", "lowlat"]
-    assert options.workload_args(quic, "server") == ["--streams", "1", "--io-size", "65536",
-                                                     "--exec-profile", "lowlat"]
+    assert options.workload_args(quic, "client") == [
+        "--bytes",
+        "1048576",
+        "--streams",
+        "1",
+        "--io-size",
+        "65536",
+        "--exec-profile",
+        "lowlat",
+    ]
+    assert options.workload_args(quic, "server") == ["--streams", "1", "--io-size", "65536", "--exec-profile", "lowlat"]
     assert options.workload_args(tcp, "client") == ["--streams", "1", "--io-size", "131072"]
 
 
-@pytest.mark.parametrize("args, needle", [(["--topology", "x"], "--topology"), (["--streams", "65"], "--streams"),
-                                          (["--no-such-flag"], "--no-such-flag")])
+@pytest.mark.parametrize(
+    "args, needle",
+    [(["--topology", "x"], "--topology"), (["--streams", "65"], "--streams"), (["--no-such-flag"], "--no-such-flag")],
+)
 def test_usage_errors_are_one_sentence(args, needle, tmp_path):
     r = qprof("run", *args, runs_dir=tmp_path / "runs")
     assert r.returncode == 2, r.stderr

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """qprof-cputhread on real msquic transfers on loopback and on a busy loop:
 against the kernel's own per-thread figures (schedstat's on-CPU ns and the
 context-switch counts in /proc/PID/task/TID/status, read at the same
@@ -20,6 +21,7 @@ hypervisor took the vCPU away (CONFIG_PARAVIRT_TIME_ACCOUNTING: steal),
 which the probe's wall-clock slices include; /proc/stat's steal over the
 window bounds that.
 """
+
 import json
 import os
 import socket
@@ -33,13 +35,13 @@ from pathlib import Path
 
 import pytest
 
-from twin import bpftrace_twin
-
-from conftest import REPO, needs_build
 from qprof.collectors.controlled import ControlledProcess
 from qprof.collectors.runner import make_certificate
 from qprof.collectors.topology import Endpoint
 from qprof.collectors.workload import WorkloadProcess
+
+from conftest import REPO, needs_build
+from twin import bpftrace_twin
 
 PROBE = REPO / "build" / "bin" / "qprof-cputhread"
 WORKLOAD = REPO / "build" / "bin" / "qprof-wl"
@@ -58,8 +60,11 @@ pytestmark = [
 
 def our_children():
     ps = subprocess.run(["ps", "-eo", "ppid=,args="], capture_output=True, text=True).stdout
-    return [line.strip() for line in ps.splitlines()
-            if int(line.split()[0]) == os.getpid() and any(n in line for n in ("qprof-", "bpftrace", "python"))]
+    return [
+        line.strip()
+        for line in ps.splitlines()
+        if int(line.split()[0]) == os.getpid() and any(n in line for n in ("qprof-", "bpftrace", "python"))
+    ]
 
 
 @pytest.fixture
@@ -86,9 +91,11 @@ def kernel_threads(pid: int) -> dict:
             status = dict(line.split(":", 1) for line in (task / "status").read_text().splitlines())
         except (FileNotFoundError, ProcessLookupError):
             continue  # it exited between the listing and the read
-        out[int(task.name)] = {"oncpu_ns": oncpu, "switches": int(status["voluntary_ctxt_switches"])
-                               + int(status["nonvoluntary_ctxt_switches"]),
-                               "involuntary": int(status["nonvoluntary_ctxt_switches"])}
+        out[int(task.name)] = {
+            "oncpu_ns": oncpu,
+            "switches": int(status["voluntary_ctxt_switches"]) + int(status["nonvoluntary_ctxt_switches"]),
+            "involuntary": int(status["nonvoluntary_ctxt_switches"]),
+        }
     return out
 
 
@@ -130,11 +137,16 @@ def loopback_pair(scratch: Path):
     cert, key = make_certificate(scratch)
     here = Endpoint(None, "127.0.0.1", "lo")
     common = [str(WORKLOAD), "--stack", "quic", "--addr", "127.0.0.1", "--port", str(free_port()), "--control"]
-    with WorkloadProcess("server", common + ["--role", "server", "--cert", str(cert), "--key", str(key)],
-                         here, scratch / "server.log") as server:
+    with WorkloadProcess(
+        "server", common + ["--role", "server", "--cert", str(cert), "--key", str(key)], here, scratch / "server.log"
+    ) as server:
         server.wait_event("ready", START_TIMEOUT_S)
-        with WorkloadProcess("client", common + ["--role", "client", "--duration-ms", "2000", "--wait-start"],
-                             here, scratch / "client.log") as client:
+        with WorkloadProcess(
+            "client",
+            common + ["--role", "client", "--duration-ms", "2000", "--wait-start"],
+            here,
+            scratch / "client.log",
+        ) as client:
             yield server, client
 
 
@@ -196,8 +208,9 @@ def test_transfer_against_kernel(scratch):
 
         # msquic's threads (named after the process: msquic names none)
         # do the transfer; the main thread and the control thread wait.
-        workers = sum(delta(end, start, t, "oncpu_ns") for t in tids
-                      if t != pid and t in end and end[t]["comm"] != "wl-control")
+        workers = sum(
+            delta(end, start, t, "oncpu_ns") for t in tids if t != pid and t in end and end[t]["comm"] != "wl-control"
+        )
         assert workers >= 0.9 * p, (pid, workers, p)
         assert p <= wall_ns * NCPU
         for t in end.values():
@@ -209,8 +222,14 @@ def test_transfer_against_kernel(scratch):
         p, k, half = oncpu[pid]
         # schedstat credits woken threads with up to their wakeup-to-run
         # latency, taken from whatever ran before them (module docstring).
-        assert -(0.02 * k + runq[other] + half + steal) <= k - p <= 0.02 * k + runq[pid] + half, \
-            (pid, p, k, runq[pid], runq[other], steal)
+        assert -(0.02 * k + runq[other] + half + steal) <= k - p <= 0.02 * k + runq[pid] + half, (
+            pid,
+            p,
+            k,
+            runq[pid],
+            runq[other],
+            steal,
+        )
     # Between the two processes what one loses the other gains; what is
     # left comes from idle (the kernel only adds) and from other tasks.
     p, k, half = (sum(x[i] for x in oncpu.values()) for i in range(3))
@@ -221,8 +240,7 @@ def test_transfer_against_kernel(scratch):
     sirq = {}
     for name in VECTORS:
         d = {f: v1[name][f] - v0[name][f] for f in ("count", "time_ns", "in_ksoftirqd_ns")}
-        d["in_target"] = {pid: v1[name]["in_target_ns"][str(pid)] - v0[name]["in_target_ns"][str(pid)]
-                          for pid in pids}
+        d["in_target"] = {pid: v1[name]["in_target_ns"][str(pid)] - v0[name]["in_target_ns"][str(pid)] for pid in pids}
         assert 0 <= sum(d["in_target"].values()) <= d["time_ns"], (name, d)
         assert 0 <= d["in_ksoftirqd_ns"] <= d["time_ns"], (name, d)
         sirq[name] = d
@@ -289,8 +307,9 @@ def test_exited_thread_kept(scratch):
     """A thread that burns 0.3 s of CPU and exits inside the window keeps
     its time, marked exited; the thread's own clock (CLOCK_THREAD_CPUTIME_ID,
     the kernel's sum_exec_runtime), read just before it exits, agrees."""
-    proc = subprocess.Popen([sys.executable, "-c", BURN_ONE_THREAD], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", BURN_ONE_THREAD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     try:
         with cputhread([proc.pid], scratch) as probe:
             probe.mark("start")
@@ -363,8 +382,7 @@ def test_twin_compiles(scratch, tracefs):
     """bpftrace 0.17 has no --dry-run; --emit-elf compiles every probe to
     BPF bytecode without loading it."""
     elf = scratch / "cputhread.o"
-    r = subprocess.run(["bpftrace", "--emit-elf", str(elf), str(TWIN), "1"], capture_output=True, text=True,
-                       timeout=60)
+    r = subprocess.run(["bpftrace", "--emit-elf", str(elf), str(TWIN), "1"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert elf.stat().st_size > 0
 
@@ -372,13 +390,16 @@ def test_twin_compiles(scratch, tracefs):
 NO_SUCH_PID = int(Path("/proc/sys/kernel/pid_max").read_text()) + 1
 
 
-@pytest.mark.parametrize("arg, code, words", [
-    ("abc", EXIT_USAGE, ["invalid PID list 'abc'"]),
-    ("12x", EXIT_USAGE, ["invalid PID list '12x'"]),
-    ("0", EXIT_USAGE, ["invalid PID list '0'"]),
-    ("-7", EXIT_USAGE, ["invalid PID list '-7'"]),
-    (str(NO_SUCH_PID), EXIT_NO_PROCESS, [f"no process {NO_SUCH_PID}", "ps -e"]),
-])
+@pytest.mark.parametrize(
+    "arg, code, words",
+    [
+        ("abc", EXIT_USAGE, ["invalid PID list 'abc'"]),
+        ("12x", EXIT_USAGE, ["invalid PID list '12x'"]),
+        ("0", EXIT_USAGE, ["invalid PID list '0'"]),
+        ("-7", EXIT_USAGE, ["invalid PID list '-7'"]),
+        (str(NO_SUCH_PID), EXIT_NO_PROCESS, [f"no process {NO_SUCH_PID}", "ps -e"]),
+    ],
+)
 def test_bad_pid(arg, code, words):
     r = subprocess.run([str(PROBE), "-p", arg, "--control"], capture_output=True, text=True, timeout=30)
     assert r.returncode == code
@@ -400,7 +421,8 @@ def test_thread_id_is_refused():
         t.join()
     assert r.returncode == EXIT_NO_PROCESS and r.stdout == ""
     assert r.stderr.splitlines() == [
-        f"qprof-cputhread: {t.native_id} is a thread of process {os.getpid()}; give the process id"]
+        f"qprof-cputhread: {t.native_id} is a thread of process {os.getpid()}; give the process id"
+    ]
 
 
 def test_interval_table_and_json(scratch):
@@ -416,8 +438,7 @@ def test_interval_table_and_json(scratch):
         for col in ("VECTOR", "COUNT", "TIME (ms)", "IN-TARGET (ms)", "KSOFTIRQD (ms)"):
             assert col in header
         assert [row.split()[0] for row in rows] == VECTORS  # hardirqs only with --hardirqs
-        r = subprocess.run([str(PROBE), "-p", str(pid), "--json", "1", "2"], capture_output=True, text=True,
-                           timeout=30)
+        r = subprocess.run([str(PROBE), "-p", str(pid), "--json", "1", "2"], capture_output=True, text=True, timeout=30)
         assert r.returncode == 0 and r.stderr == ""
     marks = [json.loads(line) for line in r.stdout.splitlines()]
     assert len(marks) == 2 and all(m["event"] == "mark" and m["name"] == "interval" for m in marks)

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """qprof-packets and its bpftrace twin on real msquic transfers.
 
 Each transfer's devices are probed before the client starts and read
@@ -5,6 +6,7 @@ after both ends have exited, so the probe saw every packet the transfer
 put on them; the counts are checked against what msquic says it sent and
 against each other (the two ends of a veth pair, TX against RX).
 """
+
 import json
 import os
 import secrets
@@ -15,14 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from twin import bpftrace_twin
-
-from conftest import REPO, leftovers, needs_build
 from qprof.collectors.controlled import ControlledProcess
 from qprof.collectors.probes import delta
 from qprof.collectors.runner import make_certificate
 from qprof.collectors.topology import Endpoint, Topology
 from qprof.collectors.workload import WorkloadProcess
+
+from conftest import REPO, leftovers, needs_build
+from twin import bpftrace_twin
 
 PROBE = REPO / "build" / "bin" / "qprof-packets"
 WORKLOAD = REPO / "build" / "bin" / "qprof-wl"
@@ -68,8 +70,11 @@ TAGS = []
 
 def our_children():
     ps = subprocess.run(["ps", "-eo", "ppid=,args="], capture_output=True, text=True).stdout
-    return [line.strip() for line in ps.splitlines()
-            if int(line.split()[0]) == os.getpid() and any(n in line for n in ("qprof-", "bpftrace", " ip "))]
+    return [
+        line.strip()
+        for line in ps.splitlines()
+        if int(line.split()[0]) == os.getpid() and any(n in line for n in ("qprof-", "bpftrace", " ip "))
+    ]
 
 
 @pytest.fixture
@@ -179,8 +184,10 @@ def test_loopback_private(tmp_path, clean):
     # Both directions cross lo: data one way, ACKs the other, both on TX.
     # (msquic's feature check, CxPlatDataPathCalculateFeatureSupport, also
     # sends one 8-segment GSO skb over 127.0.0.1 as each process starts.)
-    both = {k: client["perf_counters"][k] + server["perf_counters"][k]
-            for k in ("udp_send", "udp_send_calls", "udp_send_bytes")}
+    both = {
+        k: client["perf_counters"][k] + server["perf_counters"][k]
+        for k in ("udp_send", "udp_send_calls", "udp_send_bytes")
+    }
     assert tx["udp_skbs"] == pytest.approx(both["udp_send_calls"] + 2, abs=3)
     assert tx["wire_packets"] == pytest.approx(both["udp_send"], rel=0.02)
     per_packet = (tx["wire_bytes"] - both["udp_send_bytes"]) / tx["wire_packets"]
@@ -233,8 +240,23 @@ def test_veth_gro_napi(tmp_path, clean):
     """With GRO on (and UDP GRO forwarding, so GSO skbs qualify) the server's
     veth receives through NAPI, and the GRO hooks see every skb."""
     with veth_pair() as topo:
-        subprocess.run(["ip", "netns", "exec", topo.server.netns, "ethtool", "-K", topo.server.ifname,
-                        "gro", "on", "rx-udp-gro-forwarding", "on"], check=True, capture_output=True)
+        subprocess.run(
+            [
+                "ip",
+                "netns",
+                "exec",
+                topo.server.netns,
+                "ethtool",
+                "-K",
+                topo.server.ifname,
+                "gro",
+                "on",
+                "rx-udp-gro-forwarding",
+                "on",
+            ],
+            check=True,
+            capture_output=True,
+        )
         with packets_probe([dev(topo.client), dev(topo.server)], tmp_path) as mark:
             transfer(topo.client, topo.server, tmp_path)
             devs = mark("end")
@@ -255,8 +277,10 @@ def test_veth_gro_napi(tmp_path, clean):
 def test_twin_agrees(tmp_path, clean, tracefs):
     """The bpftrace twin and qprof-packets count the same transfer alike."""
     with veth_pair() as topo:
-        with packets_twin(topo.client.ifname, tmp_path) as stop_twin, \
-                packets_probe([dev(topo.client)], tmp_path) as mark:
+        with (
+            packets_twin(topo.client.ifname, tmp_path) as stop_twin,
+            packets_probe([dev(topo.client)], tmp_path) as mark,
+        ):
             transfer(topo.client, topo.server, tmp_path)
             ours = mark("end")[dev(topo.client)]
             theirs = stop_twin()
@@ -297,18 +321,22 @@ def test_twin_compiles(tmp_path, tracefs):
     """bpftrace 0.17 has no --dry-run; --emit-elf compiles every probe to
     BPF bytecode without loading it."""
     elf = tmp_path / "packets.o"
-    r = subprocess.run(["bpftrace", "--emit-elf", str(elf), str(TWIN), "lo"], capture_output=True, text=True,
-                       timeout=60)
+    r = subprocess.run(
+        ["bpftrace", "--emit-elf", str(elf), str(TWIN), "lo"], capture_output=True, text=True, timeout=60
+    )
     assert r.returncode == 0, r.stderr
     assert elf.stat().st_size > 0
 
 
-@pytest.mark.parametrize("spec, code, words", [
-    ("qpnosuch0@host", 2, ["no device 'qpnosuch0'", "'host'"]),
-    ("lo@qp-nosuch-ns", 2, ["no network namespace 'qp-nosuch-ns'", "ip netns list"]),
-    ("lo@", 64, ["invalid device 'lo@'"]),
-    ("lo@a/b", 64, ["invalid device"]),
-])
+@pytest.mark.parametrize(
+    "spec, code, words",
+    [
+        ("qpnosuch0@host", 2, ["no device 'qpnosuch0'", "'host'"]),
+        ("lo@qp-nosuch-ns", 2, ["no network namespace 'qp-nosuch-ns'", "ip netns list"]),
+        ("lo@", 64, ["invalid device 'lo@'"]),
+        ("lo@a/b", 64, ["invalid device"]),
+    ],
+)
 def test_bad_device(spec, code, words):
     r = subprocess.run([str(PROBE), "-d", spec, "--control"], capture_output=True, text=True, timeout=30)
     assert r.returncode == code
@@ -320,15 +348,18 @@ def test_bad_device(spec, code, words):
 
 def test_bad_device_in_namespace(clean):
     with veth_pair() as topo:
-        r = subprocess.run([str(PROBE), "-d", f"qpnosuch0@{topo.client.netns}"], capture_output=True,
-                           text=True, timeout=30)
+        r = subprocess.run(
+            [str(PROBE), "-d", f"qpnosuch0@{topo.client.netns}"], capture_output=True, text=True, timeout=30
+        )
         assert r.returncode == 2
         assert r.stderr.splitlines() == [
             f"qprof-packets: no device 'qpnosuch0' in namespace '{topo.client.netns}'; "
-            f"see 'ip -n {topo.client.netns} link'"]
+            f"see 'ip -n {topo.client.netns} link'"
+        ]
         # The same name twice is refused rather than counted twice.
-        r = subprocess.run([str(PROBE), "-d", dev(topo.client), "-d", dev(topo.client)], capture_output=True,
-                           text=True, timeout=30)
+        r = subprocess.run(
+            [str(PROBE), "-d", dev(topo.client), "-d", dev(topo.client)], capture_output=True, text=True, timeout=30
+        )
         assert r.returncode == 2 and "same device" in r.stderr and len(r.stderr.splitlines()) == 1
 
 

@@ -1,4 +1,6 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """qprof-syscalls against its bpftrace twin and against the workload."""
+
 import json
 import re
 import signal
@@ -18,8 +20,9 @@ class Proc:
     """A JSON-lines child with stdin commands, killed on exit."""
 
     def __init__(self, argv):
-        self.p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True)
+        self.p = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
 
     def send(self, cmd):
         self.p.stdin.write(cmd + "\n")
@@ -41,12 +44,33 @@ class Proc:
 
 def test_libbpf_and_bpftrace_agree(tmp_path, tracefs):
     cert, key = tmp_path / "c.pem", tmp_path / "k.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-                    "-days", "1", "-subj", "/CN=t", "-keyout", key, "-out", cert], check=True, capture_output=True)
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=t",
+            "-keyout",
+            key,
+            "-out",
+            cert,
+        ],
+        check=True,
+        capture_output=True,
+    )
     procs = []
     try:
-        server = Proc([BIN / "qprof-wl", "-s", "quic", "-r", "server", "-p", "24811", "--cert", cert, "--key", key,
-                       "--control"])
+        server = Proc(
+            [BIN / "qprof-wl", "-s", "quic", "-r", "server", "-p", "24811", "--cert", cert, "--key", key, "--control"]
+        )
         procs.append(server)
         server.until("ready")
         client = Proc([BIN / "qprof-wl", "-s", "quic", "-r", "client", "-p", "24811", "--control", "--wait-start"])

@@ -1,4 +1,6 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """Decoding probe snapshots and the figures derived from them."""
+
 import pytest
 
 from qprof.collectors import derive
@@ -6,17 +8,34 @@ from qprof.collectors.probes import delta
 
 
 def entry(tgid, tid, sys, calls, nbytes, hist, errors=0, time_ns=0):
-    return {"tgid": tgid, "tid": tid, "comm": "qprof-wl", "sys": sys, "calls": calls, "errors": errors,
-            "eagain": errors, "bytes": nbytes, "msgs_requested": 0, "msgs_returned": 0,
-            "mmsg_truncated": 0, "time_ns": time_ns, "time_hist_ns": hist}
+    return {
+        "tgid": tgid,
+        "tid": tid,
+        "comm": "qprof-wl",
+        "sys": sys,
+        "calls": calls,
+        "errors": errors,
+        "eagain": errors,
+        "bytes": nbytes,
+        "msgs_requested": 0,
+        "msgs_returned": 0,
+        "mmsg_truncated": 0,
+        "time_ns": time_ns,
+        "time_hist_ns": hist,
+    }
 
 
 def test_delta_pairs_entries_and_subtracts_histograms():
-    start = {"event": "mark", "name": "start", "t_ns": 10,
-             "threads": [entry(1, 2, "sendmsg", 5, 500, [0, 1, 4])]}
-    end = {"event": "mark", "name": "end", "t_ns": 99,
-           "threads": [entry(1, 3, "recvmmsg", 7, 70, [7]),          # new since start
-                       entry(1, 2, "sendmsg", 15, 1500, [0, 2, 9, 4])]}
+    start = {"event": "mark", "name": "start", "t_ns": 10, "threads": [entry(1, 2, "sendmsg", 5, 500, [0, 1, 4])]}
+    end = {
+        "event": "mark",
+        "name": "end",
+        "t_ns": 99,
+        "threads": [
+            entry(1, 3, "recvmmsg", 7, 70, [7]),  # new since start
+            entry(1, 2, "sendmsg", 15, 1500, [0, 2, 9, 4]),
+        ],
+    }
     d = delta(start, end)
     by = {(t["tid"], t["sys"]): t for t in d["threads"]}
     assert by[(2, "sendmsg")]["calls"] == 10 and by[(2, "sendmsg")]["bytes"] == 1000
@@ -26,8 +45,11 @@ def test_delta_pairs_entries_and_subtracts_histograms():
 
 
 def test_by_syscall_keeps_one_process_and_sums_threads():
-    threads = [entry(1, 2, "sendmsg", 10, 1000, [3, 7]), entry(1, 3, "sendmsg", 5, 500, [0, 0, 5]),
-               entry(9, 9, "sendmsg", 99, 9999, [99])]
+    threads = [
+        entry(1, 2, "sendmsg", 10, 1000, [3, 7]),
+        entry(1, 3, "sendmsg", 5, 500, [0, 0, 5]),
+        entry(9, 9, "sendmsg", 99, 9999, [99]),
+    ]
     calls = derive.by_syscall(threads, tgid=1)
     assert calls["sendmsg"]["calls"] == 15 and calls["sendmsg"]["bytes"] == 1500
     assert calls["sendmsg"]["time_hist_ns"] == [3, 7, 5]
@@ -46,7 +68,7 @@ def test_syscall_figures():
     assert f["bytes_per_send_call"] == pytest.approx(64_000)
     assert f["bytes_per_recv_call"] == pytest.approx(100)
     assert f["datagrams_per_send_call"] == pytest.approx(44)
-    assert f["datagrams_per_recv_call"] is None          # not measured stays absent
+    assert f["datagrams_per_recv_call"] is None  # not measured stays absent
     assert f["in_syscall_ns_per_byte"] == pytest.approx(3_000_000 / 6_000_000)
     assert f["send_wall_s_per_cpu_s"] == pytest.approx(0.2)
     assert f["recv_wall_s_per_cpu_s"] == pytest.approx(0.1)

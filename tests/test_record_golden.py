@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """record.describe is a pure function of a run's measurement (and the
 folded stacks beside it): stored measurements this project recorded
 itself (tests/data/record/<case>/measurement.json, from real runs) go in,
@@ -7,6 +8,7 @@ and the record must equal the blessed one beside them.
 
 Bless only after reading the diff: a changed figure is a changed
 product."""
+
 import json
 import os
 from pathlib import Path
@@ -14,9 +16,10 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from conftest import SCHEMAS
 from qprof.collectors import record
 from qprof.collectors.measurement import Measurement
+
+from conftest import SCHEMAS
 
 DATA = Path(__file__).parent / "data" / "record"
 CASES = sorted(p.name for p in DATA.iterdir() if (p / "measurement.json").exists())

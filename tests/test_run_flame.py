@@ -1,4 +1,6 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """Stacks sampled by a real `qprof run`, drawn by `qprof flame`."""
+
 import json
 import os
 import xml.etree.ElementTree as ET
@@ -49,8 +51,10 @@ def test_flame_per_byte_matches_collectors(runs_dir):
             # recorded as such. If they disagree, the accounting is wrong.
             oncpu_s = rec["cpu_threads"][side]["oncpu_s"]
             assert oncpu_s == pytest.approx(rec["cpu"][side]["total_s"], rel=0.05), (side, oncpu_s)
-            pytest.xfail(f"perf missed {side} samples on this VM: graph {f['ns_per_byte']:.3f} ns/B, "
-                         f"measured {f['measured_ns_per_byte']:.3f} (eBPF and /proc agree)")
+            pytest.xfail(
+                f"perf missed {side} samples on this VM: graph {f['ns_per_byte']:.3f} ns/B, "
+                f"measured {f['measured_ns_per_byte']:.3f} (eBPF and /proc agree)"
+            )
         # Categories split the total exactly; msquic's work is mostly crypto and protocol.
         cats = f["categories_ns_per_byte"]
         assert sum(cats.values()) == pytest.approx(f["ns_per_byte"])
@@ -68,7 +72,7 @@ def test_flame_draws_the_run(runs_dir):
     assert r.returncode == 0, r.stderr
     for side in ("client", "server", "system"):
         svg = runs_dir / rec["id"] / f"flame-{side}.svg"
-        root = ET.parse(svg).getroot()            # well-formed XML
+        root = ET.parse(svg).getroot()  # well-formed XML
         assert root.tag.endswith("svg")
         assert "ns/B" in svg.read_text()
         assert f"{side}: graph" in r.stdout
@@ -96,8 +100,16 @@ def test_perf_that_cannot_start_is_an_error_not_a_hang(runs_dir, tmp_path):
     fake.mkdir()
     (fake / "perf").write_text("#!/bin/sh\necho 'perf: no such event' >&2\nexit 1\n")
     (fake / "perf").chmod(0o755)
-    r = qprof("run", "--duration", "1s", "--probes", "none", runs_dir=runs_dir, timeout=60,
-              env_extra={"PATH": f"{fake}:{os.environ['PATH']}"})
+    r = qprof(
+        "run",
+        "--duration",
+        "1s",
+        "--probes",
+        "none",
+        runs_dir=runs_dir,
+        timeout=60,
+        env_extra={"PATH": f"{fake}:{os.environ['PATH']}"},
+    )
     assert r.returncode == 13, r.stderr
     assert "perf record did not start (perf: no such event)" in r.stderr and "--sample-hz 0" in r.stderr
     assert [json.loads(p.read_text())["status"] for p in runs_dir.glob("*/run.json")] == ["incomplete"]
@@ -108,8 +120,9 @@ def test_stack_quality_of_workload_threads(runs_dir, stack):
     """The default walk (dwarf) reaches a thread entry for nearly every
     workload sample, through msquic's AES assembly and Debian's OpenSSL,
     neither of which keeps frame pointers."""
-    rec = run_json(runs_dir, "--stack", stack, "--duration", "1s", "--warmup", "0.3s", "--probes", "none",
-                   "--sample-hz", "1000")
+    rec = run_json(
+        runs_dir, "--stack", stack, "--duration", "1s", "--warmup", "0.3s", "--probes", "none", "--sample-hz", "1000"
+    )
     flame = rec["flame"]
     assert flame["call_graph"] == "dwarf"
     for side in ("client", "server"):
@@ -118,8 +131,21 @@ def test_stack_quality_of_workload_threads(runs_dir, stack):
 
 
 def test_frame_pointer_walk_on_request(runs_dir):
-    rec = run_json(runs_dir, "--stack", "tcp-tls", "--duration", "1s", "--warmup", "0.3s", "--probes", "none",
-                   "--sample-hz", "1000", "--call-graph", "fp")
+    rec = run_json(
+        runs_dir,
+        "--stack",
+        "tcp-tls",
+        "--duration",
+        "1s",
+        "--warmup",
+        "0.3s",
+        "--probes",
+        "none",
+        "--sample-hz",
+        "1000",
+        "--call-graph",
+        "fp",
+    )
     flame = rec["flame"]
     assert flame["call_graph"] == "fp"
     # Debian's OpenSSL has no frame pointers: the fp walk loses most workload stacks.

@@ -1,5 +1,7 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """GSO and GRO on and off, as the probes see them: directions and
 invariants on real transfers, never timings."""
+
 import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -28,7 +30,7 @@ def test_tcp_gso_off_sends_no_super_packets(runs_dir):
     for rec, want in ((on, "on"), (off, "off")):
         assert rec["offload"]["effective"]["gso"] == want
         assert rec["offload"]["observed"]["gso"] == want
-        for side in ("client", "server"):   # ethtool reads back what was set, on both veths
+        for side in ("client", "server"):  # ethtool reads back what was set, on both veths
             feats = rec["offload"]["device_features"][side]
             assert feats["tso"] == want and feats["gso"] == want
     assert tx(off)["client_tx_gso_skbs"] == 0
@@ -37,7 +39,8 @@ def test_tcp_gso_off_sends_no_super_packets(runs_dir):
     assert per_mb(tx(off)["client_tx_skbs"], off) > 5 * per_mb(tx(on)["client_tx_skbs"], on)
     # Same wire either way: packets per MB within a few percent.
     assert per_mb(tx(off)["client_tx_wire_packets"], off) == pytest.approx(
-        per_mb(tx(on)["client_tx_wire_packets"], on), rel=0.05)
+        per_mb(tx(on)["client_tx_wire_packets"], on), rel=0.05
+    )
 
 
 def test_tcp_gro_merges_what_gso_did_not(runs_dir):
@@ -54,8 +57,24 @@ def test_tcp_gro_merges_what_gso_did_not(runs_dir):
 
 
 def test_compare_writes_a_record_naming_all_its_runs(runs_dir):
-    r = qprof("compare", "--stack", "tcp", "--vary", "gso=on,off", "--repeat", "2", "--json",
-              "--duration", "1s", "--warmup", "0.5s", "--probes", "syscalls,packets", runs_dir=runs_dir, timeout=300)
+    r = qprof(
+        "compare",
+        "--stack",
+        "tcp",
+        "--vary",
+        "gso=on,off",
+        "--repeat",
+        "2",
+        "--json",
+        "--duration",
+        "1s",
+        "--warmup",
+        "0.5s",
+        "--probes",
+        "syscalls,packets",
+        runs_dir=runs_dir,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     assert r.stderr == ""
     rec = json.loads(r.stdout)
@@ -79,14 +98,20 @@ def test_compare_writes_a_record_naming_all_its_runs(runs_dir):
     # The differential graphs of the two configurations' median runs.
     fd = rec["flame_diff"]
     assert {fd["a"], fd["b"]} <= {x["id"] for x in rec["runs"]}
-    for side, d in fd["sides"].items():
+    for d in fd["sides"].values():
         if d["svg"]:
             ET.parse(cdir / d["svg"])
 
 
-@pytest.mark.parametrize("args", [["--vary", "gso=on,off", "--gso", "on"], ["--vary", "gsx=1,2"],
-                                  ["--stack", "tcp", "--topology", "loopback", "--vary", "gro=on,off"],
-                                  ["--stack", "quic", "--vary", "send-mode=gso,sendmsg"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--vary", "gso=on,off", "--gso", "on"],
+        ["--vary", "gsx=1,2"],
+        ["--stack", "tcp", "--topology", "loopback", "--vary", "gro=on,off"],
+        ["--stack", "quic", "--vary", "send-mode=gso,sendmsg"],
+    ],
+)
 def test_compare_bad_input_before_anything_runs(runs_dir, args):
     r = qprof("compare", *args, "--duration", "1s", runs_dir=runs_dir)
     assert r.returncode == 4, r.stderr
@@ -122,7 +147,8 @@ def test_quic_gso_off_sends_single_datagrams(runs_dir):
     # many more skbs per MB, the same packets on the wire.
     assert per_mb(tx(off)["client_tx_skbs"], off) > 10 * per_mb(tx(on)["client_tx_skbs"], on)
     assert per_mb(tx(off)["client_tx_wire_packets"], off) == pytest.approx(
-        per_mb(tx(on)["client_tx_wire_packets"], on), rel=0.05)
+        per_mb(tx(on)["client_tx_wire_packets"], on), rel=0.05
+    )
     # Syscalls per MB hardly change: the fallback still batches (sendmmsg).
     assert off["syscalls"]["client"]["datagrams_per_send_call"] > 10
 
@@ -139,14 +165,24 @@ def test_quic_gro_off_keeps_gso(runs_dir):
 
 
 def test_interposer_not_taking_effect_is_an_error(runs_dir):
-    r = qprof("run", "--stack", "quic", "--gso", "off", "--inject-fault", "no-interposer", *SHORT, *QUIC_PROBES,
-              runs_dir=runs_dir)
+    r = qprof(
+        "run",
+        "--stack",
+        "quic",
+        "--gso",
+        "off",
+        "--inject-fault",
+        "no-interposer",
+        *SHORT,
+        *QUIC_PROBES,
+        runs_dir=runs_dir,
+    )
     assert r.returncode == OFFLOAD_CONTRADICTION, r.stderr
     line = one_sentence(r.stderr)
     assert "super-packets" in line and "msquic reports it on" in line
     assert run_statuses(runs_dir) == ["incomplete"]
     saved = json.loads(next(runs_dir.glob("*/run.json")).read_text())
-    assert saved["offload"]["observed"]["gso"] == "on"   # the evidence is kept
+    assert saved["offload"]["observed"]["gso"] == "on"  # the evidence is kept
     assert leftovers() == []
 
 
@@ -163,7 +199,7 @@ def udp_run(runs_dir, *args):
     # dropped by the receiver's kernel (its namespace's Udp InErrors, in skbs).
     drops = rec["crosscheck"]["server"]["udp_drops"]
     assert drops["own"] == s["lost"]
-    assert drops["kernel"] == pytest.approx(s["lost"], rel=0.01, abs=6)   # 6: the end datagram's repeats
+    assert drops["kernel"] == pytest.approx(s["lost"], rel=0.01, abs=6)  # 6: the end datagram's repeats
     # Over the whole run nothing arrives that was not sent (inside the
     # window the edges may split datagrams in flight either way).
     assert c["app_bytes"] >= s["app_bytes"] > 0 and rec["bytes"] > 0 and rec["bytes_sent"] > 0
@@ -201,9 +237,12 @@ def test_udp_without_gso(runs_dir, mode):
 def test_compare_interrupted_leaves_nothing_and_says_so(runs_dir):
     import signal
     import time
+
     from conftest import started, wait_for_transfer
-    with started("compare", "--stack", "udp", "--vary", "gro=on,off", "--duration", "30s", "--sample-hz", "0",
-                 runs_dir=runs_dir) as p:
+
+    with started(
+        "compare", "--stack", "udp", "--vary", "gro=on,off", "--duration", "30s", "--sample-hz", "0", runs_dir=runs_dir
+    ) as p:
         wait_for_transfer(runs_dir)
         time.sleep(1.5)
         p.send_signal(signal.SIGINT)
@@ -213,5 +252,5 @@ def test_compare_interrupted_leaves_nothing_and_says_so(runs_dir):
     assert run_statuses(runs_dir) == ["incomplete"]
     comparison = json.loads(next(runs_dir.glob("comparisons/*/comparison.json")).read_text())
     assert comparison["status"] == "incomplete" and "interrupted" in comparison["error"]
-    assert comparison["runs"] == []   # the interrupted run never completed
+    assert comparison["runs"] == []  # the interrupted run never completed
     assert leftovers() == []

@@ -1,5 +1,7 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """The probes on real `qprof run` transfers: present, consistent with the
 workload's own bytes, and in agreement with msquic's own counters."""
+
 import json
 import platform
 
@@ -28,7 +30,9 @@ def assert_syscalls(rec):
     assert 1.0 <= s["recv_bytes"] / rec["bytes"] <= QUIC_OVERHEAD_MAX
     for f in (c, s):
         assert f["syscalls_per_mb"] > 0 and f["in_syscall_ns_per_byte"] > 0
-        assert 0 < f["send_wall_s_per_cpu_s"] + f["recv_wall_s_per_cpu_s"] <= 1.2  # wall time in a call may exceed CPU a little
+        assert (
+            0 < f["send_wall_s_per_cpu_s"] + f["recv_wall_s_per_cpu_s"] <= 1.2
+        )  # wall time in a call may exceed CPU a little
     # eBPF against msquic's own counters, per side.
     for side in ("client", "server"):
         checks = rec["crosscheck"][side]
@@ -56,20 +60,42 @@ def test_absent_probe_is_named_not_zero(runs_dir, tmp_path):
     failing = fake / "qprof-syscalls"
     failing.write_text("#!/bin/sh\necho 'failed to load BPF object: Operation not permitted' >&2\nexit 1\n")
     failing.chmod(0o755)
-    r = qprof("run", "--json", "--duration", "1s", "--warmup", "0.2s", "--probes", "syscalls",
-              runs_dir=runs_dir, env_extra={"QPROF_PROBE_DIR": str(fake)})
+    r = qprof(
+        "run",
+        "--json",
+        "--duration",
+        "1s",
+        "--warmup",
+        "0.2s",
+        "--probes",
+        "syscalls",
+        runs_dir=runs_dir,
+        env_extra={"QPROF_PROBE_DIR": str(fake)},
+    )
     assert r.returncode == 0, r.stderr
     assert "probe syscalls is absent" in r.stderr and "Operation not permitted" in r.stderr
     rec = json.loads(r.stdout)
-    assert rec["probes"]["syscalls"] == {"status": "absent",
-                                         "reason": "failed to load or attach: failed to load BPF object: Operation not permitted"}
+    assert rec["probes"]["syscalls"] == {
+        "status": "absent",
+        "reason": "failed to load or attach: failed to load BPF object: Operation not permitted",
+    }
     assert rec["syscalls"] == {"client": None, "server": None}
     assert rec["verified"] is True  # the run itself carried on
 
 
 def test_probe_not_built(runs_dir, tmp_path):
-    r = qprof("run", "--json", "--duration", "1s", "--warmup", "0.2s", "--probes", "syscalls",
-              runs_dir=runs_dir, env_extra={"QPROF_PROBE_DIR": str(tmp_path)})
+    r = qprof(
+        "run",
+        "--json",
+        "--duration",
+        "1s",
+        "--warmup",
+        "0.2s",
+        "--probes",
+        "syscalls",
+        runs_dir=runs_dir,
+        env_extra={"QPROF_PROBE_DIR": str(tmp_path)},
+    )
     assert r.returncode == 0, r.stderr
     rec = json.loads(r.stdout)
     assert rec["probes"]["syscalls"]["status"] == "absent"
@@ -78,8 +104,11 @@ def test_probe_not_built(runs_dir, tmp_path):
 
 def test_all_probes_netns(runs_dir):
     rec = run_json(runs_dir, "--duration", "2s", "--warmup", "0.5s")
-    assert {n: p["status"] for n, p in rec["probes"].items()} == \
-        {"syscalls": "present", "packets": "present", "cputhread": "present"}
+    assert {n: p["status"] for n, p in rec["probes"].items()} == {
+        "syscalls": "present",
+        "packets": "present",
+        "cputhread": "present",
+    }
     # bpf_rdonly_cast came in 6.2: from there the packets probe's fast build counts.
     release = tuple(int(x) for x in platform.release().split("-")[0].split(".")[:2])
     assert rec["probes"]["packets"]["build"] == ("rdonly_cast" if release >= (6, 2) else "portable")
@@ -106,8 +135,11 @@ def test_all_probes_netns(runs_dir):
         assert check["ebpf"] == f["oncpu_s"] and check["schedstat"] == rec["cpu"][side]["oncpu_schedstat_s"]
         assert check["ebpf_plus_runq"] == pytest.approx(f["oncpu_s"] + f["runq_s"]) and f["runq_s"] >= 0
         steal_s = rec["cpu"]["system"]["steal_s"]
-        assert 0.99 * check["ebpf"] - steal_s <= check["schedstat"] <= 1.01 * check["ebpf_plus_runq"], \
-            (side, check, steal_s)
+        assert 0.99 * check["ebpf"] - steal_s <= check["schedstat"] <= 1.01 * check["ebpf_plus_runq"], (
+            side,
+            check,
+            steal_s,
+        )
         assert 0 <= ct[side]["softirq_in_context_s"] <= ct[side]["oncpu_s"]
         shares = [t["share"] for t in ct[side]["threads"]]
         assert sum(shares) == pytest.approx(1.0) and shares == sorted(shares, reverse=True)

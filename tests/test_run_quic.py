@@ -1,4 +1,6 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """Real msquic transfers, in namespaces and on loopback."""
+
 import json
 
 import pytest
@@ -73,8 +75,9 @@ def test_quic_netns(runs_dir):
 
 
 def test_quic_loopback_streams(runs_dir):
-    rec = run_json(runs_dir, "--topology", "loopback", "--duration", "2s", "--warmup", "0.5s",
-                   "--streams", "3", "--port", "24433")
+    rec = run_json(
+        runs_dir, "--topology", "loopback", "--duration", "2s", "--warmup", "0.5s", "--streams", "3", "--port", "24433"
+    )
     assert_sane_transfer(rec, streams=3)
     assert rec["environment"]["topology"]["kind"] == "loopback"
     assert rec["config"]["streams"] == 3

@@ -1,9 +1,11 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """TCP stacks on the host: plain TCP and TLS in OpenSSL user space."""
+
 import pytest
+from test_run_quic import assert_cpu_closes
 
 from conftest import needs_build, qprof, run_json
 from test_bad_input import one_sentence, run_statuses
-from test_run_quic import assert_cpu_closes
 
 pytestmark = needs_build
 BAD_TLS, SENDFILE, KERNEL_FEATURE, HANDSHAKE = 16, 17, 12, 8
@@ -42,17 +44,36 @@ def test_tcp_netns(runs_dir):
 
 
 def test_tcp_sendfile_loopback_streams(runs_dir):
-    rec = run_json(runs_dir, "--stack", "tcp", "--sendfile", "--topology", "loopback", "--port", "24901",
-                   "--streams", "2", "--duration", "2s", "--warmup", "0.5s", "--probes", "syscalls")
+    rec = run_json(
+        runs_dir,
+        "--stack",
+        "tcp",
+        "--sendfile",
+        "--topology",
+        "loopback",
+        "--port",
+        "24901",
+        "--streams",
+        "2",
+        "--duration",
+        "2s",
+        "--warmup",
+        "0.5s",
+        "--probes",
+        "syscalls",
+    )
     assert_tcp_transfer(rec, streams=2)
     calls = rec["syscalls"]["client"]["by_syscall"]
     assert calls["sendfile"]["calls"] > 0 and "sendto" not in calls
 
 
-@pytest.mark.parametrize("version,cipher", [("1.3", "TLS_AES_128_GCM_SHA256"), ("1.2", "ECDHE-ECDSA-AES128-GCM-SHA256")])
+@pytest.mark.parametrize(
+    "version,cipher", [("1.3", "TLS_AES_128_GCM_SHA256"), ("1.2", "ECDHE-ECDSA-AES128-GCM-SHA256")]
+)
 def test_tcp_tls(runs_dir, version, cipher):
-    rec = run_json(runs_dir, "--stack", "tcp-tls", "--tls", version, "--duration", "2s", "--warmup", "0.5s",
-                   "--probes", "syscalls")
+    rec = run_json(
+        runs_dir, "--stack", "tcp-tls", "--tls", version, "--duration", "2s", "--warmup", "0.5s", "--probes", "syscalls"
+    )
     assert_tcp_transfer(rec)
     tr = rec["transport"]
     assert tr["tls"] == "user" and tr["tls_version"] == f"TLSv{version}" and tr["tls_cipher"] == cipher
@@ -83,8 +104,10 @@ def test_unknown_cipher(runs_dir):
     assert run_statuses(runs_dir) == ["incomplete"]
 
 
-@pytest.mark.parametrize("args", [["--stack", "quic", "--tls", "1.2"], ["--stack", "tcp", "--cipher", "X"],
-                                  ["--stack", "tcp-tls", "--tls", "1.1"]])
+@pytest.mark.parametrize(
+    "args",
+    [["--stack", "quic", "--tls", "1.2"], ["--stack", "tcp", "--cipher", "X"], ["--stack", "tcp-tls", "--tls", "1.1"]],
+)
 def test_tls_options_refused(runs_dir, args):
     r = qprof("run", *args, runs_dir=runs_dir)
     assert r.returncode == BAD_TLS, r.stderr

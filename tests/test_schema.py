@@ -1,16 +1,19 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """Every record qprof writes is valid against its JSON Schema
 (collectors/schema/), and the README's field list names exactly the
 schema's fields. The runs_dir fixture (conftest) validates every
 run.json and comparison.json a test leaves in it; these tests hold the
 schemas themselves and the README to them."""
+
 import json
 import re
 
 import jsonschema
 import pytest
 
-from conftest import REPO, validate_records
 from qprof import rundir
+
+from conftest import REPO, validate_records
 
 SCHEMAS = REPO / "collectors" / "schema"
 
@@ -45,7 +48,16 @@ def test_a_record_that_breaks_the_schema_is_caught(tmp_path):
     (run / "run.json").write_text(json.dumps({"schema_version": 1, "id": run.name, "status": "complete"}))
     with pytest.raises(jsonschema.ValidationError):
         validate_records(tmp_path)
-    (run / "run.json").write_text(json.dumps({"schema_version": 1, "id": run.name, "status": "incomplete",
-                                              "error": "x", "config": {"fault": "handshake"}}))
+    (run / "run.json").write_text(
+        json.dumps(
+            {
+                "schema_version": 1,
+                "id": run.name,
+                "status": "incomplete",
+                "error": "x",
+                "config": {"fault": "handshake"},
+            }
+        )
+    )
     with pytest.raises(jsonschema.ValidationError):
         validate_records(tmp_path)

@@ -1,4 +1,6 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """Parsing and arithmetic, without a transfer."""
+
 import ipaddress
 
 import pytest
@@ -8,9 +10,17 @@ from qprof.errors import BadValue, TopologyFailed
 from qprof.units import parse_duration_s, parse_size_bytes
 
 
-@pytest.mark.parametrize("text,seconds", [
-    ("10s", 10.0), ("10", 10.0), ("500ms", 0.5), ("2m", 120.0), ("1.5s", 1.5), (" 3 s ", 3.0),
-])
+@pytest.mark.parametrize(
+    "text,seconds",
+    [
+        ("10s", 10.0),
+        ("10", 10.0),
+        ("500ms", 0.5),
+        ("2m", 120.0),
+        ("1.5s", 1.5),
+        (" 3 s ", 3.0),
+    ],
+)
 def test_durations(text, seconds):
     assert parse_duration_s(text) == pytest.approx(seconds)
 
@@ -21,10 +31,19 @@ def test_malformed_durations(text):
         parse_duration_s(text)
 
 
-@pytest.mark.parametrize("text,nbytes", [
-    ("65536", 65536), ("64K", 65536), ("64k", 65536), ("1M", 1 << 20), ("1G", 1 << 30),
-    ("1.5K", 1536), ("2GiB", 2 << 30), ("100MB", 100 << 20),
-])
+@pytest.mark.parametrize(
+    "text,nbytes",
+    [
+        ("65536", 65536),
+        ("64K", 65536),
+        ("64k", 65536),
+        ("1M", 1 << 20),
+        ("1G", 1 << 30),
+        ("1.5K", 1536),
+        ("2GiB", 2 << 30),
+        ("100MB", 100 << 20),
+    ],
+)
 def test_sizes(text, nbytes):
     assert parse_size_bytes(text) == nbytes
 
@@ -70,8 +89,9 @@ def test_process_figures_close():
 
 def test_system_figures_exclude_idle():
     a = cpu.parse_proc_stat(PROC_STAT)
-    b = cpu.SystemCpu(*(getattr(a, f + "_s") + inc for f, inc in
-                        zip(cpu.STAT_FIELDS, (1.0, 0.0, 0.5, 0.25, 0.0, 0.0, 0.25, 0.0))))
+    b = cpu.SystemCpu(
+        *(getattr(a, f + "_s") + inc for f, inc in zip(cpu.STAT_FIELDS, (1.0, 0.0, 0.5, 0.25, 0.0, 0.0, 0.25, 0.0)))
+    )
     f = cpu.system_figures(b - a, nbytes=10**9, wall_s=1.0, ncpu=2)
     assert f["total_s"] == pytest.approx(1.75)
     assert f["utilisation"] == pytest.approx(1.75 / 2)
@@ -101,8 +121,9 @@ def test_subnet_avoids_used_networks():
 
 def test_others_cannot_go_below_zero():
     from qprof.collectors import cpu
+
     start = {(1, 1): 100, (1, 2): 50, (7, 7): 10_000, (9, 9): 500}
-    end = {(1, 1): 400, (7, 7): 12_000, (9, 9): 20, (11, 11): 30}   # (1,2) exited, (9,9) reused
+    end = {(1, 1): 400, (7, 7): 12_000, (9, 9): 20, (11, 11): 30}  # (1,2) exited, (9,9) reused
     out = cpu.others_figures(start, end, {7}, nbytes=100)
     assert out["oncpu_schedstat_s"] * 1e9 == pytest.approx(300 + 20 + 30)
     assert out["tasks"] == 3 and out["ns_per_byte"]["oncpu"] == pytest.approx(3.5)

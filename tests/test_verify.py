@@ -1,8 +1,10 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """The receiver's content check can fail: a server that expects another
 pattern than the client sends refuses the data (exit 5, "content check"),
 and the same pair with matching patterns passes. The pattern's period is
 max(--io-size, 64K) (workloads/wl.h), so a client sending with 128 KiB
 periods to a server expecting 64 KiB ones differs from byte 64K on."""
+
 import json
 import subprocess
 
@@ -19,24 +21,57 @@ WL_EXIT_VERIFY = 5
 @pytest.fixture(scope="module")
 def cert(tmp_path_factory):
     d = tmp_path_factory.mktemp("cert")
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-                    "-days", "1", "-subj", "/CN=qprof", "-keyout", str(d / "key.pem"), "-out", str(d / "cert.pem")],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=qprof",
+            "-keyout",
+            str(d / "key.pem"),
+            "-out",
+            str(d / "cert.pem"),
+        ],
+        check=True,
+        capture_output=True,
+    )
     return ["--cert", str(d / "cert.pem"), "--key", str(d / "key.pem")]
 
 
 def transfer(stack: str, server_io: int, client_io: int, cert: list) -> tuple:
     common = ["--stack", stack, "--addr", "127.0.0.1", "--port", str(PORT)]
-    server = subprocess.Popen([WL, *common, "--role", "server", "--io-size", str(server_io),
-                               *(cert if stack != "udp" else [])],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    server = subprocess.Popen(
+        [WL, *common, "--role", "server", "--io-size", str(server_io), *(cert if stack != "udp" else [])],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
-        line = server.stdout.readline()      # the ready event
+        line = server.stdout.readline()  # the ready event
         assert '"ready"' in line, line + server.stderr.read()
-        client = subprocess.run([WL, *common, "--role", "client", "--io-size", str(client_io),
-                                 "--bytes" if stack != "udp" else "--duration-ms",
-                                 str(4 << 20) if stack != "udp" else "300"],
-                                capture_output=True, text=True, timeout=60)
+        client = subprocess.run(
+            [
+                WL,
+                *common,
+                "--role",
+                "client",
+                "--io-size",
+                str(client_io),
+                "--bytes" if stack != "udp" else "--duration-ms",
+                str(4 << 20) if stack != "udp" else "300",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         out, err = server.communicate(timeout=60)
     finally:
         if server.poll() is None:

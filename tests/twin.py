@@ -1,4 +1,6 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """A bpftrace twin run beside its libbpf probe in a test."""
+
 import json
 import signal
 import subprocess
@@ -16,8 +18,9 @@ def bpftrace_twin(script: Path, args, scratch: Path, name: str = "twin"):
     yielded function stops it (SIGINT) and returns its printed maps."""
     err_path = scratch / f"{name}.err"
     err = open(err_path, "w")
-    bt = subprocess.Popen(["bpftrace", "-f", "json", str(script), *map(str, args)], stdout=subprocess.PIPE,
-                          stderr=err, text=True)
+    bt = subprocess.Popen(
+        ["bpftrace", "-f", "json", str(script), *map(str, args)], stdout=subprocess.PIPE, stderr=err, text=True
+    )
 
     def stop() -> dict:
         bt.send_signal(signal.SIGINT)

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 /*
  * qprof-wl: the bulk-transfer workload qprof measures. One program, a
  * server and a client role per stack; events and the final report are JSON
@@ -10,60 +11,62 @@
 
 #include "wl.h"
 
+/* clang-format off: the help text as it prints */
 static const char usage[] =
-"Usage: qprof-wl --stack STACK --role server|client [OPTIONS]\n"
-"\n"
-"  -s, --stack STACK        quic, tcp, tcp-tls, tcp-ktls or udp\n"
-"  -r, --role ROLE          server (receives, verifies) or client (sends)\n"
-"  -a, --addr IPV4          server: address to listen on; client: to connect to\n"
-"  -p, --port PORT          UDP/TCP port (default 4433)\n"
-"      --cert FILE          server certificate (PEM): quic, tcp-tls, tcp-ktls\n"
-"      --key FILE           server private key (PEM): quic, tcp-tls, tcp-ktls\n"
-"  -n, --streams N          streams in the one connection (default 1)\n"
-"  -t, --duration-ms MS     client: send for MS after the handshake\n"
-"  -b, --bytes N            client: send N bytes per stream, then FIN\n"
-"      --io-size N          client: bytes per send request, a power of two\n"
-"                           from 1024 to 1048576 (default 65536); both roles:\n"
-"                           the payload pattern's period is max(N, 64K), so\n"
-"                           give the server the client's N\n"
-"      --exec-profile P     msquic execution profile: lowlat (default) or maxtput\n"
-"      --tls V              tcp-tls, tcp-ktls: TLS version 1.2 or 1.3 (default)\n"
-"      --cipher NAME        tcp-tls, tcp-ktls: OpenSSL cipher name (default AES-128-GCM:\n"
-"                           TLS_AES_128_GCM_SHA256, or ECDHE-ECDSA-AES128-GCM-SHA256 for 1.2)\n"
-"      --sendfile           tcp, tcp-ktls client: sendfile() the data from a memfd\n"
-"      --send-mode M        udp client: gso (default: one sendmsg carries --batch datagrams\n"
-"                           with a UDP_SEGMENT cmsg), sendmmsg (--batch datagrams per call)\n"
-"                           or sendmsg (one datagram per call)\n"
-"      --batch N            udp client: datagrams per call, for gso at most 128 (older\n"
-"                           kernels: 64) and 65507 bytes in all, for sendmmsg at most 1024,\n"
-"                           for sendmsg 1; default for gso and sendmmsg alike, so the two\n"
-"                           compare at equal datagrams per call: floor(65507 / dgram-size),\n"
-"                           at most 64 (44 for 1472-byte datagrams)\n"
-"      --dgram-size N       udp client: UDP payload bytes per datagram, 16 to 65507\n"
-"                           (default 1472: a 1500-byte MTU less the IPv4 and UDP headers)\n"
-"      --gro on|off         udp server: the UDP_GRO socket option (default on)\n"
-"      --control            take commands on stdin (mark NAME, start, stop, exit)\n"
-"      --wait-start         client: connect only when \"start\" arrives on stdin\n"
-"  -h, --help\n"
-"\n"
-"With neither --duration-ms nor --bytes the client sends until told \"stop\".\n"
-"\n"
-"udp: no reliability, no crypto. Each datagram starts with its sequence\n"
-"number (8 bytes, little-endian); the rest is pattern the server checks. -b N\n"
-"sends ceil(N / dgram-size) datagrams, the last one shorter (but at least 8\n"
-"bytes, so up to 7 more than N may go). The client ends\n"
-"with an end datagram carrying the count sent, repeated over ~30 ms; the\n"
-"server counts loss against it, and ends on it, on \"stop\", \"exit\" or EOF\n"
-"(--control), or 2 s after data stops coming. Duplicates are told apart from\n"
-"reordering within the last 65536 sequence numbers. --io-size is ignored.\n"
-"\n"
-"EXAMPLES:\n"
-"  qprof-wl -s quic -r server -a 127.0.0.1 --cert c.pem --key k.pem\n"
-"  qprof-wl -s quic -r client -a 127.0.0.1 -t 5000 -n 4\n"
-"  qprof-wl -s tcp-tls -r server -a 127.0.0.1 --cert c.pem --key k.pem\n"
-"  qprof-wl -s tcp-tls -r client -a 127.0.0.1 -t 5000 --tls 1.2\n"
-"  qprof-wl -s udp -r server -a 127.0.0.1 -p 5001 --control --gro off\n"
-"  qprof-wl -s udp -r client -a 127.0.0.1 -p 5001 -t 2000 --send-mode sendmmsg --batch 16\n";
+	"Usage: qprof-wl --stack STACK --role server|client [OPTIONS]\n"
+	"\n"
+	"  -s, --stack STACK        quic, tcp, tcp-tls, tcp-ktls or udp\n"
+	"  -r, --role ROLE          server (receives, verifies) or client (sends)\n"
+	"  -a, --addr IPV4          server: address to listen on; client: to connect to\n"
+	"  -p, --port PORT          UDP/TCP port (default 4433)\n"
+	"      --cert FILE          server certificate (PEM): quic, tcp-tls, tcp-ktls\n"
+	"      --key FILE           server private key (PEM): quic, tcp-tls, tcp-ktls\n"
+	"  -n, --streams N          streams in the one connection (default 1)\n"
+	"  -t, --duration-ms MS     client: send for MS after the handshake\n"
+	"  -b, --bytes N            client: send N bytes per stream, then FIN\n"
+	"      --io-size N          client: bytes per send request, a power of two\n"
+	"                           from 1024 to 1048576 (default 65536); both roles:\n"
+	"                           the payload pattern's period is max(N, 64K), so\n"
+	"                           give the server the client's N\n"
+	"      --exec-profile P     msquic execution profile: lowlat (default) or maxtput\n"
+	"      --tls V              tcp-tls, tcp-ktls: TLS version 1.2 or 1.3 (default)\n"
+	"      --cipher NAME        tcp-tls, tcp-ktls: OpenSSL cipher name (default AES-128-GCM:\n"
+	"                           TLS_AES_128_GCM_SHA256, or ECDHE-ECDSA-AES128-GCM-SHA256 for 1.2)\n"
+	"      --sendfile           tcp, tcp-ktls client: sendfile() the data from a memfd\n"
+	"      --send-mode M        udp client: gso (default: one sendmsg carries --batch datagrams\n"
+	"                           with a UDP_SEGMENT cmsg), sendmmsg (--batch datagrams per call)\n"
+	"                           or sendmsg (one datagram per call)\n"
+	"      --batch N            udp client: datagrams per call, for gso at most 128 (older\n"
+	"                           kernels: 64) and 65507 bytes in all, for sendmmsg at most 1024,\n"
+	"                           for sendmsg 1; default for gso and sendmmsg alike, so the two\n"
+	"                           compare at equal datagrams per call: floor(65507 / dgram-size),\n"
+	"                           at most 64 (44 for 1472-byte datagrams)\n"
+	"      --dgram-size N       udp client: UDP payload bytes per datagram, 16 to 65507\n"
+	"                           (default 1472: a 1500-byte MTU less the IPv4 and UDP headers)\n"
+	"      --gro on|off         udp server: the UDP_GRO socket option (default on)\n"
+	"      --control            take commands on stdin (mark NAME, start, stop, exit)\n"
+	"      --wait-start         client: connect only when \"start\" arrives on stdin\n"
+	"  -h, --help\n"
+	"\n"
+	"With neither --duration-ms nor --bytes the client sends until told \"stop\".\n"
+	"\n"
+	"udp: no reliability, no crypto. Each datagram starts with its sequence\n"
+	"number (8 bytes, little-endian); the rest is pattern the server checks. -b N\n"
+	"sends ceil(N / dgram-size) datagrams, the last one shorter (but at least 8\n"
+	"bytes, so up to 7 more than N may go). The client ends\n"
+	"with an end datagram carrying the count sent, repeated over ~30 ms; the\n"
+	"server counts loss against it, and ends on it, on \"stop\", \"exit\" or EOF\n"
+	"(--control), or 2 s after data stops coming. Duplicates are told apart from\n"
+	"reordering within the last 65536 sequence numbers. --io-size is ignored.\n"
+	"\n"
+	"EXAMPLES:\n"
+	"  qprof-wl -s quic -r server -a 127.0.0.1 --cert c.pem --key k.pem\n"
+	"  qprof-wl -s quic -r client -a 127.0.0.1 -t 5000 -n 4\n"
+	"  qprof-wl -s tcp-tls -r server -a 127.0.0.1 --cert c.pem --key k.pem\n"
+	"  qprof-wl -s tcp-tls -r client -a 127.0.0.1 -t 5000 --tls 1.2\n"
+	"  qprof-wl -s udp -r server -a 127.0.0.1 -p 5001 --control --gro off\n"
+	"  qprof-wl -s udp -r client -a 127.0.0.1 -p 5001 -t 2000 --send-mode sendmmsg --batch 16\n";
+/* clang-format on */
 
 static int parse_u64(const char *s, uint64_t *out)
 {
@@ -82,28 +85,28 @@ static int parse_u64(const char *s, uint64_t *out)
 int main(int argc, char **argv)
 {
 	static const struct option longopts[] = {
-		{ "stack", required_argument, NULL, 's' },
-		{ "role", required_argument, NULL, 'r' },
-		{ "addr", required_argument, NULL, 'a' },
-		{ "port", required_argument, NULL, 'p' },
-		{ "cert", required_argument, NULL, 'C' },
-		{ "key", required_argument, NULL, 'K' },
-		{ "streams", required_argument, NULL, 'n' },
-		{ "duration-ms", required_argument, NULL, 't' },
-		{ "bytes", required_argument, NULL, 'b' },
-		{ "io-size", required_argument, NULL, 'I' },
-		{ "exec-profile", required_argument, NULL, 'E' },
-		{ "control", no_argument, NULL, 'X' },
-		{ "wait-start", no_argument, NULL, 'W' },
-		{ "tls", required_argument, NULL, 'T' },
-		{ "cipher", required_argument, NULL, 'P' },
-		{ "sendfile", no_argument, NULL, 'F' },
-		{ "send-mode", required_argument, NULL, 'M' },
-		{ "batch", required_argument, NULL, 'B' },
-		{ "dgram-size", required_argument, NULL, 'D' },
-		{ "gro", required_argument, NULL, 'G' },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
+		{"stack", required_argument, NULL, 's'},
+		{"role", required_argument, NULL, 'r'},
+		{"addr", required_argument, NULL, 'a'},
+		{"port", required_argument, NULL, 'p'},
+		{"cert", required_argument, NULL, 'C'},
+		{"key", required_argument, NULL, 'K'},
+		{"streams", required_argument, NULL, 'n'},
+		{"duration-ms", required_argument, NULL, 't'},
+		{"bytes", required_argument, NULL, 'b'},
+		{"io-size", required_argument, NULL, 'I'},
+		{"exec-profile", required_argument, NULL, 'E'},
+		{"control", no_argument, NULL, 'X'},
+		{"wait-start", no_argument, NULL, 'W'},
+		{"tls", required_argument, NULL, 'T'},
+		{"cipher", required_argument, NULL, 'P'},
+		{"sendfile", no_argument, NULL, 'F'},
+		{"send-mode", required_argument, NULL, 'M'},
+		{"batch", required_argument, NULL, 'B'},
+		{"dgram-size", required_argument, NULL, 'D'},
+		{"gro", required_argument, NULL, 'G'},
+		{"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
 	};
 	struct wl_opts o = {
 		.addr = "127.0.0.1",
@@ -166,12 +169,8 @@ int main(int argc, char **argv)
 				goto bad_arg;
 			o.io_size = (uint32_t)v;
 			break;
-		case 'h':
-			fputs(usage, stdout);
-			return WL_EXIT_OK;
-		default:
-			fputs(usage, stderr);
-			return WL_EXIT_USAGE;
+		case 'h': fputs(usage, stdout); return WL_EXIT_OK;
+		default: fputs(usage, stderr); return WL_EXIT_USAGE;
 		}
 	}
 	if (!o.stack || !o.role) {
@@ -190,7 +189,8 @@ int main(int argc, char **argv)
 		wl_warn("--send-mode, --batch, --dgram-size and --gro are for --stack udp");
 		return WL_EXIT_USAGE;
 	}
-	if (!strcmp(o.role, "server") && strcmp(o.stack, "tcp") && strcmp(o.stack, "udp") && (!o.cert || !o.key)) {
+	if (!strcmp(o.role, "server") && strcmp(o.stack, "tcp") && strcmp(o.stack, "udp") &&
+	    (!o.cert || !o.key)) {
 		wl_warn("the server needs --cert and --key");
 		return WL_EXIT_USAGE;
 	}

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 /* Shared by every role of the qprof workload (qprof-wl). */
 #ifndef QPROF_WL_H
 #define QPROF_WL_H
@@ -12,13 +13,13 @@
 enum wl_exit {
 	WL_EXIT_OK = 0,
 	WL_EXIT_USAGE = 2,
-	WL_EXIT_LIB_OPEN = 3,     /* transport library failed to open */
-	WL_EXIT_HANDSHAKE = 4,    /* connection never established */
-	WL_EXIT_VERIFY = 5,       /* received data failed the content check */
-	WL_EXIT_ADDR_IN_USE = 6,  /* server could not bind its port */
-	WL_EXIT_CONN_LOST = 7,    /* connection ended before the transfer did */
+	WL_EXIT_LIB_OPEN = 3,	 /* transport library failed to open */
+	WL_EXIT_HANDSHAKE = 4,	 /* connection never established */
+	WL_EXIT_VERIFY = 5,	 /* received data failed the content check */
+	WL_EXIT_ADDR_IN_USE = 6, /* server could not bind its port */
+	WL_EXIT_CONN_LOST = 7,	 /* connection ended before the transfer did */
 	WL_EXIT_INTERNAL = 8,
-	WL_EXIT_TLS_CONFIG = 9,   /* unknown TLS version or cipher */
+	WL_EXIT_TLS_CONFIG = 9, /* unknown TLS version or cipher */
 };
 
 /*
@@ -46,23 +47,23 @@ struct wl_opts {
 	const char *cert;
 	const char *key;
 	int streams;
-	uint64_t duration_ms;   /* 0: send until bytes */
-	uint64_t bytes;         /* 0: send for duration */
-	uint32_t io_size;       /* bytes per send request */
+	uint64_t duration_ms; /* 0: send until bytes */
+	uint64_t bytes;	      /* 0: send for duration */
+	uint32_t io_size;     /* bytes per send request */
 	const char *exec_profile;
-	bool control;           /* commands on stdin, see wl_control_start */
-	bool wait_start;        /* client: connect only on "start" */
-	const char *tls_version;/* tcp-tls, tcp-ktls: "1.2" or "1.3" */
-	const char *cipher;     /* OpenSSL name; NULL: AES-128-GCM */
-	bool sendfile;          /* tcp, tcp-ktls client: sendfile() from a memfd */
-	const char *send_mode;  /* udp client: sendmsg, sendmmsg or gso; NULL: gso */
-	uint32_t batch;         /* udp client: datagrams per call; 0: wl_udp.c's default */
-	uint32_t dgram_size;    /* udp client: UDP payload bytes; 0: 1472 */
-	const char *gro;        /* udp server: UDP_GRO "on" or "off"; NULL: on */
+	bool control;		 /* commands on stdin, see wl_control_start */
+	bool wait_start;	 /* client: connect only on "start" */
+	const char *tls_version; /* tcp-tls, tcp-ktls: "1.2" or "1.3" */
+	const char *cipher;	 /* OpenSSL name; NULL: AES-128-GCM */
+	bool sendfile;		 /* tcp, tcp-ktls client: sendfile() from a memfd */
+	const char *send_mode;	 /* udp client: sendmsg, sendmmsg or gso; NULL: gso */
+	uint32_t batch;		 /* udp client: datagrams per call; 0: wl_udp.c's default */
+	uint32_t dgram_size;	 /* udp client: UDP payload bytes; 0: 1472 */
+	const char *gro;	 /* udp server: UDP_GRO "on" or "off"; NULL: on */
 };
 
 /* Pattern */
-void wl_pattern_init(uint32_t io_size);  /* once, before any other call */
+void wl_pattern_init(uint32_t io_size); /* once, before any other call */
 uint32_t wl_pattern_period(void);
 const uint8_t *wl_pattern_region(void);
 bool wl_pattern_check(uint64_t off, const uint8_t *p, size_t len);
@@ -85,7 +86,10 @@ struct wl_failure {
 	int code;
 	char msg[256];
 };
-#define WL_FAILURE_INIT { .lock = PTHREAD_MUTEX_INITIALIZER }
+#define WL_FAILURE_INIT                           \
+	{                                         \
+		.lock = PTHREAD_MUTEX_INITIALIZER \
+	}
 void wl_fail(struct wl_failure *f, _Atomic bool *stopping, int code, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 #define _GNU_SOURCE
 #include <errno.h>
 #include <netinet/in.h>
@@ -12,7 +13,7 @@
 #include "wl.h"
 
 static uint8_t *pattern;
-static uint64_t pattern_mask;  /* period - 1; the period is a power of two */
+static uint64_t pattern_mask; /* period - 1; the period is a power of two */
 
 static inline uint64_t pat_word(uint64_t aligned_off, uint64_t mask)
 {
@@ -48,8 +49,9 @@ static inline uint8_t pat_byte(uint64_t off, uint64_t mask)
 	return (uint8_t)(pat_word(off & ~7ull, mask) >> (8 * (off & 7)));
 }
 
-__attribute__((target_clones("avx2", "default")))
-bool wl_pattern_check(uint64_t off, const uint8_t *p, size_t len)
+__attribute__((target_clones("avx2", "default"))) bool wl_pattern_check(uint64_t off,
+									const uint8_t *p,
+									size_t len)
 {
 	const uint64_t mask = pattern_mask;
 	uint64_t bad = 0;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 /*
  * QUIC roles over msquic: one connection, --streams unidirectional streams
  * from client to server. The client keeps msquic's ideal send buffer posted
@@ -33,24 +34,24 @@
 struct qstream {
 	HQUIC h;
 	int idx;
-	uint64_t off;          /* client: bytes posted; server: bytes received */
-	uint64_t outstanding;  /* client: posted, not yet completed */
-	uint64_t ideal;        /* client: msquic's ideal send buffer */
-	bool fin;              /* client: FIN posted; server: FIN received */
-	QUIC_BUFFER tail;      /* client: the short last send of --bytes */
+	uint64_t off;	      /* client: bytes posted; server: bytes received */
+	uint64_t outstanding; /* client: posted, not yet completed */
+	uint64_t ideal;	      /* client: msquic's ideal send buffer */
+	bool fin;	      /* client: FIN posted; server: FIN received */
+	QUIC_BUFFER tail;     /* client: the short last send of --bytes */
 };
 
 static struct {
 	const struct wl_opts *o;
 	const QUIC_API_TABLE *api;
 	HQUIC reg, cfg, listener;
-	pthread_mutex_t conn_lock;  /* S.conn against close while snapshotting */
+	pthread_mutex_t conn_lock; /* S.conn against close while snapshotting */
 	HQUIC conn;
 	struct qstream streams[MAX_STREAMS];
 	QUIC_BUFFER *chunks;
 	uint32_t nchunks;
 
-	_Atomic uint64_t app_bytes;   /* client: posted; server: verified */
+	_Atomic uint64_t app_bytes; /* client: posted; server: verified */
 	_Atomic bool stopping;
 	_Atomic int streams_done;
 	_Atomic bool verify_failed;
@@ -65,28 +66,44 @@ static struct {
 	bool closed_by_peer;
 
 	bool done_emitted;
-	sem_t conn_done;   /* connection shutdown complete */
-	sem_t may_exit;    /* the caller has read what it needs */
-	sem_t may_start;   /* --wait-start: the caller is ready for us */
-} S = { .conn_lock = PTHREAD_MUTEX_INITIALIZER };
+	sem_t conn_done; /* connection shutdown complete */
+	sem_t may_exit;	 /* the caller has read what it needs */
+	sem_t may_start; /* --wait-start: the caller is ready for us */
+} S = {.conn_lock = PTHREAD_MUTEX_INITIALIZER};
 
 static const char *status_name(QUIC_STATUS st)
 {
-#define N(x) if (st == x) return #x
-	N(QUIC_STATUS_SUCCESS); N(QUIC_STATUS_OUT_OF_MEMORY);
-	N(QUIC_STATUS_INVALID_PARAMETER); N(QUIC_STATUS_INVALID_STATE);
-	N(QUIC_STATUS_NOT_SUPPORTED); N(QUIC_STATUS_NOT_FOUND);
-	N(QUIC_STATUS_BUFFER_TOO_SMALL); N(QUIC_STATUS_HANDSHAKE_FAILURE);
-	N(QUIC_STATUS_ABORTED); N(QUIC_STATUS_ADDRESS_IN_USE);
-	N(QUIC_STATUS_INVALID_ADDRESS); N(QUIC_STATUS_CONNECTION_TIMEOUT);
-	N(QUIC_STATUS_CONNECTION_IDLE); N(QUIC_STATUS_INTERNAL_ERROR);
-	N(QUIC_STATUS_CONNECTION_REFUSED); N(QUIC_STATUS_PROTOCOL_ERROR);
-	N(QUIC_STATUS_VER_NEG_ERROR); N(QUIC_STATUS_UNREACHABLE);
-	N(QUIC_STATUS_TLS_ERROR); N(QUIC_STATUS_USER_CANCELED);
-	N(QUIC_STATUS_ALPN_NEG_FAILURE); N(QUIC_STATUS_STREAM_LIMIT_REACHED);
-	N(QUIC_STATUS_ADDRESS_NOT_AVAILABLE); N(QUIC_STATUS_BAD_CERTIFICATE);
-	N(QUIC_STATUS_UNKNOWN_CERTIFICATE); N(QUIC_STATUS_REQUIRED_CERTIFICATE);
-	N(QUIC_STATUS_CERT_EXPIRED); N(QUIC_STATUS_CERT_UNTRUSTED_ROOT);
+#define N(x)         \
+	if (st == x) \
+	return #x
+	N(QUIC_STATUS_SUCCESS);
+	N(QUIC_STATUS_OUT_OF_MEMORY);
+	N(QUIC_STATUS_INVALID_PARAMETER);
+	N(QUIC_STATUS_INVALID_STATE);
+	N(QUIC_STATUS_NOT_SUPPORTED);
+	N(QUIC_STATUS_NOT_FOUND);
+	N(QUIC_STATUS_BUFFER_TOO_SMALL);
+	N(QUIC_STATUS_HANDSHAKE_FAILURE);
+	N(QUIC_STATUS_ABORTED);
+	N(QUIC_STATUS_ADDRESS_IN_USE);
+	N(QUIC_STATUS_INVALID_ADDRESS);
+	N(QUIC_STATUS_CONNECTION_TIMEOUT);
+	N(QUIC_STATUS_CONNECTION_IDLE);
+	N(QUIC_STATUS_INTERNAL_ERROR);
+	N(QUIC_STATUS_CONNECTION_REFUSED);
+	N(QUIC_STATUS_PROTOCOL_ERROR);
+	N(QUIC_STATUS_VER_NEG_ERROR);
+	N(QUIC_STATUS_UNREACHABLE);
+	N(QUIC_STATUS_TLS_ERROR);
+	N(QUIC_STATUS_USER_CANCELED);
+	N(QUIC_STATUS_ALPN_NEG_FAILURE);
+	N(QUIC_STATUS_STREAM_LIMIT_REACHED);
+	N(QUIC_STATUS_ADDRESS_NOT_AVAILABLE);
+	N(QUIC_STATUS_BAD_CERTIFICATE);
+	N(QUIC_STATUS_UNKNOWN_CERTIFICATE);
+	N(QUIC_STATUS_REQUIRED_CERTIFICATE);
+	N(QUIC_STATUS_CERT_EXPIRED);
+	N(QUIC_STATUS_CERT_UNTRUSTED_ROOT);
 	N(QUIC_STATUS_CERT_NO_CERT);
 #undef N
 	return "QUIC_STATUS_UNKNOWN";
@@ -120,8 +137,7 @@ static void json_perf_counters(struct wl_json *j)
 	struct wl_json p;
 	int i;
 
-	if (QUIC_FAILED(S.api->GetParam(NULL, QUIC_PARAM_GLOBAL_PERF_COUNTERS,
-					&len, c)))
+	if (QUIC_FAILED(S.api->GetParam(NULL, QUIC_PARAM_GLOBAL_PERF_COUNTERS, &len, c)))
 		return;
 	wl_json_begin(&p);
 	for (i = 0; i < QUIC_PERF_COUNTER_MAX; i++)
@@ -137,8 +153,8 @@ static void json_conn_stats(struct wl_json *j)
 	uint32_t len = sizeof(st);
 	struct wl_json p;
 
-	if (!S.conn || QUIC_FAILED(S.api->GetParam(S.conn,
-			QUIC_PARAM_CONN_STATISTICS_V2, &len, &st)))
+	if (!S.conn ||
+	    QUIC_FAILED(S.api->GetParam(S.conn, QUIC_PARAM_CONN_STATISTICS_V2, &len, &st)))
 		return;
 	wl_json_begin(&p);
 	wl_json_u64(&p, "rtt_us", st.Rtt);
@@ -167,17 +183,15 @@ static void json_conn_stats(struct wl_json *j)
 static void json_datapath(struct wl_json *j)
 {
 	uint32_t f = 0, len = sizeof(f);
-	uint32_t v[4] = { 0 };
+	uint32_t v[4] = {0};
 	uint32_t vlen = sizeof(v);
 	char ver[48];
 
-	if (QUIC_SUCCEEDED(S.api->GetParam(NULL, QPROF_PARAM_GLOBAL_DATAPATH_FEATURES,
-					   &len, &f))) {
+	if (QUIC_SUCCEEDED(S.api->GetParam(NULL, QPROF_PARAM_GLOBAL_DATAPATH_FEATURES, &len, &f))) {
 		wl_json_bool(j, "send_segmentation", f & QPROF_FEATURE_SEND_SEGMENTATION);
 		wl_json_bool(j, "recv_coalescing", f & QPROF_FEATURE_RECV_COALESCING);
 	}
-	if (QUIC_SUCCEEDED(S.api->GetParam(NULL, QUIC_PARAM_GLOBAL_LIBRARY_VERSION,
-					   &vlen, v))) {
+	if (QUIC_SUCCEEDED(S.api->GetParam(NULL, QUIC_PARAM_GLOBAL_LIBRARY_VERSION, &vlen, v))) {
 		snprintf(ver, sizeof(ver), "%u.%u.%u", v[0], v[1], v[2]);
 		wl_json_str(j, "msquic_version", ver);
 	}
@@ -216,7 +230,10 @@ static void on_exit_cmd(void *arg)
 }
 
 static const struct wl_control_ops control_ops = {
-	.mark = on_mark, .start = on_start, .stop = on_stop, .exit = on_exit_cmd,
+	.mark = on_mark,
+	.start = on_start,
+	.stop = on_stop,
+	.exit = on_exit_cmd,
 };
 
 /* Client: keep the ideal send buffer posted; FIN once told to stop. */
@@ -242,8 +259,7 @@ static void client_send_more(struct qstream *s)
 				flags = QUIC_SEND_FLAG_FIN;
 			}
 		}
-		st = S.api->StreamSend(s->h, buf, buf ? 1 : 0, flags,
-				       (void *)(uintptr_t)len);
+		st = S.api->StreamSend(s->h, buf, buf ? 1 : 0, flags, (void *)(uintptr_t)len);
 		if (QUIC_FAILED(st)) {
 			wl_warn("StreamSend failed: %s", status_name(st));
 			S.api->ConnectionShutdown(S.conn, QUIC_CONNECTION_SHUTDOWN_FLAG_NONE, 1);
@@ -277,8 +293,7 @@ static QUIC_STATUS QUIC_API client_stream_cb(HQUIC h, void *ctx, QUIC_STREAM_EVE
 			S.api->ConnectionShutdown(S.conn, QUIC_CONNECTION_SHUTDOWN_FLAG_NONE, 0);
 		}
 		break;
-	default:
-		break;
+	default: break;
 	}
 	return QUIC_STATUS_SUCCESS;
 }
@@ -334,11 +349,8 @@ static void conn_common(QUIC_CONNECTION_EVENT *ev)
 		S.closed_by_peer = true;
 		S.peer_error = ev->SHUTDOWN_INITIATED_BY_PEER.ErrorCode;
 		break;
-	case QUIC_CONNECTION_EVENT_SHUTDOWN_COMPLETE:
-		sem_post(&S.conn_done);
-		break;
-	default:
-		break;
+	case QUIC_CONNECTION_EVENT_SHUTDOWN_COMPLETE: sem_post(&S.conn_done); break;
+	default: break;
 	}
 }
 
@@ -379,7 +391,7 @@ static QUIC_STATUS QUIC_API server_stream_cb(HQUIC h, void *ctx, QUIC_STREAM_EVE
 		s->off = off;
 		atomic_fetch_add(&S.app_bytes, ev->RECEIVE.TotalBufferLength);
 		break;
-bad:
+	bad:
 		if (!atomic_exchange(&S.verify_failed, true)) {
 			S.verify_fail_off = off;
 			S.verify_fail_stream = s->idx;
@@ -395,11 +407,8 @@ bad:
 	case QUIC_STREAM_EVENT_PEER_SEND_ABORTED:
 		S.api->StreamShutdown(h, QUIC_STREAM_SHUTDOWN_FLAG_ABORT, 0);
 		break;
-	case QUIC_STREAM_EVENT_SHUTDOWN_COMPLETE:
-		S.api->StreamClose(h);
-		break;
-	default:
-		break;
+	case QUIC_STREAM_EVENT_SHUTDOWN_COMPLETE: S.api->StreamClose(h); break;
+	default: break;
 	}
 	return QUIC_STATUS_SUCCESS;
 }
@@ -445,10 +454,10 @@ static QUIC_STATUS QUIC_API listener_cb(HQUIC h, void *ctx, QUIC_LISTENER_EVENT 
 
 static int open_config(bool server)
 {
-	const QUIC_BUFFER alpn = { sizeof("qprof") - 1, (uint8_t *)"qprof" };
-	QUIC_SETTINGS set = { 0 };
-	QUIC_CREDENTIAL_CONFIG cred = { 0 };
-	QUIC_CERTIFICATE_FILE cf = { 0 };
+	const QUIC_BUFFER alpn = {sizeof("qprof") - 1, (uint8_t *)"qprof"};
+	QUIC_SETTINGS set = {0};
+	QUIC_CREDENTIAL_CONFIG cred = {0};
+	QUIC_CERTIFICATE_FILE cf = {0};
 	QUIC_STATUS st;
 
 	set.IdleTimeoutMs = IDLE_TIMEOUT_MS;
@@ -482,8 +491,8 @@ static int open_config(bool server)
 	}
 	st = S.api->ConfigurationLoadCredential(S.cfg, &cred);
 	if (QUIC_FAILED(st)) {
-		wl_warn("loading the %s credential failed: %s", server ?
-			"server certificate" : "client", status_name(st));
+		wl_warn("loading the %s credential failed: %s",
+			server ? "server certificate" : "client", status_name(st));
 		return WL_EXIT_LIB_OPEN;
 	}
 	return WL_EXIT_OK;
@@ -532,15 +541,15 @@ static int outcome(bool server)
 	}
 	if (!S.connected) {
 		wl_warn("QUIC handshake with %s:%d failed: %s", S.o->addr, S.o->port,
-			S.closed_by_transport ? status_name(S.transport_status) :
-			"closed by peer");
+			S.closed_by_transport ? status_name(S.transport_status) : "closed by peer");
 		return WL_EXIT_HANDSHAKE;
 	}
 	if (atomic_load(&S.streams_done) < S.o->streams) {
 		wl_warn("connection ended after %llu bytes, before the transfer finished: %s",
 			(unsigned long long)atomic_load(&S.app_bytes),
-			S.closed_by_transport ? status_name(S.transport_status) :
-			S.closed_by_peer ? "closed by peer" : "closed locally");
+			S.closed_by_transport ? status_name(S.transport_status)
+			: S.closed_by_peer    ? "closed by peer"
+					      : "closed locally");
 		return WL_EXIT_CONN_LOST;
 	}
 	if (server && S.closed_by_peer && S.peer_error != 0) {
@@ -562,7 +571,7 @@ static int quic_addr(QUIC_ADDR *a, const char *ip, int port)
 static int run_server(void)
 {
 	QUIC_ADDR addr;
-	const QUIC_BUFFER alpn = { sizeof("qprof") - 1, (uint8_t *)"qprof" };
+	const QUIC_BUFFER alpn = {sizeof("qprof") - 1, (uint8_t *)"qprof"};
 	QUIC_STATUS st;
 	int code;
 
@@ -584,8 +593,7 @@ static int run_server(void)
 			wl_warn("UDP port %s:%d is already in use", S.o->addr, S.o->port);
 			return WL_EXIT_ADDR_IN_USE;
 		}
-		wl_warn("ListenerStart on %s:%d failed: %s", S.o->addr, S.o->port,
-			status_name(st));
+		wl_warn("ListenerStart on %s:%d failed: %s", S.o->addr, S.o->port, status_name(st));
 		return WL_EXIT_LIB_OPEN;
 	}
 	wl_emit("{\"event\":\"ready\",\"port\":%d,\"pid\":%d}", S.o->port, getpid());
@@ -611,8 +619,8 @@ static int run_client(void)
 	}
 	if (S.o->wait_start)
 		sem_wait(&S.may_start);
-	st = S.api->ConnectionStart(S.conn, S.cfg, QUIC_ADDRESS_FAMILY_INET,
-				    S.o->addr, (uint16_t)S.o->port);
+	st = S.api->ConnectionStart(S.conn, S.cfg, QUIC_ADDRESS_FAMILY_INET, S.o->addr,
+				    (uint16_t)S.o->port);
 	if (QUIC_FAILED(st)) {
 		wl_warn("ConnectionStart to %s:%d failed: %s", S.o->addr, S.o->port,
 			status_name(st));
@@ -642,7 +650,7 @@ static int run_client(void)
 
 int wl_quic_run(const struct wl_opts *o)
 {
-	QUIC_REGISTRATION_CONFIG rc = { "qprof", QUIC_EXECUTION_PROFILE_LOW_LATENCY };
+	QUIC_REGISTRATION_CONFIG rc = {"qprof", QUIC_EXECUTION_PROFILE_LOW_LATENCY};
 	bool server = !strcmp(o->role, "server");
 	const uint8_t *region;
 	QUIC_STATUS st;

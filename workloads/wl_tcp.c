@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 /*
  * TCP roles: plain TCP (tcp), TLS in OpenSSL user space (tcp-tls) and TLS
  * records in the kernel after OpenSSL's handshake (tcp-ktls). One TCP
@@ -29,7 +30,7 @@
 
 #define MAX_CONNS 64
 #define CONNECT_TIMEOUT_S 10
-#define TLS_READ_BUF (128 * 1024)            /* several 16 KiB records per read() */
+#define TLS_READ_BUF (128 * 1024)	       /* several 16 KiB records per read() */
 #define TLS_WRITE_BUF ((1 << 20) + (64 << 10)) /* the largest --io-size and its records' headers */
 
 enum tls_mode { TLS_NONE, TLS_USER, TLS_KERNEL };
@@ -40,7 +41,7 @@ struct tconn {
 	SSL *ssl;
 	pthread_t thread;
 	uint64_t off;
-	bool finished;          /* server: EOF after all data; client: sent all */
+	bool finished; /* server: EOF after all data; client: sent all */
 	bool ktls_send, ktls_recv;
 };
 
@@ -50,12 +51,12 @@ static struct {
 	enum tls_mode tls;
 	SSL_CTX *ctx;
 	int listen_fd;
-	int memfd;              /* --sendfile: the pattern region as a file */
+	int memfd; /* --sendfile: the pattern region as a file */
 	struct tconn conns[MAX_CONNS];
 	int nconns;
 
 	_Atomic uint64_t app_bytes;
-	_Atomic uint64_t io_calls;      /* the workload's own send/recv calls */
+	_Atomic uint64_t io_calls; /* the workload's own send/recv calls */
 	_Atomic bool stopping;
 	_Atomic bool verify_failed;
 	_Atomic int conns_ready;
@@ -69,7 +70,7 @@ static struct {
 	sem_t all_done;
 	sem_t may_start;
 	sem_t may_exit;
-} T = { .failure = WL_FAILURE_INIT, .memfd = -1, .listen_fd = -1 };
+} T = {.failure = WL_FAILURE_INIT, .memfd = -1, .listen_fd = -1};
 
 static const char *tls_version_name(void)
 {
@@ -100,7 +101,8 @@ static void json_tcp_info(struct wl_json *j)
 		struct tcp_info ti;
 		socklen_t len = sizeof(ti);
 
-		if (T.conns[i].fd < 0 || getsockopt(T.conns[i].fd, IPPROTO_TCP, TCP_INFO, &ti, &len))
+		if (T.conns[i].fd < 0 ||
+		    getsockopt(T.conns[i].fd, IPPROTO_TCP, TCP_INFO, &ti, &len))
 			continue;
 		segs_out += ti.tcpi_segs_out;
 		segs_in += ti.tcpi_segs_in;
@@ -146,12 +148,27 @@ static void on_mark(const char *name, void *arg)
 	wl_emit("%s", wl_json_end(&j));
 }
 
-static void on_start(void *arg) { (void)arg; sem_post(&T.may_start); }
-static void on_stop(void *arg) { (void)arg; atomic_store(&T.stopping, true); }
-static void on_exit_cmd(void *arg) { (void)arg; sem_post(&T.may_exit); }
+static void on_start(void *arg)
+{
+	(void)arg;
+	sem_post(&T.may_start);
+}
+static void on_stop(void *arg)
+{
+	(void)arg;
+	atomic_store(&T.stopping, true);
+}
+static void on_exit_cmd(void *arg)
+{
+	(void)arg;
+	sem_post(&T.may_exit);
+}
 
 static const struct wl_control_ops control_ops = {
-	.mark = on_mark, .start = on_start, .stop = on_stop, .exit = on_exit_cmd,
+	.mark = on_mark,
+	.start = on_start,
+	.stop = on_stop,
+	.exit = on_exit_cmd,
 };
 
 static int make_ctx(void)
@@ -169,7 +186,8 @@ static int make_ctx(void)
 	SSL_CTX_set_max_proto_version(T.ctx, ver);
 	if (!cipher)
 		cipher = v12 ? "ECDHE-ECDSA-AES128-GCM-SHA256" : "TLS_AES_128_GCM_SHA256";
-	if (v12 ? !SSL_CTX_set_cipher_list(T.ctx, cipher) : !SSL_CTX_set_ciphersuites(T.ctx, cipher)) {
+	if (v12 ? !SSL_CTX_set_cipher_list(T.ctx, cipher)
+		: !SSL_CTX_set_ciphersuites(T.ctx, cipher)) {
 		wl_warn("OpenSSL has no TLS %s cipher '%s'", T.o->tls_version, cipher);
 		return WL_EXIT_TLS_CONFIG;
 	}
@@ -226,7 +244,8 @@ static int tls_handshake(struct tconn *c)
 		return 0;
 	c->ssl = SSL_new(T.ctx);
 	if (!c->ssl || SSL_set_fd(c->ssl, c->fd) != 1) {
-		fail(WL_EXIT_LIB_OPEN, "SSL_new failed on the %s: %s", T.server ? "server" : "client", ssl_reason());
+		fail(WL_EXIT_LIB_OPEN, "SSL_new failed on the %s: %s",
+		     T.server ? "server" : "client", ssl_reason());
 		return -1;
 	}
 	if (T.tls == TLS_USER && !T.server && buffer_writes(c))
@@ -256,7 +275,8 @@ static void orderly_close(struct tconn *c)
 		SSL_shutdown(c->ssl);
 	shutdown(c->fd, SHUT_WR);
 	for (;;) {
-		ssize_t n = c->ssl ? SSL_read(c->ssl, buf, sizeof(buf)) : read(c->fd, buf, sizeof(buf));
+		ssize_t n =
+			c->ssl ? SSL_read(c->ssl, buf, sizeof(buf)) : read(c->fd, buf, sizeof(buf));
 		if (n <= 0)
 			break;
 	}
@@ -282,7 +302,8 @@ static void *server_conn(void *p)
 					T.verify_fail_off = c->off;
 					T.verify_fail_conn = c->idx;
 				}
-				fail(WL_EXIT_VERIFY, "received data failed the content check on connection %d at offset %llu",
+				fail(WL_EXIT_VERIFY,
+				     "received data failed the content check on connection %d at offset %llu",
 				     c->idx, (unsigned long long)c->off);
 				break;
 			}
@@ -309,7 +330,7 @@ out:
 		sem_post(&T.all_done);
 	}
 	if (atomic_load(&T.conns_ready) < T.o->streams)
-		sem_post(&T.all_ready);  /* a failed handshake must not leave main waiting */
+		sem_post(&T.all_ready); /* a failed handshake must not leave main waiting */
 	return NULL;
 }
 
@@ -344,13 +365,14 @@ static void *client_conn(void *p)
 	if (tls_handshake(c))
 		goto out;
 	if (T.o->sendfile && c->ssl && !c->ktls_send) {
-		fail(WL_EXIT_LIB_OPEN, "--sendfile needs kernel TLS on send, which OpenSSL did not enable on connection %d",
+		fail(WL_EXIT_LIB_OPEN,
+		     "--sendfile needs kernel TLS on send, which OpenSSL did not enable on connection %d",
 		     c->idx);
 		goto out;
 	}
 	if (atomic_fetch_add(&T.conns_ready, 1) + 1 == T.o->streams)
 		sem_post(&T.all_ready);
-	sem_wait(&T.may_start);   /* main releases all connections at once */
+	sem_wait(&T.may_start); /* main releases all connections at once */
 	sem_post(&T.may_start);
 	while (!atomic_load(&T.stopping)) {
 		uint64_t len = T.o->io_size;
@@ -367,7 +389,8 @@ static void *client_conn(void *p)
 		if (n <= 0) {
 			if (!c->ssl && errno == EINTR)
 				continue;
-			fail(WL_EXIT_CONN_LOST, "sending on connection %d failed after %llu bytes: %s", c->idx,
+			fail(WL_EXIT_CONN_LOST,
+			     "sending on connection %d failed after %llu bytes: %s", c->idx,
 			     (unsigned long long)c->off, c->ssl ? ssl_reason() : strerror(errno));
 			break;
 		}
@@ -460,7 +483,7 @@ static int run_client(void)
 		sem_wait(&T.may_start);
 	for (i = 0; i < T.o->streams; i++) {
 		struct tconn *c = &T.conns[i];
-		struct timeval tv = { .tv_sec = CONNECT_TIMEOUT_S };
+		struct timeval tv = {.tv_sec = CONNECT_TIMEOUT_S};
 
 		c->idx = i;
 		c->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -468,7 +491,8 @@ static int run_client(void)
 			return WL_EXIT_INTERNAL;
 		setsockopt(c->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 		if (connect(c->fd, (struct sockaddr *)&a, sizeof(a))) {
-			wl_warn("TCP connect to %s:%d failed: %s", T.o->addr, T.o->port, strerror(errno));
+			wl_warn("TCP connect to %s:%d failed: %s", T.o->addr, T.o->port,
+				strerror(errno));
 			return WL_EXIT_HANDSHAKE;
 		}
 		tv.tv_sec = 0;
@@ -553,7 +577,9 @@ int wl_tcp_run(const struct wl_opts *o)
 
 	T.o = o;
 	T.server = !strcmp(o->role, "server");
-	T.tls = !strcmp(o->stack, "tcp-tls") ? TLS_USER : !strcmp(o->stack, "tcp-ktls") ? TLS_KERNEL : TLS_NONE;
+	T.tls = !strcmp(o->stack, "tcp-tls")	? TLS_USER
+		: !strcmp(o->stack, "tcp-ktls") ? TLS_KERNEL
+						: TLS_NONE;
 	for (i = 0; i < MAX_CONNS; i++)
 		T.conns[i].fd = -1;
 	sem_init(&T.all_ready, 0, 0);

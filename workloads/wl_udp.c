@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 /*
  * Raw UDP roles (udp): a bulk sender and a verifying receiver with no
  * reliability and no crypto, the kernel's floor for a UDP transport, in the
@@ -45,27 +46,27 @@
 #endif
 
 /* Defaults and limits */
-#define UDP_DGRAM_DEFAULT 1472        /* MTU 1500 - IPv4 - UDP headers */
+#define UDP_DGRAM_DEFAULT 1472 /* MTU 1500 - IPv4 - UDP headers */
 #define UDP_DGRAM_MIN 16
-#define UDP_DGRAM_MAX 65507           /* 65535 - IPv4 - UDP headers */
-#define UDP_GSO_DEF_SEGS 64           /* the default's cap: UDP_MAX_SEGMENTS of older kernels */
-#define UDP_GSO_MAX_SEGS 128          /* UDP_MAX_SEGMENTS since it was raised (6.18 has it) */
-#define UDP_MMSG_MAX 1024             /* UIO_MAXIOV: sendmmsg's vlen limit */
-#define UDP_HDR 8                     /* the sequence number */
+#define UDP_DGRAM_MAX 65507  /* 65535 - IPv4 - UDP headers */
+#define UDP_GSO_DEF_SEGS 64  /* the default's cap: UDP_MAX_SEGMENTS of older kernels */
+#define UDP_GSO_MAX_SEGS 128 /* UDP_MAX_SEGMENTS since it was raised (6.18 has it) */
+#define UDP_MMSG_MAX 1024    /* UIO_MAXIOV: sendmmsg's vlen limit */
+#define UDP_HDR 8	     /* the sequence number */
 #define UDP_STRIDE 65536u
 #define UDP_SLOTS (wl_pattern_period() / UDP_STRIDE)
 #define UDP_END_SEQ UINT64_MAX
 #define UDP_END_LEN 16
-#define UDP_END_REPEATS 6             /* gaps 1, 2, 4, 8, 16 ms */
-#define RECV_VLEN 32                  /* messages per recvmmsg */
-#define RECV_BUF 65536u               /* a whole GRO message or any datagram */
-#define RECV_SLOT (RECV_BUF + 192)    /* spread buffers over cache sets */
-#define RECV_POLL_MS 100              /* how often a blocked receiver looks at stop */
-#define IDLE_TIMEOUT_MS 2000          /* receiver ends this long after data stops */
-#define DUP_WINDOW 65536              /* seqs behind the highest checked for duplicates */
+#define UDP_END_REPEATS 6	   /* gaps 1, 2, 4, 8, 16 ms */
+#define RECV_VLEN 32		   /* messages per recvmmsg */
+#define RECV_BUF 65536u		   /* a whole GRO message or any datagram */
+#define RECV_SLOT (RECV_BUF + 192) /* spread buffers over cache sets */
+#define RECV_POLL_MS 100	   /* how often a blocked receiver looks at stop */
+#define IDLE_TIMEOUT_MS 2000	   /* receiver ends this long after data stops */
+#define DUP_WINDOW 65536	   /* seqs behind the highest checked for duplicates */
 
 enum send_mode { MODE_SENDMSG, MODE_SENDMMSG, MODE_GSO };
-static const char *const mode_names[] = { "sendmsg", "sendmmsg", "gso" };
+static const char *const mode_names[] = {"sendmsg", "sendmmsg", "gso"};
 
 static struct {
 	const struct wl_opts *o;
@@ -74,28 +75,29 @@ static struct {
 	uint32_t dgram, batch;
 	bool gro;
 	int fd;
-	int sockbuf;                    /* SO_SNDBUF (client) or SO_RCVBUF (server) */
+	int sockbuf; /* SO_SNDBUF (client) or SO_RCVBUF (server) */
 
 	/* Written by the one transfer thread, read by marks. */
 	_Atomic uint64_t app_bytes;
 	_Atomic uint64_t io_calls;
-	_Atomic uint64_t datagrams;     /* data datagrams sent, or received once */
+	_Atomic uint64_t datagrams; /* data datagrams sent, or received once */
 	_Atomic uint64_t lost, reordered, duplicates, highest_seq, gro_segments;
 
 	_Atomic bool stopping;
-	_Atomic bool started;           /* client: past --wait-start */
+	_Atomic bool started; /* client: past --wait-start */
 	bool have_data, got_end, verify_failed;
-	uint64_t expected;              /* from the end datagram */
+	uint64_t expected; /* from the end datagram */
 	const char *end_reason;
 	struct wl_failure failure;
 	uint64_t t_connected_ns, t_transfer_done_ns;
 	sem_t may_start, may_exit;
-} U = { .failure = WL_FAILURE_INIT, .fd = -1, .sockbuf = -1 };
+} U = {.failure = WL_FAILURE_INIT, .fd = -1, .sockbuf = -1};
 
 /* Single writer: a relaxed load and store, no locked instruction per datagram. */
 static inline void bump(_Atomic uint64_t *c, uint64_t n)
 {
-	atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + n, memory_order_relaxed);
+	atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + n,
+			      memory_order_relaxed);
 }
 
 static inline uint64_t get(_Atomic uint64_t *c)
@@ -129,8 +131,16 @@ static void on_mark(const char *name, void *arg)
 	wl_emit("%s", wl_json_end(&j));
 }
 
-static void on_start(void *arg) { (void)arg; sem_post(&U.may_start); }
-static void on_stop(void *arg) { (void)arg; atomic_store(&U.stopping, true); }
+static void on_start(void *arg)
+{
+	(void)arg;
+	sem_post(&U.may_start);
+}
+static void on_stop(void *arg)
+{
+	(void)arg;
+	atomic_store(&U.stopping, true);
+}
 
 /* "exit" or EOF: the caller is done with us. A receiver stops receiving; a
  * sender still waiting for "start" never starts. */
@@ -145,7 +155,10 @@ static void on_exit_cmd(void *arg)
 }
 
 static const struct wl_control_ops control_ops = {
-	.mark = on_mark, .start = on_start, .stop = on_stop, .exit = on_exit_cmd,
+	.mark = on_mark,
+	.start = on_start,
+	.stop = on_stop,
+	.exit = on_exit_cmd,
 };
 
 static void emit_connected(void)
@@ -164,7 +177,7 @@ static int udp_addr(struct sockaddr_in *a)
 
 /* --- receiver ---------------------------------------------------------------- */
 
-static uint64_t seen[DUP_WINDOW / 64];   /* seqs in (highest - DUP_WINDOW, highest] */
+static uint64_t seen[DUP_WINDOW / 64]; /* seqs in (highest - DUP_WINDOW, highest] */
 
 static inline bool seen_test_set(uint64_t seq)
 {
@@ -231,14 +244,16 @@ static bool on_datagram(const uint8_t *p, size_t len)
 	uint64_t seq;
 
 	if (len < UDP_HDR) {
-		fail(WL_EXIT_VERIFY, "a %zu-byte datagram arrived, too short for a sequence number", len);
+		fail(WL_EXIT_VERIFY, "a %zu-byte datagram arrived, too short for a sequence number",
+		     len);
 		return false;
 	}
 	memcpy(&seq, p, 8);
 	seq = le64toh(seq);
 	if (seq == UDP_END_SEQ) {
 		if (len != UDP_END_LEN) {
-			fail(WL_EXIT_VERIFY, "an end datagram of %zu bytes arrived; it has %d", len, UDP_END_LEN);
+			fail(WL_EXIT_VERIFY, "an end datagram of %zu bytes arrived; it has %d", len,
+			     UDP_END_LEN);
 			return false;
 		}
 		memcpy(&U.expected, p + 8, 8);
@@ -246,7 +261,8 @@ static bool on_datagram(const uint8_t *p, size_t len)
 		U.got_end = true;
 		return true;
 	}
-	if (!wl_pattern_check((seq % UDP_SLOTS) * UDP_STRIDE + UDP_HDR, p + UDP_HDR, len - UDP_HDR)) {
+	if (!wl_pattern_check((seq % UDP_SLOTS) * UDP_STRIDE + UDP_HDR, p + UDP_HDR,
+			      len - UDP_HDR)) {
 		U.verify_failed = true;
 		fail(WL_EXIT_VERIFY, "datagram seq %llu (%zu bytes) failed the content check",
 		     (unsigned long long)seq, len);
@@ -266,7 +282,8 @@ static bool on_message(struct msghdr *m, const uint8_t *p, size_t len)
 	size_t seg = 0, off;
 
 	if (m->msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
-		fail(WL_EXIT_VERIFY, "a message of %zu bytes was truncated (flags 0x%x)", len, m->msg_flags);
+		fail(WL_EXIT_VERIFY, "a message of %zu bytes was truncated (flags 0x%x)", len,
+		     m->msg_flags);
 		return false;
 	}
 	for (c = CMSG_FIRSTHDR(m); c; c = CMSG_NXTHDR(m, c)) {
@@ -305,7 +322,7 @@ static int udp_socket(struct sockaddr_in *a)
 static int server_socket(void)
 {
 	struct sockaddr_in a;
-	struct timeval tv = { .tv_usec = RECV_POLL_MS * 1000 };
+	struct timeval tv = {.tv_usec = RECV_POLL_MS * 1000};
 	int big = 0x7fffffff, on = 1, rc;
 	socklen_t len = sizeof(U.sockbuf);
 
@@ -314,7 +331,8 @@ static int server_socket(void)
 	if (setsockopt(U.fd, SOL_SOCKET, SO_RCVBUF, &big, sizeof(big)) ||
 	    setsockopt(U.fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) ||
 	    getsockopt(U.fd, SOL_SOCKET, SO_RCVBUF, &U.sockbuf, &len)) {
-		wl_warn("setsockopt/getsockopt(SO_RCVBUF, SO_RCVTIMEO) failed: %s", strerror(errno));
+		wl_warn("setsockopt/getsockopt(SO_RCVBUF, SO_RCVTIMEO) failed: %s",
+			strerror(errno));
 		return WL_EXIT_INTERNAL;
 	}
 	if (U.gro && setsockopt(U.fd, SOL_UDP, UDP_GRO, &on, sizeof(on))) {
@@ -362,7 +380,8 @@ static int run_server(void)
 		bump(&U.io_calls, 1);
 		if (n < 0) {
 			if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
-				if (last_rx_ns && wl_now_ns() - last_rx_ns > IDLE_TIMEOUT_MS * 1000000ull) {
+				if (last_rx_ns &&
+				    wl_now_ns() - last_rx_ns > IDLE_TIMEOUT_MS * 1000000ull) {
 					U.end_reason = "idle";
 					break;
 				}
@@ -389,10 +408,13 @@ static int run_server(void)
 		U.end_reason = "error";
 	U.t_transfer_done_ns = U.got_end || !last_rx_ns ? wl_now_ns() : last_rx_ns;
 	if (U.got_end)
-		atomic_store_explicit(&U.lost, U.expected > get(&U.datagrams) ? U.expected - get(&U.datagrams) : 0,
-				      memory_order_relaxed);
+		atomic_store_explicit(
+			&U.lost,
+			U.expected > get(&U.datagrams) ? U.expected - get(&U.datagrams) : 0,
+			memory_order_relaxed);
 	else if (!U.failure.code && last_rx_ns)
-		wl_warn("no end datagram arrived (ended by %s): loss counts the gaps only, not the tail", U.end_reason);
+		wl_warn("no end datagram arrived (ended by %s): loss counts the gaps only, not the tail",
+			U.end_reason);
 	free(bufs);
 	return U.failure.code;
 }
@@ -413,7 +435,8 @@ static uint8_t *make_ring(void)
 	if (!ring)
 		return NULL;
 	for (i = 0; i < slots; i++)
-		memcpy(ring + i * U.dgram + UDP_HDR, pat + (i % UDP_SLOTS) * UDP_STRIDE + UDP_HDR, U.dgram - UDP_HDR);
+		memcpy(ring + i * U.dgram + UDP_HDR, pat + (i % UDP_SLOTS) * UDP_STRIDE + UDP_HDR,
+		       U.dgram - UDP_HDR);
 	return ring;
 }
 
@@ -441,23 +464,28 @@ static void send_failed(const char *call, uint64_t seq)
 	int e = errno;
 
 	if (e == ECONNREFUSED)
-		fail(WL_EXIT_CONN_LOST, "%s: nothing receives on UDP %s:%d (ICMP port unreachable) after %llu datagrams; "
-		     "start the server first", call, U.o->addr, U.o->port, (unsigned long long)seq);
+		fail(WL_EXIT_CONN_LOST,
+		     "%s: nothing receives on UDP %s:%d (ICMP port unreachable) after %llu datagrams; "
+		     "start the server first",
+		     call, U.o->addr, U.o->port, (unsigned long long)seq);
 	else if (U.mode == MODE_GSO && (e == EIO || e == EINVAL || e == ENOPROTOOPT))
-		fail(WL_EXIT_LIB_OPEN, "%s with UDP_SEGMENT failed: %s; this kernel or the route's device cannot do UDP GSO "
+		fail(WL_EXIT_LIB_OPEN,
+		     "%s with UDP_SEGMENT failed: %s; this kernel or the route's device cannot do UDP GSO "
 		     "of %u x %u bytes (kernels before the limit was raised take 64 segments): lower --batch or use "
-		     "--send-mode sendmmsg", call, strerror(e), U.batch, U.dgram);
+		     "--send-mode sendmmsg",
+		     call, strerror(e), U.batch, U.dgram);
 	else
-		fail(WL_EXIT_INTERNAL, "%s failed after %llu datagrams: %s", call, (unsigned long long)seq, strerror(e));
+		fail(WL_EXIT_INTERNAL, "%s failed after %llu datagrams: %s", call,
+		     (unsigned long long)seq, strerror(e));
 }
 
 static void send_end(uint64_t sent)
 {
-	uint64_t w[2] = { htole64(UDP_END_SEQ), htole64(sent) };
+	uint64_t w[2] = {htole64(UDP_END_SEQ), htole64(sent)};
 	int i;
 
 	for (i = 0; i < UDP_END_REPEATS; i++) {
-		struct timespec gap = { .tv_nsec = (1l << i) * 500000 };
+		struct timespec gap = {.tv_nsec = (1l << i) * 500000};
 
 		if (i)
 			nanosleep(&gap, NULL);
@@ -472,15 +500,16 @@ static int run_client(void)
 {
 	static struct mmsghdr msgs[UDP_MMSG_MAX];
 	static struct iovec iov[UDP_MMSG_MAX];
-	char ctrl[CMSG_SPACE(sizeof(uint16_t))] __attribute__((aligned(8))) = { 0 };
-	struct msghdr mh = { .msg_iov = iov, .msg_iovlen = 1 };
+	char ctrl[CMSG_SPACE(sizeof(uint16_t))] __attribute__((aligned(8))) = {0};
+	struct msghdr mh = {.msg_iov = iov, .msg_iovlen = 1};
 	uint64_t seq = 0, deadline = 0, limit = 0, k;
 	uint8_t *ring;
 	int code;
 
 	ring = make_ring();
 	if (!ring) {
-		wl_warn("cannot allocate the send ring (%u slots of %u bytes)", UDP_SLOTS + U.batch - 1, U.dgram);
+		wl_warn("cannot allocate the send ring (%u slots of %u bytes)",
+			UDP_SLOTS + U.batch - 1, U.dgram);
 		return WL_EXIT_INTERNAL;
 	}
 	if (U.mode == MODE_GSO) {
@@ -529,7 +558,8 @@ static int run_client(void)
 			if (n > limit - seq)
 				n = limit - seq;
 			if (seq + n == limit && U.o->bytes % U.dgram)
-				last = U.o->bytes % U.dgram < UDP_HDR ? UDP_HDR : U.o->bytes % U.dgram;
+				last = U.o->bytes % U.dgram < UDP_HDR ? UDP_HDR
+								      : U.o->bytes % U.dgram;
 		}
 		for (k = 0; k < n; k++) {
 			uint64_t h = htole64(seq + k);
@@ -544,7 +574,8 @@ static int run_client(void)
 			r = sendmmsg(U.fd, msgs, (unsigned int)n, 0);
 			if (r > 0 && (uint64_t)r < n) {
 				n = (uint64_t)r;
-				bytes = n * U.dgram;   /* the short last datagram was not among them */
+				bytes = n *
+					U.dgram; /* the short last datagram was not among them */
 			}
 		} else {
 			/* gso: the batch in one call, cut by the kernel; sendmsg: n is 1 */
@@ -636,7 +667,8 @@ static int check_opts(const struct wl_opts *o)
 	}
 	U.dgram = o->dgram_size ? o->dgram_size : UDP_DGRAM_DEFAULT;
 	if (U.dgram < UDP_DGRAM_MIN || U.dgram > UDP_DGRAM_MAX) {
-		wl_warn("--dgram-size %u is outside %d..%d bytes of UDP payload", U.dgram, UDP_DGRAM_MIN, UDP_DGRAM_MAX);
+		wl_warn("--dgram-size %u is outside %d..%d bytes of UDP payload", U.dgram,
+			UDP_DGRAM_MIN, UDP_DGRAM_MAX);
 		return -1;
 	}
 	U.batch = o->batch;
@@ -656,11 +688,13 @@ static int check_opts(const struct wl_opts *o)
 				U.batch = UDP_GSO_DEF_SEGS;
 		}
 		if (U.mode == MODE_SENDMMSG && U.batch > UDP_MMSG_MAX) {
-			wl_warn("--batch %u is more than sendmmsg takes in one call (%d)", U.batch, UDP_MMSG_MAX);
+			wl_warn("--batch %u is more than sendmmsg takes in one call (%d)", U.batch,
+				UDP_MMSG_MAX);
 			return -1;
 		}
 		if (U.mode == MODE_GSO && U.batch > UDP_GSO_MAX_SEGS) {
-			wl_warn("--batch %u is more segments than one GSO send may carry (%d)", U.batch, UDP_GSO_MAX_SEGS);
+			wl_warn("--batch %u is more segments than one GSO send may carry (%d)",
+				U.batch, UDP_GSO_MAX_SEGS);
 			return -1;
 		}
 		if (U.mode == MODE_GSO && (uint64_t)U.batch * U.dgram > UDP_DGRAM_MAX) {

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
 # inferno (flame graphs) from crates.io: the crate pinned by checksum in
 # Cargo.lock beside this file, its dependencies as inferno's own published
 # Cargo.lock pins them (what `cargo install --locked` would use).

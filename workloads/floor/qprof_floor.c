@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 /*
  * qprof-floor: the physics under a stack's CPU per byte on this machine,
  * in CPU nanoseconds per byte: AES-128-GCM seal and open of records of one
@@ -23,7 +24,7 @@
 
 #define REGION (64u << 20) /* beyond any LLC here */
 #define TAG 16
-#define NCIPHER 64         /* ciphertexts cycled through by open */
+#define NCIPHER 64 /* ciphertexts cycled through by open */
 
 static unsigned long long cpu_ns(void)
 {
@@ -42,32 +43,37 @@ static void die(const char *what)
 static const unsigned char key[16] = "qprof-floor-key";
 static unsigned char iv[12];
 
-static void seal(EVP_CIPHER_CTX *c, const unsigned char *in, unsigned char *out, int n, unsigned long long seq)
+static void seal(EVP_CIPHER_CTX *c, const unsigned char *in, unsigned char *out, int n,
+		 unsigned long long seq)
 {
 	int len;
 
 	memcpy(iv + 4, &seq, sizeof(seq));
-	if (!EVP_EncryptInit_ex(c, NULL, NULL, NULL, iv) || !EVP_EncryptUpdate(c, out, &len, in, n) ||
-	    !EVP_EncryptFinal_ex(c, out + len, &len) ||
+	if (!EVP_EncryptInit_ex(c, NULL, NULL, NULL, iv) ||
+	    !EVP_EncryptUpdate(c, out, &len, in, n) || !EVP_EncryptFinal_ex(c, out + len, &len) ||
 	    !EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_GCM_GET_TAG, TAG, out + n))
 		die("seal");
 }
 
-static void open_(EVP_CIPHER_CTX *c, unsigned char *in, unsigned char *out, int n, unsigned long long seq)
+static void open_(EVP_CIPHER_CTX *c, unsigned char *in, unsigned char *out, int n,
+		  unsigned long long seq)
 {
 	int len;
 
 	memcpy(iv + 4, &seq, sizeof(seq));
-	if (!EVP_DecryptInit_ex(c, NULL, NULL, NULL, iv) || !EVP_DecryptUpdate(c, out, &len, in, n) ||
-	    !EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_GCM_SET_TAG, TAG, in + n) || EVP_DecryptFinal_ex(c, out + len, &len) <= 0)
+	if (!EVP_DecryptInit_ex(c, NULL, NULL, NULL, iv) ||
+	    !EVP_DecryptUpdate(c, out, &len, in, n) ||
+	    !EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_GCM_SET_TAG, TAG, in + n) ||
+	    EVP_DecryptFinal_ex(c, out + len, &len) <= 0)
 		die("open (tag mismatch)");
 }
 
 int main(int argc, char **argv)
 {
-	static const struct option opts[] = { { "size", required_argument, NULL, 's' },
-					      { "seconds", required_argument, NULL, 't' },
-					      { "help", no_argument, NULL, 'h' }, {} };
+	static const struct option opts[] = {{"size", required_argument, NULL, 's'},
+					     {"seconds", required_argument, NULL, 't'},
+					     {"help", no_argument, NULL, 'h'},
+					     {}};
 	unsigned long long t0, bytes, seal_ns, open_ns, copy_ns, seq = 0;
 	unsigned char *region, *dst, *cipher;
 	double seconds = 0.3;
@@ -83,22 +89,27 @@ int main(int argc, char **argv)
 			errno = 0;
 			size = strtol(optarg, &end, 10);
 			if (errno || *end || size < 64 || size > (1 << 20)) {
-				fprintf(stderr, "qprof-floor: --size takes 64 to 1048576 bytes, not %s\n", optarg);
+				fprintf(stderr,
+					"qprof-floor: --size takes 64 to 1048576 bytes, not %s\n",
+					optarg);
 				return 2;
 			}
 			break;
 		case 't':
 			seconds = strtod(optarg, &end);
 			if (*end || seconds <= 0 || seconds > 60) {
-				fprintf(stderr, "qprof-floor: --seconds takes a number above 0 and up to 60, not %s\n", optarg);
+				fprintf(stderr,
+					"qprof-floor: --seconds takes a number above 0 and up to 60, not %s\n",
+					optarg);
 				return 2;
 			}
 			break;
 		default:
-			fprintf(stderr, "usage: qprof-floor [--size BYTES] [--seconds S]\n"
-					"AES-128-GCM seal/open and memcpy of BYTES-byte records, CPU ns per byte, as JSON.\n"
-					"EXAMPLES:\n  qprof-floor --size 16384    # TLS records\n"
-					"  qprof-floor --size 1440     # QUIC packets at MTU 1500\n");
+			fprintf(stderr,
+				"usage: qprof-floor [--size BYTES] [--seconds S]\n"
+				"AES-128-GCM seal/open and memcpy of BYTES-byte records, CPU ns per byte, as JSON.\n"
+				"EXAMPLES:\n  qprof-floor --size 16384    # TLS records\n"
+				"  qprof-floor --size 1440     # QUIC packets at MTU 1500\n");
 			return o == 'h' ? 0 : 2;
 		}
 	}
@@ -130,7 +141,8 @@ int main(int argc, char **argv)
 
 	/* open: NCIPHER records cycled, plaintext out into the region */
 	for (int i = 0; i < NCIPHER; i++)
-		seal(enc, region + (size_t)i * size, cipher + (size_t)i * (size + TAG), (int)size, (unsigned long long)i);
+		seal(enc, region + (size_t)i * size, cipher + (size_t)i * (size + TAG), (int)size,
+		     (unsigned long long)i);
 	bytes = 0, off = 0, t0 = cpu_ns();
 	for (unsigned long long i = 0;; i++) {
 		unsigned long long k = i % NCIPHER;

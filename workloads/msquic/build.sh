@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
 # Fetch msquic's source from crates.io (pinned by Cargo.lock, checksummed)
 # and build its C library with cmake, frame pointers on, into $1.
 # Usage: build.sh --fetch        download the source into $CARGO_HOME (network)

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 /*
  * libqprof-bind.so: an LD_PRELOAD interposer that keeps the QUIC server on
  * the address qprof gave it. msquic 2.5.1 binds every listener to the
@@ -63,8 +64,10 @@ __attribute__((constructor)) static void init(void)
 		return;
 	port = strtol(p, &end, 10);
 	if (inet_pton(AF_INET, a, &bind_addr) != 1 || *end || port < 1 || port > 65535) {
-		fprintf(stderr, "libqprof-bind: QPROF_BIND_ADDR=%s QPROF_BIND_PORT=%s is not an IPv4 address and port; "
-				"leaving binds alone\n", a, p);
+		fprintf(stderr,
+			"libqprof-bind: QPROF_BIND_ADDR=%s QPROF_BIND_PORT=%s is not an IPv4 address and port; "
+			"leaving binds alone\n",
+			a, p);
 		return;
 	}
 	bind_port = (int)port;
@@ -86,8 +89,10 @@ static void report(const char *from, const char *to, const char *result)
 
 	if (!report_path || !*report_path)
 		return;
-	n = snprintf(line, sizeof(line), "{\"pid\":%d,\"call\":\"bind\",\"from\":\"%s\",\"to\":\"%s\",\"result\":\"%s\"}\n",
-		     (int)getpid(), from, to, result);
+	n = snprintf(
+		line, sizeof(line),
+		"{\"pid\":%d,\"call\":\"bind\",\"from\":\"%s\",\"to\":\"%s\",\"result\":\"%s\"}\n",
+		(int)getpid(), from, to, result);
 	fd = open(report_path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
 	if (fd >= 0) {
 		if (write(fd, line, (size_t)n) != n)
@@ -144,23 +149,24 @@ static bool other_socket_in(const char *name, int port, struct in_addr addr, uns
 	f = fopen(path, "re");
 	if (!f)
 		return false;
-	if (!fgets(line, sizeof(line), f))   /* the header */
+	if (!fgets(line, sizeof(line), f)) /* the header */
 		goto out;
 	while (!found && fgets(line, sizeof(line), f)) {
-		unsigned int w[4] = { 0 };   /* as the kernel prints them: raw 32-bit words */
+		unsigned int w[4] = {0}; /* as the kernel prints them: raw 32-bit words */
 		unsigned int p;
 		unsigned long ino;
 		bool n;
 
 		if (!strcmp(name, "udp"))
-			n = sscanf(line, "%*d: %8x:%4x %*s %*s %*s %*s %*s %*s %*s %lu", &w[3], &p, &ino) == 3;
+			n = sscanf(line, "%*d: %8x:%4x %*s %*s %*s %*s %*s %*s %*s %lu", &w[3], &p,
+				   &ino) == 3;
 		else
 			n = sscanf(line, "%*d: %8x%8x%8x%8x:%4x %*s %*s %*s %*s %*s %*s %*s %lu",
 				   &w[0], &w[1], &w[2], &w[3], &p, &ino) == 6;
 		if (!n || (int)p != port || ino == self)
 			continue;
 		if (strcmp(name, "udp") && (w[0] || w[1] || (w[2] && w[2] != htonl(0xffff))))
-			continue;   /* an IPv6 address, which IPv4 does not overlap */
+			continue; /* an IPv6 address, which IPv4 does not overlap */
 		found = !w[3] || w[3] == addr.s_addr;
 	}
 out:
@@ -174,7 +180,8 @@ static bool shared(int fd)
 	socklen_t tlen = sizeof(type);
 	struct stat st;
 
-	if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tlen) || type != SOCK_DGRAM || fstat(fd, &st))
+	if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tlen) || type != SOCK_DGRAM ||
+	    fstat(fd, &st))
 		return false;
 	return other_socket_in("udp", bind_port, bind_addr, st.st_ino) ||
 	       other_socket_in("udp6", bind_port, bind_addr, st.st_ino);
@@ -187,7 +194,8 @@ static void release(int fd)
 	int domain = 0, proto = 0, fl = fcntl(fd, F_GETFL), fdfl = fcntl(fd, F_GETFD), nfd;
 	socklen_t l1 = sizeof(domain), l2 = sizeof(proto);
 
-	if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &l1) || getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &proto, &l2))
+	if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &l1) ||
+	    getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &proto, &l2))
 		return;
 	nfd = socket(domain, SOCK_DGRAM, proto);
 	if (nfd < 0)

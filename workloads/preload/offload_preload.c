@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 /*
  * libqprof-offload.so: an LD_PRELOAD interposer that makes UDP GSO or GRO
  * look unsupported to one process, so a stack that probes for them (msquic)
@@ -100,7 +101,8 @@ static void report(const char *call, const char *option, const char *action, int
 
 	if (!report_path)
 		return;
-	n = snprintf(line, sizeof(line), "{\"pid\":%d,\"call\":\"%s\",\"option\":\"%s\",\"action\":\"%s\",\"fd\":%d}\n",
+	n = snprintf(line, sizeof(line),
+		     "{\"pid\":%d,\"call\":\"%s\",\"option\":\"%s\",\"action\":\"%s\",\"fd\":%d}\n",
 		     (int)getpid(), call, option, action, fd);
 	rfd = open(report_path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
 	if (rfd >= 0) {
@@ -108,7 +110,8 @@ static void report(const char *call, const char *option, const char *action, int
 			fprintf(stderr, "libqprof-offload: short write to %s\n", report_path);
 		close(rfd);
 	} else {
-		fprintf(stderr, "libqprof-offload: cannot open %s: %s\n", report_path, strerror(errno));
+		fprintf(stderr, "libqprof-offload: cannot open %s: %s\n", report_path,
+			strerror(errno));
 	}
 	errno = saved;
 }
@@ -116,7 +119,7 @@ static void report(const char *call, const char *option, const char *action, int
 /* Does the message ask the kernel to cut its payload into UDP segments? */
 static bool asks_gso(const struct msghdr *m)
 {
-	struct msghdr *mm = (struct msghdr *)m;   /* CMSG_NXTHDR takes no const */
+	struct msghdr *mm = (struct msghdr *)m; /* CMSG_NXTHDR takes no const */
 	struct cmsghdr *c;
 	size_t len = 0, i;
 	uint16_t seg = 0;
@@ -124,7 +127,8 @@ static bool asks_gso(const struct msghdr *m)
 	if (!m || !m->msg_control)
 		return false;
 	for (c = CMSG_FIRSTHDR(mm); c; c = CMSG_NXTHDR(mm, c))
-		if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_SEGMENT && c->cmsg_len >= CMSG_LEN(sizeof(seg)))
+		if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_SEGMENT &&
+		    c->cmsg_len >= CMSG_LEN(sizeof(seg)))
 			memcpy(&seg, CMSG_DATA(c), sizeof(seg));
 	if (!seg)
 		return false;
