@@ -45,7 +45,7 @@ static struct {
 	const struct wl_opts *o;
 	const QUIC_API_TABLE *api;
 	HQUIC reg, cfg, listener;
-	pthread_mutex_t conn_lock; /* S.conn against close while snapshotting */
+	pthread_mutex_t conn_lock; /* quic_state.conn against close while snapshotting */
 	HQUIC conn;
 	struct qstream streams[MAX_STREAMS];
 	QUIC_BUFFER *chunks;
@@ -69,7 +69,7 @@ static struct {
 	sem_t conn_done; /* connection shutdown complete */
 	sem_t may_exit;	 /* the caller has read what it needs */
 	sem_t may_start; /* --wait-start: the caller is ready for us */
-} S = {.conn_lock = PTHREAD_MUTEX_INITIALIZER};
+} quic_state = {.conn_lock = PTHREAD_MUTEX_INITIALIZER};
 
 static const char *status_name(QUIC_STATUS st)
 {
@@ -137,7 +137,7 @@ static void json_perf_counters(struct wl_json *j)
 	struct wl_json p;
 	int i;
 
-	if (QUIC_FAILED(S.api->GetParam(NULL, QUIC_PARAM_GLOBAL_PERF_COUNTERS, &len, c)))
+	if (QUIC_FAILED(quic_state.api->GetParam(NULL, QUIC_PARAM_GLOBAL_PERF_COUNTERS, &len, c)))
 		return;
 	wl_json_begin(&p);
 	for (i = 0; i < QUIC_PERF_COUNTER_MAX; i++)
@@ -153,8 +153,8 @@ static void json_conn_stats(struct wl_json *j)
 	uint32_t len = sizeof(st);
 	struct wl_json p;
 
-	if (!S.conn ||
-	    QUIC_FAILED(S.api->GetParam(S.conn, QUIC_PARAM_CONN_STATISTICS_V2, &len, &st)))
+	if (!quic_state.conn || QUIC_FAILED(quic_state.api->GetParam(
+					quic_state.conn, QUIC_PARAM_CONN_STATISTICS_V2, &len, &st)))
 		return;
 	wl_json_begin(&p);
 	wl_json_u64(&p, "rtt_us", st.Rtt);
@@ -187,11 +187,13 @@ static void json_datapath(struct wl_json *j)
 	uint32_t vlen = sizeof(v);
 	char ver[48];
 
-	if (QUIC_SUCCEEDED(S.api->GetParam(NULL, QPROF_PARAM_GLOBAL_DATAPATH_FEATURES, &len, &f))) {
+	if (QUIC_SUCCEEDED(quic_state.api->GetParam(NULL, QPROF_PARAM_GLOBAL_DATAPATH_FEATURES,
+						    &len, &f))) {
 		wl_json_bool(j, "send_segmentation", f & QPROF_FEATURE_SEND_SEGMENTATION);
 		wl_json_bool(j, "recv_coalescing", f & QPROF_FEATURE_RECV_COALESCING);
 	}
-	if (QUIC_SUCCEEDED(S.api->GetParam(NULL, QUIC_PARAM_GLOBAL_LIBRARY_VERSION, &vlen, v))) {
+	if (QUIC_SUCCEEDED(
+		    quic_state.api->GetParam(NULL, QUIC_PARAM_GLOBAL_LIBRARY_VERSION, &vlen, v))) {
 		snprintf(ver, sizeof(ver), "%u.%u.%u", v[0], v[1], v[2]);
 		wl_json_str(j, "msquic_version", ver);
 	}
@@ -203,30 +205,30 @@ static void on_mark(const char *name, void *arg)
 
 	(void)arg;
 	wl_json_mark(&j, name);
-	wl_json_u64(&j, "app_bytes", atomic_load(&S.app_bytes));
+	wl_json_u64(&j, "app_bytes", atomic_load(&quic_state.app_bytes));
 	json_perf_counters(&j);
-	pthread_mutex_lock(&S.conn_lock);
+	pthread_mutex_lock(&quic_state.conn_lock);
 	json_conn_stats(&j);
-	pthread_mutex_unlock(&S.conn_lock);
+	pthread_mutex_unlock(&quic_state.conn_lock);
 	wl_emit("%s", wl_json_end(&j));
 }
 
 static void on_start(void *arg)
 {
 	(void)arg;
-	sem_post(&S.may_start);
+	sem_post(&quic_state.may_start);
 }
 
 static void on_stop(void *arg)
 {
 	(void)arg;
-	atomic_store(&S.stopping, true);
+	atomic_store(&quic_state.stopping, true);
 }
 
 static void on_exit_cmd(void *arg)
 {
 	(void)arg;
-	sem_post(&S.may_exit);
+	sem_post(&quic_state.may_exit);
 }
 
 static const struct wl_control_ops control_ops = {
@@ -239,7 +241,7 @@ static const struct wl_control_ops control_ops = {
 /* Client: keep the ideal send buffer posted; FIN once told to stop. */
 static void client_send_more(struct qstream *s)
 {
-	const struct wl_opts *o = S.o;
+	const struct wl_opts *o = quic_state.o;
 
 	while (!s->fin && s->outstanding < s->ideal) {
 		const QUIC_BUFFER *buf;
@@ -247,10 +249,10 @@ static void client_send_more(struct qstream *s)
 		uint64_t len = o->io_size;
 		QUIC_STATUS st;
 
-		if (atomic_load(&S.stopping)) {
+		if (atomic_load(&quic_state.stopping)) {
 			buf = NULL, len = 0, flags = QUIC_SEND_FLAG_FIN;
 		} else {
-			buf = &S.chunks[(s->off % wl_pattern_period()) / o->io_size];
+			buf = &quic_state.chunks[(s->off % wl_pattern_period()) / o->io_size];
 			if (o->bytes && s->off + len >= o->bytes) {
 				len = o->bytes - s->off;
 				s->tail.Buffer = buf->Buffer;
@@ -259,15 +261,17 @@ static void client_send_more(struct qstream *s)
 				flags = QUIC_SEND_FLAG_FIN;
 			}
 		}
-		st = S.api->StreamSend(s->h, buf, buf ? 1 : 0, flags, (void *)(uintptr_t)len);
+		st = quic_state.api->StreamSend(s->h, buf, buf ? 1 : 0, flags,
+						(void *)(uintptr_t)len);
 		if (QUIC_FAILED(st)) {
 			wl_warn("StreamSend failed: %s", status_name(st));
-			S.api->ConnectionShutdown(S.conn, QUIC_CONNECTION_SHUTDOWN_FLAG_NONE, 1);
+			quic_state.api->ConnectionShutdown(quic_state.conn,
+							   QUIC_CONNECTION_SHUTDOWN_FLAG_NONE, 1);
 			return;
 		}
 		s->off += len;
 		s->outstanding += len;
-		atomic_fetch_add(&S.app_bytes, len);
+		atomic_fetch_add(&quic_state.app_bytes, len);
 		if (flags & QUIC_SEND_FLAG_FIN)
 			s->fin = true;
 	}
@@ -287,10 +291,11 @@ static QUIC_STATUS QUIC_API client_stream_cb(HQUIC h, void *ctx, QUIC_STREAM_EVE
 		client_send_more(s);
 		break;
 	case QUIC_STREAM_EVENT_SHUTDOWN_COMPLETE:
-		S.api->StreamClose(h);
-		if (atomic_fetch_add(&S.streams_done, 1) + 1 == S.o->streams) {
-			S.t_transfer_done_ns = wl_now_ns();
-			S.api->ConnectionShutdown(S.conn, QUIC_CONNECTION_SHUTDOWN_FLAG_NONE, 0);
+		quic_state.api->StreamClose(h);
+		if (atomic_fetch_add(&quic_state.streams_done, 1) + 1 == quic_state.o->streams) {
+			quic_state.t_transfer_done_ns = wl_now_ns();
+			quic_state.api->ConnectionShutdown(quic_state.conn,
+							   QUIC_CONNECTION_SHUTDOWN_FLAG_NONE, 0);
 		}
 		break;
 	default: break;
@@ -302,18 +307,19 @@ static QUIC_STATUS client_open_streams(void)
 {
 	int i;
 
-	for (i = 0; i < S.o->streams; i++) {
-		struct qstream *s = &S.streams[i];
+	for (i = 0; i < quic_state.o->streams; i++) {
+		struct qstream *s = &quic_state.streams[i];
 		QUIC_STATUS st;
 
 		s->idx = i;
 		/* Until msquic says otherwise, as secnetperf starts. */
-		s->ideal = 2 * (uint64_t)S.o->io_size;
-		st = S.api->StreamOpen(S.conn, QUIC_STREAM_OPEN_FLAG_UNIDIRECTIONAL,
-				       client_stream_cb, s, &s->h);
+		s->ideal = 2 * (uint64_t)quic_state.o->io_size;
+		st = quic_state.api->StreamOpen(quic_state.conn,
+						QUIC_STREAM_OPEN_FLAG_UNIDIRECTIONAL,
+						client_stream_cb, s, &s->h);
 		if (QUIC_FAILED(st))
 			return st;
-		st = S.api->StreamStart(s->h, QUIC_STREAM_START_FLAG_IMMEDIATE);
+		st = quic_state.api->StreamStart(s->h, QUIC_STREAM_START_FLAG_IMMEDIATE);
 		if (QUIC_FAILED(st))
 			return st;
 		client_send_more(s);
@@ -327,7 +333,7 @@ static void emit_connected(void)
 
 	wl_json_begin(&j);
 	wl_json_str(&j, "event", "connected");
-	wl_json_u64(&j, "t_ns", S.t_connected_ns);
+	wl_json_u64(&j, "t_ns", quic_state.t_connected_ns);
 	json_datapath(&j);
 	wl_emit("%s", wl_json_end(&j));
 }
@@ -337,19 +343,19 @@ static void conn_common(QUIC_CONNECTION_EVENT *ev)
 {
 	switch (ev->Type) {
 	case QUIC_CONNECTION_EVENT_CONNECTED:
-		S.connected = true;
-		S.t_connected_ns = wl_now_ns();
+		quic_state.connected = true;
+		quic_state.t_connected_ns = wl_now_ns();
 		emit_connected();
 		break;
 	case QUIC_CONNECTION_EVENT_SHUTDOWN_INITIATED_BY_TRANSPORT:
-		S.closed_by_transport = true;
-		S.transport_status = ev->SHUTDOWN_INITIATED_BY_TRANSPORT.Status;
+		quic_state.closed_by_transport = true;
+		quic_state.transport_status = ev->SHUTDOWN_INITIATED_BY_TRANSPORT.Status;
 		break;
 	case QUIC_CONNECTION_EVENT_SHUTDOWN_INITIATED_BY_PEER:
-		S.closed_by_peer = true;
-		S.peer_error = ev->SHUTDOWN_INITIATED_BY_PEER.ErrorCode;
+		quic_state.closed_by_peer = true;
+		quic_state.peer_error = ev->SHUTDOWN_INITIATED_BY_PEER.ErrorCode;
 		break;
-	case QUIC_CONNECTION_EVENT_SHUTDOWN_COMPLETE: sem_post(&S.conn_done); break;
+	case QUIC_CONNECTION_EVENT_SHUTDOWN_COMPLETE: sem_post(&quic_state.conn_done); break;
 	default: break;
 	}
 }
@@ -364,7 +370,8 @@ static QUIC_STATUS QUIC_API client_conn_cb(HQUIC h, void *ctx, QUIC_CONNECTION_E
 		st = client_open_streams();
 		if (QUIC_FAILED(st)) {
 			wl_warn("opening streams failed: %s", status_name(st));
-			S.api->ConnectionShutdown(S.conn, QUIC_CONNECTION_SHUTDOWN_FLAG_NONE, 1);
+			quic_state.api->ConnectionShutdown(quic_state.conn,
+							   QUIC_CONNECTION_SHUTDOWN_FLAG_NONE, 1);
 		}
 	}
 	return QUIC_STATUS_SUCCESS;
@@ -389,25 +396,26 @@ static QUIC_STATUS QUIC_API server_stream_cb(HQUIC h, void *ctx, QUIC_STREAM_EVE
 			off += b->Length;
 		}
 		s->off = off;
-		atomic_fetch_add(&S.app_bytes, ev->RECEIVE.TotalBufferLength);
+		atomic_fetch_add(&quic_state.app_bytes, ev->RECEIVE.TotalBufferLength);
 		break;
 	bad:
-		if (!atomic_exchange(&S.verify_failed, true)) {
-			S.verify_fail_off = off;
-			S.verify_fail_stream = s->idx;
-			S.api->ConnectionShutdown(S.conn, QUIC_CONNECTION_SHUTDOWN_FLAG_NONE, 2);
+		if (!atomic_exchange(&quic_state.verify_failed, true)) {
+			quic_state.verify_fail_off = off;
+			quic_state.verify_fail_stream = s->idx;
+			quic_state.api->ConnectionShutdown(quic_state.conn,
+							   QUIC_CONNECTION_SHUTDOWN_FLAG_NONE, 2);
 		}
 		break;
 	}
 	case QUIC_STREAM_EVENT_PEER_SEND_SHUTDOWN:
 		s->fin = true;
-		if (atomic_fetch_add(&S.streams_done, 1) + 1 == S.o->streams)
-			S.t_transfer_done_ns = wl_now_ns();
+		if (atomic_fetch_add(&quic_state.streams_done, 1) + 1 == quic_state.o->streams)
+			quic_state.t_transfer_done_ns = wl_now_ns();
 		break;
 	case QUIC_STREAM_EVENT_PEER_SEND_ABORTED:
-		S.api->StreamShutdown(h, QUIC_STREAM_SHUTDOWN_FLAG_ABORT, 0);
+		quic_state.api->StreamShutdown(h, QUIC_STREAM_SHUTDOWN_FLAG_ABORT, 0);
 		break;
-	case QUIC_STREAM_EVENT_SHUTDOWN_COMPLETE: S.api->StreamClose(h); break;
+	case QUIC_STREAM_EVENT_SHUTDOWN_COMPLETE: quic_state.api->StreamClose(h); break;
 	default: break;
 	}
 	return QUIC_STATUS_SUCCESS;
@@ -422,14 +430,14 @@ static QUIC_STATUS QUIC_API server_conn_cb(HQUIC h, void *ctx, QUIC_CONNECTION_E
 	if (ev->Type == QUIC_CONNECTION_EVENT_PEER_STREAM_STARTED) {
 		struct qstream *s;
 
-		if (next_stream >= S.o->streams) {
-			S.api->StreamClose(ev->PEER_STREAM_STARTED.Stream);
+		if (next_stream >= quic_state.o->streams) {
+			quic_state.api->StreamClose(ev->PEER_STREAM_STARTED.Stream);
 			return QUIC_STATUS_SUCCESS;
 		}
-		s = &S.streams[next_stream];
+		s = &quic_state.streams[next_stream];
 		s->idx = next_stream++;
 		s->h = ev->PEER_STREAM_STARTED.Stream;
-		S.api->SetCallbackHandler(s->h, (void *)server_stream_cb, s);
+		quic_state.api->SetCallbackHandler(s->h, (void *)server_stream_cb, s);
 	}
 	(void)h;
 	return QUIC_STATUS_SUCCESS;
@@ -440,16 +448,16 @@ static QUIC_STATUS QUIC_API listener_cb(HQUIC h, void *ctx, QUIC_LISTENER_EVENT 
 	(void)h, (void)ctx;
 	if (ev->Type != QUIC_LISTENER_EVENT_NEW_CONNECTION)
 		return QUIC_STATUS_SUCCESS;
-	pthread_mutex_lock(&S.conn_lock);
-	if (S.conn) {
+	pthread_mutex_lock(&quic_state.conn_lock);
+	if (quic_state.conn) {
 		/* One connection per run: a second one is refused. */
-		pthread_mutex_unlock(&S.conn_lock);
+		pthread_mutex_unlock(&quic_state.conn_lock);
 		return QUIC_STATUS_CONNECTION_REFUSED;
 	}
-	S.conn = ev->NEW_CONNECTION.Connection;
-	pthread_mutex_unlock(&S.conn_lock);
-	S.api->SetCallbackHandler(S.conn, (void *)server_conn_cb, NULL);
-	return S.api->ConnectionSetConfiguration(S.conn, S.cfg);
+	quic_state.conn = ev->NEW_CONNECTION.Connection;
+	pthread_mutex_unlock(&quic_state.conn_lock);
+	quic_state.api->SetCallbackHandler(quic_state.conn, (void *)server_conn_cb, NULL);
+	return quic_state.api->ConnectionSetConfiguration(quic_state.conn, quic_state.cfg);
 }
 
 static int open_config(bool server)
@@ -465,13 +473,14 @@ static int open_config(bool server)
 	set.HandshakeIdleTimeoutMs = HANDSHAKE_TIMEOUT_MS;
 	set.IsSet.HandshakeIdleTimeoutMs = 1;
 	if (server) {
-		set.PeerUnidiStreamCount = (uint16_t)S.o->streams;
+		set.PeerUnidiStreamCount = (uint16_t)quic_state.o->streams;
 		set.IsSet.PeerUnidiStreamCount = 1;
 	} else {
 		set.SendBufferingEnabled = 0;
 		set.IsSet.SendBufferingEnabled = 1;
 	}
-	st = S.api->ConfigurationOpen(S.reg, &alpn, 1, &set, sizeof(set), NULL, &S.cfg);
+	st = quic_state.api->ConfigurationOpen(quic_state.reg, &alpn, 1, &set, sizeof(set), NULL,
+					       &quic_state.cfg);
 	if (QUIC_FAILED(st)) {
 		wl_warn("ConfigurationOpen failed: %s", status_name(st));
 		return WL_EXIT_LIB_OPEN;
@@ -480,8 +489,8 @@ static int open_config(bool server)
 	cred.Flags = QUIC_CREDENTIAL_FLAG_SET_ALLOWED_CIPHER_SUITES;
 	cred.AllowedCipherSuites = QUIC_ALLOWED_CIPHER_SUITE_AES_128_GCM_SHA256;
 	if (server) {
-		cf.CertificateFile = S.o->cert;
-		cf.PrivateKeyFile = S.o->key;
+		cf.CertificateFile = quic_state.o->cert;
+		cf.PrivateKeyFile = quic_state.o->key;
 		cred.Type = QUIC_CREDENTIAL_TYPE_CERTIFICATE_FILE;
 		cred.CertificateFile = &cf;
 	} else {
@@ -489,7 +498,7 @@ static int open_config(bool server)
 		cred.Flags |= QUIC_CREDENTIAL_FLAG_CLIENT |
 			      QUIC_CREDENTIAL_FLAG_NO_CERTIFICATE_VALIDATION;
 	}
-	st = S.api->ConfigurationLoadCredential(S.cfg, &cred);
+	st = quic_state.api->ConfigurationLoadCredential(quic_state.cfg, &cred);
 	if (QUIC_FAILED(st)) {
 		wl_warn("loading the %s credential failed: %s",
 			server ? "server certificate" : "client", status_name(st));
@@ -507,54 +516,57 @@ static void emit_done(bool server, int code)
 	wl_json_str(&j, "role", server ? "server" : "client");
 	wl_json_u64(&j, "exit_code", code);
 	wl_json_u64(&j, "t_ns", wl_now_ns());
-	wl_json_u64(&j, "t_connected_ns", S.t_connected_ns);
-	wl_json_u64(&j, "t_transfer_done_ns", S.t_transfer_done_ns);
-	wl_json_u64(&j, "app_bytes", atomic_load(&S.app_bytes));
-	wl_json_u64(&j, "streams_completed", atomic_load(&S.streams_done));
+	wl_json_u64(&j, "t_connected_ns", quic_state.t_connected_ns);
+	wl_json_u64(&j, "t_transfer_done_ns", quic_state.t_transfer_done_ns);
+	wl_json_u64(&j, "app_bytes", atomic_load(&quic_state.app_bytes));
+	wl_json_u64(&j, "streams_completed", atomic_load(&quic_state.streams_done));
 	if (server) {
 		wl_json_bool(&j, "verified", code == WL_EXIT_OK);
-		if (atomic_load(&S.verify_failed)) {
-			wl_json_u64(&j, "verify_fail_offset", S.verify_fail_off);
-			wl_json_u64(&j, "verify_fail_stream", S.verify_fail_stream);
+		if (atomic_load(&quic_state.verify_failed)) {
+			wl_json_u64(&j, "verify_fail_offset", quic_state.verify_fail_off);
+			wl_json_u64(&j, "verify_fail_stream", quic_state.verify_fail_stream);
 		}
 	}
-	if (S.closed_by_transport)
-		wl_json_str(&j, "transport_status", status_name(S.transport_status));
-	if (S.closed_by_peer)
-		wl_json_u64(&j, "peer_error_code", S.peer_error);
+	if (quic_state.closed_by_transport)
+		wl_json_str(&j, "transport_status", status_name(quic_state.transport_status));
+	if (quic_state.closed_by_peer)
+		wl_json_u64(&j, "peer_error_code", quic_state.peer_error);
 	json_datapath(&j);
 	json_perf_counters(&j);
-	pthread_mutex_lock(&S.conn_lock);
+	pthread_mutex_lock(&quic_state.conn_lock);
 	json_conn_stats(&j);
-	pthread_mutex_unlock(&S.conn_lock);
+	pthread_mutex_unlock(&quic_state.conn_lock);
 	wl_emit("%s", wl_json_end(&j));
-	S.done_emitted = true;
+	quic_state.done_emitted = true;
 }
 
 /* What the connection's end means for this role, as an exit code. */
 static int outcome(bool server)
 {
-	if (atomic_load(&S.verify_failed)) {
+	if (atomic_load(&quic_state.verify_failed)) {
 		wl_warn("received data failed the content check on stream %d at offset %llu",
-			S.verify_fail_stream, (unsigned long long)S.verify_fail_off);
+			quic_state.verify_fail_stream,
+			(unsigned long long)quic_state.verify_fail_off);
 		return WL_EXIT_VERIFY;
 	}
-	if (!S.connected) {
-		wl_warn("QUIC handshake with %s:%d failed: %s", S.o->addr, S.o->port,
-			S.closed_by_transport ? status_name(S.transport_status) : "closed by peer");
+	if (!quic_state.connected) {
+		wl_warn("QUIC handshake with %s:%d failed: %s", quic_state.o->addr,
+			quic_state.o->port,
+			quic_state.closed_by_transport ? status_name(quic_state.transport_status)
+						       : "closed by peer");
 		return WL_EXIT_HANDSHAKE;
 	}
-	if (atomic_load(&S.streams_done) < S.o->streams) {
+	if (atomic_load(&quic_state.streams_done) < quic_state.o->streams) {
 		wl_warn("connection ended after %llu bytes, before the transfer finished: %s",
-			(unsigned long long)atomic_load(&S.app_bytes),
-			S.closed_by_transport ? status_name(S.transport_status)
-			: S.closed_by_peer    ? "closed by peer"
-					      : "closed locally");
+			(unsigned long long)atomic_load(&quic_state.app_bytes),
+			quic_state.closed_by_transport ? status_name(quic_state.transport_status)
+			: quic_state.closed_by_peer    ? "closed by peer"
+						       : "closed locally");
 		return WL_EXIT_CONN_LOST;
 	}
-	if (server && S.closed_by_peer && S.peer_error != 0) {
+	if (server && quic_state.closed_by_peer && quic_state.peer_error != 0) {
 		wl_warn("client closed the connection with error %llu",
-			(unsigned long long)S.peer_error);
+			(unsigned long long)quic_state.peer_error);
 		return WL_EXIT_CONN_LOST;
 	}
 	return WL_EXIT_OK;
@@ -575,30 +587,32 @@ static int run_server(void)
 	QUIC_STATUS st;
 	int code;
 
-	if (quic_addr(&addr, S.o->addr, S.o->port)) {
-		wl_warn("bad IPv4 address %s", S.o->addr);
+	if (quic_addr(&addr, quic_state.o->addr, quic_state.o->port)) {
+		wl_warn("bad IPv4 address %s", quic_state.o->addr);
 		return WL_EXIT_USAGE;
 	}
 	code = open_config(true);
 	if (code)
 		return code;
-	st = S.api->ListenerOpen(S.reg, listener_cb, NULL, &S.listener);
+	st = quic_state.api->ListenerOpen(quic_state.reg, listener_cb, NULL, &quic_state.listener);
 	if (QUIC_FAILED(st)) {
 		wl_warn("ListenerOpen failed: %s", status_name(st));
 		return WL_EXIT_LIB_OPEN;
 	}
-	st = S.api->ListenerStart(S.listener, &alpn, 1, &addr);
+	st = quic_state.api->ListenerStart(quic_state.listener, &alpn, 1, &addr);
 	if (QUIC_FAILED(st)) {
 		if (st == QUIC_STATUS_ADDRESS_IN_USE) {
-			wl_warn("UDP port %s:%d is already in use", S.o->addr, S.o->port);
+			wl_warn("UDP port %s:%d is already in use", quic_state.o->addr,
+				quic_state.o->port);
 			return WL_EXIT_ADDR_IN_USE;
 		}
-		wl_warn("ListenerStart on %s:%d failed: %s", S.o->addr, S.o->port, status_name(st));
+		wl_warn("ListenerStart on %s:%d failed: %s", quic_state.o->addr, quic_state.o->port,
+			status_name(st));
 		return WL_EXIT_LIB_OPEN;
 	}
-	wl_emit("{\"event\":\"ready\",\"port\":%d,\"pid\":%d}", S.o->port, getpid());
-	sem_wait(&S.conn_done);
-	S.api->ListenerStop(S.listener);
+	wl_emit("{\"event\":\"ready\",\"port\":%d,\"pid\":%d}", quic_state.o->port, getpid());
+	sem_wait(&quic_state.conn_done);
+	quic_state.api->ListenerStop(quic_state.listener);
 	code = outcome(true);
 	emit_done(true, code);
 	return code;
@@ -612,37 +626,39 @@ static int run_client(void)
 	code = open_config(false);
 	if (code)
 		return code;
-	st = S.api->ConnectionOpen(S.reg, client_conn_cb, NULL, &S.conn);
+	st = quic_state.api->ConnectionOpen(quic_state.reg, client_conn_cb, NULL, &quic_state.conn);
 	if (QUIC_FAILED(st)) {
 		wl_warn("ConnectionOpen failed: %s", status_name(st));
 		return WL_EXIT_LIB_OPEN;
 	}
-	if (S.o->wait_start)
-		sem_wait(&S.may_start);
-	st = S.api->ConnectionStart(S.conn, S.cfg, QUIC_ADDRESS_FAMILY_INET, S.o->addr,
-				    (uint16_t)S.o->port);
+	if (quic_state.o->wait_start)
+		sem_wait(&quic_state.may_start);
+	st = quic_state.api->ConnectionStart(quic_state.conn, quic_state.cfg,
+					     QUIC_ADDRESS_FAMILY_INET, quic_state.o->addr,
+					     (uint16_t)quic_state.o->port);
 	if (QUIC_FAILED(st)) {
-		wl_warn("ConnectionStart to %s:%d failed: %s", S.o->addr, S.o->port,
-			status_name(st));
+		wl_warn("ConnectionStart to %s:%d failed: %s", quic_state.o->addr,
+			quic_state.o->port, status_name(st));
 		return WL_EXIT_HANDSHAKE;
 	}
-	if (S.o->duration_ms) {
+	if (quic_state.o->duration_ms) {
 		struct timespec ts;
 		/* The clock starts at the handshake, not at the process. */
-		while (!S.connected && sem_trywait(&S.conn_done) != 0)
+		while (!quic_state.connected && sem_trywait(&quic_state.conn_done) != 0)
 			usleep(1000);
-		if (S.connected) {
-			uint64_t end = S.t_connected_ns + S.o->duration_ms * 1000000ull;
+		if (quic_state.connected) {
+			uint64_t end =
+				quic_state.t_connected_ns + quic_state.o->duration_ms * 1000000ull;
 			ts.tv_sec = (time_t)(end / 1000000000ull);
 			ts.tv_nsec = (long)(end % 1000000000ull);
 			while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
 				;
-			atomic_store(&S.stopping, true);
+			atomic_store(&quic_state.stopping, true);
 		} else {
-			sem_post(&S.conn_done);
+			sem_post(&quic_state.conn_done);
 		}
 	}
-	sem_wait(&S.conn_done);
+	sem_wait(&quic_state.conn_done);
 	code = outcome(false);
 	emit_done(false, code);
 	return code;
@@ -667,32 +683,32 @@ int wl_quic_run(const struct wl_opts *o)
 		wl_warn("--exec-profile must be lowlat or maxtput");
 		return WL_EXIT_USAGE;
 	}
-	S.o = o;
-	sem_init(&S.conn_done, 0, 0);
-	sem_init(&S.may_exit, 0, 0);
-	sem_init(&S.may_start, 0, 0);
+	quic_state.o = o;
+	sem_init(&quic_state.conn_done, 0, 0);
+	sem_init(&quic_state.may_exit, 0, 0);
+	sem_init(&quic_state.may_start, 0, 0);
 
 	if (!server) {
 		region = wl_pattern_region();
-		S.nchunks = wl_pattern_period() / o->io_size;
-		S.chunks = calloc(S.nchunks, sizeof(*S.chunks));
-		if (!S.chunks)
+		quic_state.nchunks = wl_pattern_period() / o->io_size;
+		quic_state.chunks = calloc(quic_state.nchunks, sizeof(*quic_state.chunks));
+		if (!quic_state.chunks)
 			return WL_EXIT_INTERNAL;
-		for (i = 0; i < S.nchunks; i++) {
-			S.chunks[i].Buffer = (uint8_t *)region + (uint64_t)i * o->io_size;
-			S.chunks[i].Length = o->io_size;
+		for (i = 0; i < quic_state.nchunks; i++) {
+			quic_state.chunks[i].Buffer = (uint8_t *)region + (uint64_t)i * o->io_size;
+			quic_state.chunks[i].Length = o->io_size;
 		}
 	}
 
-	st = MsQuicOpen2(&S.api);
+	st = MsQuicOpen2(&quic_state.api);
 	if (QUIC_FAILED(st)) {
 		wl_warn("MsQuicOpen2 failed: %s", status_name(st));
 		return WL_EXIT_LIB_OPEN;
 	}
-	st = S.api->RegistrationOpen(&rc, &S.reg);
+	st = quic_state.api->RegistrationOpen(&rc, &quic_state.reg);
 	if (QUIC_FAILED(st)) {
 		wl_warn("RegistrationOpen failed: %s", status_name(st));
-		MsQuicClose(S.api);
+		MsQuicClose(quic_state.api);
 		return WL_EXIT_LIB_OPEN;
 	}
 	if (o->control && wl_control_start(&control_ops)) {
@@ -703,22 +719,22 @@ int wl_quic_run(const struct wl_opts *o)
 	code = server ? run_server() : run_client();
 	/* Whoever waits on us learns the outcome, failures before a
 	 * connection included. */
-	if (!S.done_emitted)
+	if (!quic_state.done_emitted)
 		emit_done(server, code);
 
 	/* The caller reads our CPU use before it lets us go. */
 	if (o->control)
-		sem_wait(&S.may_exit);
-	pthread_mutex_lock(&S.conn_lock);
-	if (S.conn)
-		S.api->ConnectionClose(S.conn);
-	S.conn = NULL;
-	pthread_mutex_unlock(&S.conn_lock);
-	if (S.listener)
-		S.api->ListenerClose(S.listener);
-	if (S.cfg)
-		S.api->ConfigurationClose(S.cfg);
-	S.api->RegistrationClose(S.reg);
-	MsQuicClose(S.api);
+		sem_wait(&quic_state.may_exit);
+	pthread_mutex_lock(&quic_state.conn_lock);
+	if (quic_state.conn)
+		quic_state.api->ConnectionClose(quic_state.conn);
+	quic_state.conn = NULL;
+	pthread_mutex_unlock(&quic_state.conn_lock);
+	if (quic_state.listener)
+		quic_state.api->ListenerClose(quic_state.listener);
+	if (quic_state.cfg)
+		quic_state.api->ConfigurationClose(quic_state.cfg);
+	quic_state.api->RegistrationClose(quic_state.reg);
+	MsQuicClose(quic_state.api);
 	return code;
 }

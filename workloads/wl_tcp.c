@@ -70,14 +70,14 @@ static struct {
 	sem_t all_done;
 	sem_t may_start;
 	sem_t may_exit;
-} T = {.failure = WL_FAILURE_INIT, .memfd = -1, .listen_fd = -1};
+} tcp_state = {.failure = WL_FAILURE_INIT, .memfd = -1, .listen_fd = -1};
 
 static const char *tls_version_name(void)
 {
-	return !strcmp(T.o->tls_version, "1.2") ? "TLSv1.2" : "TLSv1.3";
+	return !strcmp(tcp_state.o->tls_version, "1.2") ? "TLSv1.2" : "TLSv1.3";
 }
 
-#define fail(code, ...) wl_fail(&T.failure, &T.stopping, (code), __VA_ARGS__)
+#define fail(code, ...) wl_fail(&tcp_state.failure, &tcp_state.stopping, (code), __VA_ARGS__)
 
 static const char *ssl_reason(void)
 {
@@ -97,12 +97,12 @@ static void json_tcp_info(struct wl_json *j)
 	struct wl_json p;
 	int i;
 
-	for (i = 0; i < T.nconns; i++) {
+	for (i = 0; i < tcp_state.nconns; i++) {
 		struct tcp_info ti;
 		socklen_t len = sizeof(ti);
 
-		if (T.conns[i].fd < 0 ||
-		    getsockopt(T.conns[i].fd, IPPROTO_TCP, TCP_INFO, &ti, &len))
+		if (tcp_state.conns[i].fd < 0 ||
+		    getsockopt(tcp_state.conns[i].fd, IPPROTO_TCP, TCP_INFO, &ti, &len))
 			continue;
 		segs_out += ti.tcpi_segs_out;
 		segs_in += ti.tcpi_segs_in;
@@ -121,17 +121,18 @@ static void json_tcp_info(struct wl_json *j)
 
 static void json_tls(struct wl_json *j)
 {
-	bool send = T.nconns > 0, recv = T.nconns > 0;
+	bool send = tcp_state.nconns > 0, recv = tcp_state.nconns > 0;
 	int i;
 
-	if (T.tls == TLS_NONE)
+	if (tcp_state.tls == TLS_NONE)
 		return;
-	for (i = 0; i < T.nconns; i++) {
-		send = send && T.conns[i].ktls_send;
-		recv = recv && T.conns[i].ktls_recv;
+	for (i = 0; i < tcp_state.nconns; i++) {
+		send = send && tcp_state.conns[i].ktls_send;
+		recv = recv && tcp_state.conns[i].ktls_recv;
 	}
 	wl_json_str(j, "tls_version", tls_version_name());
-	wl_json_str(j, "tls_cipher", T.conns[0].ssl ? SSL_get_cipher_name(T.conns[0].ssl) : "");
+	wl_json_str(j, "tls_cipher",
+		    tcp_state.conns[0].ssl ? SSL_get_cipher_name(tcp_state.conns[0].ssl) : "");
 	wl_json_bool(j, "ktls_send", send);
 	wl_json_bool(j, "ktls_recv", recv);
 }
@@ -142,8 +143,8 @@ static void on_mark(const char *name, void *arg)
 
 	(void)arg;
 	wl_json_mark(&j, name);
-	wl_json_u64(&j, "app_bytes", atomic_load(&T.app_bytes));
-	wl_json_u64(&j, "io_calls", atomic_load(&T.io_calls));
+	wl_json_u64(&j, "app_bytes", atomic_load(&tcp_state.app_bytes));
+	wl_json_u64(&j, "io_calls", atomic_load(&tcp_state.io_calls));
 	json_tcp_info(&j);
 	wl_emit("%s", wl_json_end(&j));
 }
@@ -151,17 +152,17 @@ static void on_mark(const char *name, void *arg)
 static void on_start(void *arg)
 {
 	(void)arg;
-	sem_post(&T.may_start);
+	sem_post(&tcp_state.may_start);
 }
 static void on_stop(void *arg)
 {
 	(void)arg;
-	atomic_store(&T.stopping, true);
+	atomic_store(&tcp_state.stopping, true);
 }
 static void on_exit_cmd(void *arg)
 {
 	(void)arg;
-	sem_post(&T.may_exit);
+	sem_post(&tcp_state.may_exit);
 }
 
 static const struct wl_control_ops control_ops = {
@@ -173,46 +174,48 @@ static const struct wl_control_ops control_ops = {
 
 static int make_ctx(void)
 {
-	const char *cipher = T.o->cipher;
-	bool v12 = !strcmp(T.o->tls_version, "1.2");
+	const char *cipher = tcp_state.o->cipher;
+	bool v12 = !strcmp(tcp_state.o->tls_version, "1.2");
 	int ver = v12 ? TLS1_2_VERSION : TLS1_3_VERSION;
 
-	if (T.tls == TLS_NONE)
+	if (tcp_state.tls == TLS_NONE)
 		return 0;
-	T.ctx = SSL_CTX_new(T.server ? TLS_server_method() : TLS_client_method());
-	if (!T.ctx)
+	tcp_state.ctx = SSL_CTX_new(tcp_state.server ? TLS_server_method() : TLS_client_method());
+	if (!tcp_state.ctx)
 		goto err;
-	SSL_CTX_set_min_proto_version(T.ctx, ver);
-	SSL_CTX_set_max_proto_version(T.ctx, ver);
+	SSL_CTX_set_min_proto_version(tcp_state.ctx, ver);
+	SSL_CTX_set_max_proto_version(tcp_state.ctx, ver);
 	if (!cipher)
 		cipher = v12 ? "ECDHE-ECDSA-AES128-GCM-SHA256" : "TLS_AES_128_GCM_SHA256";
-	if (v12 ? !SSL_CTX_set_cipher_list(T.ctx, cipher)
-		: !SSL_CTX_set_ciphersuites(T.ctx, cipher)) {
-		wl_warn("OpenSSL has no TLS %s cipher '%s'", T.o->tls_version, cipher);
+	if (v12 ? !SSL_CTX_set_cipher_list(tcp_state.ctx, cipher)
+		: !SSL_CTX_set_ciphersuites(tcp_state.ctx, cipher)) {
+		wl_warn("OpenSSL has no TLS %s cipher '%s'", tcp_state.o->tls_version, cipher);
 		return WL_EXIT_TLS_CONFIG;
 	}
-	if (T.tls == TLS_KERNEL)
-		SSL_CTX_set_options(T.ctx, SSL_OP_ENABLE_KTLS);
-	if (T.tls == TLS_USER) {
+	if (tcp_state.tls == TLS_KERNEL)
+		SSL_CTX_set_options(tcp_state.ctx, SSL_OP_ENABLE_KTLS);
+	if (tcp_state.tls == TLS_USER) {
 		/*
 		 * Read as a production server does: without read-ahead OpenSSL
 		 * reads each record's 5-byte header, then its body (2.3 read()s
 		 * per SSL_read measured); with it, one read() fills a buffer of
 		 * several records.
 		 */
-		SSL_CTX_set_read_ahead(T.ctx, 1);
-		SSL_CTX_set_default_read_buffer_len(T.ctx, TLS_READ_BUF);
+		SSL_CTX_set_read_ahead(tcp_state.ctx, 1);
+		SSL_CTX_set_default_read_buffer_len(tcp_state.ctx, TLS_READ_BUF);
 	}
-	if (T.server) {
-		if (SSL_CTX_use_certificate_chain_file(T.ctx, T.o->cert) != 1 ||
-		    SSL_CTX_use_PrivateKey_file(T.ctx, T.o->key, SSL_FILETYPE_PEM) != 1)
+	if (tcp_state.server) {
+		if (SSL_CTX_use_certificate_chain_file(tcp_state.ctx, tcp_state.o->cert) != 1 ||
+		    SSL_CTX_use_PrivateKey_file(tcp_state.ctx, tcp_state.o->key,
+						SSL_FILETYPE_PEM) != 1)
 			goto err;
 	} else {
-		SSL_CTX_set_verify(T.ctx, SSL_VERIFY_NONE, NULL);
+		SSL_CTX_set_verify(tcp_state.ctx, SSL_VERIFY_NONE, NULL);
 	}
 	return 0;
 err:
-	wl_warn("TLS setup failed on the %s: %s", T.server ? "server" : "client", ssl_reason());
+	wl_warn("TLS setup failed on the %s: %s", tcp_state.server ? "server" : "client",
+		ssl_reason());
 	return WL_EXIT_LIB_OPEN;
 }
 
@@ -240,20 +243,20 @@ static int tls_handshake(struct tconn *c)
 {
 	int rc;
 
-	if (T.tls == TLS_NONE)
+	if (tcp_state.tls == TLS_NONE)
 		return 0;
-	c->ssl = SSL_new(T.ctx);
+	c->ssl = SSL_new(tcp_state.ctx);
 	if (!c->ssl || SSL_set_fd(c->ssl, c->fd) != 1) {
 		fail(WL_EXIT_LIB_OPEN, "SSL_new failed on the %s: %s",
-		     T.server ? "server" : "client", ssl_reason());
+		     tcp_state.server ? "server" : "client", ssl_reason());
 		return -1;
 	}
-	if (T.tls == TLS_USER && !T.server && buffer_writes(c))
+	if (tcp_state.tls == TLS_USER && !tcp_state.server && buffer_writes(c))
 		return -1;
-	rc = T.server ? SSL_accept(c->ssl) : SSL_connect(c->ssl);
+	rc = tcp_state.server ? SSL_accept(c->ssl) : SSL_connect(c->ssl);
 	if (rc != 1) {
 		fail(WL_EXIT_HANDSHAKE, "TLS handshake failed on the %s (connection %d): %s",
-		     T.server ? "server" : "client", c->idx, ssl_reason());
+		     tcp_state.server ? "server" : "client", c->idx, ssl_reason());
 		return -1;
 	}
 	c->ktls_send = BIO_get_ktls_send(SSL_get_wbio(c->ssl));
@@ -285,22 +288,22 @@ static void orderly_close(struct tconn *c)
 static void *server_conn(void *p)
 {
 	struct tconn *c = p;
-	size_t cap = T.o->io_size;
+	size_t cap = tcp_state.o->io_size;
 	uint8_t *buf = malloc(cap);
 
 	if (!buf || tls_handshake(c))
 		goto out;
-	if (atomic_fetch_add(&T.conns_ready, 1) + 1 == T.o->streams)
-		sem_post(&T.all_ready);
+	if (atomic_fetch_add(&tcp_state.conns_ready, 1) + 1 == tcp_state.o->streams)
+		sem_post(&tcp_state.all_ready);
 	for (;;) {
 		ssize_t n = c->ssl ? SSL_read(c->ssl, buf, (int)cap) : recv(c->fd, buf, cap, 0);
 
-		atomic_fetch_add(&T.io_calls, 1);
+		atomic_fetch_add(&tcp_state.io_calls, 1);
 		if (n > 0) {
 			if (!wl_pattern_check(c->off, buf, (size_t)n)) {
-				if (!atomic_exchange(&T.verify_failed, true)) {
-					T.verify_fail_off = c->off;
-					T.verify_fail_conn = c->idx;
+				if (!atomic_exchange(&tcp_state.verify_failed, true)) {
+					tcp_state.verify_fail_off = c->off;
+					tcp_state.verify_fail_conn = c->idx;
 				}
 				fail(WL_EXIT_VERIFY,
 				     "received data failed the content check on connection %d at offset %llu",
@@ -308,7 +311,7 @@ static void *server_conn(void *p)
 				break;
 			}
 			c->off += (uint64_t)n;
-			atomic_fetch_add(&T.app_bytes, (uint64_t)n);
+			atomic_fetch_add(&tcp_state.app_bytes, (uint64_t)n);
 			continue;
 		}
 		if (n == 0 || (c->ssl && SSL_get_error(c->ssl, (int)n) == SSL_ERROR_ZERO_RETURN)) {
@@ -321,16 +324,16 @@ static void *server_conn(void *p)
 		     (unsigned long long)c->off, c->ssl ? ssl_reason() : strerror(errno));
 		break;
 	}
-	if (!atomic_load(&T.verify_failed))
+	if (!atomic_load(&tcp_state.verify_failed))
 		orderly_close(c);
 out:
 	free(buf);
-	if (atomic_fetch_add(&T.conns_done, 1) + 1 == T.o->streams) {
-		T.t_transfer_done_ns = wl_now_ns();
-		sem_post(&T.all_done);
+	if (atomic_fetch_add(&tcp_state.conns_done, 1) + 1 == tcp_state.o->streams) {
+		tcp_state.t_transfer_done_ns = wl_now_ns();
+		sem_post(&tcp_state.all_done);
 	}
-	if (atomic_load(&T.conns_ready) < T.o->streams)
-		sem_post(&T.all_ready); /* a failed handshake must not leave main waiting */
+	if (atomic_load(&tcp_state.conns_ready) < tcp_state.o->streams)
+		sem_post(&tcp_state.all_ready); /* a failed handshake must not leave main waiting */
 	return NULL;
 }
 
@@ -342,16 +345,16 @@ static ssize_t client_send(struct tconn *c, uint64_t len)
 
 	if (len > period - at)
 		len = period - at;
-	if (T.o->sendfile) {
+	if (tcp_state.o->sendfile) {
 		if (c->ssl)
-			return SSL_sendfile(c->ssl, T.memfd, (off_t)at, len, 0);
+			return SSL_sendfile(c->ssl, tcp_state.memfd, (off_t)at, len, 0);
 		off_t o = (off_t)at;
-		return sendfile(c->fd, T.memfd, &o, len);
+		return sendfile(c->fd, tcp_state.memfd, &o, len);
 	}
 	if (c->ssl) {
 		int n = SSL_write(c->ssl, region + at, (int)len);
 
-		if (n > 0 && T.tls == TLS_USER && BIO_flush(SSL_get_wbio(c->ssl)) <= 0)
+		if (n > 0 && tcp_state.tls == TLS_USER && BIO_flush(SSL_get_wbio(c->ssl)) <= 0)
 			return -1;
 		return n;
 	}
@@ -364,28 +367,28 @@ static void *client_conn(void *p)
 
 	if (tls_handshake(c))
 		goto out;
-	if (T.o->sendfile && c->ssl && !c->ktls_send) {
+	if (tcp_state.o->sendfile && c->ssl && !c->ktls_send) {
 		fail(WL_EXIT_LIB_OPEN,
 		     "--sendfile needs kernel TLS on send, which OpenSSL did not enable on connection %d",
 		     c->idx);
 		goto out;
 	}
-	if (atomic_fetch_add(&T.conns_ready, 1) + 1 == T.o->streams)
-		sem_post(&T.all_ready);
-	sem_wait(&T.may_start); /* main releases all connections at once */
-	sem_post(&T.may_start);
-	while (!atomic_load(&T.stopping)) {
-		uint64_t len = T.o->io_size;
+	if (atomic_fetch_add(&tcp_state.conns_ready, 1) + 1 == tcp_state.o->streams)
+		sem_post(&tcp_state.all_ready);
+	sem_wait(&tcp_state.may_start); /* main releases all connections at once */
+	sem_post(&tcp_state.may_start);
+	while (!atomic_load(&tcp_state.stopping)) {
+		uint64_t len = tcp_state.o->io_size;
 		ssize_t n;
 
-		if (T.o->bytes) {
-			if (c->off >= T.o->bytes)
+		if (tcp_state.o->bytes) {
+			if (c->off >= tcp_state.o->bytes)
 				break;
-			if (len > T.o->bytes - c->off)
-				len = T.o->bytes - c->off;
+			if (len > tcp_state.o->bytes - c->off)
+				len = tcp_state.o->bytes - c->off;
 		}
 		n = client_send(c, len);
-		atomic_fetch_add(&T.io_calls, 1);
+		atomic_fetch_add(&tcp_state.io_calls, 1);
 		if (n <= 0) {
 			if (!c->ssl && errno == EINTR)
 				continue;
@@ -395,17 +398,17 @@ static void *client_conn(void *p)
 			break;
 		}
 		c->off += (uint64_t)n;
-		atomic_fetch_add(&T.app_bytes, (uint64_t)n);
+		atomic_fetch_add(&tcp_state.app_bytes, (uint64_t)n);
 	}
-	c->finished = !T.failure.code;
+	c->finished = !tcp_state.failure.code;
 	orderly_close(c);
 out:
-	if (atomic_fetch_add(&T.conns_done, 1) + 1 == T.o->streams) {
-		T.t_transfer_done_ns = wl_now_ns();
-		sem_post(&T.all_done);
+	if (atomic_fetch_add(&tcp_state.conns_done, 1) + 1 == tcp_state.o->streams) {
+		tcp_state.t_transfer_done_ns = wl_now_ns();
+		sem_post(&tcp_state.all_done);
 	}
-	if (atomic_load(&T.conns_ready) < T.o->streams)
-		sem_post(&T.all_ready);
+	if (atomic_load(&tcp_state.conns_ready) < tcp_state.o->streams)
+		sem_post(&tcp_state.all_ready);
 	return NULL;
 }
 
@@ -413,8 +416,8 @@ static int tcp_addr(struct sockaddr_in *a)
 {
 	memset(a, 0, sizeof(*a));
 	a->sin_family = AF_INET;
-	a->sin_port = htons((uint16_t)T.o->port);
-	return inet_pton(AF_INET, T.o->addr, &a->sin_addr) == 1 ? 0 : -1;
+	a->sin_port = htons((uint16_t)tcp_state.o->port);
+	return inet_pton(AF_INET, tcp_state.o->addr, &a->sin_addr) == 1 ? 0 : -1;
 }
 
 static void emit_connected(void)
@@ -423,7 +426,7 @@ static void emit_connected(void)
 
 	wl_json_begin(&j);
 	wl_json_str(&j, "event", "connected");
-	wl_json_u64(&j, "t_ns", T.t_connected_ns);
+	wl_json_u64(&j, "t_ns", tcp_state.t_connected_ns);
 	json_tls(&j);
 	wl_emit("%s", wl_json_end(&j));
 }
@@ -434,40 +437,40 @@ static int run_server(void)
 	int one = 1, i, err;
 
 	if (tcp_addr(&a)) {
-		wl_warn("bad IPv4 address %s", T.o->addr);
+		wl_warn("bad IPv4 address %s", tcp_state.o->addr);
 		return WL_EXIT_USAGE;
 	}
-	T.listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (T.listen_fd < 0)
+	tcp_state.listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (tcp_state.listen_fd < 0)
 		return WL_EXIT_INTERNAL;
-	setsockopt(T.listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	err = wl_bind(T.listen_fd, &a, "TCP", T.o);
+	setsockopt(tcp_state.listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	err = wl_bind(tcp_state.listen_fd, &a, "TCP", tcp_state.o);
 	if (err)
 		return err;
-	if (listen(T.listen_fd, MAX_CONNS))
+	if (listen(tcp_state.listen_fd, MAX_CONNS))
 		return WL_EXIT_INTERNAL;
-	wl_emit("{\"event\":\"ready\",\"port\":%d,\"pid\":%d}", T.o->port, getpid());
-	for (i = 0; i < T.o->streams; i++) {
-		struct tconn *c = &T.conns[i];
+	wl_emit("{\"event\":\"ready\",\"port\":%d,\"pid\":%d}", tcp_state.o->port, getpid());
+	for (i = 0; i < tcp_state.o->streams; i++) {
+		struct tconn *c = &tcp_state.conns[i];
 
 		c->idx = i;
-		c->fd = accept4(T.listen_fd, NULL, NULL, SOCK_CLOEXEC);
+		c->fd = accept4(tcp_state.listen_fd, NULL, NULL, SOCK_CLOEXEC);
 		if (c->fd < 0) {
 			wl_warn("accept failed: %s", strerror(errno));
 			return WL_EXIT_INTERNAL;
 		}
-		T.nconns = i + 1;
+		tcp_state.nconns = i + 1;
 		pthread_create(&c->thread, NULL, server_conn, c);
 	}
-	sem_wait(&T.all_ready);
-	if (!T.failure.code) {
-		T.t_connected_ns = wl_now_ns();
+	sem_wait(&tcp_state.all_ready);
+	if (!tcp_state.failure.code) {
+		tcp_state.t_connected_ns = wl_now_ns();
 		emit_connected();
 	}
-	sem_wait(&T.all_done);
-	for (i = 0; i < T.nconns; i++)
-		pthread_join(T.conns[i].thread, NULL);
-	return T.failure.code;
+	sem_wait(&tcp_state.all_done);
+	for (i = 0; i < tcp_state.nconns; i++)
+		pthread_join(tcp_state.conns[i].thread, NULL);
+	return tcp_state.failure.code;
 }
 
 static int run_client(void)
@@ -476,13 +479,13 @@ static int run_client(void)
 	int i;
 
 	if (tcp_addr(&a)) {
-		wl_warn("bad IPv4 address %s", T.o->addr);
+		wl_warn("bad IPv4 address %s", tcp_state.o->addr);
 		return WL_EXIT_USAGE;
 	}
-	if (T.o->wait_start)
-		sem_wait(&T.may_start);
-	for (i = 0; i < T.o->streams; i++) {
-		struct tconn *c = &T.conns[i];
+	if (tcp_state.o->wait_start)
+		sem_wait(&tcp_state.may_start);
+	for (i = 0; i < tcp_state.o->streams; i++) {
+		struct tconn *c = &tcp_state.conns[i];
 		struct timeval tv = {.tv_sec = CONNECT_TIMEOUT_S};
 
 		c->idx = i;
@@ -491,41 +494,42 @@ static int run_client(void)
 			return WL_EXIT_INTERNAL;
 		setsockopt(c->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 		if (connect(c->fd, (struct sockaddr *)&a, sizeof(a))) {
-			wl_warn("TCP connect to %s:%d failed: %s", T.o->addr, T.o->port,
-				strerror(errno));
+			wl_warn("TCP connect to %s:%d failed: %s", tcp_state.o->addr,
+				tcp_state.o->port, strerror(errno));
 			return WL_EXIT_HANDSHAKE;
 		}
 		tv.tv_sec = 0;
 		setsockopt(c->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-		T.nconns = i + 1;
+		tcp_state.nconns = i + 1;
 	}
-	for (i = 0; i < T.nconns; i++)
-		pthread_create(&T.conns[i].thread, NULL, client_conn, &T.conns[i]);
-	sem_wait(&T.all_ready);
-	if (T.failure.code) {
-		atomic_store(&T.stopping, true);
-		sem_post(&T.may_start);
+	for (i = 0; i < tcp_state.nconns; i++)
+		pthread_create(&tcp_state.conns[i].thread, NULL, client_conn, &tcp_state.conns[i]);
+	sem_wait(&tcp_state.all_ready);
+	if (tcp_state.failure.code) {
+		atomic_store(&tcp_state.stopping, true);
+		sem_post(&tcp_state.may_start);
 	} else {
-		T.t_connected_ns = wl_now_ns();
+		tcp_state.t_connected_ns = wl_now_ns();
 		emit_connected();
-		if (T.o->duration_ms) {
+		if (tcp_state.o->duration_ms) {
 			struct timespec ts;
-			uint64_t end = T.t_connected_ns + T.o->duration_ms * 1000000ull;
+			uint64_t end =
+				tcp_state.t_connected_ns + tcp_state.o->duration_ms * 1000000ull;
 
-			sem_post(&T.may_start);
+			sem_post(&tcp_state.may_start);
 			ts.tv_sec = (time_t)(end / 1000000000ull);
 			ts.tv_nsec = (long)(end % 1000000000ull);
 			while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
 				;
-			atomic_store(&T.stopping, true);
+			atomic_store(&tcp_state.stopping, true);
 		} else {
-			sem_post(&T.may_start);
+			sem_post(&tcp_state.may_start);
 		}
 	}
-	sem_wait(&T.all_done);
-	for (i = 0; i < T.nconns; i++)
-		pthread_join(T.conns[i].thread, NULL);
-	return T.failure.code;
+	sem_wait(&tcp_state.all_done);
+	for (i = 0; i < tcp_state.nconns; i++)
+		pthread_join(tcp_state.conns[i].thread, NULL);
+	return tcp_state.failure.code;
 }
 
 static void emit_done(int code)
@@ -534,20 +538,21 @@ static void emit_done(int code)
 	uint64_t done = 0;
 	int i;
 
-	for (i = 0; i < T.nconns; i++)
-		done += T.conns[i].finished;
+	for (i = 0; i < tcp_state.nconns; i++)
+		done += tcp_state.conns[i].finished;
 	wl_json_begin(&j);
 	wl_json_str(&j, "event", "done");
-	wl_json_str(&j, "role", T.server ? "server" : "client");
+	wl_json_str(&j, "role", tcp_state.server ? "server" : "client");
 	wl_json_u64(&j, "exit_code", code);
 	wl_json_u64(&j, "t_ns", wl_now_ns());
-	wl_json_u64(&j, "t_connected_ns", T.t_connected_ns);
-	wl_json_u64(&j, "t_transfer_done_ns", T.t_transfer_done_ns);
-	wl_json_u64(&j, "app_bytes", atomic_load(&T.app_bytes));
-	wl_json_u64(&j, "io_calls", atomic_load(&T.io_calls));
+	wl_json_u64(&j, "t_connected_ns", tcp_state.t_connected_ns);
+	wl_json_u64(&j, "t_transfer_done_ns", tcp_state.t_transfer_done_ns);
+	wl_json_u64(&j, "app_bytes", atomic_load(&tcp_state.app_bytes));
+	wl_json_u64(&j, "io_calls", atomic_load(&tcp_state.io_calls));
 	wl_json_u64(&j, "streams_completed", done);
-	if (T.server)
-		wl_json_bool(&j, "verified", code == WL_EXIT_OK && !atomic_load(&T.verify_failed));
+	if (tcp_state.server)
+		wl_json_bool(&j, "verified",
+			     code == WL_EXIT_OK && !atomic_load(&tcp_state.verify_failed));
 	json_tls(&j);
 	json_tcp_info(&j);
 	wl_emit("%s", wl_json_end(&j));
@@ -559,11 +564,11 @@ static int make_memfd(void)
 	const size_t period = wl_pattern_period();
 	size_t left = period;
 
-	T.memfd = memfd_create("qprof-pattern", MFD_CLOEXEC);
-	if (T.memfd < 0)
+	tcp_state.memfd = memfd_create("qprof-pattern", MFD_CLOEXEC);
+	if (tcp_state.memfd < 0)
 		return -1;
 	while (left) {
-		ssize_t n = write(T.memfd, region + (period - left), left);
+		ssize_t n = write(tcp_state.memfd, region + (period - left), left);
 		if (n <= 0)
 			return -1;
 		left -= (size_t)n;
@@ -575,22 +580,22 @@ int wl_tcp_run(const struct wl_opts *o)
 {
 	int code, i;
 
-	T.o = o;
-	T.server = !strcmp(o->role, "server");
-	T.tls = !strcmp(o->stack, "tcp-tls")	? TLS_USER
-		: !strcmp(o->stack, "tcp-ktls") ? TLS_KERNEL
-						: TLS_NONE;
+	tcp_state.o = o;
+	tcp_state.server = !strcmp(o->role, "server");
+	tcp_state.tls = !strcmp(o->stack, "tcp-tls")	? TLS_USER
+			: !strcmp(o->stack, "tcp-ktls") ? TLS_KERNEL
+							: TLS_NONE;
 	for (i = 0; i < MAX_CONNS; i++)
-		T.conns[i].fd = -1;
-	sem_init(&T.all_ready, 0, 0);
-	sem_init(&T.all_done, 0, 0);
-	sem_init(&T.may_start, 0, 0);
-	sem_init(&T.may_exit, 0, 0);
+		tcp_state.conns[i].fd = -1;
+	sem_init(&tcp_state.all_ready, 0, 0);
+	sem_init(&tcp_state.all_done, 0, 0);
+	sem_init(&tcp_state.may_start, 0, 0);
+	sem_init(&tcp_state.may_exit, 0, 0);
 	if (strcmp(o->tls_version, "1.2") && strcmp(o->tls_version, "1.3")) {
 		wl_warn("--tls must be 1.2 or 1.3, not %s", o->tls_version);
 		return WL_EXIT_TLS_CONFIG;
 	}
-	if (o->sendfile && (T.server || T.tls == TLS_USER)) {
+	if (o->sendfile && (tcp_state.server || tcp_state.tls == TLS_USER)) {
 		wl_warn("--sendfile is for the client of tcp or tcp-ktls: user-space TLS must encrypt in user space");
 		return WL_EXIT_USAGE;
 	}
@@ -603,19 +608,19 @@ int wl_tcp_run(const struct wl_opts *o)
 		return WL_EXIT_INTERNAL;
 	code = make_ctx();
 	if (!code)
-		code = T.server ? run_server() : run_client();
+		code = tcp_state.server ? run_server() : run_client();
 	emit_done(code);
 	if (o->control)
-		sem_wait(&T.may_exit);
-	for (i = 0; i < T.nconns; i++) {
-		if (T.conns[i].ssl)
-			SSL_free(T.conns[i].ssl);
-		if (T.conns[i].fd >= 0)
-			close(T.conns[i].fd);
+		sem_wait(&tcp_state.may_exit);
+	for (i = 0; i < tcp_state.nconns; i++) {
+		if (tcp_state.conns[i].ssl)
+			SSL_free(tcp_state.conns[i].ssl);
+		if (tcp_state.conns[i].fd >= 0)
+			close(tcp_state.conns[i].fd);
 	}
-	if (T.ctx)
-		SSL_CTX_free(T.ctx);
-	if (T.listen_fd >= 0)
-		close(T.listen_fd);
+	if (tcp_state.ctx)
+		SSL_CTX_free(tcp_state.ctx);
+	if (tcp_state.listen_fd >= 0)
+		close(tcp_state.listen_fd);
 	return code;
 }

@@ -91,7 +91,7 @@ static struct {
 	struct wl_failure failure;
 	uint64_t t_connected_ns, t_transfer_done_ns;
 	sem_t may_start, may_exit;
-} U = {.failure = WL_FAILURE_INIT, .fd = -1, .sockbuf = -1};
+} udp_state = {.failure = WL_FAILURE_INIT, .fd = -1, .sockbuf = -1};
 
 /* Single writer: a relaxed load and store, no locked instruction per datagram. */
 static inline void bump(_Atomic uint64_t *c, uint64_t n)
@@ -105,20 +105,20 @@ static inline uint64_t get(_Atomic uint64_t *c)
 	return atomic_load_explicit(c, memory_order_relaxed);
 }
 
-#define fail(code, ...) wl_fail(&U.failure, &U.stopping, (code), __VA_ARGS__)
+#define fail(code, ...) wl_fail(&udp_state.failure, &udp_state.stopping, (code), __VA_ARGS__)
 
 static void json_counters(struct wl_json *j)
 {
-	wl_json_u64(j, "app_bytes", get(&U.app_bytes));
-	wl_json_u64(j, "io_calls", get(&U.io_calls));
-	wl_json_u64(j, "datagrams", get(&U.datagrams));
-	if (!U.server)
+	wl_json_u64(j, "app_bytes", get(&udp_state.app_bytes));
+	wl_json_u64(j, "io_calls", get(&udp_state.io_calls));
+	wl_json_u64(j, "datagrams", get(&udp_state.datagrams));
+	if (!udp_state.server)
 		return;
-	wl_json_u64(j, "lost", get(&U.lost));
-	wl_json_u64(j, "reordered", get(&U.reordered));
-	wl_json_u64(j, "duplicates", get(&U.duplicates));
-	wl_json_u64(j, "highest_seq", get(&U.highest_seq));
-	wl_json_u64(j, "gro_segments", get(&U.gro_segments));
+	wl_json_u64(j, "lost", get(&udp_state.lost));
+	wl_json_u64(j, "reordered", get(&udp_state.reordered));
+	wl_json_u64(j, "duplicates", get(&udp_state.duplicates));
+	wl_json_u64(j, "highest_seq", get(&udp_state.highest_seq));
+	wl_json_u64(j, "gro_segments", get(&udp_state.gro_segments));
 }
 
 static void on_mark(const char *name, void *arg)
@@ -134,12 +134,12 @@ static void on_mark(const char *name, void *arg)
 static void on_start(void *arg)
 {
 	(void)arg;
-	sem_post(&U.may_start);
+	sem_post(&udp_state.may_start);
 }
 static void on_stop(void *arg)
 {
 	(void)arg;
-	atomic_store(&U.stopping, true);
+	atomic_store(&udp_state.stopping, true);
 }
 
 /* "exit" or EOF: the caller is done with us. A receiver stops receiving; a
@@ -147,11 +147,11 @@ static void on_stop(void *arg)
 static void on_exit_cmd(void *arg)
 {
 	(void)arg;
-	if (U.server || (U.o->wait_start && !atomic_load(&U.started))) {
-		atomic_store(&U.stopping, true);
-		sem_post(&U.may_start);
+	if (udp_state.server || (udp_state.o->wait_start && !atomic_load(&udp_state.started))) {
+		atomic_store(&udp_state.stopping, true);
+		sem_post(&udp_state.may_start);
 	}
-	sem_post(&U.may_exit);
+	sem_post(&udp_state.may_exit);
 }
 
 static const struct wl_control_ops control_ops = {
@@ -163,16 +163,17 @@ static const struct wl_control_ops control_ops = {
 
 static void emit_connected(void)
 {
-	U.t_connected_ns = wl_now_ns();
-	wl_emit("{\"event\":\"connected\",\"t_ns\":%llu}", (unsigned long long)U.t_connected_ns);
+	udp_state.t_connected_ns = wl_now_ns();
+	wl_emit("{\"event\":\"connected\",\"t_ns\":%llu}",
+		(unsigned long long)udp_state.t_connected_ns);
 }
 
 static int udp_addr(struct sockaddr_in *a)
 {
 	memset(a, 0, sizeof(*a));
 	a->sin_family = AF_INET;
-	a->sin_port = htons((uint16_t)U.o->port);
-	return inet_pton(AF_INET, U.o->addr, &a->sin_addr) == 1 ? 0 : -1;
+	a->sin_port = htons((uint16_t)udp_state.o->port);
+	return inet_pton(AF_INET, udp_state.o->addr, &a->sin_addr) == 1 ? 0 : -1;
 }
 
 /* --- receiver ---------------------------------------------------------------- */
@@ -195,8 +196,9 @@ static inline void seen_clear(uint64_t seq)
 
 static inline void unlose(void)
 {
-	if (get(&U.lost))
-		atomic_store_explicit(&U.lost, get(&U.lost) - 1, memory_order_relaxed);
+	if (get(&udp_state.lost))
+		atomic_store_explicit(&udp_state.lost, get(&udp_state.lost) - 1,
+				      memory_order_relaxed);
 }
 
 /*
@@ -208,17 +210,17 @@ static inline void unlose(void)
  */
 static bool account(uint64_t seq)
 {
-	uint64_t hi = get(&U.highest_seq), s;
+	uint64_t hi = get(&udp_state.highest_seq), s;
 
-	if (!U.have_data) {
-		U.have_data = true;
-		bump(&U.lost, seq);
-		atomic_store_explicit(&U.highest_seq, seq, memory_order_relaxed);
+	if (!udp_state.have_data) {
+		udp_state.have_data = true;
+		bump(&udp_state.lost, seq);
+		atomic_store_explicit(&udp_state.highest_seq, seq, memory_order_relaxed);
 		seen_test_set(seq);
 		return false;
 	}
 	if (seq > hi) {
-		bump(&U.lost, seq - hi - 1);
+		bump(&udp_state.lost, seq - hi - 1);
 		if (seq - hi >= DUP_WINDOW)
 			memset(seen, 0, sizeof(seen));
 		else
@@ -226,14 +228,14 @@ static bool account(uint64_t seq)
 				seen_clear(s);
 		seen_clear(seq);
 		seen_test_set(seq);
-		atomic_store_explicit(&U.highest_seq, seq, memory_order_relaxed);
+		atomic_store_explicit(&udp_state.highest_seq, seq, memory_order_relaxed);
 		return false;
 	}
 	if (hi - seq < DUP_WINDOW && seen_test_set(seq)) {
-		bump(&U.duplicates, 1);
+		bump(&udp_state.duplicates, 1);
 		return true;
 	}
-	bump(&U.reordered, 1);
+	bump(&udp_state.reordered, 1);
 	unlose();
 	return false;
 }
@@ -256,21 +258,21 @@ static bool on_datagram(const uint8_t *p, size_t len)
 			     UDP_END_LEN);
 			return false;
 		}
-		memcpy(&U.expected, p + 8, 8);
-		U.expected = le64toh(U.expected);
-		U.got_end = true;
+		memcpy(&udp_state.expected, p + 8, 8);
+		udp_state.expected = le64toh(udp_state.expected);
+		udp_state.got_end = true;
 		return true;
 	}
 	if (!wl_pattern_check((seq % UDP_SLOTS) * UDP_STRIDE + UDP_HDR, p + UDP_HDR,
 			      len - UDP_HDR)) {
-		U.verify_failed = true;
+		udp_state.verify_failed = true;
 		fail(WL_EXIT_VERIFY, "datagram seq %llu (%zu bytes) failed the content check",
 		     (unsigned long long)seq, len);
 		return false;
 	}
 	if (!account(seq)) {
-		bump(&U.datagrams, 1);
-		bump(&U.app_bytes, len);
+		bump(&udp_state.datagrams, 1);
+		bump(&udp_state.app_bytes, len);
 	}
 	return true;
 }
@@ -297,22 +299,22 @@ static bool on_message(struct msghdr *m, const uint8_t *p, size_t len)
 	if (!seg || seg >= len) {
 		return on_datagram(p, len);
 	}
-	bump(&U.gro_segments, 1);
+	bump(&udp_state.gro_segments, 1);
 	for (off = 0; off < len; off += seg)
 		if (!on_datagram(p + off, len - off < seg ? len - off : seg))
 			return false;
 	return true;
 }
 
-/* The role's socket in U.fd and the server's address in *a, or an exit code. */
+/* The role's socket in udp_state.fd and the server's address in *a, or an exit code. */
 static int udp_socket(struct sockaddr_in *a)
 {
 	if (udp_addr(a)) {
-		wl_warn("bad IPv4 address %s", U.o->addr);
+		wl_warn("bad IPv4 address %s", udp_state.o->addr);
 		return WL_EXIT_USAGE;
 	}
-	U.fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-	if (U.fd < 0) {
+	udp_state.fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (udp_state.fd < 0) {
 		wl_warn("socket(AF_INET, SOCK_DGRAM) failed: %s", strerror(errno));
 		return WL_EXIT_INTERNAL;
 	}
@@ -324,23 +326,23 @@ static int server_socket(void)
 	struct sockaddr_in a;
 	struct timeval tv = {.tv_usec = RECV_POLL_MS * 1000};
 	int big = 0x7fffffff, on = 1, rc;
-	socklen_t len = sizeof(U.sockbuf);
+	socklen_t len = sizeof(udp_state.sockbuf);
 
 	if ((rc = udp_socket(&a)))
 		return rc;
-	if (setsockopt(U.fd, SOL_SOCKET, SO_RCVBUF, &big, sizeof(big)) ||
-	    setsockopt(U.fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) ||
-	    getsockopt(U.fd, SOL_SOCKET, SO_RCVBUF, &U.sockbuf, &len)) {
+	if (setsockopt(udp_state.fd, SOL_SOCKET, SO_RCVBUF, &big, sizeof(big)) ||
+	    setsockopt(udp_state.fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) ||
+	    getsockopt(udp_state.fd, SOL_SOCKET, SO_RCVBUF, &udp_state.sockbuf, &len)) {
 		wl_warn("setsockopt/getsockopt(SO_RCVBUF, SO_RCVTIMEO) failed: %s",
 			strerror(errno));
 		return WL_EXIT_INTERNAL;
 	}
-	if (U.gro && setsockopt(U.fd, SOL_UDP, UDP_GRO, &on, sizeof(on))) {
+	if (udp_state.gro && setsockopt(udp_state.fd, SOL_UDP, UDP_GRO, &on, sizeof(on))) {
 		wl_warn("setsockopt(UDP_GRO) failed: %s; this kernel lacks UDP GRO (Linux 5.0+): run the server with --gro off",
 			strerror(errno));
 		return WL_EXIT_LIB_OPEN;
 	}
-	return wl_bind(U.fd, &a, "UDP", U.o);
+	return wl_bind(udp_state.fd, &a, "UDP", udp_state.o);
 }
 
 static int run_server(void)
@@ -367,56 +369,57 @@ static int run_server(void)
 		msgs[i].msg_hdr.msg_iovlen = 1;
 		msgs[i].msg_hdr.msg_control = ctrl[i];
 	}
-	wl_emit("{\"event\":\"ready\",\"port\":%d,\"pid\":%d}", U.o->port, getpid());
-	U.end_reason = "stop";
-	while (!atomic_load(&U.stopping)) {
+	wl_emit("{\"event\":\"ready\",\"port\":%d,\"pid\":%d}", udp_state.o->port, getpid());
+	udp_state.end_reason = "stop";
+	while (!atomic_load(&udp_state.stopping)) {
 		int n;
 
 		for (i = 0; i < RECV_VLEN; i++) {
 			msgs[i].msg_hdr.msg_controllen = sizeof(ctrl[i]);
 			msgs[i].msg_hdr.msg_flags = 0;
 		}
-		n = recvmmsg(U.fd, msgs, RECV_VLEN, MSG_WAITFORONE, NULL);
-		bump(&U.io_calls, 1);
+		n = recvmmsg(udp_state.fd, msgs, RECV_VLEN, MSG_WAITFORONE, NULL);
+		bump(&udp_state.io_calls, 1);
 		if (n < 0) {
 			if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
 				if (last_rx_ns &&
 				    wl_now_ns() - last_rx_ns > IDLE_TIMEOUT_MS * 1000000ull) {
-					U.end_reason = "idle";
+					udp_state.end_reason = "idle";
 					break;
 				}
 				continue;
 			}
 			fail(WL_EXIT_INTERNAL, "recvmmsg failed after %llu datagrams: %s",
-			     (unsigned long long)get(&U.datagrams), strerror(errno));
+			     (unsigned long long)get(&udp_state.datagrams), strerror(errno));
 			break;
 		}
 		last_rx_ns = wl_now_ns();
-		if (!U.t_connected_ns)
+		if (!udp_state.t_connected_ns)
 			emit_connected();
 		for (i = 0; i < n; i++)
 			if (!on_message(&msgs[i].msg_hdr, iov[i].iov_base, msgs[i].msg_len))
 				break;
-		if (U.failure.code)
+		if (udp_state.failure.code)
 			break;
-		if (U.got_end) {
-			U.end_reason = "end";
+		if (udp_state.got_end) {
+			udp_state.end_reason = "end";
 			break;
 		}
 	}
-	if (U.failure.code)
-		U.end_reason = "error";
-	U.t_transfer_done_ns = U.got_end || !last_rx_ns ? wl_now_ns() : last_rx_ns;
-	if (U.got_end)
-		atomic_store_explicit(
-			&U.lost,
-			U.expected > get(&U.datagrams) ? U.expected - get(&U.datagrams) : 0,
-			memory_order_relaxed);
-	else if (!U.failure.code && last_rx_ns)
+	if (udp_state.failure.code)
+		udp_state.end_reason = "error";
+	udp_state.t_transfer_done_ns = udp_state.got_end || !last_rx_ns ? wl_now_ns() : last_rx_ns;
+	if (udp_state.got_end)
+		atomic_store_explicit(&udp_state.lost,
+				      udp_state.expected > get(&udp_state.datagrams)
+					      ? udp_state.expected - get(&udp_state.datagrams)
+					      : 0,
+				      memory_order_relaxed);
+	else if (!udp_state.failure.code && last_rx_ns)
 		wl_warn("no end datagram arrived (ended by %s): loss counts the gaps only, not the tail",
-			U.end_reason);
+			udp_state.end_reason);
 	free(bufs);
-	return U.failure.code;
+	return udp_state.failure.code;
 }
 
 /* --- sender ------------------------------------------------------------------ */
@@ -429,31 +432,33 @@ static int run_server(void)
 static uint8_t *make_ring(void)
 {
 	const uint8_t *pat = wl_pattern_region();
-	size_t slots = UDP_SLOTS + U.batch - 1, size = (slots * U.dgram + 4095) & ~(size_t)4095, i;
+	size_t slots = UDP_SLOTS + udp_state.batch - 1,
+	       size = (slots * udp_state.dgram + 4095) & ~(size_t)4095, i;
 	uint8_t *ring = aligned_alloc(4096, size);
 
 	if (!ring)
 		return NULL;
 	for (i = 0; i < slots; i++)
-		memcpy(ring + i * U.dgram + UDP_HDR, pat + (i % UDP_SLOTS) * UDP_STRIDE + UDP_HDR,
-		       U.dgram - UDP_HDR);
+		memcpy(ring + i * udp_state.dgram + UDP_HDR,
+		       pat + (i % UDP_SLOTS) * UDP_STRIDE + UDP_HDR, udp_state.dgram - UDP_HDR);
 	return ring;
 }
 
 static int client_socket(void)
 {
 	struct sockaddr_in a;
-	socklen_t len = sizeof(U.sockbuf);
+	socklen_t len = sizeof(udp_state.sockbuf);
 	int rc;
 
 	if ((rc = udp_socket(&a)))
 		return rc;
-	if (getsockopt(U.fd, SOL_SOCKET, SO_SNDBUF, &U.sockbuf, &len)) {
+	if (getsockopt(udp_state.fd, SOL_SOCKET, SO_SNDBUF, &udp_state.sockbuf, &len)) {
 		wl_warn("getsockopt(SO_SNDBUF) failed: %s", strerror(errno));
 		return WL_EXIT_INTERNAL;
 	}
-	if (connect(U.fd, (struct sockaddr *)&a, sizeof(a))) {
-		wl_warn("UDP connect to %s:%d failed: %s", U.o->addr, U.o->port, strerror(errno));
+	if (connect(udp_state.fd, (struct sockaddr *)&a, sizeof(a))) {
+		wl_warn("UDP connect to %s:%d failed: %s", udp_state.o->addr, udp_state.o->port,
+			strerror(errno));
 		return WL_EXIT_HANDSHAKE;
 	}
 	return 0;
@@ -467,13 +472,13 @@ static void send_failed(const char *call, uint64_t seq)
 		fail(WL_EXIT_CONN_LOST,
 		     "%s: nothing receives on UDP %s:%d (ICMP port unreachable) after %llu datagrams; "
 		     "start the server first",
-		     call, U.o->addr, U.o->port, (unsigned long long)seq);
-	else if (U.mode == MODE_GSO && (e == EIO || e == EINVAL || e == ENOPROTOOPT))
+		     call, udp_state.o->addr, udp_state.o->port, (unsigned long long)seq);
+	else if (udp_state.mode == MODE_GSO && (e == EIO || e == EINVAL || e == ENOPROTOOPT))
 		fail(WL_EXIT_LIB_OPEN,
 		     "%s with UDP_SEGMENT failed: %s; this kernel or the route's device cannot do UDP GSO "
 		     "of %u x %u bytes (kernels before the limit was raised take 64 segments): lower --batch or use "
 		     "--send-mode sendmmsg",
-		     call, strerror(e), U.batch, U.dgram);
+		     call, strerror(e), udp_state.batch, udp_state.dgram);
 	else
 		fail(WL_EXIT_INTERNAL, "%s failed after %llu datagrams: %s", call,
 		     (unsigned long long)seq, strerror(e));
@@ -489,9 +494,9 @@ static void send_end(uint64_t sent)
 
 		if (i)
 			nanosleep(&gap, NULL);
-		bump(&U.io_calls, 1);
+		bump(&udp_state.io_calls, 1);
 		/* The receiver may have gone after the first copy: its port then refuses. */
-		if (send(U.fd, w, sizeof(w), 0) < 0 && errno != ECONNREFUSED)
+		if (send(udp_state.fd, w, sizeof(w), 0) < 0 && errno != ECONNREFUSED)
 			wl_warn("send of the end datagram failed: %s", strerror(errno));
 	}
 }
@@ -509,12 +514,12 @@ static int run_client(void)
 	ring = make_ring();
 	if (!ring) {
 		wl_warn("cannot allocate the send ring (%u slots of %u bytes)",
-			UDP_SLOTS + U.batch - 1, U.dgram);
+			UDP_SLOTS + udp_state.batch - 1, udp_state.dgram);
 		return WL_EXIT_INTERNAL;
 	}
-	if (U.mode == MODE_GSO) {
+	if (udp_state.mode == MODE_GSO) {
 		struct cmsghdr *c;
-		uint16_t size = (uint16_t)U.dgram;
+		uint16_t size = (uint16_t)udp_state.dgram;
 
 		mh.msg_control = ctrl;
 		mh.msg_controllen = sizeof(ctrl);
@@ -524,16 +529,16 @@ static int run_client(void)
 		c->cmsg_len = CMSG_LEN(sizeof(size));
 		memcpy(CMSG_DATA(c), &size, sizeof(size));
 	}
-	for (k = 0; k < U.batch; k++) {
+	for (k = 0; k < udp_state.batch; k++) {
 		msgs[k].msg_hdr.msg_iov = &iov[k];
 		msgs[k].msg_hdr.msg_iovlen = 1;
 	}
-	if (U.o->bytes)
-		limit = (U.o->bytes + U.dgram - 1) / U.dgram;
-	if (U.o->wait_start)
-		sem_wait(&U.may_start);
-	atomic_store(&U.started, true);
-	if (atomic_load(&U.stopping)) {
+	if (udp_state.o->bytes)
+		limit = (udp_state.o->bytes + udp_state.dgram - 1) / udp_state.dgram;
+	if (udp_state.o->wait_start)
+		sem_wait(&udp_state.may_start);
+	atomic_store(&udp_state.started, true);
+	if (atomic_load(&udp_state.stopping)) {
 		free(ring);
 		return 0;
 	}
@@ -543,11 +548,11 @@ static int run_client(void)
 		return code;
 	}
 	emit_connected();
-	if (U.o->duration_ms)
-		deadline = U.t_connected_ns + U.o->duration_ms * 1000000ull;
-	while (!atomic_load_explicit(&U.stopping, memory_order_relaxed)) {
-		uint64_t n = U.batch, j = seq % UDP_SLOTS, bytes, last = U.dgram;
-		uint8_t *base = ring + j * U.dgram;
+	if (udp_state.o->duration_ms)
+		deadline = udp_state.t_connected_ns + udp_state.o->duration_ms * 1000000ull;
+	while (!atomic_load_explicit(&udp_state.stopping, memory_order_relaxed)) {
+		uint64_t n = udp_state.batch, j = seq % UDP_SLOTS, bytes, last = udp_state.dgram;
+		uint8_t *base = ring + j * udp_state.dgram;
 		ssize_t r;
 
 		if (deadline && wl_now_ns() >= deadline)
@@ -557,48 +562,50 @@ static int run_client(void)
 				break;
 			if (n > limit - seq)
 				n = limit - seq;
-			if (seq + n == limit && U.o->bytes % U.dgram)
-				last = U.o->bytes % U.dgram < UDP_HDR ? UDP_HDR
-								      : U.o->bytes % U.dgram;
+			if (seq + n == limit && udp_state.o->bytes % udp_state.dgram)
+				last = udp_state.o->bytes % udp_state.dgram < UDP_HDR
+					       ? UDP_HDR
+					       : udp_state.o->bytes % udp_state.dgram;
 		}
 		for (k = 0; k < n; k++) {
 			uint64_t h = htole64(seq + k);
-			memcpy(base + k * U.dgram, &h, 8);
+			memcpy(base + k * udp_state.dgram, &h, 8);
 		}
-		bytes = (n - 1) * U.dgram + last;
-		if (U.mode == MODE_SENDMMSG) {
+		bytes = (n - 1) * udp_state.dgram + last;
+		if (udp_state.mode == MODE_SENDMMSG) {
 			for (k = 0; k < n; k++) {
-				iov[k].iov_base = base + k * U.dgram;
-				iov[k].iov_len = k == n - 1 ? last : U.dgram;
+				iov[k].iov_base = base + k * udp_state.dgram;
+				iov[k].iov_len = k == n - 1 ? last : udp_state.dgram;
 			}
-			r = sendmmsg(U.fd, msgs, (unsigned int)n, 0);
+			r = sendmmsg(udp_state.fd, msgs, (unsigned int)n, 0);
 			if (r > 0 && (uint64_t)r < n) {
 				n = (uint64_t)r;
 				bytes = n *
-					U.dgram; /* the short last datagram was not among them */
+					udp_state
+						.dgram; /* the short last datagram was not among them */
 			}
 		} else {
 			/* gso: the batch in one call, cut by the kernel; sendmsg: n is 1 */
 			iov[0].iov_base = base;
 			iov[0].iov_len = bytes;
-			r = sendmsg(U.fd, &mh, 0);
+			r = sendmsg(udp_state.fd, &mh, 0);
 		}
-		bump(&U.io_calls, 1);
+		bump(&udp_state.io_calls, 1);
 		if (r < 0) {
 			if (errno == EINTR || errno == ENOBUFS)
 				continue;
-			send_failed(U.mode == MODE_SENDMMSG ? "sendmmsg" : "sendmsg", seq);
+			send_failed(udp_state.mode == MODE_SENDMMSG ? "sendmmsg" : "sendmsg", seq);
 			break;
 		}
 		seq += n;
-		bump(&U.datagrams, n);
-		bump(&U.app_bytes, bytes);
+		bump(&udp_state.datagrams, n);
+		bump(&udp_state.app_bytes, bytes);
 	}
-	U.t_transfer_done_ns = wl_now_ns();
-	if (!U.failure.code)
+	udp_state.t_transfer_done_ns = wl_now_ns();
+	if (!udp_state.failure.code)
 		send_end(seq);
 	free(ring);
-	return U.failure.code;
+	return udp_state.failure.code;
 }
 
 static void emit_done(int code)
@@ -607,26 +614,28 @@ static void emit_done(int code)
 
 	wl_json_begin(&j);
 	wl_json_str(&j, "event", "done");
-	wl_json_str(&j, "role", U.server ? "server" : "client");
+	wl_json_str(&j, "role", udp_state.server ? "server" : "client");
 	wl_json_u64(&j, "exit_code", code);
 	wl_json_u64(&j, "t_ns", wl_now_ns());
-	wl_json_u64(&j, "t_connected_ns", U.t_connected_ns);
-	wl_json_u64(&j, "t_transfer_done_ns", U.t_transfer_done_ns);
+	wl_json_u64(&j, "t_connected_ns", udp_state.t_connected_ns);
+	wl_json_u64(&j, "t_transfer_done_ns", udp_state.t_transfer_done_ns);
 	json_counters(&j);
-	if (U.server) {
-		wl_json_u64(&j, "streams_completed", U.got_end && !code);
-		wl_json_bool(&j, "verified", code == WL_EXIT_OK && !U.verify_failed);
-		wl_json_bool(&j, "gro", U.gro);
-		wl_json_u64(&j, "datagrams_expected", U.got_end ? U.expected : 0);
-		wl_json_str(&j, "end_reason", U.end_reason ? U.end_reason : "none");
-		wl_json_u64(&j, "rcvbuf_bytes", U.sockbuf < 0 ? 0 : (uint64_t)U.sockbuf);
+	if (udp_state.server) {
+		wl_json_u64(&j, "streams_completed", udp_state.got_end && !code);
+		wl_json_bool(&j, "verified", code == WL_EXIT_OK && !udp_state.verify_failed);
+		wl_json_bool(&j, "gro", udp_state.gro);
+		wl_json_u64(&j, "datagrams_expected", udp_state.got_end ? udp_state.expected : 0);
+		wl_json_str(&j, "end_reason", udp_state.end_reason ? udp_state.end_reason : "none");
+		wl_json_u64(&j, "rcvbuf_bytes",
+			    udp_state.sockbuf < 0 ? 0 : (uint64_t)udp_state.sockbuf);
 	} else {
-		wl_json_u64(&j, "streams_completed", !code && U.t_connected_ns);
-		wl_json_u64(&j, "datagrams_sent", get(&U.datagrams));
-		wl_json_str(&j, "send_mode", mode_names[U.mode]);
-		wl_json_u64(&j, "batch", U.batch);
-		wl_json_u64(&j, "dgram_size", U.dgram);
-		wl_json_u64(&j, "sndbuf_bytes", U.sockbuf < 0 ? 0 : (uint64_t)U.sockbuf);
+		wl_json_u64(&j, "streams_completed", !code && udp_state.t_connected_ns);
+		wl_json_u64(&j, "datagrams_sent", get(&udp_state.datagrams));
+		wl_json_str(&j, "send_mode", mode_names[udp_state.mode]);
+		wl_json_u64(&j, "batch", udp_state.batch);
+		wl_json_u64(&j, "dgram_size", udp_state.dgram);
+		wl_json_u64(&j, "sndbuf_bytes",
+			    udp_state.sockbuf < 0 ? 0 : (uint64_t)udp_state.sockbuf);
 	}
 	wl_emit("%s", wl_json_end(&j));
 }
@@ -634,11 +643,11 @@ static void emit_done(int code)
 /* Cross-flag checks: one sentence each, before anything starts. */
 static int check_opts(const struct wl_opts *o)
 {
-	if (U.server && (o->send_mode || o->batch || o->dgram_size)) {
+	if (udp_state.server && (o->send_mode || o->batch || o->dgram_size)) {
 		wl_warn("--send-mode, --batch and --dgram-size are the client's (the sender's); drop them on the server");
 		return -1;
 	}
-	if (!U.server && o->gro) {
+	if (!udp_state.server && o->gro) {
 		wl_warn("--gro is the server's (the receiver's UDP_GRO socket option); drop it on the client");
 		return -1;
 	}
@@ -654,52 +663,54 @@ static int check_opts(const struct wl_opts *o)
 		wl_warn("--gro takes on or off, not %s", o->gro);
 		return -1;
 	}
-	U.gro = !o->gro || !strcmp(o->gro, "on");
+	udp_state.gro = !o->gro || !strcmp(o->gro, "on");
 	if (!o->send_mode || !strcmp(o->send_mode, "gso"))
-		U.mode = MODE_GSO;
+		udp_state.mode = MODE_GSO;
 	else if (!strcmp(o->send_mode, "sendmmsg"))
-		U.mode = MODE_SENDMMSG;
+		udp_state.mode = MODE_SENDMMSG;
 	else if (!strcmp(o->send_mode, "sendmsg"))
-		U.mode = MODE_SENDMSG;
+		udp_state.mode = MODE_SENDMSG;
 	else {
 		wl_warn("--send-mode takes sendmsg, sendmmsg or gso, not %s", o->send_mode);
 		return -1;
 	}
-	U.dgram = o->dgram_size ? o->dgram_size : UDP_DGRAM_DEFAULT;
-	if (U.dgram < UDP_DGRAM_MIN || U.dgram > UDP_DGRAM_MAX) {
-		wl_warn("--dgram-size %u is outside %d..%d bytes of UDP payload", U.dgram,
+	udp_state.dgram = o->dgram_size ? o->dgram_size : UDP_DGRAM_DEFAULT;
+	if (udp_state.dgram < UDP_DGRAM_MIN || udp_state.dgram > UDP_DGRAM_MAX) {
+		wl_warn("--dgram-size %u is outside %d..%d bytes of UDP payload", udp_state.dgram,
 			UDP_DGRAM_MIN, UDP_DGRAM_MAX);
 		return -1;
 	}
-	U.batch = o->batch;
-	switch (U.mode) {
+	udp_state.batch = o->batch;
+	switch (udp_state.mode) {
 	case MODE_SENDMSG:
-		if (U.batch > 1) {
+		if (udp_state.batch > 1) {
 			wl_warn("--send-mode sendmsg sends one datagram per call, so --batch must be 1 or left out");
 			return -1;
 		}
-		U.batch = 1;
+		udp_state.batch = 1;
 		break;
 	case MODE_GSO:
 	case MODE_SENDMMSG:
-		if (!U.batch) {
-			U.batch = UDP_DGRAM_MAX / U.dgram;
-			if (U.batch > UDP_GSO_DEF_SEGS)
-				U.batch = UDP_GSO_DEF_SEGS;
+		if (!udp_state.batch) {
+			udp_state.batch = UDP_DGRAM_MAX / udp_state.dgram;
+			if (udp_state.batch > UDP_GSO_DEF_SEGS)
+				udp_state.batch = UDP_GSO_DEF_SEGS;
 		}
-		if (U.mode == MODE_SENDMMSG && U.batch > UDP_MMSG_MAX) {
-			wl_warn("--batch %u is more than sendmmsg takes in one call (%d)", U.batch,
-				UDP_MMSG_MAX);
+		if (udp_state.mode == MODE_SENDMMSG && udp_state.batch > UDP_MMSG_MAX) {
+			wl_warn("--batch %u is more than sendmmsg takes in one call (%d)",
+				udp_state.batch, UDP_MMSG_MAX);
 			return -1;
 		}
-		if (U.mode == MODE_GSO && U.batch > UDP_GSO_MAX_SEGS) {
+		if (udp_state.mode == MODE_GSO && udp_state.batch > UDP_GSO_MAX_SEGS) {
 			wl_warn("--batch %u is more segments than one GSO send may carry (%d)",
-				U.batch, UDP_GSO_MAX_SEGS);
+				udp_state.batch, UDP_GSO_MAX_SEGS);
 			return -1;
 		}
-		if (U.mode == MODE_GSO && (uint64_t)U.batch * U.dgram > UDP_DGRAM_MAX) {
+		if (udp_state.mode == MODE_GSO &&
+		    (uint64_t)udp_state.batch * udp_state.dgram > UDP_DGRAM_MAX) {
 			wl_warn("--batch %u of %u-byte datagrams exceeds the %d bytes one GSO send may carry; use at most %u",
-				U.batch, U.dgram, UDP_DGRAM_MAX, UDP_DGRAM_MAX / U.dgram);
+				udp_state.batch, udp_state.dgram, UDP_DGRAM_MAX,
+				UDP_DGRAM_MAX / udp_state.dgram);
 			return -1;
 		}
 		break;
@@ -711,22 +722,22 @@ int wl_udp_run(const struct wl_opts *o)
 {
 	int code;
 
-	U.o = o;
-	U.server = !strcmp(o->role, "server");
+	udp_state.o = o;
+	udp_state.server = !strcmp(o->role, "server");
 	if (check_opts(o))
 		return WL_EXIT_USAGE;
-	sem_init(&U.may_start, 0, 0);
-	sem_init(&U.may_exit, 0, 0);
+	sem_init(&udp_state.may_start, 0, 0);
+	sem_init(&udp_state.may_exit, 0, 0);
 	/* Control first: whoever waits on us must hear even a setup failure. */
 	if (o->control && wl_control_start(&control_ops)) {
 		wl_warn("cannot start the control thread");
 		return WL_EXIT_INTERNAL;
 	}
-	code = U.server ? run_server() : run_client();
+	code = udp_state.server ? run_server() : run_client();
 	emit_done(code);
 	if (o->control)
-		sem_wait(&U.may_exit);
-	if (U.fd >= 0)
-		close(U.fd);
+		sem_wait(&udp_state.may_exit);
+	if (udp_state.fd >= 0)
+		close(udp_state.fd);
 	return code;
 }
