@@ -14,7 +14,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from qprof.collectors import listen
+from qprof.collectors import listen, runner
 
 from conftest import REPO, needs_build, qprof, run_json, started
 from test_bad_input import one_sentence, run_statuses
@@ -87,29 +87,7 @@ def port_holder(kind, tmp_path):
             s.bind(("127.0.0.1", PORT))
             yield
         return
-    cert, key = tmp_path / "c.pem", tmp_path / "k.pem"
-    subprocess.run(
-        [
-            "openssl",
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-            "-nodes",
-            "-days",
-            "1",
-            "-subj",
-            "/CN=t",
-            "-keyout",
-            str(key),
-            "-out",
-            str(cert),
-        ],
-        check=True,
-        capture_output=True,
-    )
+    cert, key = runner.make_certificate(tmp_path)
     env = dict(os.environ)
     if kind == "msquic-interposed":
         env.update(listen.server_env("quic", "127.0.0.1", PORT, None))

@@ -9,6 +9,8 @@ import time
 
 import pytest
 
+from qprof.collectors import runner
+
 from conftest import REPO, needs_build
 
 pytestmark = needs_build
@@ -43,29 +45,7 @@ class Proc:
 
 
 def test_libbpf_and_bpftrace_agree(tmp_path, tracefs):
-    cert, key = tmp_path / "c.pem", tmp_path / "k.pem"
-    subprocess.run(
-        [
-            "openssl",
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-            "-nodes",
-            "-days",
-            "1",
-            "-subj",
-            "/CN=t",
-            "-keyout",
-            key,
-            "-out",
-            cert,
-        ],
-        check=True,
-        capture_output=True,
-    )
+    cert, key = runner.make_certificate(tmp_path)
     procs = []
     try:
         server = Proc(

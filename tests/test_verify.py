@@ -10,6 +10,8 @@ import subprocess
 
 import pytest
 
+from qprof.collectors import runner
+
 from conftest import REPO, needs_build
 
 pytestmark = needs_build
@@ -20,30 +22,8 @@ WL_EXIT_VERIFY = 5
 
 @pytest.fixture(scope="module")
 def cert(tmp_path_factory):
-    d = tmp_path_factory.mktemp("cert")
-    subprocess.run(
-        [
-            "openssl",
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-            "-nodes",
-            "-days",
-            "1",
-            "-subj",
-            "/CN=qprof",
-            "-keyout",
-            str(d / "key.pem"),
-            "-out",
-            str(d / "cert.pem"),
-        ],
-        check=True,
-        capture_output=True,
-    )
-    return ["--cert", str(d / "cert.pem"), "--key", str(d / "key.pem")]
+    cert, key = runner.make_certificate(tmp_path_factory.mktemp("cert"))
+    return ["--cert", str(cert), "--key", str(key)]
 
 
 def transfer(stack: str, server_io: int, client_io: int, cert: list) -> tuple:
