@@ -32,6 +32,15 @@ def die_with_parent():
 _die_with_parent = die_with_parent  # the name it had
 
 
+def start_owned(argv: List, **popen_kwargs) -> tuple:
+    """A child that dies with qprof, started and entered in the ledger as one
+    step: no signal can fall between the two and leave a process the ledger
+    does not know. (process, its ledger entry)."""
+    with interrupts.deferred():
+        proc = subprocess.Popen(argv, preexec_fn=die_with_parent, process_group=0, **popen_kwargs)
+        return proc, remains.ledger().claim_pid(proc.pid)
+
+
 class ProcessEnded(Exception):
     """The process ended (or reported its end) while we waited on it."""
 
@@ -46,18 +55,11 @@ class ControlledProcess:
         self.done: Optional[dict] = None
         self._reader: Optional[threading.Thread] = None
         self._log = None
+        self._claim = None  # the ledger's entry for the process
 
     def __enter__(self):
         self._log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(
-            self.argv,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self._log,
-            preexec_fn=die_with_parent,
-            process_group=0,
-        )
-        self._claim = remains.ledger().claim_pid(self.proc.pid)
+        self.proc, self._claim = start_owned(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log)
         self._reader = threading.Thread(target=self._read_events, name=f"{self.name}-events", daemon=True)
         self._reader.start()
         return self
@@ -151,7 +153,8 @@ class ControlledProcess:
             if self.proc.poll() is None:
                 self.proc.kill()
             self.proc.wait()
-            remains.ledger().release("pids", self._claim)
+            if self._claim is not None:
+                remains.ledger().release("pids", self._claim)
             for pipe in (self.proc.stdin, self.proc.stdout):
                 try:
                     pipe.close()

@@ -33,7 +33,7 @@ from typing import List, Optional
 
 from qprof import errors, interrupts, paths, remains
 
-from .controlled import die_with_parent
+from .controlled import start_owned
 
 QEMU = "qemu-system-x86_64"
 BUSYBOX = Path("/bin/busybox")
@@ -266,15 +266,9 @@ class GuestVM:
     def __enter__(self) -> "GuestVM":
         if shutil.which(QEMU) is None:
             raise errors.GuestMissing(f"{QEMU} is not installed; run `make guest` (Debian's qemu-system-x86).")
-        self.proc = subprocess.Popen(
-            self.argv(),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            process_group=0,
-            preexec_fn=die_with_parent,
+        self.proc, self._claim = start_owned(
+            self.argv(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
         )
-        self._claim = remains.ledger().claim_pid(self.proc.pid)
         return self
 
     def __exit__(self, *exc) -> None:

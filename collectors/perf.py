@@ -29,7 +29,7 @@ from typing import Dict, Optional
 from qprof import errors, interrupts, paths, remains
 
 from . import options
-from .controlled import die_with_parent
+from .controlled import start_owned
 
 EVENT = "cpu-clock"
 ACK_TIMEOUT_S = 10.0
@@ -80,7 +80,7 @@ class PerfRecorder:
         os.mkfifo(ack)
         self._log = open(self.run_path / "perf.log", "wb")
         try:
-            self.proc = subprocess.Popen(
+            self.proc, self._claim = start_owned(
                 [
                     "perf",
                     "record",
@@ -101,10 +101,7 @@ class PerfRecorder:
                 stdin=subprocess.DEVNULL,
                 stdout=self._log,
                 stderr=self._log,
-                process_group=0,
-                preexec_fn=die_with_parent,
             )
-            self._claim = remains.ledger().claim_pid(self.proc.pid)
             self._ctl = self._open_ctl(ctl)
             self._ack = os.fdopen(os.open(ack, os.O_RDONLY | os.O_NONBLOCK), "r")
         except BaseException:

@@ -288,3 +288,45 @@ def test_probe_killed_mid_run_is_absent_with_its_signal(runs_dir, probe):
         assert rec["syscalls"] == {"client": None, "server": None}
     assert rec["observers"]["probes"][probe] is None and rec["observers"]["run_time_s"] is None
     assert leftovers() == []
+
+
+SIGNAL_DURING_CLAIM = """
+import os, signal, sys
+from qprof import interrupts, remains
+from qprof.collectors.controlled import start_owned
+
+interrupts.install()
+claim = remains.Ledger.claim_pid
+
+
+def claim_with_a_signal(self, pid):
+    os.kill(os.getpid(), signal.SIGTERM)  # lands between the start and the ledger entry
+    return claim(self, pid)
+
+
+remains.Ledger.claim_pid = claim_with_a_signal
+try:
+    start_owned(["sleep", "30"])
+except KeyboardInterrupt:
+    held = remains.ledger().held().get("pids", [])
+    print(len(held))
+    for e in held:
+        os.kill(e["pid"], signal.SIGKILL)
+        remains.ledger().release("pids", e)
+    sys.exit(0)
+sys.exit("the signal was lost")
+"""
+
+
+def test_a_signal_between_start_and_ledger_entry_waits_for_the_entry(tmp_path):
+    """A child is started and entered in the ledger as one step: the signal
+    is raised after the entry exists, so the child can be found and killed."""
+    r = subprocess.run(
+        [sys.executable, "-c", SIGNAL_DURING_CLAIM],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**os.environ, "QPROF_STATE_DIR": str(tmp_path)},
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "1", r.stdout
