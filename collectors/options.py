@@ -18,7 +18,7 @@ which runner.check_options calls after `check`.
 
 import json
 from dataclasses import asdict, field, fields, make_dataclass
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from qprof import errors
 from qprof.units import parse_duration_s, parse_size_bytes
@@ -372,7 +372,3 @@ def from_json(text: str):
     opts = RunOptions(**data)
     check(opts)
     return opts
-
-
-def parser(name: str) -> Callable[[str], object]:
-    return BY_NAME[name].parse

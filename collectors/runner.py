@@ -30,9 +30,6 @@ from .topology import Topology
 from .window import Window, sleep_watching, take_edge
 from .workload import WorkloadProcess
 
-STACKS = options.STACK_NAMES
-PROBES = options.PROBE_NAMES
-
 DEFAULT_WARMUP_S = 1.0
 READY_TIMEOUT_S = 10.0
 CONNECT_TIMEOUT_S = 10.0
@@ -44,8 +41,6 @@ TAIL_S = 0.3
 # server's progress is read this often, and no new byte for STALL_S ends it.
 PROGRESS_CHECK_S = 5.0
 STALL_S = 30.0
-UDP_IP_HEADERS = 28  # IPv4 + UDP
-MSQUIC_MAX_MTU = 1500  # msquic's default MaximumMtu
 
 
 def log(msg: str) -> None:
@@ -75,10 +70,10 @@ def check_options(opts: RunOptions) -> transports.Stack:
     elif opts.warmup_s is None:
         opts.warmup_s = DEFAULT_WARMUP_S
     offload.plan(opts.stack, opts.topology, opts.gso, opts.gro, opts.send_mode, opts.batch, opts.dgram_size)
-    if opts.dgram_size is not None and opts.topology == "netns" and opts.dgram_size > opts.mtu - UDP_IP_HEADERS:
+    if opts.dgram_size is not None and opts.topology == "netns" and opts.dgram_size > opts.mtu - record.UDP_IP_HEADERS:
         raise errors.BadValue(
             f"--dgram-size {opts.dgram_size} does not fit the veth MTU {opts.mtu} "
-            f"(at most {opts.mtu - UDP_IP_HEADERS} bytes of UDP payload); lower it."
+            f"(at most {opts.mtu - record.UDP_IP_HEADERS} bytes of UDP payload); lower it."
         )
     return stack
 
