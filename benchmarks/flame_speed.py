@@ -32,7 +32,7 @@ sys.path.insert(0, str(REPO))
 
 def main():
     from qprof.collectors.perf import PerfRecorder
-    from qprof.flamegraphs import draw, folded, normalize, summary
+    from qprof.flamegraphs import draw, folded, normalize, sides, summary
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--duration", type=float, default=60.0)
@@ -70,7 +70,7 @@ def main():
         t1 = time.perf_counter()
         figs = summary.run_figures(rec, out)
         t2 = time.perf_counter()
-        for side in ("client", "server", "system"):
+        for side in sides.SIDES:
             data = folded.read(out / f"{side}.folded")
             scaled = normalize.per_byte(data.stacks, rec["flame"]["sample_period_ns"], rec["bytes"])
             if scaled:

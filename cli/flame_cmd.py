@@ -36,7 +36,7 @@ class FlameOptions:
     type=click.Choice(sides.SIDES + ("all",)),
     default="all",
     show_default=True,
-    help="Which side's samples: the client or server process, the rest of the system, or all three.",
+    help="Which side's samples: the client or server process, every other task but idle (others), or all three.",
 )
 @click.option("--open", "open_svg", is_flag=True, help="Open the graphs with xdg-open (else say where they are).")
 @click.option(
@@ -71,8 +71,8 @@ def flame(run_id, side, open_svg, print_folded, diff, runs_dir):
     and prints the graph's ns/B, the collectors' measured ns/B, the gap
     between them, the stack quality (share of samples whose stack reaches
     a thread or kernel entry) and ns/B per category of work (rules in
-    flamegraphs/categories.rules). The system side is every other process
-    but idle; its measured figure is system minus client minus server.
+    flamegraphs/categories.rules). The `others` side is every other task
+    but idle; its measured figure is the record's cpu.others.
 
     \b
     EXAMPLES:

@@ -9,7 +9,7 @@ perf starts disabled (`-D -1`) and is switched on and off through its
 control fifo (`--control fifo:ctl,ack`) at the window's edges, as pyperf
 does. After the run `perf script | inferno-collapse-perf --pid --all`
 folds the stacks, and they are split by process into client, server and
-system (everything else but idle) folded files: the interchange format
+others (every other task but idle) folded files: the interchange format
 the flamegraphs package reads.
 
 A PerfRecorder is a context manager and the one owner of the perf
@@ -33,7 +33,7 @@ from .controlled import start_owned
 
 EVENT = "cpu-clock"
 ACK_TIMEOUT_S = 10.0
-SIDES = ("client", "server", "system")
+SIDES = ("client", "server", "others")
 IDLE_COMMS = ("swapper",)
 CLONE_FRAMES = ("clone3", "__clone3", "clone", "__clone", "__clone_internal")
 _ROOT = re.compile(r"^(?P<comm>.*)-(?P<pid>\d+)$")
@@ -227,7 +227,7 @@ class PerfRecorder:
                 Path(str(self.data) + ".old").unlink(missing_ok=True)
 
     def fold(self, pids: Dict[str, int], out_dir: Path) -> Dict[str, int]:
-        """perf.data -> out_dir/{client,server,system}.folded; samples per side."""
+        """perf.data -> out_dir/{client,server,others}.folded; samples per side."""
         out_dir.mkdir(exist_ok=True)
         # No period field: inferno would sum periods; counts stay samples.
         # --no-inline: with DWARF unwinding perf would otherwise look every
@@ -290,7 +290,7 @@ def split_folded(folded: str, pids: Dict[str, int], out_dir: Path) -> Dict[str, 
         comm, pid = (m.group("comm"), int(m.group("pid"))) if m else (root, -1)
         if pid == 0 or comm in IDLE_COMMS:
             continue
-        side = side_of.get(pid, "system")
+        side = side_of.get(pid, "others")
         first, _, after = rest.partition(";")
         if first in CLONE_FRAMES and after.partition(";")[0] == "start_thread":
             rest = after

@@ -22,8 +22,8 @@ from .errors import Interrupted, QprofError, RunNotFound, RunsDirUnwritable
 RECORD = "run.json"
 # Each record's schema (collectors/schema/<name>.schema.json) and its
 # version: a change to a field's name or meaning bumps it, and the README
-# says what changed.
-SCHEMA_VERSIONS = {RECORD: 1, "comparison.json": 1}
+# says what changed (README, "Record versions").
+SCHEMA_VERSIONS = {RECORD: 2, "comparison.json": 2}
 
 
 def new_run_id() -> str:

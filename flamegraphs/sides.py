@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: GPL-2.0-only
 """A run's stack samples per side, as `qprof run` left them in its
-directory (run.json `flame`, stacks/{client,server,system}.folded), checked
+directory (run.json `flame`, stacks/{client,server,others}.folded), checked
 against the record before any figure is drawn from them, and the CPU the
 collectors measured for the same side, to hold the graph against."""
 
@@ -14,8 +14,12 @@ from qprof.perbyte import side_bytes
 
 from . import folded
 
-SIDES = ("client", "server", "system")
+SIDES = ("client", "server", "others")
 EVENT = "cpu-clock"
+# Records of schema version 1 called the `others` side `system`
+# (stacks/system.folded, flame.samples.system, flame.sides.system); they
+# are read under today's name.
+V1_OTHERS = "system"
 
 
 @dataclass
@@ -40,7 +44,19 @@ class Run:
         return side_bytes(self.record, side)
 
     def stacks_file(self, side: str) -> Path:
+        if side == "others" and self.record.get("schema_version", 1) < 2:
+            side = V1_OTHERS
         return self.path / self.flame.get("stacks_dir", "stacks") / f"{side}.folded"
+
+
+def _others_from_v1(flame: dict) -> dict:
+    """A version-1 flame record with its `system` side keys renamed to
+    `others` (a copy; the run directory is not changed)."""
+    flame = dict(flame)
+    for key in ("samples", "sides"):
+        if isinstance(flame.get(key), dict) and V1_OTHERS in flame[key]:
+            flame[key] = {("others" if k == V1_OTHERS else k): v for k, v in flame[key].items()}
+    return flame
 
 
 def load_run(runs_dir: Path, run_id: str = "latest") -> Run:
@@ -77,6 +93,8 @@ def load_run(runs_dir: Path, run_id: str = "latest") -> Run:
             f"run {rid} moved no bytes in its window, so there is no per-byte figure to draw; "
             "make a new run with `qprof run`."
         )
+    if record.get("schema_version", 1) < 2:
+        record = {**record, "flame": _others_from_v1(flame)}
     run = Run(rid, path, record)
     if not run.stacks_file("client").parent.is_dir():
         raise NoStacks(
@@ -116,14 +134,14 @@ def load_side(run: Run, side: str, warn: Callable[[str], None] = folded.warn_std
 
 
 def measured_ns_per_byte(record: dict, side: str) -> Optional[float]:
-    """The collectors' CPU per byte for the side. The flame's system side is
+    """The collectors' CPU per byte for the side. The `others` side is
     everything but the two workload processes (idle excluded): the record's
     cpu.others, one nanosecond source summed task by task. Records made
     before it have no such figure: absent, not the difference of the
     machine's ticks and the processes' (which could come out negative)."""
     cpu = record.get("cpu") or {}
     try:
-        if side != "system":
+        if side != "others":
             return float(cpu[side]["ns_per_byte"]["total"])
         return float(cpu["others"]["oncpu_schedstat_s"]) * 1e9 / record["bytes"]
     except (KeyError, TypeError, ZeroDivisionError):

@@ -15,7 +15,7 @@ import pytest
 from conftest import REPO, qprof
 
 DATA = Path(__file__).resolve().parent / "data" / "flame"
-SIDES = ("client", "server", "system")
+SIDES = ("client", "server", "others")
 SVG = "{http://www.w3.org/2000/svg}"
 # Exit codes: qprof's interface (core/errors.py).
 BAD_VALUE, NOT_BUILT, RUN_NOT_FOUND, NO_STACKS, BAD_STACKS, INCOMPATIBLE = 4, 11, 15, 22, 23, 24
@@ -26,7 +26,7 @@ needs_inferno = pytest.mark.skipif(
 )
 
 SIDE_LINE = re.compile(
-    r"^(client|server|system): graph (\d+\.\d{3}) ns/B, measured (-?\d+\.\d{3}|—) ns/B, "
+    r"^(client|server|others): graph (\d+\.\d{3}) ns/B, measured (-?\d+\.\d{3}|—) ns/B, "
     r"gap ([+-]\d+\.\d%|—), stack quality (\d+\.\d%|—), ([\d,]+) samples -> (.+)$",
     re.M,
 )
@@ -39,13 +39,20 @@ def one_sentence(stderr):
     return lines[0]
 
 
-def add_run(runs, case, latest=True, edit=None):
-    """Copy a golden case in as runs/<its id>/ (run.json + stacks/)."""
+def add_run(runs, case, latest=True, edit=None, version=2):
+    """Copy a golden case in as runs/<its id>/ (run.json + stacks/). The
+    captures were made under record version 1, whose `others` side was
+    named `system`; version=2 renames it as today's `qprof run` writes it,
+    version=1 leaves the directory as it was made."""
     rec = json.loads((DATA / case / "run.json").read_text())
-    if edit:
-        edit(rec)
     path = runs / rec["id"]
     shutil.copytree(DATA / case / "stacks", path / "stacks")
+    if version == 2:
+        rec["schema_version"] = 2
+        rec["flame"]["samples"]["others"] = rec["flame"]["samples"].pop("system")
+        (path / "stacks" / "system.folded").rename(path / "stacks" / "others.folded")
+    if edit:
+        edit(rec)
     (path / "run.json").write_text(json.dumps(rec))
     if latest:
         (runs / "latest").unlink(missing_ok=True)
@@ -91,8 +98,11 @@ def svg_frames(path):
 
 
 @needs_inferno
-def test_latest_run_all_sides(runs):
-    rid, path = add_run(runs, "quic")
+@pytest.mark.parametrize("version", (1, 2))
+def test_latest_run_all_sides(runs, version):
+    """Today's run directories and those of record version 1 (`system`
+    side) draw the same three sides under today's names."""
+    rid, path = add_run(runs, "quic", version=version)
     r = qprof("flame", runs_dir=runs)
     assert r.returncode == 0, r.stderr
     assert r.stderr == ""
@@ -103,7 +113,8 @@ def test_latest_run_all_sides(runs):
         fig = expected_figures("quic", side)
         m = lines[side]
         assert m.group(2) == f"{fig['ns_per_byte']:.3f}"
-        assert int(m.group(6).replace(",", "")) == rec["flame"]["samples"][side]
+        key = "system" if version == 1 and side == "others" else side
+        assert int(m.group(6).replace(",", "")) == rec["flame"]["samples"][key]
         svg = Path(m.group(7))
         assert svg == (path / f"flame-{side}.svg").resolve()
         title, subtitle = svg_title(svg)

@@ -279,7 +279,7 @@ def test_gap_percent():
     assert normalize.base_samples(2.0, 1_000_000, 10_000_000) == pytest.approx(0.2)
 
 
-def test_measured_system_side_is_the_rest():
+def test_measured_others_side_is_the_rest():
     """Everything but the two processes, task by task from one source; a
     record without that figure has none, never the tick difference (which
     came out at -0.180 ns/B on a tcp-tls run)."""
@@ -293,9 +293,9 @@ def test_measured_system_side_is_the_rest():
         },
     }
     assert sides.measured_ns_per_byte(rec, "client") == 1.0
-    assert sides.measured_ns_per_byte(rec, "system") == pytest.approx(0.25)
+    assert sides.measured_ns_per_byte(rec, "others") == pytest.approx(0.25)
     del rec["cpu"]["others"]
-    assert sides.measured_ns_per_byte(rec, "system") is None
+    assert sides.measured_ns_per_byte(rec, "others") is None
     assert sides.measured_ns_per_byte({"bytes": 1}, "server") is None
 
 
@@ -324,7 +324,7 @@ def test_fold_drops_clone_under_start_thread_only(tmp_path):
         "swapper-0;secondary_startup_64_[k] 9\n"
     )
     samples = perf.split_folded(collapsed, {"client": 10, "server": 11}, tmp_path)
-    assert samples == {"client": 5, "server": 1, "system": 0}
+    assert samples == {"client": 5, "server": 1, "others": 0}
     assert (
         tmp_path / "client.folded"
     ).read_text() == "qprof-wl;start_thread;worker;f 3\nqprof-wl;start_thread;worker;f 2\n"

@@ -40,7 +40,7 @@ def test_record_from_stored_measurement(case):
         path.write_text(json.dumps(got, indent=1) + "\n")
     assert path.exists(), f"{path} is missing; bless it with QPROF_BLESS=1"
     assert got == json.loads(path.read_text())
-    complete = {"schema_version": 1, "id": "20261123-000000-000000", "status": "complete", **got}
+    complete = {"schema_version": 2, "id": "20261123-000000-000000", "status": "complete", **got}
     jsonschema.validate(complete, json.loads(SCHEMAS["run.json"].read_text()))
 
 

@@ -62,7 +62,7 @@ def test_flame_per_byte_matches_collectors(runs_dir):
     # perf.data is gone unless asked for; the folded stacks stay.
     run_dir = runs_dir / rec["id"]
     assert not (run_dir / "perf.data").exists()
-    assert {p.name for p in (run_dir / "stacks").iterdir()} == {"client.folded", "server.folded", "system.folded"}
+    assert {p.name for p in (run_dir / "stacks").iterdir()} == {"client.folded", "server.folded", "others.folded"}
 
 
 def test_flame_draws_the_run(runs_dir):
@@ -70,7 +70,7 @@ def test_flame_draws_the_run(runs_dir):
     assert rec["flame"]["sample_hz"] == 1000
     r = qprof("flame", rec["id"], runs_dir=runs_dir)
     assert r.returncode == 0, r.stderr
-    for side in ("client", "server", "system"):
+    for side in ("client", "server", "others"):
         svg = runs_dir / rec["id"] / f"flame-{side}.svg"
         root = ET.parse(svg).getroot()  # well-formed XML
         assert root.tag.endswith("svg")

@@ -45,13 +45,13 @@ def test_readme_lists_exactly_the_run_fields():
 def test_a_record_that_breaks_the_schema_is_caught(tmp_path):
     run = tmp_path / "20261123-120000-abcdef"
     run.mkdir()
-    (run / "run.json").write_text(json.dumps({"schema_version": 1, "id": run.name, "status": "complete"}))
+    (run / "run.json").write_text(json.dumps({"schema_version": 2, "id": run.name, "status": "complete"}))
     with pytest.raises(jsonschema.ValidationError):
         validate_records(tmp_path)
     (run / "run.json").write_text(
         json.dumps(
             {
-                "schema_version": 1,
+                "schema_version": 2,
                 "id": run.name,
                 "status": "incomplete",
                 "error": "x",
