@@ -77,7 +77,8 @@ def compare_cmd(ctx, stack, stack_list, vary_items, repeat, as_json, **kwargs):
     fixed = [
         key
         for key in compare.VARY_KEYS
-        if ctx.get_parameter_source(options.BY_NAME[key].field) == ParameterSource.COMMANDLINE
+        if key in options.BY_NAME
+        and ctx.get_parameter_source(options.BY_NAME[key].field) == ParameterSource.COMMANDLINE
     ]
     base = to_run_options(stack_names[0], kwargs)
     configs = compare.build_matrix(base, stack_names, vary, fixed)

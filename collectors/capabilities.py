@@ -556,6 +556,21 @@ def check_qdiscs() -> List[Result]:
     return results
 
 
+@functools.lru_cache(maxsize=None)
+def qdisc_missing(kind: str) -> Optional[str]:
+    """Why this kernel cannot add the qdisc (None: it can), tried as
+    check_qdiscs does; for a run's up-front check (needs root)."""
+    args = next(a for k, _, a, _ in QDISCS if k == kind)
+    with scratch_ns() as ns:
+        r = _run(["tc", "-n", ns, "qdisc", "add", "dev", "lo", "root", *args])
+    if r.returncode == 0:
+        return None
+    why = (_last_line(r.stderr) or f"exit {r.returncode}").removeprefix("Error: ").rstrip(".")
+    if "qdisc kind is unknown" in why:
+        why += _no_module(kind)
+    return why
+
+
 def _tc(argv: List[str]) -> str:
     """A tc command as a person would type it: without the scratch `-n NS`."""
     return " ".join(argv[:1] + argv[3:])

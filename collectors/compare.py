@@ -18,7 +18,7 @@ from typing import Callable, Dict, List, Optional
 from qprof import errors, remains
 from qprof.rundir import RunDir
 
-from . import environment, options, runner, transports
+from . import environment, link, options, runner, transports
 
 COMPARISON_RECORD = "comparison.json"
 COMPARISONS_SUBDIR = "comparisons"
@@ -79,7 +79,15 @@ def build_matrix(
             overrides = dict(zip(keys, values))
             label = Config(stack, overrides, base).label
             try:
-                fields = {options.BY_NAME[k].field: options.BY_NAME[k].parse(v) for k, v in overrides.items()}
+                fields = {
+                    options.BY_NAME[k].field: options.BY_NAME[k].parse(v)
+                    for k, v in overrides.items()
+                    if k not in options.LINK_PARTS
+                }
+                fields["link"] = fields.get("link", base.link)
+                for k in options.LINK_PARTS:
+                    if k in overrides:
+                        fields["link"] = link.with_key(fields["link"], k, overrides[k])
                 opts = replace(base, stack=stack, **fields)
                 runner.check_options(opts)
             except errors.QprofError as e:

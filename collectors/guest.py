@@ -57,6 +57,10 @@ MODULES = (
     "virtio_pci",
     "9pnet_virtio",
     "9p",
+    # link emulation (collectors/link.py): delay, loss and jitter; rate
+    "sch_netem",
+    "sch_tbf",
+    "sch_htb",
 )
 STAGE = "qprof-guest: stage "
 

@@ -37,6 +37,7 @@ class Measurement:
     server_binds: Optional[list]  # what the QUIC server's bind interposer steered
     offload: dict  # plan (describe()), device_features, interposer reports
     floor_parts: dict  # floor.measure(stack)
+    link: Optional[dict] = None  # with --link: link.apply's plan and the qdiscs read back
 
     def to_json(self) -> str:
         d = {f.name: getattr(self, f.name) for f in fields(self)}

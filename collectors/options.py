@@ -23,6 +23,8 @@ from typing import Dict, List, Optional, Tuple
 from qprof import errors
 from qprof.units import parse_duration_s, parse_size_bytes
 
+from . import link
+
 STACK_NAMES = ("quic", "udp", "tcp", "tcp-tls", "tcp-ktls")
 PROBE_NAMES = ("syscalls", "packets", "cputhread")
 TOPOLOGIES = ("netns", "loopback")
@@ -34,7 +36,8 @@ CALL_GRAPHS = ("dwarf", "fp")
 
 class Option:
     """One option. kind: int, size (bytes, 64K syntax), duration (seconds,
-    10s syntax), choice, flag (bool), text, or probes (a comma list)."""
+    10s syntax), choice, flag (bool), text, probes (a comma list) or link
+    (a link spec, collectors/link.py, kept as the user wrote it)."""
 
     def __init__(
         self,
@@ -118,6 +121,8 @@ class Option:
             raise self.error(f"{self.flag} must be more than zero; write it like 10s.")
         if self.kind == "choice" and value not in self.choices:
             raise self.error(f"{self.flag} takes {', '.join(self.choices[:-1])} or {self.choices[-1]}, not '{value}'.")
+        if self.kind == "link":
+            link.parse(value)
         if self.kind == "probes":
             unknown = [p for p in value if p not in PROBE_NAMES]
             if unknown:
@@ -185,6 +190,15 @@ OPTIONS: List[Option] = [
         "netns",
         "Two network namespaces joined by veth, or the host loopback.",
         choices=TOPOLOGIES,
+    ),
+    Option(
+        "link",
+        "link",
+        None,
+        f"Emulate a link on the veth pair (netem, tbf): a preset ({', '.join(link.PRESETS)}), keys "
+        f"({link.KEY_HELP}), or a preset then keys that override it (lte,loss=1%).",
+        vary=True,
+        metavar="PRESET|KEY=V,...",
     ),
     Option("mtu", "int", 1500, "veth MTU.", lo=576, hi=9000, cli=False),
     Option("port", "int", 4433, "Server port.", short="-p", lo=1, hi=65535),
@@ -319,7 +333,9 @@ OPTIONS: List[Option] = [
 ]
 BY_NAME: Dict[str, Option] = {o.name: o for o in OPTIONS}
 BY_FIELD: Dict[str, Option] = {o.field: o for o in OPTIONS}
-VARY_KEYS: Tuple[str, ...] = tuple(o.name for o in OPTIONS if o.vary)
+# `qprof compare --vary rtt=10ms,50ms` sets one key of the link on top of --link.
+LINK_PARTS: Tuple[str, ...] = ("rtt", "loss", "rate", "jitter")
+VARY_KEYS: Tuple[str, ...] = tuple(o.name for o in OPTIONS if o.vary) + LINK_PARTS
 
 _PYTYPES = {
     "int": Optional[int],
@@ -329,6 +345,7 @@ _PYTYPES = {
     "flag": bool,
     "text": Optional[str],
     "probes": tuple,
+    "link": Optional[str],
 }
 
 # The value object runner.run takes: one field per option, its default the table's.

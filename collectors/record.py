@@ -15,7 +15,7 @@ from qprof import errors
 from qprof.flamegraphs import summary as flame_summary
 from qprof.perbyte import side_bytes
 
-from . import cpu, derive, floor, netstat, offload, options, transports
+from . import cpu, derive, floor, link, netstat, offload, options, transports
 from .measurement import Measurement
 from .window import Window, counter_delta
 
@@ -39,7 +39,8 @@ def describe(m: Measurement, run_path: Path) -> dict:
     5. what the observers cost (needs 2 and 3);
     6. the UDP drop cross-check (needs 2);
     7. GSO/GRO as observed (needs 4);
-    8. the floor (needs 1's CPU)."""
+    8. the floor (needs 1's CPU);
+    9. the emulated link, its counters, and what limited the run (needs 1)."""
     opts = run_options(m)
     rec = build_record(opts, m)
     rec["probes"] = m.probes
@@ -70,7 +71,48 @@ def describe(m: Measurement, run_path: Path) -> dict:
         rec["crosscheck"].setdefault("server", {})["udp_drops"] = udp_drops(rec, m.done["client"], m.done["server"])
     rec["offload"] = offload_record(opts, m, rec)
     rec["floor"] = floor.figures(opts.stack, m.floor_parts, rec["cpu"], opts.sendfile)
+    rec["link"] = link_record(opts, m, rec)
     return rec
+
+
+# A direction carrying at least this share of its rate is the link's limit;
+# CPU this busy (the machine, or one process on its one CPU) is the host's.
+SATURATED = 0.9
+
+
+def link_record(opts: options.RunOptions, m: Measurement, rec: dict):
+    """The emulated link (None without --link): what was asked, what the
+    kernel has, each direction's qdisc counters over the window, and
+    whether the link or the CPU limited the run. A run whose CPU saturated
+    while its link was not full measured the emulator, not the link."""
+    if m.link is None:
+        return None
+    spec = link.parse(opts.link)
+    out = link.describe(opts.link, spec, m.link, {"start": m.window.start.qdiscs, "end": m.window.end.qdiscs})
+    seconds = rec["cpu_window_s"]
+    util = {}
+    for name, d in out["directions"].items():
+        root = (d["window"] or {}).get("tbf")
+        util[name] = root["bytes"] * 8 / seconds / spec.rate_bit if root and spec.rate_bit else None
+        # netem's drops are its random loss and any packet over its limit
+        # (tbf's count its child's again, so they are not added).
+        netem = (d["window"] or {}).get("netem")
+        offered = netem["packets"] + netem["drops"] if netem else 0
+        d["netem_drops_percent"] = 100 * netem["drops"] / offered if offered else None
+        d["utilisation"] = util[name]
+    busy = rec["cpu"]["system"].get("utilisation")
+    one_cpu = max(rec["cpu"][s]["total_s"] for s in ("client", "server")) / seconds
+    link_full = any(u is not None and u >= SATURATED for u in util.values())
+    cpu_full = (busy is not None and busy >= SATURATED) or one_cpu >= SATURATED
+    out["saturation"] = {
+        "link_utilisation": max((u for u in util.values() if u is not None), default=None),
+        "cpu_busy": busy,
+        "busiest_process_cpus": one_cpu,
+        "cpu_saturated": cpu_full,
+        "limited_by": "link" if link_full else ("cpu" if cpu_full else "neither"),
+        "cpu_saturated_first": cpu_full and not link_full,
+    }
+    return out
 
 
 def udp_drops(rec: dict, client_done: dict, server_done: dict) -> dict:

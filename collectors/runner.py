@@ -20,7 +20,7 @@ from typing import Callable, Optional
 from qprof import errors, paths, remains
 from qprof.rundir import RunDir, write_text_atomic
 
-from . import environment, floor, guest, listen, netstat, offload, options, record, transports
+from . import capabilities, environment, floor, guest, link, listen, netstat, offload, options, record, transports
 from .faults import NO_FAULTS, Faults
 from .measurement import MEASUREMENT, Measurement
 from .options import RunOptions
@@ -69,6 +69,7 @@ def check_options(opts: RunOptions) -> transports.Stack:
         opts.warmup_s = 0.0
     elif opts.warmup_s is None:
         opts.warmup_s = DEFAULT_WARMUP_S
+    check_link(opts)
     offload.plan(opts.stack, opts.topology, opts.gso, opts.gro, opts.send_mode, opts.batch, opts.dgram_size)
     if opts.dgram_size is not None and opts.topology == "netns" and opts.dgram_size > opts.mtu - record.UDP_IP_HEADERS:
         raise errors.BadValue(
@@ -76,6 +77,35 @@ def check_options(opts: RunOptions) -> transports.Stack:
             f"(at most {opts.mtu - record.UDP_IP_HEADERS} bytes of UDP payload); lower it."
         )
     return stack
+
+
+def check_link(opts: RunOptions) -> None:
+    """A --link the topology and this kernel can carry; a lossy or jittery
+    link without a rate turns GSO off (collectors/link.py says why)."""
+    if opts.link is None:
+        return
+    spec = link.parse(opts.link)
+    if opts.topology == "loopback":
+        raise errors.BadLink(
+            "--link emulates the veth between two namespaces, and the loopback topology has none; "
+            "drop --topology loopback or --link."
+        )
+    if spec.needs_wire_packets:
+        if opts.gso == "on":
+            raise errors.BadLink(
+                f"--link '{opts.link}' has loss or jitter but no rate, and netem would then drop or delay "
+                "each GSO packet whole; add a rate to the link (tbf splits GSO packets) or drop --gso on."
+            )
+        opts.gso = "off"
+    if opts.guest or os.geteuid() != 0:
+        return  # the guest's kernel has the qdiscs; a user is refused by preflight
+    for kind in spec.qdisc_kinds:
+        why = capabilities.qdisc_missing(kind)
+        if why is not None:
+            raise errors.LinkUnsupported(
+                f"--link '{opts.link}' needs {kind}, which this kernel cannot add ({why}); "
+                "run it in a QEMU guest with Debian's kernel: add --guest."
+            )
 
 
 def preflight(opts: RunOptions) -> Path:
@@ -172,7 +202,10 @@ def _run(opts: RunOptions, binary: Path, on_progress, faults: Faults) -> dict:
             )
             for ep in (topo.client, topo.server) if topo.kind == "netns" else ():
                 offload.set_device_features(ep, plan.devices)
-            m = _transfer(opts, binary, topo, rundir.path, cert, key, on_progress, plan, faults, floor_parts)
+            link_eps = {"client": topo.client, "server": topo.server} if opts.link else None
+            applied = link.apply(link.parse(opts.link), link_eps, opts.mtu) if link_eps else None
+            m = _transfer(opts, binary, topo, rundir.path, cert, key, on_progress, plan, faults, floor_parts, link_eps)
+            m.link = applied
         # The raw measurement first: if describing it fails, the evidence stays.
         write_text_atomic(rundir.path / MEASUREMENT, m.to_json())
         rec = record.describe(m, rundir.path)
@@ -183,7 +216,7 @@ def _run(opts: RunOptions, binary: Path, on_progress, faults: Faults) -> dict:
 
 
 def _transfer(
-    opts, binary, topo, run_path, cert, key, on_progress, plan, faults: Faults, floor_parts: dict
+    opts, binary, topo, run_path, cert, key, on_progress, plan, faults: Faults, floor_parts: dict, link_eps=None
 ) -> Measurement:
     """The transfer and every instrument around it; what they read, raw."""
     server_argv = workload_argv(binary, opts, "server", topo.server.addr, opts.port, plan, run_path)
@@ -201,7 +234,7 @@ def _transfer(
     ):
         udp_before = {side: netstat.read_udp(ep) for side, ep in sides}
         dev_before = {side: netstat.read_device(ep) for side, ep in sides}
-        connected, window, tls_before = _measure(opts, server, client, probes, perf, on_progress, faults)
+        connected, window, tls_before = _measure(opts, server, client, probes, perf, on_progress, faults, link_eps)
         measured_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         client_done = client.finish(FINISH_TIMEOUT_S)
         server_done = server.finish(FINISH_TIMEOUT_S)
@@ -264,7 +297,7 @@ def _perf(opts, run_path):
         yield perf
 
 
-def _measure(opts, server, client, probes, perf, on_progress, faults: Faults):
+def _measure(opts, server, client, probes, perf, on_progress, faults: Faults, link_eps=None):
     """Connect, warm up, and take the window's two edges. A fixed-size
     transfer is measured whole: the window opens before the client
     connects and closes when the server has the last byte."""
@@ -273,12 +306,12 @@ def _measure(opts, server, client, probes, perf, on_progress, faults: Faults):
     if opts.bytes:
         if perf is not None:
             perf.enable()
-        start = take_edge("start", server, client, probes)
+        start = take_edge("start", server, client, probes, link_eps)
         client.send("start")
         connected = client.wait_event("connected", CONNECT_TIMEOUT_S)
         on_progress("measuring until the last byte arrives")
         _wait_for_last_byte(server, opts.bytes * opts.streams)
-        end = take_edge("end", server, client, probes)
+        end = take_edge("end", server, client, probes, link_eps)
         if perf is not None:
             perf.disable()
         return connected, Window(start, end), tls_before
@@ -288,13 +321,13 @@ def _measure(opts, server, client, probes, perf, on_progress, faults: Faults):
     sleep_watching(connected["t_ns"] + int(opts.warmup_s * 1e9), procs)
     if perf is not None:
         perf.enable()
-    start = take_edge("start", server, client, probes)
+    start = take_edge("start", server, client, probes, link_eps)
     on_progress(f"measuring {opts.duration_s:g} s")
     if faults.kill_server:
         sleep_watching(start.t_ns + int(opts.duration_s * 0.3e9), procs)
         server.proc.kill()
     sleep_watching(start.t_ns + int(opts.duration_s * 1e9), procs)
-    end = take_edge("end", server, client, probes)
+    end = take_edge("end", server, client, probes, link_eps)
     if perf is not None:
         perf.disable()
     sleep_watching(end.t_ns + int(TAIL_S * 1e9), procs)

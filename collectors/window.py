@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import Dict, Iterable, Optional
 
-from . import cpu, netstat, transports
+from . import cpu, link, netstat, transports
 from .workload import WorkloadProcess
 
 MARK_TIMEOUT_S = 5.0
@@ -29,6 +29,7 @@ class Edge:
     tls_stat: dict  # side -> /proc/<pid>/net/tls_stat, None without kernel TLS
     net: dict  # side -> the namespace's loss counters (netstat.WATCHED); "softnet": the machine's
     tasks: dict  # (pid, tid) -> on-CPU ns of every task (schedstat)
+    qdiscs: Optional[dict] = None  # with --link: side -> qdisc kind -> counters (link.read_counters)
 
 
 @dataclass
@@ -52,7 +53,7 @@ class Window:
         return (self.end.t_ns - self.start.t_ns) / 1e9
 
 
-def take_edge(name: str, server: WorkloadProcess, client: WorkloadProcess, probes=None) -> Edge:
+def take_edge(name: str, server: WorkloadProcess, client: WorkloadProcess, probes=None, link_eps=None) -> Edge:
     """Every instrument's reading at one instant, as near as can be: all
     marks are asked for at once (each process answers as soon as it runs),
     the kernel's counters are read meanwhile, then the answers collected."""
@@ -71,11 +72,12 @@ def take_edge(name: str, server: WorkloadProcess, client: WorkloadProcess, probe
         "client": netstat.read_namespace(client.pid),
         "softnet": netstat.read_softnet(),
     }
+    qdiscs = link.read_counters(link_eps) if link_eps else None
     server_mark = server.wait_event("mark", MARK_TIMEOUT_S)
     client_mark = client.wait_event("mark", MARK_TIMEOUT_S)
     if probes is not None:
         probes.collect_mark(name)
-    return Edge(t_ns, system, server_cpu, client_cpu, server_mark, client_mark, tls_stat, net, tasks)
+    return Edge(t_ns, system, server_cpu, client_cpu, server_mark, client_mark, tls_stat, net, tasks, qdiscs)
 
 
 def sleep_watching(until_ns: int, procs: Iterable[WorkloadProcess]) -> None:

@@ -146,6 +146,19 @@ class Busy(QprofError):
     exit_code = 28
 
 
+class BadLink(QprofError):
+    """A --link that cannot be emulated: an unknown preset, a malformed or
+    impossible value, or a topology without a link (loopback)."""
+
+    exit_code = 29
+
+
+class LinkUnsupported(QprofError):
+    """The kernel lacks a queueing discipline the --link needs (netem)."""
+
+    exit_code = 30
+
+
 class Interrupted(QprofError):
     """Ctrl-C or SIGTERM: 128 + SIGINT, as shells report it."""
 

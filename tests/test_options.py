@@ -30,7 +30,8 @@ def test_every_cli_option_is_on_run_and_compare():
 
 
 def test_vary_keys_parse_with_their_option():
-    assert set(compare.VARY_KEYS) == {o.name for o in options.OPTIONS if o.vary}
+    # Each option marked vary, and the link's keys, which set that key of --link.
+    assert set(compare.VARY_KEYS) == {o.name for o in options.OPTIONS if o.vary} | set(options.LINK_PARTS)
     assert options.BY_NAME["io-size"].parse("128K") == 131072
     with pytest.raises(errors.BadValue):
         options.BY_NAME["io-size"].parse("96K")  # not a power of two

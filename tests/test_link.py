@@ -1,0 +1,222 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""--link: the spec and its presets, the qdiscs it plans, what the kernel
+reads back, and runs through it. A rate alone needs only tbf, which this
+host has; netem (delay, loss, jitter) runs in the guest (test_guest_link.py)."""
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from qprof import errors
+from qprof.collectors import compare, link, options
+
+from conftest import leftovers, needs_build, qprof, run_json
+from test_bad_input import one_sentence
+
+BAD_LINK, LINK_UNSUPPORTED = 29, 30
+DATA = Path(__file__).parent / "data" / "link"
+
+
+# --- the spec ------------------------------------------------------------------
+
+
+def test_presets_are_seed_002s():
+    """Krinkin & Dronnikov's four profiles: RTT, loss, bandwidth."""
+    want = {
+        "wifi": (0.110, 0.5, 2_200_000),
+        "lte": (0.250, 0.7, 2_000_000),
+        "3g": (0.550, 0.5, 1_000_000),
+        "2g": (0.900, 2.5, 200_000),
+    }
+    for name, (rtt, loss, rate) in want.items():
+        l = link.parse(name)
+        assert (l.rtt_s, l.loss_percent, l.rate_bit, l.preset) == (rtt, loss, rate, name)
+        assert l.jitter_s == 0 and l.queue_packets is None
+
+
+def test_keys_and_overrides():
+    l = link.parse("rtt=100ms,loss=1%,rate=2.2mbit")
+    assert (l.rtt_s, l.loss_percent, l.rate_bit, l.preset) == (0.1, 1.0, 2_200_000, None)
+    l = link.parse("LTE,loss=1%,jitter=5ms,queue=40")
+    assert (l.rtt_s, l.loss_percent, l.rate_bit, l.jitter_s, l.queue_packets) == (0.25, 1.0, 2_000_000, 0.005, 40)
+    assert link.parse("rate=500kbit").rate_bit == 500_000 and link.parse("rtt=1s").rtt_s == 1.0
+    assert link.parse("rtt=250us").rtt_s == pytest.approx(250e-6)
+    # --vary rtt=... on top of --link: the last value of a key wins.
+    assert link.parse(link.with_key("loss=0.5%,rate=2.2mbit", "rtt", "750ms")).rtt_s == 0.75
+    assert link.with_key(None, "rtt", "10ms") == "rtt=10ms"
+
+
+@pytest.mark.parametrize(
+    "spec, words",
+    [
+        ("5g", ["unknown link preset '5g'", "wifi, lte, 3g, 2g"]),
+        ("rtt=-1ms", ["rtt is a duration", "not negative"]),
+        ("loss=101%", ["loses 101%"]),
+        ("loss=100%", ["loses 100%"]),
+        ("loss=1", ["percentage", "% sign"]),
+        ("rate=0mbit", ["at least 8kbit"]),
+        ("rate=0", ["bits per second"]),
+        ("rate=10MB", ["bits per second"]),
+        ("rtt=10ms,jitter=6ms", ["more than half the RTT"]),
+        ("queue=0", ["queue is a whole number"]),
+        ("delay=10ms", ["unknown --link key 'delay'", "rtt="]),
+        ("rtt=10ms,rtt=20ms", ["gives rtt twice"]),
+        ("rtt=10ms,lte", ["a preset comes first"]),
+        ("rtt=10ms,,loss=1%", ["empty item"]),
+        ("", ["--link is empty"]),
+        ("queue=5", ["emulates nothing"]),
+    ],
+)
+def test_bad_specs(spec, words):
+    with pytest.raises(errors.BadLink) as e:
+        link.parse(spec)
+    for w in words:
+        assert w in e.value.sentence, e.value.sentence
+    assert e.value.sentence.endswith(".") and "\n" not in e.value.sentence
+
+
+# --- the plan ------------------------------------------------------------------
+
+
+def test_rate_alone_is_tbf_with_a_bdp_queue():
+    l = link.parse("rate=10mbit,rtt=0ms")
+    assert l.qdisc_kinds == ["tbf"] and not l.needs_netem
+    p = link.plan(l, 1500)
+    (tbf,) = p.commands("v0")
+    assert tbf[:6] == ["qdisc", "add", "dev", "v0", "root", "handle"] and "tbf" in tbf
+    assert tbf[tbf.index("rate") + 1] == "10000000bit"
+    # The burst is one packet and a little, so every GSO packet is split.
+    assert 1514 < p.tbf_burst_bytes < 2 * 1448
+    assert p.queue_packets == link.QUEUE_MIN_PACKETS and p.queue_source == "bdp"
+
+
+def test_netem_under_tbf_holds_queue_and_delay_line():
+    l = link.parse("lte")  # 250 ms, 0.7 %, 2 Mbit/s
+    p = link.plan(l, 1500)
+    tbf, netem = p.commands("v0")
+    assert netem[netem.index("parent") + 1] == "1:1" and "netem" in netem
+    assert netem[netem.index("delay") + 1] == "125000us"  # half the RTT each way
+    assert netem[netem.index("loss") + 1 : netem.index("loss") + 3] == ["random", "0.7%"]
+    bdp = 2_000_000 * 0.25 / 8 / 1500  # 41.7 packets
+    assert p.queue_packets == 42 and p.queue_source == "bdp"
+    assert p.netem_limit == 42 + 21 + link.QUEUE_MIN_PACKETS > bdp
+    assert "rate" not in netem  # no jitter: netem keeps order by itself
+
+
+def test_jitter_keeps_order_and_loss_without_rate_needs_wire_packets():
+    l = link.parse("rtt=20ms,jitter=2ms")
+    assert l.qdisc_kinds == ["netem"] and l.needs_wire_packets
+    (netem,) = link.plan(l, 1500).commands("v0")
+    assert netem[0:5] == ["qdisc", "add", "dev", "v0", "root"]
+    assert netem[netem.index("delay") + 1 : netem.index("delay") + 3] == ["10000us", "2000us"]
+    assert netem[netem.index("rate") + 1] == f"{link.NETEM_ORDER_RATE_BIT}bit"
+    assert not link.parse("rtt=20ms").needs_wire_packets  # delay alone delays a GSO packet whole, rightly
+    assert not link.parse("rtt=20ms,loss=1%,rate=5mbit").needs_wire_packets  # tbf splits them
+    l = link.parse("rtt=20ms,jitter=2ms,rate=5mbit")
+    assert link.plan(l, 1500).netem_rate_bit == 5_000_000
+
+
+def test_read_back_from_the_kernel():
+    """A real `tc -s -j qdisc show` of Debian 6.1's tbf + netem (the guest)."""
+    qdiscs = json.loads((DATA / "tbf-netem.json").read_text())
+    obs = link.observed(qdiscs)
+    assert obs["kinds"] == ["tbf", "netem"]
+    assert obs["rate_bit"] == 20_000_000 and obs["delay_s"] == 0.02 and obs["loss_percent"] == 1.0
+    p = link.plan(link.parse("rtt=40ms,loss=1%,rate=20mbit"), 1500)
+    from dataclasses import asdict
+
+    assert link.matches(asdict(p), obs) == []
+    assert link.matches(asdict(replace(p, delay_s=0.05)), obs) == ["delay_s 0.02 (asked 0.05)"]
+
+
+# --- options and compare ---------------------------------------------------------
+
+
+def test_link_is_an_option_and_its_parts_vary():
+    assert options.BY_NAME["link"].vary
+    assert {"link", "rtt", "loss", "rate", "jitter"} <= set(compare.VARY_KEYS)
+    with pytest.raises(errors.BadLink):
+        options.check(replace(options.RunOptions(), link="lte,loss=200%"))
+
+
+def test_compare_folds_rtt_into_the_link():
+    base = replace(options.RunOptions(), stack="tcp", link="loss=0.5%,rate=2.2mbit", guest=True)
+    configs = compare.build_matrix(base, ["tcp"], {"rtt": ["10ms", "1s"]}, [])
+    assert [c.opts.link for c in configs] == ["loss=0.5%,rate=2.2mbit,rtt=10ms", "loss=0.5%,rate=2.2mbit,rtt=1s"]
+    assert [c.label for c in configs] == ["tcp rtt=10ms", "tcp rtt=1s"]
+    configs = compare.build_matrix(replace(base, link=None), ["tcp"], {"link": ["wifi", "2g"]}, [])
+    assert [c.opts.link for c in configs] == ["wifi", "2g"]
+
+
+def test_compare_refuses_a_bad_link_before_any_run():
+    base = replace(options.RunOptions(), stack="tcp", guest=True)
+    with pytest.raises(errors.BadLink, match="configuration 'tcp link=5g'.*unknown link preset"):
+        compare.build_matrix(base, ["tcp"], {"link": ["wifi", "5g"]}, [])
+    with pytest.raises(errors.BadLink, match="rtt=-5ms"):
+        compare.build_matrix(replace(base, link="rate=1mbit"), ["tcp"], {"rtt": ["5ms", "-5ms"]}, [])
+
+
+# --- runs ----------------------------------------------------------------------
+
+
+@needs_build
+@pytest.mark.parametrize(
+    "args, code, words",
+    [
+        (["--link", "5g"], BAD_LINK, ["unknown link preset", "wifi"]),
+        (["--link", "rate=10mbit", "--topology", "loopback"], BAD_LINK, ["loopback"]),
+        (["--link", "rtt=10ms,loss=1%", "--gso", "on"], BAD_LINK, ["no rate", "GSO"]),
+    ],
+)
+def test_bad_link_runs(runs_dir, args, code, words):
+    r = qprof("run", "--stack", "tcp", *args, runs_dir=runs_dir)
+    assert r.returncode == code, r.stderr
+    line = one_sentence(r.stderr)
+    for w in words:
+        assert w in line, line
+    assert not runs_dir.exists() and leftovers() == []
+
+
+@needs_build
+def test_netem_missing_points_to_the_guest(runs_dir):
+    """This host's kernel has no sch_netem: refused before anything runs.
+    On a kernel with it, the run goes ahead (then this test has nothing to
+    refuse and says so)."""
+    from qprof.collectors import capabilities
+
+    if capabilities.qdisc_missing("netem") is None:
+        pytest.skip("this kernel has sch_netem; --link rtt=... runs on the host")
+    r = qprof("run", "--stack", "tcp", "--link", "lte", runs_dir=runs_dir)
+    assert r.returncode == LINK_UNSUPPORTED, r.stderr
+    line = one_sentence(r.stderr)
+    assert "netem" in line and "--guest" in line
+    assert not runs_dir.exists() and leftovers() == []
+
+
+@needs_build
+def test_a_rate_limit_is_the_limit(runs_dir):
+    """tbf on both veths at 10 Mbit/s: the settings read back equal the
+    request, the data direction runs at the rate and not above it, and the
+    record says the link, not the CPU, was the limit."""
+    rate = 10_000_000
+    rec = run_json(
+        runs_dir, "--stack", "tcp", "--link", "rate=10mbit", "--duration", "2s", "--warmup", "1s", "--probes", "none"
+    )
+    assert rec["status"] == "complete" and rec["verified"] is True
+    lk = rec["link"]
+    assert lk["spec"] == "rate=10mbit" and lk["requested"]["rate_bit"] == rate
+    for name, d in lk["directions"].items():
+        assert d["applied"]["kinds"] == ["tbf"] and d["applied"]["rate_bit"] == rate, name
+        assert d["differs"] == []
+    up = lk["directions"]["client_to_server"]
+    # Wire bytes over the window (headers included) at the rate, give or take
+    # one window edge's burst; goodput (payload) under it.
+    assert 0.9 < up["utilisation"] < 1.05, up
+    assert rec["throughput_gbps"] * 1e9 < rate
+    assert up["window"]["tbf"]["packets"] > 1000
+    # The ACKs go the other way, a small share of the rate.
+    assert lk["directions"]["server_to_client"]["utilisation"] < 0.2
+    assert lk["saturation"]["limited_by"] == "link" and lk["saturation"]["cpu_saturated_first"] is False
+    assert leftovers() == []
