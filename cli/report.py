@@ -76,12 +76,52 @@ def print_run(rec: dict, console: Optional[Console] = None) -> None:
             f"{ABSENT} = not measured (per-process softirq: see README)"
         )
     console.print(_own_counters(rec))
+    _print_link(rec, console)
     _print_loss(rec, console)
     _print_floor(rec, console)
     _print_offload(rec, console)
     _print_probes(rec, console)
     _print_flame(rec, console)
     console.print(f"run {rec['id']}")
+
+
+def _print_link(rec: dict, console: Console) -> None:
+    """The emulated link as the kernel holds it, its counters over the
+    window, and what limited the run."""
+    lk = rec.get("link")
+    if not lk:
+        return
+    r = lk["requested"]
+    parts = [f"rtt {r['rtt_s'] * 1e3:g} ms"] if r["rtt_s"] else []
+    parts += [f"loss {r['loss_percent']:g}%"] if r["loss_percent"] else []
+    parts += [f"rate {r['rate_bit'] / 1e6:g} Mbit/s"] if r["rate_bit"] else []
+    parts += [f"jitter {r['jitter_s'] * 1e3:g} ms"] if r["jitter_s"] else []
+    q = lk["plan"]["queue_packets"]
+    parts += [f"queue {q} packets ({lk['plan']['queue_source']})"] if q else []
+    name = f"{lk['preset']}: " if lk["preset"] else ""
+    console.print(f"link {name}{', '.join(parts)}")
+    t = Table(title="the link over the window (tc qdisc counters)", title_justify="left")
+    for col in ("DIRECTION", "QDISCS", "PACKETS", "DROPS", "NETEM DROPS", "UTILISATION", "AS ASKED"):
+        t.add_column(col, justify="left" if col in ("DIRECTION", "QDISCS", "AS ASKED") else "right")
+    for name, d in lk["directions"].items():
+        root = next(iter((d["window"] or {}).values()), None)
+        t.add_row(
+            name.replace("_", " "),
+            "+".join(d["applied"]["kinds"]) if d["applied"] else ABSENT,
+            _int(root["packets"]) if root else ABSENT,
+            _int(root["drops"]) if root else ABSENT,
+            _num(d["netem_drops_percent"], "{:.2f}%"),
+            _num(d["utilisation"], "{:.0%}"),
+            ABSENT
+            if d["differs"] is None
+            else ("yes" if not d["differs"] else "[red]" + "; ".join(d["differs"]) + "[/]"),
+        )
+    console.print(t)
+    s = lk["saturation"]
+    line = f"limited by: [bold]{s['limited_by']}[/]"
+    if s["cpu_saturated_first"]:
+        line += " [yellow](the CPU saturated before the link: these times describe the emulator, not the link)[/]"
+    console.print(line)
 
 
 def _own_counters(rec: dict) -> Table:
@@ -150,11 +190,13 @@ def _print_loss(rec: dict, console: Console) -> None:
     k = rec.get("kernel_loss")
     if not k or k.get("dropped") is None:
         return
-    line = (
-        "[red]the kernel dropped packets:[/] " + "; ".join(k["where"])
-        if k["dropped"]
-        else "kernel drops: none (snmp, softnet, qdisc and veth counters)"
-    )
+    if k["dropped"] and rec.get("link"):
+        # The emulated link drops by design (its loss, its queue's limit).
+        line = "the kernel dropped packets (with the emulated link's qdiscs): " + "; ".join(k["where"])
+    elif k["dropped"]:
+        line = "[red]the kernel dropped packets:[/] " + "; ".join(k["where"])
+    else:
+        line = "kernel drops: none (snmp, softnet, qdisc and veth counters)"
     retr, dup = k.get("retransmitted_segments"), k.get("duplicate_segments")
     if retr:
         line += f"; TCP retransmitted {retr:,} segments"

@@ -157,6 +157,13 @@ METRICS: List[Metric] = [
         for s in ("client", "server")
     ],
     Metric(
+        "link_utilisation",
+        "link utilisation",
+        "share",
+        lambda r: _get(r, "link", "saturation", "link_utilisation"),
+        lower_is_better=False,
+    ),
+    Metric(
         "client_bytes_per_send_call",
         "client bytes/send call",
         "B",
