@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0-only
 /*
- * qprof-wl: the bulk-transfer workload qprof measures. One program, a
- * server and a client role per stack; events and the final report are JSON
- * lines on stdout, messages on stderr.
+ * qprof-wl: the workload qprof measures, a bulk upload or a series of
+ * downloads. One program, a server and a client role per stack; events and
+ * the final report are JSON lines on stdout, messages on stderr.
  */
 #define _GNU_SOURCE
 #include <getopt.h>
@@ -16,23 +16,33 @@ static const char usage[] =
 	"Usage: qprof-wl --stack STACK --role server|client [OPTIONS]\n"
 	"\n"
 	"  -s, --stack STACK        quic, tcp, tcp-tls, tcp-ktls or udp\n"
-	"  -r, --role ROLE          server (receives, verifies) or client (sends)\n"
+	"  -r, --role ROLE          server or client; bulk: the client sends and the server\n"
+	"                           verifies, download: the other way round\n"
 	"  -a, --addr IPV4          server: address to listen on; client: to connect to\n"
 	"  -p, --port PORT          UDP/TCP port (default 4433)\n"
 	"      --cert FILE          server certificate (PEM): quic, tcp-tls, tcp-ktls\n"
 	"      --key FILE           server private key (PEM): quic, tcp-tls, tcp-ktls\n"
-	"  -n, --streams N          streams in the one connection (default 1)\n"
+	"      --pattern P          bulk (default: one connection, the client uploads) or\n"
+	"                           download (--count connections, the server sends)\n"
+	"  -n, --streams N          bulk: streams in the one connection (default 1)\n"
 	"  -t, --duration-ms MS     client: send for MS after the handshake\n"
 	"  -b, --bytes N            client: send N bytes per stream, then FIN\n"
-	"      --io-size N          client: bytes per send request, a power of two\n"
-	"                           from 1024 to 1048576 (default 65536); both roles:\n"
-	"                           the payload pattern's period is max(N, 64K), so\n"
-	"                           give the server the client's N\n"
+	"      --size N             download: bytes the server sends per connection\n"
+	"      --count N            download: connections, one after another (default 1)\n"
+	"      --resume             download, quic, tcp-tls, tcp-ktls: the client resumes each\n"
+	"                           connection after the first with the session ticket the\n"
+	"                           previous one got (quic: and sends its request as 0-RTT);\n"
+	"                           the quic server issues tickets and takes 0-RTT (OpenSSL\n"
+	"                           servers issue tickets anyway)\n"
+	"      --io-size N          sender: bytes per send request, a power of two from\n"
+	"                           1024 to 1048576 (default 65536); receiver: bytes per\n"
+	"                           read (tcp); both roles: the payload pattern's period\n"
+	"                           is max(N, 64K), so give both roles the same N\n"
 	"      --exec-profile P     msquic execution profile: lowlat (default) or maxtput\n"
 	"      --tls V              tcp-tls, tcp-ktls: TLS version 1.2 or 1.3 (default)\n"
 	"      --cipher NAME        tcp-tls, tcp-ktls: OpenSSL cipher name (default AES-128-GCM:\n"
 	"                           TLS_AES_128_GCM_SHA256, or ECDHE-ECDSA-AES128-GCM-SHA256 for 1.2)\n"
-	"      --sendfile           tcp, tcp-ktls client: sendfile() the data from a memfd\n"
+	"      --sendfile           tcp, tcp-ktls sender: sendfile() the data from a memfd\n"
 	"      --send-mode M        udp client: gso (default: one sendmsg carries --batch datagrams\n"
 	"                           with a UDP_SEGMENT cmsg), sendmmsg (--batch datagrams per call)\n"
 	"                           or sendmsg (one datagram per call)\n"
@@ -50,6 +60,23 @@ static const char usage[] =
 	"\n"
 	"With neither --duration-ms nor --bytes the client sends until told \"stop\".\n"
 	"\n"
+	"download: on each connection the client sends an 8-byte request (--size,\n"
+	"little-endian), the server answers with --size bytes of the pattern from\n"
+	"offset 0 and ends the stream (quic: FIN on one bidirectional stream; tcp:\n"
+	"FIN, after close_notify with TLS), the client checks every byte, closes,\n"
+	"and only then opens the next connection. The client reports each in a\n"
+	"\"download\" event: i, bytes, t_connect_ns (CLOCK_MONOTONIC when the connect\n"
+	"started) and, as ns since then, tcp_handshake_ns (TLS over TCP),\n"
+	"handshake_ns, first_byte_ns and complete_ns (the last byte checked); with\n"
+	"TLS resumed and early_data as the library reports them; its own packet\n"
+	"counters (retransmits, lost_packets for quic, packets_sent, packets_received).\n"
+	"The server reports each connection in a \"served\" event: i, bytes, resumed,\n"
+	"early_data (quic: a receive flagged 0-RTT) and its own counters.\n"
+	"\"stop\" ends the client after the download under way. The server ends\n"
+	"after --count downloads, on \"stop\", \"exit\" or EOF (--control), or when\n"
+	"a download fails; marks carry app_bytes (client: checked, server: sent)\n"
+	"and downloads (completed so far).\n"
+	"\n"
 	"udp: no reliability, no crypto. Each datagram starts with its sequence\n"
 	"number (8 bytes, little-endian); the rest is pattern the server checks. -b N\n"
 	"sends ceil(N / dgram-size) datagrams, the last one shorter (but at least 8\n"
@@ -65,7 +92,9 @@ static const char usage[] =
 	"  qprof-wl -s tcp-tls -r server -a 127.0.0.1 --cert c.pem --key k.pem\n"
 	"  qprof-wl -s tcp-tls -r client -a 127.0.0.1 -t 5000 --tls 1.2\n"
 	"  qprof-wl -s udp -r server -a 127.0.0.1 -p 5001 --control --gro off\n"
-	"  qprof-wl -s udp -r client -a 127.0.0.1 -p 5001 -t 2000 --send-mode sendmmsg --batch 16\n";
+	"  qprof-wl -s udp -r client -a 127.0.0.1 -p 5001 -t 2000 --send-mode sendmmsg --batch 16\n"
+	"  qprof-wl -s quic -r server --cert c.pem --key k.pem --pattern download --size 1000000\n"
+	"  qprof-wl -s quic -r client --pattern download --size 1000000 --count 10 --resume\n";
 /* clang-format on */
 
 static int parse_u64(const char *s, uint64_t *out)
@@ -105,6 +134,10 @@ int main(int argc, char **argv)
 		{"batch", required_argument, NULL, 'B'},
 		{"dgram-size", required_argument, NULL, 'D'},
 		{"gro", required_argument, NULL, 'G'},
+		{"pattern", required_argument, NULL, 'Y'},
+		{"size", required_argument, NULL, 'S'},
+		{"count", required_argument, NULL, 'U'},
+		{"resume", no_argument, NULL, 'R'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -116,6 +149,7 @@ int main(int argc, char **argv)
 		.exec_profile = "lowlat",
 		.tls_version = "1.3",
 	};
+	const char *pattern = "bulk";
 	uint64_t v;
 	int c;
 
@@ -134,6 +168,18 @@ int main(int argc, char **argv)
 		case 'F': o.sendfile = true; break;
 		case 'M': o.send_mode = optarg; break;
 		case 'G': o.gro = optarg; break;
+		case 'Y': pattern = optarg; break;
+		case 'R': o.resume = true; break;
+		case 'S':
+			if (parse_u64(optarg, &v) || v == 0)
+				goto bad_arg;
+			o.size = v;
+			break;
+		case 'U':
+			if (parse_u64(optarg, &v) || v == 0)
+				goto bad_arg;
+			o.count = v;
+			break;
 		case 'B':
 			if (parse_u64(optarg, &v) || v == 0 || v > 65535)
 				goto bad_arg;
@@ -181,6 +227,35 @@ int main(int argc, char **argv)
 		wl_warn("--role must be server or client, not %s", o.role);
 		return WL_EXIT_USAGE;
 	}
+	if (!strcmp(pattern, "download")) {
+		o.download = true;
+	} else if (strcmp(pattern, "bulk")) {
+		wl_warn("--pattern must be bulk or download, not %s", pattern);
+		return WL_EXIT_USAGE;
+	}
+	if (o.download && !strcmp(o.stack, "udp")) {
+		wl_warn("--pattern download is for quic, tcp, tcp-tls and tcp-ktls: udp has no stream to answer a request on");
+		return WL_EXIT_USAGE;
+	}
+	if (!o.download && (o.size || o.count || o.resume)) {
+		wl_warn("--size, --count and --resume are for --pattern download");
+		return WL_EXIT_USAGE;
+	}
+	if (o.download && !o.size) {
+		wl_warn("--pattern download needs --size N, the bytes per download, on both roles");
+		return WL_EXIT_USAGE;
+	}
+	if (o.download && (o.duration_ms || o.bytes || o.streams != 1)) {
+		wl_warn("--duration-ms, --bytes and --streams are for --pattern bulk; a download is --size bytes on one stream");
+		return WL_EXIT_USAGE;
+	}
+	if (o.resume && strcmp(o.stack, "quic") && strcmp(o.stack, "tcp-tls") &&
+	    strcmp(o.stack, "tcp-ktls")) {
+		wl_warn("--resume needs TLS: --stack quic, tcp-tls or tcp-ktls");
+		return WL_EXIT_USAGE;
+	}
+	if (o.download && !o.count)
+		o.count = 1;
 	if (o.duration_ms && o.bytes) {
 		wl_warn("--duration-ms and --bytes exclude each other: give one");
 		return WL_EXIT_USAGE;
@@ -194,7 +269,7 @@ int main(int argc, char **argv)
 		wl_warn("the server needs --cert and --key");
 		return WL_EXIT_USAGE;
 	}
-	if (!strcmp(o.role, "client") && !o.duration_ms && !o.bytes && !o.control) {
+	if (!strcmp(o.role, "client") && !o.download && !o.duration_ms && !o.bytes && !o.control) {
 		wl_warn("the client needs --duration-ms, --bytes or --control");
 		return WL_EXIT_USAGE;
 	}

@@ -60,7 +60,22 @@ struct wl_opts {
 	uint32_t batch;		 /* udp client: datagrams per call; 0: wl_udp.c's default */
 	uint32_t dgram_size;	 /* udp client: UDP payload bytes; 0: 1472 */
 	const char *gro;	 /* udp server: UDP_GRO "on" or "off"; NULL: on */
+	bool download;		 /* --pattern download: see below */
+	uint64_t size;		 /* download: bytes the server sends per connection */
+	uint64_t count;		 /* download: connections, one after another */
+	bool resume;		 /* download, TLS stacks: resume sessions (QUIC: 0-RTT) */
 };
+
+/*
+ * --pattern download: the client makes --count connections strictly one
+ * after another. On each it sends a request (the 8-byte little-endian
+ * --size), the server answers with --size bytes of the pattern from offset
+ * 0 and ends the stream (QUIC: FIN on the one bidirectional stream; TCP:
+ * close_notify and FIN), and the client checks every byte. The client
+ * reports each connection in a {"event":"download"} line, the server in a
+ * {"event":"served"} line; "done" then adds "pattern" and "downloads".
+ */
+#define WL_DL_REQUEST_LEN 8
 
 /* Pattern */
 void wl_pattern_init(uint32_t io_size); /* once, before any other call */
@@ -108,9 +123,11 @@ void wl_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  *   mark NAME  answered on stdout by a {"event":"mark"} line with the role's
  *              own counters, so the caller can bracket a measurement window;
  *   start      the client connects (with --wait-start it waits for this);
- *   stop       the sender finishes its streams and the transfer ends;
+ *   stop       the sender finishes its streams and the transfer ends
+ *              (download: the client makes no more connections after the
+ *              one under way, the server serves no more);
  *   exit       the role may exit once its report is out (so may EOF: the
- *              caller is gone).
+ *              caller is gone); a download server first ends as on stop.
  * The caller takes its CPU readings of this process before sending "exit".
  */
 struct wl_control_ops {
@@ -136,6 +153,27 @@ void wl_json_raw(struct wl_json *j, const char *key, const char *raw);
 const char *wl_json_end(struct wl_json *j);
 /* Begins a mark event: "event":"mark", its name, and t_ns now. */
 void wl_json_mark(struct wl_json *j, const char *name);
+
+/*
+ * One download's connection, as the "download" (client) or "served"
+ * (server) event reports it. Times are CLOCK_MONOTONIC ns; the event gives
+ * them as durations from t_connect (0: not taken, the key is left out).
+ * Figures the stack does not give are left out too, never written as 0.
+ */
+struct wl_dl {
+	uint64_t i;
+	uint64_t bytes;
+	uint64_t t_connect;   /* client: connect started */
+	uint64_t t_tcp;	      /* TLS over TCP: connect() returned */
+	uint64_t t_handshake; /* QUIC: CONNECTED; TCP: connect() or SSL_connect() returned */
+	uint64_t t_first_byte;
+	uint64_t t_complete;	    /* the last byte received and checked */
+	bool has_resumed, resumed;  /* TLS: the session was resumed */
+	bool has_early, early_data; /* TLS: the request went as early data and was taken */
+	bool has_counters, has_lost;
+	uint64_t retransmits, lost_packets, packets_sent, packets_received;
+};
+void wl_emit_dl(const char *event, const struct wl_dl *d);
 
 /* Roles */
 int wl_quic_run(const struct wl_opts *o);

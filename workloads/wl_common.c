@@ -233,6 +233,40 @@ void wl_json_mark(struct wl_json *j, const char *name)
 	wl_json_u64(j, "t_ns", wl_now_ns());
 }
 
+static void json_since(struct wl_json *j, const char *key, uint64_t t0, uint64_t t)
+{
+	if (t0 && t)
+		wl_json_u64(j, key, t - t0);
+}
+
+void wl_emit_dl(const char *event, const struct wl_dl *d)
+{
+	struct wl_json j;
+
+	wl_json_begin(&j);
+	wl_json_str(&j, "event", event);
+	wl_json_u64(&j, "i", d->i);
+	wl_json_u64(&j, "bytes", d->bytes);
+	if (d->t_connect)
+		wl_json_u64(&j, "t_connect_ns", d->t_connect);
+	json_since(&j, "tcp_handshake_ns", d->t_connect, d->t_tcp);
+	json_since(&j, "handshake_ns", d->t_connect, d->t_handshake);
+	json_since(&j, "first_byte_ns", d->t_connect, d->t_first_byte);
+	json_since(&j, "complete_ns", d->t_connect, d->t_complete);
+	if (d->has_resumed)
+		wl_json_bool(&j, "resumed", d->resumed);
+	if (d->has_early)
+		wl_json_bool(&j, "early_data", d->early_data);
+	if (d->has_counters) {
+		wl_json_u64(&j, "retransmits", d->retransmits);
+		if (d->has_lost)
+			wl_json_u64(&j, "lost_packets", d->lost_packets);
+		wl_json_u64(&j, "packets_sent", d->packets_sent);
+		wl_json_u64(&j, "packets_received", d->packets_received);
+	}
+	wl_emit("%s", wl_json_end(&j));
+}
+
 int wl_bind(int fd, const struct sockaddr_in *a, const char *proto, const struct wl_opts *o)
 {
 	if (!bind(fd, (const struct sockaddr *)a, sizeof(*a)))

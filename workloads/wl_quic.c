@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: GPL-2.0-only
 /*
- * QUIC roles over msquic: one connection, --streams unidirectional streams
- * from client to server. The client keeps msquic's ideal send buffer posted
+ * QUIC roles over msquic. Bulk: one connection, --streams unidirectional
+ * streams from client to server. Download: --count connections one after
+ * another, each with one bidirectional stream the client asks on and the
+ * server answers on. The sender keeps msquic's ideal send buffer posted
  * (send buffering off, as secnetperf does for throughput), straight out of
- * the read-only pattern region; the server checks every byte it receives.
+ * the read-only pattern region; the receiver checks every byte.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -33,12 +35,35 @@
 
 struct qstream {
 	HQUIC h;
+	HQUIC conn; /* sender: shut down when a send fails */
 	int idx;
-	uint64_t off;	      /* client: bytes posted; server: bytes received */
-	uint64_t outstanding; /* client: posted, not yet completed */
-	uint64_t ideal;	      /* client: msquic's ideal send buffer */
-	bool fin;	      /* client: FIN posted; server: FIN received */
-	QUIC_BUFFER tail;     /* client: the short last send of --bytes */
+	uint64_t off;	      /* sender: bytes posted; receiver: bytes received */
+	uint64_t end;	      /* sender: FIN after this many bytes; 0: on "stop" */
+	bool stoppable;	      /* sender: "stop" ends the stream early */
+	uint64_t outstanding; /* sender: posted, not yet completed */
+	uint64_t ideal;	      /* sender: msquic's ideal send buffer */
+	bool fin;	      /* sender: FIN posted; receiver: FIN received */
+	QUIC_BUFFER tail;     /* sender: the short last send */
+};
+
+/* One download's connection: the client's one at a time, each server's own. */
+struct dlconn {
+	HQUIC conn;
+	struct qstream s;
+	struct wl_dl r;
+	uint8_t req[WL_DL_REQUEST_LEN]; /* client: sent; server: received */
+	uint32_t req_len;
+	QUIC_BUFFER req_buf;
+	bool sending;	/* server: the request is in, the answer under way */
+	bool delivered; /* server: every byte and the FIN reached the client */
+	bool connected;
+	bool verify_failed, overrun;
+	uint64_t verify_fail_off;
+	QUIC_STATUS transport_status;
+	bool closed_by_transport;
+	uint64_t peer_error;
+	bool closed_by_peer;
+	uint64_t t_peer_closed;
 };
 
 static struct {
@@ -66,10 +91,21 @@ static struct {
 	bool closed_by_peer;
 
 	bool done_emitted;
+
+	/* --pattern download */
+	_Atomic uint64_t downloads; /* client: checked; server: delivered */
+	_Atomic uint64_t accepted;  /* server: connections so far */
+	_Atomic int live_conns;	    /* server: connections not yet closed */
+	_Atomic bool connected_emitted;
+	uint8_t *ticket; /* client --resume: the last connection's ticket */
+	uint32_t ticket_len;
+	struct wl_failure failure; /* server */
+	sem_t wake;		   /* server: a connection closed, or stop or exit came */
+
 	sem_t conn_done; /* connection shutdown complete */
 	sem_t may_exit;	 /* the caller has read what it needs */
 	sem_t may_start; /* --wait-start: the caller is ready for us */
-} quic_state = {.conn_lock = PTHREAD_MUTEX_INITIALIZER};
+} quic_state = {.conn_lock = PTHREAD_MUTEX_INITIALIZER, .failure = WL_FAILURE_INIT};
 
 static const char *status_name(QUIC_STATUS st)
 {
@@ -206,6 +242,8 @@ static void on_mark(const char *name, void *arg)
 	(void)arg;
 	wl_json_mark(&j, name);
 	wl_json_u64(&j, "app_bytes", atomic_load(&quic_state.app_bytes));
+	if (quic_state.o->download)
+		wl_json_u64(&j, "downloads", atomic_load(&quic_state.downloads));
 	json_perf_counters(&j);
 	pthread_mutex_lock(&quic_state.conn_lock);
 	json_conn_stats(&j);
@@ -223,11 +261,16 @@ static void on_stop(void *arg)
 {
 	(void)arg;
 	atomic_store(&quic_state.stopping, true);
+	sem_post(&quic_state.wake);
 }
 
 static void on_exit_cmd(void *arg)
 {
 	(void)arg;
+	/* A download server serves until told; a bulk role is done already. */
+	if (quic_state.o->download)
+		atomic_store(&quic_state.stopping, true);
+	sem_post(&quic_state.wake);
 	sem_post(&quic_state.may_exit);
 }
 
@@ -238,8 +281,8 @@ static const struct wl_control_ops control_ops = {
 	.exit = on_exit_cmd,
 };
 
-/* Client: keep the ideal send buffer posted; FIN once told to stop. */
-static void client_send_more(struct qstream *s)
+/* Sender: keep the ideal send buffer posted; FIN at the end or once told to stop. */
+static void send_more(struct qstream *s)
 {
 	const struct wl_opts *o = quic_state.o;
 
@@ -249,12 +292,12 @@ static void client_send_more(struct qstream *s)
 		uint64_t len = o->io_size;
 		QUIC_STATUS st;
 
-		if (atomic_load(&quic_state.stopping)) {
+		if (s->stoppable && atomic_load(&quic_state.stopping)) {
 			buf = NULL, len = 0, flags = QUIC_SEND_FLAG_FIN;
 		} else {
 			buf = &quic_state.chunks[(s->off % wl_pattern_period()) / o->io_size];
-			if (o->bytes && s->off + len >= o->bytes) {
-				len = o->bytes - s->off;
+			if (s->end && s->off + len >= s->end) {
+				len = s->end - s->off;
 				s->tail.Buffer = buf->Buffer;
 				s->tail.Length = (uint32_t)len;
 				buf = &s->tail;
@@ -265,7 +308,7 @@ static void client_send_more(struct qstream *s)
 						(void *)(uintptr_t)len);
 		if (QUIC_FAILED(st)) {
 			wl_warn("StreamSend failed: %s", status_name(st));
-			quic_state.api->ConnectionShutdown(quic_state.conn,
+			quic_state.api->ConnectionShutdown(s->conn,
 							   QUIC_CONNECTION_SHUTDOWN_FLAG_NONE, 1);
 			return;
 		}
@@ -284,11 +327,11 @@ static QUIC_STATUS QUIC_API client_stream_cb(HQUIC h, void *ctx, QUIC_STREAM_EVE
 	switch (ev->Type) {
 	case QUIC_STREAM_EVENT_SEND_COMPLETE:
 		s->outstanding -= (uint64_t)(uintptr_t)ev->SEND_COMPLETE.ClientContext;
-		client_send_more(s);
+		send_more(s);
 		break;
 	case QUIC_STREAM_EVENT_IDEAL_SEND_BUFFER_SIZE:
 		s->ideal = ev->IDEAL_SEND_BUFFER_SIZE.ByteCount;
-		client_send_more(s);
+		send_more(s);
 		break;
 	case QUIC_STREAM_EVENT_SHUTDOWN_COMPLETE:
 		quic_state.api->StreamClose(h);
@@ -312,6 +355,9 @@ static QUIC_STATUS client_open_streams(void)
 		QUIC_STATUS st;
 
 		s->idx = i;
+		s->conn = quic_state.conn;
+		s->end = quic_state.o->bytes;
+		s->stoppable = true;
 		/* Until msquic says otherwise, as secnetperf starts. */
 		s->ideal = 2 * (uint64_t)quic_state.o->io_size;
 		st = quic_state.api->StreamOpen(quic_state.conn,
@@ -322,7 +368,7 @@ static QUIC_STATUS client_open_streams(void)
 		st = quic_state.api->StreamStart(s->h, QUIC_STREAM_START_FLAG_IMMEDIATE);
 		if (QUIC_FAILED(st))
 			return st;
-		client_send_more(s);
+		send_more(s);
 	}
 	return QUIC_STATUS_SUCCESS;
 }
@@ -443,11 +489,388 @@ static QUIC_STATUS QUIC_API server_conn_cb(HQUIC h, void *ctx, QUIC_CONNECTION_E
 	return QUIC_STATUS_SUCCESS;
 }
 
+/*
+ * --pattern download. msquic calls back on its worker threads: the
+ * client's main thread waits on conn_done per connection, the server's on
+ * wake. Statistics are read in the connection's last callback, where
+ * GetParam runs inline and the connection has sent all it will.
+ */
+static void dl_counters(struct dlconn *d)
+{
+	QUIC_STATISTICS_V2 st;
+	uint32_t len = sizeof(st);
+
+	if (QUIC_FAILED(
+		    quic_state.api->GetParam(d->conn, QUIC_PARAM_CONN_STATISTICS_V2, &len, &st)))
+		return;
+	/* QUIC resends frames, not packets: the packets declared lost. */
+	d->r.has_counters = d->r.has_lost = true;
+	d->r.retransmits = st.SendSuspectedLostPackets;
+	d->r.lost_packets = st.SendSuspectedLostPackets - st.SendSpuriousLostPackets;
+	d->r.packets_sent = st.SendTotalPackets;
+	d->r.packets_received = st.RecvTotalPackets;
+}
+
+static void dl_connected(struct dlconn *d, const QUIC_CONNECTION_EVENT *ev)
+{
+	d->connected = true;
+	d->r.t_handshake = wl_now_ns();
+	d->r.has_resumed = true;
+	d->r.resumed = ev->CONNECTED.SessionResumed;
+	if (!atomic_exchange(&quic_state.connected_emitted, true)) {
+		quic_state.connected = true;
+		quic_state.t_connected_ns = d->r.t_handshake;
+		emit_connected();
+	}
+}
+
+/* Connection events both roles treat alike; true if it was one. */
+static bool dl_conn_common(struct dlconn *d, QUIC_CONNECTION_EVENT *ev)
+{
+	switch (ev->Type) {
+	case QUIC_CONNECTION_EVENT_SHUTDOWN_INITIATED_BY_TRANSPORT:
+		d->closed_by_transport = true;
+		d->transport_status = ev->SHUTDOWN_INITIATED_BY_TRANSPORT.Status;
+		return true;
+	case QUIC_CONNECTION_EVENT_SHUTDOWN_INITIATED_BY_PEER:
+		d->closed_by_peer = true;
+		d->peer_error = ev->SHUTDOWN_INITIATED_BY_PEER.ErrorCode;
+		d->t_peer_closed = wl_now_ns();
+		return true;
+	default: return false;
+	}
+}
+
+static const char *dl_why(const struct dlconn *d)
+{
+	return d->closed_by_transport ? status_name(d->transport_status)
+	       : d->closed_by_peer    ? "closed by peer"
+				      : "closed locally";
+}
+
+static QUIC_STATUS QUIC_API dl_client_stream_cb(HQUIC h, void *ctx, QUIC_STREAM_EVENT *ev)
+{
+	struct dlconn *d = ctx;
+	const uint64_t size = quic_state.o->size;
+	uint32_t i;
+
+	switch (ev->Type) {
+	case QUIC_STREAM_EVENT_RECEIVE: {
+		uint64_t off = ev->RECEIVE.AbsoluteOffset;
+
+		if (!ev->RECEIVE.TotalBufferLength)
+			break;
+		if (!d->r.t_first_byte)
+			d->r.t_first_byte = wl_now_ns();
+		if (off != d->s.off)
+			goto bad;
+		if (off + ev->RECEIVE.TotalBufferLength > size) {
+			d->overrun = true;
+			goto bad;
+		}
+		for (i = 0; i < ev->RECEIVE.BufferCount; i++) {
+			const QUIC_BUFFER *b = &ev->RECEIVE.Buffers[i];
+
+			if (!wl_pattern_check(off, b->Buffer, b->Length))
+				goto bad;
+			off += b->Length;
+		}
+		d->s.off = off;
+		atomic_fetch_add(&quic_state.app_bytes, ev->RECEIVE.TotalBufferLength);
+		if (off == size)
+			d->r.t_complete = wl_now_ns();
+		break;
+	bad:
+		if (!d->verify_failed) {
+			d->verify_failed = true;
+			d->verify_fail_off = off;
+			quic_state.api->ConnectionShutdown(d->conn,
+							   QUIC_CONNECTION_SHUTDOWN_FLAG_NONE, 2);
+		}
+		break;
+	}
+	case QUIC_STREAM_EVENT_PEER_SEND_SHUTDOWN: d->s.fin = true; break;
+	case QUIC_STREAM_EVENT_PEER_SEND_ABORTED:
+		quic_state.api->StreamShutdown(h, QUIC_STREAM_SHUTDOWN_FLAG_ABORT, 0);
+		break;
+	case QUIC_STREAM_EVENT_SHUTDOWN_COMPLETE: {
+		uint64_t early = 0;
+		uint32_t len = sizeof(early);
+		bool whole = d->s.fin && d->s.off == size && !d->verify_failed;
+
+		/* The request's bytes the server acknowledged in 0-RTT packets. */
+		if (QUIC_SUCCEEDED(quic_state.api->GetParam(h, QUIC_PARAM_STREAM_0RTT_LENGTH, &len,
+							    &early))) {
+			d->r.has_early = true;
+			d->r.early_data = early > 0;
+		}
+		quic_state.api->StreamClose(h);
+		quic_state.api->ConnectionShutdown(d->conn, QUIC_CONNECTION_SHUTDOWN_FLAG_NONE,
+						   whole ? 0 : 1);
+		break;
+	}
+	default: break;
+	}
+	return QUIC_STATUS_SUCCESS;
+}
+
+/* The request: --size as 8 bytes, little-endian, then FIN. */
+static QUIC_STATUS dl_request(struct dlconn *d, bool early)
+{
+	QUIC_SEND_FLAGS flags = QUIC_SEND_FLAG_FIN | (early ? QUIC_SEND_FLAG_ALLOW_0_RTT : 0);
+	QUIC_STATUS st;
+	int i;
+
+	for (i = 0; i < WL_DL_REQUEST_LEN; i++)
+		d->req[i] = (uint8_t)(quic_state.o->size >> (8 * i));
+	d->req_buf.Buffer = d->req;
+	d->req_buf.Length = WL_DL_REQUEST_LEN;
+	st = quic_state.api->StreamOpen(d->conn, QUIC_STREAM_OPEN_FLAG_NONE, dl_client_stream_cb, d,
+					&d->s.h);
+	if (QUIC_FAILED(st))
+		return st;
+	st = quic_state.api->StreamStart(d->s.h, QUIC_STREAM_START_FLAG_NONE);
+	if (QUIC_SUCCEEDED(st))
+		st = quic_state.api->StreamSend(d->s.h, &d->req_buf, 1, flags, NULL);
+	if (QUIC_FAILED(st)) {
+		quic_state.api->StreamClose(d->s.h);
+		d->s.h = NULL;
+	}
+	return st;
+}
+
+static QUIC_STATUS QUIC_API dl_client_conn_cb(HQUIC h, void *ctx, QUIC_CONNECTION_EVENT *ev)
+{
+	struct dlconn *d = ctx;
+	QUIC_STATUS st;
+
+	(void)h;
+	if (dl_conn_common(d, ev))
+		return QUIC_STATUS_SUCCESS;
+	switch (ev->Type) {
+	case QUIC_CONNECTION_EVENT_CONNECTED:
+		dl_connected(d, ev);
+		if (d->s.h) /* asked already, in 0-RTT */
+			break;
+		st = dl_request(d, false);
+		if (QUIC_FAILED(st)) {
+			wl_warn("sending the request failed: %s", status_name(st));
+			quic_state.api->ConnectionShutdown(d->conn,
+							   QUIC_CONNECTION_SHUTDOWN_FLAG_NONE, 1);
+		}
+		break;
+	case QUIC_CONNECTION_EVENT_RESUMPTION_TICKET_RECEIVED: {
+		uint32_t len = ev->RESUMPTION_TICKET_RECEIVED.ResumptionTicketLength;
+		uint8_t *t;
+
+		if (!quic_state.o->resume || !(t = malloc(len)))
+			break;
+		memcpy(t, ev->RESUMPTION_TICKET_RECEIVED.ResumptionTicket, len);
+		free(quic_state.ticket);
+		quic_state.ticket = t;
+		quic_state.ticket_len = len;
+		break;
+	}
+	case QUIC_CONNECTION_EVENT_SHUTDOWN_COMPLETE:
+		dl_counters(d);
+		sem_post(&quic_state.conn_done);
+		break;
+	default: break;
+	}
+	return QUIC_STATUS_SUCCESS;
+}
+
+/* What one download's end means for the client, as an exit code. */
+static int dl_client_outcome(const struct dlconn *d)
+{
+	const struct wl_opts *o = quic_state.o;
+
+	if (d->verify_failed) {
+		quic_state.verify_failed = true;
+		quic_state.verify_fail_off = d->verify_fail_off;
+		quic_state.verify_fail_stream = (int)d->r.i;
+		wl_warn("download %llu failed the content check at offset %llu%s",
+			(unsigned long long)d->r.i, (unsigned long long)d->verify_fail_off,
+			d->overrun ? ": more than --size arrived" : "");
+		return WL_EXIT_VERIFY;
+	}
+	quic_state.closed_by_transport = d->closed_by_transport;
+	quic_state.transport_status = d->transport_status;
+	quic_state.closed_by_peer = d->closed_by_peer;
+	quic_state.peer_error = d->peer_error;
+	if (!d->connected) {
+		wl_warn("QUIC handshake with %s:%d failed (download %llu): %s", o->addr, o->port,
+			(unsigned long long)d->r.i,
+			d->closed_by_transport ? status_name(d->transport_status)
+					       : "closed by peer");
+		return WL_EXIT_HANDSHAKE;
+	}
+	if (!d->s.fin || d->s.off != o->size) {
+		wl_warn("download %llu ended after %llu of %llu bytes: %s",
+			(unsigned long long)d->r.i, (unsigned long long)d->s.off,
+			(unsigned long long)o->size, dl_why(d));
+		return WL_EXIT_CONN_LOST;
+	}
+	return WL_EXIT_OK;
+}
+
+static QUIC_STATUS QUIC_API dl_server_stream_cb(HQUIC h, void *ctx, QUIC_STREAM_EVENT *ev)
+{
+	struct dlconn *d = ctx;
+	uint64_t want = 0;
+	uint32_t i, j;
+
+	switch (ev->Type) {
+	case QUIC_STREAM_EVENT_RECEIVE:
+		if (ev->RECEIVE.Flags & QUIC_RECEIVE_FLAG_0_RTT)
+			d->r.early_data = true;
+		for (i = 0; i < ev->RECEIVE.BufferCount; i++) {
+			const QUIC_BUFFER *b = &ev->RECEIVE.Buffers[i];
+
+			for (j = 0; j < b->Length && d->req_len < WL_DL_REQUEST_LEN; j++)
+				d->req[d->req_len++] = b->Buffer[j];
+		}
+		break;
+	case QUIC_STREAM_EVENT_PEER_SEND_SHUTDOWN:
+		for (i = 0; i < WL_DL_REQUEST_LEN; i++)
+			want |= (uint64_t)d->req[i] << (8 * i);
+		if (d->req_len != WL_DL_REQUEST_LEN || want != quic_state.o->size)
+			wl_warn("connection %llu asked for %llu bytes (%u-byte request); sending --size, %llu",
+				(unsigned long long)d->r.i, (unsigned long long)want, d->req_len,
+				(unsigned long long)quic_state.o->size);
+		d->r.has_early = true;
+		d->sending = true;
+		send_more(&d->s);
+		break;
+	case QUIC_STREAM_EVENT_IDEAL_SEND_BUFFER_SIZE:
+		d->s.ideal = ev->IDEAL_SEND_BUFFER_SIZE.ByteCount;
+		if (d->sending)
+			send_more(&d->s);
+		break;
+	case QUIC_STREAM_EVENT_SEND_COMPLETE:
+		d->s.outstanding -= (uint64_t)(uintptr_t)ev->SEND_COMPLETE.ClientContext;
+		if (!ev->SEND_COMPLETE.Canceled)
+			send_more(&d->s);
+		break;
+	case QUIC_STREAM_EVENT_SEND_SHUTDOWN_COMPLETE:
+		d->delivered = d->s.fin && ev->SEND_SHUTDOWN_COMPLETE.Graceful;
+		if (d->delivered)
+			d->r.t_complete = wl_now_ns();
+		break;
+	case QUIC_STREAM_EVENT_PEER_SEND_ABORTED:
+	case QUIC_STREAM_EVENT_PEER_RECEIVE_ABORTED:
+		quic_state.api->StreamShutdown(h, QUIC_STREAM_SHUTDOWN_FLAG_ABORT, 0);
+		break;
+	case QUIC_STREAM_EVENT_SHUTDOWN_COMPLETE: quic_state.api->StreamClose(h); break;
+	default: break;
+	}
+	return QUIC_STATUS_SUCCESS;
+}
+
+/* The server's account of one connection, once it is shut down. */
+static void dl_served(struct dlconn *d)
+{
+	/*
+	 * The client closes with 0 only once it has every byte and the FIN;
+	 * its close can overtake its last ACK, so that counts as delivered.
+	 */
+	if (!d->delivered && d->s.fin && d->closed_by_peer && d->peer_error == 0) {
+		d->delivered = true;
+		d->r.t_complete = d->t_peer_closed;
+	}
+	if (d->delivered) {
+		d->r.bytes = d->s.off;
+		quic_state.t_transfer_done_ns = d->r.t_complete;
+		wl_emit_dl("served", &d->r);
+		atomic_fetch_add(&quic_state.downloads, 1);
+		return;
+	}
+	if (!d->sending && !d->closed_by_transport && !d->peer_error)
+		return; /* it asked for nothing: not a download */
+	if (!d->connected) {
+		wl_fail(&quic_state.failure, &quic_state.stopping, WL_EXIT_HANDSHAKE,
+			"QUIC handshake on connection %llu failed: %s", (unsigned long long)d->r.i,
+			dl_why(d));
+		return;
+	}
+	wl_fail(&quic_state.failure, &quic_state.stopping, WL_EXIT_CONN_LOST,
+		"connection %llu ended after %llu of %llu bytes were sent: %s%s",
+		(unsigned long long)d->r.i, (unsigned long long)d->s.off,
+		(unsigned long long)quic_state.o->size, dl_why(d),
+		d->closed_by_peer && d->peer_error == 2 ? " (the client's content check failed)"
+							: "");
+}
+
+static QUIC_STATUS QUIC_API dl_server_conn_cb(HQUIC h, void *ctx, QUIC_CONNECTION_EVENT *ev)
+{
+	struct dlconn *d = ctx;
+	HQUIC stream;
+
+	if (dl_conn_common(d, ev))
+		return QUIC_STATUS_SUCCESS;
+	switch (ev->Type) {
+	case QUIC_CONNECTION_EVENT_CONNECTED:
+		dl_connected(d, ev);
+		if (quic_state.o->resume)
+			quic_state.api->ConnectionSendResumptionTicket(
+				h, QUIC_SEND_RESUMPTION_FLAG_FINAL, 0, NULL);
+		break;
+	case QUIC_CONNECTION_EVENT_PEER_STREAM_STARTED:
+		stream = ev->PEER_STREAM_STARTED.Stream;
+		if (d->s.h ||
+		    (ev->PEER_STREAM_STARTED.Flags & QUIC_STREAM_OPEN_FLAG_UNIDIRECTIONAL)) {
+			quic_state.api->StreamClose(stream);
+			break;
+		}
+		d->s.h = stream;
+		d->s.conn = h;
+		d->s.end = quic_state.o->size;
+		d->s.ideal = 2 * (uint64_t)quic_state.o->io_size;
+		quic_state.api->SetCallbackHandler(stream, (void *)dl_server_stream_cb, d);
+		break;
+	case QUIC_CONNECTION_EVENT_SHUTDOWN_COMPLETE:
+		dl_counters(d);
+		dl_served(d);
+		quic_state.api->ConnectionClose(h);
+		free(d);
+		atomic_fetch_sub(&quic_state.live_conns, 1);
+		sem_post(&quic_state.wake);
+		break;
+	default: break;
+	}
+	return QUIC_STATUS_SUCCESS;
+}
+
+static QUIC_STATUS dl_accept(HQUIC conn)
+{
+	struct dlconn *d;
+	QUIC_STATUS st;
+
+	if (atomic_load(&quic_state.stopping))
+		return QUIC_STATUS_CONNECTION_REFUSED;
+	d = calloc(1, sizeof(*d));
+	if (!d)
+		return QUIC_STATUS_OUT_OF_MEMORY;
+	d->conn = conn;
+	d->r.i = atomic_fetch_add(&quic_state.accepted, 1);
+	atomic_fetch_add(&quic_state.live_conns, 1);
+	quic_state.api->SetCallbackHandler(conn, (void *)dl_server_conn_cb, d);
+	st = quic_state.api->ConnectionSetConfiguration(conn, quic_state.cfg);
+	if (QUIC_FAILED(st)) {
+		/* Refused: msquic closes it and calls us no more. */
+		atomic_fetch_sub(&quic_state.live_conns, 1);
+		free(d);
+	}
+	return st;
+}
+
 static QUIC_STATUS QUIC_API listener_cb(HQUIC h, void *ctx, QUIC_LISTENER_EVENT *ev)
 {
 	(void)h, (void)ctx;
 	if (ev->Type != QUIC_LISTENER_EVENT_NEW_CONNECTION)
 		return QUIC_STATUS_SUCCESS;
+	if (quic_state.o->download)
+		return dl_accept(ev->NEW_CONNECTION.Connection);
 	pthread_mutex_lock(&quic_state.conn_lock);
 	if (quic_state.conn) {
 		/* One connection per run: a second one is refused. */
@@ -472,10 +895,18 @@ static int open_config(bool server)
 	set.IsSet.IdleTimeoutMs = 1;
 	set.HandshakeIdleTimeoutMs = HANDSHAKE_TIMEOUT_MS;
 	set.IsSet.HandshakeIdleTimeoutMs = 1;
-	if (server) {
+	if (server && quic_state.o->download) {
+		set.PeerBidiStreamCount = 1;
+		set.IsSet.PeerBidiStreamCount = 1;
+		if (quic_state.o->resume) {
+			set.ServerResumptionLevel = QUIC_SERVER_RESUME_AND_ZERORTT;
+			set.IsSet.ServerResumptionLevel = 1;
+		}
+	} else if (server) {
 		set.PeerUnidiStreamCount = (uint16_t)quic_state.o->streams;
 		set.IsSet.PeerUnidiStreamCount = 1;
-	} else {
+	}
+	if (server == quic_state.o->download) { /* the sender */
 		set.SendBufferingEnabled = 0;
 		set.IsSet.SendBufferingEnabled = 1;
 	}
@@ -509,6 +940,7 @@ static int open_config(bool server)
 
 static void emit_done(bool server, int code)
 {
+	const bool download = quic_state.o->download;
 	struct wl_json j;
 
 	wl_json_begin(&j);
@@ -519,12 +951,19 @@ static void emit_done(bool server, int code)
 	wl_json_u64(&j, "t_connected_ns", quic_state.t_connected_ns);
 	wl_json_u64(&j, "t_transfer_done_ns", quic_state.t_transfer_done_ns);
 	wl_json_u64(&j, "app_bytes", atomic_load(&quic_state.app_bytes));
-	wl_json_u64(&j, "streams_completed", atomic_load(&quic_state.streams_done));
-	if (server) {
+	if (download) {
+		wl_json_str(&j, "pattern", "download");
+		wl_json_u64(&j, "downloads", atomic_load(&quic_state.downloads));
+		wl_json_u64(&j, "streams_completed", atomic_load(&quic_state.downloads));
+	} else {
+		wl_json_u64(&j, "streams_completed", atomic_load(&quic_state.streams_done));
+	}
+	if (server != download) { /* the receiver */
 		wl_json_bool(&j, "verified", code == WL_EXIT_OK);
 		if (atomic_load(&quic_state.verify_failed)) {
 			wl_json_u64(&j, "verify_fail_offset", quic_state.verify_fail_off);
-			wl_json_u64(&j, "verify_fail_stream", quic_state.verify_fail_stream);
+			wl_json_u64(&j, download ? "verify_fail_download" : "verify_fail_stream",
+				    quic_state.verify_fail_stream);
 		}
 	}
 	if (quic_state.closed_by_transport)
@@ -580,6 +1019,19 @@ static int quic_addr(QUIC_ADDR *a, const char *ip, int port)
 	return inet_pton(AF_INET, ip, &a->Ipv4.sin_addr) == 1 ? 0 : -1;
 }
 
+/* Serve downloads until --count are done, "stop", "exit" or a failure. */
+static int run_server_download(void)
+{
+	while (!atomic_load(&quic_state.stopping) &&
+	       atomic_load(&quic_state.downloads) < quic_state.o->count)
+		sem_wait(&quic_state.wake);
+	atomic_store(&quic_state.stopping, true); /* refuse latecomers */
+	quic_state.api->ListenerStop(quic_state.listener);
+	while (atomic_load(&quic_state.live_conns) > 0)
+		sem_wait(&quic_state.wake);
+	return quic_state.failure.code;
+}
+
 static int run_server(void)
 {
 	QUIC_ADDR addr;
@@ -611,11 +1063,72 @@ static int run_server(void)
 		return WL_EXIT_LIB_OPEN;
 	}
 	wl_emit("{\"event\":\"ready\",\"port\":%d,\"pid\":%d}", quic_state.o->port, getpid());
-	sem_wait(&quic_state.conn_done);
-	quic_state.api->ListenerStop(quic_state.listener);
-	code = outcome(true);
+	if (quic_state.o->download) {
+		code = run_server_download();
+	} else {
+		sem_wait(&quic_state.conn_done);
+		quic_state.api->ListenerStop(quic_state.listener);
+		code = outcome(true);
+	}
 	emit_done(true, code);
 	return code;
+}
+
+static int run_client_download(void)
+{
+	const struct wl_opts *o = quic_state.o;
+	static struct dlconn d;
+	QUIC_STATUS st;
+	uint64_t i;
+	int code;
+
+	code = open_config(false);
+	if (code)
+		return code;
+	if (o->wait_start)
+		sem_wait(&quic_state.may_start);
+	for (i = 0; i < o->count && !atomic_load(&quic_state.stopping); i++) {
+		memset(&d, 0, sizeof(d));
+		d.r.i = i;
+		st = quic_state.api->ConnectionOpen(quic_state.reg, dl_client_conn_cb, &d, &d.conn);
+		if (QUIC_FAILED(st)) {
+			wl_warn("ConnectionOpen failed: %s", status_name(st));
+			return WL_EXIT_LIB_OPEN;
+		}
+		if (o->resume && quic_state.ticket) {
+			/* Without it, a full handshake: "resumed" will say so. */
+			st = quic_state.api->SetParam(d.conn, QUIC_PARAM_CONN_RESUMPTION_TICKET,
+						      quic_state.ticket_len, quic_state.ticket);
+			if (QUIC_FAILED(st))
+				wl_warn("msquic refused the resumption ticket: %s",
+					status_name(st));
+			else if (QUIC_FAILED(st = dl_request(&d, true))) {
+				wl_warn("sending the request as 0-RTT failed: %s", status_name(st));
+				quic_state.api->ConnectionClose(d.conn);
+				return WL_EXIT_INTERNAL;
+			}
+		}
+		d.r.t_connect = wl_now_ns();
+		st = quic_state.api->ConnectionStart(d.conn, quic_state.cfg,
+						     QUIC_ADDRESS_FAMILY_INET, o->addr,
+						     (uint16_t)o->port);
+		if (QUIC_FAILED(st)) {
+			wl_warn("ConnectionStart to %s:%d failed: %s", o->addr, o->port,
+				status_name(st));
+			quic_state.api->ConnectionClose(d.conn);
+			return WL_EXIT_HANDSHAKE;
+		}
+		sem_wait(&quic_state.conn_done);
+		quic_state.api->ConnectionClose(d.conn);
+		code = dl_client_outcome(&d);
+		if (code)
+			return code;
+		d.r.bytes = d.s.off;
+		quic_state.t_transfer_done_ns = d.r.t_complete;
+		wl_emit_dl("download", &d.r);
+		atomic_fetch_add(&quic_state.downloads, 1);
+	}
+	return WL_EXIT_OK;
 }
 
 static int run_client(void)
@@ -687,8 +1200,9 @@ int wl_quic_run(const struct wl_opts *o)
 	sem_init(&quic_state.conn_done, 0, 0);
 	sem_init(&quic_state.may_exit, 0, 0);
 	sem_init(&quic_state.may_start, 0, 0);
+	sem_init(&quic_state.wake, 0, 0);
 
-	if (!server) {
+	if (server == o->download) { /* the sender */
 		region = wl_pattern_region();
 		quic_state.nchunks = wl_pattern_period() / o->io_size;
 		quic_state.chunks = calloc(quic_state.nchunks, sizeof(*quic_state.chunks));
@@ -716,7 +1230,7 @@ int wl_quic_run(const struct wl_opts *o)
 		return WL_EXIT_INTERNAL;
 	}
 
-	code = server ? run_server() : run_client();
+	code = server ? run_server() : o->download ? run_client_download() : run_client();
 	/* Whoever waits on us learns the outcome, failures before a
 	 * connection included. */
 	if (!quic_state.done_emitted)
@@ -736,5 +1250,6 @@ int wl_quic_run(const struct wl_opts *o)
 		quic_state.api->ConfigurationClose(quic_state.cfg);
 	quic_state.api->RegistrationClose(quic_state.reg);
 	MsQuicClose(quic_state.api);
+	free(quic_state.ticket);
 	return code;
 }

@@ -1,23 +1,28 @@
 // SPDX-License-Identifier: GPL-2.0-only
 /*
  * TCP roles: plain TCP (tcp), TLS in OpenSSL user space (tcp-tls) and TLS
- * records in the kernel after OpenSSL's handshake (tcp-ktls). One TCP
+ * records in the kernel after OpenSSL's handshake (tcp-ktls). Bulk: one TCP
  * connection per --streams, each with a thread on both sides, as iperf3 -P.
- * The client writes straight out of the read-only pattern region (or
- * sendfile()s it from a memfd holding the same bytes); the server checks
- * every byte against its connection offset.
+ * Download: --count connections one after another, each served whole by the
+ * server's main thread before it accepts the next. The sender writes
+ * straight out of the read-only pattern region (or sendfile()s it from a
+ * memfd holding the same bytes); the receiver checks every byte against its
+ * connection offset.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <linux/tcp.h> /* its tcp_info is newer than glibc's */
+#include <poll.h>
 #include <pthread.h>
 #include <semaphore.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
@@ -34,6 +39,10 @@
 #define TLS_WRITE_BUF ((1 << 20) + (64 << 10)) /* the largest --io-size and its records' headers */
 
 enum tls_mode { TLS_NONE, TLS_USER, TLS_KERNEL };
+
+struct tcp_counts {
+	uint64_t segs_out, segs_in, retrans, bytes_acked, bytes_received;
+};
 
 struct tconn {
 	int idx;
@@ -65,12 +74,26 @@ static struct {
 	int verify_fail_conn;
 	struct wl_failure failure;
 	uint64_t t_connected_ns, t_transfer_done_ns;
+	const char *cipher; /* as connection 0's handshake agreed */
+
+	/* --pattern download: conns[0] is the one connection at a time */
+	_Atomic uint64_t downloads; /* client: checked; server: delivered */
+	pthread_mutex_t conn_lock;  /* conns[].fd against close while a mark reads it */
+	struct tcp_counts closed;   /* TCP_INFO of the connections closed so far */
+	SSL_SESSION *session;	    /* client --resume: the last connection's */
+	int wake_fd;		    /* server: written on "stop" and "exit" */
 
 	sem_t all_ready;
 	sem_t all_done;
 	sem_t may_start;
 	sem_t may_exit;
-} tcp_state = {.failure = WL_FAILURE_INIT, .memfd = -1, .listen_fd = -1};
+} tcp_state = {
+	.failure = WL_FAILURE_INIT,
+	.memfd = -1,
+	.listen_fd = -1,
+	.wake_fd = -1,
+	.conn_lock = PTHREAD_MUTEX_INITIALIZER,
+};
 
 static const char *tls_version_name(void)
 {
@@ -91,31 +114,39 @@ static const char *ssl_reason(void)
 	return buf;
 }
 
+static bool tcp_counts_add(int fd, struct tcp_counts *t)
+{
+	struct tcp_info ti;
+	socklen_t len = sizeof(ti);
+
+	if (fd < 0 || getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len))
+		return false;
+	t->segs_out += ti.tcpi_segs_out;
+	t->segs_in += ti.tcpi_segs_in;
+	t->retrans += ti.tcpi_total_retrans;
+	t->bytes_acked += ti.tcpi_bytes_acked;
+	t->bytes_received += ti.tcpi_bytes_received;
+	return true;
+}
+
+/* The connections open now and, in download, those closed before. */
 static void json_tcp_info(struct wl_json *j)
 {
-	uint64_t segs_out = 0, segs_in = 0, retrans = 0, bytes_acked = 0, bytes_received = 0;
+	struct tcp_counts t;
 	struct wl_json p;
 	int i;
 
-	for (i = 0; i < tcp_state.nconns; i++) {
-		struct tcp_info ti;
-		socklen_t len = sizeof(ti);
-
-		if (tcp_state.conns[i].fd < 0 ||
-		    getsockopt(tcp_state.conns[i].fd, IPPROTO_TCP, TCP_INFO, &ti, &len))
-			continue;
-		segs_out += ti.tcpi_segs_out;
-		segs_in += ti.tcpi_segs_in;
-		retrans += ti.tcpi_total_retrans;
-		bytes_acked += ti.tcpi_bytes_acked;
-		bytes_received += ti.tcpi_bytes_received;
-	}
+	pthread_mutex_lock(&tcp_state.conn_lock);
+	t = tcp_state.closed;
+	for (i = 0; i < tcp_state.nconns; i++)
+		tcp_counts_add(tcp_state.conns[i].fd, &t);
+	pthread_mutex_unlock(&tcp_state.conn_lock);
 	wl_json_begin(&p);
-	wl_json_u64(&p, "segs_out", segs_out);
-	wl_json_u64(&p, "segs_in", segs_in);
-	wl_json_u64(&p, "total_retrans", retrans);
-	wl_json_u64(&p, "bytes_acked", bytes_acked);
-	wl_json_u64(&p, "bytes_received", bytes_received);
+	wl_json_u64(&p, "segs_out", t.segs_out);
+	wl_json_u64(&p, "segs_in", t.segs_in);
+	wl_json_u64(&p, "total_retrans", t.retrans);
+	wl_json_u64(&p, "bytes_acked", t.bytes_acked);
+	wl_json_u64(&p, "bytes_received", t.bytes_received);
 	wl_json_raw(j, "tcp_info", wl_json_end(&p));
 }
 
@@ -131,8 +162,7 @@ static void json_tls(struct wl_json *j)
 		recv = recv && tcp_state.conns[i].ktls_recv;
 	}
 	wl_json_str(j, "tls_version", tls_version_name());
-	wl_json_str(j, "tls_cipher",
-		    tcp_state.conns[0].ssl ? SSL_get_cipher_name(tcp_state.conns[0].ssl) : "");
+	wl_json_str(j, "tls_cipher", tcp_state.cipher ? tcp_state.cipher : "");
 	wl_json_bool(j, "ktls_send", send);
 	wl_json_bool(j, "ktls_recv", recv);
 }
@@ -145,8 +175,18 @@ static void on_mark(const char *name, void *arg)
 	wl_json_mark(&j, name);
 	wl_json_u64(&j, "app_bytes", atomic_load(&tcp_state.app_bytes));
 	wl_json_u64(&j, "io_calls", atomic_load(&tcp_state.io_calls));
+	if (tcp_state.o->download)
+		wl_json_u64(&j, "downloads", atomic_load(&tcp_state.downloads));
 	json_tcp_info(&j);
 	wl_emit("%s", wl_json_end(&j));
+}
+
+static void wake_server(void)
+{
+	uint64_t one = 1;
+
+	if (tcp_state.wake_fd >= 0 && write(tcp_state.wake_fd, &one, sizeof(one)) < 0)
+		wl_warn("cannot wake the server: %s", strerror(errno));
 }
 
 static void on_start(void *arg)
@@ -158,10 +198,16 @@ static void on_stop(void *arg)
 {
 	(void)arg;
 	atomic_store(&tcp_state.stopping, true);
+	wake_server();
 }
 static void on_exit_cmd(void *arg)
 {
 	(void)arg;
+	/* A download server serves until told; a bulk role is done already. */
+	if (tcp_state.o->download) {
+		atomic_store(&tcp_state.stopping, true);
+		wake_server();
+	}
 	sem_post(&tcp_state.may_exit);
 }
 
@@ -251,8 +297,12 @@ static int tls_handshake(struct tconn *c)
 		     tcp_state.server ? "server" : "client", ssl_reason());
 		return -1;
 	}
-	if (tcp_state.tls == TLS_USER && !tcp_state.server && buffer_writes(c))
+	/* The sender's: the client's in bulk, the server's in download. */
+	if (tcp_state.tls == TLS_USER && tcp_state.server == tcp_state.o->download &&
+	    buffer_writes(c))
 		return -1;
+	if (tcp_state.session && SSL_set_session(c->ssl, tcp_state.session) != 1)
+		wl_warn("cannot offer the last session for resumption: %s", ssl_reason());
 	rc = tcp_state.server ? SSL_accept(c->ssl) : SSL_connect(c->ssl);
 	if (rc != 1) {
 		fail(WL_EXIT_HANDSHAKE, "TLS handshake failed on the %s (connection %d): %s",
@@ -261,6 +311,8 @@ static int tls_handshake(struct tconn *c)
 	}
 	c->ktls_send = BIO_get_ktls_send(SSL_get_wbio(c->ssl));
 	c->ktls_recv = BIO_get_ktls_recv(SSL_get_rbio(c->ssl));
+	if (c->idx == 0)
+		tcp_state.cipher = SSL_get_cipher_name(c->ssl);
 	return 0;
 }
 
@@ -268,21 +320,23 @@ static int tls_handshake(struct tconn *c)
  * Orderly close: a peer that close()s with unread bytes in its receive
  * queue (TLS 1.3 session tickets, close_notify) sends RST and the other
  * side can lose the tail of the stream. So: close_notify, FIN, drain to
- * the peer's FIN, then close.
+ * the peer's FIN, then close. 0 if the peer ended as cleanly (its
+ * close_notify with TLS, its FIN without).
  */
-static void orderly_close(struct tconn *c)
+static int orderly_close(struct tconn *c)
 {
 	char buf[4096];
+	ssize_t n;
 
 	if (c->ssl)
 		SSL_shutdown(c->ssl);
 	shutdown(c->fd, SHUT_WR);
-	for (;;) {
-		ssize_t n =
-			c->ssl ? SSL_read(c->ssl, buf, sizeof(buf)) : read(c->fd, buf, sizeof(buf));
-		if (n <= 0)
-			break;
-	}
+	do
+		n = c->ssl ? SSL_read(c->ssl, buf, sizeof(buf)) : read(c->fd, buf, sizeof(buf));
+	while (n > 0 || (n < 0 && !c->ssl && errno == EINTR));
+	if (c->ssl)
+		return SSL_get_error(c->ssl, (int)n) == SSL_ERROR_ZERO_RETURN ? 0 : -1;
+	return n == 0 ? 0 : -1;
 }
 
 static void *server_conn(void *p)
@@ -431,6 +485,333 @@ static void emit_connected(void)
 	wl_emit("%s", wl_json_end(&j));
 }
 
+/* --pattern download */
+
+/*
+ * Request and answer are small writes after the handshake's: Nagle holds
+ * them until the peer's delayed ACK (a resumed TLS 1.2 download took 45 ms
+ * for its first byte), so both ends write at once, as HTTP servers do.
+ */
+static void dl_nodelay(int fd)
+{
+	int one = 1;
+
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+/* Closes conns[0] under the lock a mark reads it with; keeps its counts. */
+static void dl_close(struct tconn *c, bool reset)
+{
+	struct linger lg = {.l_onoff = 1, .l_linger = 0};
+
+	/* A failed download ends in RST, so the peer cannot take it for whole. */
+	if (reset && c->fd >= 0)
+		setsockopt(c->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+	pthread_mutex_lock(&tcp_state.conn_lock);
+	tcp_counts_add(c->fd, &tcp_state.closed);
+	if (c->ssl)
+		SSL_free(c->ssl);
+	c->ssl = NULL;
+	if (c->fd >= 0)
+		close(c->fd);
+	c->fd = -1;
+	pthread_mutex_unlock(&tcp_state.conn_lock);
+}
+
+static void dl_counters(const struct tconn *c, struct wl_dl *r)
+{
+	struct tcp_counts t = {0};
+
+	if (!tcp_counts_add(c->fd, &t))
+		return;
+	r->has_counters = true;
+	r->retransmits = t.retrans;
+	r->packets_sent = t.segs_out;
+	r->packets_received = t.segs_in;
+}
+
+/* After the handshake: the first connection is the run's "connected". */
+static void dl_connected(struct tconn *c, struct wl_dl *r, bool ktls_send, bool ktls_recv)
+{
+	r->t_handshake = wl_now_ns();
+	if (c->ssl) {
+		r->has_resumed = r->has_early = true;
+		r->resumed = SSL_session_reused(c->ssl);
+		r->early_data = false; /* not offered: OpenSSL's early data is not used */
+	}
+	if (r->i) {
+		/* The report's kTLS flags: every connection had it. */
+		c->ktls_send = c->ktls_send && ktls_send;
+		c->ktls_recv = c->ktls_recv && ktls_recv;
+	} else {
+		tcp_state.t_connected_ns = r->t_handshake;
+		emit_connected();
+	}
+}
+
+static ssize_t dl_read(struct tconn *c, void *buf, size_t len)
+{
+	ssize_t n = c->ssl ? SSL_read(c->ssl, buf, (int)len) : recv(c->fd, buf, len, 0);
+
+	atomic_fetch_add(&tcp_state.io_calls, 1);
+	return n;
+}
+
+static bool dl_eof(const struct tconn *c, ssize_t n)
+{
+	return n == 0 || (c->ssl && SSL_get_error(c->ssl, (int)n) == SSL_ERROR_ZERO_RETURN);
+}
+
+/* One download on a new connection; 0 or the run's failure code. */
+static int client_download(struct tconn *c, const struct sockaddr_in *a, uint64_t i, uint8_t *buf,
+			   size_t cap)
+{
+	const struct wl_opts *o = tcp_state.o;
+	const bool ktls_send = c->ktls_send, ktls_recv = c->ktls_recv;
+	struct timeval tv = {.tv_sec = CONNECT_TIMEOUT_S};
+	struct wl_dl r = {.i = i};
+	uint8_t req[WL_DL_REQUEST_LEN];
+	ssize_t n;
+	int fd, k;
+
+	c->idx = (int)i;
+	c->off = 0;
+	c->finished = false;
+	r.t_connect = wl_now_ns();
+	fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		fail(WL_EXIT_INTERNAL, "socket failed: %s", strerror(errno));
+		return tcp_state.failure.code;
+	}
+	pthread_mutex_lock(&tcp_state.conn_lock);
+	c->fd = fd;
+	pthread_mutex_unlock(&tcp_state.conn_lock);
+	dl_nodelay(fd);
+	setsockopt(c->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	if (connect(c->fd, (const struct sockaddr *)a, sizeof(*a))) {
+		fail(WL_EXIT_HANDSHAKE, "TCP connect to %s:%d failed (download %llu): %s", o->addr,
+		     o->port, (unsigned long long)i, strerror(errno));
+		goto out;
+	}
+	tv.tv_sec = 0;
+	setsockopt(c->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	r.t_tcp = wl_now_ns();
+	if (tls_handshake(c))
+		goto out;
+	dl_connected(c, &r, ktls_send, ktls_recv);
+	if (!c->ssl)
+		r.t_tcp = 0; /* plain TCP: the handshake is the TCP one */
+
+	for (k = 0; k < WL_DL_REQUEST_LEN; k++)
+		req[k] = (uint8_t)(o->size >> (8 * k));
+	n = c->ssl ? SSL_write(c->ssl, req, sizeof(req)) : send(c->fd, req, sizeof(req), 0);
+	if (n != sizeof(req)) {
+		fail(WL_EXIT_CONN_LOST, "sending the request of download %llu failed: %s",
+		     (unsigned long long)i, c->ssl ? ssl_reason() : strerror(errno));
+		goto out;
+	}
+	for (;;) {
+		n = dl_read(c, buf, cap);
+		if (n > 0) {
+			if (!r.t_first_byte)
+				r.t_first_byte = wl_now_ns();
+			if (c->off + (uint64_t)n > o->size ||
+			    !wl_pattern_check(c->off, buf, (size_t)n)) {
+				atomic_store(&tcp_state.verify_failed, true);
+				tcp_state.verify_fail_off = c->off;
+				tcp_state.verify_fail_conn = c->idx;
+				fail(WL_EXIT_VERIFY,
+				     "download %llu failed the content check at offset %llu%s",
+				     (unsigned long long)i, (unsigned long long)c->off,
+				     c->off + (uint64_t)n > o->size ? ": more than --size arrived"
+								    : "");
+				goto out;
+			}
+			c->off += (uint64_t)n;
+			atomic_fetch_add(&tcp_state.app_bytes, (uint64_t)n);
+			if (c->off == o->size)
+				r.t_complete = wl_now_ns();
+			continue;
+		}
+		if (dl_eof(c, n))
+			break;
+		if (!c->ssl && errno == EINTR)
+			continue;
+		break;
+	}
+	if (c->off != o->size) {
+		fail(WL_EXIT_CONN_LOST, "download %llu ended after %llu of %llu bytes: %s",
+		     (unsigned long long)i, (unsigned long long)c->off, (unsigned long long)o->size,
+		     dl_eof(c, n) ? "the server closed"
+		     : c->ssl	  ? ssl_reason()
+				  : strerror(errno));
+		goto out;
+	}
+	dl_counters(c, &r);
+	if (c->ssl && o->resume) {
+		/* TLS 1.3 tickets come after the handshake: the session as it ends. */
+		SSL_SESSION *sess = SSL_get1_session(c->ssl);
+
+		if (sess) {
+			SSL_SESSION_free(tcp_state.session);
+			tcp_state.session = sess;
+		}
+	}
+	orderly_close(c);
+	c->finished = true;
+out:
+	dl_close(c, !c->finished);
+	if (!c->finished)
+		return tcp_state.failure.code;
+	r.bytes = c->off;
+	tcp_state.t_transfer_done_ns = r.t_complete;
+	wl_emit_dl("download", &r);
+	atomic_fetch_add(&tcp_state.downloads, 1);
+	return 0;
+}
+
+static int run_client_download(void)
+{
+	struct tconn *c = &tcp_state.conns[0];
+	uint8_t *buf = malloc(tcp_state.o->io_size);
+	struct sockaddr_in a;
+	uint64_t i;
+	int code = 0;
+
+	if (!buf)
+		return WL_EXIT_INTERNAL;
+	if (tcp_addr(&a)) {
+		wl_warn("bad IPv4 address %s", tcp_state.o->addr);
+		free(buf);
+		return WL_EXIT_USAGE;
+	}
+	if (tcp_state.o->wait_start)
+		sem_wait(&tcp_state.may_start);
+	tcp_state.nconns = 1;
+	for (i = 0; i < tcp_state.o->count && !code && !atomic_load(&tcp_state.stopping); i++)
+		code = client_download(c, &a, i, buf, tcp_state.o->io_size);
+	free(buf);
+	return code;
+}
+
+/* One connection, served whole: the request, --size bytes, the close. */
+static void server_download(struct tconn *c, uint64_t i)
+{
+	const struct wl_opts *o = tcp_state.o;
+	const bool ktls_send = c->ktls_send, ktls_recv = c->ktls_recv;
+	struct wl_dl r = {.i = i};
+	uint8_t req[WL_DL_REQUEST_LEN];
+	size_t got = 0;
+	uint64_t want = 0;
+	ssize_t n = 0;
+	int k;
+
+	c->idx = (int)i;
+	c->off = 0;
+	c->finished = false;
+	if (tls_handshake(c))
+		goto out;
+	dl_connected(c, &r, ktls_send, ktls_recv);
+	if (o->sendfile && c->ssl && !c->ktls_send) {
+		fail(WL_EXIT_LIB_OPEN,
+		     "--sendfile needs kernel TLS on send, which OpenSSL did not enable on connection %llu",
+		     (unsigned long long)i);
+		goto out;
+	}
+	while (got < sizeof(req)) {
+		n = dl_read(c, req + got, sizeof(req) - got);
+		if (n > 0)
+			got += (size_t)n;
+		else if (n < 0 && !c->ssl && errno == EINTR)
+			continue;
+		else
+			break;
+	}
+	if (got < sizeof(req)) {
+		if (!got && dl_eof(c, n))
+			goto out; /* it asked for nothing: not a download */
+		fail(WL_EXIT_CONN_LOST, "connection %llu ended after %zu bytes of its request: %s",
+		     (unsigned long long)i, got, c->ssl ? ssl_reason() : strerror(errno));
+		goto out;
+	}
+	for (k = 0; k < WL_DL_REQUEST_LEN; k++)
+		want |= (uint64_t)req[k] << (8 * k);
+	if (want != o->size)
+		wl_warn("connection %llu asked for %llu bytes; sending --size, %llu",
+			(unsigned long long)i, (unsigned long long)want,
+			(unsigned long long)o->size);
+	while (c->off < o->size) {
+		n = client_send(c, o->size - c->off < o->io_size ? o->size - c->off : o->io_size);
+		atomic_fetch_add(&tcp_state.io_calls, 1);
+		if (n <= 0) {
+			if (!c->ssl && errno == EINTR)
+				continue;
+			fail(WL_EXIT_CONN_LOST,
+			     "sending on connection %llu failed after %llu bytes: %s",
+			     (unsigned long long)i, (unsigned long long)c->off,
+			     c->ssl ? ssl_reason() : strerror(errno));
+			goto out;
+		}
+		c->off += (uint64_t)n;
+		atomic_fetch_add(&tcp_state.app_bytes, (uint64_t)n);
+	}
+	/* The client closes only once it has checked every byte. */
+	if (orderly_close(c)) {
+		fail(WL_EXIT_CONN_LOST,
+		     "connection %llu: the client did not close cleanly after the %llu bytes (its check failed, or it went away)",
+		     (unsigned long long)i, (unsigned long long)c->off);
+		goto out;
+	}
+	r.t_complete = wl_now_ns();
+	dl_counters(c, &r);
+	c->finished = true;
+out:
+	dl_close(c, false);
+	if (!c->finished)
+		return;
+	r.bytes = c->off;
+	tcp_state.t_transfer_done_ns = r.t_complete;
+	wl_emit_dl("served", &r);
+	atomic_fetch_add(&tcp_state.downloads, 1);
+}
+
+/* Serve downloads until --count are done, "stop", "exit" or a failure. */
+static int run_server_download(void)
+{
+	struct pollfd p[2] = {
+		{.fd = tcp_state.listen_fd, .events = POLLIN},
+		{.fd = tcp_state.wake_fd, .events = POLLIN},
+	};
+	uint64_t accepted = 0;
+	int fd;
+
+	tcp_state.nconns = 1;
+	while (!atomic_load(&tcp_state.stopping) &&
+	       atomic_load(&tcp_state.downloads) < tcp_state.o->count) {
+		if (poll(p, 2, -1) < 0) {
+			if (errno == EINTR)
+				continue;
+			wl_warn("poll failed: %s", strerror(errno));
+			return WL_EXIT_INTERNAL;
+		}
+		if (p[1].revents)
+			break;
+		fd = accept4(tcp_state.listen_fd, NULL, NULL, SOCK_CLOEXEC);
+		if (fd < 0) {
+			if (errno == EINTR || errno == ECONNABORTED)
+				continue;
+			wl_warn("accept failed: %s", strerror(errno));
+			return WL_EXIT_INTERNAL;
+		}
+		pthread_mutex_lock(&tcp_state.conn_lock);
+		tcp_state.conns[0].fd = fd;
+		pthread_mutex_unlock(&tcp_state.conn_lock);
+		dl_nodelay(fd);
+		server_download(&tcp_state.conns[0], accepted++);
+	}
+	return tcp_state.failure.code;
+}
+
 static int run_server(void)
 {
 	struct sockaddr_in a;
@@ -450,6 +831,8 @@ static int run_server(void)
 	if (listen(tcp_state.listen_fd, MAX_CONNS))
 		return WL_EXIT_INTERNAL;
 	wl_emit("{\"event\":\"ready\",\"port\":%d,\"pid\":%d}", tcp_state.o->port, getpid());
+	if (tcp_state.o->download)
+		return run_server_download();
 	for (i = 0; i < tcp_state.o->streams; i++) {
 		struct tconn *c = &tcp_state.conns[i];
 
@@ -540,6 +923,8 @@ static void emit_done(int code)
 
 	for (i = 0; i < tcp_state.nconns; i++)
 		done += tcp_state.conns[i].finished;
+	if (tcp_state.o->download)
+		done = atomic_load(&tcp_state.downloads);
 	wl_json_begin(&j);
 	wl_json_str(&j, "event", "done");
 	wl_json_str(&j, "role", tcp_state.server ? "server" : "client");
@@ -549,8 +934,12 @@ static void emit_done(int code)
 	wl_json_u64(&j, "t_transfer_done_ns", tcp_state.t_transfer_done_ns);
 	wl_json_u64(&j, "app_bytes", atomic_load(&tcp_state.app_bytes));
 	wl_json_u64(&j, "io_calls", atomic_load(&tcp_state.io_calls));
+	if (tcp_state.o->download) {
+		wl_json_str(&j, "pattern", "download");
+		wl_json_u64(&j, "downloads", done);
+	}
 	wl_json_u64(&j, "streams_completed", done);
-	if (tcp_state.server)
+	if (tcp_state.server != tcp_state.o->download) /* the receiver */
 		wl_json_bool(&j, "verified",
 			     code == WL_EXIT_OK && !atomic_load(&tcp_state.verify_failed));
 	json_tls(&j);
@@ -595,29 +984,45 @@ int wl_tcp_run(const struct wl_opts *o)
 		wl_warn("--tls must be 1.2 or 1.3, not %s", o->tls_version);
 		return WL_EXIT_TLS_CONFIG;
 	}
-	if (o->sendfile && (tcp_state.server || tcp_state.tls == TLS_USER)) {
-		wl_warn("--sendfile is for the client of tcp or tcp-ktls: user-space TLS must encrypt in user space");
+	if (o->sendfile && (tcp_state.server != o->download || tcp_state.tls == TLS_USER)) {
+		wl_warn("--sendfile is for the %s of tcp or tcp-ktls: user-space TLS must encrypt in user space",
+			o->download ? "server (the sender) of a download" : "client");
 		return WL_EXIT_USAGE;
 	}
 	if (o->sendfile && make_memfd()) {
 		wl_warn("cannot make the sendfile source: %s", strerror(errno));
 		return WL_EXIT_INTERNAL;
 	}
+	if (o->download) {
+		/* A client that leaves mid-download is an error, not a signal. */
+		signal(SIGPIPE, SIG_IGN);
+		if (tcp_state.server) {
+			tcp_state.wake_fd = eventfd(0, EFD_CLOEXEC);
+			if (tcp_state.wake_fd < 0)
+				return WL_EXIT_INTERNAL;
+		}
+	}
 	/* Control first: whoever waits on us must hear even a setup failure. */
 	if (o->control && wl_control_start(&control_ops))
 		return WL_EXIT_INTERNAL;
 	code = make_ctx();
 	if (!code)
-		code = tcp_state.server ? run_server() : run_client();
+		code = tcp_state.server ? run_server()
+		       : o->download	? run_client_download()
+					: run_client();
 	emit_done(code);
 	if (o->control)
 		sem_wait(&tcp_state.may_exit);
+	pthread_mutex_lock(&tcp_state.conn_lock);
 	for (i = 0; i < tcp_state.nconns; i++) {
 		if (tcp_state.conns[i].ssl)
 			SSL_free(tcp_state.conns[i].ssl);
 		if (tcp_state.conns[i].fd >= 0)
 			close(tcp_state.conns[i].fd);
+		tcp_state.conns[i].fd = -1;
 	}
+	pthread_mutex_unlock(&tcp_state.conn_lock);
+	SSL_SESSION_free(tcp_state.session);
 	if (tcp_state.ctx)
 		SSL_CTX_free(tcp_state.ctx);
 	if (tcp_state.listen_fd >= 0)
