@@ -130,6 +130,10 @@ def _loss_share(rec: dict) -> Optional[float]:
     return w["lost"] / total if total else None
 
 
+def _ms(s: Optional[float]) -> Optional[float]:
+    return None if s is None else s * 1e3
+
+
 @dataclass(frozen=True)
 class Metric:
     key: str
@@ -156,6 +160,22 @@ METRICS: List[Metric] = [
         )
         for s in ("client", "server")
     ],
+    *[
+        Metric(
+            f"download_{t}_p{q}",
+            f"{label} p{q}",
+            "ms",
+            (lambda t, q: lambda r: _ms(_get(r, "downloads", "percentiles", f"{t}_s", f"p{q}")))(t, q),
+        )
+        for t, label in (("handshake", "handshake"), ("first_byte", "first byte"), ("complete", "download time"))
+        for q in (50, 95)
+    ],
+    Metric(
+        "download_cpu_ms",
+        "CPU per download",
+        "ms",
+        lambda r: _ms(_get(r, "downloads", "cpu_per_download_s", "all")),
+    ),
     Metric(
         "link_utilisation",
         "link utilisation",

@@ -45,6 +45,10 @@ class ProcessEnded(Exception):
     """The process ended (or reported its end) while we waited on it."""
 
 
+# qprof-wl's "connected" and per-download events (workloads/wl.h).
+REPORT_EVENTS = ("connected", "download", "served")
+
+
 class ControlledProcess:
     def __init__(self, name: str, argv: List[str], log_path: Path):
         self.name = name
@@ -53,6 +57,9 @@ class ControlledProcess:
         self.proc: Optional[subprocess.Popen] = None
         self.events: "queue.Queue[dict]" = queue.Queue()
         self.done: Optional[dict] = None
+        # Reports that come one per piece of work (a download), kept in
+        # order whatever is being waited for when they arrive.
+        self.reports: List[dict] = []
         self._reader: Optional[threading.Thread] = None
         self._log = None
         self._claim = None  # the ledger's entry for the process
@@ -79,6 +86,8 @@ class ControlledProcess:
                 continue
             if ev.get("event") == "done":
                 self.done = ev
+            if ev.get("event") in REPORT_EVENTS:
+                self.reports.append(ev)
             self.events.put(ev)
         self.events.put({"event": "eof"})
 

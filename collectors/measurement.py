@@ -38,16 +38,20 @@ class Measurement:
     offload: dict  # plan (describe()), device_features, interposer reports
     floor_parts: dict  # floor.measure(stack)
     link: Optional[dict] = None  # with --link: link.apply's plan and the qdiscs read back
+    reports: Optional[Dict[str, list]] = None  # --pattern download: side -> its per-download events
 
     def to_json(self) -> str:
         d = {f.name: getattr(self, f.name) for f in fields(self)}
         d["window"] = {"start": _edge_out(self.window.start), "end": _edge_out(self.window.end)}
+        if self.window.receiver != "server":
+            d["window"]["receiver"] = self.window.receiver
         return json.dumps(d, indent=1)
 
     @classmethod
     def from_json(cls, text: str) -> "Measurement":
         d = json.loads(text)
-        d["window"] = Window(_edge_in(d["window"]["start"]), _edge_in(d["window"]["end"]))
+        w = d["window"]
+        d["window"] = Window(_edge_in(w["start"]), _edge_in(w["end"]), w.get("receiver", "server"))
         return cls(**d)
 
 

@@ -208,30 +208,32 @@ def _share(num, den) -> Optional[float]:
 
 def observe(rec: dict, max_datagram: int) -> dict:
     """What the instruments saw, from a record with probes and derived
-    syscall figures: GSO from the client's transmitted super-packets, GRO
-    from the server's received sizes (UDP) or GRO entries (TCP). A state
-    no instrument saw is None, never "off"."""
+    syscall figures: GSO from the sender's transmitted super-packets, GRO
+    from the receiver's received sizes (UDP) or GRO entries (TCP). The
+    sender is the client, or the server for downloads (the evidence's keys
+    name the side). A state no instrument saw is None, never "off"."""
     transport = rec["stack"] if rec["stack"] in ("quic", "udp") else "tcp"
+    sender, receiver = ("server", "client") if rec["config"].get("pattern") == "download" else ("client", "server")
     dev = derive.packets_devices(rec)
-    client_tx = dev["client"]["tx"] if dev.get("client") else None
-    server_rx = dev["server"]["rx"] if dev.get("server") else None
-    sys_client = (rec.get("syscalls") or {}).get("client")
-    sys_server = (rec.get("syscalls") or {}).get("server")
+    sender_tx = dev[sender]["tx"] if dev.get(sender) else None
+    receiver_rx = dev[receiver]["rx"] if dev.get(receiver) else None
+    sys_sender = (rec.get("syscalls") or {}).get(sender)
+    sys_receiver = (rec.get("syscalls") or {}).get(receiver)
     ev: dict = {}
     gso = gro = None
     proto_skbs = "udp_skbs" if transport in ("quic", "udp") else "tcp_skbs"
-    if client_tx is not None:
-        ev["client_tx_skbs"] = client_tx.get(proto_skbs)
-        ev["client_tx_gso_skbs"] = client_tx.get("gso_skbs")
-        ev["client_tx_gso_share"] = _share(client_tx.get("gso_skbs"), client_tx.get(proto_skbs))
-        ev["client_tx_wire_packets"] = client_tx.get("wire_packets")
-        gso = "on" if client_tx.get("gso_skbs") else "off"
-    if sys_client is not None:
-        ev["datagrams_per_send_call"] = sys_client.get("datagrams_per_send_call")
-        ev["bytes_per_send_call"] = sys_client.get("bytes_per_send_call")
+    if sender_tx is not None:
+        ev[f"{sender}_tx_skbs"] = sender_tx.get(proto_skbs)
+        ev[f"{sender}_tx_gso_skbs"] = sender_tx.get("gso_skbs")
+        ev[f"{sender}_tx_gso_share"] = _share(sender_tx.get("gso_skbs"), sender_tx.get(proto_skbs))
+        ev[f"{sender}_tx_wire_packets"] = sender_tx.get("wire_packets")
+        gso = "on" if sender_tx.get("gso_skbs") else "off"
+    if sys_sender is not None:
+        ev["datagrams_per_send_call"] = sys_sender.get("datagrams_per_send_call")
+        ev["bytes_per_send_call"] = sys_sender.get("bytes_per_send_call")
     if transport in ("quic", "udp"):
-        if sys_server is not None:
-            per_msg = _recv_bytes_per_message(sys_server["by_syscall"])
+        if sys_receiver is not None:
+            per_msg = _recv_bytes_per_message(sys_receiver["by_syscall"])
             ev["recv_bytes_per_message"] = per_msg
             ev["max_datagram_bytes"] = max_datagram
             if per_msg is not None:
@@ -240,16 +242,16 @@ def observe(rec: dict, max_datagram: int) -> dict:
             own = ((rec.get("workload") or {}).get("server") or {}).get("window") or {}
             if own.get("gro_segments") is not None:
                 ev["receiver_coalesced_messages"] = own["gro_segments"]
-    elif server_rx is not None:
-        ev["server_rx_gro_entries"] = server_rx.get("gro_entry")
-        ev["server_rx_gso_skbs"] = server_rx.get("gso_skbs")
-        gro = "on" if server_rx.get("gro_entry") else "off"
+    elif receiver_rx is not None:
+        ev[f"{receiver}_rx_gro_entries"] = receiver_rx.get("gro_entry")
+        ev[f"{receiver}_rx_gso_skbs"] = receiver_rx.get("gso_skbs")
+        gro = "on" if receiver_rx.get("gro_entry") else "off"
     env = rec.get("environment") or {}
     own_view = None
     if transport == "quic" and "msquic_send_segmentation" in env:
         own_view = {
-            "gso": onoff(env["msquic_send_segmentation"].get("client")),
-            "gro": onoff(env["msquic_recv_coalescing"].get("server")),
+            "gso": onoff(env["msquic_send_segmentation"].get(sender)),
+            "gro": onoff(env["msquic_recv_coalescing"].get(receiver)),
         }
     # Whether GRO had anything to do: a UDP socket's GRO keeps super-packets
     # whole (the veth's own GRO is off), while a veth's GRO merges only

@@ -32,6 +32,10 @@ EXEC_PROFILES = ("lowlat", "maxtput")
 ONOFF = ("on", "off")
 UDP_SEND_MODES = ("sendmsg", "sendmmsg", "gso")
 CALL_GRAPHS = ("dwarf", "fp")
+PATTERNS = ("bulk", "download")
+DEFAULT_DURATION_S = 10.0
+DEFAULT_DOWNLOAD_SIZE = 1 << 20
+DEFAULT_DOWNLOAD_COUNT = 10
 
 
 class Option:
@@ -156,10 +160,19 @@ def parse_probes(text: str) -> tuple:
 OPTIONS: List[Option] = [
     Option("stack", "choice", "quic", "Transport stack.", choices=STACK_NAMES, cli=False, error=errors.UnknownStack),
     Option(
+        "pattern",
+        "choice",
+        "bulk",
+        "What moves: bulk (the client sends, for --duration or --bytes) or download (the server "
+        "sends --size bytes on a new connection, --count times, one after another).",
+        choices=PATTERNS,
+        workload="--pattern",
+    ),
+    Option(
         "duration",
         "duration",
-        10.0,
-        "Length of the measured window (after warm-up).",
+        None,
+        "Length of the measured window (after warm-up) [default: 10s; bulk only].",
         field_name="duration_s",
         short="-d",
         lo=0.0,
@@ -173,6 +186,33 @@ OPTIONS: List[Option] = [
         short="-b",
         workload="--bytes",
         roles=("client",),
+    ),
+    Option(
+        "size",
+        "size",
+        None,
+        f"download: bytes per download (e.g. 64K, 2M) [default: {DEFAULT_DOWNLOAD_SIZE >> 20}M].",
+        lo=1,
+        vary=True,
+        workload="--size",
+    ),
+    Option(
+        "count",
+        "int",
+        None,
+        f"download: downloads, each on a new connection [default: {DEFAULT_DOWNLOAD_COUNT}].",
+        lo=1,
+        hi=100_000,
+        workload="--count",
+    ),
+    Option(
+        "resume",
+        "flag",
+        False,
+        "download: the second and later connections resume the first's session (QUIC 0-RTT, "
+        "TLS 1.3 resumption); the record says which did.",
+        stacks=("quic", "tcp-tls", "tcp-ktls"),
+        workload="--resume",
     ),
     Option(
         "warmup",
@@ -366,7 +406,11 @@ def workload_args(opts, role: str) -> List[str]:
     argv = []
     for o in OPTIONS:
         value = getattr(opts, o.field)
-        if o.workload and role in o.roles and value is not None and (not o.stacks or opts.stack in o.stacks):
+        if not o.workload or role not in o.roles or value is None or (o.stacks and opts.stack not in o.stacks):
+            continue
+        if o.kind == "flag":
+            argv += [o.workload] if value else []
+        else:
             argv += [o.workload, str(value)]
     return argv
 

@@ -15,7 +15,7 @@ from qprof import errors
 from qprof.flamegraphs import summary as flame_summary
 from qprof.perbyte import side_bytes
 
-from . import cpu, derive, floor, link, netstat, offload, options, transports
+from . import cpu, derive, downloads, floor, link, netstat, offload, options, transports
 from .measurement import Measurement
 from .window import Window, counter_delta
 
@@ -40,7 +40,8 @@ def describe(m: Measurement, run_path: Path) -> dict:
     6. the UDP drop cross-check (needs 2);
     7. GSO/GRO as observed (needs 4);
     8. the floor (needs 1's CPU);
-    9. the emulated link, its counters, and what limited the run (needs 1)."""
+    9. the emulated link, its counters, and what limited the run (needs 1);
+    10. each download, its percentiles and costs (needs 1 and 2)."""
     opts = run_options(m)
     rec = build_record(opts, m)
     rec["probes"] = m.probes
@@ -72,6 +73,9 @@ def describe(m: Measurement, run_path: Path) -> dict:
     rec["offload"] = offload_record(opts, m, rec)
     rec["floor"] = floor.figures(opts.stack, m.floor_parts, rec["cpu"], opts.sendfile)
     rec["link"] = link_record(opts, m, rec)
+    rec["downloads"] = (
+        downloads.describe(m.reports, opts.size, opts.count, opts.resume, rec) if opts.pattern == "download" else None
+    )
     return rec
 
 
@@ -184,26 +188,31 @@ def build_record(opts, m: Measurement) -> dict:
             "server": server_done.get("recv_coalescing"),
         }
 
+    # Bulk: the client sends; a download: the server sends, once per connection.
+    receiver, sender = window.receiver, window.sender
+    got, gave = m.done[receiver], m.done[sender]
+    what = "streams" if opts.pattern == "bulk" else "downloads"
+    expected = opts.streams if opts.pattern == "bulk" else opts.count
     if stack.name == "udp":
         # No reliability: every datagram that arrived passed the content
         # check, and no more arrived than were sent; loss is a figure.
-        verified = server_done.get("verified") is True and server_done["app_bytes"] <= client_done["app_bytes"]
+        verified = got.get("verified") is True and got["app_bytes"] <= gave["app_bytes"]
     else:
         verified = (
-            server_done.get("verified") is True
-            and server_done["app_bytes"] == client_done["app_bytes"]
-            and server_done["streams_completed"] == opts.streams
+            got.get("verified") is True
+            and got["app_bytes"] == gave["app_bytes"]
+            and got["streams_completed"] == expected
         )
     if not verified:
         raise errors.VerifyFailed(
-            f"the server verified {server_done['app_bytes']} bytes on {server_done['streams_completed']} streams "
-            f"but the client sent {client_done['app_bytes']} on {opts.streams}; see the run's logs."
+            f"the {receiver} verified {got['app_bytes']} bytes on {got['streams_completed']} {what} "
+            f"but the {sender} sent {gave['app_bytes']} on {expected}; see the run's logs."
         )
 
     ncpu = env["cpu_count"]
     # The sender's CPU is per byte it sent; for reliable stacks that is the
     # bytes received, for raw UDP it includes what was lost.
-    sent = window.end.client_mark["app_bytes"] - window.start.client_mark["app_bytes"]
+    sent = window.mark_delta(sender, "app_bytes")
     client_bytes = sent if stack.name == "udp" else nbytes
     return {
         "stack": opts.stack,
@@ -211,7 +220,7 @@ def build_record(opts, m: Measurement) -> dict:
         "environment": env,
         "transport": transport_record(stack, client_done, server_done, tls_before, window),
         "bytes": nbytes,
-        "bytes_total": server_done["app_bytes"],
+        "bytes_total": got["app_bytes"],
         "bytes_sent": sent,
         "verified": verified,
         "window_s": window.seconds,

@@ -31,6 +31,9 @@ from .window import Window, sleep_watching, take_edge
 from .workload import WorkloadProcess
 
 DEFAULT_WARMUP_S = 1.0
+# A guest run without a --duration (--bytes, downloads) may take this long, plus boot and set-up.
+GUEST_UNTIMED_S = 600
+GUEST_SLACK_S = 300
 READY_TIMEOUT_S = 10.0
 CONNECT_TIMEOUT_S = 10.0
 FINISH_TIMEOUT_S = 30.0
@@ -56,6 +59,22 @@ def check_options(opts: RunOptions) -> transports.Stack:
     stack = transports.validate(opts.stack, opts.tls_version, opts.cipher, opts.sendfile, opts.guest)
     if opts.io_size is None:
         opts.io_size = stack.io_size
+    check_pattern(opts)
+    if opts.pattern == "bulk":
+        check_bulk_length(opts)
+    check_link(opts)
+    offload.plan(opts.stack, opts.topology, opts.gso, opts.gro, opts.send_mode, opts.batch, opts.dgram_size)
+    if opts.dgram_size is not None and opts.topology == "netns" and opts.dgram_size > opts.mtu - record.UDP_IP_HEADERS:
+        raise errors.BadValue(
+            f"--dgram-size {opts.dgram_size} does not fit the veth MTU {opts.mtu} "
+            f"(at most {opts.mtu - record.UDP_IP_HEADERS} bytes of UDP payload); lower it."
+        )
+    return stack
+
+
+def check_bulk_length(opts: RunOptions) -> None:
+    """A bulk transfer of --bytes (measured whole) or --duration (after a
+    warm-up); fills in the defaults."""
     if opts.bytes is not None:
         if opts.bytes <= 0:
             raise errors.BadValue(
@@ -67,16 +86,46 @@ def check_options(opts: RunOptions) -> transports.Stack:
                 "handshake included; drop --warmup, or use --duration for a steady-state window."
             )
         opts.warmup_s = 0.0
-    elif opts.warmup_s is None:
+        return
+    if opts.warmup_s is None:
         opts.warmup_s = DEFAULT_WARMUP_S
-    check_link(opts)
-    offload.plan(opts.stack, opts.topology, opts.gso, opts.gro, opts.send_mode, opts.batch, opts.dgram_size)
-    if opts.dgram_size is not None and opts.topology == "netns" and opts.dgram_size > opts.mtu - record.UDP_IP_HEADERS:
+    if opts.duration_s is None:
+        opts.duration_s = options.DEFAULT_DURATION_S
+
+
+def check_pattern(opts: RunOptions) -> None:
+    """What --pattern allows: a download's window is its downloads, so
+    the bulk transfer's length and warm-up do not apply; --size, --count and
+    --resume apply to downloads only. Fills in the download defaults."""
+    if opts.pattern != "download":
+        for name, value in (("size", opts.size), ("count", opts.count), ("resume", opts.resume or None)):
+            if value is not None:
+                raise errors.BadValue(f"--{name} applies to --pattern download only; add it, or drop --{name}.")
+        return
+    if opts.stack == "udp":
         raise errors.BadValue(
-            f"--dgram-size {opts.dgram_size} does not fit the veth MTU {opts.mtu} "
-            f"(at most {opts.mtu - record.UDP_IP_HEADERS} bytes of UDP payload); lower it."
+            "--pattern download opens a connection per download, and udp has no connection; "
+            "use quic, tcp, tcp-tls or tcp-ktls."
         )
-    return stack
+    for name, given in (
+        ("duration", opts.duration_s is not None),
+        ("bytes", opts.bytes is not None),
+        ("warmup", bool(opts.warmup_s)),
+    ):
+        if given:
+            raise errors.BadValue(
+                f"--{name} does not apply to --pattern download, whose window is its --count downloads "
+                f"of --size bytes each; drop --{name}."
+            )
+    if opts.streams != 1:
+        raise errors.BadValue("--pattern download uses one stream per connection; drop --streams.")
+    if opts.resume and opts.stack == "tcp":
+        raise errors.BadValue("--resume resumes a TLS or QUIC session, and tcp has none; use quic or tcp-tls.")
+    if opts.size is None:
+        opts.size = options.DEFAULT_DOWNLOAD_SIZE
+    if opts.count is None:
+        opts.count = options.DEFAULT_DOWNLOAD_COUNT
+    opts.warmup_s = 0.0
 
 
 def check_link(opts: RunOptions) -> None:
@@ -158,7 +207,8 @@ def workload_argv(
     stack = transports.STACKS[opts.stack]
     argv = [str(binary), "--stack", opts.stack, "--role", role, "--addr", addr, "--port", str(port), "--control"]
     argv += options.workload_args(opts, role)
-    argv += transports.workload_args(stack, role, opts.tls_version, opts.cipher, opts.sendfile)
+    sender = "server" if opts.pattern == "download" else "client"
+    argv += transports.workload_args(stack, role, opts.tls_version, opts.cipher, opts.sendfile, sender)
     env = listen.server_env(stack.name, addr, port, run_path) if role == "server" else {}
     if plan is not None:
         env = listen.merge(plan.env[role], env)
@@ -277,6 +327,7 @@ def _transfer(
         probes=probe_records,
         perf=capture,
         server_binds=listen.read_report(run_path),
+        reports={"client": client.reports, "server": server.reports} if opts.pattern == "download" else None,
         offload={
             **plan.describe(),
             "device_features": (
@@ -303,6 +354,18 @@ def _measure(opts, server, client, probes, perf, on_progress, faults: Faults, li
     connects and closes when the server has the last byte."""
     tls_before = {"client": transports.read_tls_stat(client.pid), "server": transports.read_tls_stat(server.pid)}
     procs = (server, client)
+    if opts.pattern == "download":
+        if perf is not None:
+            perf.enable()
+        start = take_edge("start", server, client, probes, link_eps)
+        client.send("start")
+        on_progress(f"{opts.count} downloads of {opts.size:,} bytes, each on a new connection")
+        _wait_for_downloads(client, opts.count)
+        end = take_edge("end", server, client, probes, link_eps)
+        if perf is not None:
+            perf.disable()
+        connected = next((e for e in client.reports if e["event"] == "connected"), None) or {}
+        return connected, Window(start, end, receiver="client"), tls_before
     if opts.bytes:
         if perf is not None:
             perf.enable()
@@ -333,6 +396,27 @@ def _measure(opts, server, client, probes, perf, on_progress, faults: Faults, li
     sleep_watching(end.t_ns + int(TAIL_S * 1e9), procs)
     client.send("stop")
     return connected, Window(start, end), tls_before
+
+
+def _wait_for_downloads(client, count: int) -> None:
+    """The client's done report after its last download, however long
+    the downloads take while they progress; a stall of STALL_S is a Timeout."""
+    seen, last_progress = -1, time.monotonic()
+    while True:
+        try:
+            client.wait_event("done", PROGRESS_CHECK_S)
+            return
+        except errors.Timeout:
+            pass
+        got = client.mark("progress")["app_bytes"]
+        if got > seen:
+            seen, last_progress = got, time.monotonic()
+        elif time.monotonic() - last_progress > STALL_S:
+            raise errors.Timeout(
+                f"the downloads stalled: the client received no byte for {STALL_S:.0f} s "
+                f"({len([e for e in client.reports if e['event'] == 'download'])} of {count} downloads done); "
+                f"see {client.log_path}."
+            )
 
 
 def _wait_for_last_byte(server, total: int) -> None:
@@ -382,7 +466,7 @@ def run_in_guest(opts: RunOptions, on_progress, faults: Faults) -> dict:
         on_progress(
             f"run {rundir.id}: {opts.stack} in a QEMU guest ({art.kernel_release}, TCG), output in {rundir.path}"
         )
-        timeout_s = opts.warmup_s + (opts.duration_s if not opts.bytes else 600) + 300
+        timeout_s = opts.warmup_s + (opts.duration_s or GUEST_UNTIMED_S) + GUEST_SLACK_S
         with guest.GuestVM(art, out, rundir.path / "console.log") as vm:
             stages = vm.wait(timeout_s)
         rc_file = out / "rc"

@@ -81,14 +81,15 @@ def validate(stack_name: str, tls_version: Optional[str], cipher: Optional[str],
 
 
 def workload_args(
-    stack: Stack, role: str, tls_version: Optional[str], cipher: Optional[str], sendfile: bool
+    stack: Stack, role: str, tls_version: Optional[str], cipher: Optional[str], sendfile: bool, sender: str = "client"
 ) -> List[str]:
+    """sender: the role that sends the data (the server, for downloads)."""
     args = []
     if stack.configurable_tls:
         args += ["--tls", tls_version or "1.3"]
         if cipher:
             args += ["--cipher", cipher]
-    if sendfile and role == "client":
+    if sendfile and role == sender:
         args += ["--sendfile"]
     return args
 

@@ -36,16 +36,24 @@ class Edge:
 class Window:
     start: Edge
     end: Edge
+    receiver: str = "server"  # whose verified bytes the window counts: the client's for downloads
+
+    @property
+    def sender(self) -> str:
+        return "client" if self.receiver == "server" else "server"
+
+    def mark_delta(self, side: str, key: str) -> int:
+        return getattr(self.end, f"{side}_mark")[key] - getattr(self.start, f"{side}_mark")[key]
 
     @property
     def bytes(self) -> int:
         """Bytes the receiver verified inside the window."""
-        return self.end.server_mark["app_bytes"] - self.start.server_mark["app_bytes"]
+        return self.mark_delta(self.receiver, "app_bytes")
 
     @property
     def seconds(self) -> float:
         """The window by the receiver's own clock, which brackets `bytes`."""
-        return (self.end.server_mark["t_ns"] - self.start.server_mark["t_ns"]) / 1e9
+        return self.mark_delta(self.receiver, "t_ns") / 1e9
 
     @property
     def cpu_seconds(self) -> float:

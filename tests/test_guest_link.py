@@ -45,3 +45,35 @@ def test_netem_link_as_asked(runs_dir):
     # The data went client to server and TCP retransmitted what was lost.
     assert lk["directions"]["client_to_server"]["window"]["tbf"]["bytes"] > rec["bytes"]
     assert rec["kernel_loss"]["retransmitted_segments"] > 0
+
+
+@pytest.mark.parametrize("stack, resume", [("quic", True), ("tcp-tls", False)])
+def test_handshakes_and_downloads_take_their_round_trips(runs_dir, stack, resume):
+    """Over a 100 ms RTT: a fresh QUIC handshake takes at least one RTT and
+    its first byte at least two (request, then response); with 0-RTT the
+    request rides the first flight, so the first byte takes at least one.
+    TCP + TLS 1.3: the TCP handshake one RTT, TLS on top another. At 10
+    Mbit/s each download of S bytes takes at least S / B."""
+    rtt, rate, size = 0.100, 10_000_000, 64 * 1024
+    rec = run_json(
+        runs_dir,
+        *("--stack", stack, "--guest", "--link", "rtt=100ms,rate=10mbit", "--pattern", "download"),
+        *("--size", "64K", "--count", "3", "--probes", "none", "--sample-hz", "0"),
+        *(("--resume",) if resume else ()),
+        timeout=400,
+    )
+    assert qemu_processes() == []
+    assert rec["status"] == "complete" and rec["verified"] is True
+    each = rec["downloads"]["each"]
+    assert len(each) == 3
+    for e in each:
+        assert e["complete_s"] >= size * 8 / rate, e
+        if stack == "quic":
+            assert e["handshake_s"] >= rtt, e
+            assert e["first_byte_s"] >= (rtt if e["early_data"] else 2 * rtt), e
+        else:
+            assert e["tcp_handshake_s"] >= rtt and e["handshake_s"] >= 2 * rtt, e
+            assert e["first_byte_s"] >= 3 * rtt, e  # the request, then the response
+    if resume:
+        # What happened, as the stacks said it: resumed after the first.
+        assert [e["resumed"] for e in each] == [False, True, True]

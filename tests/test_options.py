@@ -69,6 +69,8 @@ def test_workload_gets_only_its_stacks_options():
     quic = runner.RunOptions(stack="quic", io_size=65536, bytes=1 << 20)
     tcp = runner.RunOptions(stack="tcp", io_size=131072)
     assert options.workload_args(quic, "client") == [
+        "--pattern",
+        "bulk",
         "--bytes",
         "1048576",
         "--streams",
@@ -78,8 +80,16 @@ def test_workload_gets_only_its_stacks_options():
         "--exec-profile",
         "lowlat",
     ]
-    assert options.workload_args(quic, "server") == ["--streams", "1", "--io-size", "65536", "--exec-profile", "lowlat"]
-    assert options.workload_args(tcp, "client") == ["--streams", "1", "--io-size", "131072"]
+    assert options.workload_args(quic, "server") == [
+        *("--pattern", "bulk", "--streams", "1", "--io-size", "65536", "--exec-profile", "lowlat")
+    ]
+    assert options.workload_args(tcp, "client") == ["--pattern", "bulk", "--streams", "1", "--io-size", "131072"]
+    # A download: its size and count to both roles, --resume as a bare flag where the stack resumes.
+    dl = runner.RunOptions(stack="tcp-tls", io_size=131072, pattern="download", size=4096, count=3, resume=True)
+    assert options.workload_args(dl, "server") == [
+        *("--pattern", "download", "--size", "4096", "--count", "3", "--resume", "--streams", "1"),
+        *("--io-size", "131072"),
+    ]
 
 
 @pytest.mark.parametrize(
