@@ -209,7 +209,6 @@ def build_record(opts, m: Measurement) -> dict:
             f"but the {sender} sent {gave['app_bytes']} on {expected}; see the run's logs."
         )
 
-    ncpu = env["cpu_count"]
     # The sender's CPU is per byte it sent; for reliable stacks that is the
     # bytes received, for raw UDP it includes what was lost.
     sent = window.mark_delta(sender, "app_bytes")
@@ -229,7 +228,7 @@ def build_record(opts, m: Measurement) -> dict:
         "cpu": {
             "client": cpu.process_figures(window.end.client - window.start.client, client_bytes),
             "server": cpu.process_figures(window.end.server - window.start.server, nbytes),
-            "system": cpu.system_figures(window.end.system - window.start.system, nbytes, window.cpu_seconds, ncpu),
+            "system": cpu.system_figures(window.end.system - window.start.system, nbytes),
             "others": cpu.others_figures(window.start.tasks, window.end.tasks, set(pids.values()), nbytes),
         },
         "workload": {

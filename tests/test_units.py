@@ -92,7 +92,7 @@ def test_system_figures_exclude_idle():
     b = cpu.SystemCpu(
         *(getattr(a, f + "_s") + inc for f, inc in zip(cpu.STAT_FIELDS, (1.0, 0.0, 0.5, 0.25, 0.0, 0.0, 0.25, 0.0)))
     )
-    f = cpu.system_figures(b - a, nbytes=10**9, wall_s=1.0, ncpu=2)
+    f = cpu.system_figures(b - a, nbytes=10**9)
     assert f["total_s"] == pytest.approx(1.75)
     assert f["utilisation"] == pytest.approx(1.75 / 2)
     assert f["ns_per_byte"]["total"] == pytest.approx(1.75)
