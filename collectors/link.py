@@ -38,8 +38,9 @@ import json
 import math
 import re
 import subprocess
+import time
 from dataclasses import asdict, dataclass, replace
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 
 from qprof.errors import BadLink, LinkUnsupported
 
@@ -56,6 +57,12 @@ QUEUE_MIN_PACKETS = 10
 NETEM_ORDER_RATE_BIT = 100_000_000_000  # keeps netem's jitter in order; far above any veth's speed
 NETEM_LIMIT_NO_RATE = 100_000  # packets in the delay line with no rate: ~1 s of a 1 Gbit/s flow
 MAX_RTT_S = 60.0
+# A direction carrying at least this share of its rate is full (the link's limit).
+SATURATED = 0.9
+# A bulk window starts once an interval of max(2 RTT, this) carried SATURATED
+# of the rate, or after max(SATURATION_CAP_S, 10 RTT) without one.
+SATURATION_INTERVAL_S = 0.25
+SATURATION_CAP_S = 5.0
 TBF_BURST_SLACK = 100  # bytes over the MTU: the Ethernet header, and tc's rounding of the burst
 TC_TIMEOUT_S = 10.0
 
@@ -249,10 +256,20 @@ def _tc(netns: str, args: List[str]) -> subprocess.CompletedProcess:
     return subprocess.run(["tc", "-n", netns, *args], capture_output=True, text=True, timeout=TC_TIMEOUT_S)
 
 
-def apply(link: Link, endpoints: Dict[str, "object"], mtu: int) -> dict:
+@dataclass
+class Emulated:
+    """A link in place on a run's veths: what the window's edges read, and
+    what the measurement keeps (`applied`: the plan, the qdiscs read back,
+    and how the bulk window waited for the link to fill)."""
+
+    spec: Link
+    endpoints: Dict[str, object]  # side -> topology.Endpoint
+    applied: dict
+
+
+def apply(link: Link, endpoints: Dict[str, "object"], mtu: int) -> Emulated:
     """Build the plan on each endpoint's veth (the qdiscs go with the
-    namespaces) and read back what the kernel has; the record's `requested`
-    and `applied`."""
+    namespaces) and read back what the kernel has."""
     p = plan(link, mtu)
     for side, ep in endpoints.items():
         for args in p.commands(ep.ifname):
@@ -265,7 +282,8 @@ def apply(link: Link, endpoints: Dict[str, "object"], mtu: int) -> dict:
                         "run it in the guest with --guest (Debian's kernel has it)."
                     )
                 raise BadLink(f"the kernel refused the link on the {side}'s veth: `tc {' '.join(args)}`: {why}.")
-    return {"plan": asdict(p), "qdiscs": {side: read_qdiscs(ep) for side, ep in endpoints.items()}}
+    qdiscs = {side: read_qdiscs(ep) for side, ep in endpoints.items()}
+    return Emulated(link, endpoints, {"plan": asdict(p), "qdiscs": qdiscs, "before_window": None})
 
 
 def read_qdiscs(ep) -> Optional[List[dict]]:
@@ -277,6 +295,34 @@ def read_qdiscs(ep) -> Optional[List[dict]]:
     if r.returncode != 0:
         return None
     return json.loads(r.stdout or "[]")
+
+
+def wait_saturated(ep, link: Link, sleep: Callable[[float], None]) -> dict:
+    """After the warm-up of a bulk run: sample the root qdisc's bytes on
+    the data's direction (ep's egress) until one interval carried SATURATED
+    of the rate, or give up at the cap (a lossy link may never fill: the
+    window then starts anyway, and the record says so)."""
+    interval = max(2 * link.rtt_s, SATURATION_INTERVAL_S)
+    cap = max(SATURATION_CAP_S, 10 * link.rtt_s)
+    t0 = t_last = time.monotonic()
+    last = _root_bytes(ep)
+    util = None
+    while last is not None:
+        sleep(interval)
+        now, got = time.monotonic(), _root_bytes(ep)
+        if got is None:
+            break
+        util = (got - last) * 8 / (now - t_last) / link.rate_bit
+        if util >= SATURATED or now - t0 >= cap:
+            return {"saturated": util >= SATURATED, "waited_s": now - t0, "interval_s": interval, "utilisation": util}
+        last, t_last = got, now
+    return {"saturated": None, "waited_s": time.monotonic() - t0, "interval_s": interval, "utilisation": util}
+
+
+def _root_bytes(ep) -> Optional[int]:
+    qds = read_qdiscs(ep)
+    root = next((q for q in qds or () if q.get("root")), None)
+    return None if root is None else int(root.get("bytes", 0))
 
 
 def read_counters(endpoints: Dict[str, "object"]) -> Dict[str, Optional[Dict[str, dict]]]:
@@ -346,6 +392,7 @@ def describe(spec: str, link: Link, applied: dict, edges: Dict[str, dict]) -> di
         "preset": link.preset,
         "requested": {k: v for k, v in asdict(replace(link, preset=None)).items() if k != "preset"},
         "plan": p,
+        "before_window": applied.get("before_window"),
         "directions": {},
     }
     for side, name in directions.items():

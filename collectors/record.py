@@ -81,7 +81,7 @@ def describe(m: Measurement, run_path: Path) -> dict:
 
 # A direction carrying at least this share of its rate is the link's limit;
 # CPU this busy (the machine, or one process on its one CPU) is the host's.
-SATURATED = 0.9
+SATURATED = link.SATURATED
 
 
 def link_record(opts: options.RunOptions, m: Measurement, rec: dict):

@@ -252,10 +252,11 @@ def _run(opts: RunOptions, binary: Path, on_progress, faults: Faults) -> dict:
             )
             for ep in (topo.client, topo.server) if topo.kind == "netns" else ():
                 offload.set_device_features(ep, plan.devices)
-            link_eps = {"client": topo.client, "server": topo.server} if opts.link else None
-            applied = link.apply(link.parse(opts.link), link_eps, opts.mtu) if link_eps else None
-            m = _transfer(opts, binary, topo, rundir.path, cert, key, on_progress, plan, faults, floor_parts, link_eps)
-            m.link = applied
+            emulated = None
+            if opts.link:
+                emulated = link.apply(link.parse(opts.link), {"client": topo.client, "server": topo.server}, opts.mtu)
+            m = _transfer(opts, binary, topo, rundir.path, cert, key, on_progress, plan, faults, floor_parts, emulated)
+            m.link = emulated.applied if emulated else None
         # The raw measurement first: if describing it fails, the evidence stays.
         write_text_atomic(rundir.path / MEASUREMENT, m.to_json())
         rec = record.describe(m, rundir.path)
@@ -266,7 +267,7 @@ def _run(opts: RunOptions, binary: Path, on_progress, faults: Faults) -> dict:
 
 
 def _transfer(
-    opts, binary, topo, run_path, cert, key, on_progress, plan, faults: Faults, floor_parts: dict, link_eps=None
+    opts, binary, topo, run_path, cert, key, on_progress, plan, faults: Faults, floor_parts: dict, emulated=None
 ) -> Measurement:
     """The transfer and every instrument around it; what they read, raw."""
     server_argv = workload_argv(binary, opts, "server", topo.server.addr, opts.port, plan, run_path)
@@ -284,7 +285,7 @@ def _transfer(
     ):
         udp_before = {side: netstat.read_udp(ep) for side, ep in sides}
         dev_before = {side: netstat.read_device(ep) for side, ep in sides}
-        connected, window, tls_before = _measure(opts, server, client, probes, perf, on_progress, faults, link_eps)
+        connected, window, tls_before = _measure(opts, server, client, probes, perf, on_progress, faults, emulated)
         measured_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         client_done = client.finish(FINISH_TIMEOUT_S)
         server_done = server.finish(FINISH_TIMEOUT_S)
@@ -348,7 +349,7 @@ def _perf(opts, run_path):
         yield perf
 
 
-def _measure(opts, server, client, probes, perf, on_progress, faults: Faults, link_eps=None):
+def _measure(opts, server, client, probes, perf, on_progress, faults: Faults, emulated=None):
     """Connect, warm up, and take the window's two edges. A fixed-size
     transfer is measured whole: the window opens before the client
     connects and closes when the server has the last byte."""
@@ -357,11 +358,11 @@ def _measure(opts, server, client, probes, perf, on_progress, faults: Faults, li
     if opts.pattern == "download":
         if perf is not None:
             perf.enable()
-        start = take_edge("start", server, client, probes, link_eps)
+        start = take_edge("start", server, client, probes, emulated)
         client.send("start")
         on_progress(f"{opts.count} downloads of {opts.size:,} bytes, each on a new connection")
         _wait_for_downloads(client, opts.count)
-        end = take_edge("end", server, client, probes, link_eps)
+        end = take_edge("end", server, client, probes, emulated)
         if perf is not None:
             perf.disable()
         connected = next((e for e in client.reports if e["event"] == "connected"), None) or {}
@@ -369,12 +370,12 @@ def _measure(opts, server, client, probes, perf, on_progress, faults: Faults, li
     if opts.bytes:
         if perf is not None:
             perf.enable()
-        start = take_edge("start", server, client, probes, link_eps)
+        start = take_edge("start", server, client, probes, emulated)
         client.send("start")
         connected = client.wait_event("connected", CONNECT_TIMEOUT_S)
         on_progress("measuring until the last byte arrives")
         _wait_for_last_byte(server, opts.bytes * opts.streams)
-        end = take_edge("end", server, client, probes, link_eps)
+        end = take_edge("end", server, client, probes, emulated)
         if perf is not None:
             perf.disable()
         return connected, Window(start, end), tls_before
@@ -382,15 +383,22 @@ def _measure(opts, server, client, probes, perf, on_progress, faults: Faults, li
     connected = client.wait_event("connected", CONNECT_TIMEOUT_S)
     on_progress(f"connected; warming up {opts.warmup_s:g} s")
     sleep_watching(connected["t_ns"] + int(opts.warmup_s * 1e9), procs)
+    if emulated is not None and emulated.spec.rate_bit:
+        on_progress("waiting for the link to fill")
+        emulated.applied["before_window"] = link.wait_saturated(
+            emulated.endpoints["client"],
+            emulated.spec,
+            lambda s: sleep_watching(time.monotonic_ns() + int(s * 1e9), procs),
+        )
     if perf is not None:
         perf.enable()
-    start = take_edge("start", server, client, probes, link_eps)
+    start = take_edge("start", server, client, probes, emulated)
     on_progress(f"measuring {opts.duration_s:g} s")
     if faults.kill_server:
         sleep_watching(start.t_ns + int(opts.duration_s * 0.3e9), procs)
         server.proc.kill()
     sleep_watching(start.t_ns + int(opts.duration_s * 1e9), procs)
-    end = take_edge("end", server, client, probes, link_eps)
+    end = take_edge("end", server, client, probes, emulated)
     if perf is not None:
         perf.disable()
     sleep_watching(end.t_ns + int(TAIL_S * 1e9), procs)

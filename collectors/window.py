@@ -61,7 +61,7 @@ class Window:
         return (self.end.t_ns - self.start.t_ns) / 1e9
 
 
-def take_edge(name: str, server: WorkloadProcess, client: WorkloadProcess, probes=None, link_eps=None) -> Edge:
+def take_edge(name: str, server: WorkloadProcess, client: WorkloadProcess, probes=None, emulated=None) -> Edge:
     """Every instrument's reading at one instant, as near as can be: all
     marks are asked for at once (each process answers as soon as it runs),
     the kernel's counters are read meanwhile, then the answers collected."""
@@ -80,7 +80,7 @@ def take_edge(name: str, server: WorkloadProcess, client: WorkloadProcess, probe
         "client": netstat.read_namespace(client.pid),
         "softnet": netstat.read_softnet(),
     }
-    qdiscs = link.read_counters(link_eps) if link_eps else None
+    qdiscs = link.read_counters(emulated.endpoints) if emulated else None
     server_mark = server.wait_event("mark", MARK_TIMEOUT_S)
     client_mark = client.wait_event("mark", MARK_TIMEOUT_S)
     if probes is not None:

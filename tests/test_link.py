@@ -219,4 +219,7 @@ def test_a_rate_limit_is_the_limit(runs_dir):
     # The ACKs go the other way, a small share of the rate.
     assert lk["directions"]["server_to_client"]["utilisation"] < 0.2
     assert lk["saturation"]["limited_by"] == "link" and lk["saturation"]["cpu_saturated_first"] is False
+    # The window opened once an interval had carried 90% of the rate.
+    before = lk["before_window"]
+    assert before["saturated"] is True and before["utilisation"] >= 0.9 and before["waited_s"] >= before["interval_s"]
     assert leftovers() == []
