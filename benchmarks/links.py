@@ -101,9 +101,7 @@ def table(args, name, comparison, runs_dir) -> str:
     for v in values:
         cells = [v, fmt(size * 8 / rate_of(key, v) * 1e3)]
         for s in stacks:
-            i = next(
-                j for j, c in enumerate(comparison["configs"]) if c["stack"] == s and c["overrides"].get(key) == v
-            )
+            i = next(j for j, c in enumerate(comparison["configs"]) if c["stack"] == s and c["overrides"].get(key) == v)
             rs = recs.get(i, [])
             dl = [r["downloads"] for r in rs]
             cells.append(fmt(median([d["percentiles"]["complete_s"]["p50"] * 1e3 for d in dl])))
@@ -132,8 +130,10 @@ def main() -> None:
     for name in args.tables.split(","):
         t0 = time.monotonic()
         c = compare(args, *TABLES[name], runs_dir)
-        print(f"\n### {name} ({args.size} per download, {args.count} downloads x {args.repeat} runs per point; "
-              f"{time.monotonic() - t0:.0f} s; comparison {c['id']})\n")
+        print(
+            f"\n### {name} ({args.size} per download, {args.count} downloads x {args.repeat} runs per point; "
+            f"{time.monotonic() - t0:.0f} s; comparison {c['id']})\n"
+        )
         print(table(args, name, c, runs_dir), flush=True)
 
 
