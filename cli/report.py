@@ -9,6 +9,8 @@ from rich.table import Table
 from qprof.collectors import offload
 
 ABSENT = "—"
+# Below this many /proc/stat ticks a window's user/system split is too coarse to read alone.
+SHORT_WINDOW_TICKS = 100
 
 
 def _num(v: Optional[float], fmt: str = "{:.3f}") -> str:
@@ -69,12 +71,20 @@ def print_run(rec: dict, console: Optional[Console] = None) -> None:
             _num(n["total"], "[bold]{:.3f}[/]"),
         )
     console.print(t)
+    ticks_s = 1 / env["clock_ticks_per_s"] if env.get("clock_ticks_per_s") else 0.01
+    if rec["cpu_window_s"] < SHORT_WINDOW_TICKS * ticks_s:
+        on = ", ".join(f"{s} {rec['cpu'][s]['oncpu_schedstat_s'] * 1e3:.2f} ms" for s in ("client", "server"))
+        console.print(
+            f"[yellow]the window ({rec['cpu_window_s'] * 1e3:.0f} ms) is under {SHORT_WINDOW_TICKS} clock ticks, "
+            f"so the table's tick-counted seconds are coarse[/]; on-CPU by schedstat (ns): {on}"
+        )
     util = rec["cpu"]["system"].get("utilisation")
     if util is not None:
         console.print(
             f"system busy {util * 100:.0f}% of {env['cpu_count']} CPUs; "
             f"{ABSENT} = not measured (per-process softirq: see README)"
         )
+    _print_downloads(rec, console)
     console.print(_own_counters(rec))
     _print_link(rec, console)
     _print_loss(rec, console)
@@ -83,6 +93,38 @@ def print_run(rec: dict, console: Optional[Console] = None) -> None:
     _print_probes(rec, console)
     _print_flame(rec, console)
     console.print(f"run {rec['id']}")
+
+
+def _print_downloads(rec: dict, console: Console) -> None:
+    """Per-download times as percentiles, and what each download cost."""
+    d = rec.get("downloads")
+    if not d:
+        return
+    t = Table(
+        title=f"{d['count']} downloads of {d['size']:,} bytes, each on a new connection (ms from connect)",
+        title_justify="left",
+    )
+    for col in ("", "p5", "p25", "p50", "p75", "p95"):
+        t.add_column(col, justify="left" if not col else "right")
+    names = {"tcp_handshake_s": "TCP handshake", "handshake_s": "handshake", "first_byte_s": "first byte"}
+    names["complete_s"] = "download"
+    for key, label in names.items():
+        p = d["percentiles"].get(key)
+        if p:
+            t.add_row(label, *(f"{p[f'p{q}'] * 1e3:.2f}" for q in (5, 25, 50, 75, 95)))
+    console.print(t)
+    cpu, wire = d["cpu_per_download_s"], d["wire_per_download"]
+    line = "per download: CPU " + ", ".join(f"{k} {_num(v and v * 1e3, '{:.2f}')} ms" for k, v in cpu.items())
+    if wire:
+        line += "; wire " + ", ".join(
+            f"{k.replace('_', ' ')} {w['bytes']:,.0f} B in {w['packets']:.1f} packets" for k, w in wire.items()
+        )
+    console.print(line)
+    said = []
+    if d["resume"]:
+        said.append(f"resumed {_int(d['resumed'])} of {d['count']}, 0-RTT/early data {_int(d['early_data'])}")
+    said.append(f"server retransmissions {_int(d['server_retransmits'])}")
+    console.print("; ".join(said))
 
 
 def _print_link(rec: dict, console: Console) -> None:
