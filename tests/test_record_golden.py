@@ -61,4 +61,5 @@ def test_measurement_round_trips():
 
 
 def test_cases_cover_the_stack_kinds():
-    assert {"quic", "tcp-tls", "udp"} <= set(CASES)
+    # The stack kinds, a link (netem under tbf, in the guest) and a download with 0-RTT resumption.
+    assert {"quic", "tcp-tls", "udp", "tcp-link", "quic-download"} <= set(CASES)
