@@ -24,6 +24,7 @@ setup(
     install_requires=[
         "click>=8.1,<9",
         "rich>=13.7,<16",
+        "hdrhistogram>=0.10.3,<0.11",  # request/response latency (HdrHistogram_py)
     ],
     extras_require={"test": ["pytest>=8,<10", "jsonschema>=4.18,<5", "ruff==0.17.6"]},
     entry_points={"console_scripts": ["qprof = qprof.cli.main:main"]},

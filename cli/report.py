@@ -85,6 +85,7 @@ def print_run(rec: dict, console: Optional[Console] = None) -> None:
             f"{ABSENT} = not measured (per-process softirq: see README)"
         )
     _print_downloads(rec, console)
+    _print_rr(rec, console)
     console.print(_own_counters(rec))
     _print_link(rec, console)
     _print_loss(rec, console)
@@ -125,6 +126,42 @@ def _print_downloads(rec: dict, console: Console) -> None:
         said.append(f"resumed {_int(d['resumed'])} of {d['count']}, 0-RTT/early data {_int(d['early_data'])}")
     said.append(f"server retransmissions {_int(d['server_retransmits'])}")
     console.print("; ".join(said))
+
+
+def _print_rr(rec: dict, console: Console) -> None:
+    """Response delays (from each request's due time) and what a request cost."""
+    r = rec.get("rr")
+    if not r:
+        return
+    cfg = rec["config"]
+    how = cfg.get("rr_streams") or cfg.get("tcp_conns") or ("per-request" if rec["stack"] == "quic" else "one")
+    t = Table(
+        title=f"{r['responses']:,} of {r['requests_due']:,} requests due in the window answered "
+        f"({r['payload']} B each way every {r['period_s'] * 1e3:g} ms, {how}); response delay in ms",
+        title_justify="left",
+    )
+    keys = ("p5", "p25", "p50", "p75", "p95", "p99", "p99.9", "max")
+    for k in keys:
+        t.add_column(k, justify="right")
+    t.add_row(*(_num(r["delay_ns"][k] and r["delay_ns"][k] / 1e6, "{:.3f}") for k in keys))
+    console.print(t)
+    line = f"jitter {_num(r['jitter_percent'], '{:.1f}')}% of the mean delay; late {r['late']:,}"
+    lag = r["send_lag_ns_max"]
+    line += f"; the client sent at most {_num(lag and lag / 1e6, '{:.3f}')} ms after a request was due"
+    if r["connections_opened"] is not None:
+        line += f"; connections opened {r['connections_opened']:,}"
+    console.print(line)
+    per = r["per_request"]
+    if per:
+        cpu = ", ".join(f"{s} {_num(v and v * 1e6, '{:.1f}')} us" for s, v in per["cpu_s"].items())
+        calls = ", ".join(f"{s} {_num(v, '{:.1f}')}" for s, v in per["syscalls"].items())
+        line = f"per request: CPU {cpu}; syscalls {calls}"
+        if per["wire"]:
+            line += "; wire " + ", ".join(
+                f"{k.replace('_', ' ')} {w['bytes']:,.0f} B in {w['packets']:.1f} packets"
+                for k, w in per["wire"].items()
+            )
+        console.print(line)
 
 
 def _print_link(rec: dict, console: Console) -> None:

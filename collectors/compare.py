@@ -134,6 +134,14 @@ def _ms(s: Optional[float]) -> Optional[float]:
     return None if s is None else s * 1e3
 
 
+def _us(s: Optional[float]) -> Optional[float]:
+    return None if s is None else s * 1e6
+
+
+def _ms_ns(ns: Optional[float]) -> Optional[float]:
+    return None if ns is None else ns / 1e6
+
+
 @dataclass(frozen=True)
 class Metric:
     key: str
@@ -175,6 +183,31 @@ METRICS: List[Metric] = [
         "CPU per download",
         "ms",
         lambda r: _ms(_get(r, "downloads", "cpu_per_download_s", "all")),
+    ),
+    *[
+        Metric(
+            f"rr_delay_p{q}",
+            f"response delay p{q}",
+            "ms",
+            (lambda q: lambda r: _ms_ns(_get(r, "rr", "delay_ns", q)))(q),
+        )
+        for q in ("p50", "p95", "p99")
+    ],
+    Metric("rr_jitter_percent", "jitter", "%", lambda r: _get(r, "rr", "jitter_percent")),
+    *[
+        Metric(
+            f"rr_{s}_cpu_us",
+            f"{s} CPU per request",
+            "us",
+            (lambda s: lambda r: _us(_get(r, "rr", "per_request", "cpu_s", s)))(s),
+        )
+        for s in ("client", "server")
+    ],
+    Metric(
+        "rr_connections_per_1000",
+        "connections per 1000 requests",
+        "",
+        lambda r: _get(r, "rr", "connections_per_1000_requests"),
     ),
     Metric(
         "link_utilisation",

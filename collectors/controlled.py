@@ -45,8 +45,8 @@ class ProcessEnded(Exception):
     """The process ended (or reported its end) while we waited on it."""
 
 
-# qprof-wl's "connected" and per-download events (workloads/wl.h).
-REPORT_EVENTS = ("connected", "download", "served")
+# qprof-wl's "connected", per-download and per-request events (workloads/wl.h).
+REPORT_EVENTS = ("connected", "download", "served", "rr")
 
 
 class ControlledProcess:

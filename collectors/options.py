@@ -18,7 +18,7 @@ which runner.check_options calls after `check`.
 
 import json
 from dataclasses import asdict, field, fields, make_dataclass
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 from qprof import errors
 from qprof.units import parse_duration_s, parse_size_bytes
@@ -32,7 +32,10 @@ EXEC_PROFILES = ("lowlat", "maxtput")
 ONOFF = ("on", "off")
 UDP_SEND_MODES = ("sendmsg", "sendmmsg", "gso")
 CALL_GRAPHS = ("dwarf", "fp")
-PATTERNS = ("bulk", "download")
+PATTERNS = ("bulk", "download", "rr")
+TCP_STACKS = ("tcp", "tcp-tls", "tcp-ktls")
+DEFAULT_RR_PERIOD_S = 0.010
+DEFAULT_RR_PAYLOAD = 256
 DEFAULT_DURATION_S = 10.0
 DEFAULT_DOWNLOAD_SIZE = 1 << 20
 DEFAULT_DOWNLOAD_COUNT = 10
@@ -65,6 +68,7 @@ class Option:
         show_default: bool = True,
         error: type = errors.BadValue,
         envvar: Optional[str] = None,
+        workload_value: Callable = str,
     ):
         self.name = name  # the flag without "--", and the --vary key
         self.field = field_name or name.replace("-", "_")
@@ -84,6 +88,7 @@ class Option:
         self.show_default = show_default
         self.error = error  # the QprofError a bad value raises (its exit code)
         self.envvar = envvar  # the environment variable that sets it too
+        self.workload_value = workload_value  # the value as qprof-wl's flag takes it
 
     @property
     def flag(self) -> str:
@@ -163,8 +168,9 @@ OPTIONS: List[Option] = [
         "pattern",
         "choice",
         "bulk",
-        "What moves: bulk (the client sends, for --duration or --bytes) or download (the server "
-        "sends --size bytes on a new connection, --count times, one after another).",
+        "What moves: bulk (the client sends, for --duration or --bytes), download (the server "
+        "sends --size bytes on a new connection, --count times, one after another) or rr (the client "
+        "sends a --payload request every --period, open loop, and the server answers each).",
         choices=PATTERNS,
         workload="--pattern",
     ),
@@ -213,6 +219,51 @@ OPTIONS: List[Option] = [
         "TLS 1.3 resumption); the record says which did.",
         stacks=("quic", "tcp-tls", "tcp-ktls"),
         workload="--resume",
+    ),
+    Option(
+        "period",
+        "duration",
+        None,
+        f"rr: time between requests, on a fixed schedule whatever the replies do "
+        f"[default: {DEFAULT_RR_PERIOD_S * 1e3:g}ms].",
+        field_name="period_s",
+        lo=0.0,
+        vary=True,
+        workload="--period-us",
+        workload_value=lambda s: str(round(s * 1e6)),
+    ),
+    Option(
+        "payload",
+        "size",
+        None,
+        f"rr: bytes per request and per response [default: {DEFAULT_RR_PAYLOAD}].",
+        lo=16,
+        hi=1 << 20,
+        vary=True,
+        workload="--payload",
+    ),
+    Option(
+        "rr-streams",
+        "choice",
+        None,
+        "rr, quic: a new stream per request (as HTTP/3) or one long stream [default: per-request].",
+        choices=("per-request", "one"),
+        stacks=("quic",),
+        vary=True,
+        workload="--rr-streams",
+        metavar="per-request|one",
+    ),
+    Option(
+        "tcp-conns",
+        "choice",
+        None,
+        "rr, TCP stacks: one persistent connection, or a new one whenever every open one waits for "
+        "a reply (as an HTTP/1.1 client) [default: one].",
+        choices=("one", "on-demand"),
+        stacks=TCP_STACKS,
+        vary=True,
+        workload="--tcp-conns",
+        metavar="one|on-demand",
     ),
     Option(
         "warmup",
@@ -411,7 +462,7 @@ def workload_args(opts, role: str) -> List[str]:
         if o.kind == "flag":
             argv += [o.workload] if value else []
         else:
-            argv += [o.workload, str(value)]
+            argv += [o.workload, o.workload_value(value)]
     return argv
 
 

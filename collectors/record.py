@@ -15,7 +15,7 @@ from qprof import errors
 from qprof.flamegraphs import summary as flame_summary
 from qprof.perbyte import side_bytes
 
-from . import cpu, derive, downloads, floor, link, netstat, offload, options, transports
+from . import cpu, derive, downloads, floor, link, netstat, offload, options, rr, transports
 from .measurement import Measurement
 from .window import Window, counter_delta
 
@@ -41,7 +41,8 @@ def describe(m: Measurement, run_path: Path) -> dict:
     7. GSO/GRO as observed (needs 4);
     8. the floor (needs 1's CPU);
     9. the emulated link, its counters, and what limited the run (needs 1);
-    10. each download, its percentiles and costs (needs 1 and 2)."""
+    10. each download, its percentiles and costs (needs 1 and 2);
+    11. request/response delays and what each request cost (needs 1 and 4)."""
     opts = run_options(m)
     rec = build_record(opts, m)
     rec["probes"] = m.probes
@@ -76,7 +77,25 @@ def describe(m: Measurement, run_path: Path) -> dict:
     rec["downloads"] = (
         downloads.describe(m.reports, opts.size, opts.count, opts.resume, rec) if opts.pattern == "download" else None
     )
+    rec["rr"] = rr_record(opts, m, rec) if opts.pattern == "rr" else None
     return rec
+
+
+def rr_record(opts: options.RunOptions, m: Measurement, rec: dict) -> dict:
+    dev = derive.packets_devices(rec)
+    wire = None
+    if dev.get("client") and dev.get("server"):
+        wire = {"client_to_server": dev["client"]["tx"], "server_to_client": dev["server"]["tx"]}
+    return rr.describe(
+        m.reports["client"],
+        m.window.start.client_mark["t_ns"],
+        m.window.end.client_mark["t_ns"],
+        opts.period_s,
+        opts.payload,
+        m.done["client"],
+        rec,
+        wire,
+    )
 
 
 # A direction carrying at least this share of its rate is the link's limit;
@@ -193,7 +212,11 @@ def build_record(opts, m: Measurement) -> dict:
     got, gave = m.done[receiver], m.done[sender]
     what = "streams" if opts.pattern == "bulk" else "downloads"
     expected = opts.streams if opts.pattern == "bulk" else opts.count
-    if stack.name == "udp":
+    if opts.pattern == "rr":
+        # Each side checked what it received (requests, responses) and
+        # matched responses to requests; a request still unanswered is a figure.
+        verified = got.get("verified") is True and gave.get("verified") is True
+    elif stack.name == "udp":
         # No reliability: every datagram that arrived passed the content
         # check, and no more arrived than were sent; loss is a figure.
         verified = got.get("verified") is True and got["app_bytes"] <= gave["app_bytes"]

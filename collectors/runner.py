@@ -33,6 +33,7 @@ from .workload import WorkloadProcess
 DEFAULT_WARMUP_S = 1.0
 # A guest run without a --duration (--bytes, downloads) may take this long, plus boot and set-up.
 GUEST_UNTIMED_S = 600
+MIN_RR_PERIOD_S = 100e-6  # qprof-wl's --period-us floor
 GUEST_SLACK_S = 300
 READY_TIMEOUT_S = 10.0
 CONNECT_TIMEOUT_S = 10.0
@@ -60,7 +61,7 @@ def check_options(opts: RunOptions) -> transports.Stack:
     if opts.io_size is None:
         opts.io_size = stack.io_size
     check_pattern(opts)
-    if opts.pattern == "bulk":
+    if opts.pattern in ("bulk", "rr"):
         check_bulk_length(opts)
     check_link(opts)
     offload.plan(opts.stack, opts.topology, opts.gso, opts.gro, opts.send_mode, opts.batch, opts.dgram_size)
@@ -101,6 +102,18 @@ def check_pattern(opts: RunOptions) -> None:
         for name, value in (("size", opts.size), ("count", opts.count), ("resume", opts.resume or None)):
             if value is not None:
                 raise errors.BadValue(f"--{name} applies to --pattern download only; add it, or drop --{name}.")
+    if opts.pattern != "rr":
+        for name, value in (
+            ("period", opts.period_s),
+            ("payload", opts.payload),
+            ("rr-streams", opts.rr_streams),
+            ("tcp-conns", opts.tcp_conns),
+        ):
+            if value is not None:
+                raise errors.BadValue(f"--{name} applies to --pattern rr only; add it, or drop --{name}.")
+    if opts.pattern == "rr":
+        check_rr(opts)
+    if opts.pattern != "download":
         return
     if opts.stack == "udp":
         raise errors.BadValue(
@@ -126,6 +139,32 @@ def check_pattern(opts: RunOptions) -> None:
     if opts.count is None:
         opts.count = options.DEFAULT_DOWNLOAD_COUNT
     opts.warmup_s = 0.0
+
+
+def check_rr(opts: RunOptions) -> None:
+    """Requests and responses: a connection's stack, the stack's own
+    choice of streams or connections, a timed window."""
+    if opts.stack == "udp":
+        raise errors.BadValue(
+            "--pattern rr matches each response to its request on a connection, and udp has none; "
+            "use quic, tcp, tcp-tls or tcp-ktls."
+        )
+    if opts.rr_streams is not None and opts.stack != "quic":
+        raise errors.BadValue("--rr-streams chooses QUIC's streams; for TCP stacks use --tcp-conns.")
+    if opts.tcp_conns is not None and opts.stack not in options.TCP_STACKS:
+        raise errors.BadValue("--tcp-conns chooses TCP connections; for quic use --rr-streams.")
+    for name, given in (("bytes", opts.bytes is not None), ("streams", opts.streams != 1)):
+        if given:
+            raise errors.BadValue(f"--{name} does not apply to --pattern rr, which runs for --duration; drop --{name}.")
+    if opts.period_s is None:
+        opts.period_s = options.DEFAULT_RR_PERIOD_S
+    if opts.period_s < MIN_RR_PERIOD_S:
+        raise errors.BadValue(
+            f"--period {opts.period_s * 1e6:g}us is below {MIN_RR_PERIOD_S * 1e6:g}us, faster than one "
+            "client can keep a schedule; raise it."
+        )
+    if opts.payload is None:
+        opts.payload = options.DEFAULT_RR_PAYLOAD
 
 
 def check_link(opts: RunOptions) -> None:
@@ -328,7 +367,7 @@ def _transfer(
         probes=probe_records,
         perf=capture,
         server_binds=listen.read_report(run_path),
-        reports={"client": client.reports, "server": server.reports} if opts.pattern == "download" else None,
+        reports={"client": client.reports, "server": server.reports} if opts.pattern != "bulk" else None,
         offload={
             **plan.describe(),
             "device_features": (
@@ -383,7 +422,7 @@ def _measure(opts, server, client, probes, perf, on_progress, faults: Faults, em
     connected = client.wait_event("connected", CONNECT_TIMEOUT_S)
     on_progress(f"connected; warming up {opts.warmup_s:g} s")
     sleep_watching(connected["t_ns"] + int(opts.warmup_s * 1e9), procs)
-    if emulated is not None and emulated.spec.rate_bit:
+    if emulated is not None and emulated.spec.rate_bit and opts.pattern == "bulk":
         on_progress("waiting for the link to fill")
         emulated.applied["before_window"] = link.wait_saturated(
             emulated.endpoints["client"],

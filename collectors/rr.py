@@ -1,0 +1,108 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""The record's `rr` for `--pattern rr`: request/response latency as seed
+003 (Peng et al.) measures it, from the client's per-request reports
+(workloads/wl.h, the "rr" event).
+
+Open loop: request k is due at t0 + k x period whatever the replies do,
+and its response delay runs from its due time (not from when it was
+actually sent), so a stalled client or connection shows in the figures
+instead of hiding them (no coordinated omission). The window's requests
+are those due inside it.
+
+The delays go into an HDR histogram (HdrHistogram_py: 1 us to 60 s, three
+significant digits, so every percentile is within 0.1%), kept encoded in
+the record so it can be read again. Jitter is the seed's: the mean of the
+absolute differences between consecutive delays, as a percentage of the
+mean delay.
+"""
+
+import statistics
+from typing import Dict, List, Optional
+
+from hdrh.histogram import HdrHistogram
+
+PERCENTILES = (5, 25, 50, 75, 95, 99, 99.9)
+LOWEST_NS, HIGHEST_NS, SIGNIFICANT_DIGITS = 1_000, 60_000_000_000, 3
+
+
+def in_window(events: List[dict], start_ns: int, end_ns: int) -> List[dict]:
+    """The requests due inside [start, end), in order of their sequence."""
+    return sorted((e for e in events if start_ns <= e["due_ns"] < end_ns), key=lambda e: e["seq"])
+
+
+def histogram(delays_ns: List[int]) -> HdrHistogram:
+    h = HdrHistogram(LOWEST_NS, HIGHEST_NS, SIGNIFICANT_DIGITS)
+    for d in delays_ns:
+        h.record_value(min(max(d, LOWEST_NS), HIGHEST_NS))
+    return h
+
+
+def jitter_percent(delays_ns: List[int]) -> Optional[float]:
+    """Seed 003: mean |d(i) - d(i-1)| over the mean delay, in percent."""
+    if len(delays_ns) < 2:
+        return None
+    mean_jitter = statistics.fmean(abs(b - a) for a, b in zip(delays_ns, delays_ns[1:]))
+    return 100 * mean_jitter / statistics.fmean(delays_ns)
+
+
+def describe(
+    events: List[dict],
+    start_ns: int,
+    end_ns: int,
+    period_s: float,
+    payload: int,
+    client_done: dict,
+    rec: dict,
+    wire: Optional[Dict[str, dict]],
+) -> dict:
+    """From the client's rr events, the window's edges (the client's clock),
+    its done report and the record's core (CPU, syscalls)."""
+    answered = [e for e in events if e["event"] == "rr"]
+    window = in_window(answered, start_ns, end_ns)
+    due = int((end_ns - start_ns) / (period_s * 1e9))
+    delays = [e["answered_ns"] - e["due_ns"] for e in window]
+    h = histogram(delays)
+    late = sum(1 for d in delays if d > period_s * 1e9)
+    n = len(window)
+    out = {
+        "period_s": period_s,
+        "payload": payload,
+        "requests_due": due,
+        "responses": n,
+        "late": late,
+        "send_lag_ns_max": max((e["sent_ns"] - e["due_ns"] for e in window), default=None),
+        "delay_ns": {
+            **{f"p{p:g}": h.get_value_at_percentile(p) if n else None for p in PERCENTILES},
+            "min": min(delays, default=None),
+            "max": max(delays, default=None),
+            "mean": statistics.fmean(delays) if delays else None,
+        },
+        "jitter_percent": jitter_percent(delays),
+        "histogram": h.encode().decode() if n else None,
+        "connections_opened": client_done.get("connections_opened"),
+        "connections_per_1000_requests": (
+            1000 * client_done["connections_opened"] / client_done["requests_sent"]
+            if client_done.get("connections_opened") is not None and client_done.get("requests_sent")
+            else None
+        ),
+        "whole_run": {k: client_done.get(k) for k in ("requests_sent", "responses", "late", "outstanding")},
+        "per_request": _per_request(rec, n, wire),
+    }
+    return out
+
+
+def _per_request(rec: dict, n: int, wire: Optional[Dict[str, dict]]) -> Optional[dict]:
+    """What each request cost: on-CPU time (schedstat) and system calls
+    per side, and wire bytes and packets each way (the packets probe:
+    headers, ACKs and control frames included)."""
+    if not n:
+        return None
+    out = {"cpu_s": {}, "syscalls": {}, "wire": None}
+    for side in ("client", "server"):
+        on = rec["cpu"][side].get("oncpu_schedstat_s")
+        out["cpu_s"][side] = on / n if on is not None else None
+        by = ((rec.get("syscalls") or {}).get(side) or {}).get("by_syscall")
+        out["syscalls"][side] = sum(c["calls"] for c in by.values()) / n if by is not None else None
+    if wire:
+        out["wire"] = {d: {"bytes": w["wire_bytes"] / n, "packets": w["wire_packets"] / n} for d, w in wire.items()}
+    return out

@@ -1,0 +1,86 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""collectors/rr.py on made-up requests: the window, open-loop delays from
+the due time, the HDR percentiles' bounded error, the seed's jitter."""
+
+import base64
+
+import pytest
+from hdrh.histogram import HdrHistogram
+
+from qprof.collectors import rr
+
+PERIOD = 0.005
+
+
+def events(delays_ms, lag_ms=0.0, t0=10**9):
+    out = []
+    for k, d in enumerate(delays_ms):
+        due = t0 + int(k * PERIOD * 1e9)
+        sent = due + int(lag_ms * 1e6)
+        out.append({"event": "rr", "seq": k, "due_ns": due, "sent_ns": sent, "answered_ns": due + int(d * 1e6)})
+    return out
+
+
+REC = {"cpu": {"client": {"oncpu_schedstat_s": 0.1}, "server": {"oncpu_schedstat_s": 0.05}}, "syscalls": None}
+DONE = {"requests_sent": 120, "responses": 118, "late": 3, "outstanding": 2, "connections_opened": 3}
+
+
+def test_window_holds_the_requests_due_inside_it():
+    ev = events([1.0] * 100)
+    start, end = ev[10]["due_ns"], ev[60]["due_ns"]
+    got = rr.describe(ev, start, end, PERIOD, 256, DONE, REC, None)
+    assert got["responses"] == 50 and got["requests_due"] == 50
+    assert got["delay_ns"]["p50"] == pytest.approx(1e6, rel=1e-3)
+
+
+def test_delay_runs_from_the_due_time():
+    """A client that sent every request 3 ms late: the delay includes those
+    3 ms (no coordinated omission), and the lag is reported."""
+    ev = events([4.0] * 50, lag_ms=3.0)
+    got = rr.describe(ev, ev[0]["due_ns"], ev[-1]["due_ns"] + 1, PERIOD, 256, DONE, REC, None)
+    assert got["delay_ns"]["min"] == 4_000_000
+    assert got["send_lag_ns_max"] == 3_000_000
+
+
+def test_percentiles_within_the_histograms_error_and_it_round_trips():
+    delays = [0.1 + 0.01 * k for k in range(1000)]  # 0.1 .. 10.09 ms
+    ev = events(delays)
+    got = rr.describe(ev, ev[0]["due_ns"], ev[-1]["due_ns"] + 1, PERIOD, 256, DONE, REC, None)
+    exact = sorted(int(d * 1e6) for d in delays)
+    for p in (5, 50, 95, 99):
+        want = exact[int(len(exact) * p / 100) - 1]
+        assert got["delay_ns"][f"p{p}"] == pytest.approx(want, rel=2e-3, abs=20_000)
+    assert got["delay_ns"]["max"] == exact[-1]
+    # Late: answered after the next request was due (5 ms).
+    assert got["late"] == sum(1 for d in delays if d > 5.0)
+    back = HdrHistogram.decode(got["histogram"].encode())
+    assert back.get_total_count() == 1000
+    base64.b64decode(got["histogram"])  # it is the library's base64 text
+
+
+def test_jitter_is_the_seeds():
+    # Delays alternate 1 and 3 ms: every step is 2 ms, the mean is 2 ms: 100%.
+    ev = events([1.0, 3.0] * 20)
+    got = rr.describe(ev, ev[0]["due_ns"], ev[-1]["due_ns"] + 1, PERIOD, 256, DONE, REC, None)
+    assert got["jitter_percent"] == pytest.approx(100.0)
+    ev = events([2.0] * 20)
+    assert rr.describe(ev, ev[0]["due_ns"], ev[-1]["due_ns"] + 1, PERIOD, 256, DONE, REC, None)[
+        "jitter_percent"
+    ] == pytest.approx(0.0)
+
+
+def test_costs_per_request_and_connections_per_thousand():
+    ev = events([1.0] * 100)
+    wire = {"client_to_server": {"wire_bytes": 40_000, "wire_packets": 200}}
+    got = rr.describe(ev, ev[0]["due_ns"], ev[-1]["due_ns"] + 1, PERIOD, 256, DONE, REC, wire)
+    assert got["per_request"]["cpu_s"] == {"client": pytest.approx(1e-3), "server": pytest.approx(5e-4)}
+    assert got["per_request"]["wire"]["client_to_server"] == {"bytes": 400.0, "packets": 2.0}
+    assert got["connections_per_1000_requests"] == pytest.approx(25.0)
+    assert got["whole_run"]["outstanding"] == 2
+
+
+def test_no_answer_in_the_window_is_absent_not_zero():
+    ev = events([1.0] * 10)
+    got = rr.describe(ev, 0, 1, PERIOD, 256, DONE, REC, None)
+    assert got["responses"] == 0 and got["delay_ns"]["p50"] is None and got["jitter_percent"] is None
+    assert got["per_request"] is None and got["histogram"] is None
