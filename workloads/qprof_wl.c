@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0-only
 /*
- * qprof-wl: the workload qprof measures, a bulk upload or a series of
- * downloads. One program, a server and a client role per stack; events and
- * the final report are JSON lines on stdout, messages on stderr.
+ * qprof-wl: the workload qprof measures, a bulk upload, a series of
+ * downloads or requests answered on a schedule. One program, a server and
+ * a client role per stack; events and the final report are JSON lines on
+ * stdout, messages on stderr.
  */
 #define _GNU_SOURCE
 #include <getopt.h>
@@ -17,15 +18,18 @@ static const char usage[] =
 	"\n"
 	"  -s, --stack STACK        quic, tcp, tcp-tls, tcp-ktls or udp\n"
 	"  -r, --role ROLE          server or client; bulk: the client sends and the server\n"
-	"                           verifies, download: the other way round\n"
+	"                           verifies, download: the other way round, rr: both send\n"
+	"                           and verify\n"
 	"  -a, --addr IPV4          server: address to listen on; client: to connect to\n"
 	"  -p, --port PORT          UDP/TCP port (default 4433)\n"
 	"      --cert FILE          server certificate (PEM): quic, tcp-tls, tcp-ktls\n"
 	"      --key FILE           server private key (PEM): quic, tcp-tls, tcp-ktls\n"
-	"      --pattern P          bulk (default: one connection, the client uploads) or\n"
-	"                           download (--count connections, the server sends)\n"
+	"      --pattern P          bulk (default: one connection, the client uploads),\n"
+	"                           download (--count connections, the server sends) or\n"
+	"                           rr (requests on a schedule, each answered; see below)\n"
 	"  -n, --streams N          bulk: streams in the one connection (default 1)\n"
-	"  -t, --duration-ms MS     client: send for MS after the handshake\n"
+	"  -t, --duration-ms MS     client: send for MS after the handshake (rr: requests fall\n"
+	"                           due for MS)\n"
 	"  -b, --bytes N            client: send N bytes per stream, then FIN\n"
 	"      --size N             download: bytes the server sends per connection\n"
 	"      --count N            download: connections, one after another (default 1)\n"
@@ -34,6 +38,17 @@ static const char usage[] =
 	"                           previous one got (quic: and sends its request as 0-RTT);\n"
 	"                           the quic server issues tickets and takes 0-RTT (OpenSSL\n"
 	"                           servers issue tickets anyway)\n"
+	"      --period-us N        rr client: microseconds from one request's due time to the\n"
+	"                           next, at least 100\n"
+	"      --payload N          rr: bytes of each request and of each response, 16 to\n"
+	"                           1048576; give both roles the same N\n"
+	"      --rr-streams S       rr, quic client: per-request (default: a new bidirectional\n"
+	"                           stream for each request, as HTTP/3) or one (one stream\n"
+	"                           carries every request and response, back to back)\n"
+	"      --tcp-conns C        rr, tcp stacks client: one (default: one connection,\n"
+	"                           requests back to back, answers in order) or on-demand (a\n"
+	"                           request goes on an idle connection, or on a new one if\n"
+	"                           every open connection waits for a reply)\n"
 	"      --io-size N          sender: bytes per send request, a power of two from\n"
 	"                           1024 to 1048576 (default 65536); receiver: bytes per\n"
 	"                           read (tcp); both roles: the payload pattern's period\n"
@@ -86,6 +101,32 @@ static const char usage[] =
 	"(--control), or 2 s after data stops coming. Duplicates are told apart from\n"
 	"reordering within the last 65536 sequence numbers. --io-size is ignored.\n"
 	"\n"
+	"rr: request/response, open loop. Request k falls due at t0 + k * period\n"
+	"(t0: the client starts sending, once its first connection is up) and goes\n"
+	"out then, whatever the replies do; a client that falls behind (a send that\n"
+	"would block, a new connection still opening) sends late, and the request\n"
+	"keeps its due time as its reference. A request is N = --payload bytes: its\n"
+	"sequence number (8 bytes, little-endian), then the pattern (byte q of a\n"
+	"message is the pattern's byte at offset N + q); the response is N bytes\n"
+	"that start with the same number. Both roles check every byte, and the\n"
+	"client checks that each response answers the oldest request waiting on its\n"
+	"connection or stream (exit 5 if not); a server answers a request that\n"
+	"fails its check at once, then ends that connection or stream, and exits 5\n"
+	"in the end. tcp on-demand opens at most 128 connections; past that a\n"
+	"request waits for the first to fall idle. The client reports each answer\n"
+	"in an \"rr\" event: seq; due_ns; sent_ns (its first write call, quic:\n"
+	"StreamSend); answered_ns (its last byte read), all CLOCK_MONOTONIC ns;\n"
+	"conn (tcp on-demand: the connection's index from 0, otherwise 0). After\n"
+	"--duration-ms or \"stop\" no request falls due; the client waits up to max(2\n"
+	"s, 10 periods) for the replies, and its \"done\" adds pattern, payload,\n"
+	"period_us, requests_due, requests_sent, responses, late (answered more\n"
+	"than a period after due), outstanding (sent, never answered) and\n"
+	"connections_opened. The server answers every request it frames with its\n"
+	"own --payload until the client's connections have all closed, or on\n"
+	"\"stop\", \"exit\" or EOF (--control); its \"done\" adds requests_served and\n"
+	"connections_accepted. Marks add requests (client: sent, server: served)\n"
+	"and responses (client). --io-size is ignored.\n"
+	"\n"
 	"EXAMPLES:\n"
 	"  qprof-wl -s quic -r server -a 127.0.0.1 --cert c.pem --key k.pem\n"
 	"  qprof-wl -s quic -r client -a 127.0.0.1 -t 5000 -n 4\n"
@@ -94,7 +135,10 @@ static const char usage[] =
 	"  qprof-wl -s udp -r server -a 127.0.0.1 -p 5001 --control --gro off\n"
 	"  qprof-wl -s udp -r client -a 127.0.0.1 -p 5001 -t 2000 --send-mode sendmmsg --batch 16\n"
 	"  qprof-wl -s quic -r server --cert c.pem --key k.pem --pattern download --size 1000000\n"
-	"  qprof-wl -s quic -r client --pattern download --size 1000000 --count 10 --resume\n";
+	"  qprof-wl -s quic -r client --pattern download --size 1000000 --count 10 --resume\n"
+	"  qprof-wl -s tcp-tls -r server --cert c.pem --key k.pem --pattern rr --payload 1024\n"
+	"  qprof-wl -s tcp-tls -r client --pattern rr --payload 1024 --period-us 1000 -t 5000 \\\n"
+	"           --tcp-conns on-demand\n";
 /* clang-format on */
 
 static int parse_u64(const char *s, uint64_t *out)
@@ -138,6 +182,10 @@ int main(int argc, char **argv)
 		{"size", required_argument, NULL, 'S'},
 		{"count", required_argument, NULL, 'U'},
 		{"resume", no_argument, NULL, 'R'},
+		{"period-us", required_argument, NULL, 'Q'},
+		{"payload", required_argument, NULL, 'L'},
+		{"rr-streams", required_argument, NULL, 'Z'},
+		{"tcp-conns", required_argument, NULL, 'O'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -149,7 +197,9 @@ int main(int argc, char **argv)
 		.exec_profile = "lowlat",
 		.tls_version = "1.3",
 	};
-	const char *pattern = "bulk";
+	const char *pattern = "bulk", *rr_streams = NULL, *tcp_conns = NULL;
+	bool tcp_stack;
+	uint32_t period;
 	uint64_t v;
 	int c;
 
@@ -170,6 +220,26 @@ int main(int argc, char **argv)
 		case 'G': o.gro = optarg; break;
 		case 'Y': pattern = optarg; break;
 		case 'R': o.resume = true; break;
+		case 'Z': rr_streams = optarg; break;
+		case 'O': tcp_conns = optarg; break;
+		case 'Q':
+			if (parse_u64(optarg, &v) || v < WL_RR_PERIOD_MIN_US ||
+			    v > WL_RR_PERIOD_MAX_US) {
+				wl_warn("--period-us must be %u to %llu microseconds, not %s",
+					WL_RR_PERIOD_MIN_US, WL_RR_PERIOD_MAX_US, optarg);
+				return WL_EXIT_USAGE;
+			}
+			o.period_us = v;
+			break;
+		case 'L':
+			if (parse_u64(optarg, &v) || v < WL_RR_PAYLOAD_MIN ||
+			    v > WL_RR_PAYLOAD_MAX) {
+				wl_warn("--payload must be %u to %u bytes, not %s",
+					WL_RR_PAYLOAD_MIN, WL_RR_PAYLOAD_MAX, optarg);
+				return WL_EXIT_USAGE;
+			}
+			o.payload = (uint32_t)v;
+			break;
 		case 'S':
 			if (parse_u64(optarg, &v) || v == 0)
 				goto bad_arg;
@@ -229,10 +299,52 @@ int main(int argc, char **argv)
 	}
 	if (!strcmp(pattern, "download")) {
 		o.download = true;
+	} else if (!strcmp(pattern, "rr")) {
+		o.rr = true;
 	} else if (strcmp(pattern, "bulk")) {
-		wl_warn("--pattern must be bulk or download, not %s", pattern);
+		wl_warn("--pattern must be bulk, download or rr, not %s", pattern);
 		return WL_EXIT_USAGE;
 	}
+	if (o.rr && !strcmp(o.stack, "udp")) {
+		wl_warn("--pattern rr is for quic, tcp, tcp-tls and tcp-ktls: udp has no stream to answer a request on");
+		return WL_EXIT_USAGE;
+	}
+	tcp_stack = !strcmp(o.stack, "tcp") || !strcmp(o.stack, "tcp-tls") ||
+		    !strcmp(o.stack, "tcp-ktls");
+	if (!o.rr && (o.period_us || o.payload || rr_streams || tcp_conns)) {
+		wl_warn("--period-us, --payload, --rr-streams and --tcp-conns are for --pattern rr");
+		return WL_EXIT_USAGE;
+	}
+	if (o.rr && !o.payload) {
+		wl_warn("--pattern rr needs --payload N, the bytes of each request and each response, on both roles");
+		return WL_EXIT_USAGE;
+	}
+	if (o.rr && !strcmp(o.role, "client") && !o.period_us) {
+		wl_warn("--pattern rr needs --period-us N on the client, the microseconds between requests");
+		return WL_EXIT_USAGE;
+	}
+	if (o.rr && (o.bytes || o.streams != 1 || o.size || o.count || o.resume || o.sendfile)) {
+		wl_warn("--bytes, --streams, --size, --count, --resume and --sendfile are not for --pattern rr: its messages are --payload bytes");
+		return WL_EXIT_USAGE;
+	}
+	if (rr_streams && strcmp(o.stack, "quic")) {
+		wl_warn("--rr-streams is for --stack quic; TCP stacks have --tcp-conns");
+		return WL_EXIT_USAGE;
+	}
+	if (rr_streams && strcmp(rr_streams, "per-request") && strcmp(rr_streams, "one")) {
+		wl_warn("--rr-streams must be per-request or one, not %s", rr_streams);
+		return WL_EXIT_USAGE;
+	}
+	o.rr_one_stream = rr_streams && !strcmp(rr_streams, "one");
+	if (tcp_conns && !tcp_stack) {
+		wl_warn("--tcp-conns is for --stack tcp, tcp-tls and tcp-ktls; quic has --rr-streams");
+		return WL_EXIT_USAGE;
+	}
+	if (tcp_conns && strcmp(tcp_conns, "one") && strcmp(tcp_conns, "on-demand")) {
+		wl_warn("--tcp-conns must be one or on-demand, not %s", tcp_conns);
+		return WL_EXIT_USAGE;
+	}
+	o.tcp_on_demand = tcp_conns && !strcmp(tcp_conns, "on-demand");
 	if (o.download && !strcmp(o.stack, "udp")) {
 		wl_warn("--pattern download is for quic, tcp, tcp-tls and tcp-ktls: udp has no stream to answer a request on");
 		return WL_EXIT_USAGE;
@@ -269,6 +381,10 @@ int main(int argc, char **argv)
 		wl_warn("the server needs --cert and --key");
 		return WL_EXIT_USAGE;
 	}
+	if (!strcmp(o.role, "client") && o.rr && !o.duration_ms && !o.control) {
+		wl_warn("--pattern rr: the client needs --duration-ms, or --control to send until \"stop\"");
+		return WL_EXIT_USAGE;
+	}
 	if (!strcmp(o.role, "client") && !o.download && !o.duration_ms && !o.bytes && !o.control) {
 		wl_warn("the client needs --duration-ms, --bytes or --control");
 		return WL_EXIT_USAGE;
@@ -277,10 +393,18 @@ int main(int argc, char **argv)
 		wl_warn("--wait-start needs --control (the start command comes on stdin)");
 		return WL_EXIT_USAGE;
 	}
-	wl_pattern_init(o.io_size);
+	if (o.rr) {
+		/* A period of at least 2 --payload: a message's pattern is one piece. */
+		for (period = 1024; period < 2 * o.payload; period <<= 1)
+			;
+		wl_rr_init(&o);
+		wl_pattern_init(period);
+	} else {
+		wl_pattern_init(o.io_size);
+	}
 	if (!strcmp(o.stack, "quic"))
 		return wl_quic_run(&o);
-	if (!strcmp(o.stack, "tcp") || !strcmp(o.stack, "tcp-tls") || !strcmp(o.stack, "tcp-ktls"))
+	if (tcp_stack)
 		return wl_tcp_run(&o);
 	if (!strcmp(o.stack, "udp"))
 		return wl_udp_run(&o);

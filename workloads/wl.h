@@ -64,6 +64,11 @@ struct wl_opts {
 	uint64_t size;		 /* download: bytes the server sends per connection */
 	uint64_t count;		 /* download: connections, one after another */
 	bool resume;		 /* download, TLS stacks: resume sessions (QUIC: 0-RTT) */
+	bool rr;		 /* --pattern rr: see below */
+	uint64_t period_us;	 /* rr client: between two requests' due times */
+	uint32_t payload;	 /* rr: bytes of each request and of each response */
+	bool rr_one_stream;	 /* rr, quic client: every request on one stream */
+	bool tcp_on_demand;	 /* rr, TCP stacks client: a connection per overlapping request */
 };
 
 /*
@@ -77,6 +82,41 @@ struct wl_opts {
  */
 #define WL_DL_REQUEST_LEN 8
 
+/*
+ * --pattern rr: request/response, open loop. Request k falls due at
+ * t0 + k * --period-us, t0 the moment the client starts sending once its
+ * (first) connection is up, and goes out then whatever the replies do; a
+ * client that falls behind sends late, but the request keeps its due time
+ * as its reference, so its latency counts the wait (no coordinated
+ * omission).
+ *
+ * A request and a response are each N = --payload bytes: the request's
+ * sequence number (8 bytes, little-endian; a response repeats its
+ * request's), then byte q of the message (8 <= q < N) is the pattern byte
+ * at offset N + q. So every message can be checked alone, on any
+ * connection or stream, in any order; a peer with another --payload fails
+ * the check at its first pattern byte, whatever the framing; and with a
+ * pattern period of at least 2N, a message's pattern bytes go out of the
+ * pattern region in one piece.
+ *
+ * Byte streams (a TCP connection, QUIC's --rr-streams one) carry messages
+ * back to back, framed by --payload; a QUIC stream per request carries one
+ * message each way, then FIN. The server answers a request once it is
+ * whole, or at once when it fails its check; then, repeating whatever
+ * sequence number it read, it ends that connection or stream (FIN) and
+ * exits WL_EXIT_VERIFY in the end. The client, which knows what it asked,
+ * thus fails the run at once: a response that does not answer the oldest
+ * request waiting on its connection or stream, or whose bytes or length
+ * are wrong, is WL_EXIT_VERIFY.
+ */
+#define WL_RR_HDR 8
+#define WL_RR_PAYLOAD_MIN 16
+#define WL_RR_PAYLOAD_MAX (1u << 20)
+#define WL_RR_PERIOD_MIN_US 100
+#define WL_RR_PERIOD_MAX_US 1000000000ull
+#define WL_RR_DRAIN_MIN_NS 2000000000ull /* the wait for replies after the last request */
+#define WL_RR_DRAIN_PERIODS 10		 /* ... or this many periods, if longer */
+
 /* Pattern */
 void wl_pattern_init(uint32_t io_size); /* once, before any other call */
 uint32_t wl_pattern_period(void);
@@ -86,6 +126,85 @@ bool wl_pattern_check(uint64_t off, const uint8_t *p, size_t len);
 /* Time */
 uint64_t wl_now_ns(void);
 
+/* --pattern rr, the part every stack shares (wl_rr.c) */
+struct wl_rr {
+	uint32_t payload;
+	uint64_t period_ns;
+	uint64_t t0_ns;			/* client: request 0's due time */
+	_Atomic uint64_t due;		/* client: requests that fell due */
+	_Atomic uint64_t sent;		/* client: requests handed to the transport */
+	_Atomic uint64_t served;	/* server: responses handed to the transport */
+	_Atomic uint64_t responses;	/* client: answers checked */
+	_Atomic uint64_t late;		/* client: answered after the next request fell due */
+	_Atomic uint64_t connections;	/* client: opened; server: accepted */
+	_Atomic uint64_t t_last_answer; /* client: the last answer's time */
+};
+extern struct wl_rr wl_rr;
+
+/* A request as the client keeps it until it is answered. */
+struct wl_rr_req {
+	uint64_t seq;
+	uint64_t sent_ns;
+};
+
+/* Requests (or, on the server, responses) on one connection or stream, oldest first. */
+struct wl_rr_fifo {
+	struct wl_rr_req *v;
+	uint32_t cap, head, len; /* cap: 0 or a power of two */
+};
+
+/* One message as it arrives, checked piece by piece. */
+struct wl_rr_rx {
+	uint32_t got; /* bytes of it so far */
+	uint8_t hdr[WL_RR_HDR];
+	bool bad; /* a byte after the header is not the pattern's */
+};
+
+void wl_rr_init(const struct wl_opts *o);
+static inline uint64_t wl_rr_due(uint64_t seq)
+{
+	return wl_rr.t0_ns + seq * wl_rr.period_ns;
+}
+uint64_t wl_rr_drain_ns(void);
+void wl_rr_put_seq(uint8_t *hdr, uint64_t seq);
+uint64_t wl_rr_seq(const uint8_t *hdr);
+/* A message's bytes after its header, in the pattern region. */
+const uint8_t *wl_rr_body(void);
+/* Takes what belongs to the message (up to --payload in all); returns its length. */
+size_t wl_rr_rx_feed(struct wl_rr_rx *m, const uint8_t *p, size_t len);
+static inline bool wl_rr_rx_whole(const struct wl_rr_rx *m)
+{
+	return m->got == wl_rr.payload;
+}
+/* Whole, or already failed its check: either way it is to be acted on now. */
+static inline bool wl_rr_rx_ready(const struct wl_rr_rx *m)
+{
+	return m->got == wl_rr.payload || m->bad;
+}
+int wl_rr_fifo_push(struct wl_rr_fifo *f, uint64_t seq); /* -1: out of memory */
+static inline struct wl_rr_req *wl_rr_fifo_at(struct wl_rr_fifo *f, uint32_t i)
+{
+	return &f->v[(f->head + i) & (f->cap - 1)];
+}
+void wl_rr_fifo_pop(struct wl_rr_fifo *f);
+void wl_rr_fifo_free(struct wl_rr_fifo *f);
+/*
+ * The client's account of the response m (whole, or failed its check
+ * already), received at t_ns, which must answer req (NULL: none waits on
+ * its connection or stream): 0 after its "rr" event, or WL_EXIT_VERIFY
+ * after saying why in why.
+ */
+int wl_rr_answer(const struct wl_rr_req *req, const struct wl_rr_rx *m, uint64_t t_ns,
+		 uint64_t conn, char *why, size_t why_len);
+/* A mark's "requests" (client: sent, server: served) and "responses" (client). */
+struct wl_json;
+void wl_rr_json_mark(struct wl_json *j, bool server);
+/* The done report's rr part: "pattern" and the counts. */
+void wl_rr_json_done(struct wl_json *j, bool server);
+/* A CLOCK_MONOTONIC timerfd, non-blocking; armed for an absolute time. */
+int wl_rr_timer_open(void);
+int wl_rr_timer_arm(int fd, uint64_t t_ns);
+
 /*
  * Output. Events are single JSON lines on stdout, flushed at once, written
  * under one lock so lines from different threads never interleave. Human
@@ -94,7 +213,7 @@ uint64_t wl_now_ns(void);
 /*
  * A run's first failure: its exit code (0: none yet) and message; later
  * failures are its consequences. wl_fail records one, says it on stderr
- * once, and sets *stopping so every thread winds down.
+ * once, and sets *stopping (unless NULL) so every thread winds down.
  */
 struct wl_failure {
 	pthread_mutex_t lock;
@@ -116,6 +235,17 @@ struct sockaddr_in;
 int wl_bind(int fd, const struct sockaddr_in *a, const char *proto, const struct wl_opts *o);
 
 void wl_emit(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/*
+ * A line that may wait: lines are gathered and written in one go once
+ * WL_DEFER_BYTES are waiting, the oldest is WL_DEFER_NS old (checked here
+ * and by wl_emit_tick) or before any wl_emit line, so output stays in
+ * order. For per-request events: a write per request would be CPU that
+ * qprof's measurement then charges to the workload.
+ */
+#define WL_DEFER_BYTES (32u << 10)
+#define WL_DEFER_NS 20000000ull
+void wl_emit_defer(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void wl_emit_tick(void);
 void wl_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /*
@@ -125,9 +255,12 @@ void wl_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  *   start      the client connects (with --wait-start it waits for this);
  *   stop       the sender finishes its streams and the transfer ends
  *              (download: the client makes no more connections after the
- *              one under way, the server serves no more);
+ *              one under way, the server serves no more; rr: the client
+ *              sends no more requests and waits for the replies, the
+ *              server closes its connections and ends, as it does by
+ *              itself once the client's connections have all closed);
  *   exit       the role may exit once its report is out (so may EOF: the
- *              caller is gone); a download server first ends as on stop.
+ *              caller is gone); a download or rr role first ends as on stop.
  * The caller takes its CPU readings of this process before sending "exit".
  */
 struct wl_control_ops {

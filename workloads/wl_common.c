@@ -88,11 +88,60 @@ uint64_t wl_now_ns(void)
 
 static pthread_mutex_t out_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* wl_emit_defer's lines, under out_lock; the buffer holds any line. */
+static struct {
+	char buf[WL_DEFER_BYTES + 512];
+	size_t len;
+	uint64_t t_first; /* when the oldest waiting line came */
+} deferred;
+
+static void defer_flush_locked(void)
+{
+	if (!deferred.len)
+		return;
+	fwrite(deferred.buf, 1, deferred.len, stdout);
+	fflush(stdout);
+	deferred.len = 0;
+}
+
+void wl_emit_defer(const char *fmt, ...)
+{
+	const size_t room = sizeof(deferred.buf) - 1; /* and the newline */
+	uint64_t now = wl_now_ns();
+	va_list ap;
+	int n;
+
+	pthread_mutex_lock(&out_lock);
+	if (!deferred.len)
+		deferred.t_first = now;
+	va_start(ap, fmt);
+	n = vsnprintf(deferred.buf + deferred.len, room - deferred.len, fmt, ap);
+	va_end(ap);
+	if (n >= 0 && (size_t)n < room - deferred.len) {
+		deferred.len += (size_t)n;
+		deferred.buf[deferred.len++] = '\n';
+	} else {
+		wl_warn("an event line did not fit its buffer and was dropped");
+	}
+	if (deferred.len >= WL_DEFER_BYTES || now - deferred.t_first >= WL_DEFER_NS)
+		defer_flush_locked();
+	pthread_mutex_unlock(&out_lock);
+}
+
+void wl_emit_tick(void)
+{
+	pthread_mutex_lock(&out_lock);
+	if (deferred.len && wl_now_ns() - deferred.t_first >= WL_DEFER_NS)
+		defer_flush_locked();
+	pthread_mutex_unlock(&out_lock);
+}
+
 void wl_emit(const char *fmt, ...)
 {
 	va_list ap;
 
 	pthread_mutex_lock(&out_lock);
+	defer_flush_locked();
 	va_start(ap, fmt);
 	vfprintf(stdout, fmt, ap);
 	va_end(ap);
@@ -222,7 +271,8 @@ void wl_fail(struct wl_failure *f, _Atomic bool *stopping, int code, const char 
 		wl_warn("%s", f->msg);
 	}
 	pthread_mutex_unlock(&f->lock);
-	atomic_store(stopping, true);
+	if (stopping)
+		atomic_store(stopping, true);
 }
 
 void wl_json_mark(struct wl_json *j, const char *name)

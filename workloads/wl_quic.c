@@ -3,7 +3,8 @@
  * QUIC roles over msquic. Bulk: one connection, --streams unidirectional
  * streams from client to server. Download: --count connections one after
  * another, each with one bidirectional stream the client asks on and the
- * server answers on. The sender keeps msquic's ideal send buffer posted
+ * server answers on. Rr: one connection, a bidirectional stream per
+ * request (or one for them all), see "--pattern rr" below. The sender keeps msquic's ideal send buffer posted
  * (send buffering off, as secnetperf does for throughput), straight out of
  * the read-only pattern region; the receiver checks every byte.
  */
@@ -13,8 +14,10 @@
 #include <pthread.h>
 #include <semaphore.h>
 #include <stdatomic.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <msquic.h>
@@ -244,6 +247,8 @@ static void on_mark(const char *name, void *arg)
 	wl_json_u64(&j, "app_bytes", atomic_load(&quic_state.app_bytes));
 	if (quic_state.o->download)
 		wl_json_u64(&j, "downloads", atomic_load(&quic_state.downloads));
+	if (quic_state.o->rr)
+		wl_rr_json_mark(&j, !strcmp(quic_state.o->role, "server"));
 	json_perf_counters(&j);
 	pthread_mutex_lock(&quic_state.conn_lock);
 	json_conn_stats(&j);
@@ -257,20 +262,24 @@ static void on_start(void *arg)
 	sem_post(&quic_state.may_start);
 }
 
+static void rr_q_wake(void);
+
 static void on_stop(void *arg)
 {
 	(void)arg;
 	atomic_store(&quic_state.stopping, true);
 	sem_post(&quic_state.wake);
+	rr_q_wake();
 }
 
 static void on_exit_cmd(void *arg)
 {
 	(void)arg;
-	/* A download server serves until told; a bulk role is done already. */
-	if (quic_state.o->download)
+	/* A download or rr role runs until told; a bulk role is done already. */
+	if (quic_state.o->download || quic_state.o->rr)
 		atomic_store(&quic_state.stopping, true);
 	sem_post(&quic_state.wake);
+	rr_q_wake();
 	sem_post(&quic_state.may_exit);
 }
 
@@ -864,6 +873,588 @@ static QUIC_STATUS dl_accept(HQUIC conn)
 	return st;
 }
 
+/*
+ * --pattern rr. The client's main thread keeps the schedule (a timerfd)
+ * and hands each request to msquic as it falls due; StreamSend never
+ * blocks, so a request the connection cannot send yet (flow control, the
+ * server's stream limit) waits inside msquic, keeping its due time. The
+ * answers, and the server's requests, come on msquic's worker threads.
+ */
+#define RR_PEER_STREAMS 1024 /* the server's limit on the client's open streams */
+
+static int open_config(bool server);
+
+/* A message in flight: its header lives until its SEND_COMPLETE. */
+struct rr_qmsg {
+	uint8_t hdr[WL_RR_HDR];
+	QUIC_BUFFER b[2];
+};
+
+/* Client, --rr-streams per-request: a request and its stream. */
+struct rr_qreq {
+	struct rr_qmsg m;
+	struct wl_rr_req req;
+	struct wl_rr_rx rx;
+	uint64_t t_answer; /* the response's last byte came */
+	bool failed;	   /* the run failed on it already */
+};
+
+/* Server: one stream, as many requests as it brings. */
+struct rr_qstream {
+	HQUIC h;
+	struct wl_rr_rx rx;
+	bool fin_sent;
+	bool spent; /* answered a bad request and ended: the rest is dropped */
+};
+
+static struct {
+	int wake, timer;
+	_Atomic bool draining; /* client: no more requests fall due */
+	_Atomic bool closing;  /* client: it shuts the connection itself */
+	_Atomic bool conn_ended;
+	HQUIC stream;	      /* --rr-streams one: the client's stream */
+	pthread_mutex_t lock; /* q, between the main thread and the worker */
+	struct wl_rr_fifo q;  /* --rr-streams one: requests sent, oldest first */
+	struct wl_rr_rx rx;   /* --rr-streams one: the response coming in */
+} rr_quic = {.wake = -1, .timer = -1, .lock = PTHREAD_MUTEX_INITIALIZER};
+
+static void rr_q_wake(void)
+{
+	uint64_t one = 1;
+
+	if (rr_quic.wake >= 0 && write(rr_quic.wake, &one, sizeof(one)) < 0)
+		wl_warn("cannot wake the client: %s", strerror(errno));
+}
+
+static void rr_qmsg_init(struct rr_qmsg *m, uint64_t seq)
+{
+	wl_rr_put_seq(m->hdr, seq);
+	m->b[0].Buffer = m->hdr;
+	m->b[0].Length = WL_RR_HDR;
+	m->b[1].Buffer = (uint8_t *)wl_rr_body();
+	m->b[1].Length = wl_rr.payload - WL_RR_HDR;
+}
+
+/* Client: the run fails and the connection closes (2: a failed content check). */
+static void rr_q_failed(int code, const char *why)
+{
+	if (code == WL_EXIT_VERIFY)
+		atomic_store(&quic_state.verify_failed, true);
+	wl_fail(&quic_state.failure, &quic_state.stopping, code, "%s", why);
+	quic_state.api->ConnectionShutdown(quic_state.conn, QUIC_CONNECTION_SHUTDOWN_FLAG_NONE,
+					   code == WL_EXIT_VERIFY ? 2 : 1);
+	rr_q_wake();
+}
+
+static bool rr_q_answered(const struct wl_rr_req *req, const struct wl_rr_rx *rx, uint64_t t)
+{
+	char why[256];
+	int code = wl_rr_answer(req, rx, t, 0, why, sizeof(why));
+
+	if (code) {
+		rr_q_failed(code, why);
+		return false;
+	}
+	atomic_fetch_add(&quic_state.app_bytes, wl_rr.payload);
+	if (atomic_load(&rr_quic.draining) &&
+	    atomic_load(&wl_rr.responses) == atomic_load(&wl_rr.sent))
+		rr_q_wake();
+	return true;
+}
+
+static QUIC_STATUS QUIC_API rr_q_req_cb(HQUIC h, void *ctx, QUIC_STREAM_EVENT *ev)
+{
+	struct rr_qreq *r = ctx;
+	char why[256];
+	uint32_t i;
+
+	switch (ev->Type) {
+	case QUIC_STREAM_EVENT_RECEIVE: {
+		bool overrun = false;
+
+		for (i = 0; i < ev->RECEIVE.BufferCount && !r->failed; i++) {
+			const QUIC_BUFFER *b = &ev->RECEIVE.Buffers[i];
+
+			overrun =
+				overrun || wl_rr_rx_feed(&r->rx, b->Buffer, b->Length) < b->Length;
+		}
+		if (r->failed)
+			break;
+		if (r->rx.bad) { /* fails now, not at the FIN */
+			r->failed = !rr_q_answered(&r->req, &r->rx, wl_now_ns());
+		} else if (overrun) {
+			r->failed = true;
+			snprintf(
+				why, sizeof(why),
+				"the response to request %llu is longer than --payload's %u bytes (is --payload the same on both roles?)",
+				(unsigned long long)r->req.seq, wl_rr.payload);
+			rr_q_failed(WL_EXIT_VERIFY, why);
+		} else if (wl_rr_rx_whole(&r->rx) && !r->t_answer) {
+			r->t_answer = wl_now_ns();
+		}
+		break;
+	}
+	case QUIC_STREAM_EVENT_PEER_SEND_SHUTDOWN:
+		if (r->failed)
+			break;
+		if (!wl_rr_rx_whole(&r->rx)) {
+			snprintf(
+				why, sizeof(why),
+				"the response to request %llu is shorter than --payload's %u bytes (is --payload the same on both roles?)",
+				(unsigned long long)r->req.seq, wl_rr.payload);
+			rr_q_failed(WL_EXIT_VERIFY, why);
+			break;
+		}
+		rr_q_answered(&r->req, &r->rx, r->t_answer);
+		break;
+	case QUIC_STREAM_EVENT_PEER_SEND_ABORTED:
+		if (atomic_load(&rr_quic.closing))
+			break;
+		snprintf(why, sizeof(why), "the server reset request %llu's stream",
+			 (unsigned long long)r->req.seq);
+		rr_q_failed(WL_EXIT_CONN_LOST, why);
+		break;
+	case QUIC_STREAM_EVENT_SHUTDOWN_COMPLETE:
+		quic_state.api->StreamClose(h);
+		free(r);
+		break;
+	default: break;
+	}
+	return QUIC_STATUS_SUCCESS;
+}
+
+static QUIC_STATUS QUIC_API rr_q_one_cb(HQUIC h, void *ctx, QUIC_STREAM_EVENT *ev)
+{
+	uint64_t t = wl_now_ns();
+	uint32_t i;
+
+	(void)ctx;
+	switch (ev->Type) {
+	case QUIC_STREAM_EVENT_RECEIVE:
+		for (i = 0; i < ev->RECEIVE.BufferCount && !quic_state.failure.code; i++) {
+			const uint8_t *p = ev->RECEIVE.Buffers[i].Buffer;
+			size_t len = ev->RECEIVE.Buffers[i].Length;
+
+			while (len) {
+				struct wl_rr_req req;
+				bool waiting;
+				size_t k = wl_rr_rx_feed(&rr_quic.rx, p, len);
+
+				p += k, len -= k;
+				if (!wl_rr_rx_ready(&rr_quic.rx))
+					break;
+				pthread_mutex_lock(&rr_quic.lock);
+				waiting = rr_quic.q.len > 0;
+				if (waiting) {
+					req = *wl_rr_fifo_at(&rr_quic.q, 0);
+					wl_rr_fifo_pop(&rr_quic.q);
+				}
+				pthread_mutex_unlock(&rr_quic.lock);
+				if (!rr_q_answered(waiting ? &req : NULL, &rr_quic.rx, t))
+					return QUIC_STATUS_SUCCESS;
+				rr_quic.rx = (struct wl_rr_rx){0};
+			}
+		}
+		break;
+	case QUIC_STREAM_EVENT_SEND_COMPLETE: free(ev->SEND_COMPLETE.ClientContext); break;
+	case QUIC_STREAM_EVENT_PEER_SEND_SHUTDOWN:
+	case QUIC_STREAM_EVENT_PEER_SEND_ABORTED:
+		if (!atomic_load(&rr_quic.closing))
+			rr_q_failed(WL_EXIT_CONN_LOST, "the server ended the one stream mid-run");
+		break;
+	case QUIC_STREAM_EVENT_SHUTDOWN_COMPLETE: quic_state.api->StreamClose(h); break;
+	default: break;
+	}
+	return QUIC_STATUS_SUCCESS;
+}
+
+/* Client: request seq fell due; msquic takes it at once. */
+static void rr_q_send(uint64_t seq)
+{
+	QUIC_STATUS st;
+
+	atomic_fetch_add(&wl_rr.due, 1);
+	if (!quic_state.o->rr_one_stream) {
+		struct rr_qreq *r = calloc(1, sizeof(*r));
+		HQUIC h;
+
+		if (!r) {
+			rr_q_failed(WL_EXIT_INTERNAL, "out of memory for a request");
+			return;
+		}
+		r->req.seq = seq;
+		rr_qmsg_init(&r->m, seq);
+		st = quic_state.api->StreamOpen(quic_state.conn, QUIC_STREAM_OPEN_FLAG_NONE,
+						rr_q_req_cb, r, &h);
+		if (QUIC_FAILED(st)) {
+			free(r);
+			goto failed;
+		}
+		r->req.sent_ns = wl_now_ns();
+		atomic_fetch_add(&wl_rr.sent, 1);
+		/* Started with its data: r is msquic's (the callback's) from here on. */
+		st = quic_state.api->StreamSend(h, r->m.b, 2,
+						QUIC_SEND_FLAG_START | QUIC_SEND_FLAG_FIN, NULL);
+		if (QUIC_FAILED(st)) {
+			quic_state.api->StreamClose(h);
+			goto failed;
+		}
+		return;
+	}
+	struct rr_qmsg *m = malloc(sizeof(*m));
+
+	if (!m) {
+		rr_q_failed(WL_EXIT_INTERNAL, "out of memory for a request");
+		return;
+	}
+	rr_qmsg_init(m, seq);
+	pthread_mutex_lock(&rr_quic.lock);
+	if (wl_rr_fifo_push(&rr_quic.q, seq)) {
+		pthread_mutex_unlock(&rr_quic.lock);
+		free(m);
+		rr_q_failed(WL_EXIT_INTERNAL, "out of memory for the requests on the stream");
+		return;
+	}
+	wl_rr_fifo_at(&rr_quic.q, rr_quic.q.len - 1)->sent_ns = wl_now_ns();
+	pthread_mutex_unlock(&rr_quic.lock);
+	atomic_fetch_add(&wl_rr.sent, 1);
+	st = quic_state.api->StreamSend(rr_quic.stream, m->b, 2, QUIC_SEND_FLAG_NONE, m);
+	if (QUIC_SUCCEEDED(st))
+		return;
+	free(m);
+failed : {
+	char why[128];
+
+	snprintf(why, sizeof(why), "sending request %llu failed: %s", (unsigned long long)seq,
+		 status_name(st));
+	rr_q_failed(WL_EXIT_CONN_LOST, why);
+}
+}
+
+static QUIC_STATUS QUIC_API rr_q_client_conn_cb(HQUIC h, void *ctx, QUIC_CONNECTION_EVENT *ev)
+{
+	(void)h, (void)ctx;
+	conn_common(ev);
+	if (ev->Type == QUIC_CONNECTION_EVENT_CONNECTED)
+		rr_q_wake();
+	if (ev->Type == QUIC_CONNECTION_EVENT_SHUTDOWN_COMPLETE) {
+		atomic_store(&rr_quic.conn_ended, true);
+		rr_q_wake();
+	}
+	return QUIC_STATUS_SUCCESS;
+}
+
+/* Client: the connection is up; t0 is now. */
+static int rr_q_start(uint64_t *t_end)
+{
+	QUIC_STATUS st;
+
+	wl_rr.t0_ns = wl_now_ns();
+	if (quic_state.o->duration_ms)
+		*t_end = wl_rr.t0_ns + quic_state.o->duration_ms * 1000000ull;
+	if (quic_state.o->rr_one_stream) {
+		st = quic_state.api->StreamOpen(quic_state.conn, QUIC_STREAM_OPEN_FLAG_NONE,
+						rr_q_one_cb, NULL, &rr_quic.stream);
+		if (QUIC_SUCCEEDED(st))
+			st = quic_state.api->StreamStart(rr_quic.stream,
+							 QUIC_STREAM_START_FLAG_IMMEDIATE);
+		if (QUIC_FAILED(st)) {
+			char why[128];
+
+			snprintf(why, sizeof(why), "opening the stream failed: %s",
+				 status_name(st));
+			rr_q_failed(WL_EXIT_LIB_OPEN, why);
+			return -1;
+		}
+	}
+	if (wl_rr_timer_arm(rr_quic.timer, wl_rr.t0_ns)) {
+		rr_q_failed(WL_EXIT_INTERNAL, "cannot arm the request timer");
+		return -1;
+	}
+	return 0;
+}
+
+static int rr_q_client_outcome(void)
+{
+	const struct wl_opts *o = quic_state.o;
+
+	if (quic_state.failure.code)
+		return quic_state.failure.code;
+	if (!quic_state.connected) {
+		wl_warn("QUIC handshake with %s:%d failed: %s", o->addr, o->port,
+			quic_state.closed_by_transport ? status_name(quic_state.transport_status)
+						       : "closed by peer");
+		return WL_EXIT_HANDSHAKE;
+	}
+	if (!atomic_load(&rr_quic.closing)) {
+		wl_warn("the connection ended after %llu responses: %s",
+			(unsigned long long)atomic_load(&wl_rr.responses),
+			quic_state.closed_by_transport ? status_name(quic_state.transport_status)
+						       : "closed by peer");
+		return WL_EXIT_CONN_LOST;
+	}
+	return WL_EXIT_OK;
+}
+
+static int rr_q_client(void)
+{
+	const struct wl_opts *o = quic_state.o;
+	enum { WAIT_CONN, SENDING, DRAINING } phase = WAIT_CONN;
+	uint64_t next = 0, t_end = 0, drain_end = 0, v;
+	QUIC_STATUS st;
+	int code;
+
+	code = open_config(false);
+	if (code)
+		return code;
+	rr_quic.timer = wl_rr_timer_open();
+	if (rr_quic.timer < 0) {
+		wl_warn("cannot make the request timer: %s", strerror(errno));
+		return WL_EXIT_INTERNAL;
+	}
+	st = quic_state.api->ConnectionOpen(quic_state.reg, rr_q_client_conn_cb, NULL,
+					    &quic_state.conn);
+	if (QUIC_FAILED(st)) {
+		wl_warn("ConnectionOpen failed: %s", status_name(st));
+		return WL_EXIT_LIB_OPEN;
+	}
+	if (o->wait_start)
+		sem_wait(&quic_state.may_start);
+	st = quic_state.api->ConnectionStart(quic_state.conn, quic_state.cfg,
+					     QUIC_ADDRESS_FAMILY_INET, o->addr, (uint16_t)o->port);
+	if (QUIC_FAILED(st)) {
+		wl_warn("ConnectionStart to %s:%d failed: %s", o->addr, o->port, status_name(st));
+		return WL_EXIT_HANDSHAKE;
+	}
+	atomic_store(&wl_rr.connections, 1);
+	for (;;) {
+		struct pollfd p[2] = {{.fd = rr_quic.wake, .events = POLLIN},
+				      {.fd = rr_quic.timer, .events = POLLIN}};
+		int timeout_ms = -1;
+		uint64_t now;
+
+		if (phase == DRAINING) {
+			now = wl_now_ns();
+			if (now >= drain_end)
+				break;
+			timeout_ms = (int)((drain_end - now + 999999) / 1000000);
+		}
+		if (poll(p, 2, timeout_ms) < 0 && errno != EINTR) {
+			wl_fail(&quic_state.failure, &quic_state.stopping, WL_EXIT_INTERNAL,
+				"poll failed: %s", strerror(errno));
+			break;
+		}
+		if ((p[0].revents & POLLIN) && read(rr_quic.wake, &v, sizeof(v)) < 0)
+			v = 0;
+		if (atomic_load(&rr_quic.conn_ended) || quic_state.failure.code)
+			break;
+		if (phase == WAIT_CONN && quic_state.connected) {
+			if (rr_q_start(&t_end))
+				break;
+			phase = SENDING;
+		}
+		if ((p[1].revents & POLLIN) && read(rr_quic.timer, &v, sizeof(v)) >= 0 &&
+		    phase == SENDING) {
+			now = wl_now_ns();
+			while (wl_rr_due(next) <= now && !quic_state.failure.code &&
+			       !(t_end && wl_rr_due(next) >= t_end))
+				rr_q_send(next++);
+			if (t_end && wl_rr_due(next) >= t_end) {
+				phase = DRAINING;
+				drain_end = t_end + wl_rr_drain_ns();
+			} else if (wl_rr_timer_arm(rr_quic.timer, wl_rr_due(next))) {
+				rr_q_failed(WL_EXIT_INTERNAL, "cannot arm the request timer");
+			}
+		}
+		if (atomic_load(&quic_state.stopping) && phase != DRAINING) {
+			phase = DRAINING;
+			drain_end = wl_now_ns() + wl_rr_drain_ns();
+		}
+		if (phase == DRAINING) {
+			atomic_store(&rr_quic.draining, true);
+			if (atomic_load(&wl_rr.responses) == atomic_load(&wl_rr.sent))
+				break;
+		}
+		wl_emit_tick();
+	}
+	quic_state.t_transfer_done_ns = atomic_load(&wl_rr.t_last_answer);
+	if (!atomic_load(&rr_quic.conn_ended)) {
+		atomic_store(&rr_quic.closing, true);
+		quic_state.api->ConnectionShutdown(quic_state.conn,
+						   QUIC_CONNECTION_SHUTDOWN_FLAG_NONE,
+						   atomic_load(&quic_state.verify_failed) ? 2 : 0);
+	}
+	sem_wait(&quic_state.conn_done);
+	return rr_q_client_outcome();
+}
+
+/*
+ * Server: answer the request in s->rx; one that is short or failed its
+ * check is the stream's last (wl.h says why).
+ */
+static void rr_q_respond(struct rr_qstream *s, bool fin)
+{
+	uint64_t seq = wl_rr_seq(s->rx.hdr);
+	bool bad = s->rx.bad || !wl_rr_rx_whole(&s->rx);
+	struct rr_qmsg *m;
+
+	if (bad) {
+		s->spent = true;
+		fin = true;
+	}
+	if (bad && !atomic_exchange(&quic_state.verify_failed, true))
+		wl_fail(&quic_state.failure, NULL, WL_EXIT_VERIFY,
+			"request %llu %s (is --payload the same on both roles?); answered at once, for the client to see, and the stream ended",
+			(unsigned long long)seq,
+			s->rx.bad ? "failed the content check" : "is shorter than --payload");
+	atomic_fetch_add(&quic_state.app_bytes, s->rx.got);
+	m = malloc(sizeof(*m));
+	if (!m) {
+		quic_state.api->StreamShutdown(s->h, QUIC_STREAM_SHUTDOWN_FLAG_ABORT, 0);
+		return;
+	}
+	rr_qmsg_init(m, seq);
+	if (QUIC_FAILED(quic_state.api->StreamSend(
+		    s->h, m->b, 2, fin ? QUIC_SEND_FLAG_FIN : QUIC_SEND_FLAG_NONE, m))) {
+		free(m);
+		return;
+	}
+	s->fin_sent = s->fin_sent || fin;
+}
+
+static QUIC_STATUS QUIC_API rr_q_server_stream_cb(HQUIC h, void *ctx, QUIC_STREAM_EVENT *ev)
+{
+	struct rr_qstream *s = ctx;
+	uint32_t i;
+
+	switch (ev->Type) {
+	case QUIC_STREAM_EVENT_RECEIVE: {
+		const uint32_t n = ev->RECEIVE.BufferCount;
+		const bool fin = ev->RECEIVE.Flags & QUIC_RECEIVE_FLAG_FIN;
+
+		for (i = 0; i < n && !s->spent; i++) {
+			const uint8_t *p = ev->RECEIVE.Buffers[i].Buffer;
+			size_t len = ev->RECEIVE.Buffers[i].Length;
+
+			while (len && !s->spent) {
+				size_t k = wl_rr_rx_feed(&s->rx, p, len);
+
+				p += k, len -= k;
+				if (!wl_rr_rx_ready(&s->rx))
+					break;
+				/* Per-request streams: the answer carries the FIN. */
+				rr_q_respond(s, fin && !len && i + 1 == n);
+				s->rx = (struct wl_rr_rx){0};
+			}
+		}
+		break;
+	}
+	case QUIC_STREAM_EVENT_PEER_SEND_SHUTDOWN:
+		if (s->spent)
+			break;
+		if (s->rx.got) /* a short request */
+			rr_q_respond(s, true);
+		else if (!s->fin_sent)
+			quic_state.api->StreamShutdown(h, QUIC_STREAM_SHUTDOWN_FLAG_GRACEFUL, 0);
+		s->fin_sent = true;
+		break;
+	case QUIC_STREAM_EVENT_SEND_COMPLETE:
+		if (!ev->SEND_COMPLETE.Canceled)
+			atomic_fetch_add(&wl_rr.served, 1);
+		free(ev->SEND_COMPLETE.ClientContext);
+		break;
+	case QUIC_STREAM_EVENT_PEER_SEND_ABORTED:
+	case QUIC_STREAM_EVENT_PEER_RECEIVE_ABORTED:
+		quic_state.api->StreamShutdown(h, QUIC_STREAM_SHUTDOWN_FLAG_ABORT, 0);
+		break;
+	case QUIC_STREAM_EVENT_SHUTDOWN_COMPLETE:
+		quic_state.api->StreamClose(h);
+		free(s);
+		break;
+	default: break;
+	}
+	return QUIC_STATUS_SUCCESS;
+}
+
+static QUIC_STATUS QUIC_API rr_q_server_conn_cb(HQUIC h, void *ctx, QUIC_CONNECTION_EVENT *ev)
+{
+	struct rr_qstream *s;
+	HQUIC stream;
+
+	(void)ctx;
+	switch (ev->Type) {
+	case QUIC_CONNECTION_EVENT_CONNECTED:
+		if (!atomic_exchange(&quic_state.connected_emitted, true)) {
+			quic_state.connected = true;
+			quic_state.t_connected_ns = wl_now_ns();
+			emit_connected();
+		}
+		break;
+	case QUIC_CONNECTION_EVENT_PEER_STREAM_STARTED:
+		stream = ev->PEER_STREAM_STARTED.Stream;
+		s = NULL;
+		if (!(ev->PEER_STREAM_STARTED.Flags & QUIC_STREAM_OPEN_FLAG_UNIDIRECTIONAL))
+			s = calloc(1, sizeof(*s));
+		if (!s) {
+			quic_state.api->StreamClose(stream);
+			break;
+		}
+		s->h = stream;
+		quic_state.api->SetCallbackHandler(stream, (void *)rr_q_server_stream_cb, s);
+		break;
+	case QUIC_CONNECTION_EVENT_SHUTDOWN_INITIATED_BY_PEER:
+		if (ev->SHUTDOWN_INITIATED_BY_PEER.ErrorCode)
+			wl_fail(&quic_state.failure, NULL, WL_EXIT_CONN_LOST,
+				"the client closed its connection with error %llu%s",
+				(unsigned long long)ev->SHUTDOWN_INITIATED_BY_PEER.ErrorCode,
+				ev->SHUTDOWN_INITIATED_BY_PEER.ErrorCode == 2
+					? " (its content check failed)"
+					: "");
+		break;
+	case QUIC_CONNECTION_EVENT_SHUTDOWN_COMPLETE:
+		quic_state.api->ConnectionClose(h);
+		atomic_fetch_sub(&quic_state.live_conns, 1);
+		sem_post(&quic_state.wake);
+		break;
+	default: break;
+	}
+	return QUIC_STATUS_SUCCESS;
+}
+
+static QUIC_STATUS rr_q_accept(HQUIC conn)
+{
+	QUIC_STATUS st;
+
+	if (atomic_load(&quic_state.stopping))
+		return QUIC_STATUS_CONNECTION_REFUSED;
+	/* live first: the main thread ends on connections > 0 and live == 0. */
+	atomic_fetch_add(&quic_state.live_conns, 1);
+	atomic_fetch_add(&wl_rr.connections, 1);
+	quic_state.api->SetCallbackHandler(conn, (void *)rr_q_server_conn_cb, NULL);
+	st = quic_state.api->ConnectionSetConfiguration(conn, quic_state.cfg);
+	if (QUIC_FAILED(st)) {
+		/* Refused: msquic closes it and calls us no more. */
+		atomic_fetch_sub(&quic_state.live_conns, 1);
+		sem_post(&quic_state.wake);
+	}
+	return st;
+}
+
+/* Serve until the client has gone, or "stop", "exit" or EOF (--control). */
+static int rr_q_server(void)
+{
+	while (!atomic_load(&quic_state.stopping) &&
+	       (!atomic_load(&wl_rr.connections) || atomic_load(&quic_state.live_conns) > 0))
+		sem_wait(&quic_state.wake);
+	atomic_store(&quic_state.stopping, true); /* refuse latecomers */
+	quic_state.api->ListenerStop(quic_state.listener);
+	quic_state.api->RegistrationShutdown(quic_state.reg, QUIC_CONNECTION_SHUTDOWN_FLAG_NONE, 0);
+	while (atomic_load(&quic_state.live_conns) > 0)
+		sem_wait(&quic_state.wake);
+	quic_state.t_transfer_done_ns = wl_now_ns();
+	return quic_state.failure.code;
+}
+
 static QUIC_STATUS QUIC_API listener_cb(HQUIC h, void *ctx, QUIC_LISTENER_EVENT *ev)
 {
 	(void)h, (void)ctx;
@@ -871,6 +1462,8 @@ static QUIC_STATUS QUIC_API listener_cb(HQUIC h, void *ctx, QUIC_LISTENER_EVENT 
 		return QUIC_STATUS_SUCCESS;
 	if (quic_state.o->download)
 		return dl_accept(ev->NEW_CONNECTION.Connection);
+	if (quic_state.o->rr)
+		return rr_q_accept(ev->NEW_CONNECTION.Connection);
 	pthread_mutex_lock(&quic_state.conn_lock);
 	if (quic_state.conn) {
 		/* One connection per run: a second one is refused. */
@@ -902,11 +1495,15 @@ static int open_config(bool server)
 			set.ServerResumptionLevel = QUIC_SERVER_RESUME_AND_ZERORTT;
 			set.IsSet.ServerResumptionLevel = 1;
 		}
+	} else if (server && quic_state.o->rr) {
+		set.PeerBidiStreamCount = RR_PEER_STREAMS;
+		set.IsSet.PeerBidiStreamCount = 1;
 	} else if (server) {
 		set.PeerUnidiStreamCount = (uint16_t)quic_state.o->streams;
 		set.IsSet.PeerUnidiStreamCount = 1;
 	}
-	if (server == quic_state.o->download) { /* the sender */
+	/* rr keeps msquic's send buffering: its messages are small and many. */
+	if (!quic_state.o->rr && server == quic_state.o->download) { /* the sender */
 		set.SendBufferingEnabled = 0;
 		set.IsSet.SendBufferingEnabled = 1;
 	}
@@ -955,12 +1552,16 @@ static void emit_done(bool server, int code)
 		wl_json_str(&j, "pattern", "download");
 		wl_json_u64(&j, "downloads", atomic_load(&quic_state.downloads));
 		wl_json_u64(&j, "streams_completed", atomic_load(&quic_state.downloads));
+	} else if (quic_state.o->rr) {
+		wl_rr_json_done(&j, server);
+		wl_json_u64(&j, "streams_completed",
+			    atomic_load(server ? &wl_rr.served : &wl_rr.responses));
 	} else {
 		wl_json_u64(&j, "streams_completed", atomic_load(&quic_state.streams_done));
 	}
-	if (server != download) { /* the receiver */
+	if (server != download || quic_state.o->rr) { /* a receiver */
 		wl_json_bool(&j, "verified", code == WL_EXIT_OK);
-		if (atomic_load(&quic_state.verify_failed)) {
+		if (atomic_load(&quic_state.verify_failed) && !quic_state.o->rr) {
 			wl_json_u64(&j, "verify_fail_offset", quic_state.verify_fail_off);
 			wl_json_u64(&j, download ? "verify_fail_download" : "verify_fail_stream",
 				    quic_state.verify_fail_stream);
@@ -1065,6 +1666,8 @@ static int run_server(void)
 	wl_emit("{\"event\":\"ready\",\"port\":%d,\"pid\":%d}", quic_state.o->port, getpid());
 	if (quic_state.o->download) {
 		code = run_server_download();
+	} else if (quic_state.o->rr) {
+		code = rr_q_server();
 	} else {
 		sem_wait(&quic_state.conn_done);
 		quic_state.api->ListenerStop(quic_state.listener);
@@ -1202,7 +1805,7 @@ int wl_quic_run(const struct wl_opts *o)
 	sem_init(&quic_state.may_start, 0, 0);
 	sem_init(&quic_state.wake, 0, 0);
 
-	if (server == o->download) { /* the sender */
+	if (!o->rr && server == o->download) { /* the sender */
 		region = wl_pattern_region();
 		quic_state.nchunks = wl_pattern_period() / o->io_size;
 		quic_state.chunks = calloc(quic_state.nchunks, sizeof(*quic_state.chunks));
@@ -1230,7 +1833,17 @@ int wl_quic_run(const struct wl_opts *o)
 		return WL_EXIT_INTERNAL;
 	}
 
-	code = server ? run_server() : o->download ? run_client_download() : run_client();
+	if (o->rr) {
+		rr_quic.wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+		if (rr_quic.wake < 0) {
+			wl_warn("cannot make an eventfd: %s", strerror(errno));
+			return WL_EXIT_INTERNAL;
+		}
+	}
+	code = server	     ? run_server()
+	       : o->download ? run_client_download()
+	       : o->rr	     ? rr_q_client()
+			     : run_client();
 	/* Whoever waits on us learns the outcome, failures before a
 	 * connection included. */
 	if (!quic_state.done_emitted)
@@ -1251,5 +1864,10 @@ int wl_quic_run(const struct wl_opts *o)
 	quic_state.api->RegistrationClose(quic_state.reg);
 	MsQuicClose(quic_state.api);
 	free(quic_state.ticket);
+	wl_rr_fifo_free(&rr_quic.q);
+	if (rr_quic.timer >= 0)
+		close(rr_quic.timer);
+	if (rr_quic.wake >= 0)
+		close(rr_quic.wake);
 	return code;
 }

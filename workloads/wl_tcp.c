@@ -4,10 +4,11 @@
  * records in the kernel after OpenSSL's handshake (tcp-ktls). Bulk: one TCP
  * connection per --streams, each with a thread on both sides, as iperf3 -P.
  * Download: --count connections one after another, each served whole by the
- * server's main thread before it accepts the next. The sender writes
- * straight out of the read-only pattern region (or sendfile()s it from a
- * memfd holding the same bytes); the receiver checks every byte against its
- * connection offset.
+ * server's main thread before it accepts the next. Rr: one thread per role
+ * with non-blocking sockets in one epoll set (see "--pattern rr" below).
+ * The sender writes straight out of the read-only pattern region (or
+ * sendfile()s it from a memfd holding the same bytes); the receiver checks
+ * every byte against its connection offset.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -22,6 +23,8 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/sendfile.h>
@@ -95,6 +98,51 @@ static struct {
 	.conn_lock = PTHREAD_MUTEX_INITIALIZER,
 };
 
+/* --pattern rr: the state marks and reports read; the code is below. */
+#define RR_MAX_CONNS 128
+#define RR_READ_BUF (256 * 1024)
+#define RR_EVENTS 64
+
+enum rr_state { RR_CONNECTING, RR_HANDSHAKE, RR_READY };
+enum rr_phase { RR_WAIT_CONN, RR_SENDING, RR_DRAINING };
+
+struct rrconn {
+	struct tconn t;
+	enum rr_state state;
+	bool dead;		/* closed; freed once this batch of events is handled */
+	uint64_t deadline_ns;	/* client: connected and handshaken by then */
+	struct wl_rr_fifo q;	/* client: its requests; server: responses to write */
+	uint32_t nw;		/* of q, those whose writing has begun */
+	bool writing;		/* q[nw - 1] is partly written */
+	uint32_t w_off;		/* of it, the bytes written */
+	uint8_t hdr[WL_RR_HDR]; /* plain TCP: its header (wl_rr_body() is the rest) */
+	uint8_t *msg;		/* TLS: the whole message, as SSL_write takes it */
+	bool want_out;		/* a connect, handshake or write waits for room */
+	bool want_in;		/* a TLS write waits for the peer (SSL_ERROR_WANT_READ) */
+	bool paused;		/* server: reads no more until its responses have gone */
+	bool spent;		/* server: answered a bad request; takes no more on it */
+	bool half_closed;	/* server: ... and has sent its FIN after the answer */
+	uint32_t ev;		/* as the epoll set has it */
+	struct wl_rr_rx rx;
+};
+
+static struct {
+	int ep, timer;
+	struct rrconn *conns[RR_MAX_CONNS]; /* changed under tcp_state.conn_lock */
+	int nconns;
+	struct wl_rr_fifo pending; /* on-demand client: due, with no connection to go on */
+	uint8_t *rbuf;
+	struct sockaddr_in addr;
+	bool handshaken;	   /* a connection is or was up */
+	bool ktls_send, ktls_recv; /* ... and every one had kTLS */
+	enum rr_phase phase;	   /* client */
+	uint64_t next;		   /* client: the next request's sequence number */
+	uint64_t t_end;		   /* client: none falls due from then on; 0: until "stop" */
+	uint64_t drain_end;	   /* client: the replies are waited for until then */
+	bool refused;		   /* server: said once that it refused a connection */
+	char why[256];
+} rr_tcp = {.ep = -1, .timer = -1};
+
 static const char *tls_version_name(void)
 {
 	return !strcmp(tcp_state.o->tls_version, "1.2") ? "TLSv1.2" : "TLSv1.3";
@@ -140,6 +188,8 @@ static void json_tcp_info(struct wl_json *j)
 	t = tcp_state.closed;
 	for (i = 0; i < tcp_state.nconns; i++)
 		tcp_counts_add(tcp_state.conns[i].fd, &t);
+	for (i = 0; i < rr_tcp.nconns; i++)
+		tcp_counts_add(rr_tcp.conns[i]->t.fd, &t);
 	pthread_mutex_unlock(&tcp_state.conn_lock);
 	wl_json_begin(&p);
 	wl_json_u64(&p, "segs_out", t.segs_out);
@@ -161,6 +211,10 @@ static void json_tls(struct wl_json *j)
 		send = send && tcp_state.conns[i].ktls_send;
 		recv = recv && tcp_state.conns[i].ktls_recv;
 	}
+	if (tcp_state.o->rr) {
+		send = rr_tcp.handshaken && rr_tcp.ktls_send;
+		recv = rr_tcp.handshaken && rr_tcp.ktls_recv;
+	}
 	wl_json_str(j, "tls_version", tls_version_name());
 	wl_json_str(j, "tls_cipher", tcp_state.cipher ? tcp_state.cipher : "");
 	wl_json_bool(j, "ktls_send", send);
@@ -177,6 +231,8 @@ static void on_mark(const char *name, void *arg)
 	wl_json_u64(&j, "io_calls", atomic_load(&tcp_state.io_calls));
 	if (tcp_state.o->download)
 		wl_json_u64(&j, "downloads", atomic_load(&tcp_state.downloads));
+	if (tcp_state.o->rr)
+		wl_rr_json_mark(&j, tcp_state.server);
 	json_tcp_info(&j);
 	wl_emit("%s", wl_json_end(&j));
 }
@@ -203,8 +259,8 @@ static void on_stop(void *arg)
 static void on_exit_cmd(void *arg)
 {
 	(void)arg;
-	/* A download server serves until told; a bulk role is done already. */
-	if (tcp_state.o->download) {
+	/* A download or rr role runs until told; a bulk role is done already. */
+	if (tcp_state.o->download || tcp_state.o->rr) {
 		atomic_store(&tcp_state.stopping, true);
 		wake_server();
 	}
@@ -812,6 +868,743 @@ static int run_server_download(void)
 	return tcp_state.failure.code;
 }
 
+/*
+ * --pattern rr. Each role is one thread around one epoll set: the client's
+ * timer, every connection's socket and the wake eventfd ("stop"). No call
+ * blocks, connects and TLS handshakes included, so a request goes out when
+ * it falls due whatever the replies (or an on-demand connection still
+ * opening) do; a connection that cannot take it yet keeps it queued, due
+ * time and all. The user-space TLS write buffer (buffer_writes) is left
+ * out: a request or response of up to 16 KiB is one record, one write().
+ */
+static char rr_tag_timer, rr_tag_wake, rr_tag_listen;
+
+static const char *rr_role(void)
+{
+	return tcp_state.server ? "server" : "client";
+}
+
+static int rr_watch(int fd, void *tag, uint32_t events)
+{
+	struct epoll_event e = {.events = events, .data.ptr = tag};
+
+	return epoll_ctl(rr_tcp.ep, EPOLL_CTL_ADD, fd, &e);
+}
+
+/* The events the connection waits for, as its state says. */
+static void rr_events(struct rrconn *c)
+{
+	struct epoll_event e = {.data.ptr = c};
+	uint32_t ev = c->want_out ? EPOLLOUT : 0;
+
+	if (c->state != RR_CONNECTING && (!c->paused || c->want_in))
+		ev |= EPOLLIN;
+	if (c->dead || ev == c->ev)
+		return;
+	e.events = ev;
+	if (!epoll_ctl(rr_tcp.ep, EPOLL_CTL_MOD, c->t.fd, &e))
+		c->ev = ev;
+}
+
+static struct rrconn *rr_add(int fd, enum rr_state state)
+{
+	struct rrconn *c = NULL;
+
+	if (rr_tcp.nconns < RR_MAX_CONNS)
+		c = calloc(1, sizeof(*c));
+	if (!c) {
+		close(fd);
+		return NULL;
+	}
+	c->t.fd = fd;
+	c->state = state;
+	c->want_out = state == RR_CONNECTING;
+	c->ev = c->want_out ? EPOLLOUT : EPOLLIN;
+	if (rr_watch(fd, c, c->ev)) {
+		close(fd);
+		free(c);
+		return NULL;
+	}
+	c->t.idx = (int)atomic_fetch_add(&wl_rr.connections, 1);
+	pthread_mutex_lock(&tcp_state.conn_lock);
+	rr_tcp.conns[rr_tcp.nconns++] = c;
+	pthread_mutex_unlock(&tcp_state.conn_lock);
+	return c;
+}
+
+/* Closes the socket now (close_notify first, if there is room for it); rr_reap frees. */
+static void rr_close(struct rrconn *c)
+{
+	if (c->dead)
+		return;
+	c->dead = true;
+	epoll_ctl(rr_tcp.ep, EPOLL_CTL_DEL, c->t.fd, NULL);
+	if (c->t.ssl && c->state == RR_READY) {
+		ERR_clear_error();
+		SSL_shutdown(c->t.ssl);
+		ERR_clear_error();
+	}
+	pthread_mutex_lock(&tcp_state.conn_lock);
+	tcp_counts_add(c->t.fd, &tcp_state.closed);
+	close(c->t.fd);
+	c->t.fd = -1;
+	pthread_mutex_unlock(&tcp_state.conn_lock);
+}
+
+/* Frees the closed connections; the others keep their order. */
+static void rr_reap(void)
+{
+	int i, n = 0;
+
+	pthread_mutex_lock(&tcp_state.conn_lock);
+	for (i = 0; i < rr_tcp.nconns; i++) {
+		struct rrconn *c = rr_tcp.conns[i];
+
+		if (!c->dead) {
+			rr_tcp.conns[n++] = c;
+			continue;
+		}
+		SSL_free(c->t.ssl);
+		wl_rr_fifo_free(&c->q);
+		free(c->msg);
+		free(c);
+	}
+	rr_tcp.nconns = n;
+	pthread_mutex_unlock(&tcp_state.conn_lock);
+}
+
+static void rr_close_all(void)
+{
+	int i;
+
+	for (i = 0; i < rr_tcp.nconns; i++)
+		rr_close(rr_tcp.conns[i]);
+	rr_reap();
+}
+
+/*
+ * The peer went away rather than failed: EOF (OpenSSL 3 says "unexpected
+ * eof" for one without close_notify), close_notify or a reset.
+ */
+static bool rr_peer_left(struct rrconn *c, ssize_t n)
+{
+	int e;
+
+	if (!c->t.ssl)
+		return n == 0 || errno == ECONNRESET || errno == EPIPE;
+	e = SSL_get_error(c->t.ssl, (int)n);
+	return e == SSL_ERROR_ZERO_RETURN || e == SSL_ERROR_SYSCALL ||
+	       (e == SSL_ERROR_SSL &&
+		ERR_GET_REASON(ERR_peek_error()) == SSL_R_UNEXPECTED_EOF_WHILE_READING);
+}
+
+/* True if the call would have blocked; the connection then waits for what it needs. */
+static bool rr_would_block(struct rrconn *c, ssize_t n, bool writing)
+{
+	if (c->t.ssl) {
+		int e = SSL_get_error(c->t.ssl, (int)n);
+
+		if (e == SSL_ERROR_WANT_WRITE)
+			c->want_out = true;
+		else if (e == SSL_ERROR_WANT_READ)
+			c->want_in = c->want_in || writing;
+		return e == SSL_ERROR_WANT_WRITE || e == SSL_ERROR_WANT_READ;
+	}
+	if (n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK))
+		return false;
+	if (writing)
+		c->want_out = true;
+	return true;
+}
+
+static void rr_schedule_start(void)
+{
+	const struct wl_opts *o = tcp_state.o;
+
+	wl_rr.t0_ns = wl_now_ns();
+	if (o->duration_ms)
+		rr_tcp.t_end = wl_rr.t0_ns + o->duration_ms * 1000000ull;
+	rr_tcp.phase = RR_SENDING;
+	if (wl_rr_timer_arm(rr_tcp.timer, wl_rr.t0_ns))
+		fail(WL_EXIT_INTERNAL, "cannot arm the request timer: %s", strerror(errno));
+}
+
+/* Connected, and handshaken with TLS: the first one is the run's "connected". */
+static void rr_ready(struct rrconn *c)
+{
+	c->state = RR_READY;
+	c->want_out = false;
+	if (c->t.ssl) {
+		c->t.ktls_send = BIO_get_ktls_send(SSL_get_wbio(c->t.ssl));
+		c->t.ktls_recv = BIO_get_ktls_recv(SSL_get_rbio(c->t.ssl));
+		if (!tcp_state.cipher)
+			tcp_state.cipher = SSL_get_cipher_name(c->t.ssl);
+	}
+	rr_tcp.ktls_send = (!rr_tcp.handshaken || rr_tcp.ktls_send) && c->t.ktls_send;
+	rr_tcp.ktls_recv = (!rr_tcp.handshaken || rr_tcp.ktls_recv) && c->t.ktls_recv;
+	if (rr_tcp.handshaken)
+		return;
+	rr_tcp.handshaken = true;
+	tcp_state.t_connected_ns = wl_now_ns();
+	emit_connected();
+	if (!tcp_state.server && rr_tcp.phase == RR_WAIT_CONN)
+		rr_schedule_start();
+}
+
+/* After connect(): the TLS handshake, or ready at once without TLS. */
+static int rr_tls_start(struct rrconn *c)
+{
+	if (tcp_state.tls == TLS_NONE) {
+		rr_ready(c);
+		return 0;
+	}
+	c->t.ssl = SSL_new(tcp_state.ctx);
+	c->msg = malloc(wl_rr.payload);
+	if (!c->t.ssl || !c->msg || SSL_set_fd(c->t.ssl, c->t.fd) != 1) {
+		fail(WL_EXIT_LIB_OPEN, "SSL_new failed on the %s: %s", rr_role(), ssl_reason());
+		return -1;
+	}
+	memcpy(c->msg + WL_RR_HDR, wl_rr_body(), wl_rr.payload - WL_RR_HDR);
+	if (tcp_state.server)
+		SSL_set_accept_state(c->t.ssl);
+	else
+		SSL_set_connect_state(c->t.ssl);
+	c->state = RR_HANDSHAKE;
+	return 0;
+}
+
+static void rr_handshake(struct rrconn *c)
+{
+	int r, e;
+
+	ERR_clear_error();
+	r = SSL_do_handshake(c->t.ssl);
+	if (r == 1) {
+		rr_ready(c);
+		return;
+	}
+	e = SSL_get_error(c->t.ssl, r);
+	if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
+		c->want_out = e == SSL_ERROR_WANT_WRITE;
+		return;
+	}
+	/* A client may close a connection it opened as the run ends. */
+	if (!tcp_state.server || !rr_peer_left(c, r))
+		fail(WL_EXIT_HANDSHAKE, "TLS handshake failed on the %s (connection %d): %s",
+		     rr_role(), c->t.idx, ssl_reason());
+	ERR_clear_error();
+	rr_close(c);
+}
+
+static ssize_t rr_send(struct rrconn *c)
+{
+	const uint8_t *body = wl_rr_body() - WL_RR_HDR; /* as if the header were there */
+	struct iovec iov[2];
+	struct msghdr mh = {.msg_iov = iov, .msg_iovlen = 1};
+
+	if (c->t.ssl) {
+		/* After WANT_WRITE, OpenSSL wants the very same call again. */
+		ERR_clear_error();
+		return SSL_write(c->t.ssl, c->msg, (int)wl_rr.payload);
+	}
+	if (c->w_off < WL_RR_HDR) {
+		iov[0] = (struct iovec){c->hdr + c->w_off, WL_RR_HDR - c->w_off};
+		iov[1] = (struct iovec){(void *)(body + WL_RR_HDR), wl_rr.payload - WL_RR_HDR};
+		mh.msg_iovlen = 2;
+	} else {
+		iov[0] = (struct iovec){(void *)(body + c->w_off), wl_rr.payload - c->w_off};
+	}
+	return sendmsg(c->t.fd, &mh, MSG_NOSIGNAL);
+}
+
+/* Writes the queued messages, one after another, until done or the socket is full. */
+static void rr_write(struct rrconn *c)
+{
+	if (c->state != RR_READY || c->dead)
+		return;
+	c->want_out = c->want_in = false;
+	for (;;) {
+		ssize_t n;
+
+		if (!c->writing) {
+			struct wl_rr_req *r;
+
+			if (c->nw == c->q.len)
+				return;
+			r = wl_rr_fifo_at(&c->q, c->nw++);
+			wl_rr_put_seq(c->t.ssl ? c->msg : c->hdr, r->seq);
+			c->writing = true;
+			c->w_off = 0;
+			if (!tcp_state.server) {
+				r->sent_ns = wl_now_ns();
+				atomic_fetch_add(&wl_rr.sent, 1);
+			}
+		}
+		n = rr_send(c);
+		atomic_fetch_add(&tcp_state.io_calls, 1);
+		if (n > 0) {
+			c->w_off += (uint32_t)n;
+			if (c->w_off < wl_rr.payload)
+				continue;
+			c->writing = false;
+			if (tcp_state.server) {
+				wl_rr_fifo_pop(&c->q);
+				c->nw--;
+				atomic_fetch_add(&wl_rr.served, 1);
+			}
+			continue;
+		}
+		if (rr_would_block(c, n, true))
+			return;
+		if (!c->t.ssl && errno == EINTR)
+			continue;
+		if (tcp_state.server) {
+			/* The client went away; what it did not wait for is its account. */
+			ERR_clear_error();
+			rr_close(c);
+			return;
+		}
+		fail(WL_EXIT_CONN_LOST, "sending request %llu on connection %d failed: %s",
+		     (unsigned long long)wl_rr_fifo_at(&c->q, c->nw - 1)->seq, c->t.idx,
+		     c->t.ssl ? ssl_reason() : strerror(errno));
+		return;
+	}
+}
+
+/*
+ * Server: a whole request, or one that failed its check, which is answered
+ * at once and is the connection's last (wl.h says why).
+ */
+static void rr_request(struct rrconn *c)
+{
+	uint64_t seq = wl_rr_seq(c->rx.hdr);
+
+	if (c->rx.bad) {
+		c->spent = true;
+		if (!atomic_exchange(&tcp_state.verify_failed, true))
+			wl_fail(&tcp_state.failure, NULL, WL_EXIT_VERIFY,
+				"request %llu on connection %d failed the content check (is --payload the same on both roles?); answered at once, for the client to see, and the connection ended",
+				(unsigned long long)seq, c->t.idx);
+	}
+	atomic_fetch_add(&tcp_state.app_bytes, c->rx.got);
+	if (wl_rr_fifo_push(&c->q, seq))
+		fail(WL_EXIT_INTERNAL, "out of memory for connection %d's responses", c->t.idx);
+}
+
+/* Client: a whole response, which must answer the oldest request sent on c. */
+static void rr_response(struct rrconn *c, uint64_t t)
+{
+	const struct wl_rr_req *req = NULL;
+	int code;
+
+	if (c->q.len && c->nw && !(c->writing && c->nw == 1))
+		req = wl_rr_fifo_at(&c->q, 0);
+	code = wl_rr_answer(req, &c->rx, t, (uint64_t)c->t.idx, rr_tcp.why, sizeof(rr_tcp.why));
+	if (code) {
+		atomic_store(&tcp_state.verify_failed, true);
+		fail(code, "%s (connection %d)", rr_tcp.why, c->t.idx);
+		return;
+	}
+	atomic_fetch_add(&tcp_state.app_bytes, wl_rr.payload);
+	wl_rr_fifo_pop(&c->q);
+	c->nw--;
+	if (tcp_state.o->tcp_on_demand && !c->q.len && rr_tcp.pending.len) {
+		if (wl_rr_fifo_push(&c->q, wl_rr_fifo_at(&rr_tcp.pending, 0)->seq))
+			fail(WL_EXIT_INTERNAL, "out of memory for connection %d's requests",
+			     c->t.idx);
+		wl_rr_fifo_pop(&rr_tcp.pending);
+	}
+}
+
+/* Server: once a bad request's answer is out, FIN; what comes after is read and dropped. */
+static void rr_spent(struct rrconn *c)
+{
+	if (!c->spent || c->q.len || c->half_closed || c->dead)
+		return;
+	if (c->t.ssl) {
+		ERR_clear_error();
+		SSL_shutdown(c->t.ssl);
+		ERR_clear_error();
+	}
+	shutdown(c->t.fd, SHUT_WR);
+	c->half_closed = true;
+}
+
+static void rr_take(struct rrconn *c, const uint8_t *p, size_t len, uint64_t t)
+{
+	while (len && !c->dead && !c->spent) {
+		size_t k = wl_rr_rx_feed(&c->rx, p, len);
+
+		p += k, len -= k;
+		if (!wl_rr_rx_ready(&c->rx))
+			break;
+		if (tcp_state.server)
+			rr_request(c);
+		else
+			rr_response(c, t);
+		if (!tcp_state.server && tcp_state.failure.code)
+			return;
+		c->rx = (struct wl_rr_rx){0};
+	}
+	if (tcp_state.server && !c->dead) {
+		/* Not another request until the answers have room to go. */
+		rr_write(c);
+		c->paused = c->q.len > 0;
+		rr_spent(c);
+	}
+}
+
+static void rr_ended(struct rrconn *c, ssize_t n)
+{
+	const char *why = c->t.ssl ? (SSL_get_error(c->t.ssl, (int)n) == SSL_ERROR_ZERO_RETURN
+					      ? "close_notify"
+					      : ssl_reason())
+			  : n == 0 ? "EOF"
+				   : strerror(errno);
+
+	if (!tcp_state.server)
+		fail(WL_EXIT_CONN_LOST,
+		     "the server closed connection %d with %u requests on it: %s", c->t.idx,
+		     c->q.len, why);
+	else if (c->rx.got || !rr_peer_left(c, n))
+		fail(WL_EXIT_CONN_LOST, "connection %d ended %u bytes into a request: %s", c->t.idx,
+		     c->rx.got, why);
+	ERR_clear_error();
+	rr_close(c);
+}
+
+static void rr_read(struct rrconn *c)
+{
+	while (c->state == RR_READY && !c->dead && !c->paused) {
+		ssize_t n;
+
+		if (c->t.ssl) {
+			ERR_clear_error();
+			n = SSL_read(c->t.ssl, rr_tcp.rbuf, RR_READ_BUF);
+		} else {
+			n = recv(c->t.fd, rr_tcp.rbuf, RR_READ_BUF, 0);
+		}
+		atomic_fetch_add(&tcp_state.io_calls, 1);
+		if (n > 0) {
+			rr_take(c, rr_tcp.rbuf, (size_t)n, wl_now_ns());
+			if (!tcp_state.server && tcp_state.failure.code)
+				return;
+			continue;
+		}
+		if (rr_would_block(c, n, false))
+			return;
+		if (!c->t.ssl && n < 0 && errno == EINTR)
+			continue;
+		rr_ended(c, n);
+		return;
+	}
+}
+
+static void rr_drive(struct rrconn *c, uint32_t events)
+{
+	if (c->state == RR_CONNECTING) {
+		int err = 0;
+		socklen_t len = sizeof(err);
+
+		if (!(events & (EPOLLOUT | EPOLLERR | EPOLLHUP)))
+			return;
+		if (getsockopt(c->t.fd, SOL_SOCKET, SO_ERROR, &err, &len) || err) {
+			fail(WL_EXIT_HANDSHAKE, "TCP connect to %s:%d failed (connection %d): %s",
+			     tcp_state.o->addr, tcp_state.o->port, c->t.idx,
+			     strerror(err ? err : errno));
+			rr_close(c);
+			return;
+		}
+		if (rr_tls_start(c)) {
+			rr_close(c);
+			return;
+		}
+	}
+	if (c->state == RR_HANDSHAKE)
+		rr_handshake(c);
+	if (c->state == RR_READY) {
+		rr_write(c);
+		if (tcp_state.server && !c->q.len)
+			c->paused = false;
+		rr_spent(c);
+		rr_read(c);
+		if (!tcp_state.server)
+			rr_write(c); /* a pending request it took on */
+	}
+	rr_events(c);
+}
+
+static struct rrconn *rr_open(void)
+{
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	struct rrconn *c;
+
+	if (fd < 0) {
+		fail(WL_EXIT_INTERNAL, "socket failed: %s", strerror(errno));
+		return NULL;
+	}
+	dl_nodelay(fd);
+	if (connect(fd, (const struct sockaddr *)&rr_tcp.addr, sizeof(rr_tcp.addr)) &&
+	    errno != EINPROGRESS) {
+		fail(WL_EXIT_HANDSHAKE, "TCP connect to %s:%d failed: %s", tcp_state.o->addr,
+		     tcp_state.o->port, strerror(errno));
+		close(fd);
+		return NULL;
+	}
+	c = rr_add(fd, RR_CONNECTING);
+	if (!c) {
+		fail(WL_EXIT_INTERNAL, "cannot watch a new connection: %s", strerror(errno));
+		return NULL;
+	}
+	c->deadline_ns = wl_now_ns() + CONNECT_TIMEOUT_S * 1000000000ull;
+	return c;
+}
+
+/* Client: request seq fell due; it goes out now if a connection can take it. */
+static void rr_dispatch(uint64_t seq)
+{
+	struct rrconn *c = NULL;
+	int i;
+
+	atomic_fetch_add(&wl_rr.due, 1);
+	if (!tcp_state.o->tcp_on_demand) {
+		c = rr_tcp.conns[0];
+	} else {
+		for (i = 0; i < rr_tcp.nconns && !c; i++)
+			if (rr_tcp.conns[i]->state == RR_READY && !rr_tcp.conns[i]->q.len)
+				c = rr_tcp.conns[i];
+		if (!c && rr_tcp.nconns < RR_MAX_CONNS && !(c = rr_open()))
+			return;
+		if (!c) {
+			if (wl_rr_fifo_push(&rr_tcp.pending, seq))
+				fail(WL_EXIT_INTERNAL, "out of memory for pending requests");
+			return;
+		}
+	}
+	if (wl_rr_fifo_push(&c->q, seq)) {
+		fail(WL_EXIT_INTERNAL, "out of memory for connection %d's requests", c->t.idx);
+		return;
+	}
+	rr_write(c);
+	rr_events(c);
+}
+
+static void rr_drain(uint64_t from)
+{
+	rr_tcp.phase = RR_DRAINING;
+	rr_tcp.drain_end = from + wl_rr_drain_ns();
+}
+
+/* Client: the timer fired; every request due by now goes. */
+static void rr_tick(void)
+{
+	uint64_t now = wl_now_ns(), expirations;
+
+	if (read(rr_tcp.timer, &expirations, sizeof(expirations)) < 0 && errno != EAGAIN)
+		wl_warn("reading the request timer failed: %s", strerror(errno));
+	if (rr_tcp.phase != RR_SENDING)
+		return;
+	while (wl_rr_due(rr_tcp.next) <= now && !tcp_state.failure.code) {
+		if (rr_tcp.t_end && wl_rr_due(rr_tcp.next) >= rr_tcp.t_end)
+			break;
+		rr_dispatch(rr_tcp.next++);
+	}
+	if (rr_tcp.t_end && wl_rr_due(rr_tcp.next) >= rr_tcp.t_end)
+		rr_drain(rr_tcp.t_end);
+	else if (wl_rr_timer_arm(rr_tcp.timer, wl_rr_due(rr_tcp.next)))
+		fail(WL_EXIT_INTERNAL, "cannot arm the request timer: %s", strerror(errno));
+}
+
+static void rr_unwake(void)
+{
+	uint64_t v;
+
+	if (read(tcp_state.wake_fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+		wl_warn("reading the wake eventfd failed: %s", strerror(errno));
+}
+
+/* Client: nothing queued or waiting for a reply. */
+static bool rr_idle(void)
+{
+	int i;
+
+	for (i = 0; i < rr_tcp.nconns; i++)
+		if (rr_tcp.conns[i]->q.len)
+			return false;
+	return !rr_tcp.pending.len;
+}
+
+static int rr_setup(void)
+{
+	rr_tcp.ep = epoll_create1(EPOLL_CLOEXEC);
+	rr_tcp.rbuf = malloc(RR_READ_BUF);
+	if (rr_tcp.ep < 0 || !rr_tcp.rbuf || rr_watch(tcp_state.wake_fd, &rr_tag_wake, EPOLLIN)) {
+		wl_warn("cannot set up the event loop: %s", strerror(errno));
+		return WL_EXIT_INTERNAL;
+	}
+	if (tcp_state.server)
+		return 0;
+	rr_tcp.timer = wl_rr_timer_open();
+	if (rr_tcp.timer < 0 || rr_watch(rr_tcp.timer, &rr_tag_timer, EPOLLIN)) {
+		wl_warn("cannot set up the request timer: %s", strerror(errno));
+		return WL_EXIT_INTERNAL;
+	}
+	return 0;
+}
+
+static void rr_teardown(void)
+{
+	rr_close_all();
+	wl_rr_fifo_free(&rr_tcp.pending);
+	free(rr_tcp.rbuf);
+	rr_tcp.rbuf = NULL;
+	if (rr_tcp.timer >= 0)
+		close(rr_tcp.timer);
+	if (rr_tcp.ep >= 0)
+		close(rr_tcp.ep);
+	rr_tcp.timer = rr_tcp.ep = -1;
+}
+
+/* Client: a connection not up by its deadline fails the run. */
+static void rr_check_deadlines(uint64_t now)
+{
+	int i;
+
+	for (i = 0; i < rr_tcp.nconns; i++) {
+		struct rrconn *c = rr_tcp.conns[i];
+
+		if (c->state != RR_READY && !c->dead && now > c->deadline_ns) {
+			fail(WL_EXIT_HANDSHAKE, "connection %d to %s:%d was not up within %d s",
+			     c->t.idx, tcp_state.o->addr, tcp_state.o->port, CONNECT_TIMEOUT_S);
+			return;
+		}
+	}
+}
+
+static int rr_run_client(void)
+{
+	struct epoll_event evs[RR_EVENTS];
+	int code;
+
+	if (tcp_addr(&rr_tcp.addr)) {
+		wl_warn("bad IPv4 address %s", tcp_state.o->addr);
+		return WL_EXIT_USAGE;
+	}
+	code = rr_setup();
+	if (code)
+		return code;
+	if (tcp_state.o->wait_start)
+		sem_wait(&tcp_state.may_start);
+	if (!rr_open())
+		goto out;
+	while (!tcp_state.failure.code) {
+		int n, i, timeout_ms = 1000; /* the connect deadlines are looked at */
+		uint64_t now;
+
+		if (rr_tcp.phase == RR_DRAINING) {
+			now = wl_now_ns();
+			if (now >= rr_tcp.drain_end)
+				break;
+			if (rr_tcp.drain_end - now < 1000000000ull)
+				timeout_ms = (int)((rr_tcp.drain_end - now + 999999) / 1000000);
+		}
+		n = epoll_wait(rr_tcp.ep, evs, RR_EVENTS, timeout_ms);
+		if (n < 0 && errno != EINTR) {
+			fail(WL_EXIT_INTERNAL, "epoll_wait failed: %s", strerror(errno));
+			break;
+		}
+		for (i = 0; i < n && !tcp_state.failure.code; i++) {
+			void *p = evs[i].data.ptr;
+
+			if (p == &rr_tag_timer)
+				rr_tick();
+			else if (p == &rr_tag_wake)
+				rr_unwake();
+			else if (!((struct rrconn *)p)->dead)
+				rr_drive(p, evs[i].events);
+		}
+		rr_reap();
+		now = wl_now_ns();
+		if (atomic_load(&tcp_state.stopping) && rr_tcp.phase != RR_DRAINING)
+			rr_drain(now);
+		if (rr_tcp.phase == RR_DRAINING && rr_idle())
+			break;
+		rr_check_deadlines(now);
+		wl_emit_tick();
+	}
+out:
+	tcp_state.t_transfer_done_ns = atomic_load(&wl_rr.t_last_answer);
+	rr_teardown();
+	return tcp_state.failure.code;
+}
+
+static void rr_accept(void)
+{
+	for (;;) {
+		int fd = accept4(tcp_state.listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+		struct rrconn *c;
+
+		if (fd < 0) {
+			if (errno == EINTR || errno == ECONNABORTED)
+				continue;
+			if (errno != EAGAIN && errno != EWOULDBLOCK)
+				wl_warn("accept failed: %s", strerror(errno));
+			return;
+		}
+		dl_nodelay(fd);
+		c = rr_add(fd, RR_READY);
+		if (!c) {
+			if (!rr_tcp.refused)
+				wl_warn("refused a connection: %d are open already", RR_MAX_CONNS);
+			rr_tcp.refused = true;
+			continue;
+		}
+		if (rr_tls_start(c))
+			rr_close(c);
+	}
+}
+
+/*
+ * Serve until the client has gone (its connections, one or more, have all
+ * closed), as the bulk and download servers end by themselves, or until
+ * "stop", "exit" or EOF (--control).
+ */
+static int rr_run_server(void)
+{
+	struct epoll_event evs[RR_EVENTS];
+	int code = rr_setup(), flags = fcntl(tcp_state.listen_fd, F_GETFL);
+
+	if (!code && (flags < 0 || fcntl(tcp_state.listen_fd, F_SETFL, flags | O_NONBLOCK) ||
+		      rr_watch(tcp_state.listen_fd, &rr_tag_listen, EPOLLIN))) {
+		wl_warn("cannot watch the listening socket: %s", strerror(errno));
+		code = WL_EXIT_INTERNAL;
+	}
+	while (!code && !atomic_load(&tcp_state.stopping)) {
+		int n = epoll_wait(rr_tcp.ep, evs, RR_EVENTS, -1), i;
+
+		if (n < 0 && errno != EINTR) {
+			fail(WL_EXIT_INTERNAL, "epoll_wait failed: %s", strerror(errno));
+			break;
+		}
+		for (i = 0; i < n; i++) {
+			void *p = evs[i].data.ptr;
+
+			if (p == &rr_tag_listen)
+				rr_accept();
+			else if (p == &rr_tag_wake)
+				rr_unwake();
+			else if (!((struct rrconn *)p)->dead)
+				rr_drive(p, evs[i].events);
+		}
+		rr_reap();
+		if (atomic_load(&wl_rr.connections) && !rr_tcp.nconns)
+			break;
+	}
+	tcp_state.t_transfer_done_ns = wl_now_ns();
+	rr_teardown();
+	return code ? code : tcp_state.failure.code;
+}
+
 static int run_server(void)
 {
 	struct sockaddr_in a;
@@ -833,6 +1626,8 @@ static int run_server(void)
 	wl_emit("{\"event\":\"ready\",\"port\":%d,\"pid\":%d}", tcp_state.o->port, getpid());
 	if (tcp_state.o->download)
 		return run_server_download();
+	if (tcp_state.o->rr)
+		return rr_run_server();
 	for (i = 0; i < tcp_state.o->streams; i++) {
 		struct tconn *c = &tcp_state.conns[i];
 
@@ -925,6 +1720,8 @@ static void emit_done(int code)
 		done += tcp_state.conns[i].finished;
 	if (tcp_state.o->download)
 		done = atomic_load(&tcp_state.downloads);
+	if (tcp_state.o->rr)
+		done = atomic_load(tcp_state.server ? &wl_rr.served : &wl_rr.responses);
 	wl_json_begin(&j);
 	wl_json_str(&j, "event", "done");
 	wl_json_str(&j, "role", tcp_state.server ? "server" : "client");
@@ -938,8 +1735,10 @@ static void emit_done(int code)
 		wl_json_str(&j, "pattern", "download");
 		wl_json_u64(&j, "downloads", done);
 	}
+	if (tcp_state.o->rr)
+		wl_rr_json_done(&j, tcp_state.server);
 	wl_json_u64(&j, "streams_completed", done);
-	if (tcp_state.server != tcp_state.o->download) /* the receiver */
+	if (tcp_state.server != tcp_state.o->download || tcp_state.o->rr) /* a receiver */
 		wl_json_bool(&j, "verified",
 			     code == WL_EXIT_OK && !atomic_load(&tcp_state.verify_failed));
 	json_tls(&j);
@@ -993,11 +1792,11 @@ int wl_tcp_run(const struct wl_opts *o)
 		wl_warn("cannot make the sendfile source: %s", strerror(errno));
 		return WL_EXIT_INTERNAL;
 	}
-	if (o->download) {
-		/* A client that leaves mid-download is an error, not a signal. */
+	if (o->download || o->rr) {
+		/* A peer that leaves mid-transfer is an error, not a signal. */
 		signal(SIGPIPE, SIG_IGN);
-		if (tcp_state.server) {
-			tcp_state.wake_fd = eventfd(0, EFD_CLOEXEC);
+		if (tcp_state.server || o->rr) {
+			tcp_state.wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 			if (tcp_state.wake_fd < 0)
 				return WL_EXIT_INTERNAL;
 		}
@@ -1009,6 +1808,7 @@ int wl_tcp_run(const struct wl_opts *o)
 	if (!code)
 		code = tcp_state.server ? run_server()
 		       : o->download	? run_client_download()
+		       : o->rr		? rr_run_client()
 					: run_client();
 	emit_done(code);
 	if (o->control)
