@@ -21,6 +21,8 @@ from typing import Dict, List, Optional
 
 from hdrh.histogram import HdrHistogram
 
+from qprof.perbyte import side_bytes
+
 PERCENTILES = (5, 25, 50, 75, 95, 99, 99.9)
 LOWEST_NS, HIGHEST_NS, SIGNIFICANT_DIGITS = 1_000, 60_000_000_000, 3
 
@@ -85,9 +87,29 @@ def describe(
             if client_done.get("connections_opened") is not None and client_done.get("requests_sent")
             else None
         ),
-        "whole_run": {k: client_done.get(k) for k in ("requests_sent", "responses", "late", "outstanding")},
+        "whole_run": {
+            k: client_done.get(k) for k in ("requests_due", "requests_sent", "responses", "late", "outstanding")
+        },
         "per_request": _per_request(rec, n, wire),
+        "flame_ns_per_request": _flame(rec, n),
     }
+    return out
+
+
+def _flame(rec: dict, n: int) -> Optional[dict]:
+    """The stack samples per request instead of per byte: each side's
+    graph total and its categories, samples x period / requests answered
+    in the window (the flame's per-byte figures times the side's bytes)."""
+    flame = rec.get("flame") or {}
+    if not n or not flame.get("sides"):
+        return None
+    out = {}
+    for side, fig in flame["sides"].items():
+        nbytes = side_bytes(rec, side)
+        out[side] = {
+            "total": fig["ns_per_byte"] * nbytes / n,
+            "categories": {c: v * nbytes / n for c, v in (fig.get("categories_ns_per_byte") or {}).items()},
+        }
     return out
 
 

@@ -69,6 +69,13 @@ def choose_subnet(used: List[ipaddress.IPv4Network], pool=ADDRESS_POOL) -> ipadd
     )
 
 
+def tcp_congestion_control(ep: Endpoint) -> Optional[str]:
+    """The namespace's TCP congestion control (each namespace has its own,
+    so the host's may differ: this host's is bbr, a new namespace's cubic)."""
+    r = subprocess.run(ep.command(["cat", "/proc/sys/net/ipv4/tcp_congestion_control"]), capture_output=True, text=True)
+    return r.stdout.strip() or None if r.returncode == 0 else None
+
+
 @dataclass
 class Topology:
     """Namespaces + veth, or loopback. Use as a context manager."""
@@ -101,8 +108,15 @@ class Topology:
             "kind": self.kind,
             "mtu": self.mtu if self.kind == "netns" else None,
             "subnet": self.subnet,
-            "client": {"netns": self.client.netns, "addr": self.client.addr, "ifname": self.client.ifname},
-            "server": {"netns": self.server.netns, "addr": self.server.addr, "ifname": self.server.ifname},
+            **{
+                side: {
+                    "netns": ep.netns,
+                    "addr": ep.addr,
+                    "ifname": ep.ifname,
+                    "tcp_congestion_control": tcp_congestion_control(ep),
+                }
+                for side, ep in (("client", self.client), ("server", self.server))
+            },
         }
 
     def _make_netns_pair(self) -> None:
