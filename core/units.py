@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: GPL-2.0-only
-"""Durations and sizes as users type them: 10s, 500ms, 2m; 64K, 1G.
+"""Durations and sizes as users type them: 10s, 500ms, 250us, 2m; 64K, 1G.
 
 Sizes use powers of two (K = 1024), as iperf3 and netperf do. Plain
 parsers, for the CLI's option types and for `qprof compare --vary`.
@@ -9,8 +9,8 @@ import re
 
 from .errors import BadValue
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min)?\s*$")
-_DURATION_UNIT_S = {"ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, None: 1.0}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(us|ms|s|m|min)?\s*$")
+_DURATION_UNIT_S = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, None: 1.0}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?B)?\s*$", re.IGNORECASE)
 _SIZE_UNIT = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
