@@ -210,6 +210,13 @@ METRICS: List[Metric] = [
         lambda r: _get(r, "rr", "connections_per_1000_requests"),
     ),
     Metric(
+        "streams_jain_index",
+        "streams' fairness (Jain)",
+        "",
+        lambda r: _get(r, "streams", "jain_index"),
+        lower_is_better=False,
+    ),
+    Metric(
         "link_utilisation",
         "link utilisation",
         "share",

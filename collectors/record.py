@@ -10,6 +10,7 @@ a stored measurement gives the same record again
 import copy
 from dataclasses import asdict, fields
 from pathlib import Path
+from typing import Optional
 
 from qprof import errors
 from qprof.flamegraphs import summary as flame_summary
@@ -42,7 +43,8 @@ def describe(m: Measurement, run_path: Path) -> dict:
     8. the floor (needs 1's CPU);
     9. the emulated link, its counters, and what limited the run (needs 1);
     10. each download, its percentiles and costs (needs 1 and 2);
-    11. request/response delays and what each request cost (needs 1 and 4)."""
+    11. request/response delays and what each request cost (needs 1 and 4);
+    12. each stream's share of a bulk transfer (needs 1)."""
     opts = run_options(m)
     rec = build_record(opts, m)
     rec["probes"] = m.probes
@@ -78,7 +80,35 @@ def describe(m: Measurement, run_path: Path) -> dict:
         downloads.describe(m.reports, opts.size, opts.count, opts.resume, rec) if opts.pattern == "download" else None
     )
     rec["rr"] = rr_record(opts, m, rec) if opts.pattern == "rr" else None
+    rec["streams"] = streams_record(m.window) if opts.pattern == "bulk" else None
     return rec
+
+
+def jain_index(xs) -> Optional[float]:
+    """Jain's fairness index: (sum x)^2 / (n sum x^2); 1 when all are equal,
+    1/n when one takes everything."""
+    xs = list(xs)
+    sq = sum(x * x for x in xs)
+    return sum(xs) ** 2 / (len(xs) * sq) if xs and sq else None
+
+
+def streams_record(window: Window) -> Optional[dict]:
+    """Each stream's (QUIC) or connection's (TCP) verified bytes over the
+    window, as the receiver counted them, its goodput, and Jain's index
+    over them; None when the receiver does not report them."""
+    a = window.start.server_mark.get("stream_bytes")
+    b = window.end.server_mark.get("stream_bytes")
+    if a is None or b is None:
+        return None
+    a = list(a) + [0] * (len(b) - len(a))
+    got = [y - x for x, y in zip(a, b)]
+    seconds = window.seconds
+    return {
+        "bytes": got,
+        "gbps": [g * 8 / seconds / 1e9 for g in got],
+        "jain_index": jain_index(got),
+        "min_share": min(got) / sum(got) if sum(got) else None,
+    }
 
 
 def rr_record(opts: options.RunOptions, m: Measurement, rec: dict) -> dict:
