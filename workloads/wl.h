@@ -286,6 +286,15 @@ void wl_json_raw(struct wl_json *j, const char *key, const char *raw);
 const char *wl_json_end(struct wl_json *j);
 /* Begins a mark event: "event":"mark", its name, and t_ns now. */
 void wl_json_mark(struct wl_json *j, const char *name);
+/*
+ * Bulk receiver (the server): "stream_bytes", the verified bytes of each
+ * stream (QUIC) or connection (TCP stacks) as a JSON array, index i the
+ * i-th opened (QUIC: as the server saw it start) or accepted; only the
+ * first *n (streams seen so far) are written. Its marks and "done" carry
+ * it. Writers update v[i] with relaxed stores; a snapshot mid-transfer is
+ * per entry, not across them.
+ */
+void wl_json_stream_bytes(struct wl_json *j, const _Atomic uint64_t *v, const _Atomic int *n);
 
 /*
  * One download's connection, as the "download" (client) or "served"

@@ -283,6 +283,18 @@ void wl_json_mark(struct wl_json *j, const char *name)
 	wl_json_u64(j, "t_ns", wl_now_ns());
 }
 
+void wl_json_stream_bytes(struct wl_json *j, const _Atomic uint64_t *v, const _Atomic int *n)
+{
+	int i, k = atomic_load(n);
+
+	json_key(j, "stream_bytes");
+	json_put(j, "[");
+	for (i = 0; i < k; i++)
+		json_put(j, "%s%llu", i ? "," : "",
+			 (unsigned long long)atomic_load_explicit(&v[i], memory_order_relaxed));
+	json_put(j, "]");
+}
+
 static void json_since(struct wl_json *j, const char *key, uint64_t t0, uint64_t t)
 {
 	if (t0 && t)

@@ -79,7 +79,9 @@ static struct {
 	QUIC_BUFFER *chunks;
 	uint32_t nchunks;
 
-	_Atomic uint64_t app_bytes; /* client: posted; server: verified */
+	_Atomic uint64_t app_bytes;		    /* client: posted; server: verified */
+	_Atomic uint64_t stream_bytes[MAX_STREAMS]; /* bulk server: verified, per stream */
+	_Atomic int streams_seen;		    /* bulk server: streams[] started so far */
 	_Atomic bool stopping;
 	_Atomic int streams_done;
 	_Atomic bool verify_failed;
@@ -185,6 +187,13 @@ static void json_perf_counters(struct wl_json *j)
 	wl_json_raw(j, "perf_counters", wl_json_end(&p));
 }
 
+/* A bulk receiver's (the server's) bytes per stream. */
+static void json_stream_bytes(struct wl_json *j)
+{
+	if (!quic_state.o->download && !quic_state.o->rr && !strcmp(quic_state.o->role, "server"))
+		wl_json_stream_bytes(j, quic_state.stream_bytes, &quic_state.streams_seen);
+}
+
 /* Connection statistics, if there is a connection; caller holds conn_lock. */
 static void json_conn_stats(struct wl_json *j)
 {
@@ -249,6 +258,7 @@ static void on_mark(const char *name, void *arg)
 		wl_json_u64(&j, "downloads", atomic_load(&quic_state.downloads));
 	if (quic_state.o->rr)
 		wl_rr_json_mark(&j, !strcmp(quic_state.o->role, "server"));
+	json_stream_bytes(&j);
 	json_perf_counters(&j);
 	pthread_mutex_lock(&quic_state.conn_lock);
 	json_conn_stats(&j);
@@ -451,6 +461,7 @@ static QUIC_STATUS QUIC_API server_stream_cb(HQUIC h, void *ctx, QUIC_STREAM_EVE
 			off += b->Length;
 		}
 		s->off = off;
+		atomic_store_explicit(&quic_state.stream_bytes[s->idx], off, memory_order_relaxed);
 		atomic_fetch_add(&quic_state.app_bytes, ev->RECEIVE.TotalBufferLength);
 		break;
 	bad:
@@ -493,6 +504,7 @@ static QUIC_STATUS QUIC_API server_conn_cb(HQUIC h, void *ctx, QUIC_CONNECTION_E
 		s->idx = next_stream++;
 		s->h = ev->PEER_STREAM_STARTED.Stream;
 		quic_state.api->SetCallbackHandler(s->h, (void *)server_stream_cb, s);
+		atomic_store(&quic_state.streams_seen, next_stream);
 	}
 	(void)h;
 	return QUIC_STATUS_SUCCESS;
@@ -1558,6 +1570,7 @@ static void emit_done(bool server, int code)
 			    atomic_load(server ? &wl_rr.served : &wl_rr.responses));
 	} else {
 		wl_json_u64(&j, "streams_completed", atomic_load(&quic_state.streams_done));
+		json_stream_bytes(&j);
 	}
 	if (server != download || quic_state.o->rr) { /* a receiver */
 		wl_json_bool(&j, "verified", code == WL_EXIT_OK);

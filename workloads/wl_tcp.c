@@ -68,7 +68,9 @@ static struct {
 	int nconns;
 
 	_Atomic uint64_t app_bytes;
-	_Atomic uint64_t io_calls; /* the workload's own send/recv calls */
+	_Atomic uint64_t stream_bytes[MAX_CONNS]; /* bulk server: verified, per connection */
+	_Atomic int conns_seen;			  /* bulk server: conns[] accepted so far */
+	_Atomic uint64_t io_calls;		  /* the workload's own send/recv calls */
 	_Atomic bool stopping;
 	_Atomic bool verify_failed;
 	_Atomic int conns_ready;
@@ -221,6 +223,13 @@ static void json_tls(struct wl_json *j)
 	wl_json_bool(j, "ktls_recv", recv);
 }
 
+/* A bulk receiver's (the server's) bytes per connection. */
+static void json_stream_bytes(struct wl_json *j)
+{
+	if (tcp_state.server && !tcp_state.o->download && !tcp_state.o->rr)
+		wl_json_stream_bytes(j, tcp_state.stream_bytes, &tcp_state.conns_seen);
+}
+
 static void on_mark(const char *name, void *arg)
 {
 	struct wl_json j;
@@ -233,6 +242,7 @@ static void on_mark(const char *name, void *arg)
 		wl_json_u64(&j, "downloads", atomic_load(&tcp_state.downloads));
 	if (tcp_state.o->rr)
 		wl_rr_json_mark(&j, tcp_state.server);
+	json_stream_bytes(&j);
 	json_tcp_info(&j);
 	wl_emit("%s", wl_json_end(&j));
 }
@@ -421,6 +431,8 @@ static void *server_conn(void *p)
 				break;
 			}
 			c->off += (uint64_t)n;
+			atomic_store_explicit(&tcp_state.stream_bytes[c->idx], c->off,
+					      memory_order_relaxed);
 			atomic_fetch_add(&tcp_state.app_bytes, (uint64_t)n);
 			continue;
 		}
@@ -1638,6 +1650,7 @@ static int run_server(void)
 			return WL_EXIT_INTERNAL;
 		}
 		tcp_state.nconns = i + 1;
+		atomic_store(&tcp_state.conns_seen, i + 1);
 		pthread_create(&c->thread, NULL, server_conn, c);
 	}
 	sem_wait(&tcp_state.all_ready);
@@ -1738,6 +1751,7 @@ static void emit_done(int code)
 	if (tcp_state.o->rr)
 		wl_rr_json_done(&j, tcp_state.server);
 	wl_json_u64(&j, "streams_completed", done);
+	json_stream_bytes(&j);
 	if (tcp_state.server != tcp_state.o->download || tcp_state.o->rr) /* a receiver */
 		wl_json_bool(&j, "verified",
 			     code == WL_EXIT_OK && !atomic_load(&tcp_state.verify_failed));
