@@ -84,6 +84,7 @@ def print_run(rec: dict, console: Optional[Console] = None) -> None:
             f"system busy {util * 100:.0f}% of {env['cpu_count']} CPUs; "
             f"{ABSENT} = not measured (per-process softirq: see README)"
         )
+    _print_streams(rec, console)
     _print_downloads(rec, console)
     _print_rr(rec, console)
     console.print(_own_counters(rec))
@@ -94,6 +95,19 @@ def print_run(rec: dict, console: Optional[Console] = None) -> None:
     _print_probes(rec, console)
     _print_flame(rec, console)
     console.print(f"run {rec['id']}")
+
+
+def _print_streams(rec: dict, console: Console) -> None:
+    """Each stream's (connection's) goodput, when there is more than one."""
+    s = rec.get("streams")
+    if not s or len(s["bytes"]) < 2:
+        return
+    what = "stream" if rec["stack"] == "quic" else "connection"
+    each = ", ".join(f"{g:.3f}" for g in s["gbps"])
+    console.print(
+        f"per {what} Gbit/s: {each}; Jain's index {_num(s['jain_index'])}, "
+        f"smallest share {_num(s['min_share'], '{:.1%}')}"
+    )
 
 
 def _print_downloads(rec: dict, console: Console) -> None:

@@ -6,6 +6,8 @@ import pytest
 from qprof.collectors import record
 from qprof.collectors.window import Edge, Window
 
+from conftest import needs_build, run_json
+
 
 def test_jain_index():
     assert record.jain_index([5, 5, 5]) == pytest.approx(1.0)
@@ -33,3 +35,18 @@ def test_streams_over_the_window():
 
 def test_no_per_stream_counts_is_absent():
     assert record.streams_record(Window(edge(0, None), edge(10**9, None))) is None
+
+
+@needs_build
+@pytest.mark.parametrize("stack", ["quic", "tcp"])
+def test_a_run_counts_each_stream(runs_dir, stack):
+    """Three streams (QUIC) or connections (TCP): the receiver's counts
+    over the window sum to the bytes it verified (each is read at a
+    slightly different instant, hence the tolerance), every one moved."""
+    rec = run_json(
+        runs_dir, "--stack", stack, "--streams", "3", "--duration", "1s", "--warmup", "0.3s", "--sample-hz", "0"
+    )
+    s = rec["streams"]
+    assert len(s["bytes"]) == 3 and all(b > 0 for b in s["bytes"])
+    assert sum(s["bytes"]) == pytest.approx(rec["bytes"], rel=0.02)
+    assert 1 / 3 <= s["jain_index"] <= 1.0
