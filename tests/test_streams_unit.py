@@ -42,11 +42,17 @@ def test_no_per_stream_counts_is_absent():
 def test_a_run_counts_each_stream(runs_dir, stack):
     """Three streams (QUIC) or connections (TCP): the receiver's counts
     over the window sum to the bytes it verified (each is read at a
-    slightly different instant, hence the tolerance), every one moved."""
+    slightly different instant, hence the tolerance). TCP's three
+    connections share the link, every one moves; msquic's default stream
+    scheduling is FIFO (QUIC_STREAM_SCHEDULING_SCHEME_FIFO, msquic.h), so
+    a window may see one stream take everything: Jain's index 1/3."""
     rec = run_json(
         runs_dir, "--stack", stack, "--streams", "3", "--duration", "1s", "--warmup", "0.3s", "--sample-hz", "0"
     )
     s = rec["streams"]
-    assert len(s["bytes"]) == 3 and all(b > 0 for b in s["bytes"])
+    assert len(s["bytes"]) == 3 and sum(s["bytes"]) > 0
     assert sum(s["bytes"]) == pytest.approx(rec["bytes"], rel=0.02)
-    assert 1 / 3 <= s["jain_index"] <= 1.0
+    assert s["jain_index"] == pytest.approx(record.jain_index(s["bytes"]))
+    assert 1 / 3 - 1e-9 <= s["jain_index"] <= 1.0
+    if stack == "tcp":
+        assert all(b > 0 for b in s["bytes"])
