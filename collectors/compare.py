@@ -187,7 +187,7 @@ METRICS: List[Metric] = [
     *[
         Metric(
             f"rr_delay_p{q}",
-            f"response delay p{q}",
+            f"response delay {q}",
             "ms",
             (lambda q: lambda r: _ms_ns(_get(r, "rr", "delay_ns", q)))(q),
         )
