@@ -88,7 +88,7 @@ static struct {
 	uint64_t verify_fail_off;
 	int verify_fail_stream;
 
-	bool connected;
+	_Atomic bool connected; /* published after t_connected_ns, which it guards */
 	uint64_t t_connected_ns, t_transfer_done_ns;
 	QUIC_STATUS transport_status; /* why the transport shut the connection */
 	bool closed_by_transport;
@@ -408,8 +408,8 @@ static void conn_common(QUIC_CONNECTION_EVENT *ev)
 {
 	switch (ev->Type) {
 	case QUIC_CONNECTION_EVENT_CONNECTED:
-		quic_state.connected = true;
 		quic_state.t_connected_ns = wl_now_ns();
+		atomic_store(&quic_state.connected, true);
 		emit_connected();
 		break;
 	case QUIC_CONNECTION_EVENT_SHUTDOWN_INITIATED_BY_TRANSPORT:
@@ -539,8 +539,8 @@ static void dl_connected(struct dlconn *d, const QUIC_CONNECTION_EVENT *ev)
 	d->r.has_resumed = true;
 	d->r.resumed = ev->CONNECTED.SessionResumed;
 	if (!atomic_exchange(&quic_state.connected_emitted, true)) {
-		quic_state.connected = true;
 		quic_state.t_connected_ns = d->r.t_handshake;
+		atomic_store(&quic_state.connected, true);
 		emit_connected();
 	}
 }
@@ -1397,8 +1397,8 @@ static QUIC_STATUS QUIC_API rr_q_server_conn_cb(HQUIC h, void *ctx, QUIC_CONNECT
 	switch (ev->Type) {
 	case QUIC_CONNECTION_EVENT_CONNECTED:
 		if (!atomic_exchange(&quic_state.connected_emitted, true)) {
-			quic_state.connected = true;
 			quic_state.t_connected_ns = wl_now_ns();
+			atomic_store(&quic_state.connected, true);
 			emit_connected();
 		}
 		break;
