@@ -39,7 +39,7 @@ import math
 import re
 import subprocess
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from typing import Callable, Dict, List, Optional
 
 from qprof.errors import BadLink, LinkUnsupported
@@ -58,6 +58,7 @@ NETEM_ORDER_RATE_BIT = 100_000_000_000  # keeps netem's jitter in order; far abo
 NETEM_LIMIT_NO_RATE = 100_000  # packets in the delay line with no rate: ~1 s of a 1 Gbit/s flow
 MAX_RTT_S = 60.0
 # A direction carrying at least this share of its rate is full (the link's limit).
+# CPU this busy (the machine, or one process on its one CPU) is the host's limit.
 SATURATED = 0.9
 # A bulk window starts once an interval of max(2 RTT, this) carried SATURATED
 # of the rate, or after max(SATURATION_CAP_S, 10 RTT) without one.
@@ -390,7 +391,7 @@ def describe(spec: str, link: Link, applied: dict, edges: Dict[str, dict]) -> di
     out = {
         "spec": spec,
         "preset": link.preset,
-        "requested": {k: v for k, v in asdict(replace(link, preset=None)).items() if k != "preset"},
+        "requested": {k: v for k, v in asdict(link).items() if k != "preset"},
         "plan": p,
         "before_window": applied.get("before_window"),
         "directions": {},

@@ -128,11 +128,6 @@ def rr_record(opts: options.RunOptions, m: Measurement, rec: dict) -> dict:
     )
 
 
-# A direction carrying at least this share of its rate is the link's limit;
-# CPU this busy (the machine, or one process on its one CPU) is the host's.
-SATURATED = link.SATURATED
-
-
 def link_record(opts: options.RunOptions, m: Measurement, rec: dict):
     """The emulated link (None without --link): what was asked, what the
     kernel has, each direction's qdisc counters over the window, and
@@ -155,8 +150,8 @@ def link_record(opts: options.RunOptions, m: Measurement, rec: dict):
         d["utilisation"] = util[name]
     busy = rec["cpu"]["system"].get("utilisation")
     one_cpu = max(rec["cpu"][s]["total_s"] for s in ("client", "server")) / seconds
-    link_full = any(u is not None and u >= SATURATED for u in util.values())
-    cpu_full = (busy is not None and busy >= SATURATED) or one_cpu >= SATURATED
+    link_full = any(u is not None and u >= link.SATURATED for u in util.values())
+    cpu_full = (busy is not None and busy >= link.SATURATED) or one_cpu >= link.SATURATED
     out["saturation"] = {
         "link_utilisation": max((u for u in util.values() if u is not None), default=None),
         "cpu_busy": busy,

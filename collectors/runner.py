@@ -400,7 +400,14 @@ def _measure(opts, server, client, probes, perf, on_progress, faults: Faults, em
         start = take_edge("start", server, client, probes, emulated)
         client.send("start")
         on_progress(f"{opts.count} downloads of {opts.size:,} bytes, each on a new connection")
-        _wait_for_downloads(client, opts.count)
+        _wait_for_done(
+            client,
+            lambda got: (
+                f"the downloads stalled: the client received no byte for {STALL_S:.0f} s "
+                f"({sum(e['event'] == 'download' for e in client.reports)} of {opts.count} downloads done); "
+                f"see {client.log_path}."
+            ),
+        )
         end = take_edge("end", server, client, probes, emulated)
         if perf is not None:
             perf.disable()
@@ -413,7 +420,13 @@ def _measure(opts, server, client, probes, perf, on_progress, faults: Faults, em
         client.send("start")
         connected = client.wait_event("connected", CONNECT_TIMEOUT_S)
         on_progress("measuring until the last byte arrives")
-        _wait_for_last_byte(server, opts.bytes * opts.streams)
+        _wait_for_done(
+            server,
+            lambda got: (
+                f"the fixed-size transfer stalled: the server received no byte for {STALL_S:.0f} s "
+                f"({got} of {opts.bytes * opts.streams} bytes arrived); see {server.log_path}."
+            ),
+        )
         end = take_edge("end", server, client, probes, emulated)
         if perf is not None:
             perf.disable()
@@ -445,45 +458,22 @@ def _measure(opts, server, client, probes, perf, on_progress, faults: Faults, em
     return connected, Window(start, end), tls_before
 
 
-def _wait_for_downloads(client, count: int) -> None:
-    """The client's done report after its last download, however long
-    the downloads take while they progress; a stall of STALL_S is a Timeout."""
+def _wait_for_done(receiver, stalled: Callable[[int], str]) -> None:
+    """The receiver's done report, however long the transfer takes while
+    bytes keep arriving; a stall of STALL_S is a Timeout, its sentence
+    stalled(bytes received so far)."""
     seen, last_progress = -1, time.monotonic()
     while True:
         try:
-            client.wait_event("done", PROGRESS_CHECK_S)
+            receiver.wait_event("done", PROGRESS_CHECK_S)
             return
         except errors.Timeout:
             pass
-        got = client.mark("progress")["app_bytes"]
+        got = receiver.mark("progress")["app_bytes"]
         if got > seen:
             seen, last_progress = got, time.monotonic()
         elif time.monotonic() - last_progress > STALL_S:
-            raise errors.Timeout(
-                f"the downloads stalled: the client received no byte for {STALL_S:.0f} s "
-                f"({len([e for e in client.reports if e['event'] == 'download'])} of {count} downloads done); "
-                f"see {client.log_path}."
-            )
-
-
-def _wait_for_last_byte(server, total: int) -> None:
-    """The server's done report, however long the transfer takes while
-    bytes keep arriving; a stall of STALL_S is a Timeout."""
-    seen, last_progress = -1, time.monotonic()
-    while True:
-        try:
-            server.wait_event("done", PROGRESS_CHECK_S)
-            return
-        except errors.Timeout:
-            pass
-        got = server.mark("progress")["app_bytes"]
-        if got > seen:
-            seen, last_progress = got, time.monotonic()
-        elif time.monotonic() - last_progress > STALL_S:
-            raise errors.Timeout(
-                f"the fixed-size transfer stalled: the server received no byte for {STALL_S:.0f} s "
-                f"({got} of {total} bytes arrived); see {server.log_path}."
-            )
+            raise errors.Timeout(stalled(got))
 
 
 @contextmanager

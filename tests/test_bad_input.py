@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import needs_build, qprof, started, wait_for_transfer
+from conftest import leftovers, needs_build, qprof, started, wait_for_transfer
 
 # The exit codes are qprof's interface (README, core/errors.py).
 UNKNOWN_STACK, BAD_VALUE, NOT_ROOT, PORT_IN_USE = 3, 4, 5, 6
@@ -24,6 +24,17 @@ def one_sentence(stderr):
     assert len(lines) == 1, stderr
     assert lines[0].startswith("qprof: ") and lines[0].rstrip().endswith("."), lines[0]
     return lines[0]
+
+
+def refused_run(runs_dir, args, code, words):
+    """`qprof run ARGS` stops before anything runs: its exit code, one
+    sentence holding each of words, no run directory, nothing left behind."""
+    r = qprof("run", *args, runs_dir=runs_dir)
+    assert r.returncode == code, r.stderr
+    line = one_sentence(r.stderr)
+    for w in words:
+        assert w in line, line
+    assert not runs_dir.exists() and leftovers() == []
 
 
 def run_statuses(runs_dir):

@@ -4,8 +4,8 @@ and each download's times, bytes and CPU in the record."""
 
 import pytest
 
-from conftest import leftovers, needs_build, qprof, run_json
-from test_bad_input import one_sentence
+from conftest import needs_build, qprof, run_json
+from test_bad_input import one_sentence, refused_run
 
 BAD_VALUE = 4
 
@@ -26,12 +26,7 @@ BAD_VALUE = 4
     ],
 )
 def test_bad_download_options(runs_dir, args, words):
-    r = qprof("run", *args, runs_dir=runs_dir)
-    assert r.returncode == BAD_VALUE, r.stderr
-    line = one_sentence(r.stderr)
-    for w in words:
-        assert w in line, line
-    assert not runs_dir.exists() and leftovers() == []
+    refused_run(runs_dir, args, BAD_VALUE, words)
 
 
 @needs_build

@@ -5,8 +5,8 @@ the delays from each request's due time, and what each request cost."""
 import pytest
 from hdrh.histogram import HdrHistogram
 
-from conftest import leftovers, needs_build, qprof, run_json
-from test_bad_input import one_sentence
+from conftest import needs_build, run_json
+from test_bad_input import refused_run
 
 BAD_VALUE = 4
 
@@ -27,12 +27,7 @@ BAD_VALUE = 4
     ],
 )
 def test_bad_rr_options(runs_dir, args, words):
-    r = qprof("run", *args, runs_dir=runs_dir)
-    assert r.returncode == BAD_VALUE, r.stderr
-    line = one_sentence(r.stderr)
-    for w in words:
-        assert w in line, line
-    assert not runs_dir.exists() and leftovers() == []
+    refused_run(runs_dir, args, BAD_VALUE, words)
 
 
 @needs_build
