@@ -32,13 +32,15 @@ def die_with_parent():
 _die_with_parent = die_with_parent  # the name it had
 
 
-def start_owned(argv: List, **popen_kwargs) -> tuple:
+def start_owned(owner, argv: List, **popen_kwargs) -> None:
     """A child that dies with qprof, started and entered in the ledger as one
-    step: no signal can fall between the two and leave a process the ledger
-    does not know. (process, its ledger entry)."""
+    step, and handed to its owner (owner.proc, owner._claim) inside that
+    step: a signal held back meanwhile is raised only once the owner holds
+    both, so the owner's clean-up (which its __enter__ must run when this
+    raises) finds what to kill and release."""
     with interrupts.deferred():
-        proc = subprocess.Popen(argv, preexec_fn=die_with_parent, process_group=0, **popen_kwargs)
-        return proc, remains.ledger().claim_pid(proc.pid)
+        owner.proc = subprocess.Popen(argv, preexec_fn=die_with_parent, process_group=0, **popen_kwargs)
+        owner._claim = remains.ledger().claim_pid(owner.proc.pid)
 
 
 class ProcessEnded(Exception):
@@ -66,7 +68,11 @@ class ControlledProcess:
 
     def __enter__(self):
         self._log = open(self.log_path, "wb")
-        self.proc, self._claim = start_owned(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log)
+        try:
+            start_owned(self, self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log)
+        except BaseException:
+            self.kill()
+            raise
         self._reader = threading.Thread(target=self._read_events, name=f"{self.name}-events", daemon=True)
         self._reader.start()
         return self

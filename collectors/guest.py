@@ -270,9 +270,11 @@ class GuestVM:
     def __enter__(self) -> "GuestVM":
         if shutil.which(QEMU) is None:
             raise errors.GuestMissing(f"{QEMU} is not installed; run `make guest` (Debian's qemu-system-x86).")
-        self.proc, self._claim = start_owned(
-            self.argv(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-        )
+        try:
+            start_owned(self, self.argv(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        except BaseException:
+            self.__exit__()
+            raise
         return self
 
     def __exit__(self, *exc) -> None:

@@ -73,14 +73,16 @@ class PerfRecorder:
         self._ctl = self._ack = None
 
     def __enter__(self) -> "PerfRecorder":
-        self._tmp = tempfile.TemporaryDirectory(prefix="qprof-perf-")
-        remains.ledger().claim("paths", self._tmp.name)
-        ctl, ack = Path(self._tmp.name) / "ctl", Path(self._tmp.name) / "ack"
-        os.mkfifo(ctl)
-        os.mkfifo(ack)
-        self._log = open(self.run_path / "perf.log", "wb")
         try:
-            self.proc, self._claim = start_owned(
+            with interrupts.deferred():  # made and claimed as one step; close() removes both
+                self._tmp = tempfile.TemporaryDirectory(prefix="qprof-perf-")
+                remains.ledger().claim("paths", self._tmp.name)
+            ctl, ack = Path(self._tmp.name) / "ctl", Path(self._tmp.name) / "ack"
+            os.mkfifo(ctl)
+            os.mkfifo(ack)
+            self._log = open(self.run_path / "perf.log", "wb")
+            start_owned(
+                self,
                 [
                     "perf",
                     "record",

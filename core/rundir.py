@@ -69,8 +69,8 @@ class RunDir:
             self.path.mkdir(parents=True, exist_ok=False)
         except OSError as e:
             raise unwritable(self.root, e)
-        remains.ledger().claim("runs", str(self.path / self.record_name))
-        try:
+        try:  # the claim inside: a signal just after it still finds _drop
+            remains.ledger().claim("runs", str(self.path / self.record_name))
             self.save()
         except BaseException:
             self._drop()

@@ -304,10 +304,17 @@ def claim_with_a_signal(self, pid):
     return claim(self, pid)
 
 
+class Owner:
+    proc = _claim = None
+
+
 remains.Ledger.claim_pid = claim_with_a_signal
+owner = Owner()
 try:
-    start_owned(["sleep", "30"])
+    start_owned(owner, ["sleep", "30"])
 except KeyboardInterrupt:
+    if owner.proc is None or owner._claim is None:
+        sys.exit("the signal came before the owner held the child and its entry")
     held = remains.ledger().held().get("pids", [])
     print(len(held))
     for e in held:
