@@ -1,13 +1,21 @@
 # SPDX-License-Identifier: GPL-2.0-only
-"""A side's samples as CPU nanoseconds per byte moved, by category, and how
-much of it sits on complete stacks.
+"""A side's samples as CPU nanoseconds per unit of work, by category, and
+how much of it sits on complete stacks.
 
 With a fixed cpu-clock period every sample is period_ns of CPU time, so
-ns_per_byte = samples x period_ns / bytes, the unit of the collectors'
-figures. For drawing and diffing, counts become whole femtoseconds per
-byte (1 ns/B = 10^6 fs/B): integers, as inferno wants, fine enough that a
-single 1 ms sample over 2 GB (~500 fs/B) keeps three digits, and the same
-unit for every run, so two runs diff per byte whatever their length.
+a side costs samples x period_ns / divisor nanoseconds per unit. The unit
+is the run's: a byte moved (bulk and downloads: the divisor is the side's
+bytes, the unit of the collectors' figures), or a request answered
+(`--pattern rr`: the divisor is the requests answered in the window).
+One code path serves both; a Unit says what is divided and how figures
+and drawn counts are written.
+
+For drawing and diffing, counts become whole numbers, as inferno wants:
+femtoseconds per byte (1 ns/B = 10^6 fs/B), fine enough that a single
+1 ms sample over 2 GB (~500 fs/B) keeps three digits, or picoseconds per
+request (a 1 ms sample over a million requests is 1,000 ps/request).
+Each run of one unit gets the same scale, so two runs diff per unit
+whatever their length.
 """
 
 import re
@@ -17,6 +25,34 @@ from typing import Dict, Mapping, Optional
 from . import categories, folded
 
 FS_PER_NS = 1_000_000
+PS_PER_NS = 1_000
+
+
+@dataclass(frozen=True)
+class Unit:
+    """What a side's CPU is divided by, and how its figures are written.
+    Figures are computed in ns per unit; `figure` is the unit they are
+    printed in (ns_per_figure ns each), `count` the whole-number unit of
+    drawn folded stacks (counts_per_ns a ns), labelled `label` at 1000
+    counts each (draw.py)."""
+
+    name: str  # per what: "byte" -> ns_per_byte, categories_ns_per_byte
+    divisor_key: str  # what the divisor is, in figures' dicts: "bytes"
+    figure: str  # "ns/B"
+    ns_per_figure: int
+    count: str  # "fs/B"
+    counts_per_ns: int
+    label: str  # "ps/B"
+
+    def shown(self, ns: float) -> float:
+        """ns per unit in the printed unit."""
+        return ns / self.ns_per_figure
+
+
+BYTE = Unit("byte", "bytes", "ns/B", 1, "fs/B", FS_PER_NS, "ps/B")
+# Per request: CPU per request is microseconds (tens of them on loopback),
+# so us/request printed, ns/request labels, ps/request counts.
+REQUEST = Unit("request", "requests", "us/request", 1_000, "ps/request", PS_PER_NS, "ns/request")
 
 # The outermost real frame of a complete stack: where a thread starts in
 # user space, or where a kernel thread or idle starts. Names as seen in
@@ -53,38 +89,80 @@ def stack_complete(stack: str) -> bool:
 class SideFigures:
     samples: int
     sample_period_ns: int
-    bytes: int
-    ns_per_byte: float
+    divisor: int  # bytes or requests: unit.divisor_key
+    ns_per_unit: float
     categories_samples: Dict[str, int]  # CATEGORIES order
-    categories_ns_per_byte: Dict[str, float]  # sums to ns_per_byte
+    categories_ns_per_unit: Dict[str, float]  # sums to ns_per_unit
     complete_samples: int
     stack_quality: Optional[float]  # complete share, 0..1; None without samples
+    unit: Unit = BYTE
+
+    @property
+    def shown(self) -> float:
+        """The side's total in the unit's printed figure (ns/B, us/request)."""
+        return self.unit.shown(self.ns_per_unit)
+
+    @property
+    def ns_per_byte(self) -> float:
+        return self._per(BYTE, self.ns_per_unit)
+
+    @property
+    def categories_ns_per_byte(self) -> Dict[str, float]:
+        return self._per(BYTE, self.categories_ns_per_unit)
+
+    def _per(self, unit: Unit, value):
+        # A per-request figure read as per byte would be off by the bytes per request.
+        if self.unit != unit:
+            raise ValueError(f"these figures are per {self.unit.name}, not per {unit.name}")
+        return value
 
     def as_dict(self) -> dict:
-        return dict(self.__dict__)
+        """Keys name the unit: bytes, ns_per_byte, categories_ns_per_byte
+        (or requests, ns_per_request, ...)."""
+        u = self.unit.name
+        return {
+            "samples": self.samples,
+            "sample_period_ns": self.sample_period_ns,
+            self.unit.divisor_key: self.divisor,
+            f"ns_per_{u}": self.ns_per_unit,
+            "categories_samples": self.categories_samples,
+            f"categories_ns_per_{u}": self.categories_ns_per_unit,
+            "complete_samples": self.complete_samples,
+            "stack_quality": self.stack_quality,
+        }
 
 
-def ns_per_byte(samples: int, period_ns: int, nbytes: int) -> float:
-    return samples * period_ns / nbytes
+def ns_per_unit(samples: int, period_ns: int, divisor: int) -> float:
+    return samples * period_ns / divisor
+
+
+ns_per_byte = ns_per_unit  # the divisor being a side's bytes
 
 
 def figures(
-    stacks: Mapping[str, int], period_ns: int, nbytes: int, classifier: Optional[categories.Classifier] = None
+    stacks: Mapping[str, int],
+    period_ns: int,
+    divisor: int,
+    classifier: Optional[categories.Classifier] = None,
+    unit: Unit = BYTE,
 ) -> SideFigures:
-    if nbytes <= 0:
-        raise ValueError("bytes must be positive to express CPU per byte")
+    """A side's figures per unit; divisor is its bytes (BYTE, the default)
+    or the requests answered (REQUEST)."""
+    if divisor <= 0:
+        raise ValueError(f"{unit.divisor_key} must be positive to express CPU per {unit.name}")
     by_cat = categories.categorize(stacks, classifier)
     samples = sum(stacks.values())
     complete = sum(n for s, n in stacks.items() if stack_complete(s))
     return SideFigures(
         samples=samples,
         sample_period_ns=period_ns,
-        bytes=nbytes,
-        ns_per_byte=ns_per_byte(samples, period_ns, nbytes),
+        divisor=divisor,
+        ns_per_unit=ns_per_unit(samples, period_ns, divisor),
         categories_samples=by_cat,
-        categories_ns_per_byte={c: ns_per_byte(n, period_ns, nbytes) for c, n in by_cat.items()},
+        categories_ns_per_unit={c: ns_per_unit(n, period_ns, divisor) for c, n in by_cat.items()},
         complete_samples=complete,
         stack_quality=complete / samples if samples else None,
+        unit=unit,
     )
 
 
@@ -94,39 +172,45 @@ GAP_MIN_BASE_SAMPLES = 50
 
 
 def gap_percent(
-    graph_ns_per_byte: float, measured_ns_per_byte: Optional[float], base_samples: Optional[float] = None
+    graph_ns_per_unit: float, measured_ns_per_unit: Optional[float], base_samples: Optional[float] = None
 ) -> Optional[float]:
-    """How far the graph is from the collectors' measured CPU, in % of the
-    measured; None when that is missing, not positive, or (given
-    base_samples, the measured CPU in sample periods) too small a base."""
-    if measured_ns_per_byte is None or measured_ns_per_byte <= 0:
+    """How far the graph is from the measured CPU (both per the same
+    unit), in % of the measured; None when that is missing, not positive,
+    or (given base_samples, the measured CPU in sample periods) too small
+    a base."""
+    if measured_ns_per_unit is None or measured_ns_per_unit <= 0:
         return None
     if base_samples is not None and base_samples < GAP_MIN_BASE_SAMPLES:
         return None
-    return (graph_ns_per_byte - measured_ns_per_byte) / measured_ns_per_byte * 100.0
+    return (graph_ns_per_unit - measured_ns_per_unit) / measured_ns_per_unit * 100.0
 
 
-def base_samples(measured_ns_per_byte: Optional[float], nbytes: int, period_ns: int) -> Optional[float]:
+def base_samples(measured_ns_per_unit: Optional[float], divisor: int, period_ns: int) -> Optional[float]:
     """The measured CPU of a side in sample periods."""
-    if measured_ns_per_byte is None or period_ns <= 0:
+    if measured_ns_per_unit is None or period_ns <= 0:
         return None
-    return measured_ns_per_byte * nbytes / period_ns
+    return measured_ns_per_unit * divisor / period_ns
+
+
+def scaled(stacks: Mapping[str, int], period_ns: int, divisor: int, unit: Unit = BYTE) -> Dict[str, int]:
+    """Counts as whole unit.count (fs/B, ps/request). A stack that rounds
+    to 0 (under 0.5 fs/B: a sample of 1 ms over more than 2 TB) is left
+    out, since inferno has nothing to draw for it."""
+    out = {}
+    for stack, count in stacks.items():
+        n = round(count * period_ns * unit.counts_per_ns / divisor)
+        if n > 0:
+            out[stack] = n
+    return out
 
 
 def per_byte(stacks: Mapping[str, int], period_ns: int, nbytes: int) -> Dict[str, int]:
-    """Counts as whole femtoseconds per byte. A stack that rounds to 0 fs/B
-    (under 0.5 fs/B: a sample of 1 ms over more than 2 TB) is left out,
-    since inferno has nothing to draw for it."""
-    out = {}
-    for stack, count in stacks.items():
-        fs = round(count * period_ns * FS_PER_NS / nbytes)
-        if fs > 0:
-            out[stack] = fs
-    return out
+    """Counts as whole femtoseconds per byte: scaled() per byte."""
+    return scaled(stacks, period_ns, nbytes, BYTE)
 
 
 def write_per_byte(stacks: Mapping[str, int], period_ns: int, nbytes: int, dest) -> Dict[str, int]:
     """per_byte() as a folded file (path, open file, or stdout)."""
-    scaled = per_byte(stacks, period_ns, nbytes)
-    folded.write(scaled, dest)
-    return scaled
+    out = per_byte(stacks, period_ns, nbytes)
+    folded.write(out, dest)
+    return out
