@@ -177,9 +177,15 @@ def print_comparison(rec: dict, console: Console = None) -> None:
     if fd.get("sides"):
         for side, d in fd["sides"].items():
             where = d["svg"] or "nothing drawn (no samples)"
+            # Two rr runs are diffed per request (ns, shown in us), others per byte.
+            a, b, unit = (
+                (d["a_ns_per_request"] / 1e3, d["b_ns_per_request"] / 1e3, "us/request")
+                if "a_ns_per_request" in d
+                else (d["a_ns_per_byte"], d["b_ns_per_byte"], "ns/B")
+            )
             console.print(
-                f"flame diff {side}: {labels[0]} (run {fd['a']}) {d['a_ns_per_byte']:.3f} ns/B -> "
-                f"{labels[1]} (run {fd['b']}) {d['b_ns_per_byte']:.3f} ns/B: {cdir / where if d['svg'] else where}"
+                f"flame diff {side}: {labels[0]} (run {fd['a']}) {a:.3f} {unit} -> "
+                f"{labels[1]} (run {fd['b']}) {b:.3f} {unit}: {cdir / where if d['svg'] else where}"
             )
     elif fd:
         console.print(f"flame diff: none ({fd.get('absent')})")

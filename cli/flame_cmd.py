@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: GPL-2.0-only
-"""`qprof flame`: a run's stack samples as flame graphs in CPU time per byte."""
+"""`qprof flame`: a run's stack samples as flame graphs in CPU time per
+byte, or per request for a request/response run."""
 
 import shutil
 import subprocess
@@ -51,7 +52,8 @@ class FlameOptions:
     nargs=2,
     metavar="RUN_A RUN_B",
     default=None,
-    help="Draw B against A per byte: RUNS_DIR/<B>/flame-diff-<A>-<side>.svg, red where B costs more.",
+    help="Draw B against A per byte (per request for two rr runs): RUNS_DIR/<B>/flame-diff-<A>-<side>.svg, "
+    "red where B costs more.",
 )
 @click.option(
     "--runs-dir",
@@ -62,7 +64,7 @@ class FlameOptions:
     help="Where run directories are.",
 )
 def flame(run_id, side, open_svg, print_folded, diff, runs_dir):
-    """Flame graphs of a run, in CPU time per byte.
+    """Flame graphs of a run, in CPU time per byte (per request for rr runs).
 
     `qprof run` samples stacks (perf, cpu-clock) over exactly its window;
     each sample is one period of CPU time, so a side's graph totals
@@ -74,12 +76,20 @@ def flame(run_id, side, open_svg, print_folded, diff, runs_dir):
     flamegraphs/categories.rules). The `others` side is every other task
     but idle; its measured figure is the record's cpu.others.
 
+    A request/response run (`qprof run --pattern rr`) is drawn per request
+    instead: samples x period / requests answered in the window, printed
+    in us/request (frames in ns/request), measured against the record's
+    rr.per_request.cpu_s (schedstat). --diff takes two rr runs or two of
+    the others, never one of each: per byte and per request are different
+    units. --folded prints sample counts either way.
+
     \b
     EXAMPLES:
       qprof flame                              # latest run, all sides -> runs/<id>/flame-*.svg
       qprof flame 20261122-053241-ca63f1 --side client --open
       qprof flame --side server --folded | grep Quic
       qprof flame --diff RUN_A RUN_B           # runs/<B>/flame-diff-<A>-<side>.svg: red = B costs more per byte
+      qprof flame RR_RUN --side server         # a --pattern rr run: us/request, against rr.per_request.cpu_s
     """
     if diff and run_id:
         raise BadValue("give either RUN_ID or --diff RUN_A RUN_B, not both; --diff names both runs itself.")
@@ -117,36 +127,39 @@ def draw_run(opts: FlameOptions) -> List[Path]:
     incomplete = sides.incomplete_reason(run)
     loaded = {side: sides.load_side(run, side).stacks for side in opts.sides}  # all checked before drawing
     figs, svgs = {}, []
+    unit = run.unit
     for side, stacks in loaded.items():
-        fig = figs[side] = normalize.figures(stacks, run.period_ns, run.bytes_for(side), classifier)
-        measured = sides.measured_ns_per_byte(run.record, side)
-        gap = normalize.gap_percent(
-            fig.ns_per_byte, measured, normalize.base_samples(measured, run.bytes_for(side), run.period_ns)
-        )
+        divisor = run.divisor(side)
+        fig = figs[side] = normalize.figures(stacks, run.period_ns, divisor, classifier, unit)
+        measured = run.measured_ns_per_unit(side)
+        gap = normalize.gap_percent(fig.ns_per_unit, measured, normalize.base_samples(measured, divisor, run.period_ns))
         svg = run.path / f"flame-{side}.svg"
-        scaled = normalize.per_byte(stacks, run.period_ns, run.bytes_for(side))
+        scaled = normalize.scaled(stacks, run.period_ns, divisor, unit)
         if scaled:
             draw.render(
                 scaled,
                 svg,
                 draw.side_title(run.record, side, fig),
                 draw.side_subtitle(run.id, fig, measured, gap, incomplete),
+                unit,
             )
             svgs.append(svg)
         click.echo(side_line(side, fig, measured, gap, svg if scaled else None))
-    console.print(category_table(figs))
+    console.print(category_table(figs, unit))
     if incomplete:
         console.print(Text(f"the capture undercounts: {incomplete}.", style="yellow"))
     return svgs
 
 
 def side_line(
-    side: str, fig: normalize.SideFigures, measured: Optional[float], gap: Optional[float], svg: Optional[Path]
+    side: str, fig: normalize.SideFigures, measured_ns: Optional[float], gap: Optional[float], svg: Optional[Path]
 ) -> str:
-    """One greppable line per side."""
+    """One greppable line per side, in the run's unit (ns/B, us/request)."""
+    u = fig.unit
     q = ABSENT if fig.stack_quality is None else f"{fig.stack_quality * 100:.1f}%"
+    measured = None if measured_ns is None else u.shown(measured_ns)
     return (
-        f"{side}: graph {fig.ns_per_byte:.3f} ns/B, measured {_num(measured)} ns/B, "
+        f"{side}: graph {fig.shown:.3f} {u.figure}, measured {_num(measured)} {u.figure}, "
         f"gap {_num(gap, '{:+.1f}%')}, stack quality {q}, {fig.samples:,} samples -> "
         + (str(svg) if svg else "nothing to draw")
     )
@@ -156,8 +169,8 @@ def _num(v: Optional[float], fmt: str = "{:.3f}") -> str:
     return ABSENT if v is None else fmt.format(v)
 
 
-def category_table(figs: dict) -> Table:
-    t = Table(title="ns/B (share) by category", title_justify="left")
+def category_table(figs: dict, unit: normalize.Unit = normalize.BYTE) -> Table:
+    t = Table(title=f"{unit.figure} (share) by category", title_justify="left")
     t.add_column("CATEGORY", no_wrap=True)
     for side in figs:
         t.add_column(side.upper(), justify="right", no_wrap=True)
@@ -165,14 +178,11 @@ def category_table(figs: dict) -> Table:
         row = [cat]
         for fig in figs.values():
             share = fig.categories_samples[cat] / fig.samples * 100 if fig.samples else None
-            row.append(f"{fig.categories_ns_per_byte[cat]:.3f} ({_num(share, '{:5.1f}%')})")
+            row.append(f"{unit.shown(fig.categories_ns_per_unit[cat]):.3f} ({_num(share, '{:5.1f}%')})")
         t.add_row(*row)
     t.add_row(
         "[bold]total[/]",
-        *(
-            f"[bold]{fig.ns_per_byte:.3f}[/] (100.0%)" if fig.samples else f"{0:.3f} ({ABSENT})"
-            for fig in figs.values()
-        ),
+        *(f"[bold]{fig.shown:.3f}[/] (100.0%)" if fig.samples else f"{0:.3f} ({ABSENT})" for fig in figs.values()),
     )
     return t
 
@@ -186,8 +196,9 @@ def draw_diff(opts: FlameOptions) -> List[Path]:
             click.echo(f"{d.side}: run {run_b.id} has no samples on this side, nothing drawn")
             continue
         svgs.append(d.svg)
+        u = d.unit
         click.echo(
-            f"{d.side}: A {d.a_ns_per_byte:.3f} ns/B -> B {d.b_ns_per_byte:.3f} ns/B "
+            f"{d.side}: A {u.shown(d.a_ns_per_unit):.3f} {u.figure} -> B {u.shown(d.b_ns_per_unit):.3f} {u.figure} "
             f"({_num(d.change_percent, '{:+.1f}%')}) -> {d.svg}"
         )
     return svgs

@@ -366,8 +366,9 @@ class CompareOptions:
 
 
 def flame_diff(runs_dir: Path, out_dir: Path, a: dict, b: dict) -> dict:
-    """The differential graphs of two runs (B against A, per byte), or why
-    there are none; a comparison without stacks is still a comparison."""
+    """The differential graphs of two runs (B against A, per byte, or per
+    request for rr runs: the keys say which), or why there are none; a
+    comparison without stacks is still a comparison."""
     from qprof.flamegraphs import diff, sides
 
     try:
@@ -381,8 +382,8 @@ def flame_diff(runs_dir: Path, out_dir: Path, a: dict, b: dict) -> dict:
         "sides": {
             d.side: {
                 "svg": d.svg.name if d.svg else None,
-                "a_ns_per_byte": d.a_ns_per_byte,
-                "b_ns_per_byte": d.b_ns_per_byte,
+                f"a_ns_per_{d.unit.name}": d.a_ns_per_unit,
+                f"b_ns_per_{d.unit.name}": d.b_ns_per_unit,
                 "change_percent": d.change_percent,
             }
             for d in drawn

@@ -1,6 +1,8 @@
 # SPDX-License-Identifier: GPL-2.0-only
-"""Differential flame graphs of two runs, both in CPU time per byte: red
-where B costs more per byte than A, blue where less (inferno)."""
+"""Differential flame graphs of two runs, both in CPU time per byte (or
+both per request, for two request/response runs): red where B costs more
+per unit than A, blue where less (inferno). A run drawn per request and
+one drawn per byte are refused, as inferno refuses to merge sample types."""
 
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,8 +16,9 @@ from . import categories, draw, folded, normalize, sides
 @dataclass
 class SideDiff:
     side: str
-    a_ns_per_byte: float
-    b_ns_per_byte: float
+    unit: normalize.Unit  # both runs'
+    a_ns_per_unit: float
+    b_ns_per_unit: float
     change_percent: Optional[float]
     svg: Optional[Path]  # None: B has no samples on this side
 
@@ -24,6 +27,14 @@ def check_compatible(run_a: sides.Run, run_b: sides.Run) -> None:
     """Refuse what cannot share one graph; warn about what may mislead."""
     if run_a.path == run_b.path:
         raise BadValue(f"--diff needs two different runs; both name run {run_a.id}.")
+    if run_a.unit != run_b.unit:
+        rr_run, other = (run_a, run_b) if run_a.unit == normalize.REQUEST else (run_b, run_a)
+        pattern = (other.record.get("config") or {}).get("pattern") or "bulk"
+        raise IncompatibleRuns(
+            f"run {rr_run.id} is request/response, drawn in CPU per request, and run {other.id} is "
+            f"{pattern}, drawn in CPU per byte, so they cannot share one graph; diff two --pattern rr "
+            "runs, or two runs of the other patterns."
+        )
     emulated = [bool((r.record.get("environment") or {}).get("emulated")) for r in (run_a, run_b)]
     if emulated[0] != emulated[1]:
         guest = run_a.id if emulated[0] else run_b.id
@@ -52,21 +63,22 @@ def render(run_a: sides.Run, run_b: sides.Run, which: Iterable[str], svg_for: Ca
         side: (sides.load_side(run_a, side).stacks, sides.load_side(run_b, side).stacks) for side in which
     }  # all checked before drawing
     out = []
+    unit = run_a.unit
     for side, (sa, sb) in loaded.items():
-        ba, bb = run_a.bytes_for(side), run_b.bytes_for(side)
-        fa = normalize.figures(sa, run_a.period_ns, ba, classifier)
-        fb = normalize.figures(sb, run_b.period_ns, bb, classifier)
+        da, db = run_a.divisor(side), run_b.divisor(side)
+        fa = normalize.figures(sa, run_a.period_ns, da, classifier, unit)
+        fb = normalize.figures(sb, run_b.period_ns, db, classifier, unit)
         svg = None
         if fb.samples:
             svg = svg_for(side)
             draw.render_diff(
-                normalize.per_byte(sa, run_a.period_ns, ba),
-                normalize.per_byte(sb, run_b.period_ns, bb),
+                normalize.scaled(sa, run_a.period_ns, da, unit),
+                normalize.scaled(sb, run_b.period_ns, db, unit),
                 svg,
                 draw.diff_title(side, run_a.record, fa, run_b.record, fb),
-                draw.diff_subtitle(run_a.id, run_a.record, run_b.id, run_b.record),
+                draw.diff_subtitle(run_a.id, run_a.record, run_b.id, run_b.record, unit),
+                unit,
             )
-        out.append(
-            SideDiff(side, fa.ns_per_byte, fb.ns_per_byte, normalize.gap_percent(fb.ns_per_byte, fa.ns_per_byte), svg)
-        )
+        change = normalize.gap_percent(fb.ns_per_unit, fa.ns_per_unit)
+        out.append(SideDiff(side, unit, fa.ns_per_unit, fb.ns_per_unit, change, svg))
     return out

@@ -1,19 +1,21 @@
 # SPDX-License-Identifier: GPL-2.0-only
-"""Flame graphs drawn by inferno from per-byte folded stacks (whole fs/B,
-see normalize.py); this module only composes titles and runs the tools.
+"""Flame graphs drawn by inferno from folded stacks scaled per unit
+(whole fs/B, or ps/request for request/response runs, see normalize.py);
+this module only composes titles and runs the tools.
 
-Frames are labelled in picoseconds per byte (`--factor 0.001 --countname
-ps/B`), not ns/B: inferno 0.12.8 rounds each frame's scaled count to a
-whole number and computes its percentage from that rounded number, so
-with `--factor 1e-6` a 0.4 ns/B frame would read "0 ns/B, 0.00%" and a
-1.6 ns/B graph "2 ns/B" with shares off by up to a quarter. In ps/B the
-rounding is at most 0.5 ps/B. Titles give ns/B, computed here.
+Frames are labelled a thousand counts to the unit (`--factor 0.001
+--countname ps/B`, or ns/request), not in the titles' ns/B: inferno 0.12.8
+rounds each frame's scaled count to a whole number and computes its
+percentage from that rounded number, so with `--factor 1e-6` a 0.4 ns/B
+frame would read "0 ns/B, 0.00%" and a 1.6 ns/B graph "2 ns/B" with
+shares off by up to a quarter. In ps/B the rounding is at most 0.5 ps/B
+(0.5 ns/request). Titles give ns/B (us/request), computed here.
 
 Differential graphs: `inferno-diff-folded A B | inferno-flamegraph`, both
-inputs in fs/B, so the difference is per byte whatever each run's length
-or throughput. Widths are B's; inferno colours a frame red where B's count
-is higher (B costs more per byte) and blue where it is lower, which is
-what we want, so no --negate.
+inputs in the same unit, so the difference is per byte (per request)
+whatever each run's length or throughput. Widths are B's; inferno colours
+a frame red where B's count is higher (B costs more per unit) and blue
+where it is lower, which is what we want, so no --negate.
 """
 
 import subprocess
@@ -26,10 +28,9 @@ from qprof.errors import NotBuilt
 from qprof.rundir import write_text_atomic
 
 from . import folded
-from .normalize import SideFigures
+from .normalize import BYTE, SideFigures, Unit
 
-COUNT_NAME = "ps/B"
-FACTOR = "0.001"  # fs/B counts -> ps/B labels
+FACTOR = "0.001"  # counts -> labels: fs/B -> ps/B, ps/request -> ns/request
 
 
 def _run(argv: Sequence[str], text: Optional[str] = None) -> str:
@@ -40,12 +41,12 @@ def _run(argv: Sequence[str], text: Optional[str] = None) -> str:
     return r.stdout
 
 
-def _flamegraph(folded_text: str, out: Path, title: str, subtitle: str) -> Path:
+def _flamegraph(folded_text: str, out: Path, title: str, subtitle: str, unit: Unit) -> Path:
     svg = _run(
         [
             paths.inferno_tool("flamegraph"),
             "--countname",
-            COUNT_NAME,
+            unit.label,
             "--factor",
             FACTOR,
             "--hash",
@@ -60,29 +61,33 @@ def _flamegraph(folded_text: str, out: Path, title: str, subtitle: str) -> Path:
     return out
 
 
-def render(per_byte_stacks: Mapping[str, int], out: Path, title: str, subtitle: str) -> Path:
-    """One flame graph; per_byte_stacks in fs/B."""
-    return _flamegraph("".join(folded.lines(per_byte_stacks)), out, title, subtitle)
+def render(stacks: Mapping[str, int], out: Path, title: str, subtitle: str, unit: Unit = BYTE) -> Path:
+    """One flame graph; stacks in unit.count (normalize.scaled)."""
+    return _flamegraph("".join(folded.lines(stacks)), out, title, subtitle, unit)
 
 
 def render_diff(
-    a_per_byte: Mapping[str, int], b_per_byte: Mapping[str, int], out: Path, title: str, subtitle: str
+    a: Mapping[str, int], b: Mapping[str, int], out: Path, title: str, subtitle: str, unit: Unit = BYTE
 ) -> Path:
-    """A differential graph of B against A, both in fs/B."""
+    """A differential graph of B against A, both in unit.count."""
     with tempfile.TemporaryDirectory(prefix="qprof-flame-") as tmp:
         fa, fb = Path(tmp) / "a.folded", Path(tmp) / "b.folded"
-        folded.write(a_per_byte, fa)
-        folded.write(b_per_byte, fb)
+        folded.write(a, fa)
+        folded.write(b, fb)
         diff = _run([paths.inferno_tool("diff-folded"), fa, fb])
-    return _flamegraph(diff, out, title, subtitle)
+    return _flamegraph(diff, out, title, subtitle, unit)
 
 
 def describe_run(record: dict) -> str:
-    """The stack, msquic's GSO state for quic, and the throughput."""
+    """The stack, msquic's GSO state for quic, and the throughput, or for
+    request/response the requests' size and schedule."""
     what = record.get("stack", "?")
     if what == "quic":
         gso = (record.get("environment") or {}).get("msquic_send_segmentation", {}).get("client")
         what += " (GSO " + ("on" if gso else "off" if gso is False else "unknown") + ")"
+    rr = record.get("rr")
+    if rr:
+        return what + f", a {rr['payload']} B request every {rr['period_s'] * 1e3:g} ms"
     gbps = record.get("throughput_gbps")
     return what + (f", {gbps:.2f} Gbit/s" if gbps is not None else "")
 
@@ -91,17 +96,32 @@ def _pct(v: Optional[float], fmt: str) -> str:
     return "—" if v is None else fmt.format(v)
 
 
+def _per(fig: SideFigures) -> str:
+    """What the figures are per: nothing to add per byte (ns/B says it),
+    the requests they are divided by per request."""
+    if fig.unit == BYTE:
+        return ""
+    return f"CPU per request: {fig.divisor:,} requests answered in the window; "
+
+
 def side_title(record: dict, side: str, fig: SideFigures) -> str:
-    return f"{describe_run(record)}: {side} {fig.ns_per_byte:.3f} ns/B"
+    return f"{describe_run(record)}: {side} {fig.shown:.3f} {fig.unit.figure}"
 
 
 def side_subtitle(
-    run_id: str, fig: SideFigures, measured: Optional[float], gap: Optional[float], incomplete: Optional[str]
+    run_id: str,
+    fig: SideFigures,
+    measured_ns: Optional[float],
+    gap: Optional[float],
+    incomplete: Optional[str],
 ) -> str:
+    u = fig.unit
+    measured = None if measured_ns is None else u.shown(measured_ns)
     text = (
-        f"measured {_pct(measured, '{:.3f}')} ns/B (collectors), gap {_pct(gap, '{:+.1f}%')}; "
+        f"{_per(fig)}measured {_pct(measured, '{:.3f}')} {u.figure} "
+        f"({'collectors' if u == BYTE else 'schedstat'}), gap {_pct(gap, '{:+.1f}%')}; "
         f"stack quality {_pct(None if fig.stack_quality is None else fig.stack_quality * 100, '{:.1f}%')}; "
-        f"{fig.samples:,} samples of {fig.sample_period_ns / 1e6:g} ms; run {run_id}; frames in {COUNT_NAME}"
+        f"{fig.samples:,} samples of {fig.sample_period_ns / 1e6:g} ms; run {run_id}; frames in {u.label}"
     )
     if incomplete:
         text += "; UNDERCOUNTS: " + incomplete
@@ -109,15 +129,17 @@ def side_subtitle(
 
 
 def diff_title(side: str, rec_a: dict, fig_a: SideFigures, rec_b: dict, fig_b: SideFigures) -> str:
-    change = (fig_b.ns_per_byte - fig_a.ns_per_byte) / fig_a.ns_per_byte * 100 if fig_a.ns_per_byte else None
+    u = fig_a.unit
+    a, b = fig_a.ns_per_unit, fig_b.ns_per_unit
+    change = (b - a) / a * 100 if a else None
     return (
-        f"{side}: A {rec_a.get('stack')} {fig_a.ns_per_byte:.3f} ns/B -> B {rec_b.get('stack')} "
-        f"{fig_b.ns_per_byte:.3f} ns/B ({_pct(change, '{:+.1f}%')})"
+        f"{side}: A {rec_a.get('stack')} {fig_a.shown:.3f} {u.figure} -> B {rec_b.get('stack')} "
+        f"{fig_b.shown:.3f} {u.figure} ({_pct(change, '{:+.1f}%')})"
     )
 
 
-def diff_subtitle(id_a: str, rec_a: dict, id_b: str, rec_b: dict) -> str:
+def diff_subtitle(id_a: str, rec_a: dict, id_b: str, rec_b: dict, unit: Unit = BYTE) -> str:
     return (
         f"A = run {id_a} ({describe_run(rec_a)}), B = run {id_b} ({describe_run(rec_b)}); "
-        f"widths are B's; red: B costs more per byte, blue: less; frames in {COUNT_NAME}"
+        f"widths are B's; red: B costs more per {unit.name}, blue: less; frames in {unit.label}"
     )

@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: GPL-2.0-only
 """A run's stack samples per side, as `qprof run` left them in its
 directory (run.json `flame`, stacks/{client,server,others}.folded), checked
-against the record before any figure is drawn from them, and the CPU the
-collectors measured for the same side, to hold the graph against."""
+against the record before any figure is drawn from them, the unit they
+are drawn in (per byte, or per request for `--pattern rr`), and the CPU
+the collectors measured for the same side, to hold the graph against."""
 
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,7 +13,7 @@ from qprof import rundir
 from qprof.errors import BadStacks, NoStacks, RunNotFound
 from qprof.perbyte import side_bytes
 
-from . import folded
+from . import folded, normalize
 
 SIDES = ("client", "server", "others")
 EVENT = "cpu-clock"
@@ -42,6 +43,20 @@ class Run:
 
     def bytes_for(self, side: str) -> int:
         return side_bytes(self.record, side)
+
+    @property
+    def unit(self) -> normalize.Unit:
+        return unit_of(self.record)
+
+    def divisor(self, side: str) -> int:
+        """What the side's CPU is divided by: its bytes, or the requests
+        answered in the window."""
+        return requests(self.record) if self.unit == normalize.REQUEST else self.bytes_for(side)
+
+    def measured_ns_per_unit(self, side: str) -> Optional[float]:
+        if self.unit == normalize.REQUEST:
+            return measured_ns_per_request(self.record, side)
+        return measured_ns_per_byte(self.record, side)
 
     def stacks_file(self, side: str) -> Path:
         if side == "others" and self.record.get("schema_version", 1) < 2:
@@ -88,7 +103,13 @@ def load_run(runs_dir: Path, run_id: str = "latest") -> Run:
             f"run {rid} sampled '{flame.get('event')}' without a fixed period, which cannot be "
             f"expressed as CPU time per byte; qprof draws {EVENT} samples only."
         )
-    if not record.get("bytes") or record["bytes"] <= 0:
+    if unit_of(record) == normalize.REQUEST:
+        if not requests(record):
+            raise BadStacks(
+                f"run {rid} answered no requests in its window, so there is no per-request figure to "
+                "draw; make a new run with `qprof run --pattern rr`."
+            )
+    elif not record.get("bytes") or record["bytes"] <= 0:
         raise BadStacks(
             f"run {rid} moved no bytes in its window, so there is no per-byte figure to draw; "
             "make a new run with `qprof run`."
@@ -146,6 +167,34 @@ def measured_ns_per_byte(record: dict, side: str) -> Optional[float]:
         return float(cpu["others"]["oncpu_schedstat_s"]) * 1e9 / record["bytes"]
     except (KeyError, TypeError, ZeroDivisionError):
         return None
+
+
+def unit_of(record: dict) -> normalize.Unit:
+    """Request/response runs are drawn per request, all others per byte."""
+    return normalize.REQUEST if (record.get("config") or {}).get("pattern") == "rr" else normalize.BYTE
+
+
+def requests(record: dict) -> int:
+    """The requests answered in the window (rr.responses), 0 if none."""
+    return int((record.get("rr") or {}).get("responses") or 0)
+
+
+def measured_ns_per_request(record: dict, side: str) -> Optional[float]:
+    """The measured CPU per request answered: the record's
+    rr.per_request.cpu_s (each process's schedstat on-CPU time over the
+    window's requests). The `others` side has no per-request figure of its
+    own: its per-byte one (cpu.others) times the bytes per request, or
+    absent with it."""
+    n = requests(record)
+    if not n:
+        return None
+    if side != "others":
+        try:
+            return float(record["rr"]["per_request"]["cpu_s"][side]) * 1e9
+        except (KeyError, TypeError):
+            return None
+    per_byte = measured_ns_per_byte(record, side)
+    return None if per_byte is None else per_byte * side_bytes(record, side) / n
 
 
 def incomplete_reason(run: Run) -> Optional[str]:
