@@ -18,6 +18,14 @@ RECV_RW = RECV + ("read", "readv")
 CONTROL_THREAD = "wl-control"
 
 
+def jain_index(xs) -> Optional[float]:
+    """Jain's fairness index: (sum x)^2 / (n sum x^2); 1 when all are equal,
+    1/n when one takes everything."""
+    xs = list(xs)
+    sq = sum(x * x for x in xs)
+    return sum(xs) ** 2 / (len(xs) * sq) if xs and sq else None
+
+
 def _ratio(num: Optional[float], den: Optional[float]) -> Optional[float]:
     if num is None or den is None or den == 0:
         return None

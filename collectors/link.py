@@ -410,3 +410,32 @@ def describe(spec: str, link: Link, applied: dict, edges: Dict[str, dict]) -> di
             "window": window,
         }
     return out
+
+
+def add_saturation(out: dict, seconds: float, cpu_busy: Optional[float], busiest_process_cpus: float) -> None:
+    """To describe()'s record: each direction's utilisation and netem drops
+    over the window, and whether the link or the CPU limited the run. A run
+    whose CPU saturated while its link was not full measured the emulator,
+    not the link. busiest_process_cpus: the busiest workload process's CPU
+    seconds per second."""
+    rate_bit = out["requested"]["rate_bit"]
+    util = {}
+    for name, d in out["directions"].items():
+        root = (d["window"] or {}).get("tbf")
+        util[name] = root["bytes"] * 8 / seconds / rate_bit if root and rate_bit else None
+        # netem's drops are its random loss and any packet over its limit
+        # (tbf's count its child's again, so they are not added).
+        netem = (d["window"] or {}).get("netem")
+        offered = netem["packets"] + netem["drops"] if netem else 0
+        d["netem_drops_percent"] = 100 * netem["drops"] / offered if offered else None
+        d["utilisation"] = util[name]
+    link_full = any(u is not None and u >= SATURATED for u in util.values())
+    cpu_full = (cpu_busy is not None and cpu_busy >= SATURATED) or busiest_process_cpus >= SATURATED
+    out["saturation"] = {
+        "link_utilisation": max((u for u in util.values() if u is not None), default=None),
+        "cpu_busy": cpu_busy,
+        "busiest_process_cpus": busiest_process_cpus,
+        "cpu_saturated": cpu_full,
+        "limited_by": "link" if link_full else ("cpu" if cpu_full else "neither"),
+        "cpu_saturated_first": cpu_full and not link_full,
+    }

@@ -84,14 +84,6 @@ def describe(m: Measurement, run_path: Path) -> dict:
     return rec
 
 
-def jain_index(xs) -> Optional[float]:
-    """Jain's fairness index: (sum x)^2 / (n sum x^2); 1 when all are equal,
-    1/n when one takes everything."""
-    xs = list(xs)
-    sq = sum(x * x for x in xs)
-    return sum(xs) ** 2 / (len(xs) * sq) if xs and sq else None
-
-
 def streams_record(window: Window) -> Optional[dict]:
     """Each stream's (QUIC) or connection's (TCP) verified bytes over the
     window, as the receiver counted them, its goodput, and Jain's index
@@ -106,7 +98,7 @@ def streams_record(window: Window) -> Optional[dict]:
     return {
         "bytes": got,
         "gbps": [g * 8 / seconds / 1e9 for g in got],
-        "jain_index": jain_index(got),
+        "jain_index": derive.jain_index(got),
         "min_share": min(got) / sum(got) if sum(got) else None,
     }
 
@@ -138,28 +130,8 @@ def link_record(opts: options.RunOptions, m: Measurement, rec: dict):
     spec = link.parse(opts.link)
     out = link.describe(opts.link, spec, m.link, {"start": m.window.start.qdiscs, "end": m.window.end.qdiscs})
     seconds = rec["cpu_window_s"]
-    util = {}
-    for name, d in out["directions"].items():
-        root = (d["window"] or {}).get("tbf")
-        util[name] = root["bytes"] * 8 / seconds / spec.rate_bit if root and spec.rate_bit else None
-        # netem's drops are its random loss and any packet over its limit
-        # (tbf's count its child's again, so they are not added).
-        netem = (d["window"] or {}).get("netem")
-        offered = netem["packets"] + netem["drops"] if netem else 0
-        d["netem_drops_percent"] = 100 * netem["drops"] / offered if offered else None
-        d["utilisation"] = util[name]
-    busy = rec["cpu"]["system"].get("utilisation")
-    one_cpu = max(rec["cpu"][s]["total_s"] for s in ("client", "server")) / seconds
-    link_full = any(u is not None and u >= link.SATURATED for u in util.values())
-    cpu_full = (busy is not None and busy >= link.SATURATED) or one_cpu >= link.SATURATED
-    out["saturation"] = {
-        "link_utilisation": max((u for u in util.values() if u is not None), default=None),
-        "cpu_busy": busy,
-        "busiest_process_cpus": one_cpu,
-        "cpu_saturated": cpu_full,
-        "limited_by": "link" if link_full else ("cpu" if cpu_full else "neither"),
-        "cpu_saturated_first": cpu_full and not link_full,
-    }
+    busiest = max(rec["cpu"][s]["total_s"] for s in ("client", "server")) / seconds
+    link.add_saturation(out, seconds, rec["cpu"]["system"].get("utilisation"), busiest)
     return out
 
 

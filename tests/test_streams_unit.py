@@ -3,17 +3,17 @@
 
 import pytest
 
-from qprof.collectors import record
+from qprof.collectors import derive, record
 from qprof.collectors.window import Edge, Window
 
 from conftest import needs_build, run_json
 
 
 def test_jain_index():
-    assert record.jain_index([5, 5, 5]) == pytest.approx(1.0)
-    assert record.jain_index([9, 0, 0]) == pytest.approx(1 / 3)
-    assert record.jain_index([3, 1]) == pytest.approx(16 / 20)
-    assert record.jain_index([]) is None and record.jain_index([0, 0]) is None
+    assert derive.jain_index([5, 5, 5]) == pytest.approx(1.0)
+    assert derive.jain_index([9, 0, 0]) == pytest.approx(1 / 3)
+    assert derive.jain_index([3, 1]) == pytest.approx(16 / 20)
+    assert derive.jain_index([]) is None and derive.jain_index([0, 0]) is None
 
 
 def edge(t_ns, stream_bytes):
@@ -52,7 +52,7 @@ def test_a_run_counts_each_stream(runs_dir, stack):
     s = rec["streams"]
     assert len(s["bytes"]) == 3 and sum(s["bytes"]) > 0
     assert sum(s["bytes"]) == pytest.approx(rec["bytes"], rel=0.02)
-    assert s["jain_index"] == pytest.approx(record.jain_index(s["bytes"]))
+    assert s["jain_index"] == pytest.approx(derive.jain_index(s["bytes"]))
     assert 1 / 3 - 1e-9 <= s["jain_index"] <= 1.0
     if stack == "tcp":
         assert all(b > 0 for b in s["bytes"])
