@@ -178,6 +178,71 @@ def _print_rr(rec: dict, console: Console) -> None:
         console.print(line)
 
 
+def print_mix(rec: dict, console: Optional[Console] = None) -> None:
+    """A --mix run: each flow's goodput, share, retransmissions and CPU,
+    the stacks' shares and Jain's index, then the bottleneck."""
+    console = console or Console()
+    env, m = rec["environment"], rec["mix"]
+    topo = env["topology"]
+    where = f"[bold]mix {m['spec']}[/] over {topo['kind']}" + (f" (MTU {topo['mtu']})" if topo.get("mtu") else "")
+    if env.get("emulated"):
+        where += ", [yellow]emulated guest: compare stacks within the guest only[/]"
+    console.print(where)
+    console.print(
+        f"window {rec['window_s']:.2f} s: the flows verified {rec['bytes']:,} bytes, "
+        f"[bold]{_num(rec['throughput_gbps'] and rec['throughput_gbps'] * 1e3, '{:.2f}')} Mbit/s[/] together; "
+        f"Jain's index {_num(m['jain_index'])}"
+    )
+    t = Table(title="each flow over the window (CPU: its processes' schedstat)", title_justify="left")
+    cols = ("FLOW", "STACK", "PATTERN", "GOODPUT Mbit/s", "SHARE", "RETRANS", "CLIENT ns/B", "SERVER ns/B")
+    for col in cols:
+        t.add_column(col, justify="left" if col in ("STACK", "PATTERN") else "right")
+    for f in m["flows"]:
+        t.add_row(
+            str(f["flow"]),
+            f["stack"],
+            f["pattern"],
+            _num(f["goodput_mbps"], "{:.3f}"),
+            _num(f["share"], "{:.1%}"),
+            _int(f["retransmits"]),
+            _num(f["ns_per_byte"]["client"], "{:.2f}"),
+            _num(f["ns_per_byte"]["server"], "{:.2f}"),
+        )
+    console.print(t)
+    t = Table(title="bulk flows by stack", title_justify="left")
+    for col in ("STACK", "FLOWS", "MEAN Mbit/s", "STD. DEV.", "SHARE", "JAIN"):
+        t.add_column(col, justify="left" if col == "STACK" else "right")
+    for stack, s in m["by_stack"].items():
+        t.add_row(
+            stack,
+            str(s["flows"]),
+            _num(s["goodput_mbps_mean"]),
+            _num(s["goodput_mbps_stdev"]),
+            _num(s["share"], "{:.1%}"),
+            _num(s["jain_index"]),
+        )
+    console.print(t)
+    for f in m["flows"]:
+        r = f["rr"]
+        if r:
+            d = r["delay_ns"]
+            console.print(
+                f"flow {f['flow']} ({f['stack']} rr, {r['payload']} B every {r['period_s'] * 1e3:g} ms): "
+                f"{r['responses']:,} of {r['requests_due']:,} answered; delay ms p50 "
+                f"{_num(d['p50'] and d['p50'] / 1e6)}, p95 {_num(d['p95'] and d['p95'] / 1e6)}, "
+                f"p99 {_num(d['p99'] and d['p99'] / 1e6)}; late {r['late']:,}"
+            )
+    b = m["bottleneck"]
+    if b:
+        console.print(
+            f"bottleneck ({b['qdisc']}, client to server): {b['bytes']:,} bytes in {b['packets']:,} packets, "
+            f"{b['drops']:,} dropped, utilisation {_num(b['utilisation'], '{:.1%}')}; the flows' verified bytes "
+            f"are {_num(b['flows_bytes_over_wire_bytes'], '{:.1%}')} of it"
+        )
+    _print_link(rec, console)
+    console.print(f"run {rec['id']}")
+
+
 def _print_link(rec: dict, console: Console) -> None:
     """The emulated link as the kernel holds it, its counters over the
     window, and what limited the run."""

@@ -6,9 +6,10 @@ from pathlib import Path
 
 import click
 
+from qprof import errors
 from qprof.cli import report
-from qprof.cli.run_options import to_run_options, transfer_options
-from qprof.collectors import options, runner
+from qprof.cli.run_options import click_option, to_run_options, transfer_options
+from qprof.collectors import mixrun, options, runner
 from qprof.collectors.faults import FAULTS, Faults
 
 
@@ -21,10 +22,12 @@ from qprof.collectors.faults import FAULTS, Faults
     help=f"Transport stack: {', '.join(options.STACK_NAMES)}.",
 )
 @transfer_options
+@click_option("mix")
 @click.option("--json", "as_json", is_flag=True, help="Print the run record on stdout instead of the table.")
 @click.option("--inject-fault", "fault", type=click.Choice(FAULTS), default=None, hidden=True)
 @click.option("--options-file", type=click.Path(exists=True, dir_okay=False), default=None, hidden=True)
-def run(stack, as_json, fault, options_file, **kwargs):
+@click.pass_context
+def run(ctx, stack, as_json, fault, options_file, **kwargs):
     """Drive a real bulk transfer and measure its CPU per byte.
 
     The client sends as fast as the stack allows from one network
@@ -40,11 +43,22 @@ def run(stack, as_json, fault, options_file, **kwargs):
       qprof run --stack tcp-ktls --guest           # kernel TLS, in a QEMU guest
       qprof run --stack quic --gso off             # msquic without GSO (and so GRO)
       qprof run --stack udp --send-mode sendmmsg --gro off   # raw UDP, the kernel's floor
+      qprof run --mix quic:1,tcp:2 --link rate=10mbit -d 30s  # flows sharing a bottleneck
+      qprof run --mix tcp:2,quic:1:rr --period 10ms --link rate=10mbit  # a bulk transfer's cost to latency
     """
     # --options-file: the guest's hand-over, every option as JSON (collectors/options.py).
     opts = options.from_json(Path(options_file).read_text()) if options_file else to_run_options(stack, kwargs)
-    record = runner.run(opts, faults=Faults(fault))
+    if opts.mix:
+        if ctx.get_parameter_source("stack") is not click.core.ParameterSource.DEFAULT:
+            raise errors.BadMix("--mix names each flow's stack itself; drop --stack.")
+        if fault:
+            raise errors.BadMix("faults are injected into single runs; drop --mix or --inject-fault.")
+        record = mixrun.run(opts)
+    else:
+        record = runner.run(opts, faults=Faults(fault))
     if as_json:
         click.echo(json.dumps(record, indent=2))
+    elif record["stack"] == "mix":
+        report.print_mix(record)
     else:
         report.print_run(record)

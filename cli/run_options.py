@@ -37,6 +37,11 @@ def _click_option(o: options.Option):
     return click.option(*names, **kw)
 
 
+def click_option(name: str):
+    """One option of the table for one command only (cli=False in the table)."""
+    return _click_option(options.BY_NAME[name])
+
+
 def transfer_options(f):
     for o in reversed(options.OPTIONS):
         if o.cli:

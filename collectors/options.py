@@ -291,6 +291,27 @@ OPTIONS: List[Option] = [
         vary=True,
         metavar="PRESET|KEY=V,...",
     ),
+    Option(
+        "mix",
+        "text",
+        None,
+        "Flows of several stacks at once through the --link, each its own client and server: "
+        "STACK:COUNT[:rr],... (e.g. quic:1,tcp:2); per-flow goodput, retransmissions and CPU, Jain's "
+        "index, the bottleneck's counters. No probes or stack samples. `qprof run` only.",
+        cli=False,
+        metavar="STACK:N,...",
+    ),
+    Option(
+        "tcp-cc",
+        "text",
+        None,
+        "TCP stacks: each socket's TCP congestion control (TCP_CONGESTION, as iperf3 -C), e.g. cubic, "
+        "bbr, reno [default: the namespace's; the record says which ran].",
+        stacks=TCP_STACKS,
+        vary=True,
+        workload="--tcp-cc",
+        metavar="NAME",
+    ),
     Option("mtu", "int", 1500, "veth MTU.", lo=576, hi=9000, cli=False),
     Option("port", "int", 4433, "Server port.", short="-p", lo=1, hi=65535),
     Option(

@@ -20,7 +20,20 @@ from typing import Callable, Optional
 from qprof import errors, paths, remains
 from qprof.rundir import RunDir, write_text_atomic
 
-from . import capabilities, environment, floor, guest, link, listen, netstat, offload, options, record, transports
+from . import (
+    capabilities,
+    environment,
+    floor,
+    guest,
+    link,
+    listen,
+    netstat,
+    offload,
+    options,
+    record,
+    topology,
+    transports,
+)
 from .faults import NO_FAULTS, Faults
 from .measurement import MEASUREMENT, Measurement
 from .options import RunOptions
@@ -57,6 +70,8 @@ def check_options(opts: RunOptions) -> transports.Stack:
     """Refuse options that cannot run together, before anything starts;
     fills in the stack's defaults."""
     options.check(opts)
+    if opts.mix:
+        raise errors.BadMix("--mix is run by `qprof run` alone (collectors/mixrun.py); drop --mix here.")
     stack = transports.validate(opts.stack, opts.tls_version, opts.cipher, opts.sendfile, opts.guest)
     if opts.io_size is None:
         opts.io_size = stack.io_size
@@ -64,6 +79,7 @@ def check_options(opts: RunOptions) -> transports.Stack:
     if opts.pattern in ("bulk", "rr"):
         check_bulk_length(opts)
     check_link(opts)
+    check_tcp_cc(opts)
     offload.plan(opts.stack, opts.topology, opts.gso, opts.gro, opts.send_mode, opts.batch, opts.dgram_size)
     if opts.dgram_size is not None and opts.topology == "netns" and opts.dgram_size > opts.mtu - record.UDP_IP_HEADERS:
         raise errors.BadValue(
@@ -165,6 +181,25 @@ def check_rr(opts: RunOptions) -> None:
         )
     if opts.payload is None:
         opts.payload = options.DEFAULT_RR_PAYLOAD
+
+
+def check_tcp_cc(opts: RunOptions) -> None:
+    """A TCP congestion control this kernel has, for a TCP stack's sockets."""
+    if opts.tcp_cc is None:
+        return
+    if opts.stack not in options.TCP_STACKS:
+        raise errors.BadValue(
+            f"--tcp-cc sets TCP's congestion control, and {opts.stack} does not use TCP "
+            "(msquic has its own, cubic); drop --tcp-cc or use a TCP stack."
+        )
+    if opts.guest:
+        return  # the guest's kernel says (a refusal there comes back with its sentence)
+    have = Path(topology.TCP_CC_AVAILABLE).read_text().split()
+    if opts.tcp_cc not in have:
+        raise errors.KernelFeatureMissing(
+            f"this kernel has no TCP congestion control '{opts.tcp_cc}' (it has: {', '.join(have)}); "
+            "pick one of those, or load its module (modprobe tcp_NAME)."
+        )
 
 
 def check_link(opts: RunOptions) -> None:
@@ -491,7 +526,7 @@ def run_in_guest(opts: RunOptions, on_progress, faults: Faults) -> dict:
     """The whole measurement inside a QEMU guest; its record comes back here."""
     art = guest.artifacts()
     with RunDir(Path(opts.runs_dir)) as rundir:
-        rundir.record.update({"stack": opts.stack, "config": asdict(opts)})
+        rundir.record.update({"stack": "mix" if opts.mix else opts.stack, "config": asdict(opts)})
         out = (rundir.path / "guest").resolve()
         out.mkdir()
         # The same options for the guest's qprof, as JSON (collectors/options.py).

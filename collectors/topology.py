@@ -76,6 +76,9 @@ def tcp_congestion_control(ep: Endpoint) -> Optional[str]:
     return r.stdout.strip() or None if r.returncode == 0 else None
 
 
+TCP_CC_AVAILABLE = "/proc/sys/net/ipv4/tcp_available_congestion_control"
+
+
 @dataclass
 class Topology:
     """Namespaces + veth, or loopback. Use as a context manager."""

@@ -159,6 +159,13 @@ class LinkUnsupported(QprofError):
     exit_code = 30
 
 
+class BadMix(QprofError):
+    """A --mix that cannot run: a malformed entry, a count of zero, more
+    flows than qprof runs at once, or an option no flow of it can take."""
+
+    exit_code = 31
+
+
 class Interrupted(QprofError):
     """Ctrl-C or SIGTERM: 128 + SIGINT, as shells report it."""
 

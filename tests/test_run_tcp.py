@@ -5,7 +5,7 @@ import pytest
 from test_run_quic import assert_cpu_closes
 
 from conftest import needs_build, qprof, run_json
-from test_bad_input import one_sentence, run_statuses
+from test_bad_input import one_sentence, refused_run, run_statuses
 
 pytestmark = needs_build
 BAD_TLS, SENDFILE, KERNEL_FEATURE, HANDSHAKE = 16, 17, 12, 8
@@ -140,3 +140,23 @@ def test_tls_handshake_failure_names_side_and_reason(runs_dir):
     line = one_sentence(r.stderr)
     assert "TLS handshake failed on the" in line and "SSL routines" in line
     assert run_statuses(runs_dir) == ["incomplete"]
+
+
+@pytest.mark.parametrize("cc", ["reno", "cubic"])
+def test_tcp_congestion_control_is_what_the_socket_ran(runs_dir, cc):
+    # cubic is not in this host's tcp_allowed_congestion_control, so a
+    # namespace could not default to it; a root process's socket can use it.
+    rec = run_json(runs_dir, "--stack", "tcp-tls", "--tcp-cc", cc, "--duration", "1s", "--probes", "none")
+    assert rec["workload"]["client"]["report"]["tcp_congestion_control"] == cc
+    assert rec["workload"]["server"]["report"]["tcp_congestion_control"] == cc
+
+
+@pytest.mark.parametrize(
+    "args, code, words",
+    [
+        (["--stack", "quic", "--tcp-cc", "cubic"], 4, ["quic does not use TCP"]),
+        (["--stack", "tcp", "--tcp-cc", "vegas"], 12, ["no TCP congestion control 'vegas'", "cubic"]),
+    ],
+)
+def test_tcp_cc_refused(runs_dir, args, code, words):
+    refused_run(runs_dir, args, code, words)

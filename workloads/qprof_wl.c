@@ -46,6 +46,8 @@ static const char usage[] =
 	"      --rr-streams S       rr, quic client: per-request (default: a new bidirectional\n"
 	"                           stream for each request, as HTTP/3) or one (one stream\n"
 	"                           carries every request and response, back to back)\n"
+	"      --tcp-cc NAME        tcp stacks: each socket's TCP congestion control\n"
+	"                           (TCP_CONGESTION, as iperf3 -C); default: the namespace's\n"
 	"      --tcp-conns C        rr, tcp stacks client: one (default: one connection,\n"
 	"                           requests back to back, answers in order) or on-demand (a\n"
 	"                           request goes on an idle connection, or on a new one if\n"
@@ -190,6 +192,7 @@ int main(int argc, char **argv)
 		{"payload", required_argument, NULL, 'L'},
 		{"rr-streams", required_argument, NULL, 'Z'},
 		{"tcp-conns", required_argument, NULL, 'O'},
+		{"tcp-cc", required_argument, NULL, 'V'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -226,6 +229,7 @@ int main(int argc, char **argv)
 		case 'R': o.resume = true; break;
 		case 'Z': rr_streams = optarg; break;
 		case 'O': tcp_conns = optarg; break;
+		case 'V': o.tcp_cc = optarg; break;
 		case 'Q':
 			if (parse_u64(optarg, &v) || v < WL_RR_PERIOD_MIN_US ||
 			    v > WL_RR_PERIOD_MAX_US) {
@@ -342,6 +346,10 @@ int main(int argc, char **argv)
 	o.rr_one_stream = rr_streams && !strcmp(rr_streams, "one");
 	if (tcp_conns && !tcp_stack) {
 		wl_warn("--tcp-conns is for --stack tcp, tcp-tls and tcp-ktls; quic has --rr-streams");
+		return WL_EXIT_USAGE;
+	}
+	if (o.tcp_cc && !tcp_stack) {
+		wl_warn("--tcp-cc is for --stack tcp, tcp-tls and tcp-ktls; msquic has its own");
 		return WL_EXIT_USAGE;
 	}
 	if (tcp_conns && strcmp(tcp_conns, "one") && strcmp(tcp_conns, "on-demand")) {

@@ -202,6 +202,20 @@ static void json_tcp_info(struct wl_json *j)
 	wl_json_raw(j, "tcp_info", wl_json_end(&p));
 }
 
+/* The congestion control the first connection ran, as its socket says. */
+static void json_tcp_cc(struct wl_json *j)
+{
+	char name[16] = ""; /* the kernel's TCP_CA_NAME_MAX */
+	socklen_t len = sizeof(name);
+	int fd;
+
+	pthread_mutex_lock(&tcp_state.conn_lock);
+	fd = tcp_state.nconns ? tcp_state.conns[0].fd : -1;
+	if (fd >= 0 && getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name, &len) == 0)
+		wl_json_str(j, "tcp_congestion_control", name);
+	pthread_mutex_unlock(&tcp_state.conn_lock);
+}
+
 static void json_tls(struct wl_json *j)
 {
 	bool send = tcp_state.nconns > 0, recv = tcp_state.nconns > 0;
@@ -567,6 +581,22 @@ static void dl_nodelay(int fd)
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
+/*
+ * --tcp-cc on each socket, as iperf3 -C does: a namespace other than the
+ * host's may only default to the host's allowed algorithms, a socket of
+ * a privileged process may use any the kernel has. Accepted sockets
+ * inherit the listener's.
+ */
+static int set_tcp_cc(int fd)
+{
+	const char *cc = tcp_state.o->tcp_cc;
+
+	if (!cc || setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, cc, strlen(cc)) == 0)
+		return 0;
+	fail(WL_EXIT_USAGE, "TCP congestion control '%s' was refused: %s", cc, strerror(errno));
+	return -1;
+}
+
 /* Closes conns[0] under the lock a mark reads it with; keeps its counts. */
 static void dl_close(struct tconn *c, bool reset)
 {
@@ -655,6 +685,8 @@ static int client_download(struct tconn *c, const struct sockaddr_in *a, uint64_
 	c->fd = fd;
 	pthread_mutex_unlock(&tcp_state.conn_lock);
 	dl_nodelay(fd);
+	if (set_tcp_cc(fd))
+		goto out;
 	setsockopt(c->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 	if (connect(c->fd, (const struct sockaddr *)a, sizeof(*a))) {
 		fail(WL_EXIT_HANDSHAKE, "TCP connect to %s:%d failed (download %llu): %s", o->addr,
@@ -1356,6 +1388,10 @@ static struct rrconn *rr_open(void)
 		return NULL;
 	}
 	dl_nodelay(fd);
+	if (set_tcp_cc(fd)) {
+		close(fd);
+		return NULL;
+	}
 	if (connect(fd, (const struct sockaddr *)&rr_tcp.addr, sizeof(rr_tcp.addr)) &&
 	    errno != EINPROGRESS) {
 		fail(WL_EXIT_HANDSHAKE, "TCP connect to %s:%d failed: %s", tcp_state.o->addr,
@@ -1630,6 +1666,8 @@ static int run_server(void)
 	if (tcp_state.listen_fd < 0)
 		return WL_EXIT_INTERNAL;
 	setsockopt(tcp_state.listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (set_tcp_cc(tcp_state.listen_fd))
+		return tcp_state.failure.code;
 	err = wl_bind(tcp_state.listen_fd, &a, "TCP", tcp_state.o);
 	if (err)
 		return err;
@@ -1683,6 +1721,8 @@ static int run_client(void)
 		c->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 		if (c->fd < 0)
 			return WL_EXIT_INTERNAL;
+		if (set_tcp_cc(c->fd))
+			return tcp_state.failure.code;
 		setsockopt(c->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 		if (connect(c->fd, (struct sockaddr *)&a, sizeof(a))) {
 			wl_warn("TCP connect to %s:%d failed: %s", tcp_state.o->addr,
@@ -1757,6 +1797,7 @@ static void emit_done(int code)
 			     code == WL_EXIT_OK && !atomic_load(&tcp_state.verify_failed));
 	json_tls(&j);
 	json_tcp_info(&j);
+	json_tcp_cc(&j);
 	wl_emit("%s", wl_json_end(&j));
 }
 

@@ -1,0 +1,325 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""`qprof run --mix STACK:N,...`: flows of one or more stacks, each its
+own client and server process, started together through one bottleneck
+(the --link on the veth pair).
+
+This module is pure: parsing and checking a mix, each flow's options, and
+the record from a MixMeasurement. collectors/mixrun.py runs it.
+
+Where a flow's figures come from:
+- goodput: its receiver's own count of verified bytes, over the window by
+  the receiver's clock (as a single run's throughput);
+- retransmissions: its sender's stack's own count, TCP_INFO's
+  tcpi_total_retrans (segments) or msquic's SendSuspectedLostPackets;
+- CPU: its two processes' on-CPU time by schedstat, per byte it moved.
+The eBPF probes and perf attach to one client and one server process, so
+a mix runs without them (the record says so); a single run profiles a
+stack, a mix measures how stacks share a link.
+"""
+
+import json
+import re
+import statistics
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Dict, List, Optional
+
+from qprof import errors
+
+from . import cpu, link, options, rr
+from .derive import jain_index
+
+# Each flow is two processes (and msquic's a worker thread per CPU each):
+# past this many flows per CPU they measure the scheduler, not the link.
+MAX_FLOWS_PER_CPU = 16
+MIX_PATTERNS = ("bulk", "rr")
+_ENTRY = re.compile(r"^([a-z-]+)(?::(\d+))?(?::([a-z]+))?$")
+# Options a flow takes only when it is of the pattern (check_pattern refuses them otherwise).
+RR_FIELDS = ("period_s", "payload", "rr_streams", "tcp_conns")
+RETRANSMITS_SOURCE = {
+    "quic": "msquic SendSuspectedLostPackets (packets)",
+    "tcp": "TCP_INFO tcpi_total_retrans (segments)",
+    "udp": None,
+}
+
+
+@dataclass(frozen=True)
+class Flow:
+    index: int  # 1-based, in the order the mix names them
+    stack: str
+    pattern: str  # bulk or rr
+    port: int
+
+
+def parse(text: str, default_pattern: str, base_port: int, cpus: int) -> List[Flow]:
+    """The flows of `quic:1,tcp-tls:2,tcp:1:rr`: STACK[:COUNT[:PATTERN]],
+    a count of 1 and the run's --pattern when left out. Ports follow
+    --port, one per flow."""
+    flows: List[Flow] = []
+    for item in (s.strip() for s in text.split(",")):
+        m = _ENTRY.match(item)
+        if not m:
+            raise errors.BadMix(
+                f"--mix entry '{item}' is not STACK:COUNT or STACK:COUNT:PATTERN; write it like quic:1,tcp:2."
+            )
+        stack, count, pattern = m.group(1), int(m.group(2) or 1), m.group(3) or default_pattern
+        if stack not in options.STACK_NAMES:
+            raise errors.UnknownStack(
+                f"--mix names an unknown stack '{stack}'; the stacks are: {', '.join(options.STACK_NAMES)}."
+            )
+        if count == 0:
+            raise errors.BadMix(f"--mix entry '{item}' has no flows; give it a count of 1 or more, or drop it.")
+        if pattern not in MIX_PATTERNS:
+            raise errors.BadMix(
+                f"--mix entry '{item}' asks for pattern '{pattern}'; a mix's flows are bulk or rr "
+                "(downloads end, so they cannot share a window)."
+            )
+        if pattern == "rr" and stack == "udp":
+            raise errors.BadMix(
+                f"--mix entry '{item}': udp has no connection to answer requests on; use quic or a TCP stack for rr."
+            )
+        flows += [Flow(0, stack, pattern, 0)] * count
+    cap = MAX_FLOWS_PER_CPU * cpus
+    if len(flows) > cap:
+        raise errors.BadMix(
+            f"--mix asks for {len(flows)} flows, more than this machine runs at once ({cap}: "
+            f"{MAX_FLOWS_PER_CPU} per CPU, each flow being two processes); lower the counts."
+        )
+    if base_port + len(flows) - 1 > 65535:
+        raise errors.BadMix(
+            f"--mix's {len(flows)} flows take ports {base_port} to {base_port + len(flows) - 1}, past 65535; "
+            "lower --port."
+        )
+    return [replace(f, index=i + 1, port=base_port + i) for i, f in enumerate(flows)]
+
+
+def check(opts, cpus: int) -> List[Flow]:
+    """What a mix refuses as a whole (each flow's own options are checked
+    as a single run's by the caller); fills in what a mix fixes: no probes
+    and no stack samples (see the module's docstring)."""
+    if opts.pattern == "download":
+        raise errors.BadMix(
+            "--mix runs flows side by side for --duration, and downloads end one by one; "
+            "drop --pattern download, or run the downloads without --mix."
+        )
+    if opts.bytes is not None:
+        raise errors.BadMix("--mix runs for --duration, so its flows share one window; drop --bytes.")
+    if opts.streams != 1:
+        raise errors.BadMix(
+            "--mix's flows are one connection of one stream each (more flows: raise the counts); drop --streams."
+        )
+    if opts.guest and opts.topology == "loopback":
+        raise errors.BadMix("--mix needs the veth pair to share; drop --topology loopback.")
+    flows = parse(opts.mix, opts.pattern, opts.port, cpus)
+    for o in options.OPTIONS:
+        value = getattr(opts, o.field)
+        if value in (None, False) or value == o.default or not (o.stacks or o.field in RR_FIELDS):
+            continue
+        if not any(takes(o, f) for f in flows):
+            whose = f"{', '.join(o.stacks)} flows" if o.stacks else "flows"
+            whose = f"rr {whose}" if o.field in RR_FIELDS else whose
+            fix = "add :rr to one" if o.field in RR_FIELDS and not o.stacks else "add such a flow"
+            raise errors.BadMix(
+                f"--{o.name} applies to {whose}, and --mix '{opts.mix}' has none; drop --{o.name} or {fix}."
+            )
+    opts.probes = ()
+    opts.sample_hz = 0
+    return flows
+
+
+def takes(o: options.Option, flow: Flow) -> bool:
+    """Whether an option applies to a flow: its stack and its pattern."""
+    return (not o.stacks or flow.stack in o.stacks) and (o.field not in RR_FIELDS or flow.pattern == "rr")
+
+
+def flow_options(opts, flow: Flow):
+    """One flow's options: the run's, for its stack, pattern and port; an
+    option of another stack or pattern is left out (the mix as a whole was
+    checked to use it somewhere)."""
+    values = {"stack": flow.stack, "pattern": flow.pattern, "port": flow.port, "mix": None}
+    for o in options.OPTIONS:
+        if not takes(o, flow):
+            values[o.field] = o.default
+    if flow.pattern == "rr":
+        values["streams"] = 1
+    return replace(opts, **values)
+
+
+# --- what a mix measured, and its record ------------------------------------------------
+
+
+@dataclass
+class FlowMeasurement:
+    flow: dict  # asdict(Flow)
+    options: dict  # asdict of the flow's checked options
+    pids: Dict[str, int]
+    connected: dict  # the client's "connected" event
+    marks: Dict[str, Dict[str, dict]]  # edge -> side -> the workload's mark
+    cpu: Dict[str, Dict[str, dict]]  # edge -> side -> asdict(cpu.ProcessCpu)
+    done: Dict[str, dict]  # side -> the workload's final report
+    reports: Optional[List[dict]] = None  # rr: the client's events
+
+
+@dataclass
+class MixMeasurement:
+    options: dict  # asdict(RunOptions) of the run, --mix included
+    environment: dict
+    measured_at: str
+    edges: Dict[str, dict]  # edge -> {t_ns, system: asdict(SystemCpu), qdiscs}
+    flows: List[FlowMeasurement]
+    link: Optional[dict] = None  # with --link: link.apply's plan and the qdiscs read back
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1)
+
+    @classmethod
+    def from_json(cls, text: str) -> "MixMeasurement":
+        d = json.loads(text)
+        d["flows"] = [FlowMeasurement(**f) for f in d["flows"]]
+        return cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})
+
+
+def _delta(m: FlowMeasurement, side: str, key: str) -> int:
+    return m.marks["end"][side][key] - m.marks["start"][side][key]
+
+
+def _retransmits(m: FlowMeasurement, side: str) -> Optional[int]:
+    a, b = m.marks["start"][side], m.marks["end"][side]
+    if "conn_stats" in a and "conn_stats" in b:
+        key = "send_suspected_lost_packets"
+        return b["conn_stats"][key] - a["conn_stats"][key]
+    if "tcp_info" in a and "tcp_info" in b:
+        return b["tcp_info"]["total_retrans"] - a["tcp_info"]["total_retrans"]
+    return None
+
+
+def _oncpu_s(m: FlowMeasurement, side: str) -> float:
+    return m.cpu["end"][side]["oncpu_s"] - m.cpu["start"][side]["oncpu_s"]
+
+
+def describe_flow(m: FlowMeasurement, cpu_window_s: float) -> dict:
+    """One flow over the window: what its receiver verified, what its
+    sender retransmitted, what its processes spent."""
+    f = m.flow
+    nbytes = _delta(m, "server", "app_bytes")
+    seconds = _delta(m, "server", "t_ns") / 1e9
+    oncpu = {side: _oncpu_s(m, side) for side in ("client", "server")}
+    family = "quic" if f["stack"] == "quic" else ("udp" if f["stack"] == "udp" else "tcp")
+    out = {
+        "flow": f["index"],
+        "stack": f["stack"],
+        "pattern": f["pattern"],
+        "port": f["port"],
+        "bytes": nbytes,
+        "window_s": seconds,
+        "goodput_mbps": nbytes * 8 / seconds / 1e6 if seconds > 0 else None,
+        "share": None,
+        "tcp_congestion_control": m.done["client"].get("tcp_congestion_control"),
+        "retransmits": _retransmits(m, "client"),
+        "retransmits_source": RETRANSMITS_SOURCE[family],
+        "retransmits_per_mb": None,
+        "oncpu_s": oncpu,
+        "ns_per_byte": {side: oncpu[side] * 1e9 / nbytes if nbytes else None for side in oncpu},
+        "cpu_utilisation": {side: oncpu[side] / cpu_window_s for side in oncpu},
+        "rr": None,
+    }
+    if out["retransmits"] is not None and nbytes:
+        out["retransmits_per_mb"] = out["retransmits"] / (nbytes / 1e6)
+    if f["pattern"] == "rr":
+        o = m.options
+        rec = {"cpu": {side: {"oncpu_schedstat_s": oncpu[side]} for side in oncpu}}
+        out["rr"] = rr.describe(
+            m.reports or [],
+            m.marks["start"]["client"]["t_ns"],
+            m.marks["end"]["client"]["t_ns"],
+            o["period_s"],
+            o["payload"],
+            m.done["client"],
+            rec,
+            None,
+        )
+    return out
+
+
+def by_stack(flows: List[dict]) -> Dict[str, dict]:
+    """The bulk flows of each stack: how many, their mean goodput and its
+    spread (sample standard deviation, as the seed's table), their share."""
+    total = sum(f["bytes"] for f in flows)
+    out: Dict[str, dict] = {}
+    for stack in dict.fromkeys(f["stack"] for f in flows):
+        mine = [f for f in flows if f["stack"] == stack]
+        rates = [f["goodput_mbps"] for f in mine if f["goodput_mbps"] is not None]
+        out[stack] = {
+            "flows": len(mine),
+            "goodput_mbps_mean": statistics.fmean(rates) if rates else None,
+            "goodput_mbps_stdev": statistics.stdev(rates) if len(rates) > 1 else None,
+            "share": sum(f["bytes"] for f in mine) / total if total else None,
+            "jain_index": jain_index(f["bytes"] for f in mine),
+        }
+    return out
+
+
+def bottleneck(link_rec: Optional[dict], bulk_bytes: int, rr_bytes: int) -> Optional[dict]:
+    """The bottleneck's own counters on the data's direction (client to
+    server): what it passed and dropped, and how the flows' verified bytes
+    compare with what crossed it (headers and retransmissions make it
+    less than 1)."""
+    if link_rec is None:
+        return None
+    d = link_rec["directions"]["client_to_server"]
+    window = d.get("window") or {}
+    root = window.get("tbf") or window.get("netem")
+    if root is None:
+        return None
+    return {
+        "qdisc": "tbf" if "tbf" in window else "netem",
+        **{k: root[k] for k in link.COUNTERS},
+        "utilisation": d.get("utilisation"),
+        "netem_drops_percent": d.get("netem_drops_percent"),
+        "flows_bytes": bulk_bytes + rr_bytes,
+        "flows_bytes_over_wire_bytes": (bulk_bytes + rr_bytes) / root["bytes"] if root["bytes"] else None,
+    }
+
+
+def describe(m: MixMeasurement) -> dict:
+    """The record's figures for a mix (the caller adds id, config and the
+    environment): each flow, the stacks' shares, Jain's index over the
+    bulk flows, the system's CPU and the bottleneck."""
+    start, end = m.edges["start"], m.edges["end"]
+    cpu_window_s = (end["t_ns"] - start["t_ns"]) / 1e9
+    system = cpu.SystemCpu(**end["system"]) - cpu.SystemCpu(**start["system"])
+    busy = system.user_s + system.nice_s + system.system_s + system.irq_s + system.softirq_s + system.steal_s
+    flows = [describe_flow(f, cpu_window_s) for f in m.flows]
+    bulk = [f for f in flows if f["pattern"] == "bulk"]
+    bulk_bytes = sum(f["bytes"] for f in bulk)
+    rr_bytes = sum(f["bytes"] for f in flows if f["pattern"] == "rr")
+    for f in bulk:
+        f["share"] = f["bytes"] / bulk_bytes if bulk_bytes else None
+    link_rec = None
+    if m.link is not None:
+        text = m.options["link"]
+        link_rec = link.describe(text, link.parse(text), m.link, {"start": start["qdiscs"], "end": end["qdiscs"]})
+        busiest = max(u for f in flows for u in f["cpu_utilisation"].values())
+        utilisation = busy / (busy + system.idle_s + system.iowait_s) if busy + system.idle_s else None
+        link.add_saturation(link_rec, cpu_window_s, utilisation, busiest)
+    seconds = statistics.fmean(f["window_s"] for f in flows)
+    return {
+        "bytes": bulk_bytes + rr_bytes,
+        "window_s": seconds,
+        "cpu_window_s": cpu_window_s,
+        "throughput_gbps": (bulk_bytes + rr_bytes) * 8 / seconds / 1e9,
+        "link": link_rec,
+        "mix": {
+            "spec": m.options["mix"],
+            "instruments": "goodput from each receiver's verified bytes, retransmissions from each sender's "
+            "stack, CPU from each process's schedstat; no eBPF probes or stack samples in a mix",
+            "flows": flows,
+            "jain_index": jain_index(f["bytes"] for f in bulk),
+            "by_stack": by_stack(bulk),
+            "system_cpu": {
+                "busy_s": busy,
+                "idle_s": system.idle_s,
+                "utilisation": busy / (busy + system.idle_s + system.iowait_s) if busy + system.idle_s else None,
+            },
+            "bottleneck": bottleneck(link_rec, bulk_bytes, rr_bytes),
+        },
+    }
