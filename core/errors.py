@@ -166,6 +166,19 @@ class BadMix(QprofError):
     exit_code = 31
 
 
+class UnknownExportFormat(QprofError):
+    """`qprof export --format` names no format qprof writes."""
+
+    exit_code = 32
+
+
+class NoPerfData(QprofError):
+    """`qprof export --format perf-script` of a run that kept no perf.data
+    (it is deleted after folding unless `qprof run --keep-perf-data`)."""
+
+    exit_code = 34
+
+
 class Interrupted(QprofError):
     """Ctrl-C or SIGTERM: 128 + SIGINT, as shells report it."""
 
