@@ -16,13 +16,9 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
 from qprof import errors, remains
-from qprof.rundir import RunDir
+from qprof.rundir import COMPARISON_RECORD, COMPARISONS_SUBDIR, RunDir
 
 from . import environment, link, options, runner, transports
-
-COMPARISON_RECORD = "comparison.json"
-COMPARISONS_SUBDIR = "comparisons"
-
 
 # The --vary keys: the options collectors/options.py marks as variable,
 # each parsed and range-checked by its own Option, then the whole

@@ -12,6 +12,7 @@ half a record.
 import json
 import os
 import secrets
+import sys
 import time
 from pathlib import Path
 from typing import Optional
@@ -20,10 +21,13 @@ from . import interrupts, remains
 from .errors import Interrupted, QprofError, RunNotFound, RunsDirUnwritable
 
 RECORD = "run.json"
+# A comparison's directory is RUNS_DIR/comparisons/<id>/, its record comparison.json.
+COMPARISON_RECORD = "comparison.json"
+COMPARISONS_SUBDIR = "comparisons"
 # Each record's schema (collectors/schema/<name>.schema.json) and its
 # version: a change to a field's name or meaning bumps it, and the README
 # says what changed (README, "Record versions").
-SCHEMA_VERSIONS = {RECORD: 2, "comparison.json": 2}
+SCHEMA_VERSIONS = {RECORD: 2, COMPARISON_RECORD: 2}
 
 
 def new_run_id() -> str:
@@ -60,6 +64,11 @@ class RunDir:
         self.record_name = record_name
         self.schema_version = SCHEMA_VERSIONS[record_name]
         self.record: dict = {"schema_version": self.schema_version, "id": self.id, "status": "running"}
+
+    @property
+    def runs_root(self) -> Path:
+        """The runs directory whose history (index.sqlite) lists this record."""
+        return self.root.parent if self.record_name == COMPARISON_RECORD else self.root
 
     def save(self) -> None:
         write_json_atomic(self.path / self.record_name, self.record)
@@ -98,6 +107,8 @@ class RunDir:
                         raise
             if saved:
                 remains.ledger().release("runs", str(self.path / self.record_name))
+                if self.record.get("status") != "complete":
+                    self._index()
 
     def _drop(self) -> None:
         """A directory whose first record could not be written is not a run."""
@@ -122,6 +133,22 @@ class RunDir:
             os.replace(tmp, latest)
         except OSError as e:
             raise unwritable(self.root, e)
+        self._index()
+
+    def _index(self) -> None:
+        """Into the run history as the run ends; the history is a cache, so
+        a failure here is a warning and the run stays as it is."""
+        try:
+            from . import history
+
+            history.add(self.runs_root, self.path / self.record_name)
+        except Exception as e:
+            print(
+                f"qprof: warning: {self.id} is not in the run history {self.runs_root / 'index.sqlite'} ({e}); "
+                "`qprof ls` adds it.",
+                file=sys.stderr,
+                flush=True,
+            )
 
 
 def unwritable(path: Path, e: OSError) -> RunsDirUnwritable:
