@@ -25,6 +25,9 @@ setup(
         "click>=8.1,<9",
         "rich>=13.7,<16",
         "hdrhistogram>=0.10.3,<0.11",  # request/response latency (HdrHistogram_py)
+        # `qprof export --format pprof` writes profile.proto with it (its descriptor
+        # API; GetMessageClass since 4.25)
+        "protobuf>=4.25,<8",
     ],
     extras_require={"test": ["pytest>=8,<10", "jsonschema>=4.18,<5", "ruff==0.17.6"]},
     entry_points={"console_scripts": ["qprof = qprof.cli.main:main"]},

@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from qprof.errors import BadValue
-from qprof.flamegraphs import categories, diff, draw, folded, normalize, sides
+from qprof.flamegraphs import categories, diff, draw, export, normalize, sides
 
 ABSENT = "—"
 
@@ -114,10 +114,7 @@ def flame(run_id, side, open_svg, print_folded, diff, runs_dir):
 def print_stacks(opts: FlameOptions) -> None:
     run = sides.load_run(opts.runs_dir, opts.run_id)
     loaded = {side: sides.load_side(run, side).stacks for side in opts.sides}  # all checked before any output
-    for side, stacks in loaded.items():
-        if len(opts.sides) > 1:
-            stacks = {f"{side};{s}": n for s, n in stacks.items()}
-        folded.write(stacks, sys.stdout)
+    sys.stdout.write(export.folded_text(loaded))
 
 
 def draw_run(opts: FlameOptions) -> List[Path]:
