@@ -129,9 +129,10 @@ def profile(
     M = message_classes()
     strings = _Strings()
     prof = M["Profile"]()
-    for typ, u in sample_types(unit):
+    types = sample_types(unit)
+    for typ, u in types:
         prof.sample_type.add(type=strings(typ), unit=strings(u))
-    prof.default_sample_type = len(prof.sample_type) - 1
+    prof.default_sample_type = strings(types[-1][0])  # the type's name, in the string table
     prof.period_type.type, prof.period_type.unit = strings("cpu"), strings("nanoseconds")
     prof.period = period_ns
     prof.time_nanos, prof.duration_nanos = time_nanos, duration_nanos
