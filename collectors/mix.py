@@ -107,8 +107,6 @@ def check(opts, cpus: int) -> List[Flow]:
         raise errors.BadMix(
             "--mix's flows are one connection of one stream each (more flows: raise the counts); drop --streams."
         )
-    if opts.guest and opts.topology == "loopback":
-        raise errors.BadMix("--mix needs the veth pair to share; drop --topology loopback.")
     flows = parse(opts.mix, opts.pattern, opts.port, cpus)
     for o in options.OPTIONS:
         value = getattr(opts, o.field)
@@ -139,8 +137,6 @@ def flow_options(opts, flow: Flow):
     for o in options.OPTIONS:
         if not takes(o, flow):
             values[o.field] = o.default
-    if flow.pattern == "rr":
-        values["streams"] = 1
     return replace(opts, **values)
 
 

@@ -70,16 +70,8 @@ def _run(opts: RunOptions, flows: Flows, binary: Path, on_progress) -> dict:
         for p in plans.values():
             devices.update(p.devices)
         with Topology(opts.topology, rundir.id[-6:], mtu=opts.mtu) as topo:
-            on_progress(
-                f"run {rundir.id}: {len(flows)} flows ({opts.mix}) over {topo.kind}"
-                + (f" {topo.subnet}" if topo.subnet else "")
-                + f", output in {rundir.path}"
-            )
-            for ep in (topo.client, topo.server) if topo.kind == "netns" else ():
-                offload.set_device_features(ep, devices)
-            emulated = None
-            if opts.link:
-                emulated = link.apply(link.parse(opts.link), {"client": topo.client, "server": topo.server}, opts.mtu)
+            what = f"run {rundir.id}: {len(flows)} flows ({opts.mix})"
+            emulated = runner.set_up(topo, opts, devices, what, rundir.path, on_progress)
             m = _measure(opts, flows, plans, binary, topo, rundir.path, cert, key, on_progress, emulated)
             m.link = emulated.applied if emulated else None
         write_text_atomic(rundir.path / MIX_MEASUREMENT, m.to_json())

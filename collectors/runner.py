@@ -319,16 +319,7 @@ def _run(opts: RunOptions, binary: Path, on_progress, faults: Faults) -> dict:
             plan.env = {"client": {}, "server": {}}
         floor_parts = floor.measure(opts.stack)  # cached; before anything else runs
         with Topology(opts.topology, rundir.id[-6:], mtu=opts.mtu) as topo:
-            on_progress(
-                f"run {rundir.id}: {opts.stack} over {topo.kind}"
-                + (f" {topo.subnet}" if topo.subnet else "")
-                + f", output in {rundir.path}"
-            )
-            for ep in (topo.client, topo.server) if topo.kind == "netns" else ():
-                offload.set_device_features(ep, plan.devices)
-            emulated = None
-            if opts.link:
-                emulated = link.apply(link.parse(opts.link), {"client": topo.client, "server": topo.server}, opts.mtu)
+            emulated = set_up(topo, opts, plan.devices, f"run {rundir.id}: {opts.stack}", rundir.path, on_progress)
             m = _transfer(opts, binary, topo, rundir.path, cert, key, on_progress, plan, faults, floor_parts, emulated)
             m.link = emulated.applied if emulated else None
         # The raw measurement first: if describing it fails, the evidence stays.
@@ -338,6 +329,17 @@ def _run(opts: RunOptions, binary: Path, on_progress, faults: Faults) -> dict:
         offload.verify(plan.effective, rec["offload"]["observed"])
         rundir.complete(rec)
         return rundir.record
+
+
+def set_up(topo: Topology, opts: RunOptions, devices: dict, what: str, run_path: Path, on_progress):
+    """The topology made ready for a run: the veths' offload features and
+    the --link (its Emulated, or None)."""
+    on_progress(f"{what} over {topo.kind}" + (f" {topo.subnet}" if topo.subnet else "") + f", output in {run_path}")
+    for ep in (topo.client, topo.server) if topo.kind == "netns" else ():
+        offload.set_device_features(ep, devices)
+    if not opts.link:
+        return None
+    return link.apply(link.parse(opts.link), {"client": topo.client, "server": topo.server}, opts.mtu)
 
 
 def _transfer(
