@@ -202,20 +202,6 @@ static void json_tcp_info(struct wl_json *j)
 	wl_json_raw(j, "tcp_info", wl_json_end(&p));
 }
 
-/* The congestion control the first connection ran, as its socket says. */
-static void json_tcp_cc(struct wl_json *j)
-{
-	char name[16] = ""; /* the kernel's TCP_CA_NAME_MAX */
-	socklen_t len = sizeof(name);
-	int fd;
-
-	pthread_mutex_lock(&tcp_state.conn_lock);
-	fd = tcp_state.nconns ? tcp_state.conns[0].fd : -1;
-	if (fd >= 0 && getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name, &len) == 0)
-		wl_json_str(j, "tcp_congestion_control", name);
-	pthread_mutex_unlock(&tcp_state.conn_lock);
-}
-
 static void json_tls(struct wl_json *j)
 {
 	bool send = tcp_state.nconns > 0, recv = tcp_state.nconns > 0;
@@ -585,16 +571,24 @@ static void dl_nodelay(int fd)
  * --tcp-cc on each socket, as iperf3 -C does: a namespace other than the
  * host's may only default to the host's allowed algorithms, a socket of
  * a privileged process may use any the kernel has. Accepted sockets
- * inherit the listener's.
+ * inherit the listener's. The first socket's, as the kernel reports it,
+ * goes in the done report.
  */
+static char tcp_cc_ran[16]; /* the kernel's TCP_CA_NAME_MAX */
+
 static int set_tcp_cc(int fd)
 {
 	const char *cc = tcp_state.o->tcp_cc;
+	socklen_t len = sizeof(tcp_cc_ran);
 
-	if (!cc || setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, cc, strlen(cc)) == 0)
-		return 0;
-	fail(WL_EXIT_USAGE, "TCP congestion control '%s' was refused: %s", cc, strerror(errno));
-	return -1;
+	if (cc && setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, cc, strlen(cc))) {
+		fail(WL_EXIT_USAGE, "TCP congestion control '%s' was refused: %s", cc,
+		     strerror(errno));
+		return -1;
+	}
+	if (!tcp_cc_ran[0] && getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, tcp_cc_ran, &len))
+		tcp_cc_ran[0] = 0;
+	return 0;
 }
 
 /* Closes conns[0] under the lock a mark reads it with; keeps its counts. */
@@ -1797,7 +1791,8 @@ static void emit_done(int code)
 			     code == WL_EXIT_OK && !atomic_load(&tcp_state.verify_failed));
 	json_tls(&j);
 	json_tcp_info(&j);
-	json_tcp_cc(&j);
+	if (tcp_cc_ran[0])
+		wl_json_str(&j, "tcp_congestion_control", tcp_cc_ran);
 	wl_emit("%s", wl_json_end(&j));
 }
 
