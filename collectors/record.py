@@ -80,19 +80,22 @@ def describe(m: Measurement, run_path: Path) -> dict:
         downloads.describe(m.reports, opts.size, opts.count, opts.resume, rec) if opts.pattern == "download" else None
     )
     rec["rr"] = rr_record(opts, m, rec) if opts.pattern == "rr" else None
-    rec["streams"] = streams_record(m.window) if opts.pattern == "bulk" else None
+    rec["streams"] = streams_record(m.window, opts.streams) if opts.pattern == "bulk" else None
     return rec
 
 
-def streams_record(window: Window) -> Optional[dict]:
+def streams_record(window: Window, streams: int) -> Optional[dict]:
     """Each stream's (QUIC) or connection's (TCP) verified bytes over the
     window, as the receiver counted them, its goodput, and Jain's index
-    over them; None when the receiver does not report them."""
+    over them; None when the receiver does not report them. A stream the
+    receiver has not seen yet (msquic opens a stream at its peer with its
+    first byte) moved nothing: 0."""
     a = window.start.server_mark.get("stream_bytes")
     b = window.end.server_mark.get("stream_bytes")
     if a is None or b is None:
         return None
-    a = list(a) + [0] * (len(b) - len(a))
+    n = max(streams, len(b))
+    a, b = list(a) + [0] * (n - len(a)), list(b) + [0] * (n - len(b))
     got = [y - x for x, y in zip(a, b)]
     seconds = window.seconds
     return {
