@@ -99,3 +99,49 @@ def test_requests_over_a_round_trip(runs_dir):
     assert r["connections_opened"] >= 4
     # The guest's own namespaces say which congestion control TCP ran.
     assert rec["environment"]["topology"]["client"]["tcp_congestion_control"]
+
+
+def test_a_request_flow_beside_a_bulk_flow_over_a_round_trip(runs_dir):
+    """--mix in the guest, where the link has a round trip: the bulk QUIC
+    flow fills the 10 Mbit/s link and its queue, and the TCP request flow
+    beside it waits at least the round trip for every response."""
+    rec = run_json(
+        runs_dir,
+        *("--mix", "quic:1,tcp:1:rr", "--guest", "--link", "rtt=40ms,rate=10mbit", "--period", "20ms"),
+        *("--duration", "3s", "--warmup", "1s"),
+        timeout=400,
+    )
+    assert qemu_processes() == []
+    assert rec["status"] == "complete" and rec["stack"] == "mix" and rec["guest_run"]
+    bulk, rr = rec["mix"]["flows"]
+    assert (bulk["stack"], bulk["pattern"], rr["stack"], rr["pattern"]) == ("quic", "bulk", "tcp", "rr")
+    assert 0 < bulk["goodput_mbps"] <= 10
+    r = rr["rr"]
+    assert r["responses"] > 100 and r["delay_ns"]["min"] >= 40_000_000
+    b = rec["mix"]["bottleneck"]
+    assert b["qdisc"] == "tbf" and 0.8 < b["flows_bytes_over_wire_bytes"] < 1
+    assert rr["tcp_congestion_control"] == rec["environment"]["topology"]["client"]["tcp_congestion_control"]
+
+
+@pytest.mark.parametrize("stack", ["quic", "tcp"])
+def test_streams_under_loss(runs_dir, stack):
+    """Part 4 of the streams: three streams (connections) over a lossy
+    link; each one's bytes add up to the run's, and the losses were
+    repaired."""
+    rec = run_json(
+        runs_dir,
+        *("--stack", stack, "--streams", "3", "--guest", "--link", "rtt=40ms,loss=1%,rate=20mbit"),
+        *("--duration", "3s", "--warmup", "1s", "--probes", "none", "--sample-hz", "0"),
+        timeout=400,
+    )
+    assert rec["status"] == "complete" and rec["verified"] is True
+    s = rec["streams"]
+    assert len(s["bytes"]) == 3 and sum(s["bytes"]) == rec["bytes"]
+    assert 1 / 3 - 1e-9 <= s["jain_index"] <= 1
+    drops = rec["link"]["directions"]["client_to_server"]["window"]["netem"]["drops"]
+    assert drops > 0
+    w = rec["workload"]["client"]["window"]
+    retransmitted = (
+        w["conn_stats"]["send_suspected_lost_packets"] if stack == "quic" else w["tcp_info"]["total_retrans"]
+    )
+    assert retransmitted > 0
