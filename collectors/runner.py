@@ -179,6 +179,12 @@ def check_rr(opts: RunOptions) -> None:
             f"--period {opts.period_s * 1e6:g}us is below {MIN_RR_PERIOD_S * 1e6:g}us, faster than one "
             "client can keep a schedule; raise it."
         )
+    duration_s = opts.duration_s or options.DEFAULT_DURATION_S
+    if opts.period_s >= duration_s:
+        raise errors.BadValue(
+            f"--period {opts.period_s:g}s is not shorter than the {duration_s:g} s window, so no request "
+            "would be due inside it; lower --period or raise --duration."
+        )
     if opts.payload is None:
         opts.payload = options.DEFAULT_RR_PAYLOAD
 

@@ -21,6 +21,8 @@ BAD_VALUE = 4
         (["--pattern", "rr", "--stack", "tcp", "--rr-streams", "one"], ["--rr-streams chooses QUIC"]),
         (["--pattern", "rr", "--stack", "quic", "--tcp-conns", "on-demand"], ["--tcp-conns chooses TCP"]),
         (["--pattern", "rr", "--period", "50us"], ["below 100us"]),
+        (["--pattern", "rr", "--period", "20s", "--duration", "5s"], ["not shorter than the 5 s window"]),
+        (["--pattern", "rr", "--period", "10s"], ["not shorter than the 10 s window"]),
         (["--pattern", "rr", "--payload", "8"], ["--payload 8 is not from 16"]),
         (["--pattern", "rr", "--bytes", "1M"], ["--bytes does not apply to --pattern rr"]),
         (["--pattern", "rr", "--streams", "2"], ["--streams does not apply to --pattern rr"]),
