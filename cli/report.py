@@ -178,6 +178,20 @@ def _print_rr(rec: dict, console: Console) -> None:
         console.print(line)
 
 
+def interval_text(i: dict) -> str:
+    """One interval, one greppable line, as iperf3 -i prints them."""
+    return (
+        f"[{i['start_s']:6.2f}-{i['end_s']:6.2f} s] {i['bytes'] / 1e6:10.2f} MB {_num(i['gbps'], '{:8.3f}')} Gbit/s"
+        f"  CPUs client {_num(i['client_cpus'], '{:.2f}')} server {_num(i['server_cpus'], '{:.2f}')}"
+        f"  ns/B client {_num(i['client_ns_per_byte'], '{:.3f}')} server {_num(i['server_ns_per_byte'], '{:.3f}')}"
+        f"  machine {_num(i['system_utilisation'], '{:.0%}')} busy"
+    )
+
+
+def print_interval(i: dict) -> None:
+    print(interval_text(i), flush=True)
+
+
 def print_mix(rec: dict, console: Optional[Console] = None) -> None:
     """A --mix run: each flow's goodput, share, retransmissions and CPU,
     the stacks' shares and Jain's index, then the bottleneck."""

@@ -55,7 +55,7 @@ def run(ctx, stack, as_json, fault, options_file, **kwargs):
             raise errors.BadMix("faults are injected into single runs; drop --mix or --inject-fault.")
         record = mixrun.run(opts)
     else:
-        record = runner.run(opts, faults=Faults(fault))
+        record = runner.run(opts, faults=Faults(fault), on_interval=None if as_json else report.print_interval)
     if as_json:
         click.echo(json.dumps(record, indent=2))
     elif record["stack"] == "mix":

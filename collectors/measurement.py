@@ -39,6 +39,7 @@ class Measurement:
     floor_parts: dict  # floor.measure(stack)
     link: Optional[dict] = None  # with --link: link.apply's plan and the qdiscs read back
     reports: Optional[Dict[str, list]] = None  # --pattern download: side -> its per-download events
+    intervals: Optional[list] = None  # --interval: window.sample_intervals' samples between the edges
 
     def to_json(self) -> str:
         d = {f.name: getattr(self, f.name) for f in fields(self)}

@@ -37,6 +37,8 @@ TCP_STACKS = ("tcp", "tcp-tls", "tcp-ktls")
 DEFAULT_RR_PERIOD_S = 0.010
 DEFAULT_RR_PAYLOAD = 256
 DEFAULT_DURATION_S = 10.0
+DEFAULT_INTERVAL_S = 1.0
+MIN_INTERVAL_S = 0.1
 DEFAULT_DOWNLOAD_SIZE = 1 << 20
 DEFAULT_DOWNLOAD_COUNT = 10
 
@@ -311,6 +313,14 @@ OPTIONS: List[Option] = [
         vary=True,
         workload="--tcp-cc",
         metavar="NAME",
+    ),
+    Option(
+        "interval",
+        "duration",
+        DEFAULT_INTERVAL_S,
+        "bulk --duration runs: goodput and CPU per side every this long inside the window, "
+        "a line each on a terminal (as iperf3 -i) and in the record; 0 for none.",
+        field_name="interval_s",
     ),
     Option("mtu", "int", 1500, "veth MTU.", lo=576, hi=9000, cli=False),
     Option("port", "int", 4433, "Server port.", short="-p", lo=1, hi=65535),

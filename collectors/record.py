@@ -8,6 +8,7 @@ a stored measurement gives the same record again
 """
 
 import copy
+import statistics
 from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Optional
@@ -18,7 +19,7 @@ from qprof.perbyte import side_bytes
 
 from . import cpu, derive, downloads, floor, link, netstat, offload, options, rr, transports
 from .measurement import Measurement
-from .window import Window, counter_delta
+from .window import Window, counter_delta, edge_sample, interval_figures
 
 UDP_IP_HEADERS = 28  # IPv4 + UDP
 MSQUIC_MAX_MTU = 1500  # msquic's default MaximumMtu
@@ -44,7 +45,8 @@ def describe(m: Measurement, run_path: Path) -> dict:
     9. the emulated link, its counters, and what limited the run (needs 1);
     10. each download, its percentiles and costs (needs 1 and 2);
     11. request/response delays and what each request cost (needs 1 and 4);
-    12. each stream's share of a bulk transfer (needs 1)."""
+    12. each stream's share of a bulk transfer (needs 1);
+    13. the window's intervals (needs 1)."""
     opts = run_options(m)
     rec = build_record(opts, m)
     rec["probes"] = m.probes
@@ -81,7 +83,26 @@ def describe(m: Measurement, run_path: Path) -> dict:
     )
     rec["rr"] = rr_record(opts, m, rec) if opts.pattern == "rr" else None
     rec["streams"] = streams_record(m.window, opts.streams) if opts.pattern == "bulk" else None
+    rec["intervals"] = intervals_record(opts, m)
     return rec
+
+
+def intervals_record(opts: options.RunOptions, m: Measurement) -> Optional[dict]:
+    """The window cut into --interval pieces (the last one shorter), each
+    one's goodput and CPU per side, and how steady the goodput was: the
+    coefficient of variation over the whole intervals (None with fewer
+    than two)."""
+    if m.intervals is None:
+        return None
+    start = m.window.start.t_ns
+    points = [edge_sample(m.window.start, "server"), *m.intervals, edge_sample(m.window.end, "server")]
+    samples = [
+        {"start_s": (a["t_ns"] - start) / 1e9, "end_s": (b["t_ns"] - start) / 1e9, **interval_figures(a, b)}
+        for a, b in zip(points, points[1:])
+    ]
+    whole = [s["gbps"] for s in samples[:-1] if s["gbps"] is not None]
+    cv = statistics.stdev(whole) / statistics.fmean(whole) if len(whole) > 1 and statistics.fmean(whole) else None
+    return {"interval_s": opts.interval_s, "samples": samples, "gbps_cv": cv}
 
 
 def streams_record(window: Window, streams: int) -> Optional[dict]:

@@ -40,7 +40,7 @@ from .options import RunOptions
 from .perf import PerfRecorder
 from .probes import ProbeSet, target_for
 from .topology import Topology
-from .window import Window, sleep_watching, take_edge
+from .window import Window, edge_sample, interval_figures, sample_intervals, sleep_watching, take_edge
 from .workload import WorkloadProcess
 
 DEFAULT_WARMUP_S = 1.0
@@ -80,6 +80,11 @@ def check_options(opts: RunOptions) -> transports.Stack:
         check_bulk_length(opts)
     check_link(opts)
     check_tcp_cc(opts)
+    if opts.interval_s and opts.interval_s < options.MIN_INTERVAL_S:
+        raise errors.BadValue(
+            f"--interval {opts.interval_s * 1e3:g}ms is below {options.MIN_INTERVAL_S * 1e3:g}ms, finer than "
+            "the marks it reads can be taken without disturbing the run; raise it, or 0 for none."
+        )
     offload.plan(opts.stack, opts.topology, opts.gso, opts.gro, opts.send_mode, opts.batch, opts.dgram_size)
     if opts.dgram_size is not None and opts.topology == "netns" and opts.dgram_size > opts.mtu - record.UDP_IP_HEADERS:
         raise errors.BadValue(
@@ -296,16 +301,23 @@ def workload_argv(
     return offload.argv_with_env(env, argv)
 
 
-def run(opts: RunOptions, on_progress: Callable[[str], None] = log, faults: Faults = NO_FAULTS) -> dict:
-    """faults: real failures for the tests (collectors/faults.py), never in the record."""
+def run(
+    opts: RunOptions,
+    on_progress: Callable[[str], None] = log,
+    faults: Faults = NO_FAULTS,
+    on_interval: Optional[Callable[[dict], None]] = None,
+) -> dict:
+    """faults: real failures for the tests (collectors/faults.py), never in
+    the record. on_interval: each --interval's figures as it ends (the
+    live lines; not from a guest)."""
     binary = preflight(opts)
     with remains.exclusive("run"):
         if opts.guest:
             return run_in_guest(opts, on_progress, faults)
-        return _run(opts, binary, on_progress, faults)
+        return _run(opts, binary, on_progress, faults, on_interval)
 
 
-def _run(opts: RunOptions, binary: Path, on_progress, faults: Faults) -> dict:
+def _run(opts: RunOptions, binary: Path, on_progress, faults: Faults, on_interval=None) -> dict:
     with RunDir(Path(opts.runs_dir)) as rundir:
         rundir.record.update({"stack": opts.stack, "config": asdict(opts)})
         cert, key = make_certificate(rundir.path)
@@ -326,7 +338,20 @@ def _run(opts: RunOptions, binary: Path, on_progress, faults: Faults) -> dict:
         floor_parts = floor.measure(opts.stack)  # cached; before anything else runs
         with Topology(opts.topology, rundir.id[-6:], mtu=opts.mtu) as topo:
             emulated = set_up(topo, opts, plan.devices, f"run {rundir.id}: {opts.stack}", rundir.path, on_progress)
-            m = _transfer(opts, binary, topo, rundir.path, cert, key, on_progress, plan, faults, floor_parts, emulated)
+            m = _transfer(
+                opts,
+                binary,
+                topo,
+                rundir.path,
+                cert,
+                key,
+                on_progress,
+                plan,
+                faults,
+                floor_parts,
+                emulated,
+                on_interval,
+            )
             m.link = emulated.applied if emulated else None
         # The raw measurement first: if describing it fails, the evidence stays.
         write_text_atomic(rundir.path / MEASUREMENT, m.to_json())
@@ -349,7 +374,18 @@ def set_up(topo: Topology, opts: RunOptions, devices: dict, what: str, run_path:
 
 
 def _transfer(
-    opts, binary, topo, run_path, cert, key, on_progress, plan, faults: Faults, floor_parts: dict, emulated=None
+    opts,
+    binary,
+    topo,
+    run_path,
+    cert,
+    key,
+    on_progress,
+    plan,
+    faults: Faults,
+    floor_parts: dict,
+    emulated=None,
+    on_interval=None,
 ) -> Measurement:
     """The transfer and every instrument around it; what they read, raw."""
     server_argv = workload_argv(binary, opts, "server", topo.server.addr, opts.port, plan, run_path)
@@ -367,7 +403,9 @@ def _transfer(
     ):
         udp_before = {side: netstat.read_udp(ep) for side, ep in sides}
         dev_before = {side: netstat.read_device(ep) for side, ep in sides}
-        connected, window, tls_before = _measure(opts, server, client, probes, perf, on_progress, faults, emulated)
+        connected, window, tls_before, intervals = _measure(
+            opts, server, client, probes, perf, on_progress, faults, emulated, on_interval
+        )
         measured_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         client_done = client.finish(FINISH_TIMEOUT_S)
         server_done = server.finish(FINISH_TIMEOUT_S)
@@ -419,6 +457,7 @@ def _transfer(
             "interposer": offload.read_interposer_reports(run_path),
         },
         floor_parts=floor_parts,
+        intervals=intervals,
     )
 
 
@@ -431,7 +470,7 @@ def _perf(opts, run_path):
         yield perf
 
 
-def _measure(opts, server, client, probes, perf, on_progress, faults: Faults, emulated=None):
+def _measure(opts, server, client, probes, perf, on_progress, faults: Faults, emulated=None, on_interval=None):
     """Connect, warm up, and take the window's two edges. A fixed-size
     transfer is measured whole: the window opens before the client
     connects and closes when the server has the last byte."""
@@ -455,7 +494,7 @@ def _measure(opts, server, client, probes, perf, on_progress, faults: Faults, em
         if perf is not None:
             perf.disable()
         connected = next((e for e in client.reports if e["event"] == "connected"), None) or {}
-        return connected, Window(start, end, receiver="client"), tls_before
+        return connected, Window(start, end, receiver="client"), tls_before, None
     if opts.bytes:
         if perf is not None:
             perf.enable()
@@ -473,7 +512,7 @@ def _measure(opts, server, client, probes, perf, on_progress, faults: Faults, em
         end = take_edge("end", server, client, probes, emulated)
         if perf is not None:
             perf.disable()
-        return connected, Window(start, end), tls_before
+        return connected, Window(start, end), tls_before, None
     client.send("start")
     connected = client.wait_event("connected", CONNECT_TIMEOUT_S)
     on_progress(f"connected; warming up {opts.warmup_s:g} s")
@@ -492,13 +531,34 @@ def _measure(opts, server, client, probes, perf, on_progress, faults: Faults, em
     if faults.kill_server:
         sleep_watching(start.t_ns + int(opts.duration_s * 0.3e9), procs)
         server.proc.kill()
-    sleep_watching(start.t_ns + int(opts.duration_s * 1e9), procs)
+    end_ns = start.t_ns + int(opts.duration_s * 1e9)
+    intervals = None
+    if opts.interval_s and opts.pattern == "bulk":
+        intervals = sample_intervals(
+            start,
+            end_ns,
+            opts.interval_s,
+            server,
+            server,
+            client,
+            lambda a, b: on_interval(interval_line(a, b, start.t_ns)) if on_interval else None,
+        )
+    else:
+        sleep_watching(end_ns, procs)
     end = take_edge("end", server, client, probes, emulated)
     if perf is not None:
         perf.disable()
     sleep_watching(end.t_ns + int(TAIL_S * 1e9), procs)
     client.send("stop")
-    return connected, Window(start, end), tls_before
+    if intervals is not None and on_interval:
+        last = intervals[-1] if intervals else edge_sample(start, "server")
+        on_interval(interval_line(last, edge_sample(end, "server"), start.t_ns))
+    return connected, Window(start, end), tls_before, intervals
+
+
+def interval_line(a: dict, b: dict, t0_ns: int) -> dict:
+    """An interval's figures with its place in the window (s from its start)."""
+    return {"start_s": (a["t_ns"] - t0_ns) / 1e9, "end_s": (b["t_ns"] - t0_ns) / 1e9, **interval_figures(a, b)}
 
 
 def _wait_for_done(receiver, stalled: Callable[[int], str]) -> None:

@@ -9,8 +9,8 @@ transfer of a fixed size). Everything qprof derives covers exactly it.
 """
 
 import time
-from dataclasses import dataclass
-from typing import Dict, Iterable, Optional
+from dataclasses import asdict, dataclass
+from typing import Callable, Dict, Iterable, List, Optional
 
 from . import cpu, link, netstat, transports
 from .workload import WorkloadProcess
@@ -86,6 +86,76 @@ def take_edge(name: str, server: WorkloadProcess, client: WorkloadProcess, probe
     if probes is not None:
         probes.collect_mark(name)
     return Edge(t_ns, system, server_cpu, client_cpu, server_mark, client_mark, tls_stat, net, tasks, qdiscs)
+
+
+def sample_intervals(
+    start: Edge,
+    end_ns: int,
+    interval_s: float,
+    receiver: WorkloadProcess,
+    server: WorkloadProcess,
+    client: WorkloadProcess,
+    on_sample: Callable[[dict, dict], None],
+) -> List[dict]:
+    """Inside the window, every interval_s until end_ns: the receiver's
+    verified bytes (a mark) and both processes' on-CPU time (schedstat),
+    and /proc/stat. Each sample goes to on_sample(previous, this) as it is
+    taken (the live lines); the list is the measurement's."""
+    procs = (server, client)
+    samples: List[dict] = []
+    prev = edge_sample(start, receiver.role)
+    k = 1
+    while True:
+        due = start.t_ns + int(k * interval_s * 1e9)
+        if due > end_ns - int(interval_s * 1e9) // 4:  # a sliver before the end edge is not an interval
+            sleep_watching(end_ns, procs)
+            return samples
+        sleep_watching(due, procs)
+        receiver.request_mark(f"interval-{k}")
+        t_ns = time.monotonic_ns()
+        sample = {
+            "t_ns": t_ns,
+            "system": asdict(cpu.read_system()),
+            "server_oncpu_s": cpu.read_process(server.pid).oncpu_s,
+            "client_oncpu_s": cpu.read_process(client.pid).oncpu_s,
+        }
+        mark = receiver.wait_event("mark", MARK_TIMEOUT_S)
+        sample.update(receiver_app_bytes=mark["app_bytes"], receiver_t_ns=mark["t_ns"])
+        samples.append(sample)
+        on_sample(prev, sample)
+        prev, k = sample, k + 1
+
+
+def edge_sample(e: Edge, receiver: str) -> dict:
+    """An edge in the form of an interval sample."""
+    mark = getattr(e, f"{receiver}_mark")
+    return {
+        "t_ns": e.t_ns,
+        "system": asdict(e.system),
+        "server_oncpu_s": e.server.oncpu_s,
+        "client_oncpu_s": e.client.oncpu_s,
+        "receiver_app_bytes": mark["app_bytes"],
+        "receiver_t_ns": mark["t_ns"],
+    }
+
+
+def interval_figures(a: dict, b: dict) -> dict:
+    """One interval between two samples: goodput by the receiver's clock,
+    each side's CPUs (on-CPU seconds per second), CPU per byte, and the
+    machine's busy share."""
+    nbytes = b["receiver_app_bytes"] - a["receiver_app_bytes"]
+    seconds = (b["receiver_t_ns"] - a["receiver_t_ns"]) / 1e9
+    wall = (b["t_ns"] - a["t_ns"]) / 1e9
+    sys_d = cpu.SystemCpu(**b["system"]) - cpu.SystemCpu(**a["system"])
+    busy = sys_d.user_s + sys_d.nice_s + sys_d.system_s + sys_d.irq_s + sys_d.softirq_s + sys_d.steal_s
+    total = busy + sys_d.idle_s + sys_d.iowait_s
+    out = {"bytes": nbytes, "seconds": seconds, "gbps": nbytes * 8 / seconds / 1e9 if seconds > 0 else None}
+    for side in ("client", "server"):
+        on = b[f"{side}_oncpu_s"] - a[f"{side}_oncpu_s"]
+        out[f"{side}_cpus"] = on / wall if wall > 0 else None
+        out[f"{side}_ns_per_byte"] = on * 1e9 / nbytes if nbytes else None
+    out["system_utilisation"] = busy / total if total > 0 else None
+    return out
 
 
 def sleep_watching(until_ns: int, procs: Iterable[WorkloadProcess]) -> None:

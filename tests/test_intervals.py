@@ -1,0 +1,73 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""--interval: the window cut into pieces as iperf3 -i does, each with its
+goodput and CPU per side; the pieces add up to the window."""
+
+import json
+
+import pytest
+
+from qprof.collectors import window
+
+from conftest import needs_build, qprof, run_json
+from test_bad_input import refused_run
+
+
+def _sample(t_s, nbytes, client_s, server_s, busy_s, idle_s):
+    system = {"user_s": busy_s, "nice_s": 0, "system_s": 0, "idle_s": idle_s, "iowait_s": 0}
+    system.update(irq_s=0, softirq_s=0, steal_s=0)
+    return {
+        "t_ns": int(t_s * 1e9),
+        "system": system,
+        "client_oncpu_s": client_s,
+        "server_oncpu_s": server_s,
+        "receiver_app_bytes": nbytes,
+        "receiver_t_ns": int(t_s * 1e9) + 1000,
+    }
+
+
+def test_interval_figures():
+    a, b = _sample(1.0, 1_000, 2.0, 3.0, 10.0, 10.0), _sample(1.5, 126_001_000, 2.4, 3.1, 10.75, 10.25)
+    f = window.interval_figures(a, b)
+    assert f["bytes"] == 126_000_000 and f["seconds"] == pytest.approx(0.5)
+    assert f["gbps"] == pytest.approx(126e6 * 8 / 0.5 / 1e9)
+    assert (f["client_cpus"], f["server_cpus"]) == (pytest.approx(0.8), pytest.approx(0.2))
+    assert f["client_ns_per_byte"] == pytest.approx(0.4e9 / 126e6)
+    assert f["system_utilisation"] == pytest.approx(0.75)
+
+
+@needs_build
+def test_intervals_add_up_to_the_window(runs_dir):
+    rec = run_json(runs_dir, "--stack", "tcp", "--duration", "2s", "--interval", "0.5s", "--probes", "none")
+    iv = rec["intervals"]
+    assert iv["interval_s"] == 0.5
+    s = iv["samples"]
+    assert 3 <= len(s) <= 5
+    # Contiguous, from the window's start to its end, and every verified byte in one of them.
+    assert s[0]["start_s"] == 0
+    assert all(x["end_s"] == pytest.approx(y["start_s"]) for x, y in zip(s, s[1:]))
+    assert s[-1]["end_s"] == pytest.approx(rec["cpu_window_s"], abs=1e-6)
+    assert sum(x["bytes"] for x in s) == rec["bytes"]
+    assert sum(x["seconds"] for x in s) == pytest.approx(rec["window_s"], rel=1e-6)
+    for x in s[:-1]:
+        assert x["end_s"] - x["start_s"] == pytest.approx(0.5, abs=0.1)
+        assert x["gbps"] > 0 and x["client_cpus"] > 0 and x["server_cpus"] > 0
+        assert 0 < x["system_utilisation"] <= 1
+    assert iv["gbps_cv"] >= 0
+
+
+@needs_build
+def test_a_line_per_interval_on_stdout_and_none_with_json(runs_dir):
+    r = qprof("run", "--stack", "udp", "--duration", "1s", "--interval", "0.25s", "--probes", "none", runs_dir=runs_dir)
+    assert r.returncode == 0, r.stderr
+    lines = [line for line in r.stdout.splitlines() if line.startswith("[")]
+    rec = json.loads((runs_dir / "latest" / "run.json").read_text())
+    assert len(lines) == len(rec["intervals"]["samples"])
+    assert "Gbit/s" in lines[0] and "ns/B client" in lines[0]
+    r = qprof("run", "--stack", "udp", "--duration", "1s", "--interval", "0", "--json", runs_dir=runs_dir)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["intervals"] is None
+
+
+@needs_build
+def test_an_interval_finer_than_the_marks_is_refused(runs_dir):
+    refused_run(runs_dir, ["--interval", "10ms"], 4, ["--interval 10ms is below 100ms"])
