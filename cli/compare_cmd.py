@@ -8,7 +8,14 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 
 from qprof.cli.run_options import to_run_options, transfer_options
@@ -95,12 +102,20 @@ def _run_with_progress(copts: compare.CompareOptions) -> dict:
     err = Console(stderr=True)
     if not sys.stderr.isatty():
         return compare.run(copts, on_run=lambda i, n, cfg: None, on_done=lambda entry: None)
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("left"),
+        TimeRemainingColumn(),
+    )
     with Progress(*columns, console=err, transient=True) as progress:
         task = progress.add_task("comparing", total=copts.repeat * len(copts.configs))
 
         def on_run(i, n, cfg):
-            progress.update(task, description=f"run {i}/{n}: {cfg.label}")
+            rep = (i - 1) // len(copts.configs) + 1
+            progress.update(task, description=f"repetition {rep}/{copts.repeat}, run {i}/{n}: {cfg.label}")
 
         def on_done(entry):
             rec = entry["record"]

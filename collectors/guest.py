@@ -29,7 +29,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional
+from typing import Callable, List, Optional
 
 from qprof import errors, interrupts, paths, remains
 
@@ -300,13 +300,19 @@ class GuestVM:
             return "no console output"
         return lines[-1].strip() if lines else "no console output"
 
-    def wait(self, timeout_s: float) -> List[str]:
-        """Until QEMU exits; the stages the guest reached."""
-        deadline = time.monotonic() + timeout_s
-        booted_by = time.monotonic() + BOOT_TIMEOUT_S
+    def wait(self, timeout_s: float, on_stage: Callable[[str, float], None] = lambda stage, s: None) -> List[str]:
+        """Until QEMU exits; the stages the guest reached, each told to
+        on_stage(stage, seconds since the wait began) as it is reached."""
+        t0 = time.monotonic()
+        deadline = t0 + timeout_s
+        booted_by = t0 + BOOT_TIMEOUT_S
+        told = 0
         while self.proc.poll() is None:
             now = time.monotonic()
             stages = self.stages()
+            for stage in stages[told:]:
+                on_stage(stage, now - t0)
+            told = len(stages)
             if now > deadline or (now > booted_by and "run" not in stages):
                 where = stages[-1] if stages else "before init ran"
                 raise errors.GuestTimeout(

@@ -608,7 +608,7 @@ def run_in_guest(opts: RunOptions, on_progress, faults: Faults) -> dict:
         )
         timeout_s = opts.warmup_s + (opts.duration_s or GUEST_UNTIMED_S) + GUEST_SLACK_S
         with guest.GuestVM(art, out, rundir.path / "console.log") as vm:
-            stages = vm.wait(timeout_s)
+            stages = vm.wait(timeout_s, lambda stage, s: on_progress(f"guest: {stage} after {s:.0f} s"))
         rc_file = out / "rc"
         if not rc_file.exists():
             raise errors.GuestBootFailed(
