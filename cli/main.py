@@ -53,6 +53,9 @@ def _register():
     cli.add_command(flame_cmd.flame)
     cli.add_command(compare_cmd.compare_cmd, name="compare")
     cli.add_command(clean_cmd.clean)
+    from qprof.cli import check_cmd
+
+    cli.add_command(check_cmd.check_cmd)
     from qprof.cli import export_cmd
 
     cli.add_command(export_cmd.export_cmd)

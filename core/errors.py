@@ -179,6 +179,13 @@ class NoPerfData(QprofError):
     exit_code = 34
 
 
+class Regression(QprofError):
+    """`qprof check`: a figure regressed beyond the baseline's spread and
+    the threshold; the sentence names each."""
+
+    exit_code = 40
+
+
 class Interrupted(QprofError):
     """Ctrl-C or SIGTERM: 128 + SIGINT, as shells report it."""
 

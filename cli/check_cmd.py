@@ -1,0 +1,127 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""`qprof check`: a run (or a comparison's configuration) against a
+baseline; exit 40 when it regressed (collectors/check.py says how)."""
+
+import json
+from pathlib import Path
+from typing import List, Optional
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from qprof import errors, rundir
+from qprof.collectors import check
+
+ABSENT = "—"
+
+
+def parse_share(text: str) -> float:
+    """5% or 0.05."""
+    t = text.strip()
+    try:
+        value = float(t[:-1]) / 100 if t.endswith("%") else float(t)
+    except ValueError:
+        raise errors.BadValue(f"--max-regression takes a share such as 5% or 0.05, not '{text}'.")
+    if not 0 <= value < 10:
+        raise errors.BadValue(f"--max-regression {text} is not a share from 0% up; write it like 5%.")
+    return value
+
+
+def records(root: Path, ident: str, config: Optional[int]) -> List[dict]:
+    """The run's record, or the records of a comparison's configuration."""
+    cpath = root / rundir.COMPARISONS_SUBDIR / ident / rundir.COMPARISON_RECORD
+    if cpath.exists():
+        comp = json.loads(cpath.read_text())
+        n = len(comp["configs"])
+        index = 0 if config is None else config
+        if not 0 <= index < n:
+            raise errors.BadValue(
+                f"comparison {ident} has configurations 0 to {n - 1} "
+                f"({', '.join(c['label'] for c in comp['configs'])}); pick one with --config."
+            )
+        return [rundir.load(root, r["id"]) for r in comp["runs"] if r["config"] == index]
+    if config is not None:
+        raise errors.BadValue(f"--config picks a comparison's configuration, and {ident} is a run; drop it.")
+    rec = rundir.load(root, ident)
+    if rec.get("status") != "complete":
+        raise errors.IncompatibleRuns(
+            f"run {ident} is {rec.get('status')}, so it has no figures to check; pick another."
+        )
+    return [rec]
+
+
+@click.command("check")
+@click.argument("run_id")
+@click.option("--baseline", "base_id", required=True, help="The run or comparison to hold RUN_ID to.")
+@click.option("--config", type=int, default=None, help="RUN_ID is a comparison: which configuration (0 first).")
+@click.option("--baseline-config", type=int, default=None, help="The baseline is a comparison: which configuration.")
+@click.option(
+    "--max-regression",
+    default="5%",
+    show_default=True,
+    help="How much worse a figure's median may be before it counts (if also beyond the baseline's range).",
+)
+@click.option("--force", is_flag=True, help="Compare a baseline of another stack or machine anyway (warns).")
+@click.option("--json", "as_json", is_flag=True, help="Print the verdict as JSON on stdout.")
+@click.option(
+    "--runs-dir",
+    type=click.Path(file_okay=False),
+    default="runs",
+    show_default=True,
+    envvar="QPROF_RUNS_DIR",
+    help="Where run directories are.",
+)
+def check_cmd(run_id, base_id, config, baseline_config, max_regression, force, as_json, runs_dir):
+    """Exit non-zero when RUN_ID's CPU per byte regressed against a baseline.
+
+    Each side's ns/B, the machine's, the throughput, and each side's ns/B
+    per category of work: a figure regressed when its median is worse than
+    the baseline's by more than --max-regression AND worse than every
+    baseline value (beyond its run-to-run spread; give a comparison with
+    --repeat for a spread). Exit 40 names the figures that grew; a
+    baseline of another stack or machine is refused (exit 24) unless
+    --force.
+
+    \b
+    EXAMPLES:
+      qprof check latest --baseline 20261123-101500-ab12cd
+      qprof check NEW_COMPARISON --baseline OLD_COMPARISON --max-regression 3%
+      qprof check RUN --baseline BASE --json | jq '.rows[] | select(.regressed)'
+    """
+    threshold = parse_share(max_regression)
+    root = Path(runs_dir)
+    run = records(root, run_id, config)
+    base = records(root, base_id, baseline_config)
+    warnings = check.comparable(run, base, force)
+    rows = check.verdict(run, base, threshold)
+    regressed = [r for r in rows if r["regressed"]]
+    if as_json:
+        click.echo(
+            json.dumps({"run": run_id, "baseline": base_id, "max_regression": threshold, "rows": rows}, indent=2)
+        )
+    else:
+        console = Console(highlight=False)
+        for w in warnings:
+            console.print(f"[yellow]warning: {w}; compared anyway (--force)[/]")
+        console.print(table(rows, run_id, base_id, threshold))
+    if regressed:
+        what = ", ".join(f"{r['figure']} {r['change'] * 100:+.1f}%" for r in regressed)
+        raise errors.Regression(
+            f"{run_id} regressed against {base_id} beyond the baseline's spread and {threshold * 100:g}%: {what}."
+        )
+
+
+def table(rows: List[dict], run_id: str, base_id: str, threshold: float) -> Table:
+    t = Table(title=f"{run_id} against {base_id} (regressed: worse by > {threshold * 100:g}% and beyond the range)")
+    for col in ("FIGURE", "MEDIAN", "BASELINE (min-max)", "CHANGE", "REGRESSED"):
+        t.add_column(col, justify="left" if col == "FIGURE" else "right")
+    for r in rows:
+        t.add_row(
+            r["figure"],
+            f"{r['median']:.3f}",
+            f"{r['baseline_median']:.3f} ({r['baseline_min']:.3f}-{r['baseline_max']:.3f})",
+            ABSENT if r["change"] is None else f"{r['change'] * 100:+.1f}%",
+            "[red]yes[/]" if r["regressed"] else "no",
+        )
+    return t

@@ -1,0 +1,123 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""`qprof check`: has a run (or a comparison's configuration) regressed
+against a baseline? For a transport developer's CI to gate on.
+
+Each side's CPU per byte (client, server, and the whole machine's), the
+throughput, and each side's CPU per byte by category of work (the stack
+samples' breakdown) are compared. A figure regressed when both hold:
+- it is worse than every baseline value (beyond the baseline's spread:
+  with one baseline run, than that run), and
+- its median is worse than the baseline's median by more than the
+  threshold (--max-regression, as a share); for a category, its growth
+  is also more than the threshold's share of its side's baseline ns/B (a
+  category of a few samples swings by more than its own size).
+So noise within the baseline's own range never fails a check, and a
+consistent shift smaller than the threshold does not either.
+
+Pure: records in, verdict out (cli/check_cmd.py finds the records).
+"""
+
+import statistics
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional, Tuple
+
+from qprof import errors
+
+SIDES = ("client", "server", "system")
+
+
+@dataclass(frozen=True)
+class Figure:
+    name: str
+    unit: str
+    higher_is_worse: bool
+    get: Callable[[dict], Optional[float]]
+    of_side: Optional[str] = None  # a category of this side's ns/B
+
+
+def _ns_per_byte(side: str) -> Callable[[dict], Optional[float]]:
+    return lambda r: ((r.get("cpu") or {}).get(side) or {}).get("ns_per_byte", {}).get("total")
+
+
+def _category(side: str, cat: str) -> Callable[[dict], Optional[float]]:
+    def get(r: dict) -> Optional[float]:
+        s = (((r.get("flame") or {}).get("sides") or {}).get(side)) or {}
+        return (s.get("categories_ns_per_byte") or {}).get(cat)
+
+    return get
+
+
+def figures(records: List[dict]) -> List[Figure]:
+    """The headline figures, then every category any record's samples have."""
+    out = [Figure(f"{side} ns/B", "ns/B", True, _ns_per_byte(side)) for side in SIDES]
+    out.append(Figure("throughput", "Gbit/s", False, lambda r: r.get("throughput_gbps")))
+    for side in ("client", "server"):
+        cats: Dict[str, None] = {}
+        for r in records:
+            s = (((r.get("flame") or {}).get("sides") or {}).get(side)) or {}
+            cats.update(dict.fromkeys(s.get("categories_ns_per_byte") or {}))
+        out += [Figure(f"{side} {cat} ns/B", "ns/B", True, _category(side, cat), side) for cat in cats]
+    return out
+
+
+def machine(rec: dict) -> Tuple:
+    env = rec.get("environment") or {}
+    return (env.get("cpu_model"), env.get("cpu_count"), bool(env.get("emulated")))
+
+
+def comparable(run: List[dict], base: List[dict], force: bool) -> List[str]:
+    """Refuse a baseline of another stack or machine (IncompatibleRuns),
+    or with force return the warnings instead."""
+    problems = []
+    stacks = {r.get("stack") for r in run + base}
+    if len(stacks) > 1:
+        problems.append(f"the runs are of different stacks ({', '.join(sorted(map(str, stacks)))})")
+    machines = {machine(r) for r in run + base}
+    if len(machines) > 1:
+        problems.append(
+            "the runs were measured on different machines ("
+            + "; ".join(f"{m[0]} x{m[1]}{' guest' if m[2] else ''}" for m in machines)
+            + ")"
+        )
+    if problems and not force:
+        raise errors.IncompatibleRuns(
+            f"{' and '.join(problems)}, so their CPU per byte does not compare; "
+            "pick a baseline of the same stack on the same machine, or pass --force to compare anyway."
+        )
+    return problems
+
+
+def verdict(run: List[dict], base: List[dict], max_regression: float) -> List[dict]:
+    """One row per figure both sides have: medians, the baseline's range,
+    the change, and whether it regressed."""
+    rows = []
+    for f in figures(run + base):
+        now = [v for v in (f.get(r) for r in run) if v is not None]
+        was = [v for v in (f.get(r) for r in base) if v is not None]
+        if not now or not was:
+            continue
+        med_now, med_was = statistics.median(now), statistics.median(was)
+        change = (med_now - med_was) / med_was if med_was else None
+        worse = change is not None and (change if f.higher_is_worse else -change) > max_regression
+        beyond = min(now) > max(was) if f.higher_is_worse else max(now) < min(was)
+        if f.of_side is not None and worse:
+            # A category's growth counts when it moved its side's total by
+            # the threshold: a few samples in a small category are noise.
+            totals = [v for v in (_ns_per_byte(f.of_side)(r) for r in base) if v is not None]
+            worse = bool(totals) and med_now - med_was > max_regression * statistics.median(totals)
+        rows.append(
+            {
+                "figure": f.name,
+                "unit": f.unit,
+                "median": med_now,
+                "baseline_median": med_was,
+                "baseline_min": min(was),
+                "baseline_max": max(was),
+                "n": len(now),
+                "baseline_n": len(was),
+                "change": change,
+                "beyond_spread": beyond,
+                "regressed": bool(worse and beyond),
+            }
+        )
+    return rows

@@ -1,0 +1,99 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""`qprof check`: a real regression (QUIC without GSO against QUIC with
+it) fails the check and names what grew; a repeat of the baseline's
+configuration passes; a baseline of another stack is refused."""
+
+import json
+
+import pytest
+
+from qprof import errors
+from qprof.cli.check_cmd import parse_share
+from qprof.collectors import check
+
+from conftest import needs_build, qprof
+from test_bad_input import one_sentence
+
+REGRESSION = errors.Regression.exit_code
+
+
+def _rec(client, server=1.0, gbps=5.0, crypto=None, stack="quic", cpu_model="X"):
+    rec = {
+        "stack": stack,
+        "environment": {"cpu_model": cpu_model, "cpu_count": 2},
+        "throughput_gbps": gbps,
+        "cpu": {side: {"ns_per_byte": {"total": v}} for side, v in (("client", client), ("server", server))},
+    }
+    if crypto is not None:
+        rec["flame"] = {"sides": {"client": {"categories_ns_per_byte": {"crypto": crypto}}}}
+    return rec
+
+
+def test_a_regression_must_be_beyond_the_spread_and_the_threshold():
+    base = [_rec(1.0, crypto=0.2), _rec(1.2, crypto=0.2), _rec(1.1, crypto=0.2)]
+    rows = {r["figure"]: r for r in check.verdict([_rec(1.3, crypto=0.3)], base, 0.05)}
+    assert rows["client ns/B"]["regressed"] and rows["client ns/B"]["change"] == pytest.approx(0.2 / 1.1)
+    # crypto grew by 0.1 ns/B, more than 5% of the client's 1.1.
+    assert rows["client crypto ns/B"]["regressed"]
+    small = {r["figure"]: r for r in check.verdict([_rec(1.3, crypto=0.24)], base, 0.05)}
+    assert not small["client crypto ns/B"]["regressed"]  # +20%, but 0.04 ns/B of 1.1
+    assert not rows["server ns/B"]["regressed"] and not rows["throughput"]["regressed"]
+    # Inside the baseline's range: not a regression, however large the threshold's excess.
+    assert not {r["figure"]: r for r in check.verdict([_rec(1.19)], base, 0.05)}["client ns/B"]["regressed"]
+    # Beyond the range but within the threshold: not either.
+    assert not {r["figure"]: r for r in check.verdict([_rec(1.21)], base, 0.2)}["client ns/B"]["regressed"]
+    # Throughput regresses downwards.
+    assert {r["figure"]: r for r in check.verdict([_rec(1.1, gbps=3.0)], base, 0.05)}["throughput"]["regressed"]
+
+
+def test_another_stack_or_machine_is_refused_unless_forced():
+    with pytest.raises(errors.IncompatibleRuns) as e:
+        check.comparable([_rec(1.0)], [_rec(1.0, stack="tcp")], force=False)
+    assert "different stacks" in str(e.value) and "--force" in str(e.value)
+    warned = check.comparable([_rec(1.0)], [_rec(1.0, cpu_model="Y")], force=True)
+    assert len(warned) == 1 and "different machines" in warned[0]
+
+
+@pytest.mark.parametrize("text, value", [("5%", 0.05), ("0.05", 0.05), ("0%", 0.0), ("150%", 1.5)])
+def test_parse_share(text, value):
+    assert parse_share(text) == pytest.approx(value)
+
+
+@pytest.mark.parametrize("text", ["five", "-5%"])
+def test_parse_share_refuses(text):
+    with pytest.raises(errors.BadValue):
+        parse_share(text)
+
+
+@needs_build
+def test_gso_off_regresses_against_gso_on_and_a_repeat_passes(runs_dir):
+    common = ("--duration", "1s", "--warmup", "0.5s", "--probes", "none")
+    r = qprof(
+        "compare", "--stack", "quic", "--vary", "gso=on,off", "--repeat", "2", *common, "--json", runs_dir=runs_dir
+    )
+    assert r.returncode == 0, r.stderr
+    cmp_id = json.loads(r.stdout)["id"]
+    r = qprof("run", "--stack", "quic", *common, "--json", runs_dir=runs_dir)
+    assert r.returncode == 0, r.stderr
+    repeat = json.loads(r.stdout)["id"]
+
+    # GSO off against GSO on: msquic's per-datagram work makes every side's CPU per byte grow.
+    args = ("check", cmp_id, "--config", "1", "--baseline", cmp_id, "--baseline-config", "0")
+    r = qprof(*args, runs_dir=runs_dir)
+    assert r.returncode == REGRESSION, r.stderr
+    line = one_sentence(r.stderr)
+    assert "client ns/B" in line and "system ns/B" in line
+    rows = {x["figure"]: x for x in json.loads(qprof(*args, "--json", runs_dir=runs_dir).stdout)["rows"]}
+    assert rows["client ns/B"]["regressed"] and rows["client ns/B"]["change"] > 0.5
+    assert any(name.startswith("client ") and x["regressed"] for name, x in rows.items() if name != "client ns/B")
+
+    # Another run of the baseline's configuration is within its noise.
+    r = qprof(
+        "check", repeat, "--baseline", cmp_id, "--baseline-config", "0", "--max-regression", "50%", runs_dir=runs_dir
+    )
+    assert r.returncode == 0, r.stderr + r.stdout
+
+    r = qprof("check", "no-such-run", "--baseline", repeat, runs_dir=runs_dir)
+    assert r.returncode == errors.RunNotFound.exit_code and "no-such-run" in one_sentence(r.stderr)
+    r = qprof("check", repeat, "--baseline", cmp_id, "--baseline-config", "7", runs_dir=runs_dir)
+    assert r.returncode == errors.BadValue.exit_code and "configurations 0 to 1" in one_sentence(r.stderr)
