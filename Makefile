@@ -5,6 +5,7 @@
 #   build     msquic (from crates.io, with cmake) and the workload
 #   run       build, then `qprof run --stack quic`
 #   lint      ruff (Python) and clang-format (C) check the style
+#   test-tools  Debian packages only the tests use (Go's pprof reads qprof's pprof export)
 #   test      build, lint, then the whole test suite
 SHELL := /bin/bash
 BUILD ?= build
@@ -15,7 +16,7 @@ CFLAGS_WL := -O3 -g -fno-omit-frame-pointer -Wall -Wextra -Werror -std=gnu11
 APT_PKGS := iproute2 procps openssl libssl-dev cmake ninja-build gcc make perl python3-venv linux-perf bpftrace ethtool iperf3 \
             clang llvm bpftool libbpf-dev libelf-dev zlib1g-dev pkg-config clang-format
 
-.PHONY: all deps apt venv fetch build msquic workload probes inferno guest run lint test bench clean
+.PHONY: all deps apt venv fetch build msquic workload probes inferno guest test-tools run lint test bench clean
 all: build
 
 deps: apt venv
@@ -119,6 +120,12 @@ guest: apt
 	@build-aux/apt.sh install $(GUEST_PKGS)
 	@build-aux/apt.sh kernel-deb $(BUILD)/guest
 
+# Readers the tests check qprof's output with, which qprof itself does not
+# run: golang-go for `go tool pprof` (tests/test_export.py).
+TEST_PKGS := golang-go
+test-tools: apt
+	@build-aux/apt.sh install $(TEST_PKGS)
+
 run: deps build
 	$(VENV)/bin/qprof run --stack quic
 
@@ -129,7 +136,7 @@ lint: deps
 	$(VENV)/bin/ruff format --check .
 	clang-format --dry-run --Werror --style=file $(C_SRC)
 
-test: deps build guest lint
+test: deps build guest test-tools lint
 	$(VENV)/bin/python -m pytest -ra tests
 
 clean:

@@ -29,6 +29,13 @@ setup(
         # API; GetMessageClass since 4.25)
         "protobuf>=4.25,<8",
     ],
-    extras_require={"test": ["pytest>=8,<10", "jsonschema>=4.18,<5", "ruff==0.17.6"]},
+    extras_require={
+        "test": [
+            "pytest>=8,<10",
+            "jsonschema>=4.18,<5",
+            "ruff==0.17.6",
+            "prometheus-client>=0.17,<1",  # its OpenMetrics parser reads `qprof export --format openmetrics` back
+        ]
+    },
     entry_points={"console_scripts": ["qprof = qprof.cli.main:main"]},
 )
