@@ -59,6 +59,10 @@ def _register():
     from qprof.cli import export_cmd
 
     cli.add_command(export_cmd.export_cmd)
+    from qprof.cli import ls_cmd, show_cmd
+
+    cli.add_command(ls_cmd.ls)
+    cli.add_command(show_cmd.show)
 
 
 def _interrupted_sentence() -> str:

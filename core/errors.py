@@ -166,6 +166,13 @@ class BadMix(QprofError):
     exit_code = 31
 
 
+class IncompleteRecord(QprofError):
+    """`qprof show` of a run or comparison whose record is incomplete
+    (failed, abandoned, still running) or corrupt: what it holds is shown."""
+
+    exit_code = 33
+
+
 class UnknownExportFormat(QprofError):
     """`qprof export --format` names no format qprof writes."""
 

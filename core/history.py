@@ -85,6 +85,9 @@ NEEDED = {
     "mix": ("mix",),
     "comparison": ("configs", "runs", "environment", "metrics"),
 }
+# What `qprof ls` calls a record with a problem, whatever its status says.
+CORRUPT = "corrupt"
+STATUSES = ("complete", "incomplete", "abandoned", "running", CORRUPT)
 HEADLINE_METRICS = ("throughput_gbps", "client_ns_per_byte", "server_ns_per_byte", "system_ns_per_byte")
 
 
@@ -484,6 +487,7 @@ def _decode(row: dict) -> dict:
     for c in JSON_COLUMNS:
         if row.get(c) is not None:
             row[c] = json.loads(row[c])
+    row["guest"] = None if row["guest"] is None else bool(row["guest"])
     return row
 
 
@@ -512,17 +516,23 @@ def query(
     limit: Optional[int] = None,
 ) -> List[dict]:
     """Rows newest first, filtered; a comparison matches a stack or pattern
-    any of its configurations has. machine: a substring of the hostname or
-    CPU model (any case), or the start of the machine id."""
+    any of its configurations has. status: a record's own, or "corrupt"
+    for those with a problem (which no other status matches). machine: a
+    substring of the hostname or CPU model (any case), or the start of the
+    machine id."""
     where, args = [], []
     for col, value in (("stack", stack), ("pattern", pattern)):
         if value is not None:
             where.append(f"(',' || {col} || ',') LIKE ?")
             args.append(f"%,{value},%")
-    for col, value in (("kind", kind), ("status", status)):
-        if value is not None:
-            where.append(f"{col} = ?")
-            args.append(value)
+    if kind is not None:
+        where.append("kind = ?")
+        args.append(kind)
+    if status == CORRUPT:
+        where.append("problem IS NOT NULL")
+    elif status is not None:
+        where.append("status = ? AND problem IS NULL")
+        args.append(status)
     if since is not None:
         where.append("time_unix >= ?")
         args.append(since)

@@ -164,4 +164,6 @@ def load(root: Path, run_id: str = "latest") -> dict:
         with open(path) as f:
             return json.load(f)
     except FileNotFoundError:
-        raise RunNotFound(f"no run '{run_id}' under {root}; list them with `ls {root}` or make one with `qprof run`.")
+        raise RunNotFound(
+            f"no run '{run_id}' under {root}; list them with `qprof ls --runs-dir {root}` or make one with `qprof run`."
+        )

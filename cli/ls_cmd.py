@@ -1,0 +1,201 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""`qprof ls`: the runs and comparisons under the runs directory, from
+the run history (core/history.py), newest first."""
+
+import json
+from pathlib import Path
+from typing import Dict, List
+
+import click
+from rich import box
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from qprof import history
+from qprof.collectors import options
+from qprof.errors import BadValue, QprofError
+
+ABSENT = "—"
+# Index columns that say how the index knows the record, not what it holds.
+INTERNAL = ("record_size", "record_mtime_ns")
+PIPED_WIDTH = 200
+
+
+def parse_option_filters(items: List[str]) -> Dict[str, object]:
+    """['io-size=64K', 'gso=off'] -> {'io_size': 65536, 'gso': 'off'}: keys
+    by flag or by the record's config field, values parsed as the flag
+    takes them (2s, 64K); a key the option table does not know (an older
+    record's) compared as JSON, else as text."""
+    wanted: Dict[str, object] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise BadValue(f"--option '{item}' is not KEY=VALUE; write it like streams=4 or link=wifi.")
+        o = options.BY_NAME.get(key) or options.BY_FIELD.get(key) or options.BY_FIELD.get(key.replace("-", "_"))
+        if o is None:
+            try:
+                wanted[key] = json.loads(text)
+            except ValueError:
+                wanted[key] = text
+        elif o.kind == "flag":
+            flags = {"on": True, "true": True, "1": True, "off": False, "false": False, "0": False}
+            if text.lower() not in flags:
+                raise BadValue(f"--option {key} takes on or off, not '{text}'.")
+            wanted[o.field] = flags[text.lower()]
+        else:
+            try:
+                wanted[o.field] = o.parse(text)
+            except QprofError as e:
+                raise BadValue(f"--option {key}: {e.sentence}")
+    return wanted
+
+
+@click.command(name="ls")
+@click.option("--stack", "-s", default=None, help="Only runs of this stack (mix for --mix runs; a comparison of it).")
+@click.option("--pattern", type=click.Choice(options.PATTERNS), default=None, help="Only runs of this pattern.")
+@click.option(
+    "--option",
+    "option_items",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Only runs whose option KEY has VALUE (as `qprof run` takes it: streams=4, io-size=64K, "
+    "duration=2s); repeat for several. A comparison matches when one configuration does.",
+)
+@click.option("--since", default=None, metavar="7d|24h|DATE", help="Only runs since then (m, h, d, w; or ISO date).")
+@click.option("--machine", default=None, help="Only runs on a machine whose hostname or CPU model contains this.")
+@click.option("--kind", type=click.Choice(("run", "comparison")), default=None, help="Only runs, or comparisons.")
+@click.option(
+    "--status",
+    type=click.Choice(history.STATUSES),
+    default=None,
+    help="Only runs in this state; corrupt: a record that cannot be read or lacks what its status promises.",
+)
+@click.option("--limit", "-n", type=click.IntRange(0), default=20, show_default=True, help="At most N; 0 for all.")
+@click.option("--reindex", is_flag=True, help="Rebuild the index from the run directories first.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON array on stdout instead of the table.")
+@click.option(
+    "--runs-dir",
+    type=click.Path(file_okay=False),
+    default="runs",
+    show_default=True,
+    envvar="QPROF_RUNS_DIR",
+    help="Where run directories are.",
+)
+def ls(stack, pattern, option_items, since, machine, kind, status, limit, reindex, as_json, runs_dir):
+    """List runs and comparisons, newest first, with their headline figures.
+
+    Every run and comparison is indexed as it ends in RUNS_DIR/index.sqlite
+    (SQLite): its options, the environment it was measured in (kernel,
+    CPU, msquic, qprof and its git commit) and its figures. The index is a
+    cache of the records: it is brought up to date with the directories
+    each time, rebuilt when missing, corrupt or of another version, and
+    --reindex rebuilds it outright. A run whose record is incomplete or
+    unreadable is listed with its state; `qprof show ID` prints it.
+
+    \b
+    EXAMPLES:
+      qprof ls                                   # the latest 20
+      qprof ls --stack quic --since 7d
+      qprof ls --option streams=4 --option gso=off --json
+      qprof ls --machine EPYC --status complete -n 0
+      qprof ls --kind comparison
+      qprof ls --reindex                         # rebuild the index from the directories
+    """
+    root = Path(runs_dir)
+    wanted = parse_option_filters(list(option_items))
+    since_s = history.parse_since(since) if since is not None else None
+    db = history.index(root, rebuild=reindex)
+    try:
+        rows = history.query(
+            db,
+            stack=stack,
+            pattern=pattern,
+            kind=kind,
+            status=status,
+            since=since_s,
+            machine=machine,
+            options=wanted,
+            limit=limit or None,
+        )
+    finally:
+        db.close()
+    if as_json:
+        out = [{k: v for k, v in row.items() if k not in INTERNAL} for row in rows]
+        for row in out:
+            row["path"] = str(root / row["path"])
+        click.echo(json.dumps(out, indent=2))
+        return
+    print_rows(rows, root)
+
+
+def _num(v, fmt: str = "{:.3f}") -> str:
+    return ABSENT if v is None else fmt.format(v)
+
+
+def _state(row: dict) -> str:
+    if row["problem"]:
+        return f"[red]{history.CORRUPT}[/]"
+    shown = {"complete": "complete", "incomplete": "[yellow]incomplete[/]"}
+    return shown.get(row["status"], f"[dim]{row['status']}[/]")
+
+
+def _note(row: dict) -> str:
+    """What the figures columns do not say: a comparison's shape, an rr
+    run's delay, a download's time, fairness, or why it is not complete."""
+    if row["problem"]:
+        return row["problem"]
+    if row["status"] != "complete":
+        return row["error"] or ""
+    if row["kind"] == "comparison":
+        vary = " ".join(f"{k}={','.join(v)}" for k, v in (row["vary"] or {}).items())
+        n = len(row["configs"] or ())
+        return f"{n} configurations × {row['repeat']}" + (f", vary {vary}" if vary else "")
+    said = []
+    if row["rr_delay_p50_ms"] is not None:
+        said.append(f"delay p50 {row['rr_delay_p50_ms']:.3f} ms")
+    if row["download_p50_ms"] is not None:
+        said.append(f"download p50 {row['download_p50_ms']:.2f} ms")
+    if row["jain_index"] is not None:
+        said.append(f"Jain {row['jain_index']:.3f}")
+    if row["link"]:
+        said.append(f"link {row['link']}")
+    if row["guest"]:
+        said.append("guest")
+    return ", ".join(said)
+
+
+def print_rows(rows: List[dict], root: Path, console: Console = None) -> None:
+    # Piped, the table keeps its columns whole (a terminal wraps its own).
+    console = console or Console(highlight=False, width=None if Console().is_terminal else PIPED_WIDTH)
+    if not rows:
+        console.print(f"no runs under {root} match; `qprof ls` with fewer filters, or make one with `qprof run`.")
+        return
+    t = Table(title=f"runs under {root}, newest first (the id starts with its date and time)", title_justify="left")
+    t.box = box.SIMPLE_HEAD
+    t.add_column("ID", no_wrap=True, min_width=22)
+    t.add_column("STACK", no_wrap=True)
+    t.add_column("STATUS", no_wrap=True)
+    for col in ("Gbit/s", "CLIENT ns/B", "SERVER ns/B", "SYSTEM ns/B"):
+        t.add_column(col, justify="right", no_wrap=True)
+    t.add_column("NOTE")
+    t.add_column("MACHINE")
+    for row in rows:
+        stack = row["stack"] or ABSENT
+        if row["pattern"] and row["pattern"] != "bulk":
+            stack += f" {row['pattern']}"
+        if row["kind"] == "comparison":
+            stack = f"compare {stack}"
+        t.add_row(
+            row["id"],
+            escape(stack),
+            _state(row),
+            _num(row["throughput_gbps"]),
+            _num(row["client_ns_per_byte"]),
+            _num(row["server_ns_per_byte"]),
+            _num(row["system_ns_per_byte"]),
+            escape(_note(row)),
+            escape(" ".join(x for x in (row["hostname"], row["kernel_release"]) if x) or ABSENT),
+        )
+    console.print(t)
