@@ -41,6 +41,11 @@ def cli():
       qprof flame --diff RUN_A RUN_B    what costs more per byte in B
       qprof compare --stack quic --vary gso=on,off --repeat 5
       qprof compare --stacks quic,tcp-tls,tcp
+      qprof run --mix quic:1,tcp:2 --link rate=10mbit   flows sharing a bottleneck
+      qprof ls --stack quic --since 7d  the run history
+      qprof show RUN_ID                 a run's tables again, from its record
+      qprof check RUN --baseline BASE   exit 40 if CPU per byte regressed
+      qprof export RUN --format pprof   also folded, perf-script, openmetrics
       qprof clean                       remove what a killed run left behind
     """
 
