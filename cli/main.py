@@ -68,6 +68,9 @@ def _register():
 
     cli.add_command(ls_cmd.ls)
     cli.add_command(show_cmd.show)
+    from qprof.cli import report_cmd
+
+    cli.add_command(report_cmd.report_cmd, name="report")
 
 
 def _interrupted_sentence() -> str:

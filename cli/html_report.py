@@ -1,0 +1,906 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""A run or a comparison as one self-contained HTML page: `qprof report`.
+
+The page opens without a network: Vega, Vega-Lite and vega-embed are
+inlined from the installed vl-convert-python wheel (its
+`javascript_bundle`, about 0.9 MB), each chart's data is inlined in its
+Vega-Lite spec (plain JSON, written here: no spec-building library), and
+each flame graph is inferno's own SVG in an iframe of its own (a data:
+URL), so its search and zoom scripts run as in the file `qprof flame`
+writes and the several graphs' element ids never meet.
+
+Gathering (records -> Page: tables, chart specs, flame SVGs, problems)
+is kept apart from writing (Page -> HTML, `html`). The tables are the
+terminal's own (cli/report.py, compare_cmd.print_comparison) exported
+by rich as HTML, so a figure reads the same in both. Nothing is
+measured, and a figure a record does not hold is left out, never drawn
+as zero.
+"""
+
+import base64
+import functools
+import html as _html
+import io
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Dict, Iterable, List, Optional
+
+from rich.console import Console
+
+from qprof import __version__
+from qprof.errors import QprofError
+from qprof.flamegraphs import categories, draw, normalize, sides
+
+CHART_WIDTH = 520
+CHART_HEIGHT = 220
+TABLE_WIDTH = 150  # rich's columns for the exported tables
+
+
+@dataclass
+class Chart:
+    name: str  # a stable id for tests and anchors
+    title: str
+    spec: dict  # Vega-Lite, data inlined
+    note: str = ""
+
+
+@dataclass
+class Flame:
+    name: str
+    title: str
+    svg: Optional[str]  # inferno's SVG, or None with note saying why
+    note: str = ""
+
+
+@dataclass
+class Page:
+    kind: str  # run | comparison
+    id: str
+    title: str
+    status: str
+    problems: List[str] = field(default_factory=list)  # marked at the top when not empty
+    tables_html: str = ""
+    charts: List[Chart] = field(default_factory=list)
+    flames: List[Flame] = field(default_factory=list)
+    notes: List[str] = field(default_factory=list)
+
+
+# --- small helpers ------------------------------------------------------------------
+
+
+def _get(obj, *path):
+    for p in path:
+        if isinstance(obj, dict):
+            obj = obj.get(p)
+        elif isinstance(obj, list) and isinstance(p, int) and -len(obj) <= p < len(obj):
+            obj = obj[p]
+        else:
+            return None
+        if obj is None:
+            return None
+    return obj
+
+
+def _num(v) -> Optional[float]:
+    return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def _size_label(v: float) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if v >= scale:
+            return f"{v / scale:g} {unit}"
+    return f"{v:g} B"
+
+
+def _time_label(ns: float) -> str:
+    for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
+        if ns >= scale:
+            return f"{ns / scale:g} {unit}"
+    return f"{ns:g} ns"
+
+
+def log2_rows(hist: List[int], label: Callable[[float], str], **extra) -> List[dict]:
+    """The probes' log2 histograms (bucket i holds [2^i, 2^(i+1)); bucket 0
+    also 0) as rows, empty buckets past the last filled one left out."""
+    last = max((i for i, c in enumerate(hist) if c), default=-1)
+    return [
+        {**extra, "bucket": i, "from": label(0 if i == 0 else 2**i), "count": c} for i, c in enumerate(hist[: last + 1])
+    ]
+
+
+def _histogram_spec(rows: List[dict], x_title: str, color: str, column: Optional[str] = None) -> dict:
+    """Bars per log2 bucket, in bucket order, coloured by `color`."""
+    order = [r["from"] for r in sorted({r["bucket"]: r for r in rows}.values(), key=lambda r: r["bucket"])]
+    spec = {
+        "data": {"values": rows},
+        "mark": {"type": "bar"},
+        "encoding": {
+            "x": {"field": "from", "type": "ordinal", "sort": order, "title": x_title},
+            "y": {"field": "count", "type": "quantitative", "title": "count"},
+            "xOffset": {"field": color},
+            "color": {"field": color, "type": "nominal"},
+            "tooltip": [{"field": f} for f in (color, "from", "count")],
+        },
+        "width": CHART_WIDTH // 2 if column else CHART_WIDTH,
+        "height": CHART_HEIGHT,
+    }
+    if column:
+        spec["encoding"]["column"] = {"field": column, "type": "nominal", "title": None}
+    return spec
+
+
+def rich_html(printer: Callable, rec: dict) -> str:
+    """What printer prints for the terminal, as HTML (rich's own export)."""
+    console = Console(record=True, file=io.StringIO(), width=TABLE_WIDTH, force_terminal=True, color_system="truecolor")
+    printer(rec, console)
+    return console.export_html(inline_styles=True, code_format='<pre class="qp-tables"><code>{code}</code></pre>')
+
+
+# --- a run ----------------------------------------------------------------------------
+
+
+def _categories_chart(rec: dict) -> Optional[Chart]:
+    """CPU per category per side, from the flame summary (per request for
+    rr runs, where the record has it so)."""
+    per_request = _get(rec, "rr", "flame_ns_per_request")
+    rows, unit = [], "ns/B"
+    if per_request:
+        unit = "us/request"
+        for side, fig in per_request.items():
+            for cat, ns in (_get(fig, "categories") or {}).items():
+                if _num(ns) is not None:
+                    rows.append({"side": side, "category": cat, "value": ns / 1e3})
+    else:
+        for side, fig in (_get(rec, "flame", "sides") or {}).items():
+            for cat, ns in (_get(fig, "categories_ns_per_byte") or {}).items():
+                if _num(ns) is not None:
+                    rows.append({"side": side, "category": cat, "value": ns})
+    if not rows:
+        return None
+    note = ""
+    if _get(rec, "flame", "complete") is False:
+        note = f"The capture undercounts: {_get(rec, 'flame', 'incomplete_reason') or 'a CPU missed samples'}."
+    return Chart(
+        "categories",
+        f"CPU {unit} by flame category, per side (stack samples)",
+        {
+            "data": {"values": rows},
+            "mark": {"type": "bar"},
+            "encoding": {
+                "y": {"field": "side", "type": "nominal", "sort": list(sides.SIDES), "title": None},
+                "x": {"field": "value", "type": "quantitative", "stack": "zero", "title": unit},
+                "color": {"field": "category", "type": "nominal", "sort": list(categories.CATEGORIES)},
+                "order": {"field": "category"},
+                "tooltip": [
+                    {"field": "side"},
+                    {"field": "category"},
+                    {"field": "value", "format": ".3f", "title": unit},
+                ],
+            },
+            "width": CHART_WIDTH,
+            "height": 30 * len({r["side"] for r in rows}) + 20,
+        },
+        note,
+    )
+
+
+def _cpu_chart(rec: dict) -> Optional[Chart]:
+    """The collectors' CPU per byte by class per side; a class a side
+    cannot have measured (a process's softirq) is absent, not zero."""
+    rows = []
+    for side in ("client", "server", "system"):
+        for cls, v in (_get(rec, "cpu", side, "ns_per_byte") or {}).items():
+            if cls != "total" and _num(v) is not None:
+                rows.append({"side": side, "class": cls, "ns_per_byte": v})
+    if not rows:
+        return None
+    return Chart(
+        "cpu",
+        "CPU ns/B by class, per side (/proc; system is the whole machine)",
+        {
+            "data": {"values": rows},
+            "mark": "bar",
+            "encoding": {
+                "y": {"field": "side", "type": "nominal", "sort": ["client", "server", "system"], "title": None},
+                "x": {"field": "ns_per_byte", "type": "quantitative", "stack": "zero", "title": "ns/B"},
+                "color": {"field": "class", "type": "nominal"},
+                "tooltip": [{"field": "side"}, {"field": "class"}, {"field": "ns_per_byte", "format": ".3f"}],
+            },
+            "width": CHART_WIDTH,
+            "height": 110,
+        },
+    )
+
+
+def _syscall_charts(rec: dict) -> List[Chart]:
+    out = []
+    rows = []
+    for side in ("client", "server"):
+        for name, s in (_get(rec, "syscalls", side, "by_syscall") or {}).items():
+            if s.get("calls") and s.get("time_hist_ns"):
+                rows += log2_rows(s["time_hist_ns"], _time_label, side=side, syscall=name)
+    if rows:
+        out.append(
+            Chart(
+                "syscall_time",
+                "Time inside each system call (log2 buckets, syscalls probe)",
+                _histogram_spec(rows, "from (ns)", "syscall", column="side"),
+            )
+        )
+    sizes = []
+    for side in ("client", "server"):
+        for key, what in (("bytes_per_send_call", "send"), ("bytes_per_recv_call", "receive")):
+            v = _num(_get(rec, "syscalls", side, key))
+            if v is not None:
+                sizes.append({"side": side, "call": what, "bytes": v})
+    if sizes:
+        out.append(
+            Chart(
+                "syscall_size",
+                "Bytes per send and receive call (syscalls probe)",
+                {
+                    "data": {"values": sizes},
+                    "mark": "bar",
+                    "encoding": {
+                        "y": {"field": "side", "type": "nominal", "title": None},
+                        "yOffset": {"field": "call"},
+                        "x": {"field": "bytes", "type": "quantitative", "title": "bytes per call"},
+                        "color": {"field": "call", "type": "nominal"},
+                        "tooltip": [{"field": "side"}, {"field": "call"}, {"field": "bytes", "format": ",.0f"}],
+                    },
+                    "width": CHART_WIDTH,
+                    "height": 120,
+                },
+                "The syscalls probe counts each call's bytes into totals, not a size histogram: "
+                "these are the window's means (bytes over calls).",
+            )
+        )
+    return out
+
+
+def _packet_charts(rec: dict) -> List[Chart]:
+    devices = _get(rec, "probes", "packets", "window", "devices") or []
+    lens, segs = [], []
+    for d in devices:
+        for direction in ("tx", "rx"):
+            h = _get(d, direction) or {}
+            dev = f"{d.get('dev', '?').split('@')[0]} {direction}"
+            if h.get("len_hist_bytes"):
+                lens += log2_rows(h["len_hist_bytes"], _size_label, device=dev, direction=direction)
+            if h.get("gso_segs_hist"):
+                segs += log2_rows(h["gso_segs_hist"], lambda v: f"{max(v, 1):g}", device=dev, direction=direction)
+    out = []
+    if lens:
+        out.append(
+            Chart(
+                "packet_size",
+                "Packet (skb) length per device and direction (log2 buckets, packets probe)",
+                _histogram_spec(lens, "from", "device", column="direction"),
+            )
+        )
+    if segs:
+        out.append(
+            Chart(
+                "gso_segments",
+                "GSO segments per skb (log2 buckets; the first holds 0 or 1)",
+                _histogram_spec(segs, "segments from", "device", column="direction"),
+            )
+        )
+    return out
+
+
+def _download_charts(rec: dict, label: str = "") -> List[Chart]:
+    each = _get(rec, "downloads", "each") or []
+    rows = []
+    for d in each:
+        for key, what in (("handshake_s", "handshake"), ("first_byte_s", "first byte"), ("complete_s", "complete")):
+            v = _num(d.get(key))
+            if v is not None:
+                rows.append({"download": d.get("i"), "time": what, "ms": v * 1e3})
+    if not rows:
+        return []
+    times = Chart(
+        "download_times",
+        "Each download's times from its connect (ms)",
+        {
+            "data": {"values": rows},
+            "mark": {"type": "line", "point": True},
+            "encoding": {
+                "x": {"field": "download", "type": "ordinal", "title": "download"},
+                "y": {"field": "ms", "type": "quantitative", "title": "ms"},
+                "color": {"field": "time", "type": "nominal", "sort": ["handshake", "first byte", "complete"]},
+                "tooltip": [{"field": "download"}, {"field": "time"}, {"field": "ms", "format": ".3f"}],
+            },
+            "width": CHART_WIDTH,
+            "height": CHART_HEIGHT,
+        },
+    )
+    series = {label or rec.get("stack") or "run": [d["complete_s"] * 1e3 for d in each if _num(d.get("complete_s"))]}
+    return [times, cdf_chart("download_cdf", "Download time, CDF (ms)", series, "download time (ms)")]
+
+
+def cdf_points(values: Iterable[float], **extra) -> List[dict]:
+    vs = sorted(values)
+    return [{**extra, "x": v, "fraction": (i + 1) / len(vs)} for i, v in enumerate(vs)]
+
+
+def hdr_cdf(encoded: str, **extra) -> List[dict]:
+    """The cumulative distribution of an rr record's HDR histogram, one
+    point per recorded value (ms)."""
+    return hdr_points(decode_hdr(encoded), **extra)
+
+
+def decode_hdr(encoded: str):
+    from hdrh.histogram import HdrHistogram
+
+    return HdrHistogram.decode(encoded)
+
+
+def hdr_points(h, **extra) -> List[dict]:
+    total = h.get_total_count()
+    out, seen = [], 0
+    if not total:
+        return out
+    for item in h.get_recorded_iterator():
+        seen += item.count_at_value_iterated_to
+        out.append(
+            {**extra, "x": h.get_highest_equivalent_value(item.value_iterated_to) / 1e6, "fraction": seen / total}
+        )
+    return out
+
+
+def cdf_chart(name: str, title: str, series: Dict[str, List[float]], x_title: str, points=None) -> Chart:
+    """Step CDFs, one per series; points when given are already (x,
+    fraction) rows (an HDR histogram's). x on a log scale: delays span
+    decades, and a tail is what these charts are for."""
+    rows = points if points is not None else [p for k, vs in series.items() for p in cdf_points(vs, series=k)]
+    return Chart(
+        name,
+        title,
+        {
+            "data": {"values": rows},
+            "mark": {"type": "line", "interpolate": "step-after", "point": len(rows) <= 60},
+            "encoding": {
+                "x": {"field": "x", "type": "quantitative", "title": x_title, "scale": {"type": "log"}},
+                "y": {"field": "fraction", "type": "quantitative", "title": "fraction", "scale": {"domain": [0, 1]}},
+                "color": {"field": "series", "type": "nominal", "title": None},
+                "tooltip": [
+                    {"field": "series"},
+                    {"field": "x", "format": ".3f"},
+                    {"field": "fraction", "format": ".3f"},
+                ],
+            },
+            "width": CHART_WIDTH,
+            "height": CHART_HEIGHT,
+        },
+    )
+
+
+def _rr_charts(rec: dict) -> List[Chart]:
+    enc = _get(rec, "rr", "histogram")
+    if not enc:
+        return []
+    return [
+        cdf_chart(
+            "rr_cdf",
+            "Response delay from each request's due time, CDF (HDR histogram, ms)",
+            {},
+            "delay (ms)",
+            points=hdr_cdf(enc, series=rec.get("stack") or "run"),
+        )
+    ]
+
+
+def _mix_charts(rec: dict) -> List[Chart]:
+    rows = [
+        {"flow": f"{f.get('flow')} {f.get('stack')}", "stack": f.get("stack"), "goodput_mbps": f["goodput_mbps"]}
+        for f in _get(rec, "mix", "flows") or []
+        if _num(f.get("goodput_mbps")) is not None
+    ]
+    if not rows:
+        return []
+    return [
+        Chart(
+            "mix_goodput",
+            "Goodput per flow over the window (Mbit/s)",
+            {
+                "data": {"values": rows},
+                "mark": "bar",
+                "encoding": {
+                    "y": {"field": "flow", "type": "nominal", "sort": None, "title": None},
+                    "x": {"field": "goodput_mbps", "type": "quantitative", "title": "Mbit/s"},
+                    "color": {"field": "stack", "type": "nominal"},
+                    "tooltip": [{"field": "flow"}, {"field": "goodput_mbps", "format": ".3f"}],
+                },
+                "width": CHART_WIDTH,
+                "height": 24 * len(rows) + 20,
+            },
+        )
+    ]
+
+
+def _link_charts(rec: dict) -> List[Chart]:
+    rows = []
+    for direction, d in (_get(rec, "link", "directions") or {}).items():
+        for key, what in (("utilisation", "utilisation of the rate"), ("netem_drops_percent", "netem drops")):
+            v = _num(d.get(key))
+            if v is not None:
+                rows.append({"direction": direction, "figure": what, "percent": v * 100 if key == "utilisation" else v})
+    if not rows:
+        return []
+    return [
+        Chart(
+            "link",
+            f"The emulated link ({_get(rec, 'link', 'spec') or '?'}) over the window, per direction (%)",
+            {
+                "data": {"values": rows},
+                "mark": "bar",
+                "encoding": {
+                    "y": {"field": "direction", "type": "nominal", "title": None},
+                    "yOffset": {"field": "figure"},
+                    "x": {"field": "percent", "type": "quantitative", "title": "%"},
+                    "color": {"field": "figure", "type": "nominal"},
+                    "tooltip": [{"field": "direction"}, {"field": "figure"}, {"field": "percent", "format": ".2f"}],
+                },
+                "width": CHART_WIDTH,
+                "height": 120,
+            },
+        )
+    ]
+
+
+def _svg_of(path: Path) -> Optional[str]:
+    try:
+        return path.read_text()
+    except OSError:
+        return None
+
+
+def run_flames(run_dir: Path, rec: dict) -> List[Flame]:
+    """Each side's flame graph: RUNS_DIR/<id>/flame-<side>.svg as `qprof
+    flame` wrote it, or drawn there now by the same library calls."""
+    if not rec.get("flame"):
+        return []
+    flames = {side: _svg_of(run_dir / f"flame-{side}.svg") for side in sides.SIDES}
+    why = {}
+    if not all(flames.values()):
+        try:
+            run = sides.load_run(run_dir.parent, run_dir.name)
+            classifier = categories.Classifier()
+            incomplete = sides.incomplete_reason(run)
+            for side in (s for s, svg in flames.items() if not svg):
+                stacks = sides.load_side(run, side, warn=lambda msg: None).stacks
+                divisor = run.divisor(side)
+                fig = normalize.figures(stacks, run.period_ns, divisor, classifier, run.unit)
+                measured = run.measured_ns_per_unit(side)
+                gap = normalize.gap_percent(
+                    fig.ns_per_unit, measured, normalize.base_samples(measured, divisor, run.period_ns)
+                )
+                scaled = normalize.scaled(stacks, run.period_ns, divisor, run.unit)
+                if not scaled:
+                    why[side] = "no stack samples on this side"
+                    continue
+                out = draw.render(
+                    scaled,
+                    run_dir / f"flame-{side}.svg",
+                    draw.side_title(run.record, side, fig),
+                    draw.side_subtitle(run.id, fig, measured, gap, incomplete),
+                    run.unit,
+                )
+                flames[side] = _svg_of(out)
+        except QprofError as e:
+            why = {side: e.sentence for side, svg in flames.items() if not svg}
+    return [
+        Flame(f"flame-{side}", f"{side}: flame graph", svg, "" if svg else why.get(side, "not drawn"))
+        for side, svg in flames.items()
+    ]
+
+
+def run_page(rec: Optional[dict], run_dir: Path, run_id: str, problems: List[str], printer: Callable) -> Page:
+    """Everything a run's report shows; `problems` (an incomplete or
+    corrupt record) are marked at its top and the rest is what can be
+    read."""
+    rec = rec or {}
+    page = Page(
+        "run",
+        run_id,
+        f"qprof run {run_id}: {rec.get('stack') or 'unknown stack'}",
+        str(rec.get("status") or "unreadable"),
+        list(problems),
+    )
+    try:
+        page.tables_html = rich_html(printer, rec)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, ZeroDivisionError) as e:
+        page.problems.append(f"its tables cannot be drawn from this record ({type(e).__name__}: {e})")
+        page.tables_html = _fields_html(rec)
+    builders = (
+        _categories_chart,
+        _cpu_chart,
+        _syscall_charts,
+        _packet_charts,
+        _download_charts,
+        _rr_charts,
+        _link_charts,
+    )
+    for build in builders + (_mix_charts,):
+        try:
+            got = build(rec)
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError, ZeroDivisionError) as e:
+            page.problems.append(f"a chart ({build.__name__.strip('_')}) cannot be drawn ({type(e).__name__}: {e})")
+            continue
+        page.charts += got if isinstance(got, list) else [got] if got else []
+    if rec.get("status") == "complete":
+        page.flames = run_flames(run_dir, rec)
+    if rec.get("stack") == "mix":
+        page.notes.append("A mix runs without the eBPF probes and perf: no flame graphs or probe histograms.")
+    return page
+
+
+def _fields_html(rec: dict) -> str:
+    """A record the tables cannot be drawn from: its top-level fields."""
+    rows = []
+    for k, v in rec.items():
+        text = json.dumps(v) if not isinstance(v, str) else v
+        if len(text) > 300:
+            text = text[:300] + " …"
+        rows.append(f"<tr><th>{_html.escape(k)}</th><td><code>{_html.escape(text)}</code></td></tr>")
+    return f'<table class="qp-fields">{"".join(rows)}</table>' if rows else "<p>The record holds nothing.</p>"
+
+
+# --- a comparison ---------------------------------------------------------------------------
+
+
+def _config_axes(rec: dict) -> List[dict]:
+    """Per configuration: its label, stack and what it varies (x)."""
+    out = []
+    for c in rec.get("configs") or []:
+        over = c.get("overrides") or {}
+        x = " ".join(f"{k}={v}" for k, v in over.items()) or c.get("stack") or c.get("label")
+        out.append({"label": c.get("label"), "stack": c.get("stack"), "x": x})
+    return out
+
+
+def is_category(key: str, units: dict) -> bool:
+    """A flame category's metric (compare.category_metrics: "side: category")."""
+    return ": " in ((units.get(key) or {}).get("label") or "") and key.endswith("_ns_per_byte")
+
+
+def metric_charts(rec: dict) -> List[Chart]:
+    """One chart per metric: each configuration's median, its range
+    (min-max) and runs, against what the configuration varies, coloured by
+    stack, with the ratio of medians to the first configuration (* where
+    the ranges do not overlap)."""
+    axes = _config_axes(rec)
+    units = rec.get("metric_units") or {}
+    order = list(dict.fromkeys(a["x"] for a in axes))
+    charts = []
+    for key, per_config in (rec.get("metrics") or {}).items():
+        if is_category(key, units):
+            continue  # one stacked chart for them all (comparison_category_chart)
+        rows, runs = [], []
+        for i, r in enumerate(per_config):
+            if i >= len(axes) or _num(r.get("median")) is None:
+                continue
+            ratio = _num(r.get("ratio"))
+            mark = "*" if r.get("beyond_spread") else ""
+            rows.append(
+                {
+                    **axes[i],
+                    "median": r["median"],
+                    "min": r.get("min"),
+                    "max": r.get("max"),
+                    "n": r.get("n"),
+                    "ratio": "" if ratio is None else f"×{ratio:.2f}{mark}",
+                }
+            )
+            runs += [{**axes[i], "value": v} for v in r.get("values") or [] if _num(v) is not None]
+        if not rows:
+            continue
+        u = units.get(key) or {}
+        unit = u.get("unit") or ""
+        title = (u.get("label") or key) + (f" ({unit})" if unit else "")
+        x = {"field": "x", "type": "nominal", "sort": order, "title": None, "axis": {"labelAngle": -30}}
+        y_title = unit or "value"
+        color = {"field": "stack", "type": "nominal"}
+        charts.append(
+            Chart(
+                f"metric-{key}",
+                title,
+                {
+                    "layer": [
+                        {
+                            # a sweep's medians joined per stack: delivery time against RTT, loss or rate
+                            "data": {"values": rows},
+                            "mark": {"type": "line", "opacity": 0.5},
+                            "encoding": {
+                                "x": x,
+                                "y": {"field": "median", "type": "quantitative"},
+                                "color": color,
+                                "detail": {"field": "stack"},
+                            },
+                        },
+                        {
+                            "data": {"values": rows},
+                            "mark": {"type": "rule"},
+                            "encoding": {
+                                "x": x,
+                                "y": {"field": "min", "type": "quantitative"},
+                                "y2": {"field": "max"},
+                                "color": color,
+                            },
+                        },
+                        {
+                            "data": {"values": runs},
+                            "mark": {"type": "tick", "opacity": 0.6},
+                            "encoding": {"x": x, "y": {"field": "value", "type": "quantitative"}, "color": color},
+                        },
+                        {
+                            "data": {"values": rows},
+                            "mark": {"type": "point", "filled": True, "size": 70},
+                            "encoding": {
+                                "x": x,
+                                "y": {
+                                    "field": "median",
+                                    "type": "quantitative",
+                                    "title": y_title,
+                                    "scale": {"zero": False},
+                                },
+                                "color": color,
+                                "tooltip": [
+                                    {"field": "label", "title": "configuration"},
+                                    {"field": "median", "format": ".4g"},
+                                    {"field": "min", "format": ".4g"},
+                                    {"field": "max", "format": ".4g"},
+                                    {"field": "n", "title": "runs"},
+                                    {"field": "ratio", "title": "to the first"},
+                                ],
+                            },
+                        },
+                        {
+                            "data": {"values": rows},
+                            "mark": {"type": "text", "dy": -12, "fontSize": 10},
+                            "encoding": {
+                                "x": x,
+                                "y": {"field": "median", "type": "quantitative"},
+                                "text": {"field": "ratio"},
+                            },
+                        },
+                    ],
+                    "width": max(160, 70 * len(order)),
+                    "height": 160,
+                },
+            )
+        )
+    return charts
+
+
+def comparison_category_chart(rec: dict) -> Optional[Chart]:
+    """The median ns/B per flame category, stacked per configuration and side."""
+    units = rec.get("metric_units") or {}
+    axes = _config_axes(rec)
+    rows = []
+    for key, per_config in (rec.get("metrics") or {}).items():
+        if not is_category(key, units):
+            continue
+        side, cat = units[key]["label"].split(": ", 1)
+        for i, r in enumerate(per_config):
+            if i < len(axes) and _num(r.get("median")) is not None:
+                rows.append(
+                    {"configuration": axes[i]["label"], "side": side, "category": cat, "ns_per_byte": r["median"]}
+                )
+    if not rows:
+        return None
+    return Chart(
+        "categories",
+        "CPU ns/B by flame category: each configuration's median, per side",
+        {
+            "data": {"values": rows},
+            "mark": "bar",
+            "encoding": {
+                "row": {"field": "side", "type": "nominal", "sort": list(sides.SIDES), "title": None},
+                "y": {"field": "configuration", "type": "nominal", "sort": [a["label"] for a in axes], "title": None},
+                "x": {"field": "ns_per_byte", "type": "quantitative", "stack": "zero", "title": "ns/B (median)"},
+                "color": {"field": "category", "type": "nominal", "sort": list(categories.CATEGORIES)},
+                "tooltip": [
+                    {"field": "configuration"},
+                    {"field": "side"},
+                    {"field": "category"},
+                    {"field": "ns_per_byte", "format": ".3f"},
+                ],
+            },
+            "width": CHART_WIDTH,
+        },
+    )
+
+
+def comparison_distribution_charts(rec: dict, records: Dict[str, dict]) -> List[Chart]:
+    """Latency and download-time CDFs per configuration, pooled over its
+    runs (read from their run directories)."""
+    axes = _config_axes(rec)
+    rr_points, downloads = [], {}
+    merged = {}
+    for r in rec.get("runs") or []:
+        run = records.get(r.get("id"))
+        i = r.get("config")
+        if run is None or not isinstance(i, int) or i >= len(axes):
+            continue
+        label = axes[i]["label"]
+        enc = _get(run, "rr", "histogram")
+        if enc:
+            h = decode_hdr(enc)
+            if label in merged:
+                merged[label].add(h)
+            else:
+                merged[label] = h
+        for d in _get(run, "downloads", "each") or []:
+            if _num(d.get("complete_s")) is not None:
+                downloads.setdefault(label, []).append(d["complete_s"] * 1e3)
+    for label, h in merged.items():
+        rr_points += hdr_points(h, series=label)
+    out = []
+    if rr_points:
+        out.append(
+            cdf_chart("rr_cdf", "Response delay per configuration, CDF over its runs (ms)", {}, "delay (ms)", rr_points)
+        )
+    if downloads:
+        out.append(
+            cdf_chart(
+                "download_cdf",
+                "Download time per configuration, CDF over its runs (ms)",
+                downloads,
+                "download time (ms)",
+            )
+        )
+    return out
+
+
+def comparison_flames(cdir: Path, rec: dict) -> List[Flame]:
+    fd = rec.get("flame_diff") or {}
+    out = []
+    for side, d in (fd.get("sides") or {}).items():
+        svg = _svg_of(cdir / d["svg"]) if d.get("svg") else None
+        note = "" if svg else ("no samples on this side" if not d.get("svg") else f"{d['svg']} is missing")
+        out.append(
+            Flame(
+                f"flame-diff-{side}",
+                f"{side}: run {fd.get('b')} against run {fd.get('a')} (red: B costs more)",
+                svg,
+                note,
+            )
+        )
+    return out
+
+
+def comparison_page(
+    rec: Optional[dict], cdir: Path, cid: str, problems: List[str], printer: Callable, records: Dict[str, dict]
+) -> Page:
+    rec = rec or {}
+    labels = [c.get("label") for c in rec.get("configs") or []]
+    page = Page(
+        "comparison",
+        cid,
+        f"qprof comparison {cid}: " + (", ".join(map(str, labels)) or "no configurations"),
+        str(rec.get("status") or "unreadable"),
+        list(problems),
+    )
+    try:
+        page.tables_html = rich_html(printer, {**rec, "path": str(cdir)})
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, ZeroDivisionError) as e:
+        page.problems.append(f"its tables cannot be drawn from this record ({type(e).__name__}: {e})")
+        page.tables_html = _fields_html(rec)
+    try:
+        cat = comparison_category_chart(rec)
+        page.charts += ([cat] if cat else []) + metric_charts(rec) + comparison_distribution_charts(rec, records)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, ZeroDivisionError) as e:
+        page.problems.append(f"its charts cannot all be drawn ({type(e).__name__}: {e})")
+    page.flames = comparison_flames(cdir, rec)
+    missing = [r.get("id") for r in rec.get("runs") or [] if r.get("id") not in records]
+    if missing:
+        page.notes.append(
+            f"{len(missing)} run directories could not be read ({', '.join(map(str, missing))}): "
+            "the distributions leave them out; the figures come from comparison.json."
+        )
+    return page
+
+
+# --- writing ------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=1)
+def vega_bundle() -> str:
+    """Vega, Vega-Lite and vega-embed in one script (window.vegaEmbed),
+    from the installed vl-convert-python: nothing is fetched."""
+    import vl_convert
+
+    return vl_convert.javascript_bundle()
+
+
+def _script_json(obj) -> str:
+    """JSON safe inside <script>: no '</' can close it."""
+    return json.dumps(obj, separators=(",", ":")).replace("</", "<\\/")
+
+
+_SVG_HEIGHT = re.compile(rb'<svg[^>]*?\sheight="(\d+)')
+
+STYLE = """
+body { font-family: system-ui, sans-serif; margin: 1.5em; color: #222; }
+h1 { font-size: 1.3em; } h2 { font-size: 1.1em; margin-top: 1.6em; border-bottom: 1px solid #ccc; }
+.qp-problem { background: #fde8e8; border: 2px solid #c00; padding: .6em 1em; margin: 1em 0; }
+.qp-problem strong { color: #c00; }
+.qp-note { color: #555; font-size: .9em; }
+.qp-tables { font-size: 12px; line-height: 1.25; overflow-x: auto; }
+.qp-charts { display: flex; flex-wrap: wrap; gap: 1.2em; }
+.qp-figure { border: 1px solid #ddd; padding: .5em; }
+.qp-figure h3 { font-size: .95em; margin: 0 0 .4em 0; }
+.qp-flame { width: 100%; border: 1px solid #ddd; }
+table.qp-fields th { text-align: left; vertical-align: top; padding-right: 1em; }
+"""
+
+SCRIPT = """
+(function () {
+  const charts = JSON.parse(document.getElementById('qp-specs').textContent);
+  for (const [id, spec] of Object.entries(charts)) {
+    const el = document.getElementById(id);
+    vegaEmbed(el, spec, {mode: 'vega-lite', renderer: 'svg', actions: false})
+      .then(() => { el.dataset.rendered = '1'; })
+      .catch((e) => { el.dataset.failed = String(e); console.error('chart ' + id + ': ' + e); });
+  }
+})();
+"""
+
+
+def html(page: Page) -> str:
+    """The page as one HTML document with every script and datum inlined."""
+    e = _html.escape
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>{e(page.title)}</title>",
+        f"<style>{STYLE}</style>",
+        f"<script>{vega_bundle()}</script>",
+        "</head><body>",
+        f'<h1>{e(page.title)}</h1><p class="qp-note" data-status="{e(page.status)}">{page.kind} {e(page.id)}, '
+        f"status <b>{e(page.status)}</b>; written by qprof {e(__version__)}</p>",
+    ]
+    if page.problems:
+        items = "".join(f"<li>{e(p)}</li>" for p in page.problems)
+        parts.append(
+            f'<div class="qp-problem" id="qp-problem"><strong>{e(page.status.upper())}</strong>: '
+            f"this report shows only what the record holds.<ul>{items}</ul></div>"
+        )
+    parts.append("<h2>Tables</h2>" + page.tables_html)
+    specs = {}
+    if page.charts:
+        parts.append('<h2>Charts</h2><div class="qp-charts">')
+        for c in page.charts:
+            cid = f"chart-{c.name}"
+            specs[cid] = c.spec
+            note = f'<p class="qp-note">{e(c.note)}</p>' if c.note else ""
+            parts.append(
+                f'<div class="qp-figure"><h3>{e(c.title)}</h3><div class="qp-chart" id="{e(cid)}" '
+                f'data-chart="{e(c.name)}"></div>{note}</div>'
+            )
+        parts.append("</div>")
+    if page.flames:
+        parts.append("<h2>Flame graphs</h2>")
+        for f in page.flames:
+            parts.append(f"<h3>{e(f.title)}</h3>")
+            if f.svg is None:
+                parts.append(f'<p class="qp-note">Not drawn: {e(f.note)}</p>')
+                continue
+            raw = f.svg.encode()
+            m = _SVG_HEIGHT.search(raw)
+            height = int(m.group(1)) + 8 if m else 600
+            src = "data:image/svg+xml;base64," + base64.b64encode(raw).decode()
+            parts.append(
+                f'<iframe class="qp-flame" id="{e(f.name)}" title="{e(f.title)}" '
+                f'style="height:{height}px" src="{src}"></iframe>'
+            )
+    for n in page.notes:
+        parts.append(f'<p class="qp-note">{e(n)}</p>')
+    parts.append(f'<script type="application/json" id="qp-specs">{_script_json(specs)}</script>')
+    parts.append(f"<script>{SCRIPT}</script>")
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"

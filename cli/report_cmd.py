@@ -1,0 +1,117 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""`qprof report`: a run or comparison as one self-contained HTML file."""
+
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import click
+
+from qprof import errors, history
+from qprof.cli import html_report, report
+from qprof.cli.compare_cmd import print_comparison
+from qprof.cli.flame_cmd import open_files
+from qprof.rundir import write_text_atomic
+
+REPORT = "report.html"
+LATEST_SHOWN = 5
+
+
+@click.command()
+@click.argument("run_id", default="latest", metavar="[RUN_ID|COMPARISON_ID|latest]")
+@click.option("--open", "open_html", is_flag=True, help="Open the report with xdg-open (else say where it is).")
+@click.option(
+    "--output",
+    "-o",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help=f"Write the report here instead of beside the record (RUNS_DIR/<id>/{REPORT}).",
+)
+@click.option(
+    "--runs-dir",
+    type=click.Path(file_okay=False),
+    default="runs",
+    show_default=True,
+    envvar="QPROF_RUNS_DIR",
+    help="Where run directories are.",
+)
+def report_cmd(run_id, open_html, output, runs_dir):
+    """Write a run's or comparison's report: one HTML file, no network.
+
+    The tables `qprof run` or `qprof compare` printed; CPU ns/B per flame
+    category as stacked bars per side; the flame graphs (inferno's
+    interactive SVGs; a run's are drawn now if `qprof flame` has not);
+    the probes' histograms (time per system call, packet length, GSO
+    segments); for downloads and rr runs each download's times and the
+    delays' CDF; for a comparison each metric against what its
+    configurations vary, with the runs' range and the ratio to the first
+    configuration, and the delay or download-time CDFs per configuration.
+    Scripts and data are inlined, so the file opens offline and can be
+    mailed. A record that is incomplete (the run failed, was abandoned or
+    still runs) or corrupt is reported as far as it can be read, marked at
+    the top, and said so on stderr with exit code 33.
+
+    \b
+    EXAMPLES:
+      qprof report                        # the latest run -> runs/<id>/report.html
+      qprof report 20261123-162245-3f9c1a --open
+      qprof report COMPARISON_ID -o /tmp/gso.html
+    """
+    root = Path(runs_dir)
+    found = history.locate(root, run_id)
+    if found is None:
+        raise errors.RunNotFound(not_found(root, run_id))
+    kind, rid, rel, path = found
+    rec, problem = history.read_record(path)
+    row = history.entry(kind, rel, rid, rec, problem)
+    problems = marks(row)
+    if kind == "comparison":
+        page = html_report.comparison_page(rec, path.parent, rid, problems, print_comparison, run_records(path, rec))
+    else:
+        printer = report.print_mix if (rec or {}).get("stack") == "mix" else report.print_run
+        page = html_report.run_page(rec, path.parent, rid, problems, printer)
+    out = Path(output) if output else path.parent / REPORT
+    text = html_report.html(page)
+    write_text_atomic(out, text)
+    drawn = sum(1 for f in page.flames if f.svg)
+    click.echo(
+        f"{kind} {rid}: {out} ({len(text.encode()) / 1e6:.1f} MB; {len(page.charts)} charts, {drawn} flame graphs)"
+    )
+    if open_html:
+        open_files([out])
+    if page.problems:
+        raise errors.IncompleteRecord(
+            f"{kind} {rid}'s record is {'corrupt' if row['problem'] else row['status']} "
+            f"({'; '.join(page.problems)}); {out} shows what could be read, marked at its top."
+        )
+
+
+def marks(row: dict) -> List[str]:
+    """What is wrong with a record, as the report marks it."""
+    out = []
+    if row["problem"]:
+        out.append(f"the record is corrupt: {row['problem']}")
+    elif row["status"] != "complete":
+        out.append(f"the {row['kind']} is {row['status']}" + (f": {row['error']}" if row["error"] else ""))
+    return out
+
+
+def run_records(path: Path, rec: Optional[dict]) -> Dict[str, dict]:
+    """The comparison's runs' records, from where comparison.json points
+    (a run whose directory is gone or unreadable is left out)."""
+    out = {}
+    for r in (rec or {}).get("runs") or []:
+        if not isinstance(r, dict) or not r.get("id"):
+            continue
+        got, _ = history.read_record(path.parent / (r.get("path") or f"../../{r['id']}") / history.RECORD)
+        if got is not None:
+            out[r["id"]] = got
+    return out
+
+
+def not_found(root: Path, run_id: str) -> str:
+    latest = history.latest_ids(root, LATEST_SHOWN)
+    what = "no latest run" if run_id == "latest" else f"no run or comparison '{run_id}'"
+    if not latest:
+        return f"{what} under {root}, which holds none yet; make one with `qprof run` (or pass --runs-dir)."
+    ids = ", ".join(f"{i} ({kind})" if kind == "comparison" else i for i, kind in latest)
+    return f"{what} under {root}; the latest are {ids} (`qprof ls` lists them all)."
