@@ -5,7 +5,8 @@
 #   build     msquic (from crates.io, with cmake) and the workload
 #   run       build, then `qprof run --stack quic`
 #   lint      ruff (Python) and clang-format (C) check the style
-#   test-tools  Debian packages only the tests use (Go's pprof reads qprof's pprof export)
+#   test-tools  Debian packages only the tests use (Go's pprof reads qprof's pprof export;
+#               chromium loads qprof's HTML reports)
 #   test      build, lint, then the whole test suite
 SHELL := /bin/bash
 BUILD ?= build
@@ -121,8 +122,9 @@ guest: apt
 	@build-aux/apt.sh kernel-deb $(BUILD)/guest
 
 # Readers the tests check qprof's output with, which qprof itself does not
-# run: golang-go for `go tool pprof` (tests/test_export.py).
-TEST_PKGS := golang-go
+# run: golang-go for `go tool pprof` (tests/test_export.py); chromium and
+# its chromium-driver, driven by selenium, for `qprof report` (tests/test_report.py).
+TEST_PKGS := golang-go chromium chromium-driver
 test-tools: apt
 	@build-aux/apt.sh install $(TEST_PKGS)
 

@@ -38,6 +38,7 @@ setup(
             "jsonschema>=4.18,<5",
             "ruff==0.17.6",
             "prometheus-client>=0.17,<1",  # its OpenMetrics parser reads `qprof export --format openmetrics` back
+            "selenium>=4.20,<5",  # drives Debian's chromium for tests/test_report.py
         ]
     },
     entry_points={"console_scripts": ["qprof = qprof.cli.main:main"]},

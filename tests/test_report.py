@@ -1,0 +1,409 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""`qprof report` as a user runs it, and each report loaded in a real
+browser with the network off.
+
+The run directories are assembled in a temporary runs directory from the
+golden records (tests/data/record/<case>/expected.json, with their stacks
+where they have them; tests/data/report/<case>/ for captures kept for the
+report alone), and a comparison of the two golden flame runs
+(tests/data/flame/) is built with collectors/compare.py's own table and
+flame-diff functions, as `qprof compare` would record it.
+
+The browser is Debian's chromium driven by its chromium-driver through
+selenium (both installed by `make test-tools`). The network is off:
+every host name resolves to nothing and every proxied request goes to a
+closed port, and the test asserts that no request left for anything but
+file:, data: or the browser's own pages. A report fails on any console
+error, on a chart that failed, is missing or has zero size or no drawn
+SVG, and on a flame graph whose SVG has zero size or no frames. A
+screenshot of each whole report is kept in build/test-artifacts/report/.
+"""
+
+import json
+import os
+import shutil
+import signal
+import tempfile
+import time
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+
+from conftest import REPO, qprof, validate_records
+
+DATA = Path(__file__).resolve().parent / "data"
+ARTIFACTS = REPO / "build" / "test-artifacts" / "report"
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMEDRIVER = Path("/usr/bin/chromedriver")
+# Exit codes: qprof's interface (core/errors.py).
+RUN_NOT_FOUND, INCOMPLETE_RECORD = 15, 33
+
+# id -> (golden record directory, what it stands for)
+RUNS = {
+    "20261122-000001-000b01": (DATA / "record" / "quic", "bulk"),
+    "20261122-000002-000d01": (DATA / "record" / "quic-download", "download"),
+    "20261122-000003-000e01": (DATA / "record" / "tcp-link", "link"),
+}
+# Real captures kept for the report (tests/data/report/README.md): a
+# request/response run, a mix, and a `--stacks tcp,udp` comparison with its runs.
+CAPTURED = DATA / "report" / "runs"
+RR_RUN = "20261123-215324-0ceaeb"
+MIX_RUN = "20261123-215557-e73689"
+REAL_COMPARISON = "20261123-215335-e67b1b"
+COMPARISON = "20261122-000009-00c001"
+INCOMPLETE = "20261122-000006-00fa11"
+CORRUPT = "20261122-000007-00bad0"
+WIDTH, MAX_SHOT_HEIGHT = 1400, 16000
+SCHEMES_ALLOWED = {"file", "data", "about", "chrome", "chrome-untrusted", "devtools", "blob"}
+
+needs_inferno = pytest.mark.skipif(
+    not (REPO / "build" / "tools" / "bin" / "inferno-flamegraph").exists(),
+    reason="inferno is not built; `make inferno`",
+)
+
+
+def _run_dir(root: Path, rid: str, src: Path) -> dict:
+    d = root / rid
+    d.mkdir(parents=True)
+    rec = json.loads((src / ("expected.json" if (src / "expected.json").exists() else "run.json")).read_text())
+    rec = {"schema_version": 2, **rec, "id": rid, "status": rec.get("status", "complete")}
+    (d / "run.json").write_text(json.dumps(rec))
+    if (src / "stacks").is_dir():
+        shutil.copytree(src / "stacks", d / "stacks")
+    return rec
+
+
+def _comparison(root: Path) -> None:
+    """The two golden flame runs (quic, tcp-tls) as a --stacks comparison,
+    recorded by compare.py's own functions."""
+    from qprof.collectors import compare
+
+    records = []
+    for name in ("quic", "tcp-tls"):
+        rec = json.loads((DATA / "flame" / name / "run.json").read_text())
+        d = root / rec["id"]
+        if not d.exists():
+            shutil.copytree(DATA / "flame" / name, d, ignore=shutil.ignore_patterns("expected"))
+        records.append(rec)
+    configs = [{"label": r["stack"], "stack": r["stack"], "overrides": {}, "options": r["config"]} for r in records]
+    runs = [{"id": r["id"], "config": i, "repeat": 0, "record": r} for i, r in enumerate(records)]
+    metrics = compare.METRICS + compare.category_metrics(records)
+    cdir = root / "comparisons" / COMPARISON
+    cdir.mkdir(parents=True)
+    rec = {
+        "schema_version": 2,
+        "id": COMPARISON,
+        "status": "complete",
+        "kind": "comparison",
+        "order": "interleaved",
+        "repeat": 1,
+        "vary": {},
+        "configs": configs,
+        "runs": [{"id": r["id"], "config": r["config"], "repeat": 0, "path": f"../../{r['id']}"} for r in runs],
+        "path": str(cdir),
+        "environment": records[0]["environment"],
+        "metrics": compare.table(configs, runs, metrics),
+        "incomplete_captures": [r["id"] for r in records if not compare._complete_flame(r)],
+        "metric_units": {
+            m.key: {"label": m.label, "unit": m.unit, "lower_is_better": m.lower_is_better} for m in metrics
+        },
+        "flame_diff": compare.flame_diff(root, cdir, records[0], records[1]),
+    }
+    (cdir / "comparison.json").write_text(json.dumps(rec))
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    """A runs directory of golden runs, a comparison, an incomplete run
+    and a corrupt one."""
+    root = tmp_path_factory.mktemp("report") / "runs"
+    for rid, (src, _) in RUNS.items():
+        _run_dir(root, rid, src)
+    shutil.copytree(CAPTURED, root, dirs_exist_ok=True)
+    rec = _run_dir(root, INCOMPLETE, DATA / "record" / "tcp-tls")
+    for key in ("cpu", "syscalls", "throughput_gbps", "measured_at"):
+        rec.pop(key, None)
+    rec.update(status="incomplete", error="the server died mid-run (exit 9).")
+    (root / INCOMPLETE / "run.json").write_text(json.dumps(rec))
+    (root / CORRUPT).mkdir()
+    (root / CORRUPT / "run.json").write_text('{"schema_version": 2, "id": "' + CORRUPT + '", "status": "compl')
+    if (REPO / "build" / "tools" / "bin" / "inferno-flamegraph").exists():
+        _comparison(root)
+    validate_records(root / "comparisons")
+    return root
+
+
+def report(root: Path, what: str, *extra):
+    return qprof(
+        "report",
+        what,
+        *extra,
+        runs_dir=root,
+        env_extra={"QPROF_STATE_DIR": os.environ.get("QPROF_STATE_DIR", "/tmp/qprof-report-state")},
+    )
+
+
+def one_sentence(stderr: str) -> str:
+    lines = [l for l in stderr.splitlines() if l.strip()]
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith("qprof: ") and lines[0].rstrip().endswith("."), lines[0]
+    return lines[0]
+
+
+# --- the command -------------------------------------------------------------------------
+
+
+def test_unknown_id_names_the_latest(root):
+    r = report(root, "20990101-000000-abcdef")
+    assert r.returncode == RUN_NOT_FOUND
+    s = one_sentence(r.stderr)
+    assert "'20990101-000000-abcdef'" in s
+    listed = s.split("the latest are ", 1)[1].split(" (`qprof ls`", 1)[0].split(", ")
+    present = {p.name for p in root.iterdir()} | {p.name for p in root.glob("comparisons/*")}
+    assert len(listed) == 5, listed
+    assert all(i.removesuffix(" (comparison)") in present for i in listed), listed
+
+
+def test_unknown_id_in_an_empty_runs_dir(tmp_path):
+    r = report(tmp_path / "none", "latest")
+    assert r.returncode == RUN_NOT_FOUND
+    assert "holds none yet" in one_sentence(r.stderr)
+
+
+def test_incomplete_run_is_reported_and_marked(root):
+    r = report(root, INCOMPLETE)
+    assert r.returncode == INCOMPLETE_RECORD
+    s = one_sentence(r.stderr)
+    assert INCOMPLETE in s and "incomplete" in s and "report.html" in s
+    page = (root / INCOMPLETE / "report.html").read_text()
+    assert 'id="qp-problem"' in page and "INCOMPLETE" in page and "the server died mid-run" in page
+
+
+def test_corrupt_record_is_reported_and_marked(root):
+    r = report(root, CORRUPT)
+    assert r.returncode == INCOMPLETE_RECORD
+    assert "corrupt" in one_sentence(r.stderr)
+    page = (root / CORRUPT / "report.html").read_text()
+    assert 'id="qp-problem"' in page and "not valid JSON" in page
+
+
+def test_a_complete_run_is_not_marked_and_holds_no_url(root):
+    rid = next(iter(RUNS))
+    out = root / "elsewhere.html"
+    r = report(root, rid, "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == ""
+    page = out.read_text()
+    assert 'id="qp-problem"' not in page
+    # Nothing to fetch: no external script, stylesheet or image.
+    for attr in ('src="http', "src='http", 'href="http', "@import"):
+        assert attr not in page
+
+
+def test_report_needs_no_root(root, tmp_path, monkeypatch):
+    """Nothing on the report's path asks for root: with an unprivileged
+    euid the report is written (in process; the venv's interpreter need
+    not be executable by another user)."""
+    from click.testing import CliRunner
+
+    from qprof.cli import main
+
+    main._register()
+    monkeypatch.setattr(os, "geteuid", lambda: 65534)
+    monkeypatch.setenv("QPROF_STATE_DIR", str(tmp_path / "state"))
+    rid = "20261122-000002-000d01"
+    shutil.copytree(root / rid, tmp_path / "runs" / rid)
+    r = CliRunner().invoke(main.cli, ["report", rid, "--runs-dir", str(tmp_path / "runs")])
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "runs" / rid / "report.html").stat().st_size > 0
+
+
+# --- in the browser ----------------------------------------------------------------------------
+
+
+def _ours(profile: str):
+    """Pids of the browser processes started with our profile directory."""
+    out = []
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                if profile.encode() in (p / "cmdline").read_bytes():
+                    out.append(int(p.name))
+            except OSError:
+                pass
+    return out
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Headless chromium with the network off; quit, and any process
+    left with its profile killed by pid, on every path."""
+    if not (CHROMIUM.exists() and CHROMEDRIVER.exists()):
+        pytest.skip("chromium and chromium-driver are not installed; `make test-tools` installs them")
+    webdriver = pytest.importorskip("selenium.webdriver")
+    from selenium.webdriver.chrome.service import Service
+
+    profile = tempfile.mkdtemp(prefix="qprof-report-chromium-")
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = str(CHROMIUM)
+    for a in (
+        "--headless=new",
+        "--no-sandbox",  # as root
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        f"--user-data-dir={profile}",
+        # The network off: no name resolves, and what would not need one
+        # goes to a proxy on a closed port.
+        "--host-resolver-rules=MAP * ~NOTFOUND",
+        "--proxy-server=http://127.0.0.1:9",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        f"--window-size={WIDTH},1000",
+    ):
+        opts.add_argument(a)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
+    driver = None
+    try:
+        # Both paths given, so selenium's driver manager never looks online.
+        driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=opts)
+        yield driver
+    finally:
+        try:
+            if driver is not None:
+                driver.quit()
+        finally:
+            for pid in _ours(profile):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            shutil.rmtree(profile, ignore_errors=True)
+
+
+def load(driver, page: Path, name: str) -> dict:
+    """page in the browser: what the test checks, a screenshot kept."""
+    driver.get_log("browser")
+    driver.get_log("performance")
+    driver.get(page.as_uri())
+    deadline = time.monotonic() + 60
+    while True:
+        state = driver.execute_script(
+            "const c=[...document.querySelectorAll('.qp-chart')];"
+            "return c.filter(e => !e.dataset.rendered && !e.dataset.failed).length"
+        )
+        if state == 0 or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    charts = driver.execute_script(
+        "return [...document.querySelectorAll('.qp-chart')].map(e => {"
+        "const r = e.getBoundingClientRect(); const s = e.querySelector('svg');"
+        "const b = s ? s.getBoundingClientRect() : {width: 0, height: 0};"
+        "return {id: e.id, rendered: e.dataset.rendered || null, failed: e.dataset.failed || null,"
+        "width: r.width, height: r.height, svg_width: b.width, svg_height: b.height,"
+        "marks: s ? s.querySelectorAll('path, rect, line, circle, text').length : 0}})"
+    )
+    flames = []
+    from selenium.webdriver.common.by import By
+
+    for frame in driver.find_elements(By.CSS_SELECTOR, "iframe.qp-flame"):
+        fid, rect = frame.get_attribute("id"), frame.rect
+        driver.switch_to.frame(frame)
+        try:
+            inside = driver.execute_script(
+                "const s = document.documentElement; const b = s.getBoundingClientRect();"
+                "return {tag: s.tagName, width: b.width, height: b.height,"
+                "frames: document.querySelectorAll('#frames > g').length,"
+                "rects: document.querySelectorAll('rect').length, scripted: typeof init === 'function'}"
+            )
+        finally:
+            driver.switch_to.default_content()
+        flames.append({"id": fid, "width": rect["width"], "height": rect["height"], **inside})
+    console = driver.get_log("browser")
+    requests = []
+    for entry in driver.get_log("performance"):
+        msg = json.loads(entry["message"])["message"]
+        if msg["method"] == "Network.requestWillBeSent":
+            requests.append(msg["params"]["request"]["url"])
+    # The whole page in one window: a capture beyond the viewport leaves
+    # the flame graphs' frames (drawn in processes of their own) blank.
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    height = driver.execute_script("return document.documentElement.scrollHeight")
+    driver.set_window_size(WIDTH, min(height + 40, MAX_SHOT_HEIGHT))
+    time.sleep(0.5)
+    driver.save_screenshot(str(ARTIFACTS / f"{name}.png"))
+    driver.set_window_size(WIDTH, 1000)
+    return {"charts": charts, "flames": flames, "console": console, "requests": requests}
+
+
+def check(got: dict, charts_at_least: int, flames: int) -> None:
+    errors = [e for e in got["console"] if e["level"] == "SEVERE"]
+    assert not errors, errors
+    left = [u for u in got["requests"] if urlparse(u).scheme not in SCHEMES_ALLOWED]
+    assert not left, f"requests left the machine: {left}"
+    assert len(got["charts"]) >= charts_at_least, got["charts"]
+    for c in got["charts"]:
+        assert c["rendered"] and not c["failed"], c
+        assert c["width"] > 0 and c["height"] > 0 and c["svg_width"] > 0 and c["svg_height"] > 0, c
+        assert c["marks"] > 0, c
+    assert len(got["flames"]) == flames, got["flames"]
+    for f in got["flames"]:
+        assert f["tag"] == "svg" and f["scripted"], f
+        assert f["width"] > 0 and f["height"] > 0 and f["frames"] > 0 and f["rects"] > 0, f
+
+
+# (what, charts at least, flame graphs drawn, chart names it must have)
+CASES = {
+    "bulk": ("20261122-000001-000b01", 6, 3, {"categories", "syscall_time", "packet_size", "gso_segments"}),
+    "download": ("20261122-000002-000d01", 6, 0, {"download_times", "download_cdf", "packet_size"}),
+    "link": ("20261122-000003-000e01", 2, 0, {"cpu", "link"}),
+    "mix": (MIX_RUN, 2, 0, {"mix_goodput", "link"}),
+    "rr": (RR_RUN, 4, 3, {"rr_cdf", "categories", "syscall_time", "packet_size"}),
+}
+
+
+@needs_inferno
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_run_report_in_browser(root, browser, case):
+    rid, n_charts, n_flames, names = CASES[case]
+    if not (root / rid).exists():
+        pytest.skip(f"no golden {case} run")
+    r = report(root, rid)
+    assert r.returncode == 0, r.stderr
+    page = root / rid / "report.html"
+    got = load(browser, page, f"run-{case}")
+    check(got, n_charts, n_flames)
+    assert names <= {c["id"].removeprefix("chart-") for c in got["charts"]}
+
+
+@needs_inferno
+def test_comparison_report_in_browser(root, browser):
+    r = report(root, COMPARISON)
+    assert r.returncode == 0, r.stderr
+    got = load(browser, root / "comparisons" / COMPARISON / "report.html", "comparison")
+    check(got, 4, 3)
+    ids = {c["id"] for c in got["charts"]}
+    assert {"chart-metric-throughput_gbps", "chart-metric-system_ns_per_byte"} <= ids
+
+
+def test_real_comparison_report_in_browser(root, browser):
+    """`qprof compare --stacks tcp,udp --duration 1s --repeat 1 --probes none`
+    as it left its directory, flame diffs included."""
+    r = report(root, REAL_COMPARISON)
+    assert r.returncode == 0, r.stderr
+    got = load(browser, root / "comparisons" / REAL_COMPARISON / "report.html", "comparison-tcp-udp")
+    check(got, 6, 3)
+    ids = {c["id"] for c in got["charts"]}
+    assert "chart-categories" in ids and "chart-metric-udp_loss_share" in ids
+    # Categories are one stacked chart, not a chart each.
+    units = json.loads((root / "comparisons" / REAL_COMPARISON / "comparison.json").read_text())["metric_units"]
+    categories = {f"chart-metric-{k}" for k, u in units.items() if ": " in u["label"]}
+    assert categories and not ids & categories
+
+
+def test_incomplete_report_in_browser(root, browser):
+    report(root, INCOMPLETE)
+    got = load(browser, root / INCOMPLETE / "report.html", "run-incomplete")
+    check(got, 0, 0)
