@@ -46,31 +46,35 @@ def cli():
       qprof show RUN_ID                 a run's tables again, from its record
       qprof check RUN --baseline BASE   exit 40 if CPU per byte regressed
       qprof export RUN --format pprof   also folded, perf-script, openmetrics
+      qprof report RUN --open           a self-contained HTML report
       qprof clean                       remove what a killed run left behind
     """
 
 
 def _register():
-    from qprof.cli import clean_cmd, compare_cmd, doctor_cmd, flame_cmd, run_cmd
+    from qprof.cli import (
+        check_cmd,
+        clean_cmd,
+        compare_cmd,
+        doctor_cmd,
+        export_cmd,
+        flame_cmd,
+        ls_cmd,
+        report_cmd,
+        run_cmd,
+        show_cmd,
+    )
 
     cli.add_command(run_cmd.run)
     cli.add_command(doctor_cmd.doctor)
     cli.add_command(flame_cmd.flame)
     cli.add_command(compare_cmd.compare_cmd, name="compare")
-    cli.add_command(clean_cmd.clean)
-    from qprof.cli import check_cmd
-
-    cli.add_command(check_cmd.check_cmd)
-    from qprof.cli import export_cmd
-
-    cli.add_command(export_cmd.export_cmd)
-    from qprof.cli import ls_cmd, show_cmd
-
     cli.add_command(ls_cmd.ls)
     cli.add_command(show_cmd.show)
-    from qprof.cli import report_cmd
-
     cli.add_command(report_cmd.report_cmd, name="report")
+    cli.add_command(check_cmd.check_cmd)
+    cli.add_command(export_cmd.export_cmd)
+    cli.add_command(clean_cmd.clean)
 
 
 def _interrupted_sentence() -> str:
