@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from qprof import errors, rundir
+from qprof.cli.run_options import runs_dir_option
 from qprof.collectors import check
 
 ABSENT = "—"
@@ -64,14 +65,7 @@ def records(root: Path, ident: str, config: Optional[int]) -> List[dict]:
 )
 @click.option("--force", is_flag=True, help="Compare a baseline of another stack or machine anyway (warns).")
 @click.option("--json", "as_json", is_flag=True, help="Print the verdict as JSON on stdout.")
-@click.option(
-    "--runs-dir",
-    type=click.Path(file_okay=False),
-    default="runs",
-    show_default=True,
-    envvar="QPROF_RUNS_DIR",
-    help="Where run directories are.",
-)
+@runs_dir_option
 def check_cmd(run_id, base_id, config, baseline_config, max_regression, force, as_json, runs_dir):
     """Exit non-zero when RUN_ID's CPU per byte regressed against a baseline.
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from qprof.cli.run_options import runs_dir_option
 from qprof.flamegraphs import export, sides
 
 
@@ -34,14 +35,7 @@ from qprof.flamegraphs import export, sides
     help="Where to write ('-' for stdout). Default: stdout, and for pprof RUNS_DIR/<id>/profile.pb.gz "
     "(profile-<side>.pb.gz for one side).",
 )
-@click.option(
-    "--runs-dir",
-    type=click.Path(file_okay=False),
-    default="runs",
-    show_default=True,
-    envvar="QPROF_RUNS_DIR",
-    help="Where run directories are.",
-)
+@runs_dir_option
 def export_cmd(run_id, fmt, side, output, runs_dir):
     """Export a run's stack samples or figures for other tools.
 

@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from qprof.cli.run_options import runs_dir_option
 from qprof.errors import BadValue
 from qprof.flamegraphs import categories, diff, draw, export, normalize, sides
 
@@ -55,14 +56,7 @@ class FlameOptions:
     help="Draw B against A per byte (per request for two rr runs): RUNS_DIR/<B>/flame-diff-<A>-<side>.svg, "
     "red where B costs more.",
 )
-@click.option(
-    "--runs-dir",
-    type=click.Path(file_okay=False),
-    default="runs",
-    show_default=True,
-    envvar="QPROF_RUNS_DIR",
-    help="Where run directories are.",
-)
+@runs_dir_option
 def flame(run_id, side, open_svg, print_folded, diff, runs_dir):
     """Flame graphs of a run, in CPU time per byte (per request for rr runs).
 

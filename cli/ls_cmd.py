@@ -13,6 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from qprof import history
+from qprof.cli.run_options import runs_dir_option
 from qprof.collectors import options
 from qprof.errors import BadValue, QprofError
 
@@ -75,14 +76,7 @@ def parse_option_filters(items: List[str]) -> Dict[str, object]:
 @click.option("--limit", "-n", type=click.IntRange(0), default=20, show_default=True, help="At most N; 0 for all.")
 @click.option("--reindex", is_flag=True, help="Rebuild the index from the run directories first.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON array on stdout instead of the table.")
-@click.option(
-    "--runs-dir",
-    type=click.Path(file_okay=False),
-    default="runs",
-    show_default=True,
-    envvar="QPROF_RUNS_DIR",
-    help="Where run directories are.",
-)
+@runs_dir_option
 def ls(stack, pattern, option_items, since, machine, kind, status, limit, reindex, as_json, runs_dir):
     """List runs and comparisons, newest first, with their headline figures.
 

@@ -10,10 +10,10 @@ from qprof import errors, history
 from qprof.cli import html_report, report
 from qprof.cli.compare_cmd import print_comparison
 from qprof.cli.flame_cmd import open_files
+from qprof.cli.run_options import runs_dir_option
 from qprof.rundir import write_text_atomic
 
 REPORT = "report.html"
-LATEST_SHOWN = 5
 
 
 @click.command()
@@ -26,14 +26,7 @@ LATEST_SHOWN = 5
     default=None,
     help=f"Write the report here instead of beside the record (RUNS_DIR/<id>/{REPORT}).",
 )
-@click.option(
-    "--runs-dir",
-    type=click.Path(file_okay=False),
-    default="runs",
-    show_default=True,
-    envvar="QPROF_RUNS_DIR",
-    help="Where run directories are.",
-)
+@runs_dir_option
 def report_cmd(run_id, open_html, output, runs_dir):
     """Write a run's or comparison's report: one HTML file, no network.
 
@@ -59,7 +52,7 @@ def report_cmd(run_id, open_html, output, runs_dir):
     root = Path(runs_dir)
     found = history.locate(root, run_id)
     if found is None:
-        raise errors.RunNotFound(not_found(root, run_id))
+        raise errors.RunNotFound(history.not_found(root, run_id))
     kind, rid, rel, path = found
     rec, problem = history.read_record(path)
     row = history.entry(kind, rel, rid, rec, problem)
@@ -106,12 +99,3 @@ def run_records(path: Path, rec: Optional[dict]) -> Dict[str, dict]:
         if got is not None:
             out[r["id"]] = got
     return out
-
-
-def not_found(root: Path, run_id: str) -> str:
-    latest = history.latest_ids(root, LATEST_SHOWN)
-    what = "no latest run" if run_id == "latest" else f"no run or comparison '{run_id}'"
-    if not latest:
-        return f"{what} under {root}, which holds none yet; make one with `qprof run` (or pass --runs-dir)."
-    ids = ", ".join(f"{i} ({kind})" if kind == "comparison" else i for i, kind in latest)
-    return f"{what} under {root}; the latest are {ids} (`qprof ls` lists them all)."

@@ -37,6 +37,18 @@ def _click_option(o: options.Option):
     return click.option(*names, **kw)
 
 
+# Every command that reads run directories takes this (run and compare write
+# them: theirs is the option table's "runs-dir").
+runs_dir_option = click.option(
+    "--runs-dir",
+    type=click.Path(file_okay=False),
+    default=options.BY_NAME["runs-dir"].default,
+    show_default=True,
+    envvar=options.BY_NAME["runs-dir"].envvar,
+    help="Where run directories are.",
+)
+
+
 def click_option(name: str):
     """One option of the table for one command only (cli=False in the table)."""
     return _click_option(options.BY_NAME[name])

@@ -12,22 +12,15 @@ from rich.console import Console
 from qprof import history
 from qprof.cli import report
 from qprof.cli.compare_cmd import print_comparison
+from qprof.cli.run_options import runs_dir_option
 from qprof.errors import IncompleteRecord, RunNotFound
 
 ABSENT = "—"
-LATEST_SHOWN = 5
 
 
 @click.command()
 @click.argument("run_id", default="latest", metavar="[RUN_ID|COMPARISON_ID|latest]")
-@click.option(
-    "--runs-dir",
-    type=click.Path(file_okay=False),
-    default="runs",
-    show_default=True,
-    envvar="QPROF_RUNS_DIR",
-    help="Where run directories are.",
-)
+@runs_dir_option
 def show(run_id, runs_dir):
     """Print a run's or a comparison's tables from its record.
 
@@ -47,7 +40,7 @@ def show(run_id, runs_dir):
     root = Path(runs_dir)
     found = history.locate(root, run_id)
     if found is None:
-        raise RunNotFound(_not_found(root, run_id))
+        raise RunNotFound(history.not_found(root, run_id))
     kind, rid, rel, path = found
     rec, problem = history.read_record(path)
     row = history.entry(kind, rel, rid, rec, problem)
@@ -85,15 +78,6 @@ def _rendered(printer: Callable, rec: dict):
     except (KeyError, TypeError, ValueError, AttributeError, IndexError, ZeroDivisionError) as e:
         return None, f"{type(e).__name__}: {e}"
     return buf.getvalue(), None
-
-
-def _not_found(root: Path, run_id: str) -> str:
-    latest = history.latest_ids(root, LATEST_SHOWN)
-    what = "no latest run" if run_id == "latest" else f"no run or comparison '{run_id}'"
-    if not latest:
-        return f"{what} under {root}, which holds none yet; make one with `qprof run` (or pass --runs-dir)."
-    ids = ", ".join(f"{i} ({kind})" if kind == "comparison" else i for i, kind in latest)
-    return f"{what} under {root}; the latest are {ids}, and `qprof ls` lists them all."
 
 
 def _sentence(row: dict) -> str:

@@ -564,3 +564,13 @@ def latest_ids(root: Path, n: int = 5) -> List[Tuple[str, str]]:
         return [(r["id"], r["kind"]) for r in query(db, limit=n)]
     finally:
         db.close()
+
+
+def not_found(root: Path, run_id: str, shown: int = 5) -> str:
+    """The sentence for an id with no run or comparison: the latest ones."""
+    latest = latest_ids(root, shown)
+    what = "no latest run" if run_id == "latest" else f"no run or comparison '{run_id}'"
+    if not latest:
+        return f"{what} under {root}, which holds none yet; make one with `qprof run` (or pass --runs-dir)."
+    ids = ", ".join(f"{i} ({kind})" if kind == "comparison" else i for i, kind in latest)
+    return f"{what} under {root}; the latest are {ids} (`qprof ls` lists them all)."
