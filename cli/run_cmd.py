@@ -2,9 +2,14 @@
 """`qprof run`: one measured bulk transfer."""
 
 import json
+import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import click
+from rich.console import Console
+from rich.progress import BarColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn
+from rich.text import Text
 
 from qprof import errors
 from qprof.cli import report
@@ -53,12 +58,42 @@ def run(ctx, stack, as_json, fault, options_file, **kwargs):
             raise errors.BadMix("--mix names each flow's stack itself; drop --stack.")
         if fault:
             raise errors.BadMix("faults are injected into single runs; drop --mix or --inject-fault.")
-        record = mixrun.run(opts)
-    else:
-        record = runner.run(opts, faults=Faults(fault), on_interval=None if as_json else report.print_interval)
+    with guest_progress(opts.guest and sys.stderr.isatty()) as on_guest:
+        if opts.mix:
+            record = mixrun.run(opts, on_guest=on_guest)
+        else:
+            on_interval = None if as_json else report.print_interval
+            record = runner.run(opts, faults=Faults(fault), on_interval=on_interval, on_guest=on_guest)
     if as_json:
         click.echo(json.dumps(record, indent=2))
     elif record["stack"] == "mix":
         report.print_mix(record)
     else:
         report.print_run(record)
+
+
+class _Left(ProgressColumn):
+    """About how long is left, from the expected length and the elapsed time."""
+
+    def render(self, task) -> Text:
+        if task.total is None or task.elapsed is None:
+            return Text("")
+        left = task.total - task.elapsed
+        return Text(f"about {left:.0f} s left" if left > 0 else "any moment", style="cyan")
+
+
+@contextmanager
+def guest_progress(show: bool):
+    """A bar for a guest run on a terminal: its stage, the time so far and
+    about how long is left (runner.guest_expected_s); None otherwise."""
+    if not show:
+        yield None
+        return
+    columns = (TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), _Left())
+    with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
+        task = progress.add_task("guest: starting", total=None)
+
+        def on_guest(stage: str, elapsed_s: float, expected_s) -> None:
+            progress.update(task, description=f"guest: {stage}", total=expected_s, completed=elapsed_s)
+
+        yield on_guest

@@ -47,14 +47,14 @@ def check(opts: RunOptions) -> Flows:
     return out
 
 
-def run(opts: RunOptions, on_progress: Callable[[str], None] = runner.log) -> dict:
+def run(opts: RunOptions, on_progress: Callable[[str], None] = runner.log, on_guest=None) -> dict:
     flows = check(opts)
     if os.geteuid() != 0:
         raise errors.NotRoot("qprof run needs root (network namespaces, perf, eBPF); run it as root, e.g. with sudo.")
     binary = paths.workload_binary()
     with remains.exclusive("run"):
         if opts.guest:
-            return runner.run_in_guest(opts, on_progress, NO_FAULTS)
+            return runner.run_in_guest(opts, on_progress, NO_FAULTS, on_guest)
         return _run(opts, flows, binary, on_progress)
 
 

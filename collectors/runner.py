@@ -48,6 +48,9 @@ DEFAULT_WARMUP_S = 1.0
 GUEST_UNTIMED_S = 600
 MIN_RR_PERIOD_S = 100e-6  # qprof-wl's --period-us floor
 GUEST_SLACK_S = 300
+# What a guest run takes beyond its warm-up and window: boot, set-up in
+# the emulator, the record (a 1 s tcp run took 28.9 s here, a 4 s one 33.4).
+GUEST_OVERHEAD_S = 27.0
 READY_TIMEOUT_S = 10.0
 CONNECT_TIMEOUT_S = 10.0
 FINISH_TIMEOUT_S = 30.0
@@ -306,14 +309,16 @@ def run(
     on_progress: Callable[[str], None] = log,
     faults: Faults = NO_FAULTS,
     on_interval: Optional[Callable[[dict], None]] = None,
+    on_guest: Optional[Callable[[str, float, Optional[float]], None]] = None,
 ) -> dict:
     """faults: real failures for the tests (collectors/faults.py), never in
     the record. on_interval: each --interval's figures as it ends (the
-    live lines; not from a guest)."""
+    live lines; not from a guest). on_guest: a guest run's stages (see
+    run_in_guest)."""
     binary = preflight(opts)
     with remains.exclusive("run"):
         if opts.guest:
-            return run_in_guest(opts, on_progress, faults)
+            return run_in_guest(opts, on_progress, faults, on_guest)
         return _run(opts, binary, on_progress, faults, on_interval)
 
 
@@ -590,8 +595,18 @@ def _client_with_probes(opts, client_argv, topo, run_path, server):
             yield client, probes
 
 
-def run_in_guest(opts: RunOptions, on_progress, faults: Faults) -> dict:
-    """The whole measurement inside a QEMU guest; its record comes back here."""
+def guest_expected_s(opts: RunOptions) -> Optional[float]:
+    """About how long a guest run takes; None when its length is the
+    transfer's (--bytes, downloads)."""
+    if opts.duration_s is None:
+        return None
+    return GUEST_OVERHEAD_S + (opts.warmup_s or 0.0) + opts.duration_s
+
+
+def run_in_guest(opts: RunOptions, on_progress, faults: Faults, on_guest=None) -> dict:
+    """The whole measurement inside a QEMU guest; its record comes back here.
+    on_guest(stage, seconds since boot began, guest_expected_s) as each
+    stage is reached ("boot" first)."""
     art = guest.artifacts()
     with RunDir(Path(opts.runs_dir)) as rundir:
         rundir.record.update({"stack": "mix" if opts.mix else opts.stack, "config": asdict(opts)})
@@ -608,7 +623,15 @@ def run_in_guest(opts: RunOptions, on_progress, faults: Faults) -> dict:
         )
         timeout_s = opts.warmup_s + (opts.duration_s or GUEST_UNTIMED_S) + GUEST_SLACK_S
         with guest.GuestVM(art, out, rundir.path / "console.log") as vm:
-            stages = vm.wait(timeout_s, lambda stage, s: on_progress(f"guest: {stage} after {s:.0f} s"))
+            expected = guest_expected_s(opts)
+
+            def stage(name: str, s: float) -> None:
+                on_progress(f"guest: {name} after {s:.0f} s")
+                if on_guest:
+                    on_guest(name, s, expected)
+
+            stage("boot", 0.0)
+            stages = vm.wait(timeout_s, stage)
         rc_file = out / "rc"
         if not rc_file.exists():
             raise errors.GuestBootFailed(
