@@ -8,6 +8,8 @@
 #   test-tools  Debian packages only the tests use (Go's pprof reads qprof's pprof export;
 #               chromium loads qprof's HTML reports)
 #   test      build, lint, then the whole test suite
+#   check     the unit tier only (pytest -m unit): records, flame graphs, options,
+#             schema, golden files, presentation; no root, build or network, under a minute
 SHELL := /bin/bash
 BUILD ?= build
 VENV ?= .venv
@@ -17,7 +19,7 @@ CFLAGS_WL := -O3 -g -fno-omit-frame-pointer -Wall -Wextra -Werror -std=gnu11
 APT_PKGS := iproute2 procps openssl libssl-dev cmake ninja-build gcc make perl python3-venv linux-perf bpftrace ethtool iperf3 \
             clang llvm bpftool libbpf-dev libelf-dev zlib1g-dev pkg-config clang-format
 
-.PHONY: all deps apt venv fetch build msquic workload probes inferno guest test-tools run lint test bench clean
+.PHONY: all deps apt venv fetch build msquic workload probes inferno guest test-tools run lint test check bench clean
 all: build
 
 deps: apt venv
@@ -140,6 +142,10 @@ lint: deps
 
 test: deps build guest test-tools lint
 	$(VENV)/bin/python -m pytest -ra tests
+
+# The fast tier (pytest.ini's markers): the venv alone, as any user; `test` runs it too.
+check: venv
+	$(VENV)/bin/python -m pytest -m unit -q -ra tests
 
 clean:
 	rm -rf $(BUILD) $(VENV)

@@ -4,6 +4,7 @@
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -13,6 +14,24 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+
+# pytest.ini registers them; `make check` runs the unit tier, `make test` all.
+TIERS = ("unit", "system", "guest", "network")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Every test in exactly one tier, before -m deselects any: a test
+    without one would fall out of every tier's run unseen."""
+    bad = []
+    for item in items:
+        tiers = [m.name for m in item.iter_markers() if m.name in TIERS]
+        if len(tiers) != 1:
+            bad.append(f"{item.nodeid}: {', '.join(tiers) or 'no tier'}")
+    if bad:
+        raise pytest.UsageError(
+            f"each test needs exactly one of the markers {', '.join(TIERS)} (pytest.ini):\n  " + "\n  ".join(bad)
+        )
 
 
 def qprof(*args, runs_dir=None, timeout=120, env_extra=None, **kw):
@@ -156,6 +175,29 @@ def runs_dir(tmp_path):
     assert leftovers() == []
     if d.exists():
         validate_records(d)
+
+
+@pytest.fixture(scope="session")
+def cert(tmp_path_factory):
+    """qprof-wl's --cert and --key arguments: a self-signed pair, made once."""
+    from qprof.collectors import runner
+
+    cert, key = runner.make_certificate(tmp_path_factory.mktemp("cert"))
+    return ["--cert", str(cert), "--key", str(key)]
+
+
+def free_port() -> int:
+    """A port free for both TCP and UDP on 127.0.0.1 (QUIC listens on UDP)."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
+            u.bind(("127.0.0.1", 0))
+            port = u.getsockname()[1]
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as t:
+                try:
+                    t.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+        return port
 
 
 needs_build = pytest.mark.skipif(

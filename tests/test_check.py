@@ -29,6 +29,7 @@ def _rec(client, server=1.0, gbps=5.0, crypto=None, stack="quic", cpu_model="X")
     return rec
 
 
+@pytest.mark.unit
 def test_a_regression_must_be_beyond_the_spread_and_the_threshold():
     base = [_rec(1.0, crypto=0.2), _rec(1.2, crypto=0.2), _rec(1.1, crypto=0.2)]
     rows = {r["figure"]: r for r in check.verdict([_rec(1.3, crypto=0.3)], base, 0.05)}
@@ -46,6 +47,7 @@ def test_a_regression_must_be_beyond_the_spread_and_the_threshold():
     assert {r["figure"]: r for r in check.verdict([_rec(1.1, gbps=3.0)], base, 0.05)}["throughput"]["regressed"]
 
 
+@pytest.mark.unit
 def test_another_stack_or_machine_is_refused_unless_forced():
     with pytest.raises(errors.IncompatibleRuns) as e:
         check.comparable([_rec(1.0)], [_rec(1.0, stack="tcp")], force=False)
@@ -54,17 +56,20 @@ def test_another_stack_or_machine_is_refused_unless_forced():
     assert len(warned) == 1 and "different machines" in warned[0]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("text, value", [("5%", 0.05), ("0.05", 0.05), ("0%", 0.0), ("150%", 1.5)])
 def test_parse_share(text, value):
     assert parse_share(text) == pytest.approx(value)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("text", ["five", "-5%"])
 def test_parse_share_refuses(text):
     with pytest.raises(errors.BadValue):
         parse_share(text)
 
 
+@pytest.mark.system
 @needs_build
 def test_gso_off_regresses_against_gso_on_and_a_repeat_passes(runs_dir):
     common = ("--duration", "1s", "--warmup", "0.5s", "--probes", "none")

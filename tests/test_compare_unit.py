@@ -6,6 +6,8 @@ import pytest
 from qprof import errors
 from qprof.collectors import compare, offload, runner
 
+pytestmark = pytest.mark.unit
+
 
 def base(**kw):
     return runner.RunOptions(duration_s=1.0, **kw)

@@ -34,6 +34,7 @@ def wait_until(cond, timeout_s=10.0):
     return cond()
 
 
+@pytest.mark.system
 @needs_build
 def test_sigkill_leaves_only_what_the_next_command_reclaims(runs_dir):
     with started("run", "--duration", "30s", runs_dir=runs_dir) as p:
@@ -70,6 +71,7 @@ def test_sigkill_leaves_only_what_the_next_command_reclaims(runs_dir):
     assert qprof("clean").stdout.startswith("nothing to clean")
 
 
+@pytest.mark.system
 @needs_build
 @pytest.mark.parametrize("attempt", range(3))
 def test_burst_of_ctrl_c_removes_everything_and_says_so_truly(runs_dir, attempt):
@@ -87,6 +89,7 @@ def test_burst_of_ctrl_c_removes_everything_and_says_so_truly(runs_dir, attempt)
     assert run_statuses(runs_dir) == ["incomplete"]
 
 
+@pytest.mark.system
 @needs_build
 def test_second_measurement_is_refused_while_one_runs(runs_dir, tmp_path):
     with started("run", "--duration", "30s", "--probes", "none", runs_dir=runs_dir) as p:
@@ -112,6 +115,7 @@ def read_only_dir(tmp_path):
     subprocess.run(["umount", str(d)], check=True)
 
 
+@pytest.mark.system
 @needs_build
 @pytest.mark.parametrize("where", ["proc", "under-file", "read-only"])
 @pytest.mark.parametrize("how", ["flag", "env", "compare"])
@@ -134,6 +138,7 @@ def test_unwritable_runs_dir(tmp_path, read_only_dir, where, how):
     assert leftovers() == []
 
 
+@pytest.mark.system
 @needs_build
 def test_flame_in_read_only_run_dir(tmp_path, runs_dir):
     rec = run_json(runs_dir, "--duration", "1s", "--warmup", "0.3s", "--probes", "none")
@@ -149,6 +154,7 @@ def test_flame_in_read_only_run_dir(tmp_path, runs_dir):
     assert "writable" in one_sentence(r.stderr)
 
 
+@pytest.mark.system
 @pytest.mark.parametrize("delay_s", [0.05, 0.15, 0.3])
 def test_interrupt_during_start_up_is_one_sentence(runs_dir, delay_s):
     with started("run", "--duration", "5s", runs_dir=runs_dir) as p:
@@ -161,6 +167,7 @@ def test_interrupt_during_start_up_is_one_sentence(runs_dir, delay_s):
     assert leftovers() == []
 
 
+@pytest.mark.system
 @needs_build
 def test_inherited_ignored_sigint_stays_ignored_and_sigterm_cleans_up(runs_dir):
     env = {**os.environ, "QPROF_RUNS_DIR": str(runs_dir)}
@@ -195,6 +202,7 @@ def test_inherited_ignored_sigint_stays_ignored_and_sigterm_cleans_up(runs_dir):
     assert leftovers() == []
 
 
+@pytest.mark.system
 @needs_build
 @pytest.mark.parametrize(
     "case",
@@ -218,6 +226,7 @@ def test_interrupt_tests_pass_when_the_suite_starts_with_sigint_ignored(case):
     assert "1 passed" in r.stdout
 
 
+@pytest.mark.system
 @needs_build
 @pytest.mark.parametrize("stack", ["quic", "tcp"])
 def test_tiny_fixed_size_without_warmup_is_measured_whole(runs_dir, stack):
@@ -226,6 +235,7 @@ def test_tiny_fixed_size_without_warmup_is_measured_whole(runs_dir, stack):
     assert rec["window_s"] > 0
 
 
+@pytest.mark.system
 @pytest.mark.parametrize(
     "args, cause", [(["--bytes", "0"], "moves nothing"), (["--bytes", "64K", "--warmup", "1s"], "does not apply")]
 )
@@ -253,6 +263,7 @@ def descendant(pid, needle, timeout_s=30.0):
     raise AssertionError(f"no '{needle}' under pid {pid}")
 
 
+@pytest.mark.system
 @needs_build
 def test_perf_dying_mid_run_is_one_sentence(runs_dir):
     with started("run", "--duration", "6s", "--warmup", "0.5s", "--probes", "none", runs_dir=runs_dir) as p:
@@ -268,6 +279,7 @@ def test_perf_dying_mid_run_is_one_sentence(runs_dir):
     assert leftovers() == []
 
 
+@pytest.mark.system
 @needs_build
 @pytest.mark.parametrize("probe", ["syscalls", "packets", "cputhread"])
 def test_probe_killed_mid_run_is_absent_with_its_signal(runs_dir, probe):
@@ -325,6 +337,7 @@ sys.exit("the signal was lost")
 """
 
 
+@pytest.mark.unit
 def test_a_signal_between_start_and_ledger_entry_waits_for_the_entry(tmp_path):
     """A child is started and entered in the ledger as one step: the signal
     is raised after the entry exists, so the child can be found and killed."""

@@ -78,6 +78,7 @@ def verdicts(doctor):
     return {c["name"]: c["verdict"] for c in json.loads(r.stdout)}
 
 
+@pytest.mark.system
 def test_exits_zero_with_json_and_empty_stderr(doctor):
     r, _ = doctor
     assert r.returncode == 0, r.stderr
@@ -86,6 +87,7 @@ def test_exits_zero_with_json_and_empty_stderr(doctor):
     assert all(set(c) == {"name", "verdict", "detail", "fix"} for c in checks)
 
 
+@pytest.mark.system
 def test_every_check_once_in_order_with_a_known_verdict(doctor):
     checks = json.loads(doctor[0].stdout)
     assert [c["name"] for c in checks] == NAMES
@@ -94,11 +96,13 @@ def test_every_check_once_in_order_with_a_known_verdict(doctor):
         assert c["detail"], c
 
 
+@pytest.mark.system
 def test_kernel_tls_missing_exactly_when_the_tls_ulp_is_not_listed(verdicts):
     tls_listed = "tls" in Path("/proc/sys/net/ipv4/tcp_available_ulp").read_text().split()
     assert (verdicts["kernel tls"] == "missing") == (not tls_listed)
 
 
+@pytest.mark.system
 def test_btf_ok_exactly_when_vmlinux_btf_exists(verdicts):
     assert (verdicts["btf"] == "ok") == Path("/sys/kernel/btf/vmlinux").exists()
 
@@ -116,6 +120,7 @@ def probe_tools_given(pid):
     return found
 
 
+@pytest.mark.system
 def test_leaves_no_namespace_link_mount_or_probe(doctor_pid):
     _, mounts_before, pid = doctor_pid
     assert probe_tools_given(pid) == []
@@ -133,6 +138,7 @@ def test_leaves_no_namespace_link_mount_or_probe(doctor_pid):
     assert tracefs_mounts() == mounts_before
 
 
+@pytest.mark.unit
 def test_caps_held_decodes_only_the_bits_qprof_needs():
     assert caps_held("0000000000201000") == {"CAP_NET_ADMIN", "CAP_SYS_ADMIN"}  # bits 12, 21
     assert caps_held("000000c000000000") == {"CAP_PERFMON", "CAP_BPF"}  # bits 38, 39
@@ -140,6 +146,7 @@ def test_caps_held_decodes_only_the_bits_qprof_needs():
     assert caps_held("000001ffffffffff") == {"CAP_NET_ADMIN", "CAP_SYS_ADMIN", "CAP_PERFMON", "CAP_BPF"}
 
 
+@pytest.mark.system
 def test_as_a_user_doctor_says_what_needs_root(tmp_path):
     """Run as nobody, doctor does not claim what only root can do (perf -a)
     nor blame the kernel for what is a missing privilege."""
@@ -187,6 +194,7 @@ in /etc/sysctl.conf (e.g. kernel.perf_event_paranoid = <setting>)
 """
 
 
+@pytest.mark.unit
 def test_perf_is_quoted_by_its_first_line_that_says_something():
     from qprof.collectors.capabilities import _first_line
 
@@ -195,6 +203,7 @@ def test_perf_is_quoted_by_its_first_line_that_says_something():
     assert _first_line("\n") == ""
 
 
+@pytest.mark.system
 def test_the_probes_are_tried_by_btf_without_tracefs(checks):
     """The probes attach by tp_btf: doctor loads them, and asks for no tracefs."""
     c = checks["tracepoints"]
@@ -211,6 +220,7 @@ def kernel_config():
         return None
 
 
+@pytest.mark.system
 @pytest.mark.parametrize("kind", sorted(QDISC_CONFIG))
 def test_each_qdisc_has_its_own_line_and_a_verdict_the_kernel_config_agrees_with(checks, kind):
     c = checks[f"qdisc {kind}"]
@@ -230,6 +240,7 @@ def test_each_qdisc_has_its_own_line_and_a_verdict_the_kernel_config_agrees_with
         assert c["verdict"] == "missing" and f"no sch_{kind}" in c["detail"], c
 
 
+@pytest.mark.system
 def test_an_empty_build_dir_fails_each_build_check_naming_what_and_make_build(tmp_path):
     """QPROF_BUILD_DIR moves every path helper: nothing is built there."""
     env = {"QPROF_BUILD_DIR": str(tmp_path), "QPROF_STATE_DIR": str(tmp_path / "state")}

@@ -7,6 +7,8 @@ import pytest
 from conftest import needs_build, qprof, run_json
 from test_bad_input import one_sentence, refused_run
 
+pytestmark = pytest.mark.system
+
 BAD_VALUE = 4
 
 

@@ -93,6 +93,7 @@ def pprof_raw(path: Path, *args) -> dict:
     return {"types": types, "samples": samples, "comments": comments, "text": r.stdout}
 
 
+@pytest.mark.system
 @needs_go
 @pytest.mark.parametrize("case", CASES)
 def test_pprof_round_trips_through_go_pprof(case, runs):
@@ -128,6 +129,7 @@ def test_pprof_round_trips_through_go_pprof(case, runs):
     assert "PeriodType: cpu nanoseconds" in raw["text"] and f"Period: {period}\n" in raw["text"]
 
 
+@pytest.mark.system
 @needs_go
 def test_pprof_top_totals_are_the_graphs(runs):
     """pprof's own total in each sample type, as its report prints it."""
@@ -150,6 +152,7 @@ def test_pprof_top_totals_are_the_graphs(runs):
     assert {s["labels"]["side"] for s in pprof_raw(out)["samples"]} == {"client"}
 
 
+@pytest.mark.system
 @needs_go
 def test_pprof_of_an_rr_run_is_per_request(runs):
     _, path = add_run(runs, "tcp-tls", edit=as_rr())
@@ -159,6 +162,7 @@ def test_pprof_of_an_rr_run_is_per_request(runs):
     assert all(s["values"][2] == round(s["values"][1] * 1000 / REQUESTS) for s in raw["samples"])
 
 
+@pytest.mark.unit
 def test_pprof_to_stdout_and_elsewhere(runs, tmp_path):
     _, path = add_run(runs, "quic")
     r = subprocess.run(
@@ -190,6 +194,7 @@ def series(family):
     return {tuple(sorted((k, v) for k, v in s.labels.items() if k not in ("run", "stack"))): s for s in family.samples}
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("case", CASES)
 def test_openmetrics_parses_and_equals_the_record(case, runs):
     rid, _ = add_run(runs, case)
@@ -221,6 +226,7 @@ def test_openmetrics_parses_and_equals_the_record(case, runs):
         assert samples[(("side", side),)].name == "qprof_flame_samples_total"
 
 
+@pytest.mark.unit
 def test_openmetrics_others_and_rr(runs):
     def edit(rec):
         as_rr()(rec)
@@ -244,6 +250,7 @@ def test_openmetrics_others_and_rr(runs):
 # --- folded --------------------------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_folded_is_flames(runs):
     add_run(runs, "quic")
     r = qprof("export", "--format", "folded", runs_dir=runs)
@@ -258,6 +265,7 @@ def test_folded_is_flames(runs):
 # --- perf-script ---------------------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_perf_script_without_perf_data_is_refused(runs, tmp_path):
     rid, path = add_run(runs, "quic")
     dest = tmp_path / "out.perf"
@@ -268,6 +276,7 @@ def test_perf_script_without_perf_data_is_refused(runs, tmp_path):
     assert not dest.exists() and list(tmp_path.glob(".out.perf*")) == []
 
 
+@pytest.mark.system
 def test_perf_script_of_a_damaged_perf_data(runs):
     _, path = add_run(runs, "quic")
     (path / "perf.data").write_bytes(b"not a perf.data file\n" * 10)
@@ -280,6 +289,7 @@ PERF_EVENT = re.compile(r"^(\S.*?)\s+(\d+)/(\d+)\s+\[?\d*\]?\s*(\d+\.\d+):\s+(\d
 PERF_FRAME = re.compile(r"^\s+[0-9a-f]+ .+ \(.+\)$")
 
 
+@pytest.mark.system
 @needs_build
 def test_perf_script_of_a_kept_perf_data(runs_dir):
     """A real short run with --keep-perf-data: the export is perf script's
@@ -305,6 +315,7 @@ def test_perf_script_of_a_kept_perf_data(runs_dir):
 # --- bad input -----------------------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_unknown_format(runs):
     add_run(runs, "quic")
     r = qprof("export", "--format", "svg", runs_dir=runs)
@@ -313,6 +324,7 @@ def test_unknown_format(runs):
     assert "'svg'" in line and all(f in line for f in ("pprof", "folded", "perf-script", "openmetrics"))
 
 
+@pytest.mark.unit
 def test_unknown_run(runs):
     add_run(runs, "quic")
     r = qprof("export", "20990101-000000-000000", "--format", "pprof", runs_dir=runs)
@@ -320,6 +332,7 @@ def test_unknown_run(runs):
     assert "20990101-000000-000000" in one_sentence(r.stderr)
 
 
+@pytest.mark.unit
 def test_perf_script_takes_no_side(runs):
     add_run(runs, "quic")
     r = qprof("export", "--format", "perf-script", "--side", "client", runs_dir=runs)
@@ -327,6 +340,7 @@ def test_perf_script_takes_no_side(runs):
     assert "--side" in one_sentence(r.stderr)
 
 
+@pytest.mark.unit
 def test_unwritable_output_leaves_nothing(runs, tmp_path):
     add_run(runs, "quic")
     r = qprof("export", "--format", "openmetrics", "-o", str(tmp_path / "no" / "such" / "m.prom"), runs_dir=runs)
@@ -334,6 +348,7 @@ def test_unwritable_output_leaves_nothing(runs, tmp_path):
     assert "m.prom" in one_sentence(r.stderr)
 
 
+@pytest.mark.unit
 def test_per_unit_values_are_normalize_scaled():
     """pprof's third value is what `qprof flame` draws (normalize.scaled)."""
     from qprof.flamegraphs import pprof

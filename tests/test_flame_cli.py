@@ -97,6 +97,7 @@ def svg_frames(path):
     return out
 
 
+@pytest.mark.system
 @needs_inferno
 @pytest.mark.parametrize("version", (1, 2))
 def test_latest_run_all_sides(runs, version):
@@ -128,6 +129,7 @@ def test_latest_run_all_sides(runs, version):
     assert f"{client['categories_ns_per_byte']['crypto']:.3f}" in r.stdout  # the category table
 
 
+@pytest.mark.system
 @needs_inferno
 def test_one_side_of_a_named_run(runs):
     rid, path = add_run(runs, "tcp-tls", latest=False)
@@ -140,6 +142,7 @@ def test_one_side_of_a_named_run(runs):
     assert title.startswith("tcp-tls, ") and "GSO" not in title
 
 
+@pytest.mark.system
 @needs_inferno
 def test_an_undercounting_capture_says_so(runs):
     def short(rec):
@@ -153,6 +156,7 @@ def test_an_undercounting_capture_says_so(runs):
     assert "UNDERCOUNTS: CPU 1 recorded 75%" in svg_title(path / "flame-client.svg")[1]
 
 
+@pytest.mark.unit
 def test_folded_prints_the_stacks(runs):
     rid, path = add_run(runs, "quic")
     r = qprof("flame", "--side", "client", "--folded", runs_dir=runs)
@@ -167,6 +171,7 @@ def test_folded_prints_the_stacks(runs):
     assert total == sum(json.loads((path / "run.json").read_text())["flame"]["samples"].values())
 
 
+@pytest.mark.system
 @needs_inferno
 def test_diff(runs):
     a, _ = add_run(runs, "tcp-tls", latest=False)
@@ -192,6 +197,7 @@ def test_diff(runs):
     assert any(func.startswith("Quic") and d > 0 for func, _, d, _ in frames)
 
 
+@pytest.mark.system
 @needs_inferno
 def test_open(runs, tmp_path):
     add_run(runs, "quic")
@@ -214,6 +220,7 @@ def test_open(runs, tmp_path):
     assert r.returncode == 0 and "xdg-open is not installed" in r.stdout
 
 
+@pytest.mark.system
 @needs_inferno
 def test_some_bad_lines_give_one_warning(runs):
     _, path = add_run(runs, "quic")
@@ -228,6 +235,7 @@ def test_some_bad_lines_give_one_warning(runs):
     assert (path / "flame-server.svg").exists()
 
 
+@pytest.mark.unit
 def test_unknown_run(runs):
     add_run(runs, "quic")
     r = qprof("flame", "20000101-000000-000000", runs_dir=runs)
@@ -238,6 +246,7 @@ def test_unknown_run(runs):
     one_sentence(r.stderr)
 
 
+@pytest.mark.unit
 def test_run_without_stacks(runs):
     def no_flame(rec):
         rec["flame"] = None
@@ -254,6 +263,7 @@ def test_run_without_stacks(runs):
     one_sentence(r.stderr)
 
 
+@pytest.mark.unit
 def test_incomplete_run(runs):
     def incomplete(rec):
         rec["status"] = "incomplete"
@@ -265,6 +275,7 @@ def test_incomplete_run(runs):
     assert "incomplete" in one_sentence(r.stderr)
 
 
+@pytest.mark.unit
 def test_truncated_folded_file(runs):
     _, path = add_run(runs, "quic")
     f = path / "stacks" / "client.folded"
@@ -275,6 +286,7 @@ def test_truncated_folded_file(runs):
     assert "truncated" in one_sentence(r.stderr)
 
 
+@pytest.mark.unit
 def test_folded_file_missing_lines(runs):
     _, path = add_run(runs, "quic")
     f = path / "stacks" / "server.folded"
@@ -285,6 +297,7 @@ def test_folded_file_missing_lines(runs):
     assert r.stdout == ""
 
 
+@pytest.mark.unit
 def test_unreadable_capture(runs):
     _, path = add_run(runs, "quic")
     (path / "stacks" / "client.folded").write_bytes(b"PERFILE2\x00\xff\xfe\x00" * 64)
@@ -301,6 +314,7 @@ def test_unreadable_capture(runs):
     assert "missing" in one_sentence(r.stderr)
 
 
+@pytest.mark.unit
 def test_bad_run_json(runs):
     path = runs / "20261122-000000-badbad"
     path.mkdir()
@@ -310,6 +324,7 @@ def test_bad_run_json(runs):
     assert "not valid JSON" in one_sentence(r.stderr)
 
 
+@pytest.mark.unit
 def test_diff_refusals(runs):
     a, _ = add_run(runs, "tcp-tls", latest=False)
 
@@ -330,6 +345,7 @@ def test_diff_refusals(runs):
     assert r.returncode == RUN_NOT_FOUND
 
 
+@pytest.mark.unit
 def test_inferno_missing(runs, tmp_path):
     add_run(runs, "quic")
     r = qprof("flame", runs_dir=runs, env_extra={"QPROF_BUILD_DIR": str(tmp_path / "nobuild")})
@@ -337,6 +353,7 @@ def test_inferno_missing(runs, tmp_path):
     assert "make inferno" in one_sentence(r.stderr)
 
 
+@pytest.mark.unit
 def test_help_ends_with_examples():
     r = qprof("flame", "--help")
     assert r.returncode == 0

@@ -13,6 +13,8 @@ import pytest
 
 from qprof.flamegraphs import categories, normalize, sides
 
+pytestmark = pytest.mark.unit
+
 DATA = Path(__file__).resolve().parent / "data" / "flame"
 CASES = ("quic", "tcp-tls")
 BLESS = os.environ.get("QPROF_BLESS") == "1"

@@ -63,6 +63,7 @@ def golden_samples(case):
 # --- the arithmetic -----------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_per_request_is_samples_times_period_over_requests():
     stacks = {"p;start_thread;QuicSend": 3, "p;start_thread;aesni_enc": 1, "p;[unknown];x": 2}
     fig = normalize.figures(stacks, 1_000_000, REQUESTS, unit=normalize.REQUEST)
@@ -85,6 +86,7 @@ def test_per_request_is_samples_times_period_over_requests():
         _ = fig.ns_per_byte
 
 
+@pytest.mark.unit
 def test_per_byte_is_the_same_path():
     stacks = {"p;a": 1, "p;b": 3}
     assert normalize.scaled(stacks, 1_000_000, 2 * 10**9) == normalize.per_byte(stacks, 1_000_000, 2 * 10**9)
@@ -92,6 +94,7 @@ def test_per_byte_is_the_same_path():
     assert fig.unit == normalize.BYTE and fig.ns_per_byte == fig.ns_per_unit == fig.shown
 
 
+@pytest.mark.unit
 def test_an_rr_run_is_drawn_per_request(runs):
     _, path = add_run(runs, "tcp-tls", edit=as_rr())
     run = sides.load_run(runs, "latest")
@@ -105,6 +108,7 @@ def test_an_rr_run_is_drawn_per_request(runs):
     assert sides.load_run(runs, "latest").unit == normalize.BYTE
 
 
+@pytest.mark.unit
 def test_others_measured_per_request_is_its_per_byte_figure_converted():
     rec = {
         "bytes": 102_400,
@@ -119,6 +123,7 @@ def test_others_measured_per_request_is_its_per_byte_figure_converted():
     assert sides.measured_ns_per_request(rec, "server") == pytest.approx(40_000)
 
 
+@pytest.mark.unit
 def test_an_rr_run_without_answered_requests_is_refused(runs):
     add_run(runs, "tcp-tls", edit=as_rr(requests=0))
     with pytest.raises(BadStacks, match="answered no requests"):
@@ -128,6 +133,7 @@ def test_an_rr_run_without_answered_requests_is_refused(runs):
 # --- the command --------------------------------------------------------------
 
 
+@pytest.mark.system
 @needs_inferno
 def test_flame_prints_and_draws_per_request(runs):
     rid, path = add_run(runs, "tcp-tls", edit=as_rr())
@@ -158,6 +164,7 @@ def test_flame_prints_and_draws_per_request(runs):
     assert r.stdout.splitlines() == sorted((path / "stacks" / "client.folded").read_text().splitlines())
 
 
+@pytest.mark.system
 @needs_inferno
 def test_diff_of_two_rr_runs_is_per_request(runs):
     a, _ = add_run(runs, "tcp-tls", latest=False, edit=as_rr())
@@ -176,6 +183,7 @@ def test_diff_of_two_rr_runs_is_per_request(runs):
     assert "ns/request" in svg.read_text()
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("rr_side", ("a", "b"))
 def test_diff_of_rr_against_bulk_is_refused(runs, rr_side):
     a, _ = add_run(runs, "tcp-tls", latest=False, edit=as_rr() if rr_side == "a" else None)
@@ -190,6 +198,7 @@ def test_diff_of_rr_against_bulk_is_refused(runs, rr_side):
 # --- a real run -----------------------------------------------------------------
 
 
+@pytest.mark.system
 @needs_build
 @needs_inferno
 def test_flame_of_a_real_rr_run_agrees_with_its_record(runs_dir):

@@ -11,6 +11,8 @@ import pytest
 from qprof.errors import BadStacks, BadValue
 from qprof.flamegraphs import categories, folded, normalize, sides
 
+pytestmark = pytest.mark.unit
+
 DATA = Path(__file__).resolve().parent / "data" / "flame"
 
 

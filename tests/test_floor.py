@@ -28,6 +28,7 @@ CPU = {
 }
 
 
+@pytest.mark.unit
 def test_figures_per_side():
     f = floor.figures("tcp-tls", PARTS, CPU)
     assert f["ns_per_byte"] == pytest.approx({"client": 0.4, "server": 0.3, "system": 0.7})
@@ -39,6 +40,7 @@ def test_figures_per_side():
     assert floor.figures("quic", {"absent": "why"}, CPU) == {"absent": "why"}
 
 
+@pytest.mark.system
 @needs_build
 @pytest.mark.parametrize(
     "binary, size, library", [("qprof-floor", 16384, "OpenSSL 3"), ("qprof-floor-quictls", 1440, "+quic")]
@@ -54,12 +56,14 @@ def test_qprof_floor_measures_each_part(binary, size, library):
         assert 0 < out[k] < 50, (k, out)
 
 
+@pytest.mark.system
 @needs_build
 def test_qprof_floor_refuses_bad_size():
     r = subprocess.run([str(BIN / "qprof-floor"), "--size", "12"], capture_output=True, text=True)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--size" in r.stderr
 
 
+@pytest.mark.system
 @needs_build
 @pytest.mark.parametrize("stack", ["tcp-tls", "quic"])
 def test_every_stack_runs_above_its_floor(runs_dir, stack):

@@ -12,7 +12,7 @@ from qprof.collectors import guest
 from conftest import needs_build, qprof, run_json
 from test_bad_input import one_sentence, run_statuses
 
-pytestmark = needs_build
+pytestmark = [pytest.mark.guest, needs_build]
 GUEST_BOOT_FAILED, GUEST_MISSING = 18, 20
 
 needs_guest = pytest.mark.skipif(

@@ -10,7 +10,7 @@ from test_guest import needs_guest, qemu_processes
 
 from conftest import needs_build, run_json
 
-pytestmark = [needs_build, needs_guest]
+pytestmark = [pytest.mark.guest, needs_build, needs_guest]
 
 
 def test_netem_link_as_asked(runs_dir):

@@ -117,6 +117,7 @@ NEWEST_FIRST = [COMPARISON, FAILED, *reversed(CASES)]
 # --- the index ---------------------------------------------------------------------------
 
 
+@pytest.mark.system
 def test_index_built_as_runs_end_equals_the_rebuilt_one(runs_dir):
     first = next(iter(CASES))
     with RunDir(runs_dir, first) as rd:
@@ -139,6 +140,7 @@ def test_index_built_as_runs_end_equals_the_rebuilt_one(runs_dir):
     assert rows(runs_dir) == built
 
 
+@pytest.mark.system
 def test_rows_hold_options_environment_and_headline_figures(runs_dir):
     add_runs(runs_dir)
     by_id = {row["id"]: row for row in ls(runs_dir)}
@@ -171,6 +173,7 @@ def test_rows_hold_options_environment_and_headline_figures(runs_dir):
     assert medians == [stored(c)["cpu"]["system"]["ns_per_byte"]["total"] for c in ("quic", "tcp-tls")]
 
 
+@pytest.mark.unit
 def test_a_mix_and_an_rr_run_give_their_own_headline():
     mix = {"status": "complete", "stack": "mix", "config": {"stack": "quic", "mix": "quic:1,tcp:2"}}
     mix.update({"throughput_gbps": 0.02, "window_s": 5.0, "mix": {"jain_index": 0.93}})
@@ -183,6 +186,7 @@ def test_a_mix_and_an_rr_run_give_their_own_headline():
     assert "lacks" in row["problem"]  # complete, yet without the figures a run has
 
 
+@pytest.mark.unit
 def test_a_guest_run_is_marked_and_its_machine_is_the_host():
     rec = stored("tcp-link")  # the guest's own record; the host's adds emulated and host
     host = {k: v for k, v in stored("quic")["environment"].items() if k != "topology"}
@@ -195,6 +199,7 @@ def test_a_guest_run_is_marked_and_its_machine_is_the_host():
     assert history.machine_id(other_kernel) == history.machine_id(host)
 
 
+@pytest.mark.system
 @pytest.mark.parametrize("damage", ["garbage", "other-version", "missing", "foreign-table"])
 def test_a_damaged_index_is_rebuilt_from_the_directories(runs_dir, damage):
     add_runs(runs_dir)
@@ -221,6 +226,7 @@ def test_a_damaged_index_is_rebuilt_from_the_directories(runs_dir, damage):
     assert rows(runs_dir) == good
 
 
+@pytest.mark.system
 def test_a_run_ending_on_a_damaged_index_rebuilds_it(runs_dir):
     add_runs(runs_dir)
     good = rows(runs_dir)
@@ -232,6 +238,7 @@ def test_a_run_ending_on_a_damaged_index_rebuilds_it(runs_dir):
     assert newest in [r[0] for r in rows(runs_dir)]
 
 
+@pytest.mark.system
 def test_an_unwritable_index_never_fails_a_run_or_a_listing(runs_dir, capsys):
     runs_dir.mkdir()
     (runs_dir / history.INDEX).mkdir()  # a directory where the file should be
@@ -248,6 +255,7 @@ def test_an_unwritable_index_never_fails_a_run_or_a_listing(runs_dir, capsys):
     assert "warning" in r.stderr and "cannot be written" in r.stderr
 
 
+@pytest.mark.system
 def test_the_index_follows_the_directories(runs_dir):
     """Records written, rewritten or removed behind its back (a run marked
     abandoned by `qprof clean`, a directory deleted or copied in)."""
@@ -264,6 +272,7 @@ def test_the_index_follows_the_directories(runs_dir):
     assert FAILED not in ids(ls(runs_dir))
 
 
+@pytest.mark.unit
 def test_a_missing_runs_dir_lists_nothing_and_makes_nothing(tmp_path):
     r = qprof("ls", "--runs-dir", str(tmp_path / "none"))
     assert r.returncode == 0 and r.stderr == "", r.stderr
@@ -274,6 +283,7 @@ def test_a_missing_runs_dir_lists_nothing_and_makes_nothing(tmp_path):
 # --- qprof ls -------------------------------------------------------------------------------
 
 
+@pytest.mark.system
 def test_ls_newest_first_and_its_table(runs_dir):
     add_runs(runs_dir)
     assert ids(ls(runs_dir)) == NEWEST_FIRST
@@ -287,6 +297,7 @@ def test_ls_newest_first_and_its_table(runs_dir):
     assert "6.093" in next(l for l in lines if "0000aa" in l)  # quic's Gbit/s
 
 
+@pytest.mark.system
 @pytest.mark.parametrize(
     "args, expected",
     [
@@ -313,6 +324,7 @@ def test_ls_filters(runs_dir, args, expected):
     assert ids(ls(runs_dir, *args)) == expected
 
 
+@pytest.mark.system
 def test_ls_since_a_while_ago(runs_dir):
     add_runs(runs_dir)
     fresh = "20261123-210000-0000ab"
@@ -324,6 +336,7 @@ def test_ls_since_a_while_ago(runs_dir):
     assert ids(ls(runs_dir, "--since", "10000d", "--stack", "udp")) == [fresh, "20261123-162259-0000cc"]
 
 
+@pytest.mark.unit
 def test_parse_since():
     now = 1_000_000.0
     assert history.parse_since("7d", now) == now - 7 * 86400
@@ -332,6 +345,7 @@ def test_parse_since():
     assert history.parse_since("2026-11-23T00:00+00:00") == 1795392000
 
 
+@pytest.mark.system
 @pytest.mark.parametrize(
     "args, words",
     [
@@ -350,6 +364,7 @@ def test_ls_bad_input_is_one_sentence(runs_dir, args, words):
 # --- qprof show -----------------------------------------------------------------------------
 
 
+@pytest.mark.system
 def test_show_a_run_prints_its_tables(runs_dir):
     add_runs(runs_dir)
     for run_id in ("20261123-162245-0000aa", "latest"):
@@ -360,6 +375,7 @@ def test_show_a_run_prints_its_tables(runs_dir):
     assert "6.09 Gbit/s" in r.stdout and r.stdout.rstrip().endswith("run 20261123-162245-0000aa")
 
 
+@pytest.mark.system
 def test_show_a_comparison_prints_what_compare_printed(runs_dir):
     add_runs(runs_dir)
     r = qprof("show", COMPARISON, "--runs-dir", str(runs_dir))
@@ -369,6 +385,7 @@ def test_show_a_comparison_prints_what_compare_printed(runs_dir):
     assert str(runs_dir / COMPARISONS_SUBDIR / COMPARISON / COMPARISON_RECORD) in r.stdout.replace("\n", "")
 
 
+@pytest.mark.system
 def test_show_an_incomplete_run_says_so(runs_dir):
     add_runs(runs_dir)
     r = qprof("show", FAILED, "--runs-dir", str(runs_dir))
@@ -378,6 +395,7 @@ def test_show_an_incomplete_run_says_so(runs_dir):
     assert "INCOMPLETE" in r.stdout and "QUIC_STATUS_X" in r.stdout and "duration_s=2.000" in r.stdout
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("damage", ["garbage", "empty", "trimmed", "no-record"])
 def test_show_a_corrupt_record_shows_what_it_can(tmp_path, damage):
     """Outside the runs_dir fixture: these records break the schema on purpose."""
@@ -407,6 +425,7 @@ def test_show_a_corrupt_record_shows_what_it_can(tmp_path, damage):
         assert "throughput_gbps" in r.stdout and "7.006" in r.stdout
 
 
+@pytest.mark.system
 def test_show_an_unknown_id_lists_the_latest(runs_dir):
     add_runs(runs_dir)
     for bad in ("20261124-000000-000000", "../etc", "comparisons"):
@@ -418,6 +437,7 @@ def test_show_an_unknown_id_lists_the_latest(runs_dir):
         assert NEWEST_FIRST[5] not in line and "qprof ls" in line
 
 
+@pytest.mark.unit
 def test_show_with_no_runs_says_how_to_make_one(tmp_path):
     r = qprof("show", "--runs-dir", str(tmp_path / "runs"))
     assert r.returncode == RUN_NOT_FOUND
@@ -427,6 +447,7 @@ def test_show_with_no_runs_says_how_to_make_one(tmp_path):
 # --- a real run ---------------------------------------------------------------------------------
 
 
+@pytest.mark.system
 @needs_build
 def test_a_real_run_is_indexed_as_it_completes(runs_dir):
     rec = run_json(runs_dir, "--stack", "tcp", "--duration", "1s", "--probes", "none", "--sample-hz", "0")

@@ -5,7 +5,11 @@
 import re
 import subprocess
 
+import pytest
+
 from conftest import REPO
+
+pytestmark = pytest.mark.unit
 
 SPDX = "SPDX-License-Identifier: GPL-2.0-only"
 SOURCES = re.compile(r"(\.(py|c|h|sh|bt)|Makefile|\.ci/run)$")

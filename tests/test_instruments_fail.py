@@ -16,6 +16,8 @@ from qprof import errors
 from qprof.collectors.controlled import ControlledProcess
 from qprof.collectors.perf import PerfRecorder
 
+pytestmark = pytest.mark.unit
+
 # `perf record ... --control fifo:CTL,ACK ...` as perf answers it: "ack" to
 # each command, until FAKE_PERF says how to stop after reading the Nth.
 FAKE_PERF = textwrap.dedent(f"""\

@@ -25,6 +25,7 @@ def _sample(t_s, nbytes, client_s, server_s, busy_s, idle_s):
     }
 
 
+@pytest.mark.unit
 def test_interval_figures():
     a, b = _sample(1.0, 1_000, 2.0, 3.0, 10.0, 10.0), _sample(1.5, 126_001_000, 2.4, 3.1, 10.75, 10.25)
     f = window.interval_figures(a, b)
@@ -35,6 +36,7 @@ def test_interval_figures():
     assert f["system_utilisation"] == pytest.approx(0.75)
 
 
+@pytest.mark.system
 @needs_build
 def test_intervals_add_up_to_the_window(runs_dir):
     rec = run_json(runs_dir, "--stack", "tcp", "--duration", "2s", "--interval", "0.5s", "--probes", "none")
@@ -55,6 +57,7 @@ def test_intervals_add_up_to_the_window(runs_dir):
     assert iv["gbps_cv"] >= 0
 
 
+@pytest.mark.system
 @needs_build
 def test_a_line_per_interval_on_stdout_and_none_with_json(runs_dir):
     r = qprof("run", "--stack", "udp", "--duration", "1s", "--interval", "0.25s", "--probes", "none", runs_dir=runs_dir)
@@ -68,6 +71,7 @@ def test_a_line_per_interval_on_stdout_and_none_with_json(runs_dir):
     assert json.loads(r.stdout)["intervals"] is None
 
 
+@pytest.mark.system
 @needs_build
 def test_an_interval_finer_than_the_marks_is_refused(runs_dir):
     refused_run(runs_dir, ["--interval", "10ms"], 4, ["--interval 10ms is below 100ms"])

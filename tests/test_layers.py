@@ -10,6 +10,10 @@ Checked on every module's import statements."""
 import ast
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.unit
+
 REPO = Path(__file__).resolve().parent.parent
 SUBPACKAGES = ("cli", "collectors", "flamegraphs", "probes", "workloads")
 FOLDERS = {"core": "core", "flamegraphs": "flamegraphs", "collectors": "collectors", "cli": "cli"}

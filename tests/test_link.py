@@ -22,6 +22,7 @@ DATA = Path(__file__).parent / "data" / "link"
 # --- the spec ------------------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_presets_are_seed_002s():
     """Krinkin & Dronnikov's four profiles: RTT, loss, bandwidth."""
     want = {
@@ -36,6 +37,7 @@ def test_presets_are_seed_002s():
         assert l.jitter_s == 0 and l.queue_packets is None
 
 
+@pytest.mark.unit
 def test_keys_and_overrides():
     l = link.parse("rtt=100ms,loss=1%,rate=2.2mbit")
     assert (l.rtt_s, l.loss_percent, l.rate_bit, l.preset) == (0.1, 1.0, 2_200_000, None)
@@ -48,6 +50,7 @@ def test_keys_and_overrides():
     assert link.with_key(None, "rtt", "10ms") == "rtt=10ms"
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "spec, words",
     [
@@ -80,6 +83,7 @@ def test_bad_specs(spec, words):
 # --- the plan ------------------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_rate_alone_is_tbf_with_a_bdp_queue():
     l = link.parse("rate=10mbit,rtt=0ms")
     assert l.qdisc_kinds == ["tbf"] and not l.needs_netem
@@ -92,6 +96,7 @@ def test_rate_alone_is_tbf_with_a_bdp_queue():
     assert p.queue_packets == link.QUEUE_MIN_PACKETS and p.queue_source == "bdp"
 
 
+@pytest.mark.unit
 def test_netem_under_tbf_holds_queue_and_delay_line():
     l = link.parse("lte")  # 250 ms, 0.7 %, 2 Mbit/s
     p = link.plan(l, 1500)
@@ -105,6 +110,7 @@ def test_netem_under_tbf_holds_queue_and_delay_line():
     assert "rate" not in netem  # no jitter: netem keeps order by itself
 
 
+@pytest.mark.unit
 def test_jitter_keeps_order_and_loss_without_rate_needs_wire_packets():
     l = link.parse("rtt=20ms,jitter=2ms")
     assert l.qdisc_kinds == ["netem"] and l.needs_wire_packets
@@ -118,6 +124,7 @@ def test_jitter_keeps_order_and_loss_without_rate_needs_wire_packets():
     assert link.plan(l, 1500).netem_rate_bit == 5_000_000
 
 
+@pytest.mark.unit
 def test_read_back_from_the_kernel():
     """A real `tc -s -j qdisc show` of Debian 6.1's tbf + netem (the guest)."""
     qdiscs = json.loads((DATA / "tbf-netem.json").read_text())
@@ -134,6 +141,7 @@ def test_read_back_from_the_kernel():
 # --- options and compare ---------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_link_is_an_option_and_its_parts_vary():
     assert options.BY_NAME["link"].vary
     assert {"link", "rtt", "loss", "rate", "jitter"} <= set(compare.VARY_KEYS)
@@ -141,6 +149,7 @@ def test_link_is_an_option_and_its_parts_vary():
         options.check(replace(options.RunOptions(), link="lte,loss=200%"))
 
 
+@pytest.mark.unit
 def test_compare_folds_rtt_into_the_link():
     base = replace(options.RunOptions(), stack="tcp", link="loss=0.5%,rate=2.2mbit", guest=True)
     configs = compare.build_matrix(base, ["tcp"], {"rtt": ["10ms", "1s"]}, [])
@@ -150,6 +159,7 @@ def test_compare_folds_rtt_into_the_link():
     assert [c.opts.link for c in configs] == ["wifi", "2g"]
 
 
+@pytest.mark.unit
 def test_compare_refuses_a_bad_link_before_any_run():
     base = replace(options.RunOptions(), stack="tcp", guest=True)
     with pytest.raises(errors.BadLink, match="configuration 'tcp link=5g'.*unknown link preset"):
@@ -161,6 +171,7 @@ def test_compare_refuses_a_bad_link_before_any_run():
 # --- runs ----------------------------------------------------------------------
 
 
+@pytest.mark.system
 @needs_build
 @pytest.mark.parametrize(
     "args, code, words",
@@ -174,6 +185,7 @@ def test_bad_link_runs(runs_dir, args, code, words):
     refused_run(runs_dir, ["--stack", "tcp", *args], code, words)
 
 
+@pytest.mark.system
 @needs_build
 def test_netem_missing_points_to_the_guest(runs_dir):
     """This host's kernel has no sch_netem: refused before anything runs.
@@ -190,6 +202,7 @@ def test_netem_missing_points_to_the_guest(runs_dir):
     assert not runs_dir.exists() and leftovers() == []
 
 
+@pytest.mark.system
 @needs_build
 def test_a_rate_limit_is_the_limit(runs_dir):
     """tbf on both veths at 10 Mbit/s: the settings read back equal the

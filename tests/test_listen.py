@@ -19,7 +19,7 @@ from qprof.collectors import listen, runner
 from conftest import REPO, needs_build, qprof, run_json, started
 from test_bad_input import one_sentence, run_statuses
 
-pytestmark = needs_build
+pytestmark = [pytest.mark.system, needs_build]
 PORT = 4499
 MAPPED_LOOPBACK = "0000000000000000FFFF00000100007F"  # ::ffff:127.0.0.1 as /proc/net/udp6 writes it
 

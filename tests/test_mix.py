@@ -27,6 +27,7 @@ UDP_PAYLOAD_OVER_FRAME = 1472 / 1514
 BUFFERED = 0.1
 
 
+@pytest.mark.unit
 def test_parse_counts_patterns_and_ports():
     flows = mix.parse("quic, tcp-tls:2,tcp:1:rr", "bulk", 5000, cpus=2)
     assert [(f.index, f.stack, f.pattern, f.port) for f in flows] == [
@@ -38,6 +39,7 @@ def test_parse_counts_patterns_and_ports():
     assert [f.pattern for f in mix.parse("quic:2", "rr", 1, cpus=1)] == ["rr", "rr"]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "text, cpus, port, error, words",
     [
@@ -57,6 +59,7 @@ def test_parse_refuses(text, cpus, port, error, words):
         assert w in str(e.value)
 
 
+@pytest.mark.unit
 def test_flow_options_keep_what_applies_to_each_flow():
     opts = replace(options.RunOptions(), mix="quic:1,tcp-tls:1,tcp:1:rr", tls_version="1.2", period_s=0.02)
     flows = mix.check(opts, cpus=2)
@@ -104,6 +107,7 @@ def _system(busy_s, idle_s):
     }
 
 
+@pytest.mark.unit
 def test_describe_shares_jain_and_the_bottleneck():
     # One flow at a quarter of the other: Jain's index is (4 + 1)^2 / (2 (16 + 1)) = 25/34.
     m = mix.MixMeasurement(
@@ -131,6 +135,7 @@ def test_describe_shares_jain_and_the_bottleneck():
     assert rec["mix"]["bottleneck"] is None and rec["link"] is None
 
 
+@pytest.mark.system
 @needs_build
 @pytest.mark.parametrize(
     "args, code, words",
@@ -158,6 +163,7 @@ def test_bad_mix(runs_dir, args, code, words):
     refused_run(runs_dir, args, code, words)
 
 
+@pytest.mark.system
 @needs_build
 def test_two_identical_flows_share_the_bottleneck(runs_dir):
     # Two UDP senders offer the same load to one drop-tail queue, so each
@@ -179,6 +185,7 @@ def test_two_identical_flows_share_the_bottleneck(runs_dir):
     assert all(f["retransmits"] is None and f["retransmits_source"] is None for f in flows)
 
 
+@pytest.mark.system
 @needs_build
 def test_tcp_flows_bytes_add_up_to_the_bottleneck(runs_dir):
     rec = run_json(runs_dir, "--mix", "tcp:2", "--link", "rate=20mbit", "--tcp-cc", "reno", "--duration", "2s")
@@ -197,6 +204,7 @@ def test_tcp_flows_bytes_add_up_to_the_bottleneck(runs_dir):
     assert 1 / 2 <= m["jain_index"] <= 1
 
 
+@pytest.mark.system
 @needs_build
 def test_a_request_flow_beside_bulk_flows_of_two_stacks(runs_dir):
     rec = run_json(

@@ -13,6 +13,7 @@ from conftest import needs_build, run_json
 DATA = Path(__file__).parent / "data" / "netstat"
 
 
+@pytest.mark.unit
 def test_parse_snmp_and_netstat_tables():
     snmp = netstat.parse_snmp((DATA / "snmp.txt").read_text())
     ext = netstat.parse_snmp((DATA / "netstat.txt").read_text())
@@ -25,6 +26,7 @@ def test_parse_snmp_and_netstat_tables():
     assert missing == []
 
 
+@pytest.mark.unit
 def test_parse_softnet_sums_cpus_in_hex():
     text = "0000000a 00000002 00000003 0 0\n00000001 00000001 00000000 0 0\n"
     assert netstat.parse_softnet(text) == {"dropped": 3, "time_squeeze": 3}
@@ -32,6 +34,7 @@ def test_parse_softnet_sums_cpus_in_hex():
     assert set(real) == {"dropped", "time_squeeze"}
 
 
+@pytest.mark.unit
 def test_spurious_retransmits_are_not_drops():
     window = {
         "client": {
@@ -48,6 +51,7 @@ def test_spurious_retransmits_are_not_drops():
     assert "Udp.InErrors" not in out["window"]["server"]  # only what moved is kept
 
 
+@pytest.mark.unit
 def test_drops_are_named_where_they_happened():
     window = {"client": {"Tcp.RetransSegs": 0}, "server": {"Udp.RcvbufErrors": 5, "Udp.InErrors": 5}}
     out = netstat.losses(
@@ -64,11 +68,13 @@ def test_drops_are_named_where_they_happened():
     ]
 
 
+@pytest.mark.unit
 def test_unmeasured_is_absent_not_zero():
     out = netstat.losses({"client": None, "server": None}, None, {"client": None, "server": None})
     assert out["dropped"] is None and out["retransmitted_segments"] is None
 
 
+@pytest.mark.system
 @needs_build
 @pytest.mark.parametrize("stack", ["tcp-tls", "quic"])
 def test_transfer_names_its_drops_and_explains_its_retransmits(runs_dir, stack):

@@ -13,6 +13,8 @@ from qprof.collectors import compare, options, runner, transports
 
 from conftest import qprof
 
+pytestmark = pytest.mark.unit
+
 
 def test_run_options_are_the_table():
     assert [f.name for f in fields(options.RunOptions)] == [o.field for o in options.OPTIONS]

@@ -24,7 +24,6 @@ window bounds that.
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -40,7 +39,7 @@ from qprof.collectors.runner import make_certificate
 from qprof.collectors.topology import Endpoint
 from qprof.collectors.workload import WorkloadProcess
 
-from conftest import REPO, needs_build
+from conftest import REPO, free_port, needs_build
 from twin import bpftrace_twin
 
 PROBE = REPO / "build" / "bin" / "qprof-cputhread"
@@ -53,6 +52,7 @@ FINISH_TIMEOUT_S = 30
 EXIT_NO_PROCESS, EXIT_USAGE = 2, 64
 
 pytestmark = [
+    pytest.mark.system,
     needs_build,
     pytest.mark.skipif(not PROBE.exists(), reason="qprof-cputhread is not built; `make probes` builds it"),
 ]
@@ -74,12 +74,6 @@ def scratch():
     with tempfile.TemporaryDirectory(prefix="qp-cputhread-") as d:
         yield Path(d)
     assert our_children() == []
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def kernel_threads(pid: int) -> dict:

@@ -10,7 +10,6 @@ against each other (the two ends of a veth pair, TX against RX).
 import json
 import os
 import secrets
-import socket
 import subprocess
 from contextlib import contextmanager
 from pathlib import Path
@@ -23,7 +22,7 @@ from qprof.collectors.runner import make_certificate
 from qprof.collectors.topology import Endpoint, Topology
 from qprof.collectors.workload import WorkloadProcess
 
-from conftest import REPO, leftovers, needs_build
+from conftest import REPO, free_port, leftovers, needs_build
 from twin import bpftrace_twin
 
 PROBE = REPO / "build" / "bin" / "qprof-packets"
@@ -36,6 +35,7 @@ START_TIMEOUT_S = 10
 FINISH_TIMEOUT_S = 30
 
 pytestmark = [
+    pytest.mark.system,
     needs_build,
     pytest.mark.skipif(not PROBE.exists(), reason="qprof-packets is not built; `make probes` builds it"),
 ]
@@ -83,12 +83,6 @@ def clean():
     yield
     assert [x for x in leftovers() if any(tag in x for tag in TAGS)] == []
     assert our_children() == []
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def transfer(client_ep, server_ep, tmp_path: Path, duration_ms=2000):

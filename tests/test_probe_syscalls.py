@@ -13,7 +13,7 @@ from qprof.collectors import runner
 
 from conftest import REPO, needs_build
 
-pytestmark = needs_build
+pytestmark = [pytest.mark.system, needs_build]
 BIN = REPO / "build" / "bin"
 NR = {"sendmsg": 46, "sendmmsg": 307, "recvmsg": 47, "recvmmsg": 299, "sendto": 44, "recvfrom": 45}
 

@@ -6,6 +6,8 @@ import pytest
 from qprof.collectors import derive
 from qprof.collectors.probes import delta
 
+pytestmark = pytest.mark.unit
+
 
 def entry(tgid, tid, sys, calls, nbytes, hist, errors=0, time_ns=0):
     return {

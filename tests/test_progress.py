@@ -5,8 +5,12 @@ and the bar's "time left" column."""
 from dataclasses import replace
 from types import SimpleNamespace
 
+import pytest
+
 from qprof.cli.run_cmd import _Left
 from qprof.collectors import options, runner
+
+pytestmark = pytest.mark.unit
 
 
 def test_guest_expected_length():

@@ -21,6 +21,8 @@ from qprof.collectors.measurement import Measurement
 
 from conftest import SCHEMAS
 
+pytestmark = pytest.mark.unit
+
 DATA = Path(__file__).parent / "data" / "record"
 CASES = sorted(p.name for p in DATA.iterdir() if (p / "measurement.json").exists())
 BLESS = os.environ.get("QPROF_BLESS") == "1"

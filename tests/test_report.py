@@ -154,6 +154,7 @@ def one_sentence(stderr: str) -> str:
 # --- the command -------------------------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_unknown_id_names_the_latest(root):
     r = report(root, "20990101-000000-abcdef")
     assert r.returncode == RUN_NOT_FOUND
@@ -165,12 +166,14 @@ def test_unknown_id_names_the_latest(root):
     assert all(i.removesuffix(" (comparison)") in present for i in listed), listed
 
 
+@pytest.mark.unit
 def test_unknown_id_in_an_empty_runs_dir(tmp_path):
     r = report(tmp_path / "none", "latest")
     assert r.returncode == RUN_NOT_FOUND
     assert "holds none yet" in one_sentence(r.stderr)
 
 
+@pytest.mark.unit
 def test_incomplete_run_is_reported_and_marked(root):
     r = report(root, INCOMPLETE)
     assert r.returncode == INCOMPLETE_RECORD
@@ -180,6 +183,7 @@ def test_incomplete_run_is_reported_and_marked(root):
     assert 'id="qp-problem"' in page and "INCOMPLETE" in page and "the server died mid-run" in page
 
 
+@pytest.mark.unit
 def test_corrupt_record_is_reported_and_marked(root):
     r = report(root, CORRUPT)
     assert r.returncode == INCOMPLETE_RECORD
@@ -188,6 +192,7 @@ def test_corrupt_record_is_reported_and_marked(root):
     assert 'id="qp-problem"' in page and "not valid JSON" in page
 
 
+@pytest.mark.unit
 def test_a_complete_run_is_not_marked_and_holds_no_url(root):
     rid = next(iter(RUNS))
     out = root / "elsewhere.html"
@@ -201,6 +206,7 @@ def test_a_complete_run_is_not_marked_and_holds_no_url(root):
         assert attr not in page
 
 
+@pytest.mark.unit
 def test_report_needs_no_root(root, tmp_path, monkeypatch):
     """Nothing on the report's path asks for root: with an unprivileged
     euid the report is written (in process; the venv's interpreter need
@@ -364,6 +370,7 @@ CASES = {
 }
 
 
+@pytest.mark.system
 @needs_inferno
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_run_report_in_browser(root, browser, case):
@@ -378,6 +385,7 @@ def test_run_report_in_browser(root, browser, case):
     assert names <= {c["id"].removeprefix("chart-") for c in got["charts"]}
 
 
+@pytest.mark.system
 @needs_inferno
 def test_comparison_report_in_browser(root, browser):
     r = report(root, COMPARISON)
@@ -388,6 +396,7 @@ def test_comparison_report_in_browser(root, browser):
     assert {"chart-metric-throughput_gbps", "chart-metric-system_ns_per_byte"} <= ids
 
 
+@pytest.mark.system
 def test_real_comparison_report_in_browser(root, browser):
     """`qprof compare --stacks tcp,udp --duration 1s --repeat 1 --probes none`
     as it left its directory, flame diffs included."""
@@ -403,6 +412,7 @@ def test_real_comparison_report_in_browser(root, browser):
     assert categories and not ids & categories
 
 
+@pytest.mark.system
 def test_incomplete_report_in_browser(root, browser):
     report(root, INCOMPLETE)
     got = load(browser, root / INCOMPLETE / "report.html", "run-incomplete")

@@ -8,6 +8,8 @@ from hdrh.histogram import HdrHistogram
 from conftest import needs_build, run_json
 from test_bad_input import refused_run
 
+pytestmark = pytest.mark.system
+
 BAD_VALUE = 4
 
 

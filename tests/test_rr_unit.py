@@ -9,6 +9,8 @@ from hdrh.histogram import HdrHistogram
 
 from qprof.collectors import rr
 
+pytestmark = pytest.mark.unit
+
 PERIOD = 0.005
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from conftest import needs_build, qprof, run_json
 
-pytestmark = needs_build
+pytestmark = [pytest.mark.system, needs_build]
 GAP_MAX_PERCENT = 5.0
 ATTEMPTS = 3
 

@@ -11,7 +11,7 @@ import pytest
 from conftest import leftovers, needs_build, qprof, run_json
 from test_bad_input import one_sentence, run_statuses
 
-pytestmark = needs_build
+pytestmark = [pytest.mark.system, needs_build]
 OFFLOAD_CONTRADICTION = 25
 SHORT = ("--duration", "1s", "--warmup", "0.5s", "--sample-hz", "0")
 

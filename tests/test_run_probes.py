@@ -9,7 +9,7 @@ import pytest
 
 from conftest import needs_build, qprof, run_json
 
-pytestmark = needs_build
+pytestmark = [pytest.mark.system, needs_build]
 
 # UDP payload bytes sent per application byte on a QUIC stream: short header,
 # packet number, STREAM frame header and the 16-byte AEAD tag on ~1450-byte

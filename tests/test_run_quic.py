@@ -7,7 +7,7 @@ import pytest
 
 from conftest import needs_build, run_json
 
-pytestmark = needs_build
+pytestmark = [pytest.mark.system, needs_build]
 
 
 def assert_cpu_closes(rec):

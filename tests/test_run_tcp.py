@@ -7,7 +7,7 @@ from test_run_quic import assert_cpu_closes
 from conftest import needs_build, qprof, run_json
 from test_bad_input import one_sentence, refused_run, run_statuses
 
-pytestmark = needs_build
+pytestmark = [pytest.mark.system, needs_build]
 BAD_TLS, SENDFILE, KERNEL_FEATURE, HANDSHAKE = 16, 17, 12, 8
 
 

@@ -15,6 +15,8 @@ from qprof import rundir
 
 from conftest import REPO, validate_records
 
+pytestmark = pytest.mark.unit
+
 SCHEMAS = REPO / "collectors" / "schema"
 
 

@@ -9,6 +9,8 @@ from qprof.collectors import cpu, topology, window
 from qprof.errors import BadValue, TopologyFailed
 from qprof.units import parse_duration_s, parse_size_bytes
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.mark.parametrize(
     "text,seconds",

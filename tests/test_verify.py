@@ -10,24 +10,15 @@ import subprocess
 
 import pytest
 
-from qprof.collectors import runner
+from conftest import REPO, free_port, needs_build
 
-from conftest import REPO, needs_build
-
-pytestmark = needs_build
+pytestmark = [pytest.mark.system, needs_build]
 WL = str(REPO / "build" / "bin" / "qprof-wl")
-PORT = 4497
 WL_EXIT_VERIFY = 5
 
 
-@pytest.fixture(scope="module")
-def cert(tmp_path_factory):
-    cert, key = runner.make_certificate(tmp_path_factory.mktemp("cert"))
-    return ["--cert", str(cert), "--key", str(key)]
-
-
 def transfer(stack: str, server_io: int, client_io: int, cert: list) -> tuple:
-    common = ["--stack", stack, "--addr", "127.0.0.1", "--port", str(PORT)]
+    common = ["--stack", stack, "--addr", "127.0.0.1", "--port", str(free_port())]
     server = subprocess.Popen(
         [WL, *common, "--role", "server", "--io-size", str(server_io), *(cert if stack != "udp" else [])],
         stdout=subprocess.PIPE,

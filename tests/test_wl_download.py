@@ -8,42 +8,19 @@ a server sending another pattern period fails the client's content check
 connection after the first resumes, as the TLS library itself reports."""
 
 import json
-import socket
 import subprocess
 
 import pytest
 
-from qprof.collectors import runner
+from conftest import REPO, free_port, needs_build
 
-from conftest import REPO, needs_build
-
-pytestmark = needs_build
+pytestmark = [pytest.mark.system, needs_build]
 WL = str(REPO / "build" / "bin" / "qprof-wl")
 SIZE = 200_000
 COUNT = 3
 WL_EXIT_USAGE = 2
 WL_EXIT_VERIFY = 5
 WL_EXIT_CONN_LOST = 7
-
-
-@pytest.fixture(scope="module")
-def cert(tmp_path_factory):
-    cert, key = runner.make_certificate(tmp_path_factory.mktemp("cert"))
-    return ["--cert", str(cert), "--key", str(key)]
-
-
-def free_port() -> int:
-    """A port free for both TCP and UDP on 127.0.0.1 (QUIC listens on UDP)."""
-    while True:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
-            u.bind(("127.0.0.1", 0))
-            port = u.getsockname()[1]
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as t:
-                try:
-                    t.bind(("127.0.0.1", port))
-                except OSError:
-                    continue
-        return port
 
 
 def events(out: str, name: str) -> list:

@@ -9,17 +9,14 @@ connection when every open one waits for a reply."""
 
 import json
 import resource
-import socket
 import subprocess
 from contextlib import contextmanager
 
 import pytest
 
-from qprof.collectors import runner
+from conftest import REPO, free_port, needs_build
 
-from conftest import REPO, needs_build
-
-pytestmark = needs_build
+pytestmark = [pytest.mark.system, needs_build]
 WL = str(REPO / "build" / "bin" / "qprof-wl")
 PERIOD_US = 5000
 PAYLOAD = 256
@@ -34,26 +31,6 @@ MODES = {
     "tcp-tls-one": ("tcp-tls", ["--tcp-conns", "one"]),
     "tcp-tls-on-demand": ("tcp-tls", ["--tcp-conns", "on-demand"]),
 }
-
-
-@pytest.fixture(scope="module")
-def cert(tmp_path_factory):
-    cert, key = runner.make_certificate(tmp_path_factory.mktemp("cert"))
-    return ["--cert", str(cert), "--key", str(key)]
-
-
-def free_port() -> int:
-    """A port free for both TCP and UDP on 127.0.0.1 (QUIC listens on UDP)."""
-    while True:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
-            u.bind(("127.0.0.1", 0))
-            port = u.getsockname()[1]
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as t:
-                try:
-                    t.bind(("127.0.0.1", port))
-                except OSError:
-                    continue
-        return port
 
 
 @contextmanager

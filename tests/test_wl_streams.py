@@ -8,20 +8,12 @@ import json
 import subprocess
 
 import pytest
-from test_wl_download import WL, free_port
+from test_wl_download import WL
 
-from qprof.collectors import runner
+from conftest import free_port, needs_build
 
-from conftest import needs_build
-
-pytestmark = needs_build
+pytestmark = [pytest.mark.system, needs_build]
 BYTES = 1_000_000
-
-
-@pytest.fixture(scope="module")
-def cert(tmp_path_factory):
-    cert, key = runner.make_certificate(tmp_path_factory.mktemp("cert"))
-    return ["--cert", str(cert), "--key", str(key)]
 
 
 def until(p, name):
