@@ -18,6 +18,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from qprof.cli import report
 from qprof.cli.run_options import to_run_options, transfer_options
 from qprof.collectors import compare, options, runner
 from qprof.errors import BadValue
@@ -101,7 +102,9 @@ def compare_cmd(ctx, stack, stack_list, vary_items, repeat, as_json, **kwargs):
 def _run_with_progress(copts: compare.CompareOptions) -> dict:
     err = Console(stderr=True)
     if not sys.stderr.isatty():
-        return compare.run(copts, on_run=lambda i, n, cfg: None, on_done=lambda entry: None)
+        return compare.run(
+            copts, on_run=lambda i, n, cfg: None, on_done=lambda entry: report.warn_record(entry["record"])
+        )
     columns = (
         TextColumn("{task.description}"),
         BarColumn(),
@@ -120,9 +123,11 @@ def _run_with_progress(copts: compare.CompareOptions) -> dict:
         def on_done(entry):
             rec = entry["record"]
             progress.console.print(
-                f"{copts.configs[entry['config']].label}: {rec['throughput_gbps']:.2f} Gbit/s, "
-                f"system {rec['cpu']['system']['ns_per_byte']['total']:.3f} ns/B (run {rec['id']})"
+                f"{copts.configs[entry['config']].label}: {_fmt(rec['throughput_gbps'], 'Gbit/s')} Gbit/s, "
+                f"system {_fmt(rec['cpu']['system']['ns_per_byte']['total'], 'ns/B')} ns/B (run {rec['id']})"
             )
+            for w in report.record_warnings(rec):
+                progress.console.print(f"[yellow]warning: run {rec['id']}: {w}[/]")
             progress.advance(task)
 
         return compare.run(copts, on_run, on_done)

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: GPL-2.0-only
 """A run record as a short human table (rich), on stdout."""
 
+import sys
 from typing import Optional
 
 from rich.console import Console
@@ -10,7 +11,6 @@ from qprof.collectors import offload
 
 ABSENT = "—"
 # Below this many /proc/stat ticks a window's user/system split is too coarse to read alone.
-SHORT_WINDOW_TICKS = 100
 
 
 def _num(v: Optional[float], fmt: str = "{:.3f}") -> str:
@@ -53,11 +53,11 @@ def print_run(rec: dict, console: Optional[Console] = None) -> None:
     console.print(_headline(rec))
     console.print(
         f"window {rec['window_s']:.2f} s: {rec['bytes']:,} bytes verified={rec['verified']}, "
-        f"[bold]{rec['throughput_gbps']:.2f} Gbit/s[/]"
+        f"[bold]{_num(rec['throughput_gbps'], '{:.2f}')} Gbit/s[/]"
     )
 
     t = Table(title="CPU over the window", title_justify="left")
-    for col in ("SIDE", "CPU (s)", "USER ns/B", "SYS ns/B", "SOFTIRQ ns/B", "TOTAL ns/B"):
+    for col in ("SIDE", "CPU (s)", "USER ns/B", "SYS ns/B", "SOFTIRQ ns/B", "TOTAL ns/B", "ON-CPU ns/B"):
         t.add_column(col, justify="left" if col == "SIDE" else "right")
     for side in ("client", "server", "system"):
         c = rec["cpu"][side]
@@ -69,15 +69,12 @@ def print_run(rec: dict, console: Optional[Console] = None) -> None:
             _num(n["system"]),
             _num(n["softirq"]),
             _num(n["total"], "[bold]{:.3f}[/]"),
+            _num(n.get("oncpu")),
         )
     console.print(t)
-    ticks_s = 1 / env["clock_ticks_per_s"] if env.get("clock_ticks_per_s") else 0.01
-    if rec["cpu_window_s"] < SHORT_WINDOW_TICKS * ticks_s:
-        on = ", ".join(f"{s} {rec['cpu'][s]['oncpu_schedstat_s'] * 1e3:.2f} ms" for s in ("client", "server"))
-        console.print(
-            f"[yellow]the window ({rec['cpu_window_s'] * 1e3:.0f} ms) is under {SHORT_WINDOW_TICKS} clock ticks, "
-            f"so the table's tick-counted seconds are coarse[/]; on-CPU by schedstat (ns): {on}"
-        )
+    absent = rec["cpu"]["system"].get("ticks_absent_reason")
+    if absent:
+        console.print(f"[yellow]{ABSENT} in the tick columns: {absent}[/]")
     util = rec["cpu"]["system"].get("utilisation")
     if util is not None:
         console.print(
@@ -290,10 +287,24 @@ def _print_link(rec: dict, console: Console) -> None:
         )
     console.print(t)
     s = lk["saturation"]
-    line = f"limited by: [bold]{s['limited_by']}[/]"
+    line = f"limited by: [bold]{s['limited_by']}[/]" + (
+        f" ({s['limited_by_means']})" if s.get("limited_by_means") else ""
+    )
     if s["cpu_saturated_first"]:
         line += " [yellow](the CPU saturated before the link: these times describe the emulator, not the link)[/]"
     console.print(line)
+
+
+def record_warnings(rec: dict) -> list:
+    """What a record itself warns of, for stderr: a link the emulation held
+    back (link.saturation.warning)."""
+    s = (rec.get("link") or {}).get("saturation") or {}
+    return [s["warning"]] if s.get("warning") else []
+
+
+def warn_record(rec: dict) -> None:
+    for w in record_warnings(rec):
+        print(f"qprof: warning: run {rec.get('id')}: {w}.", file=sys.stderr, flush=True)
 
 
 def _own_counters(rec: dict) -> Table:

@@ -64,6 +64,7 @@ def run(ctx, stack, as_json, fault, options_file, **kwargs):
         else:
             on_interval = None if as_json else report.print_interval
             record = runner.run(opts, faults=Faults(fault), on_interval=on_interval, on_guest=on_guest)
+    report.warn_record(record)
     if as_json:
         click.echo(json.dumps(record, indent=2))
     elif record["stack"] == "mix":

@@ -13,6 +13,13 @@ is sampled by the tick: a tick that lands in softirq counts as softirq in
 /proc/stat *and* as system time of whatever task it interrupted. So a
 process's system time includes softirq work done in its context, and
 per-process softirq cannot be separated here: it is reported as absent.
+
+Ticks have a grain: /proc counts in clock ticks (USER_HZ, 10 ms), and a
+window's edges fall anywhere inside a tick, so a tick figure is off by up
+to one tick per CPU at each edge. Over a window shorter than
+MIN_WINDOW_TICKS that is more than 4% of every CPU, so the tick figures
+are absent (None) and the record says why; schedstat's nanoseconds
+(`oncpu_schedstat_s`, `ns_per_byte.oncpu`) stand at any length.
 """
 
 import os
@@ -21,6 +28,8 @@ from typing import Dict, Optional
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 STAT_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+# Two ticks of error (one per edge) in 50 is 4% of a CPU.
+MIN_WINDOW_TICKS = 50
 
 
 @dataclass(frozen=True)
@@ -126,6 +135,19 @@ def others_figures(start: Dict[tuple, int], end: Dict[tuple, int], exclude_pids,
     }
 
 
+def ticks_absent_reason(window_s: float) -> Optional[str]:
+    """Why the tick figures of a window this long are absent, or None when
+    the window holds enough ticks for them to mean something."""
+    ticks = window_s * CLK_TCK
+    if ticks >= MIN_WINDOW_TICKS:
+        return None
+    return (
+        f"the window ({window_s * 1e3:.1f} ms) holds {ticks:.1f} of /proc's {1e3 / CLK_TCK:g} ms clock ticks, "
+        f"fewer than {MIN_WINDOW_TICKS}: a tick count can be off by one per CPU at each edge, so the tick "
+        "figures are absent; oncpu_schedstat_s (nanoseconds) is exact"
+    )
+
+
 def per_byte(seconds: Optional[float], nbytes: int) -> Optional[float]:
     """CPU nanoseconds per byte; None stays None (not measured)."""
     if seconds is None or nbytes <= 0:
@@ -133,28 +155,35 @@ def per_byte(seconds: Optional[float], nbytes: int) -> Optional[float]:
     return seconds * 1e9 / nbytes
 
 
-def process_figures(d: ProcessCpu, nbytes: int) -> Dict[str, Optional[float]]:
-    total_s = d.user_s + d.system_s
+def process_figures(d: ProcessCpu, nbytes: int, window_s: float) -> Dict[str, Optional[float]]:
+    absent = ticks_absent_reason(window_s)
+    user_s, system_s = (None, None) if absent else (d.user_s, d.system_s)
+    total_s = None if absent else d.user_s + d.system_s
     return {
-        "user_s": d.user_s,
-        "system_s": d.system_s,
+        "user_s": user_s,
+        "system_s": system_s,
         "softirq_s": None,
         "total_s": total_s,
         "oncpu_schedstat_s": d.oncpu_s,
+        "ticks_absent_reason": absent,
         "ns_per_byte": {
-            "user": per_byte(d.user_s, nbytes),
-            "system": per_byte(d.system_s, nbytes),
+            "user": per_byte(user_s, nbytes),
+            "system": per_byte(system_s, nbytes),
             "softirq": None,
             "total": per_byte(total_s, nbytes),
+            "oncpu": per_byte(d.oncpu_s, nbytes),
         },
     }
 
 
-def system_figures(d: SystemCpu, nbytes: int) -> Dict[str, Optional[float]]:
+def system_figures(d: SystemCpu, nbytes: int, window_s: float) -> Dict[str, Optional[float]]:
+    """The machine by class, all from /proc/stat's ticks: every one absent
+    (None) over a window too short for ticks (ticks_absent_reason)."""
+    absent = ticks_absent_reason(window_s)
     user_s = d.user_s + d.nice_s
     busy_s = user_s + d.system_s + d.irq_s + d.softirq_s + d.steal_s
     idle_s = d.idle_s + d.iowait_s
-    return {
+    seconds = {
         "user_s": user_s,
         "system_s": d.system_s,
         "softirq_s": d.softirq_s,
@@ -162,15 +191,21 @@ def system_figures(d: SystemCpu, nbytes: int) -> Dict[str, Optional[float]]:
         "steal_s": d.steal_s,
         "idle_s": idle_s,
         "total_s": busy_s,
+    }
+    if absent:
+        seconds = dict.fromkeys(seconds)
+    return {
+        **seconds,
         # Busy over all of /proc/stat's time (busy + idle), one instrument's
         # own ratio, as top and mpstat take it: against wall time x CPUs,
         # its 10 ms ticks came out at 1.42 over a 10 ms window.
-        "utilisation": busy_s / (busy_s + idle_s) if busy_s + idle_s > 0 else None,
+        "utilisation": busy_s / (busy_s + idle_s) if not absent and busy_s + idle_s > 0 else None,
+        "ticks_absent_reason": absent,
         "ns_per_byte": {
-            "user": per_byte(user_s, nbytes),
-            "system": per_byte(d.system_s, nbytes),
-            "softirq": per_byte(d.softirq_s, nbytes),
-            "irq": per_byte(d.irq_s, nbytes),
-            "total": per_byte(busy_s, nbytes),
+            "user": per_byte(seconds["user_s"], nbytes),
+            "system": per_byte(seconds["system_s"], nbytes),
+            "softirq": per_byte(seconds["softirq_s"], nbytes),
+            "irq": per_byte(seconds["irq_s"], nbytes),
+            "total": per_byte(seconds["total_s"], nbytes),
         },
     }

@@ -54,6 +54,15 @@ PRESETS: Dict[str, dict] = {
 KEYS = ("rtt", "loss", "rate", "jitter", "queue")
 KEY_HELP = "rtt=100ms, loss=1%, rate=2.2mbit, jitter=5ms, queue=PACKETS"
 QUEUE_MIN_PACKETS = 10
+# A rate limit's queue holds at least this long at the rate: a link with no
+# RTT of its own (rate only) still has the veths' and the scheduler's, and a
+# queue of one BDP of zero is ten packets, which drops most of one GSO packet
+# (at 5 ms, 100 Mbit/s still lost the tail of a 64 KiB one: 0.91 of the rate).
+QUEUE_FLOOR_S = 0.010
+# tbf's bucket holds this long at the rate, at least one wire packet: tc-tbf(8)
+# wants a burst of at least rate/HZ to reach the rate; one packet lets tbf send
+# one packet per timer wake-up (0.4 of 1 Gbit/s was all it reached).
+TBF_BURST_S = 0.001
 NETEM_ORDER_RATE_BIT = 100_000_000_000  # keeps netem's jitter in order; far above any veth's speed
 NETEM_LIMIT_NO_RATE = 100_000  # packets in the delay line with no rate: ~1 s of a 1 Gbit/s flow
 MAX_RTT_S = 60.0
@@ -228,7 +237,7 @@ def plan(link: Link, mtu: int) -> Plan:
     delay = link.rtt_s / 2
     queue, source = link.queue_packets, "given" if link.queue_packets else None
     if link.rate_bit and queue is None:
-        bdp = link.rate_bit * link.rtt_s / 8 / mtu
+        bdp = link.rate_bit * max(link.rtt_s, QUEUE_FLOOR_S) / 8 / mtu
         queue, source = max(QUEUE_MIN_PACKETS, math.ceil(bdp)), "bdp"
     netem_limit = None
     if link.needs_netem:
@@ -249,8 +258,21 @@ def plan(link: Link, mtu: int) -> Plan:
         queue_source=source,
         netem_limit=netem_limit,
         netem_rate_bit=netem_rate,
-        tbf_burst_bytes=mtu + TBF_BURST_SLACK if link.rate_bit else None,
+        tbf_burst_bytes=tbf_burst(link, mtu),
     )
+
+
+def tbf_burst(link: Link, mtu: int) -> Optional[int]:
+    """The bucket: TBF_BURST_S at the rate, at least one wire packet. tbf
+    splits a GSO packet longer than its burst into wire packets, which a
+    netem under it needs for per-packet loss and jitter: there the burst
+    stays one wire packet."""
+    if not link.rate_bit:
+        return None
+    one_packet = mtu + TBF_BURST_SLACK
+    if link.loss_percent or link.jitter_s:
+        return one_packet
+    return max(one_packet, math.ceil(link.rate_bit * TBF_BURST_S / 8))
 
 
 def _tc(netns: str, args: List[str]) -> subprocess.CompletedProcess:
@@ -412,30 +434,72 @@ def describe(spec: str, link: Link, applied: dict, edges: Dict[str, dict]) -> di
     return out
 
 
-def add_saturation(out: dict, seconds: float, cpu_busy: Optional[float], busiest_process_cpus: float) -> None:
+# What limited a run over an emulated link (the record's link.saturation.limited_by).
+LIMITS = {
+    "link": "a direction carried at least 90% of the link's rate",
+    "cpu": "the machine, or one workload process, was at least 90% busy",
+    "workload": "the pattern offers less than the link carries (requests on a schedule, downloads)",
+    "transport": "the sender's congestion control or windows under the link's loss or delay",
+    "emulation": "a lossless rate below 90% with nothing saturated: the emulator, not the link, held the run back",
+}
+
+
+def add_saturation(
+    out: dict, seconds: float, cpu_busy: Optional[float], busiest_process_cpus: Optional[float], fills_link: bool
+) -> None:
     """To describe()'s record: each direction's utilisation and netem drops
-    over the window, and whether the link or the CPU limited the run. A run
-    whose CPU saturated while its link was not full measured the emulator,
-    not the link. busiest_process_cpus: the busiest workload process's CPU
-    seconds per second."""
+    over the window, and what limited the run (LIMITS). A run whose CPU
+    saturated while its link was not full measured the host, not the link;
+    one that filled neither on a lossless rate measured the emulator, and
+    says so in a warning. busiest_process_cpus: the busiest workload
+    process's CPU seconds per second; fills_link: the pattern sends as fast
+    as it can (bulk), so it should fill the link."""
     rate_bit = out["requested"]["rate_bit"]
     util = {}
     for name, d in out["directions"].items():
         root = (d["window"] or {}).get("tbf")
-        util[name] = root["bytes"] * 8 / seconds / rate_bit if root and rate_bit else None
+        util[name] = root["bytes"] * 8 / seconds / rate_bit if root and rate_bit and seconds > 0 else None
         # netem's drops are its random loss and any packet over its limit
         # (tbf's count its child's again, so they are not added).
         netem = (d["window"] or {}).get("netem")
         offered = netem["packets"] + netem["drops"] if netem else 0
         d["netem_drops_percent"] = 100 * netem["drops"] / offered if offered else None
         d["utilisation"] = util[name]
-    link_full = any(u is not None and u >= SATURATED for u in util.values())
-    cpu_full = (cpu_busy is not None and cpu_busy >= SATURATED) or busiest_process_cpus >= SATURATED
+    link_util = max((u for u in util.values() if u is not None), default=None)
+    link_full = link_util is not None and link_util >= SATURATED
+    cpu_full = any(x is not None and x >= SATURATED for x in (cpu_busy, busiest_process_cpus))
+    req = out["requested"]
+    if link_full:
+        limited_by = "link"
+    elif cpu_full:
+        limited_by = "cpu"
+    elif not fills_link:
+        limited_by = "workload"
+    elif req["loss_percent"] or not rate_bit:
+        limited_by = "transport"
+    else:
+        limited_by = "emulation"
+    warning = None
+    if limited_by == "emulation":
+        share = f"{link_util:.0%}" if link_util is not None else "an unmeasured share"
+        warning = (
+            f"the link carried {share} of its {_rate_text(rate_bit)} with neither it nor the CPU saturated, "
+            "so the emulation held the run back and its figures are not those of a full link"
+        )
     out["saturation"] = {
-        "link_utilisation": max((u for u in util.values() if u is not None), default=None),
+        "link_utilisation": link_util,
         "cpu_busy": cpu_busy,
         "busiest_process_cpus": busiest_process_cpus,
         "cpu_saturated": cpu_full,
-        "limited_by": "link" if link_full else ("cpu" if cpu_full else "neither"),
+        "limited_by": limited_by,
+        "limited_by_means": LIMITS[limited_by],
         "cpu_saturated_first": cpu_full and not link_full,
+        "warning": warning,
     }
+
+
+def _rate_text(bit: int) -> str:
+    for unit, scale in (("Gbit/s", 1e9), ("Mbit/s", 1e6), ("kbit/s", 1e3)):
+        if bit >= scale:
+            return f"{bit / scale:g} {unit}"
+    return f"{bit} bit/s"

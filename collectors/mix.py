@@ -215,7 +215,7 @@ def describe_flow(m: FlowMeasurement, cpu_window_s: float) -> dict:
         "retransmits_per_mb": None,
         "oncpu_s": oncpu,
         "ns_per_byte": {side: oncpu[side] * 1e9 / nbytes if nbytes else None for side in oncpu},
-        "cpu_utilisation": {side: oncpu[side] / cpu_window_s for side in oncpu},
+        "cpu_utilisation": {side: oncpu[side] / cpu_window_s if cpu_window_s > 0 else None for side in oncpu},
         "rr": None,
     }
     if out["retransmits"] is not None and nbytes:
@@ -284,6 +284,11 @@ def describe(m: MixMeasurement) -> dict:
     cpu_window_s = (end["t_ns"] - start["t_ns"]) / 1e9
     system = cpu.SystemCpu(**end["system"]) - cpu.SystemCpu(**start["system"])
     busy = system.user_s + system.nice_s + system.system_s + system.irq_s + system.softirq_s + system.steal_s
+    idle = system.idle_s + system.iowait_s
+    ticks_absent = cpu.ticks_absent_reason(cpu_window_s)
+    if ticks_absent:
+        busy = idle = None
+    utilisation = busy / (busy + idle) if busy is not None and busy + idle > 0 else None
     flows = [describe_flow(f, cpu_window_s) for f in m.flows]
     bulk = [f for f in flows if f["pattern"] == "bulk"]
     bulk_bytes = sum(f["bytes"] for f in bulk)
@@ -294,15 +299,14 @@ def describe(m: MixMeasurement) -> dict:
     if m.link is not None:
         text = m.options["link"]
         link_rec = link.describe(text, link.parse(text), m.link, {"start": start["qdiscs"], "end": end["qdiscs"]})
-        busiest = max(u for f in flows for u in f["cpu_utilisation"].values())
-        utilisation = busy / (busy + system.idle_s + system.iowait_s) if busy + system.idle_s else None
-        link.add_saturation(link_rec, cpu_window_s, utilisation, busiest)
+        busiest = max((u for f in flows for u in f["cpu_utilisation"].values() if u is not None), default=None)
+        link.add_saturation(link_rec, cpu_window_s, utilisation, busiest, any(f["pattern"] == "bulk" for f in flows))
     seconds = statistics.fmean(f["window_s"] for f in flows)
     return {
         "bytes": bulk_bytes + rr_bytes,
         "window_s": seconds,
         "cpu_window_s": cpu_window_s,
-        "throughput_gbps": (bulk_bytes + rr_bytes) * 8 / seconds / 1e9,
+        "throughput_gbps": (bulk_bytes + rr_bytes) * 8 / seconds / 1e9 if seconds > 0 else None,
         "link": link_rec,
         "mix": {
             "spec": m.options["mix"],
@@ -313,8 +317,9 @@ def describe(m: MixMeasurement) -> dict:
             "by_stack": by_stack(bulk),
             "system_cpu": {
                 "busy_s": busy,
-                "idle_s": system.idle_s,
-                "utilisation": busy / (busy + system.idle_s + system.iowait_s) if busy + system.idle_s else None,
+                "idle_s": idle,
+                "utilisation": utilisation,
+                "ticks_absent_reason": ticks_absent,
             },
             "bottleneck": bottleneck(link_rec, bulk_bytes, rr_bytes),
         },

@@ -121,7 +121,7 @@ def streams_record(window: Window, streams: int) -> Optional[dict]:
     seconds = window.seconds
     return {
         "bytes": got,
-        "gbps": [g * 8 / seconds / 1e9 for g in got],
+        "gbps": [g * 8 / seconds / 1e9 if seconds > 0 else None for g in got],
         "jain_index": derive.jain_index(got),
         "min_share": min(got) / sum(got) if sum(got) else None,
     }
@@ -154,8 +154,10 @@ def link_record(opts: options.RunOptions, m: Measurement, rec: dict):
     spec = link.parse(opts.link)
     out = link.describe(opts.link, spec, m.link, {"start": m.window.start.qdiscs, "end": m.window.end.qdiscs})
     seconds = rec["cpu_window_s"]
-    busiest = max(rec["cpu"][s]["total_s"] for s in ("client", "server")) / seconds
-    link.add_saturation(out, seconds, rec["cpu"]["system"].get("utilisation"), busiest)
+    # schedstat's nanoseconds, exact over a window of any length (ticks are not).
+    oncpu = max(rec["cpu"][s]["oncpu_schedstat_s"] for s in ("client", "server"))
+    busiest = oncpu / seconds if seconds > 0 else None
+    link.add_saturation(out, seconds, rec["cpu"]["system"].get("utilisation"), busiest, opts.pattern == "bulk")
     return out
 
 
@@ -268,11 +270,11 @@ def build_record(opts, m: Measurement) -> dict:
         "verified": verified,
         "window_s": window.seconds,
         "cpu_window_s": window.cpu_seconds,
-        "throughput_gbps": nbytes * 8 / window.seconds / 1e9,
+        "throughput_gbps": nbytes * 8 / window.seconds / 1e9 if window.seconds > 0 else None,
         "cpu": {
-            "client": cpu.process_figures(window.end.client - window.start.client, client_bytes),
-            "server": cpu.process_figures(window.end.server - window.start.server, nbytes),
-            "system": cpu.system_figures(window.end.system - window.start.system, nbytes),
+            "client": cpu.process_figures(window.end.client - window.start.client, client_bytes, window.cpu_seconds),
+            "server": cpu.process_figures(window.end.server - window.start.server, nbytes, window.cpu_seconds),
+            "system": cpu.system_figures(window.end.system - window.start.system, nbytes, window.cpu_seconds),
             "others": cpu.others_figures(window.start.tasks, window.end.tasks, set(pids.values()), nbytes),
         },
         "workload": {

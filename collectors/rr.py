@@ -44,7 +44,8 @@ def jitter_percent(delays_ns: List[int]) -> Optional[float]:
     if len(delays_ns) < 2:
         return None
     mean_jitter = statistics.fmean(abs(b - a) for a, b in zip(delays_ns, delays_ns[1:]))
-    return 100 * mean_jitter / statistics.fmean(delays_ns)
+    mean = statistics.fmean(delays_ns)
+    return 100 * mean_jitter / mean if mean > 0 else None
 
 
 def describe(
@@ -106,6 +107,9 @@ def _flame(rec: dict, n: int) -> Optional[dict]:
     out = {}
     for side, fig in flame["sides"].items():
         nbytes = side_bytes(rec, side)
+        if fig["ns_per_byte"] is None:  # the side moved no bytes
+            out[side] = {"total": fig["samples"] * rec["flame"]["sample_period_ns"] / n, "categories": None}
+            continue
         out[side] = {
             "total": fig["ns_per_byte"] * nbytes / n,
             "categories": {c: v * nbytes / n for c, v in (fig.get("categories_ns_per_byte") or {}).items()},

@@ -142,7 +142,8 @@ def edge_sample(e: Edge, receiver: str) -> dict:
 def interval_figures(a: dict, b: dict) -> dict:
     """One interval between two samples: goodput by the receiver's clock,
     each side's CPUs (on-CPU seconds per second), CPU per byte, and the
-    machine's busy share."""
+    machine's busy share (from /proc/stat's ticks: absent over an interval
+    too short for them, cpu.ticks_absent_reason)."""
     nbytes = b["receiver_app_bytes"] - a["receiver_app_bytes"]
     seconds = (b["receiver_t_ns"] - a["receiver_t_ns"]) / 1e9
     wall = (b["t_ns"] - a["t_ns"]) / 1e9
@@ -154,7 +155,8 @@ def interval_figures(a: dict, b: dict) -> dict:
         on = b[f"{side}_oncpu_s"] - a[f"{side}_oncpu_s"]
         out[f"{side}_cpus"] = on / wall if wall > 0 else None
         out[f"{side}_ns_per_byte"] = on * 1e9 / nbytes if nbytes else None
-    out["system_utilisation"] = busy / total if total > 0 else None
+    ticks_ok = cpu.ticks_absent_reason(wall) is None
+    out["system_utilisation"] = busy / total if ticks_ok and total > 0 else None
     return out
 
 

@@ -17,6 +17,9 @@ def run_figures(record: dict, stacks_dir: Path) -> Dict[str, dict]:
     for side in sides.SIDES:
         data = folded.read(stacks_dir / f"{side}.folded")
         nbytes = side_bytes(record, side)
+        if nbytes <= 0:
+            out[side] = _no_bytes(data.stacks)
+            continue
         fig = normalize.figures(data.stacks, period_ns, nbytes)
         measured = sides.measured_ns_per_byte(record, side)
         out[side] = {
@@ -30,3 +33,17 @@ def run_figures(record: dict, stacks_dir: Path) -> Dict[str, dict]:
             "categories_ns_per_byte": fig.categories_ns_per_byte,
         }
     return out
+
+
+def _no_bytes(stacks) -> dict:
+    """A side whose window moved no bytes: its samples, and no figure per byte."""
+    samples = sum(stacks.values())
+    complete = sum(n for s, n in stacks.items() if normalize.stack_complete(s))
+    return {
+        "samples": samples,
+        "ns_per_byte": None,
+        "measured_ns_per_byte": None,
+        "gap_percent": None,
+        "stack_quality": complete / samples if samples else None,
+        "categories_ns_per_byte": None,
+    }

@@ -81,7 +81,7 @@ def test_pid_stat_with_spaces_in_comm():
 def test_process_figures_close():
     d = cpu.ProcessCpu(user_s=2.33, system_s=0.56, oncpu_s=2.9)
     nbytes = 2_817_625_688
-    f = cpu.process_figures(d, nbytes)
+    f = cpu.process_figures(d, nbytes, window_s=1.0)
     assert f["softirq_s"] is None and f["ns_per_byte"]["softirq"] is None
     for part in ("user", "system", "total"):
         seconds = f[f"{part}_s"]
@@ -94,7 +94,7 @@ def test_system_figures_exclude_idle():
     b = cpu.SystemCpu(
         *(getattr(a, f + "_s") + inc for f, inc in zip(cpu.STAT_FIELDS, (1.0, 0.0, 0.5, 0.25, 0.0, 0.0, 0.25, 0.0)))
     )
-    f = cpu.system_figures(b - a, nbytes=10**9)
+    f = cpu.system_figures(b - a, nbytes=10**9, window_s=1.0)
     assert f["total_s"] == pytest.approx(1.75)
     assert f["utilisation"] == pytest.approx(1.75 / 2)
     assert f["ns_per_byte"]["total"] == pytest.approx(1.75)
