@@ -12,9 +12,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from qprof import history
+from qprof import errors, history
 from qprof.cli.run_options import runs_dir_option
 from qprof.collectors import options
+from qprof.collectors.options import STACK_NAMES
 from qprof.errors import BadValue, QprofError
 
 ABSENT = "—"
@@ -97,6 +98,8 @@ def ls(stack, pattern, option_items, since, machine, kind, status, limit, reinde
       qprof ls --kind comparison
       qprof ls --reindex                         # rebuild the index from the directories
     """
+    if stack is not None and stack not in (*STACK_NAMES, "mix"):
+        raise errors.UnknownStack(f"unknown stack '{stack}'; valid stacks are: {', '.join(STACK_NAMES)}, mix.")
     root = Path(runs_dir)
     wanted = parse_option_filters(list(option_items))
     since_s = history.parse_since(since) if since is not None else None

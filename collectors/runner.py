@@ -182,7 +182,8 @@ def check_rr(opts: RunOptions) -> None:
             raise errors.BadValue(f"--{name} does not apply to --pattern rr, which runs for --duration; drop --{name}.")
     if opts.period_s is None:
         opts.period_s = options.DEFAULT_RR_PERIOD_S
-    if opts.period_s < MIN_RR_PERIOD_S:
+    # In nanoseconds: 100us parses to 9.999999999999999e-05 s, which is not below the floor.
+    if round(opts.period_s * 1e9) < round(MIN_RR_PERIOD_S * 1e9):
         raise errors.BadValue(
             f"--period {opts.period_s * 1e6:g}us is below {MIN_RR_PERIOD_S * 1e6:g}us, faster than one "
             "client can keep a schedule; raise it."

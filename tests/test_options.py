@@ -105,3 +105,28 @@ def test_usage_errors_are_one_sentence(args, needle, tmp_path):
     assert len(lines) == 1 and lines[0].startswith("qprof: ") and needle in lines[0], r.stderr
     assert lines[0].endswith("--help`.")
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("period, refused", [("100us", False), ("0.1ms", False), ("99us", True), ("50us", True)])
+def test_the_rr_period_floor_is_inclusive(period, refused):
+    """100us is the floor itself (qprof-wl's --period-us minimum), though it
+    parses to 9.999999999999999e-05 s."""
+    from qprof.units import parse_duration_s
+
+    opts = replace(options.RunOptions(), stack="tcp", pattern="rr", period_s=parse_duration_s(period))
+    if refused:
+        with pytest.raises(errors.BadValue, match="below 100us"):
+            runner.check_rr(opts)
+    else:
+        runner.check_rr(opts)
+
+
+def test_ls_names_an_unknown_stack_as_run_does(tmp_path):
+    """`qprof ls --stack nosuch` is a typo, not an empty history: exit 3 and
+    the stacks, as `qprof run --stack nosuch`; mix is a stack to ls."""
+    r = qprof("ls", "--stack", "nosuch", "--runs-dir", str(tmp_path))
+    assert r.returncode == errors.UnknownStack.exit_code and r.stdout == ""
+    (line,) = r.stderr.splitlines()
+    assert "nosuch" in line and "quic" in line and "mix" in line
+    r = qprof("ls", "--stack", "mix", "--runs-dir", str(tmp_path))
+    assert r.returncode == 0, r.stderr
