@@ -439,8 +439,10 @@ LIMITS = {
     "link": "a direction carried at least 90% of the link's rate",
     "cpu": "the machine, or one workload process, was at least 90% busy",
     "workload": "the pattern offers less than the link carries (requests on a schedule, downloads)",
-    "transport": "the sender's congestion control or windows under the link's loss or delay",
-    "emulation": "a lossless rate below 90% with nothing saturated: the emulator, not the link, held the run back",
+    "transport": "the sender offered less than the link carries, with no CPU saturated: its congestion control, "
+    "windows or socket buffers (under the link's loss, or the tbf never held a packet back)",
+    "emulation": "a lossless rate below 90%, nothing saturated, and the tbf holding packets back: the emulator, "
+    "not the link, held the run back",
 }
 
 
@@ -451,14 +453,19 @@ def add_saturation(
     over the window, and what limited the run (LIMITS). A run whose CPU
     saturated while its link was not full measured the host, not the link;
     one that filled neither on a lossless rate measured the emulator, and
-    says so in a warning. busiest_process_cpus: the busiest workload
+    says so in a warning. The evidence for that is tbf's own: overlimits
+    (a packet held back for want of tokens) on the data's direction; a tbf
+    that never held one back did not limit the run (at 100 Gbit/s a tcp
+    sender offered 0.2 of the rate, at 0.89 of a CPU, with 0 overlimits).
+    busiest_process_cpus: the busiest workload
     process's CPU seconds per second; fills_link: the pattern sends as fast
     as it can (bulk), so it should fill the link."""
     rate_bit = out["requested"]["rate_bit"]
-    util = {}
+    util, held = {}, {}
     for name, d in out["directions"].items():
         root = (d["window"] or {}).get("tbf")
         util[name] = root["bytes"] * 8 / seconds / rate_bit if root and rate_bit and seconds > 0 else None
+        held[name] = root.get("overlimits") if root else None
         # netem's drops are its random loss and any packet over its limit
         # (tbf's count its child's again, so they are not added).
         netem = (d["window"] or {}).get("netem")
@@ -475,7 +482,7 @@ def add_saturation(
         limited_by = "cpu"
     elif not fills_link:
         limited_by = "workload"
-    elif req["loss_percent"] or not rate_bit:
+    elif req["loss_percent"] or not rate_bit or _never_held(util, held):
         limited_by = "transport"
     else:
         limited_by = "emulation"
@@ -496,6 +503,12 @@ def add_saturation(
         "cpu_saturated_first": cpu_full and not link_full,
         "warning": warning,
     }
+
+
+def _never_held(util: dict, held: dict) -> bool:
+    """The tbf on the data's direction (the busier one) held no packet back."""
+    data = max(util, key=lambda n: util[n] or 0.0)
+    return held.get(data) == 0
 
 
 def _rate_text(bit: int) -> str:

@@ -126,12 +126,13 @@ def test_a_zero_length_window_divides_by_nothing():
     assert s["link_utilisation"] is None and s["busiest_process_cpus"] is None
 
 
-def _saturation(util_c2s, cpu_busy=0.1, busiest=0.1, fills_link=True, loss=0.0, rate=10**9):
+def _saturation(util_c2s, cpu_busy=0.1, busiest=0.1, fills_link=True, loss=0.0, rate=10**9, held=1000):
+    """held: the data direction's tbf overlimits (packets held for tokens)."""
     out = {
         "requested": {"rate_bit": rate, "loss_percent": loss, "rtt_s": 0.0},
         "directions": {
-            name: {"window": {"tbf": {"bytes": int(u * rate / 8), "packets": 1, "drops": 0}}}
-            for name, u in (("client_to_server", util_c2s), ("server_to_client", 0.01))
+            name: {"window": {"tbf": {"bytes": int(u * rate / 8), "packets": 1, "drops": 0, "overlimits": h}}}
+            for name, u, h in (("client_to_server", util_c2s, held), ("server_to_client", 0.01, 0))
         },
     }
     link.add_saturation(out, 1.0, cpu_busy, busiest, fills_link)
@@ -144,6 +145,8 @@ def test_what_limited_a_run_is_never_left_unsaid():
     assert _saturation(0.5, busiest=0.95)["limited_by"] == "cpu"
     assert _saturation(0.05, fills_link=False)["limited_by"] == "workload"
     assert _saturation(0.3, loss=1.0)["limited_by"] == "transport"
+    # A tbf that never held a packet back did not limit the run: the sender offered less.
+    assert _saturation(0.2, held=0)["limited_by"] == "transport" and _saturation(0.2, held=0)["warning"] is None
     s = _saturation(0.41)
     assert s["limited_by"] == "emulation" and "41%" in s["warning"] and "1 Gbit/s" in s["warning"]
     # Only an emulation shortfall warns; a full link, a busy CPU or a lossy link does not.
@@ -152,7 +155,7 @@ def test_what_limited_a_run_is_never_left_unsaid():
     assert _saturation(0.95, cpu_busy=None, busiest=None)["limited_by"] == "link"
     assert _saturation(0.5, cpu_busy=None, busiest=None)["limited_by"] == "emulation"
     for u in (0.0, 0.2, 0.5, 0.89, 0.9, 1.0):
-        for kw in ({}, {"cpu_busy": 0.95}, {"fills_link": False}, {"loss": 2.0}):
+        for kw in ({}, {"cpu_busy": 0.95}, {"fills_link": False}, {"loss": 2.0}, {"held": 0}):
             s = _saturation(u, **kw)
             assert s["limited_by"] in link.LIMITS and s["limited_by_means"] == link.LIMITS[s["limited_by"]]
             assert (s["limited_by"] == "link") == (u >= link.SATURATED)
