@@ -3,13 +3,26 @@
 record: the hidden `qprof run --inject-fault NAME` builds a Faults, and
 runner.run takes it beside the RunOptions. Each one makes a real part
 fail (a wrong port, a broken certificate, a killed server, a TLS version
-the server refuses, the GSO/GRO interposer left out), so the tests see
-qprof's real handling of it."""
+the server refuses, the GSO/GRO interposer left out, a server checking
+against another pattern, a frozen sender, a kernel without netem, a
+workload claiming kTLS it never enabled, a guest out of time), so the
+tests see qprof's real handling of it."""
 
 from dataclasses import dataclass
 from typing import List, Optional
 
-FAULTS = ("handshake", "kill-server", "bad-cert", "tls-mismatch", "no-interposer")
+FAULTS = (
+    "handshake",
+    "kill-server",
+    "bad-cert",
+    "tls-mismatch",
+    "no-interposer",
+    "verify",
+    "stall",
+    "no-netem",
+    "ktls-claim",
+    "guest-deadline",
+)
 
 
 @dataclass(frozen=True)
@@ -39,6 +52,26 @@ class Faults:
     @property
     def no_interposer(self) -> bool:  # GSO/GRO steering silently not loaded
         return self.name == "no-interposer"
+
+    @property
+    def verify(self) -> bool:  # the server checks the data against another pattern period
+        return self.name == "verify"
+
+    @property
+    def stall(self) -> bool:  # the sender of a fixed-size transfer is frozen (SIGSTOP) once it starts
+        return self.name == "stall"
+
+    @property
+    def no_netem(self) -> bool:  # the netem probe asks the kernel for a qdisc kind it has no module for
+        return self.name == "no-netem"
+
+    @property
+    def ktls_claim(self) -> bool:  # the kTLS client reports kTLS on send without enabling it
+        return self.name == "ktls-claim"
+
+    @property
+    def guest_deadline(self) -> bool:  # the guest run's deadline is too short for any run
+        return self.name == "guest-deadline"
 
     def argv(self) -> List[str]:
         """The same faults for a qprof started elsewhere (the guest)."""

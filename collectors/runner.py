@@ -9,6 +9,7 @@ record is marked for what happened.
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -61,6 +62,10 @@ TAIL_S = 0.3
 # server's progress is read this often, and no new byte for STALL_S ends it.
 PROGRESS_CHECK_S = 5.0
 STALL_S = 30.0
+# qprof-wl's pattern period is max(--io-size, this) (workloads/wl.h, WL_PAT_PERIOD_MIN).
+PATTERN_PERIOD_MIN = 64 << 10
+# The guest-deadline fault's deadline, boot included: a guest run of a longer --duration cannot meet it.
+GUEST_DEADLINE_FAULT_S = 10.0
 
 
 def log(msg: str) -> None:
@@ -69,9 +74,10 @@ def log(msg: str) -> None:
         print(f"qprof: {msg}", file=sys.stderr, flush=True)
 
 
-def check_options(opts: RunOptions) -> transports.Stack:
+def check_options(opts: RunOptions, faults: Faults = NO_FAULTS) -> transports.Stack:
     """Refuse options that cannot run together, before anything starts;
-    fills in the stack's defaults."""
+    fills in the stack's defaults. faults: the no-netem fault reaches the
+    netem check here."""
     options.check(opts)
     if opts.mix:
         raise errors.BadMix("--mix is run by `qprof run` alone (collectors/mixrun.py); drop --mix here.")
@@ -81,7 +87,7 @@ def check_options(opts: RunOptions) -> transports.Stack:
     check_pattern(opts)
     if opts.pattern in ("bulk", "rr"):
         check_bulk_length(opts)
-    check_link(opts)
+    check_link(opts, faults)
     check_tcp_cc(opts)
     if opts.interval_s and opts.interval_s < options.MIN_INTERVAL_S:
         raise errors.BadValue(
@@ -217,7 +223,7 @@ def check_tcp_cc(opts: RunOptions) -> None:
         )
 
 
-def check_link(opts: RunOptions) -> None:
+def check_link(opts: RunOptions, faults: Faults = NO_FAULTS) -> None:
     """A --link the topology and this kernel can carry; a lossy or jittery
     link without a rate turns GSO off (collectors/link.py says why)."""
     if opts.link is None:
@@ -238,7 +244,7 @@ def check_link(opts: RunOptions) -> None:
     if opts.guest or os.geteuid() != 0:
         return  # the guest's kernel has the qdiscs; a user is refused by preflight
     for kind in spec.qdisc_kinds:
-        why = capabilities.qdisc_missing(kind)
+        why = capabilities.qdisc_missing(kind, no_netem=faults.no_netem)
         if why is not None:
             raise errors.LinkUnsupported(
                 f"--link '{opts.link}' needs {kind}, which this kernel cannot add ({why}); "
@@ -246,8 +252,8 @@ def check_link(opts: RunOptions) -> None:
             )
 
 
-def preflight(opts: RunOptions) -> Path:
-    check_options(opts)
+def preflight(opts: RunOptions, faults: Faults = NO_FAULTS) -> Path:
+    check_options(opts, faults)
     if os.geteuid() != 0:
         raise errors.NotRoot("qprof run needs root (network namespaces, perf, eBPF); run it as root, e.g. with sudo.")
     return paths.workload_binary()
@@ -316,7 +322,7 @@ def run(
     the record. on_interval: each --interval's figures as it ends (the
     live lines; not from a guest). on_guest: a guest run's stages (see
     run_in_guest)."""
-    binary = preflight(opts)
+    binary = preflight(opts, faults)
     with remains.exclusive("run"):
         if opts.guest:
             return run_in_guest(opts, on_progress, faults, on_guest)
@@ -396,10 +402,15 @@ def _transfer(
     """The transfer and every instrument around it; what they read, raw."""
     server_argv = workload_argv(binary, opts, "server", topo.server.addr, opts.port, plan, run_path)
     server_argv += ["--cert", str(cert), "--key", str(key)]
+    if faults.verify:  # the server expects another pattern period than the client sends
+        period = max(opts.io_size, PATTERN_PERIOD_MIN)
+        server_argv += ["--io-size", str(period * 2 if period < 1 << 20 else period // 2)]
     connect_port = opts.port + 1 if faults.handshake else opts.port
     client_argv = workload_argv(binary, opts, "client", topo.server.addr, connect_port, plan) + ["--wait-start"]
     if faults.tls_mismatch:
         client_argv += ["--tls", "1.2" if (opts.tls_version or "1.3") == "1.3" else "1.3"]
+    if faults.ktls_claim:
+        client_argv += ["--fault", "ktls-claim"]
     sides = (("client", topo.client), ("server", topo.server))
 
     with (
@@ -487,6 +498,8 @@ def _measure(opts, server, client, probes, perf, on_progress, faults: Faults, em
             perf.enable()
         start = take_edge("start", server, client, probes, emulated)
         client.send("start")
+        if faults.stall:  # the sender freezes; the watchdog below must end the run
+            os.kill(server.pid, signal.SIGSTOP)
         on_progress(f"{opts.count} downloads of {opts.size:,} bytes, each on a new connection")
         _wait_for_done(
             client,
@@ -507,6 +520,8 @@ def _measure(opts, server, client, probes, perf, on_progress, faults: Faults, em
         start = take_edge("start", server, client, probes, emulated)
         client.send("start")
         connected = client.wait_event("connected", CONNECT_TIMEOUT_S)
+        if faults.stall:  # the sender freezes; the watchdog below must end the run
+            os.kill(client.pid, signal.SIGSTOP)
         on_progress("measuring until the last byte arrives")
         _wait_for_done(
             server,
@@ -623,6 +638,8 @@ def run_in_guest(opts: RunOptions, on_progress, faults: Faults, on_guest=None) -
             f"run {rundir.id}: {opts.stack} in a QEMU guest ({art.kernel_release}, TCG), output in {rundir.path}"
         )
         timeout_s = opts.warmup_s + (opts.duration_s or GUEST_UNTIMED_S) + GUEST_SLACK_S
+        if faults.guest_deadline:
+            timeout_s = GUEST_DEADLINE_FAULT_S
         with guest.GuestVM(art, out, rundir.path / "console.log") as vm:
             expected = guest_expected_s(opts)
 

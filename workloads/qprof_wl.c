@@ -147,6 +147,9 @@ static const char usage[] =
 	"           --tcp-conns on-demand\n";
 /* clang-format on */
 
+/* wl_tcp.c's; the tests' hidden --fault (collectors/faults.py) */
+extern const char *wl_tcp_fault;
+
 static int parse_u64(const char *s, uint64_t *out)
 {
 	char *end;
@@ -193,6 +196,7 @@ int main(int argc, char **argv)
 		{"rr-streams", required_argument, NULL, 'Z'},
 		{"tcp-conns", required_argument, NULL, 'O'},
 		{"tcp-cc", required_argument, NULL, 'V'},
+		{"fault", required_argument, NULL, 'f'}, /* hidden: the tests' */
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -230,6 +234,13 @@ int main(int argc, char **argv)
 		case 'Z': rr_streams = optarg; break;
 		case 'O': tcp_conns = optarg; break;
 		case 'V': o.tcp_cc = optarg; break;
+		case 'f':
+			if (strcmp(optarg, "ktls-claim")) {
+				wl_warn("--fault must be ktls-claim, not %s", optarg);
+				return WL_EXIT_USAGE;
+			}
+			wl_tcp_fault = optarg;
+			break;
 		case 'Q':
 			if (parse_u64(optarg, &v) || v < WL_RR_PERIOD_MIN_US ||
 			    v > WL_RR_PERIOD_MAX_US) {

@@ -152,6 +152,19 @@ static const char *tls_version_name(void)
 
 #define fail(code, ...) wl_fail(&tcp_state.failure, &tcp_state.stopping, (code), __VA_ARGS__)
 
+/*
+ * The tests' --fault (qprof run --inject-fault; not in --help). ktls-claim:
+ * the client leaves kTLS off yet reports it on send, as a library that said
+ * yes without the kernel doing it would; qprof must catch the claim with
+ * the kernel's own counters.
+ */
+const char *wl_tcp_fault;
+
+static bool fault_ktls_claim(void)
+{
+	return wl_tcp_fault && !strcmp(wl_tcp_fault, "ktls-claim");
+}
+
 static const char *ssl_reason(void)
 {
 	static __thread char buf[160];
@@ -304,7 +317,7 @@ static int make_ctx(void)
 		wl_warn("OpenSSL has no TLS %s cipher '%s'", tcp_state.o->tls_version, cipher);
 		return WL_EXIT_TLS_CONFIG;
 	}
-	if (tcp_state.tls == TLS_KERNEL)
+	if (tcp_state.tls == TLS_KERNEL && !fault_ktls_claim())
 		SSL_CTX_set_options(tcp_state.ctx, SSL_OP_ENABLE_KTLS);
 	if (tcp_state.tls == TLS_USER) {
 		/*
@@ -375,7 +388,7 @@ static int tls_handshake(struct tconn *c)
 		     tcp_state.server ? "server" : "client", c->idx, ssl_reason());
 		return -1;
 	}
-	c->ktls_send = BIO_get_ktls_send(SSL_get_wbio(c->ssl));
+	c->ktls_send = BIO_get_ktls_send(SSL_get_wbio(c->ssl)) || fault_ktls_claim();
 	c->ktls_recv = BIO_get_ktls_recv(SSL_get_rbio(c->ssl));
 	if (c->idx == 0)
 		tcp_state.cipher = SSL_get_cipher_name(c->ssl);
