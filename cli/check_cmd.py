@@ -46,8 +46,9 @@ def records(root: Path, ident: str, config: Optional[int]) -> List[dict]:
         raise errors.BadValue(f"--config picks a comparison's configuration, and {ident} is a run; drop it.")
     rec = rundir.load(root, ident)
     if rec.get("status") != "complete":
-        raise errors.IncompatibleRuns(
-            f"run {ident} is {rec.get('status')}, so it has no figures to check; pick another."
+        raise errors.IncompleteRecord(
+            f"run {ident} is {rec.get('status')}, so it has no figures to check; "
+            "pick a complete run (`qprof ls --status complete`)."
         )
     return [rec]
 

@@ -276,3 +276,7 @@ def test_show_and_report_of_a_running_then_abandoned_run(runs_dir):
     assert leftovers() == []
     assert run_statuses(runs_dir) == ["abandoned"]
     show_and_report(runs_dir, run_id, "abandoned")
+    # Nor can it be checked, against anything: it has no figures.
+    r = qprof("check", run_id, "--baseline", run_id, runs_dir=runs_dir)
+    assert r.returncode == errors.IncompleteRecord.exit_code, r.stderr
+    assert "abandoned" in one_sentence(r.stderr) and r.stdout == ""
