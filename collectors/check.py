@@ -19,44 +19,45 @@ Pure: records in, verdict out (cli/check_cmd.py finds the records).
 
 import statistics
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import List, Optional, Tuple
 
 from qprof import errors
 
-SIDES = ("client", "server", "system")
+from . import compare
+
+# check's names for compare's headline figures (compare.METRICS defines them).
+HEADLINE = {
+    "client_ns_per_byte": "client ns/B",
+    "server_ns_per_byte": "server ns/B",
+    "system_ns_per_byte": "system ns/B",
+    "throughput_gbps": "throughput",
+}
 
 
 @dataclass(frozen=True)
 class Figure:
+    """One figure check holds a run to: compare's Metric under check's name."""
+
     name: str
-    unit: str
-    higher_is_worse: bool
-    get: Callable[[dict], Optional[float]]
+    metric: compare.Metric
     of_side: Optional[str] = None  # a category of this side's ns/B
 
+    @property
+    def higher_is_worse(self) -> bool:
+        return self.metric.lower_is_better
 
-def _ns_per_byte(side: str) -> Callable[[dict], Optional[float]]:
-    return lambda r: ((r.get("cpu") or {}).get(side) or {}).get("ns_per_byte", {}).get("total")
-
-
-def _category(side: str, cat: str) -> Callable[[dict], Optional[float]]:
-    def get(r: dict) -> Optional[float]:
-        s = (((r.get("flame") or {}).get("sides") or {}).get(side)) or {}
-        return (s.get("categories_ns_per_byte") or {}).get(cat)
-
-    return get
+    def get(self, rec: dict) -> Optional[float]:
+        return self.metric.get(rec)
 
 
 def figures(records: List[dict]) -> List[Figure]:
-    """The headline figures, then every category any record's samples have."""
-    out = [Figure(f"{side} ns/B", "ns/B", True, _ns_per_byte(side)) for side in SIDES]
-    out.append(Figure("throughput", "Gbit/s", False, lambda r: r.get("throughput_gbps")))
-    for side in ("client", "server"):
-        cats: Dict[str, None] = {}
-        for r in records:
-            s = (((r.get("flame") or {}).get("sides") or {}).get(side)) or {}
-            cats.update(dict.fromkeys(s.get("categories_ns_per_byte") or {}))
-        out += [Figure(f"{side} {cat} ns/B", "ns/B", True, _category(side, cat), side) for cat in cats]
+    """The headline figures, then each category per side as compare gives
+    it: only from a complete capture (compare.category_metrics), so that an
+    undercounting capture can neither fail nor pass a check."""
+    out = [Figure(name, compare.METRIC[key]) for key, name in HEADLINE.items()]
+    for m in compare.category_metrics(records):
+        if m.side in ("client", "server"):
+            out.append(Figure(f"{m.side} {m.category} ns/B", m, m.side))
     return out
 
 
@@ -103,12 +104,13 @@ def verdict(run: List[dict], base: List[dict], max_regression: float) -> List[di
         if f.of_side is not None and worse:
             # A category's growth counts when it moved its side's total by
             # the threshold: a few samples in a small category are noise.
-            totals = [v for v in (_ns_per_byte(f.of_side)(r) for r in base) if v is not None]
+            side_total = compare.METRIC[f"{f.of_side}_ns_per_byte"]
+            totals = [v for v in (side_total.get(r) for r in base) if v is not None]
             worse = bool(totals) and med_now - med_was > max_regression * statistics.median(totals)
         rows.append(
             {
                 "figure": f.name,
-                "unit": f.unit,
+                "unit": f.metric.unit,
                 "median": med_now,
                 "baseline_median": med_was,
                 "baseline_min": min(was),

@@ -145,6 +145,8 @@ class Metric:
     unit: str
     get: Callable[[dict], Optional[float]]
     lower_is_better: bool = True
+    side: Optional[str] = None  # a flame category's: its side
+    category: Optional[str] = None  # and the category
 
 
 METRICS: List[Metric] = [
@@ -256,6 +258,7 @@ METRICS: List[Metric] = [
     ),
     Metric("udp_loss_share", "datagrams lost", "share", _loss_share),
 ]
+METRIC = {m.key: m for m in METRICS}
 
 
 def _complete_flame(rec: dict) -> bool:
@@ -285,6 +288,8 @@ def category_metrics(records: List[dict]) -> List[Metric]:
                     )
                 )
             )(side, cat),
+            side=side,
+            category=cat,
         )
         for side, cat in seen
     ]

@@ -208,3 +208,38 @@ def test_categories_of_an_incomplete_capture_are_absent():
     t = compare.table([0, 1], runs, compare.category_metrics([good, short]))
     assert t["client_crypto_ns_per_byte"][0]["n"] == 1
     assert t["client_crypto_ns_per_byte"][1]["n"] == 0 and t["client_crypto_ns_per_byte"][1]["median"] is None
+
+
+def _flamed(crypto: float, complete: bool) -> dict:
+    return {
+        "stack": "quic",
+        "environment": {"cpu_model": "X", "cpu_count": 2},
+        "throughput_gbps": 5.0,
+        "cpu": {side: {"ns_per_byte": {"total": 1.0}} for side in ("client", "server", "system")},
+        "flame": {
+            "complete": complete,
+            "sides": {"client": {"categories_ns_per_byte": {"crypto": crypto, "protocol": 1.0 - crypto}}},
+        },
+    }
+
+
+def test_compare_and_check_agree_on_an_undercounting_capture():
+    """A capture some CPU undersampled (flame.complete false) misstates the
+    categories: neither compare nor check counts them, so a check can be
+    neither failed nor passed by one. The same figures from a complete
+    capture are held to the threshold."""
+    from qprof.collectors import check
+
+    base = [_flamed(0.30, True) for _ in range(3)]
+    for complete in (False, True):
+        run = [_flamed(0.60, complete)]
+        compared = {m.key: m.get(run[0]) for m in compare.category_metrics(run + base)}
+        rows = {r["figure"]: r for r in check.verdict(run, base, 0.05)}
+        checked = {f.metric.key: f.get(run[0]) for f in check.figures(run + base) if f.of_side}
+        assert checked == {k: v for k, v in compared.items() if k.startswith("client_")}
+        if complete:
+            assert compared["client_crypto_ns_per_byte"] == 0.60 and rows["client crypto ns/B"]["regressed"]
+        else:
+            assert set(compared.values()) == {None} and "client crypto ns/B" not in rows
+        # The headline figures are compare's, whatever the capture.
+        assert rows["client ns/B"]["median"] == compare.METRIC["client_ns_per_byte"].get(run[0]) == 1.0
