@@ -186,13 +186,18 @@ def _categories_chart(rec: dict) -> Optional[Chart]:
     )
 
 
+NOT_CLASSES = ("total", "oncpu")
+
+
 def _cpu_chart(rec: dict) -> Optional[Chart]:
-    """The collectors' CPU per byte by class per side; a class a side
-    cannot have measured (a process's softirq) is absent, not zero."""
+    """The collectors' CPU per byte by class per side, stacked; a class a
+    side cannot have measured (a process's softirq) is absent, not zero.
+    Neither the total nor schedstat's on-CPU time (another instrument of
+    the same whole) is a class."""
     rows = []
     for side in ("client", "server", "system"):
         for cls, v in (_get(rec, "cpu", side, "ns_per_byte") or {}).items():
-            if cls != "total" and _num(v) is not None:
+            if cls not in NOT_CLASSES and _num(v) is not None:
                 rows.append({"side": side, "class": cls, "ns_per_byte": v})
     if not rows:
         return None
