@@ -349,7 +349,8 @@ def _prove_ktls(ktls: dict, tls_stat: dict) -> None:
         if moved <= 0:
             raise errors.KtlsUnproven(
                 f"the {side} reported kernel TLS ({flag}) but /proc/net/tls_stat {counter} "
-                "did not move; the run is not kTLS and is not recorded as such."
+                "did not move, so the run is not kTLS and is not recorded; run `qprof doctor` to see whether "
+                "this kernel's tls module and OpenSSL's kTLS can work together, or use --stack tcp-tls."
             )
 
 
