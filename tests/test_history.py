@@ -9,6 +9,7 @@ one real short transfer."""
 
 import json
 import sqlite3
+import subprocess
 import time
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from qprof import errors, history
 from qprof.collectors import compare
 from qprof.rundir import COMPARISON_RECORD, COMPARISONS_SUBDIR, RunDir
 
-from conftest import needs_build, qprof, run_json
+from conftest import REPO, needs_build, qprof, run_json
 from test_bad_input import one_sentence
 
 DATA = Path(__file__).parent / "data"
@@ -447,6 +448,25 @@ def test_show_with_no_runs_says_how_to_make_one(tmp_path):
 # --- a real run ---------------------------------------------------------------------------------
 
 
+@pytest.mark.unit
+def test_the_commit_is_the_checkouts_and_none_outside_one(tmp_path, monkeypatch):
+    """qprof_commit reads the tree its source lies in: a checkout's HEAD,
+    None where there is no checkout or no commit yet (an installed copy)."""
+    from qprof.collectors import environment
+
+    def commit_of(tree: Path):
+        monkeypatch.setattr(environment, "__file__", str(tree / "collectors" / "environment.py"))
+        return environment.qprof_commit()
+
+    assert commit_of(tmp_path) is None
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    assert commit_of(tmp_path) is None  # a checkout with no commit
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "x"], check=True)
+    head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    assert commit_of(tmp_path) == head and len(head) == 40
+
+
 @pytest.mark.system
 @needs_build
 def test_a_real_run_is_indexed_as_it_completes(runs_dir):
@@ -455,8 +475,10 @@ def test_a_real_run_is_indexed_as_it_completes(runs_dir):
     assert (row["id"], row["status"], row["stack"], row["problem"]) == (rec["id"], "complete", "tcp", None)
     assert row["throughput_gbps"] == rec["throughput_gbps"]
     assert row["system_ns_per_byte"] == rec["cpu"]["system"]["ns_per_byte"]["total"]
+    # This tree is a git checkout: the run names the commit it was measured with.
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, check=True)
+    assert rec["environment"]["qprof_commit"] == head.stdout.strip()
     assert row["qprof_commit"] == rec["environment"]["qprof_commit"]
-    assert row["qprof_commit"] is None or len(row["qprof_commit"]) == 40
     built = rows(runs_dir)
     history.open_index(runs_dir, rebuild=True).close()
     assert rows(runs_dir) == built

@@ -19,10 +19,12 @@ SVG, and on a flame graph whose SVG has zero size or no frames. A
 screenshot of each whole report is kept in build/test-artifacts/report/.
 """
 
+import functools
 import json
 import os
 import shutil
 import signal
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -55,6 +57,8 @@ COMPARISON = "20261122-000009-00c001"
 INCOMPLETE = "20261122-000006-00fa11"
 CORRUPT = "20261122-000007-00bad0"
 WIDTH, MAX_SHOT_HEIGHT = 1400, 16000
+SIDES = ("client", "server", "system")
+SPECS_TAG = '<script type="application/json" id="qp-specs">'
 SCHEMES_ALLOWED = {"file", "data", "about", "chrome", "chrome-untrusted", "devtools", "blob"}
 
 needs_inferno = pytest.mark.skipif(
@@ -223,6 +227,187 @@ def test_report_needs_no_root(root, tmp_path, monkeypatch):
     r = CliRunner().invoke(main.cli, ["report", rid, "--runs-dir", str(tmp_path / "runs")])
     assert r.exit_code == 0, r.output
     assert (tmp_path / "runs" / rid / "report.html").stat().st_size > 0
+
+
+# --- the charts' figures against the records ------------------------------------------------
+
+
+def chart_data(page: Path) -> dict:
+    """chart id -> its Vega-Lite spec's inlined rows, as the page embeds them
+    (a layered chart: its layers' rows, in order)."""
+    text = page.read_text()
+    start = text.index(SPECS_TAG) + len(SPECS_TAG)
+    specs = json.loads(text[start : text.index("</script>", start)])  # '<\/' in it is JSON's '</'
+    return {
+        cid.removeprefix("chart-"): (
+            [layer["data"]["values"] for layer in spec["layer"]] if "layer" in spec else spec["data"]["values"]
+        )
+        for cid, spec in specs.items()
+    }
+
+
+def charts_of(root: Path, rid: str, page: Path = None) -> dict:
+    r = report(root, rid)
+    assert r.returncode == 0, r.stderr
+    return chart_data(page or root / rid / "report.html")
+
+
+def record(root: Path, rid: str) -> dict:
+    return json.loads((root / rid / "run.json").read_text())
+
+
+def by(rows, *keys, value):
+    """{(k1, k2, ...): value} of chart rows; each key once."""
+    out = {}
+    for row in rows:
+        k = tuple(row[x] for x in keys) if len(keys) > 1 else row[keys[0]]
+        assert k not in out, (k, rows)
+        out[k] = row[value]
+    return out
+
+
+def assert_cpu_chart(rows, rec):
+    """The stacked CPU bars: each side's /proc classes, the record's
+    figures, adding up to its total (the machine's less its steal, which
+    has no class of its own)."""
+    bars = by(rows, "side", "class", value="ns_per_byte")
+    for side in SIDES:
+        n = rec["cpu"][side]["ns_per_byte"]
+        classes = {c: v for c, v in n.items() if c in ("user", "system", "softirq", "irq") and v is not None}
+        assert {c: v for (s, c), v in bars.items() if s == side} == classes, side
+        steal = rec["cpu"][side].get("steal_s") or 0
+        assert sum(classes.values()) + steal * 1e9 / rec["bytes"] == pytest.approx(n["total"]), side
+
+
+@pytest.mark.unit
+def test_bulk_charts_are_the_records_figures(root):
+    rid = "20261122-000001-000b01"
+    rec, charts = record(root, rid), charts_of(root, rid)
+    # Per side, each category's bar is the record's, and the stack is the graph's total.
+    bars = by(charts["categories"], "side", "category", value="value")
+    want = {
+        (side, cat): ns
+        for side, f in rec["flame"]["sides"].items()
+        for cat, ns in f["categories_ns_per_byte"].items()
+        if ns is not None
+    }
+    assert bars == want
+    for side, f in rec["flame"]["sides"].items():
+        assert sum(v for (s, _), v in bars.items() if s == side) == pytest.approx(f["ns_per_byte"]), side
+    assert_cpu_chart(charts["cpu"], rec)
+    # Bytes per call: the syscalls probe's means.
+    sizes = by(charts["syscall_size"], "side", "call", value="bytes")
+    for side in ("client", "server"):
+        s = rec["syscalls"][side]
+        assert sizes[(side, "send")] == s["bytes_per_send_call"]
+        assert sizes[(side, "receive")] == s["bytes_per_recv_call"]
+    # Each syscall's time histogram holds every call of the record.
+    calls = {}
+    for row in charts["syscall_time"]:
+        calls[(row["side"], row["syscall"])] = calls.get((row["side"], row["syscall"]), 0) + row["count"]
+    for side in ("client", "server"):
+        for name, s in rec["syscalls"][side]["by_syscall"].items():
+            if s.get("calls") and s.get("time_hist_ns"):
+                assert calls[(side, name)] == s["calls"] == sum(s["time_hist_ns"]), (side, name)
+
+
+@pytest.mark.unit
+def test_download_charts_are_the_records_figures(root):
+    rid = "20261122-000002-000d01"
+    rec, charts = record(root, rid), charts_of(root, rid)
+    each = rec["downloads"]["each"]
+    assert len(each) == rec["downloads"]["count"]
+    times = by(charts["download_times"], "download", "time", value="ms")
+    for d in each:
+        for key, what in (("handshake_s", "handshake"), ("first_byte_s", "first byte"), ("complete_s", "complete")):
+            assert times[(d["i"], what)] == pytest.approx(d[key] * 1e3), (d["i"], what)
+    # The CDF: every download's time once, in order, each a 1/count step.
+    cdf = charts["download_cdf"]
+    assert [p["x"] for p in cdf] == pytest.approx(sorted(d["complete_s"] * 1e3 for d in each))
+    assert [p["fraction"] for p in cdf] == pytest.approx([(i + 1) / len(each) for i in range(len(each))])
+
+
+@pytest.mark.unit
+def test_rr_cdf_is_the_records_delays(root):
+    rec, charts = record(root, RR_RUN), charts_of(root, RR_RUN)
+    rr = rec["rr"]
+    cdf = charts["rr_cdf"]
+    xs, fractions = [p["x"] for p in cdf], [p["fraction"] for p in cdf]
+    assert xs == sorted(xs) and fractions == sorted(fractions) and fractions[-1] == pytest.approx(1.0)
+    # Steps of whole responses: the histogram holds the window's responses.
+    n = rr["responses"]
+    assert all(f * n == pytest.approx(round(f * n)) for f in fractions)
+    # Each percentile of the record is where the CDF first reaches it (HDR's
+    # rule: the value of the response at rank round(p n), at least the first).
+    for p, ns in rr["delay_ns"].items():
+        if not p.startswith("p"):
+            continue
+        rank = max(1, int(float(p[1:]) / 100 * n + 0.5))
+        reached = next(x for x, f in zip(xs, fractions) if round(f * n) >= rank)
+        assert reached * 1e6 == pytest.approx(ns), p
+    # The ends are the fastest and slowest responses' buckets, and the
+    # histogram holds the window's responses.
+    from hdrh.histogram import HdrHistogram
+
+    h = HdrHistogram.decode(rr["histogram"])
+    assert h.get_total_count() == n
+    assert xs[0] * 1e6 == h.get_highest_equivalent_value(rr["delay_ns"]["min"])
+    assert xs[-1] * 1e6 == h.get_highest_equivalent_value(rr["delay_ns"]["max"])
+    # The categories per request, in microseconds.
+    bars = by(charts["categories"], "side", "category", value="value")
+    for side, f in rr["flame_ns_per_request"].items():
+        for cat, ns in f["categories"].items():
+            assert bars[(side, cat)] == pytest.approx(ns / 1e3), (side, cat)
+
+
+@pytest.mark.unit
+def test_mix_and_link_charts_are_the_records_figures(root):
+    rec, charts = record(root, MIX_RUN), charts_of(root, MIX_RUN)
+    goodput = by(charts["mix_goodput"], "flow", value="goodput_mbps")
+    assert goodput == {f"{f['flow']} {f['stack']}": f["goodput_mbps"] for f in rec["mix"]["flows"]}
+    for rid in (MIX_RUN, "20261122-000003-000e01"):
+        rec, charts = record(root, rid), charts_of(root, rid)
+        bars = by(charts["link"], "direction", "figure", value="percent")
+        for direction, d in rec["link"]["directions"].items():
+            assert bars[(direction, "utilisation of the rate")] == pytest.approx(d["utilisation"] * 100), rid
+            if d["netem_drops_percent"] is not None:
+                assert bars[(direction, "netem drops")] == pytest.approx(d["netem_drops_percent"]), rid
+    assert_cpu_chart(charts["cpu"], rec)
+
+
+def cpu_total(rec: dict, side: str):
+    return rec["cpu"][side]["ns_per_byte"]["total"]
+
+
+@pytest.mark.unit
+def test_comparison_charts_are_its_runs_figures(root):
+    cdir = root / "comparisons" / REAL_COMPARISON
+    comparison = json.loads((cdir / "comparison.json").read_text())
+    charts = charts_of(root, REAL_COMPARISON, cdir / "report.html")
+    runs = {x["id"]: json.loads((cdir / x["path"] / "run.json").read_text()) for x in comparison["runs"]}
+    labels = [c["label"] for c in comparison["configs"]]
+    figures = {
+        "throughput_gbps": lambda r: r["throughput_gbps"],
+        **{f"{side}_ns_per_byte": functools.partial(cpu_total, side=side) for side in SIDES},
+    }
+    for key, figure in figures.items():
+        medians, _, ticks, *_ = charts[f"metric-{key}"]
+        for i, label in enumerate(labels):
+            mine = [figure(r) for x, r in zip(comparison["runs"], runs.values()) if x["config"] == i]
+            # Each run's tick is its own record's figure; the point is their median.
+            assert sorted(t["value"] for t in ticks if t["label"] == label) == pytest.approx(sorted(mine)), key
+            (median,) = [m["median"] for m in medians if m["label"] == label]
+            assert median == pytest.approx(statistics.median(mine)), key
+    # Per configuration, side and category: the median of its runs' complete captures.
+    bars = by(charts["categories"], "configuration", "side", "category", value="ns_per_byte")
+    assert bars
+    for (label, side, cat), v in bars.items():
+        mine = [
+            r["flame"]["sides"][side]["categories_ns_per_byte"][cat]
+            for x, r in zip(comparison["runs"], runs.values())
+            if labels[x["config"]] == label and r["flame"]["complete"]
+        ]
+        assert v == pytest.approx(statistics.median(mine)), (label, side, cat)
 
 
 # --- in the browser ----------------------------------------------------------------------------

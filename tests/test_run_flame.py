@@ -7,6 +7,8 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
+from qprof.collectors.record import SAMPLE_COVERAGE_MIN
+
 from conftest import needs_build, qprof, run_json
 
 pytestmark = [pytest.mark.system, needs_build]
@@ -14,51 +16,62 @@ GAP_MAX_PERCENT = 5.0
 ATTEMPTS = 3
 
 
-def complete_run(runs_dir):
-    """A run whose capture every CPU fully sampled. This VM's CPU 1
+def flame_run(runs_dir):
+    """A run at 1000 Hz, complete if one of ATTEMPTS is. This VM's CPU 1
     intermittently delivers a fraction of its cpu-clock samples; qprof
-    flags such a capture (flame.complete false), and only a complete one
-    can be held to the bound."""
-    seen = []
+    flags such a capture (flame.complete false). Only a complete capture
+    can be held to the bound; an incomplete one is still held to what
+    lost samples cannot change (test_flame_per_byte_matches_collectors)."""
     for _ in range(ATTEMPTS):
         # 1000 Hz: ~2000 samples a side in 2 s, so sampling noise stays well
         # inside the bound (the default, 99 Hz, is for longer windows).
         rec = run_json(runs_dir, "--duration", "2s", "--warmup", "0.5s", "--sample-hz", "1000")
         flame = rec["flame"]
+        # The flag is consistent: complete exactly when every CPU recorded
+        # its share of window x rate, and an incomplete one says which fell short.
+        assert flame["complete"] == (min(flame["coverage_per_cpu"].values()) >= SAMPLE_COVERAGE_MIN), flame
+        assert (flame["incomplete_reason"] is None) == flame["complete"], flame
         if flame["complete"]:
-            return rec
-        # The flag is consistent: some CPU really is short of window x rate.
-        assert min(flame["coverage_per_cpu"].values()) < 0.95 and flame["incomplete_reason"]
-        seen.append(flame["incomplete_reason"])
-    pytest.skip(f"no complete capture in {ATTEMPTS} runs on this VM: {seen}")
+            break
+    return rec
 
 
 def test_flame_per_byte_matches_collectors(runs_dir):
-    rec = complete_run(runs_dir)
+    rec = flame_run(runs_dir)
     flame = rec["flame"]
     assert flame["event"] == "cpu-clock" and flame["sample_period_ns"] == 1_000_000
+    # The sides' samples are some of all the CPUs' (idle is in no side).
+    assert sum(flame["samples"].values()) <= sum(flame["samples_per_cpu"].values())
+    missed = []
     for side in ("client", "server"):
         f = flame["sides"][side]
-        # samples x period / bytes: the graph's CPU per byte...
+        # Whatever perf lost, these hold. samples x period / bytes: the graph's CPU per byte...
+        assert f["samples"] == flame["samples"][side]
         assert f["ns_per_byte"] == pytest.approx(f["samples"] * 1e6 / rec["bytes"])
-        # ...is the collectors' measured CPU per byte, within the bound.
+        # ...set against the collectors' measured CPU per byte.
         assert f["measured_ns_per_byte"] == pytest.approx(rec["cpu"][side]["ns_per_byte"]["total"])
-        if abs(f["gap_percent"]) > GAP_MAX_PERCENT:
-            # A third instrument decides who is wrong: sched_switch timing
-            # (cputhread probe) against /proc. If they agree, the CPU time
-            # is right and perf missed samples, which this VM does even on
-            # CPUs that sampled in full overall: a known limit (README),
-            # recorded as such. If they disagree, the accounting is wrong.
-            oncpu_s = rec["cpu_threads"][side]["oncpu_s"]
-            assert oncpu_s == pytest.approx(rec["cpu"][side]["total_s"], rel=0.05), (side, oncpu_s)
-            pytest.xfail(
-                f"perf missed {side} samples on this VM: graph {f['ns_per_byte']:.3f} ns/B, "
-                f"measured {f['measured_ns_per_byte']:.3f} (eBPF and /proc agree)"
-            )
-        # Categories split the total exactly; msquic's work is mostly crypto and protocol.
+        # Categories split the graph's total exactly; msquic's work is mostly crypto and protocol.
         cats = f["categories_ns_per_byte"]
         assert sum(cats.values()) == pytest.approx(f["ns_per_byte"])
-        assert cats["crypto"] > 0 and cats["protocol"] > 0
+        assert cats["crypto"] > 0 and cats["protocol"] > 0, cats
+        # A third instrument says whether the measured CPU time is right:
+        # sched_switch timing (cputhread probe) against /proc. Were they to
+        # disagree, the accounting would be wrong, not perf.
+        oncpu_s = rec["cpu_threads"][side]["oncpu_s"]
+        assert oncpu_s == pytest.approx(rec["cpu"][side]["total_s"], rel=0.05), (side, oncpu_s)
+        gap = (
+            f"{side}: graph {f['ns_per_byte']:.3f} ns/B, measured {f['measured_ns_per_byte']:.3f} "
+            f"({f['gap_percent']:+.1f}%; eBPF and /proc agree on the CPU time)"
+        )
+        # Lost samples can only take CPU out of a graph, never add it.
+        assert f["gap_percent"] <= GAP_MAX_PERCENT, gap
+        if f["gap_percent"] < -GAP_MAX_PERCENT:
+            missed.append(gap)
+    # The graph is the collectors' CPU per byte within the bound wherever
+    # every CPU sampled in full. A capture that lost samples (flame.complete
+    # false, the reason recorded) undercounts by what it lost, so it is held
+    # only to what holds regardless, above.
+    assert not (flame["complete"] and missed), (missed, flame["coverage_per_cpu"])
     # perf.data is gone unless asked for; the folded stacks stay.
     run_dir = runs_dir / rec["id"]
     assert not (run_dir / "perf.data").exists()

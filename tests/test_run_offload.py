@@ -95,12 +95,24 @@ def test_compare_writes_a_record_naming_all_its_runs(runs_dir):
     # Direction: without GSO the client's skbs stop being super-packets.
     share = m["client_tx_gso_share"]
     assert share[0]["median"] > 0.5 and share[1]["median"] == 0
-    # The differential graphs of the two configurations' median runs.
+    # The differential graph of each side, the second configuration's
+    # median run against the first's, at the figures their records hold;
+    # a side is drawn exactly when the second run sampled it.
     fd = rec["flame_diff"]
-    assert {fd["a"], fd["b"]} <= {x["id"] for x in rec["runs"]}
-    for d in fd["sides"].values():
-        if d["svg"]:
-            ET.parse(cdir / d["svg"])
+    config_of = {x["id"]: x["config"] for x in rec["runs"]}
+    assert (config_of[fd["a"]], config_of[fd["b"]]) == (0, 1)
+    path_of = {x["id"]: x["path"] for x in rec["runs"]}
+    a, b = (json.loads((cdir / path_of[i] / "run.json").read_text())["flame"] for i in (fd["a"], fd["b"]))
+    assert set(fd["sides"]) == {"client", "server", "others"}
+    for side, d in fd["sides"].items():
+        assert d["a_ns_per_byte"] == pytest.approx(a["sides"][side]["ns_per_byte"]), side
+        assert d["b_ns_per_byte"] == pytest.approx(b["sides"][side]["ns_per_byte"]), side
+        assert (d["svg"] is not None) == (b["samples"][side] > 0), (side, d)
+    # Both ends moved data on the CPU, so at least the client and server are drawn.
+    drawn = [side for side, d in fd["sides"].items() if d["svg"] is not None]
+    assert {"client", "server"} <= set(drawn), fd["sides"]
+    for side in drawn:
+        assert ET.parse(cdir / fd["sides"][side]["svg"]).getroot().tag.endswith("svg"), side
 
 
 @pytest.mark.parametrize(
@@ -224,7 +236,9 @@ def test_udp_without_gso(runs_dir, mode):
     assert tx(rec)["client_tx_gso_skbs"] == 0
     calls = c["by_syscall"]
     if mode == "sendmsg":
-        assert calls["sendmsg"]["bytes"] == calls["sendmsg"]["calls"] * 1472 or calls["sendmsg"]["errors"]
+        # One datagram a call: each call that did not fail sent 1472 bytes.
+        sent = calls["sendmsg"]
+        assert sent["bytes"] == (sent["calls"] - sent["errors"]) * 1472, sent
         assert "sendmmsg" not in calls
     else:
         batch = rec["workload"]["client"]["report"]["batch"]
