@@ -85,12 +85,23 @@ def test_ktls_tls12_offloads_both_directions(runs_dir):
     # user space.
     calls = rec["syscalls"]["server"]["by_syscall"]
     assert calls.get("read", {}).get("bytes", 0) < 0.01 * rec["bytes"]
-    assert calls["recvmsg"]["bytes"] > 0.9 * rec["bytes"]
-    # The probe's window is the workload's: its counters are read in one
-    # call per map at each edge (reading them one by one took ~80 ms under
-    # TCG and put 4-7% more calls in its window). Under TCG the two edges
-    # still differ by a few ms: a fresh-clone run read 3.2% fewer bytes.
-    assert calls["recvmsg"]["bytes"] == pytest.approx(rec["bytes"], rel=0.04)
+    # The probe's window is the workload's but for when each read its
+    # counters at an edge: the probe somewhere between its t_ns and t_ns +
+    # read_ns (one call per map; the first edge's took 38 ms under TCG in
+    # one run), the server at its mark's t_ns. What the server read between
+    # the two is in one window and not the other: at most the window's own
+    # rate over that gap (the server reads as fast as it decrypts; the
+    # probe's read only takes CPU from it), plus at each edge one read in
+    # flight, counted by the probe as it returns and by the workload once
+    # checked: at most one --io-size buffer, more than the record buffer
+    # OpenSSL has kTLS read into.
+    m = json.loads((runs_dir / rec["id"] / rec["guest_run"] / "measurement.json").read_text())
+    apart_ns = 0
+    for name, p in rec["probes"]["syscalls"]["edges"].items():
+        t = m["window"][name]["server_mark"]["t_ns"]
+        apart_ns += max(abs(p["t_ns"] - t), abs(p["t_ns"] + p["read_ns"] - t))
+    slack = rec["bytes"] / rec["window_s"] * apart_ns / 1e9 + 2 * rec["config"]["io_size"]
+    assert abs(calls["recvmsg"]["bytes"] - rec["bytes"]) <= slack, (calls["recvmsg"]["bytes"], rec["bytes"], slack)
 
 
 @needs_guest

@@ -3,14 +3,37 @@
 the kernel holds what was asked, and the loss it applies is the loss asked
 for, within a binomial bound."""
 
+import json
 import math
 
 import pytest
-from test_guest import needs_guest, qemu_processes
 
 from conftest import needs_build, run_json
+from test_guest import needs_guest, qemu_processes
+from test_rr import check_window_schedule
 
 pytestmark = [pytest.mark.guest, needs_build, needs_guest]
+# Below this chance of seeing no drop at all, a loss that was applied must show.
+NO_DROP_CHANCE = 1e-6
+
+
+def kept(runs_dir, rec) -> dict:
+    """The guest run's measurement.json: the raw readings its record came from."""
+    return json.loads((runs_dir / rec["id"] / rec["guest_run"] / "measurement.json").read_text())
+
+
+def assert_verified_had_crossed(plan: dict, edge_t_ns: int, crossed: int, marks: list) -> None:
+    """Bytes are conserved across a window's edge: every byte a receiver had
+    verified at an edge had crossed the bottleneck, whose root qdisc counts
+    from before any flow connected (its bytes headers, retransmissions and
+    ACKs included). This holds whatever sat in queues and buffers at the
+    edge. The qdisc is read after the edge's t_ns and a mark may be read
+    later still: what crossed meanwhile is at most tbf's bucket plus the
+    rate over that gap, both the run's own."""
+    late_ns = max(0, max(m["t_ns"] for m in marks) - edge_t_ns)
+    allowance = plan["tbf_burst_bytes"] + plan["rate_bit"] / 8 * late_ns / 1e9
+    verified = sum(m["app_bytes"] for m in marks)
+    assert verified <= crossed + allowance, (verified, crossed, allowance)
 
 
 def test_netem_link_as_asked(runs_dir):
@@ -33,19 +56,34 @@ def test_netem_link_as_asked(runs_dir):
         assert d["differs"] == []
     # Loss 2% over a 40 ms RTT holds one TCP flow far below 20 Mbit/s
     # (Mathis: ~2.5 Mbit/s), so its queue never fills and every netem
-    # drop is a random loss: binomial(n, 0.02), here within 4 sigma (the
-    # ACK direction carries the fewest: 246 packets in one 3 s window).
+    # drop is a random loss: binomial(n, 0.02), within 4 sigma for the n
+    # packets each direction offered in the window, however many the
+    # machine's speed let through (the ACK direction carries the fewest).
     assert lk["saturation"]["limited_by"] != "link"
     for name, d in lk["directions"].items():
         w = d["window"]["netem"]
         n = w["packets"] + w["drops"]
-        assert n >= 200, (name, w)
+        assert n > 0, (name, w)
         mean, sd = n * 0.02, math.sqrt(n * 0.02 * 0.98)
         assert abs(w["drops"] - mean) <= 4 * sd + 1, (name, w, mean, sd)
         assert d["netem_drops_percent"] == pytest.approx(100 * w["drops"] / n)
-    # The data went client to server and TCP retransmitted what was lost.
-    assert lk["directions"]["client_to_server"]["window"]["tbf"]["bytes"] > rec["bytes"]
-    assert rec["kernel_loss"]["retransmitted_segments"] > 0
+        # The bound lets a small n through with no drop at all; once the
+        # window offered enough packets for that to be unlikely, the loss
+        # must show, and on the data's direction TCP sent again what it lost.
+        if 0.98**n < NO_DROP_CHANCE:
+            assert w["drops"] > 0, (name, w)
+            if name == "client_to_server":
+                assert rec["kernel_loss"]["retransmitted_segments"] > 0
+    # The data went client to server: its direction carried more than the
+    # ACKs', and every byte the server verified had crossed it.
+    c2s, s2c = (lk["directions"][d]["window"]["tbf"]["bytes"] for d in ("client_to_server", "server_to_client"))
+    assert c2s > s2c
+    m = kept(runs_dir, rec)
+    for e in ("start", "end"):
+        edge = m["window"][e]
+        assert_verified_had_crossed(
+            lk["plan"], edge["t_ns"], edge["qdiscs"]["client"]["tbf"]["bytes"], [edge["server_mark"]]
+        )
 
 
 @pytest.mark.parametrize("stack, resume", [("quic", True), ("tcp-tls", False)])
@@ -94,11 +132,15 @@ def test_requests_over_a_round_trip(runs_dir):
     assert qemu_processes() == []
     assert rec["status"] == "complete" and rec["verified"] is True
     r = rec["rr"]
-    # How many are answered in 2 s is the emulator's speed: TLS handshakes
-    # in TCG answered 76 of 400 in one fresh-clone run, over 100 in others.
-    assert r["responses"] >= 20
-    assert r["delay_ns"]["min"] >= 20_000_000
-    assert r["connections_opened"] >= 4
+    # How many are answered in the window is the emulator's speed (TLS
+    # handshakes in TCG answered 76 of 400 in one fresh-clone run, over 100
+    # in others), so the counts are held to the schedule the client itself
+    # recorded instead: each request of the window answered, or accounted for.
+    m = kept(runs_dir, rec)
+    edges = [m["window"][e]["client_mark"]["t_ns"] for e in ("start", "end")]
+    check_window_schedule(r, *edges, m["reports"]["client"])
+    assert r["responses"] > 0 and r["delay_ns"]["min"] >= 20_000_000
+    assert r["connections_opened"] >= 20 // 5  # the requests outstanding within a round trip
     # The guest's own namespaces say which congestion control TCP ran.
     assert rec["environment"]["topology"]["client"]["tcp_congestion_control"]
 
@@ -119,9 +161,22 @@ def test_a_request_flow_beside_a_bulk_flow_over_a_round_trip(runs_dir):
     assert (bulk["stack"], bulk["pattern"], rr["stack"], rr["pattern"]) == ("quic", "bulk", "tcp", "rr")
     assert 0 < bulk["goodput_mbps"] <= 10
     r = rr["rr"]
-    assert r["responses"] > 100 and r["delay_ns"]["min"] >= 40_000_000
+    m = kept(runs_dir, rec)
+    edges = [m["flows"][1]["marks"][e]["client"]["t_ns"] for e in ("start", "end")]
+    check_window_schedule(r, *edges, m["flows"][1]["reports"])
+    assert r["responses"] > 0 and r["delay_ns"]["min"] >= 40_000_000
+    # The flows' bytes over the bottleneck's: less than 1 by the headers and
+    # retransmissions, more by what crossed before the window and was read
+    # inside it, which a slow receiver makes large. So the bound is
+    # conservation at each edge, from the bottleneck's and the servers' own
+    # running counts, whatever sat in the receivers' buffers.
     b = rec["mix"]["bottleneck"]
-    assert b["qdisc"] == "tbf" and 0.75 < b["flows_bytes_over_wire_bytes"] < 1.1  # see test_mix's BUFFERED
+    crossed = {e: m["edges"][e]["qdiscs"]["client"]["tbf"]["bytes"] for e in ("start", "end")}
+    assert b["qdisc"] == "tbf" and b["bytes"] == crossed["end"] - crossed["start"] > 0
+    assert b["flows_bytes_over_wire_bytes"] == pytest.approx(b["flows_bytes"] / b["bytes"])
+    for e in ("start", "end"):
+        marks = [f["marks"][e]["server"] for f in m["flows"]]
+        assert_verified_had_crossed(rec["link"]["plan"], m["edges"][e]["t_ns"], crossed[e], marks)
     assert rr["tcp_congestion_control"] == rec["environment"]["topology"]["client"]["tcp_congestion_control"]
 
 
@@ -138,12 +193,26 @@ def test_streams_under_loss(runs_dir, stack):
     )
     assert rec["status"] == "complete" and rec["verified"] is True
     s = rec["streams"]
-    assert len(s["bytes"]) == 3 and sum(s["bytes"]) == rec["bytes"]
-    assert 1 / 3 - 1e-9 <= s["jain_index"] <= 1
-    drops = rec["link"]["directions"]["client_to_server"]["window"]["netem"]["drops"]
-    assert drops > 0
+    x = s["bytes"]
+    assert len(x) == 3 and sum(x) == rec["bytes"] and min(x) >= 0
+    # Jain's index is the streams' own bytes' (sum^2 / (n sum of squares)),
+    # and it moves with their shares: the largest share holds it up to at
+    # least 1 / (n max share), the smallest holds it down to at most what the
+    # other streams could make of it sharing the rest evenly; 1 only when
+    # every stream moved the same.
+    n, total = len(x), sum(x)
+    assert s["jain_index"] == pytest.approx(total**2 / (n * sum(v * v for v in x)))
+    lo, hi = min(x) / total, max(x) / total
+    assert s["min_share"] == pytest.approx(lo)
+    assert 1 / (n * hi) - 1e-9 <= s["jain_index"] <= 1 / (n * (lo**2 + (1 - lo) ** 2 / (n - 1))) + 1e-9
+    netem = rec["link"]["directions"]["client_to_server"]["window"]["netem"]
+    offered = netem["packets"] + netem["drops"]
     w = rec["workload"]["client"]["window"]
     retransmitted = (
         w["conn_stats"]["send_suspected_lost_packets"] if stack == "quic" else w["tcp_info"]["total_retrans"]
     )
-    assert retransmitted > 0
+    # As in test_netem_link_as_asked: once the window offered enough packets
+    # that 1% loss leaving none is unlikely, some were lost and sent again.
+    assert offered > 0
+    if 0.99**offered < NO_DROP_CHANCE:
+        assert netem["drops"] > 0 and retransmitted > 0, (netem, retransmitted)
