@@ -48,6 +48,14 @@ class SystemCpu:
     def __sub__(self, other: "SystemCpu") -> "SystemCpu":
         return SystemCpu(*(getattr(self, f + "_s") - getattr(other, f + "_s") for f in STAT_FIELDS))
 
+    @property
+    def busy_s(self) -> float:
+        return self.user_s + self.nice_s + self.system_s + self.irq_s + self.softirq_s + self.steal_s
+
+    @property
+    def idle_total_s(self) -> float:
+        return self.idle_s + self.iowait_s
+
 
 @dataclass(frozen=True)
 class ProcessCpu:
@@ -148,6 +156,15 @@ def ticks_absent_reason(window_s: float) -> Optional[str]:
     )
 
 
+def utilisation(d: SystemCpu, window_s: float) -> Optional[float]:
+    """The machine's busy share over a window: busy over all of /proc/stat's
+    time (busy + idle), one instrument's own ratio, as top and mpstat take
+    it (against wall time x CPUs, its 10 ms ticks came out at 1.42 over a
+    10 ms window); None over a window too short for ticks."""
+    total = d.busy_s + d.idle_total_s
+    return d.busy_s / total if ticks_absent_reason(window_s) is None and total > 0 else None
+
+
 def per_byte(seconds: Optional[float], nbytes: int) -> Optional[float]:
     """CPU nanoseconds per byte; None stays None (not measured)."""
     if seconds is None or nbytes <= 0:
@@ -180,26 +197,20 @@ def system_figures(d: SystemCpu, nbytes: int, window_s: float) -> Dict[str, Opti
     """The machine by class, all from /proc/stat's ticks: every one absent
     (None) over a window too short for ticks (ticks_absent_reason)."""
     absent = ticks_absent_reason(window_s)
-    user_s = d.user_s + d.nice_s
-    busy_s = user_s + d.system_s + d.irq_s + d.softirq_s + d.steal_s
-    idle_s = d.idle_s + d.iowait_s
     seconds = {
-        "user_s": user_s,
+        "user_s": d.user_s + d.nice_s,
         "system_s": d.system_s,
         "softirq_s": d.softirq_s,
         "irq_s": d.irq_s,
         "steal_s": d.steal_s,
-        "idle_s": idle_s,
-        "total_s": busy_s,
+        "idle_s": d.idle_total_s,
+        "total_s": d.busy_s,
     }
     if absent:
         seconds = dict.fromkeys(seconds)
     return {
         **seconds,
-        # Busy over all of /proc/stat's time (busy + idle), one instrument's
-        # own ratio, as top and mpstat take it: against wall time x CPUs,
-        # its 10 ms ticks came out at 1.42 over a 10 ms window.
-        "utilisation": busy_s / (busy_s + idle_s) if not absent and busy_s + idle_s > 0 else None,
+        "utilisation": utilisation(d, window_s),
         "ticks_absent_reason": absent,
         "ns_per_byte": {
             "user": per_byte(seconds["user_s"], nbytes),

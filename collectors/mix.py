@@ -283,12 +283,9 @@ def describe(m: MixMeasurement) -> dict:
     start, end = m.edges["start"], m.edges["end"]
     cpu_window_s = (end["t_ns"] - start["t_ns"]) / 1e9
     system = cpu.SystemCpu(**end["system"]) - cpu.SystemCpu(**start["system"])
-    busy = system.user_s + system.nice_s + system.system_s + system.irq_s + system.softirq_s + system.steal_s
-    idle = system.idle_s + system.iowait_s
     ticks_absent = cpu.ticks_absent_reason(cpu_window_s)
-    if ticks_absent:
-        busy = idle = None
-    utilisation = busy / (busy + idle) if busy is not None and busy + idle > 0 else None
+    busy, idle = (None, None) if ticks_absent else (system.busy_s, system.idle_total_s)
+    utilisation = cpu.utilisation(system, cpu_window_s)
     flows = [describe_flow(f, cpu_window_s) for f in m.flows]
     bulk = [f for f in flows if f["pattern"] == "bulk"]
     bulk_bytes = sum(f["bytes"] for f in bulk)

@@ -148,15 +148,12 @@ def interval_figures(a: dict, b: dict) -> dict:
     seconds = (b["receiver_t_ns"] - a["receiver_t_ns"]) / 1e9
     wall = (b["t_ns"] - a["t_ns"]) / 1e9
     sys_d = cpu.SystemCpu(**b["system"]) - cpu.SystemCpu(**a["system"])
-    busy = sys_d.user_s + sys_d.nice_s + sys_d.system_s + sys_d.irq_s + sys_d.softirq_s + sys_d.steal_s
-    total = busy + sys_d.idle_s + sys_d.iowait_s
     out = {"bytes": nbytes, "seconds": seconds, "gbps": nbytes * 8 / seconds / 1e9 if seconds > 0 else None}
     for side in ("client", "server"):
         on = b[f"{side}_oncpu_s"] - a[f"{side}_oncpu_s"]
         out[f"{side}_cpus"] = on / wall if wall > 0 else None
         out[f"{side}_ns_per_byte"] = on * 1e9 / nbytes if nbytes else None
-    ticks_ok = cpu.ticks_absent_reason(wall) is None
-    out["system_utilisation"] = busy / total if ticks_ok and total > 0 else None
+    out["system_utilisation"] = cpu.utilisation(sys_d, wall)
     return out
 
 
