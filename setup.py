@@ -1,17 +1,20 @@
 # SPDX-License-Identifier: GPL-2.0-only
 """qprof: where the CPU goes when bulk data moves over QUIC and TCP+kTLS.
 
-The package `qprof` is core/ (errors, paths, units, the run directory,
-the ledger, the version); its subpackages are the top-level folders:
-cli/ (the command), collectors/ (measurement), flamegraphs/ (folded
-stacks per byte), probes/ and workloads/ (their built tools are located,
-not imported). Dependencies point cli -> collectors -> flamegraphs ->
-core (tests/test_layers.py).
+The package `qprof` is core/ (errors, paths, units, files, the run
+directory, the history, the ledger, the figure table, the version); its
+subpackages are the top-level folders: cli/ (the commands), present/
+(tables, the HTML report, the formatter), collectors/ (measuring),
+describe/ (pure: options, plan, the record from a measurement),
+flamegraphs/ (folded stacks per byte), probes/ and workloads/ (their
+built tools are located, not imported). Dependencies point cli ->
+present, collectors -> describe -> flamegraphs -> core
+(tests/test_layers.py; README.md, "Layout").
 """
 
 from setuptools import setup
 
-PARTS = ["cli", "collectors", "probes", "flamegraphs", "workloads"]
+PARTS = ["cli", "present", "collectors", "describe", "probes", "flamegraphs", "workloads"]
 
 setup(
     name="qprof",
@@ -20,7 +23,7 @@ setup(
     python_requires=">=3.9",
     packages=["qprof"] + [f"qprof.{p}" for p in PARTS],
     package_dir={"qprof": "core", **{f"qprof.{p}": p for p in PARTS}},
-    package_data={"qprof.collectors": ["schema/*.json"], "qprof.flamegraphs": ["categories.rules"]},
+    package_data={"qprof.describe": ["schema/*.json"], "qprof.flamegraphs": ["categories.rules"]},
     install_requires=[
         "click>=8.1,<9",
         "rich>=13.7,<16",

@@ -27,7 +27,12 @@ the bytes the tool reports (iperf3: every interval, none omitted;
 secnetperf: the connection's acknowledged bytes), so they include the
 handshake and slow start, a small handicap at 10 s.
 
+--qprof-before CMD adds a second qprof (another checkout's, on the same
+build) to every round: a change to qprof's own code must leave its
+figures where they were, measured side by side, interleaved.
+
 USAGE: .venv/bin/python benchmarks/fidelity.py [--rounds N] [--duration S] [--secnetperf PATH] [--stacks LIST]
+       [--qprof-before CMD]
 (the venv's Python: it makes the namespaces with qprof's own Topology)
 """
 
@@ -45,7 +50,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 QPROF = str(REPO / ".venv" / "bin" / "qprof")
 
-from qprof.collectors import cpu as qcpu  # noqa: E402
+from qprof.collectors import procfs  # noqa: E402
 from qprof.collectors.topology import Topology  # noqa: E402
 
 
@@ -54,10 +59,10 @@ def busy_s(a, b) -> float:
     return d.user_s + d.nice_s + d.system_s + d.irq_s + d.softirq_s + d.steal_s
 
 
-def run_qprof(stack: str, duration: float, runs_dir: str) -> tuple:
+def run_qprof(stack: str, duration: float, runs_dir: str, qprof: str = QPROF) -> tuple:
     r = subprocess.run(
         [
-            QPROF,
+            *qprof.split(),
             "run",
             "--json",
             "--stack",
@@ -87,9 +92,9 @@ def _served(topo, server_argv, client_argv, env=None, settle_s=0.5):
     )
     try:
         time.sleep(settle_s)
-        before = qcpu.read_system()
+        before = procfs.read_system()
         r = subprocess.run(topo.client.command(client_argv), capture_output=True, text=True, env=env, timeout=300)
-        after = qcpu.read_system()
+        after = procfs.read_system()
     finally:
         server.kill()
         server.wait()
@@ -137,6 +142,7 @@ def main():
     ap.add_argument(
         "--secnetperf-own-msquic", action="store_true", help="run secnetperf on the libmsquic beside it, not qprof's"
     )
+    ap.add_argument("--qprof-before", metavar="CMD", help="another qprof to run beside this one, interleaved")
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("needs root (namespaces)")
@@ -145,19 +151,24 @@ def main():
         skipped = [s for s in stacks if s != "tcp"]
         if skipped:
             print(f"no --secnetperf: {', '.join(skipped)} not compared (secnetperf is msquic's; see the docstring)")
-        stacks = [s for s in stacks if s == "tcp"]
+        if not args.qprof_before:
+            stacks = [s for s in stacks if s == "tcp"]
     env = dict(os.environ)
     if args.secnetperf and not args.secnetperf_own_msquic:
         env["LD_LIBRARY_PATH"] = str(REPO / "build" / "msquic" / "lib")
     refs = {"tcp": "iperf3", "quic": "secnetperf", "tcp-tls": "secnetperf -tcp:1"}
-    got = {s: {"qprof": [], "ref": []} for s in stacks}
-    jobs = [(s, who) for s in stacks for who in ("qprof", "ref")]
+    got = {s: {"qprof": [], "ref": [], "before": []} for s in stacks}
+    has_ref = {s: s == "tcp" or args.secnetperf is not None for s in stacks}
+    whos = ("qprof", "ref") + (("before",) if args.qprof_before else ())
+    jobs = [(s, who) for s in stacks for who in whos if who != "ref" or has_ref[s]]
     with tempfile.TemporaryDirectory() as runs_dir:
         for rnd in range(args.rounds):
             order = jobs[rnd % len(jobs) :] + jobs[: rnd % len(jobs)]
             for stack, who in order:
                 if who == "qprof":
                     res = run_qprof(stack, args.duration, runs_dir)
+                elif who == "before":
+                    res = run_qprof(stack, args.duration, runs_dir, args.qprof_before)
                 else:
                     with Topology("netns", f"fd{os.getpid() % 10000}") as topo:
                         if stack == "tcp":
@@ -166,7 +177,7 @@ def main():
                             res = run_secnetperf(topo, args.duration, args.secnetperf, env, tcp=stack == "tcp-tls")
                 got[stack][who].append(res)
                 print(
-                    f"round {rnd + 1}: {stack:8} {who if who == 'qprof' else refs[stack]:18} "
+                    f"round {rnd + 1}: {stack:8} {refs[stack] if who == 'ref' else who:18} "
                     f"{res[0]:6.2f} Gbit/s {res[1]:.3f} ns/B",
                     flush=True,
                 )
@@ -175,7 +186,7 @@ def main():
         f"{'stack':8} {'reference':18} {'qprof Gbit/s':>20} {'ref Gbit/s':>20} {'ratio':>6}"
         f" {'qprof ns/B':>20} {'ref ns/B':>20} {'ratio':>6}"
     )
-    for s in stacks:
+    for s in (s for s in stacks if has_ref[s]):
         q, r = got[s]["qprof"], got[s]["ref"]
         qt, rt = summary([x[0] for x in q]), summary([x[0] for x in r])
         qc, rc = summary([x[1] for x in q]), summary([x[1] for x in r])
@@ -184,6 +195,21 @@ def main():
             f"{qt[0] / rt[0]:6.3f} {qc[0]:6.3f} ({qc[1]:.3f}-{qc[2]:.3f}) {rc[0]:6.3f} ({rc[1]:.3f}-{rc[2]:.3f}) "
             f"{qc[0] / rc[0]:6.3f}"
         )
+    if args.qprof_before:
+        print(f"\nthis qprof against --qprof-before ({args.qprof_before}), same rounds")
+        print(
+            f"{'stack':8} {'Gbit/s':>20} {'before Gbit/s':>20} {'ratio':>6}"
+            f" {'ns/B':>20} {'before ns/B':>20} {'ratio':>6}"
+        )
+        for s in stacks:
+            q, b = got[s]["qprof"], got[s]["before"]
+            qt, bt = summary([x[0] for x in q]), summary([x[0] for x in b])
+            qc, bc = summary([x[1] for x in q]), summary([x[1] for x in b])
+            print(
+                f"{s:8} {qt[0]:6.2f} ({qt[1]:.2f}-{qt[2]:.2f}) {bt[0]:6.2f} ({bt[1]:.2f}-{bt[2]:.2f}) "
+                f"{qt[0] / bt[0]:6.3f} {qc[0]:6.3f} ({qc[1]:.3f}-{qc[2]:.3f}) {bc[0]:6.3f} ({bc[1]:.3f}-{bc[2]:.3f}) "
+                f"{qc[0] / bc[0]:6.3f}"
+            )
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ share comes from `perf record -a` over part of one run per topology,
 counting samples whose DSO is qprof-wl itself.
 
 USAGE: benchmarks/quic_speed.py [--repeat N] [--duration S]
-EXAMPLE OUTPUT (README "Speed"):
+EXAMPLE OUTPUT:
   netns     lowlat   tput 7.41 Gbit/s (6.9-7.6)  system 1.99 ns/B  ...
 """
 

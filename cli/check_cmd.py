@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: GPL-2.0-only
 """`qprof check`: a run (or a comparison's configuration) against a
-baseline; exit 40 when it regressed (collectors/check.py says how)."""
+baseline; exit 40 when it regressed (describe/check.py says how)."""
 
 import json
 from pathlib import Path
@@ -10,9 +10,9 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from qprof import errors, rundir
+from qprof import errors, files
 from qprof.cli.run_options import runs_dir_option
-from qprof.collectors import check
+from qprof.describe import check
 
 ABSENT = "—"
 
@@ -31,7 +31,7 @@ def parse_share(text: str) -> float:
 
 def records(root: Path, ident: str, config: Optional[int]) -> List[dict]:
     """The run's record, or the records of a comparison's configuration."""
-    cpath = root / rundir.COMPARISONS_SUBDIR / ident / rundir.COMPARISON_RECORD
+    cpath = root / files.COMPARISONS_SUBDIR / ident / files.COMPARISON_RECORD
     if cpath.exists():
         comp = json.loads(cpath.read_text())
         n = len(comp["configs"])
@@ -41,10 +41,10 @@ def records(root: Path, ident: str, config: Optional[int]) -> List[dict]:
                 f"comparison {ident} has configurations 0 to {n - 1} "
                 f"({', '.join(c['label'] for c in comp['configs'])}); pick one with --config."
             )
-        return [rundir.load(root, r["id"]) for r in comp["runs"] if r["config"] == index]
+        return [files.load(root, r["id"]) for r in comp["runs"] if r["config"] == index]
     if config is not None:
         raise errors.BadValue(f"--config picks a comparison's configuration, and {ident} is a run; drop it.")
-    rec = rundir.load(root, ident)
+    rec = files.load(root, ident)
     if rec.get("status") != "complete":
         raise errors.IncompleteRecord(
             f"run {ident} is {rec.get('status')}, so it has no figures to check; "

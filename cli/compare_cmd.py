@@ -3,7 +3,6 @@
 
 import json
 import sys
-from pathlib import Path
 
 import click
 from click.core import ParameterSource
@@ -16,14 +15,13 @@ from rich.progress import (
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
-from rich.table import Table
 
-from qprof.cli import report
 from qprof.cli.run_options import to_run_options, transfer_options
-from qprof.collectors import compare, options, runner
+from qprof.collectors import compare, preflight
+from qprof.describe import options, plan
 from qprof.errors import BadValue
-
-ABSENT = "—"
+from qprof.present import tables as report
+from qprof.present.format import compact
 
 
 @click.command()
@@ -90,13 +88,13 @@ def compare_cmd(ctx, stack, stack_list, vary_items, repeat, as_json, **kwargs):
     ]
     base = to_run_options(stack_names[0], kwargs)
     configs = compare.build_matrix(base, stack_names, vary, fixed)
-    runner.preflight(configs[0].opts)  # root and the build, before the first run
+    preflight.check(plan.resolve(configs[0].opts))  # root and the build, before the first run
     copts = compare.CompareOptions(configs=configs, repeat=repeat, runs_dir=base.runs_dir, vary=vary)
     record = _run_with_progress(copts)
     if as_json:
         click.echo(json.dumps(record, indent=2))
     else:
-        print_comparison(record)
+        report.print_comparison(record)
 
 
 def _run_with_progress(copts: compare.CompareOptions) -> dict:
@@ -123,90 +121,11 @@ def _run_with_progress(copts: compare.CompareOptions) -> dict:
         def on_done(entry):
             rec = entry["record"]
             progress.console.print(
-                f"{copts.configs[entry['config']].label}: {_fmt(rec['throughput_gbps'], 'Gbit/s')} Gbit/s, "
-                f"system {_fmt(rec['cpu']['system']['ns_per_byte']['total'], 'ns/B')} ns/B (run {rec['id']})"
+                f"{copts.configs[entry['config']].label}: {compact(rec['throughput_gbps'], 'Gbit/s')} Gbit/s, "
+                f"system {compact(rec['cpu']['system']['ns_per_byte']['total'], 'ns/B')} ns/B (run {rec['id']})"
             )
             for w in report.record_warnings(rec):
                 progress.console.print(f"[yellow]warning: run {rec['id']}: {w}[/]")
             progress.advance(task)
 
         return compare.run(copts, on_run, on_done)
-
-
-def _fmt(v, unit: str) -> str:
-    if v is None:
-        return ABSENT
-    if unit == "share":
-        return f"{v * 100:.2f}%"
-    if abs(v) >= 1000:
-        return f"{v:,.0f}"
-    if abs(v) >= 10:
-        return f"{v:.1f}"
-    return f"{v:.3f}"
-
-
-def cell(row: dict, unit: str, first: bool) -> str:
-    """median ±half the range (as a share of the median), ×ratio to the
-    first configuration, * where the ranges do not overlap."""
-    if not row["n"]:
-        return ABSENT
-    text = _fmt(row["median"], unit)
-    if row["n"] > 1 and row["median"]:
-        text += f" ±{(row['max'] - row['min']) / 2 / abs(row['median']) * 100:.0f}%"
-    if not first and row.get("ratio") is not None:
-        text += f" ×{row['ratio']:.2f}" + ("*" if row.get("beyond_spread") else "")
-    return text
-
-
-# Category rows whose medians all stay under this are left out of the table (not the record).
-CATEGORY_FLOOR_NS_PER_BYTE = 0.005
-
-
-def print_comparison(rec: dict, console: Console = None) -> None:
-    console = console or Console()
-    labels = [c["label"] for c in rec["configs"]]
-    console.print(
-        f"[bold]{len(labels)} configurations × {rec['repeat']} runs, interleaved[/]: "
-        "median ±half its range, ×ratio of medians to the first, * where the ranges do not overlap"
-    )
-    units = rec["metric_units"]
-    main = Table(title="figures", title_justify="left")
-    cats = Table(title="CPU ns/B by flame category", title_justify="left")
-    for t in (main, cats):
-        t.add_column("FIGURE", no_wrap=True)
-        for label in labels:
-            t.add_column(label, justify="right")
-    for key, rows in rec["metrics"].items():
-        u = units[key]
-        name = u["label"] + (f" ({u['unit']})" if u["unit"] and u["unit"] != "share" else "")
-        target = cats if ": " in u["label"] else main
-        if target is cats and all((r["median"] or 0) < CATEGORY_FLOOR_NS_PER_BYTE for r in rows):
-            continue
-        target.add_row(name, *(cell(r, u["unit"], i == 0) for i, r in enumerate(rows)))
-    console.print(main)
-    if cats.row_count:
-        console.print(cats)
-    skipped = rec.get("incomplete_captures") or []
-    if skipped:
-        console.print(
-            f"[yellow]categories leave out {len(skipped)} of {len(rec['runs'])} runs whose capture "
-            f"missed samples on some CPU (flame.complete false): {', '.join(skipped)}[/]"
-        )
-    fd = rec.get("flame_diff") or {}
-    cdir = Path(rec.get("path", ""))
-    if fd.get("sides"):
-        for side, d in fd["sides"].items():
-            where = d["svg"] or "nothing drawn (no samples)"
-            # Two rr runs are diffed per request (ns, shown in us), others per byte.
-            a, b, unit = (
-                (d["a_ns_per_request"] / 1e3, d["b_ns_per_request"] / 1e3, "us/request")
-                if "a_ns_per_request" in d
-                else (d["a_ns_per_byte"], d["b_ns_per_byte"], "ns/B")
-            )
-            console.print(
-                f"flame diff {side}: {labels[0]} (run {fd['a']}) {a:.3f} {unit} -> "
-                f"{labels[1]} (run {fd['b']}) {b:.3f} {unit}: {cdir / where if d['svg'] else where}"
-            )
-    elif fd:
-        console.print(f"flame diff: none ({fd.get('absent')})")
-    console.print(f"comparison {rec['id']}: {len(rec['runs'])} runs, record {cdir / compare.COMPARISON_RECORD}")

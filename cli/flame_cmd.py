@@ -2,8 +2,6 @@
 """`qprof flame`: a run's stack samples as flame graphs in CPU time per
 byte, or per request for a request/response run."""
 
-import shutil
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,8 +15,8 @@ from rich.text import Text
 from qprof.cli.run_options import runs_dir_option
 from qprof.errors import BadValue
 from qprof.flamegraphs import categories, diff, draw, export, normalize, sides
-
-ABSENT = "—"
+from qprof.present.format import ABSENT, num
+from qprof.present.html import open_in_browser
 
 
 @dataclass
@@ -102,7 +100,7 @@ def flame(run_id, side, open_svg, print_folded, diff, runs_dir):
         return
     svgs = draw_diff(opts) if opts.diff else draw_run(opts)
     if opts.open_svg:
-        open_files(svgs)
+        open_in_browser(svgs, click.echo)
 
 
 def print_stacks(opts: FlameOptions) -> None:
@@ -150,14 +148,10 @@ def side_line(
     q = ABSENT if fig.stack_quality is None else f"{fig.stack_quality * 100:.1f}%"
     measured = None if measured_ns is None else u.shown(measured_ns)
     return (
-        f"{side}: graph {fig.shown:.3f} {u.figure}, measured {_num(measured)} {u.figure}, "
-        f"gap {_num(gap, '{:+.1f}%')}, stack quality {q}, {fig.samples:,} samples -> "
+        f"{side}: graph {fig.shown:.3f} {u.figure}, measured {num(measured)} {u.figure}, "
+        f"gap {num(gap, '{:+.1f}%')}, stack quality {q}, {fig.samples:,} samples -> "
         + (str(svg) if svg else "nothing to draw")
     )
-
-
-def _num(v: Optional[float], fmt: str = "{:.3f}") -> str:
-    return ABSENT if v is None else fmt.format(v)
 
 
 def category_table(figs: dict, unit: normalize.Unit = normalize.BYTE) -> Table:
@@ -169,7 +163,7 @@ def category_table(figs: dict, unit: normalize.Unit = normalize.BYTE) -> Table:
         row = [cat]
         for fig in figs.values():
             share = fig.categories_samples[cat] / fig.samples * 100 if fig.samples else None
-            row.append(f"{unit.shown(fig.categories_ns_per_unit[cat]):.3f} ({_num(share, '{:5.1f}%')})")
+            row.append(f"{unit.shown(fig.categories_ns_per_unit[cat]):.3f} ({num(share, '{:5.1f}%')})")
         t.add_row(*row)
     t.add_row(
         "[bold]total[/]",
@@ -190,23 +184,6 @@ def draw_diff(opts: FlameOptions) -> List[Path]:
         u = d.unit
         click.echo(
             f"{d.side}: A {u.shown(d.a_ns_per_unit):.3f} {u.figure} -> B {u.shown(d.b_ns_per_unit):.3f} {u.figure} "
-            f"({_num(d.change_percent, '{:+.1f}%')}) -> {d.svg}"
+            f"({num(d.change_percent, '{:+.1f}%')}) -> {d.svg}"
         )
     return svgs
-
-
-def open_files(svgs: List[Path]) -> None:
-    opener = shutil.which("xdg-open")
-    for svg in svgs:
-        if opener is None:
-            click.echo(f"xdg-open is not installed; open {svg} in a web browser.")
-            continue
-        # Detached: a browser started by xdg-open outlives qprof and is the user's.
-        subprocess.Popen(
-            [opener, str(svg)],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        click.echo(f"opened {svg}")

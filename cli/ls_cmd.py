@@ -14,11 +14,11 @@ from rich.table import Table
 
 from qprof import errors, history
 from qprof.cli.run_options import runs_dir_option
-from qprof.collectors import options
-from qprof.collectors.options import STACK_NAMES
+from qprof.describe import options
+from qprof.describe.options import STACK_NAMES
 from qprof.errors import BadValue, QprofError
+from qprof.present.format import ABSENT, num
 
-ABSENT = "—"
 # Index columns that say how the index knows the record, not what it holds.
 INTERNAL = ("record_size", "record_mtime_ns")
 PIPED_WIDTH = 200
@@ -127,10 +127,6 @@ def ls(stack, pattern, option_items, since, machine, kind, status, limit, reinde
     print_rows(rows, root)
 
 
-def _num(v, fmt: str = "{:.3f}") -> str:
-    return ABSENT if v is None else fmt.format(v)
-
-
 def _state(row: dict) -> str:
     if row["problem"]:
         return f"[red]{history.CORRUPT}[/]"
@@ -188,10 +184,10 @@ def print_rows(rows: List[dict], root: Path, console: Console = None) -> None:
             row["id"],
             escape(stack),
             _state(row),
-            _num(row["throughput_gbps"]),
-            _num(row["client_ns_per_byte"]),
-            _num(row["server_ns_per_byte"]),
-            _num(row["system_ns_per_byte"]),
+            num(row["throughput_gbps"]),
+            num(row["client_ns_per_byte"]),
+            num(row["server_ns_per_byte"]),
+            num(row["system_ns_per_byte"]),
             escape(_note(row)),
             escape(" ".join(x for x in (row["hostname"], row["kernel_release"]) if x) or ABSENT),
         )

@@ -7,11 +7,10 @@ from typing import Dict, List, Optional
 import click
 
 from qprof import errors, history
-from qprof.cli import html_report, report
-from qprof.cli.compare_cmd import print_comparison
-from qprof.cli.flame_cmd import open_files
 from qprof.cli.run_options import runs_dir_option
-from qprof.rundir import write_text_atomic
+from qprof.files import RECORD, write_text_atomic
+from qprof.present import html as html_report
+from qprof.present import tables as report
 
 REPORT = "report.html"
 
@@ -58,7 +57,9 @@ def report_cmd(run_id, open_html, output, runs_dir):
     row = history.entry(kind, rel, rid, rec, problem)
     problems = marks(row)
     if kind == "comparison":
-        page = html_report.comparison_page(rec, path.parent, rid, problems, print_comparison, run_records(path, rec))
+        page = html_report.comparison_page(
+            rec, path.parent, rid, problems, report.print_comparison, run_records(path, rec)
+        )
     else:
         printer = report.print_mix if (rec or {}).get("stack") == "mix" else report.print_run
         page = html_report.run_page(rec, path.parent, rid, problems, printer)
@@ -70,7 +71,7 @@ def report_cmd(run_id, open_html, output, runs_dir):
         f"{kind} {rid}: {out} ({len(text.encode()) / 1e6:.1f} MB; {len(page.charts)} charts, {drawn} flame graphs)"
     )
     if open_html:
-        open_files([out])
+        html_report.open_in_browser([out], click.echo)
     if page.problems:
         raise errors.IncompleteRecord(
             f"{kind} {rid}'s record is {'corrupt' if row['problem'] else row['status']} "
@@ -95,7 +96,7 @@ def run_records(path: Path, rec: Optional[dict]) -> Dict[str, dict]:
     for r in (rec or {}).get("runs") or []:
         if not isinstance(r, dict) or not r.get("id"):
             continue
-        got, _ = history.read_record(path.parent / (r.get("path") or f"../../{r['id']}") / history.RECORD)
+        got, _ = history.read_record(path.parent / (r.get("path") or f"../../{r['id']}") / RECORD)
         if got is not None:
             out[r["id"]] = got
     return out

@@ -12,10 +12,11 @@ from rich.progress import BarColumn, Progress, ProgressColumn, TextColumn, TimeE
 from rich.text import Text
 
 from qprof import errors
-from qprof.cli import report
 from qprof.cli.run_options import click_option, to_run_options, transfer_options
-from qprof.collectors import mixrun, options, runner
+from qprof.collectors import runner
 from qprof.collectors.faults import FAULTS, Faults
+from qprof.describe import options
+from qprof.present import tables as report
 
 
 @click.command()
@@ -51,7 +52,7 @@ def run(ctx, stack, as_json, fault, options_file, **kwargs):
       qprof run --mix quic:1,tcp:2 --link rate=10mbit -d 30s  # flows sharing a bottleneck
       qprof run --mix tcp:2,quic:1:rr --period 10ms --link rate=10mbit  # a bulk transfer's cost to latency
     """
-    # --options-file: the guest's hand-over, every option as JSON (collectors/options.py).
+    # --options-file: the guest's hand-over, every option as JSON (describe/options.py).
     opts = options.from_json(Path(options_file).read_text()) if options_file else to_run_options(stack, kwargs)
     if opts.mix:
         if ctx.get_parameter_source("stack") is not click.core.ParameterSource.DEFAULT:
@@ -59,11 +60,8 @@ def run(ctx, stack, as_json, fault, options_file, **kwargs):
         if fault:
             raise errors.BadMix("faults are injected into single runs; drop --mix or --inject-fault.")
     with guest_progress(opts.guest and sys.stderr.isatty()) as on_guest:
-        if opts.mix:
-            record = mixrun.run(opts, on_guest=on_guest)
-        else:
-            on_interval = None if as_json else report.print_interval
-            record = runner.run(opts, faults=Faults(fault), on_interval=on_interval, on_guest=on_guest)
+        on_interval = None if as_json or opts.mix else report.print_interval
+        record = runner.run(opts, faults=Faults(fault), on_interval=on_interval, on_guest=on_guest)
     report.warn_record(record)
     if as_json:
         click.echo(json.dumps(record, indent=2))
@@ -86,7 +84,7 @@ class _Left(ProgressColumn):
 @contextmanager
 def guest_progress(show: bool):
     """A bar for a guest run on a terminal: its stage, the time so far and
-    about how long is left (runner.guest_expected_s); None otherwise."""
+    about how long is left (placement.guest_expected_s); None otherwise."""
     if not show:
         yield None
         return

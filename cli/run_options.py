@@ -1,19 +1,20 @@
 # SPDX-License-Identifier: GPL-2.0-only
 """The options of one measured transfer as click options, shared by `qprof
 run` and `qprof compare`: every one comes from the table in
-collectors/options.py, which also checks the values."""
+describe/options.py, which also checks the values and declares each
+default (resolved by describe/plan.py)."""
 
 from dataclasses import replace
 
 import click
 
 from qprof.cli.units import Duration, Size
-from qprof.collectors import options
+from qprof.describe import options
 
 
 def _click_option(o: options.Option):
     names = [o.flag] + ([o.short] if o.short else []) + [o.field]
-    kw = {"help": o.help, "default": o.default, "metavar": o.metavar}
+    kw = {"help": o.help_text, "default": o.default, "metavar": o.metavar}
     if o.kind == "flag":
         kw.update(is_flag=True)
         kw.pop("metavar")

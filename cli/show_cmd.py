@@ -10,12 +10,10 @@ import click
 from rich.console import Console
 
 from qprof import history
-from qprof.cli import report
-from qprof.cli.compare_cmd import print_comparison
 from qprof.cli.run_options import runs_dir_option
 from qprof.errors import IncompleteRecord, RunNotFound
-
-ABSENT = "—"
+from qprof.present import tables as report
+from qprof.present.format import ABSENT
 
 
 @click.command()
@@ -45,7 +43,7 @@ def show(run_id, runs_dir):
     rec, problem = history.read_record(path)
     row = history.entry(kind, rel, rid, rec, problem)
     if row["problem"] is None and row["status"] == "complete":
-        printer = print_comparison if kind == "comparison" else _run_printer(rec)
+        printer = report.print_comparison if kind == "comparison" else _run_printer(rec)
         if kind == "comparison":
             rec = {**rec, "path": str(path.parent)}  # where it is now
         text, failure = _rendered(printer, rec)

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: GPL-2.0-only
-"""click option types for durations and sizes (the syntax: collectors.units)."""
+"""click option types for durations and sizes (the syntax: core/units.py)."""
 
 import click
 

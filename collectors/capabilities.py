@@ -31,9 +31,9 @@ from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 from qprof import paths
+from qprof.collectors import procfs
+from qprof.describe import offload
 from qprof.errors import NotBuilt
-
-from . import transports
 
 OK, MISSING, LIMITED, UNKNOWN = "ok", "missing", "limited", "unknown"
 VERDICTS = (OK, MISSING, LIMITED, UNKNOWN)
@@ -42,7 +42,7 @@ TIMEOUT_S = 5
 CAP_BITS = {"CAP_NET_ADMIN": 12, "CAP_SYS_ADMIN": 21, "CAP_PERFMON": 38, "CAP_BPF": 39}
 BTF_PATH = Path("/sys/kernel/btf/vmlinux")
 BTF_MAGIC = 0xEB9F
-TCP_ULP_PATH = transports.TCP_ULP  # one path, the run's check and doctor's
+TCP_ULP_PATH = procfs.TCP_ULP  # one path, the run's check and doctor's
 
 SOL_UDP, UDP_SEGMENT, UDP_GRO = 17, 103, 104
 GSO_SEGMENT_BYTES = 1400
@@ -310,7 +310,7 @@ def _try_probe(name: str) -> Tuple[str, str]:
     """Start the probe tool as `qprof run` does (on doctor's own pid and on
     lo), let it see some traffic, mark it and tell it to exit. Returns
     (OK, MISSING or LIMITED, what happened)."""
-    from .probes import PROBES, READY_TIMEOUT_S, Target
+    from qprof.collectors.probes import PROBES, READY_TIMEOUT_S, Target
 
     target = Target(pids={"doctor": os.getpid()}, devices={"doctor": "lo@host"})
     argv = [str(paths.probe_binary(name))] + PROBES[name](target)
@@ -351,7 +351,7 @@ def _try_probe(name: str) -> Tuple[str, str]:
 def check_tracepoints() -> Result:
     """What `qprof run` does with each probe tool: load it, its programs
     attached to tracepoints by BTF (tp_btf), which needs no tracefs."""
-    from .options import PROBE_NAMES
+    from qprof.describe.options import PROBE_NAMES
 
     if os.geteuid() != 0:
         return UNKNOWN, "loading the probes (eBPF, tp_btf) needs root; this check ran as a user", AS_ROOT
@@ -630,7 +630,7 @@ def check_workload_build() -> Result:
 
 @_check("probes build")
 def check_probes_build() -> Result:
-    from .options import PROBE_NAMES
+    from qprof.describe.options import PROBE_NAMES
 
     tools = [paths.probe_binary(name) for name in PROBE_NAMES]
     missing = [f"{tool} is missing" for tool in tools if not tool.exists()]
@@ -644,7 +644,7 @@ def check_probes_build() -> Result:
 @_check("interposers build")
 def check_interposers_build() -> Result:
     """The LD_PRELOAD libraries, where offload.py and listen.py look."""
-    from . import listen, offload
+    from qprof.collectors import listen
 
     lib_dir = paths.build_dir() / "lib"
     needed_by = {
@@ -681,7 +681,7 @@ def check_inferno_build() -> Result:
 def check_floor_build() -> Result:
     """The floor tools, where floor.measure looks, and the stacks whose
     floor each one measures."""
-    from . import floor
+    from qprof.collectors import floor
 
     stacks: Dict[str, List[str]] = {}
     for stack, spec in floor.SPECS.items():

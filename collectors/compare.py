@@ -1,28 +1,28 @@
 # SPDX-License-Identifier: GPL-2.0-only
 """`qprof compare`: a matrix of configurations run interleaved and
-repeated (A B C A B C ...), each configuration summarised by its median
-and spread, with ratios against the first and a flag where a difference
-is larger than the run-to-run spread.
+repeated (A B C A B C ...); describe/comparison.py summarises each
+configuration by its median and spread, with ratios against the first
+and a flag where a difference is larger than the run-to-run spread.
 
 Interleaving spreads this shared machine's drift over every
 configuration alike, so ratios taken within one comparison hold even
 when absolute figures wander between sessions.
 """
 
-import statistics
 from dataclasses import asdict, dataclass, field, replace
 from itertools import product
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List
 
 from qprof import errors, remains
-from qprof.rundir import COMPARISON_RECORD, COMPARISONS_SUBDIR, RunDir
+from qprof.collectors import environment, runner
+from qprof.describe import comparison, link, options, plan, transports
+from qprof.files import COMPARISON_RECORD, COMPARISONS_SUBDIR
+from qprof.rundir import RunDir
 
-from . import environment, link, options, runner, transports
-
-# The --vary keys: the options collectors/options.py marks as variable,
+# The --vary keys: the options describe/options.py marks as variable,
 # each parsed and range-checked by its own Option, then the whole
-# configuration by runner.check_options like `qprof run`'s flags.
+# configuration resolved by plan.resolve like `qprof run`'s flags.
 VARY_KEYS = options.VARY_KEYS
 
 
@@ -62,9 +62,9 @@ def parse_vary(items: List[str]) -> Dict[str, List[str]]:
 def build_matrix(
     base: options.RunOptions, stack_names: List[str], vary: Dict[str, List[str]], fixed_flags: List[str]
 ) -> List[Config]:
-    """Every configuration, each checked as `qprof run` would check it,
-    before anything runs. fixed_flags: the vary keys the user also gave
-    as plain flags (a conflict)."""
+    """Every configuration, each resolved and checked as `qprof run` would
+    resolve it, before anything runs. fixed_flags: the vary keys the user
+    also gave as plain flags (a conflict)."""
     for key in vary:
         if key in fixed_flags:
             raise errors.BadValue(f"--{key} is both fixed and varied; drop one of --{key} and --vary {key}.")
@@ -84,8 +84,7 @@ def build_matrix(
                 for k in options.LINK_PARTS:
                     if k in overrides:
                         fields["link"] = link.with_key(fields["link"], k, overrides[k])
-                opts = replace(base, stack=stack, **fields)
-                runner.check_options(opts)
+                opts = plan.resolve(replace(base, stack=stack, **fields)).options
             except errors.QprofError as e:
                 raise type(e)(f"configuration '{label}': {e.sentence}")
             configs.append(Config(stack, overrides, opts))
@@ -104,255 +103,6 @@ def parse_stacks(text: str) -> List[str]:
         if n not in transports.STACKS:
             raise errors.UnknownStack(f"unknown stack '{n}'; valid stacks are: {', '.join(transports.STACKS)}.")
     return names
-
-
-# --- figures --------------------------------------------------------------------
-
-
-def _get(rec: dict, *path):
-    v = rec
-    for p in path:
-        if not isinstance(v, dict) or v.get(p) is None:
-            return None
-        v = v[p]
-    return v
-
-
-def _loss_share(rec: dict) -> Optional[float]:
-    w = _get(rec, "workload", "server", "window")
-    if not w or w.get("lost") is None or w.get("datagrams") is None:
-        return None
-    total = w["datagrams"] + w["lost"]
-    return w["lost"] / total if total else None
-
-
-def _ms(s: Optional[float]) -> Optional[float]:
-    return None if s is None else s * 1e3
-
-
-def _us(s: Optional[float]) -> Optional[float]:
-    return None if s is None else s * 1e6
-
-
-def _ms_ns(ns: Optional[float]) -> Optional[float]:
-    return None if ns is None else ns / 1e6
-
-
-@dataclass(frozen=True)
-class Metric:
-    key: str
-    label: str
-    unit: str
-    get: Callable[[dict], Optional[float]]
-    lower_is_better: bool = True
-    side: Optional[str] = None  # a flame category's: its side
-    category: Optional[str] = None  # and the category
-
-
-METRICS: List[Metric] = [
-    Metric("throughput_gbps", "throughput", "Gbit/s", lambda r: r.get("throughput_gbps"), lower_is_better=False),
-    *[
-        Metric(
-            f"{s}_ns_per_byte", f"{s} CPU", "ns/B", (lambda s: lambda r: _get(r, "cpu", s, "ns_per_byte", "total"))(s)
-        )
-        for s in ("client", "server", "system")
-    ],
-    *[
-        Metric(
-            f"{s}_syscalls_per_mb",
-            f"{s} syscalls",
-            "per MB",
-            (lambda s: lambda r: _get(r, "syscalls", s, "syscalls_per_mb"))(s),
-        )
-        for s in ("client", "server")
-    ],
-    *[
-        Metric(
-            f"download_{t}_p{q}",
-            f"{label} p{q}",
-            "ms",
-            (lambda t, q: lambda r: _ms(_get(r, "downloads", "percentiles", f"{t}_s", f"p{q}")))(t, q),
-        )
-        for t, label in (("handshake", "handshake"), ("first_byte", "first byte"), ("complete", "download time"))
-        for q in (50, 95)
-    ],
-    Metric(
-        "download_cpu_ms",
-        "CPU per download",
-        "ms",
-        lambda r: _ms(_get(r, "downloads", "cpu_per_download_s", "all")),
-    ),
-    *[
-        Metric(
-            f"rr_delay_p{q}",
-            f"response delay {q}",
-            "ms",
-            (lambda q: lambda r: _ms_ns(_get(r, "rr", "delay_ns", q)))(q),
-        )
-        for q in ("p50", "p95", "p99")
-    ],
-    Metric("rr_jitter_percent", "jitter", "%", lambda r: _get(r, "rr", "jitter_percent")),
-    *[
-        Metric(
-            f"rr_{s}_cpu_us",
-            f"{s} CPU per request",
-            "us",
-            (lambda s: lambda r: _us(_get(r, "rr", "per_request", "cpu_s", s)))(s),
-        )
-        for s in ("client", "server")
-    ],
-    Metric(
-        "rr_connections_per_1000",
-        "connections per 1000 requests",
-        "",
-        lambda r: _get(r, "rr", "connections_per_1000_requests"),
-    ),
-    Metric(
-        "streams_jain_index",
-        "streams' fairness (Jain)",
-        "",
-        lambda r: _get(r, "streams", "jain_index"),
-        lower_is_better=False,
-    ),
-    Metric(
-        "link_utilisation",
-        "link utilisation",
-        "share",
-        lambda r: _get(r, "link", "saturation", "link_utilisation"),
-        lower_is_better=False,
-    ),
-    Metric(
-        "client_bytes_per_send_call",
-        "client bytes/send call",
-        "B",
-        lambda r: _get(r, "syscalls", "client", "bytes_per_send_call"),
-        lower_is_better=False,
-    ),
-    Metric(
-        "server_bytes_per_recv_call",
-        "server bytes/recv call",
-        "B",
-        lambda r: _get(r, "syscalls", "server", "bytes_per_recv_call"),
-        lower_is_better=False,
-    ),
-    Metric(
-        "client_datagrams_per_send_call",
-        "client packets/send call",
-        "",
-        lambda r: _get(r, "syscalls", "client", "datagrams_per_send_call"),
-        lower_is_better=False,
-    ),
-    Metric(
-        "server_datagrams_per_recv_call",
-        "server packets/recv call",
-        "",
-        lambda r: _get(r, "syscalls", "server", "datagrams_per_recv_call"),
-        lower_is_better=False,
-    ),
-    Metric(
-        "client_tx_gso_share",
-        "client GSO super-packet share",
-        "",
-        lambda r: _get(r, "offload", "observed", "evidence", "client_tx_gso_share"),
-        lower_is_better=False,
-    ),
-    Metric("udp_loss_share", "datagrams lost", "share", _loss_share),
-]
-METRIC = {m.key: m for m in METRICS}
-
-
-def _complete_flame(rec: dict) -> bool:
-    """A capture in which some CPU missed samples undercounts every frame
-    on it; its categories are left out (absent), not taken as measured."""
-    return bool(rec.get("flame")) and rec["flame"].get("complete") is not False
-
-
-def category_metrics(records: List[dict]) -> List[Metric]:
-    """ns/B per flame category per side, for the categories any run has;
-    only from complete captures."""
-    seen = []
-    for rec in records:
-        for side, fig in (_get(rec, "flame", "sides") or {}).items():
-            for cat in fig.get("categories_ns_per_byte") or {}:
-                if (side, cat) not in seen:
-                    seen.append((side, cat))
-    return [
-        Metric(
-            f"{side}_{cat}_ns_per_byte",
-            f"{side}: {cat}",
-            "ns/B",
-            (
-                lambda side, cat: (
-                    lambda r: (
-                        _get(r, "flame", "sides", side, "categories_ns_per_byte", cat) if _complete_flame(r) else None
-                    )
-                )
-            )(side, cat),
-            side=side,
-            category=cat,
-        )
-        for side, cat in seen
-    ]
-
-
-def summarize(values: List[Optional[float]]) -> dict:
-    """Median and spread of the measured values; unmeasured ones are left
-    out and counted, never taken as zero."""
-    got = [v for v in values if v is not None]
-    if not got:
-        return {"n": 0, "absent": len(values), "median": None, "min": None, "max": None, "values": values}
-    return {
-        "n": len(got),
-        "absent": len(values) - len(got),
-        "median": statistics.median(got),
-        "min": min(got),
-        "max": max(got),
-        "values": values,
-    }
-
-
-def beyond_spread(a: dict, b: dict) -> Optional[bool]:
-    """True when the two configurations' ranges do not overlap, so the
-    difference is larger than the run-to-run spread (for n runs each, a
-    chance of 2/C(2n, n) under no difference: 0.1 at n=3, 0.008 at n=5).
-    None with fewer than three measured runs each (at two, disjoint ranges
-    happen by chance one time in three)."""
-    if a["n"] < 3 or b["n"] < 3:
-        return None
-    return a["max"] < b["min"] or b["max"] < a["min"]
-
-
-def table(configs: List[Config], runs: List[dict], metrics: List[Metric]) -> Dict[str, List[dict]]:
-    """metric key -> per configuration: summary, ratio to the first, beyond_spread."""
-    out = {}
-    for m in metrics:
-        rows = []
-        for i, _ in enumerate(configs):
-            rows.append(summarize([m.get(r["record"]) for r in runs if r["config"] == i]))
-        base = rows[0]
-        for row in rows:
-            row["ratio"] = row["median"] / base["median"] if row["median"] is not None and base["median"] else None
-            row["beyond_spread"] = beyond_spread(base, row) if row is not base else None
-        if any(r["n"] for r in rows):
-            out[m.key] = rows
-    return out
-
-
-def representative(runs: List[dict], config: int) -> Optional[dict]:
-    """The configuration's run with the median system CPU per byte (the
-    lower middle for an even count) among those with a complete capture
-    if any: the one its flame graph stands for."""
-    mine = [
-        r
-        for r in runs
-        if r["config"] == config and _get(r["record"], "cpu", "system", "ns_per_byte", "total") is not None
-    ]
-    if any(_complete_flame(r["record"]) for r in mine):
-        mine = [r for r in mine if _complete_flame(r["record"])]
-    if not mine:
-        return None
-    mine.sort(key=lambda r: r["record"]["cpu"]["system"]["ns_per_byte"]["total"])
-    return mine[(len(mine) - 1) // 2]
 
 
 # --- running ----------------------------------------------------------------------
@@ -416,7 +166,7 @@ def run(copts: CompareOptions, on_run: Callable[[int, int, Config], None], on_do
         for rep in range(copts.repeat):
             for i, cfg in enumerate(copts.configs):
                 on_run(len(runs) + 1, total, cfg)
-                rec = runner.run(replace(cfg.opts), on_progress=lambda msg: None)
+                rec = runner.run(cfg.opts, on_progress=lambda msg: None)
                 entry = {
                     "id": rec["id"],
                     "config": i,
@@ -428,21 +178,13 @@ def run(copts: CompareOptions, on_run: Callable[[int, int, Config], None], on_do
                 cdir.record["runs"].append({k: v for k, v in entry.items() if k != "record"})
                 cdir.save()
                 on_done(entry)
-        records = [r["record"] for r in runs]
-        metrics = METRICS + category_metrics(records)
         result = {
             **{k: v for k, v in cdir.record.items() if k not in ("id", "status")},
             "path": str(cdir.path),
             "environment": environment.describe(),
-            "metrics": table(copts.configs, runs, metrics),
-            "incomplete_captures": [
-                r["id"] for r in runs if r["record"].get("flame") and not _complete_flame(r["record"])
-            ],
-            "metric_units": {
-                m.key: {"label": m.label, "unit": m.unit, "lower_is_better": m.lower_is_better} for m in metrics
-            },
+            **comparison.record_figures(copts.configs, runs),
         }
-        a, b = representative(runs, 0), representative(runs, 1)
+        a, b = comparison.representative(runs, 0), comparison.representative(runs, 1)
         result["flame_diff"] = (
             flame_diff(Path(copts.runs_dir), cdir.path, a["record"], b["record"])
             if a and b

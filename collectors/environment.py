@@ -10,8 +10,7 @@ from pathlib import Path
 from typing import Optional
 
 from qprof import __version__
-
-from .cpu import CLK_TCK
+from qprof.describe.cpu import CLK_TCK
 
 
 def cpu_model() -> Optional[str]:

@@ -32,8 +32,7 @@ from pathlib import Path
 from typing import Callable, List, Optional
 
 from qprof import errors, interrupts, paths, remains
-
-from .controlled import start_owned
+from qprof.collectors.controlled import start_owned
 
 QEMU = "qemu-system-x86_64"
 BUSYBOX = Path("/bin/busybox")
@@ -57,7 +56,7 @@ MODULES = (
     "virtio_pci",
     "9pnet_virtio",
     "9p",
-    # link emulation (collectors/link.py): delay, loss and jitter; rate
+    # link emulation (describe/link.py, collectors/emulation.py): delay, loss and jitter; rate
     "sch_netem",
     "sch_tbf",
     "sch_htb",

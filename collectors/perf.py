@@ -27,9 +27,8 @@ from pathlib import Path
 from typing import Dict, Optional
 
 from qprof import errors, interrupts, paths, remains
-
-from . import options
-from .controlled import start_owned
+from qprof.collectors.controlled import start_owned
+from qprof.describe import options
 
 EVENT = "cpu-clock"
 ACK_TIMEOUT_S = 10.0

@@ -17,9 +17,8 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
 from qprof import errors, paths
-
-from .controlled import ControlledProcess, ProcessEnded
-from .topology import Topology
+from qprof.collectors.controlled import ControlledProcess, ProcessEnded
+from qprof.collectors.topology import Topology
 
 READY_TIMEOUT_S = 15.0
 MARK_TIMEOUT_S = 5.0

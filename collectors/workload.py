@@ -8,9 +8,8 @@ from pathlib import Path
 from typing import List
 
 from qprof import errors
-
-from .controlled import ControlledProcess, ProcessEnded
-from .topology import Endpoint
+from qprof.collectors.controlled import ControlledProcess, ProcessEnded
+from qprof.collectors.topology import Endpoint
 
 
 class WorkloadExit:

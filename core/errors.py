@@ -2,7 +2,7 @@
 """Every failure qprof reports: one sentence naming the cause and the fix,
 and an exit code of its own so scripts can tell failures apart.
 
-The codes are part of qprof's interface; README.md lists them.
+The codes are part of qprof's interface; docs/exit-codes.md lists them.
 """
 
 

@@ -23,13 +23,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Tuple
 
+from . import figures
 from .errors import BadValue
-from .rundir import COMPARISON_RECORD, COMPARISONS_SUBDIR, RECORD
+from .files import COMPARISON_RECORD, COMPARISONS_SUBDIR, RECORD
 
 INDEX = "index.sqlite"
 # Bumped whenever a column or how entry() derives it changes: an index of
-# another version is rebuilt.
-INDEX_VERSION = 1
+# another version is rebuilt. 2: the figure columns are the table's
+# (core/figures.py), rr_delay_p50_ms divided as compare divides it.
+INDEX_VERSION = 2
 RUN_ID = re.compile(r"^[0-9]{8}-[0-9]{6}-[0-9a-f]{6}$")
 BUSY_TIMEOUT_S = 5.0
 
@@ -64,15 +66,10 @@ COLUMNS: Tuple[Tuple[str, str], ...] = (
     ("qprof_commit", "TEXT"),
     ("hostname", "TEXT"),  # of the machine (a guest run's host)
     ("machine_id", "TEXT"),  # digest of hostname, CPU model and count, architecture
-    ("throughput_gbps", "REAL"),
-    ("client_ns_per_byte", "REAL"),
-    ("server_ns_per_byte", "REAL"),
-    ("system_ns_per_byte", "REAL"),
+    *((f.column, "REAL") for f in figures.INDEXED),  # the table's figures a run's row holds
     ("window_s", "REAL"),
     ("bytes", "INTEGER"),
     ("jain_index", "REAL"),  # a mix's, or a multi-stream run's streams'
-    ("rr_delay_p50_ms", "REAL"),
-    ("download_p50_ms", "REAL"),
     ("record_size", "INTEGER"),  # what sync() compares with the file
     ("record_mtime_ns", "INTEGER"),
 )
@@ -88,7 +85,8 @@ NEEDED = {
 # What `qprof ls` calls a record with a problem, whatever its status says.
 CORRUPT = "corrupt"
 STATUSES = ("complete", "incomplete", "abandoned", "running", CORRUPT)
-HEADLINE_METRICS = ("throughput_gbps", "client_ns_per_byte", "server_ns_per_byte", "system_ns_per_byte")
+# The figures whose medians a comparison's row holds per configuration.
+HEADLINE_METRICS = tuple(f.key for f in figures.HEADLINE)
 
 
 def warn(message: str) -> None:
@@ -96,22 +94,6 @@ def warn(message: str) -> None:
 
 
 # --- one record -> one row --------------------------------------------------------
-
-
-def _get(obj, *path):
-    for p in path:
-        if not isinstance(obj, dict) or obj.get(p) is None:
-            return None
-        obj = obj[p]
-    return obj
-
-
-def _num(v) -> Optional[float]:
-    return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
-
-
-def _scale(v, factor: float) -> Optional[float]:
-    return None if _num(v) is None else v * factor
 
 
 def _time(rec: dict, run_id: str) -> Tuple[Optional[str], Optional[float]]:
@@ -143,7 +125,7 @@ def _environment(env) -> dict:
     return {
         "kernel_release": env.get("kernel_release"),
         "cpu_model": env.get("cpu_model"),
-        "cpu_count": _num(env.get("cpu_count")),
+        "cpu_count": figures.number(env.get("cpu_count")),
         "msquic_version": env.get("msquic_version"),
         "qprof_version": env.get("qprof_version"),
         "qprof_commit": env.get("qprof_commit"),
@@ -162,11 +144,11 @@ def _common(option_sets: List[dict]) -> dict:
     probes = one("probes")
     return {
         "topology": one("topology"),
-        "streams": _num(one("streams")),
-        "duration_s": _num(one("duration_s")),
+        "streams": figures.number(one("streams")),
+        "duration_s": figures.number(one("duration_s")),
         "link": one("link"),
         "probes": ",".join(probes) if isinstance(probes, list) else None,
-        "sample_hz": _num(one("sample_hz")),
+        "sample_hz": figures.number(one("sample_hz")),
     }
 
 
@@ -187,18 +169,14 @@ def _run_entry(rec: dict) -> dict:
         "stack": rec.get("stack") or cfg.get("stack"),
         "pattern": cfg.get("pattern") or ("bulk" if rec.get("stack") else None),
         **_common([cfg]),
-        "guest": int(bool(cfg.get("guest") or _get(env, "emulated") or _get(env, "guest"))),
+        "guest": int(bool(cfg.get("guest") or figures.get(env, "emulated") or figures.get(env, "guest"))),
         "options": cfg,
         **_environment(env),
-        "throughput_gbps": _num(rec.get("throughput_gbps")),
-        "window_s": _num(rec.get("window_s")),
-        "bytes": _num(rec.get("bytes")),
-        "jain_index": _num(jain),
-        "rr_delay_p50_ms": _scale(_get(rec, "rr", "delay_ns", "p50"), 1e-6),
-        "download_p50_ms": _scale(_get(rec, "downloads", "percentiles", "complete_s", "p50"), 1e3),
+        **{f.column: f.value(rec) for f in figures.INDEXED},
+        "window_s": figures.number(rec.get("window_s")),
+        "bytes": figures.number(rec.get("bytes")),
+        "jain_index": figures.number(jain),
     }
-    for side in ("client", "server", "system"):
-        row[f"{side}_ns_per_byte"] = _num(_get(rec, "cpu", side, "ns_per_byte", "total"))
     return row
 
 
@@ -212,10 +190,10 @@ def _comparison_entry(rec: dict) -> dict:
         for key in HEADLINE_METRICS:
             rows = metrics.get(key)
             if isinstance(rows, list) and i < len(rows) and isinstance(rows[i], dict):
-                medians[key] = _num(rows[i].get("median"))
+                medians[key] = figures.number(rows[i].get("median"))
         summary.append({**{k: c.get(k) for k in ("label", "stack", "overrides")}, "options": option_sets[i]})
         summary[-1]["medians"] = medians
-    guest = any(o.get("guest") for o in option_sets) or _get(rec, "environment", "emulated")
+    guest = any(o.get("guest") for o in option_sets) or figures.get(rec, "environment", "emulated")
     return {
         "stack": _joined([c.get("stack") for c in configs]),
         "pattern": _joined([o.get("pattern") for o in option_sets]),
@@ -224,7 +202,7 @@ def _comparison_entry(rec: dict) -> dict:
         "options": option_sets[0] if option_sets else {},
         "configs": summary,
         "vary": rec.get("vary"),
-        "repeat": _num(rec.get("repeat")),
+        "repeat": figures.number(rec.get("repeat")),
         **_environment(rec.get("environment")),
     }
 

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from . import errors
+from .files import write_json_atomic
 
 KINDS = ("netns", "pids", "paths", "runs")
 
@@ -253,8 +254,6 @@ def _netns_list() -> List[str]:
 
 
 def _mark_abandoned(record_path: Path, data: dict) -> bool:
-    from .rundir import write_json_atomic
-
     try:
         rec = json.loads(record_path.read_text())
     except (OSError, json.JSONDecodeError):

@@ -5,11 +5,9 @@ A RunDir is a context manager: run.json says "running" from the start,
 "complete" only once the whole record is written, and "incomplete" (with
 the error) on any other exit, Ctrl-C included; "abandoned" when its qprof
 was killed outright and a later qprof found its remains (remains.py).
-Every write is atomic (temporary file + rename), so a reader never sees
-half a record.
+Every write is atomic (files.py), so a reader never sees half a record.
 """
 
-import json
 import os
 import secrets
 import sys
@@ -17,43 +15,13 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from . import interrupts, remains
-from .errors import Interrupted, QprofError, RunNotFound, RunsDirUnwritable
-
-RECORD = "run.json"
-# A comparison's directory is RUNS_DIR/comparisons/<id>/, its record comparison.json.
-COMPARISON_RECORD = "comparison.json"
-COMPARISONS_SUBDIR = "comparisons"
-# Each record's schema (collectors/schema/<name>.schema.json) and its
-# version: a change to a field's name or meaning bumps it, and the README
-# says what changed (README, "Record versions").
-SCHEMA_VERSIONS = {RECORD: 2, COMPARISON_RECORD: 2}
+from . import history, interrupts, remains
+from .errors import Interrupted, QprofError, RunsDirUnwritable
+from .files import COMPARISON_RECORD, RECORD, SCHEMA_VERSIONS, unwritable, write_json_atomic
 
 
 def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """path holds text whole or not at all; an unwritable place is
-    RunsDirUnwritable with its sentence."""
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except OSError as e:
-        try:
-            tmp.unlink(missing_ok=True)
-        except OSError:
-            pass
-        raise unwritable(path.parent, e)
-
-
-def write_json_atomic(path: Path, obj: dict) -> None:
-    write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=False) + "\n")
 
 
 class RunDir:
@@ -139,8 +107,6 @@ class RunDir:
         """Into the run history as the run ends; the history is a cache, so
         a failure here is a warning and the run stays as it is."""
         try:
-            from . import history
-
             history.add(self.runs_root, self.path / self.record_name)
         except Exception as e:
             print(
@@ -149,21 +115,3 @@ class RunDir:
                 file=sys.stderr,
                 flush=True,
             )
-
-
-def unwritable(path: Path, e: OSError) -> RunsDirUnwritable:
-    return RunsDirUnwritable(
-        f"cannot write under {path} ({e.strerror or e}); pass --runs-dir "
-        "(or set QPROF_RUNS_DIR) to a writable directory."
-    )
-
-
-def load(root: Path, run_id: str = "latest") -> dict:
-    path = root / run_id / RECORD
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except FileNotFoundError:
-        raise RunNotFound(
-            f"no run '{run_id}' under {root}; list them with `qprof ls --runs-dir {root}` or make one with `qprof run`."
-        )

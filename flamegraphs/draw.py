@@ -25,7 +25,7 @@ from typing import Mapping, Optional, Sequence
 
 from qprof import paths
 from qprof.errors import NotBuilt
-from qprof.rundir import write_text_atomic
+from qprof.files import write_text_atomic
 
 from . import folded
 from .normalize import BYTE, SideFigures, Unit

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from qprof import rundir
+from qprof import files
 from qprof.errors import BadStacks, NoStacks, RunNotFound
 from qprof.perbyte import side_bytes
 
@@ -77,7 +77,7 @@ def _others_from_v1(flame: dict) -> dict:
 def load_run(runs_dir: Path, run_id: str = "latest") -> Run:
     """The run, refused with one sentence if it has nothing to draw."""
     try:
-        record = rundir.load(Path(runs_dir), run_id)
+        record = files.load(Path(runs_dir), run_id)
     except ValueError as e:  # json.JSONDecodeError
         raise RunNotFound(
             f"run {run_id} has a run.json that is not valid JSON ({e}); it cannot be read, "

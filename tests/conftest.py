@@ -147,8 +147,8 @@ def leftovers():
 
 
 SCHEMAS = {
-    "run.json": REPO / "collectors" / "schema" / "run.schema.json",
-    "comparison.json": REPO / "collectors" / "schema" / "comparison.schema.json",
+    "run.json": REPO / "describe" / "schema" / "run.schema.json",
+    "comparison.json": REPO / "describe" / "schema" / "comparison.schema.json",
 }
 
 
@@ -180,9 +180,9 @@ def runs_dir(tmp_path):
 @pytest.fixture(scope="session")
 def cert(tmp_path_factory):
     """qprof-wl's --cert and --key arguments: a self-signed pair, made once."""
-    from qprof.collectors import runner
+    from qprof.collectors import endpoints
 
-    cert, key = runner.make_certificate(tmp_path_factory.mktemp("cert"))
+    cert, key = endpoints.make_certificate(tmp_path_factory.mktemp("cert"))
     return ["--cert", str(cert), "--key", str(key)]
 
 

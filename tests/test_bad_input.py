@@ -16,7 +16,7 @@ from conftest import leftovers, needs_build, qprof, started, wait_for_transfer
 
 pytestmark = pytest.mark.system
 
-# The exit codes are qprof's interface (README, core/errors.py).
+# The exit codes are qprof's interface (docs/exit-codes.md, core/errors.py).
 UNKNOWN_STACK, BAD_VALUE, NOT_ROOT, PORT_IN_USE = 3, 4, 5, 6
 TRANSPORT_OPEN, HANDSHAKE, PEER_DIED, INTERRUPTED = 7, 8, 9, 130
 

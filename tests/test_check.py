@@ -8,9 +8,9 @@ import statistics
 
 import pytest
 
-from qprof import errors, rundir
+from qprof import errors, files
 from qprof.cli.check_cmd import parse_share
-from qprof.collectors import check
+from qprof.describe import check
 
 from conftest import needs_build, qprof
 from test_bad_input import one_sentence
@@ -20,8 +20,8 @@ REGRESSION = errors.Regression.exit_code
 
 def config_records(runs_dir, cmp_id: str, config: int) -> list:
     """The records of a comparison's configuration's runs."""
-    comp = json.loads((runs_dir / rundir.COMPARISONS_SUBDIR / cmp_id / rundir.COMPARISON_RECORD).read_text())
-    return [rundir.load(runs_dir, r["id"]) for r in comp["runs"] if r["config"] == config]
+    comp = json.loads((runs_dir / files.COMPARISONS_SUBDIR / cmp_id / files.COMPARISON_RECORD).read_text())
+    return [files.load(runs_dir, r["id"]) for r in comp["runs"] if r["config"] == config]
 
 
 def _rec(client, server=1.0, gbps=5.0, crypto=None, stack="quic", cpu_model="X"):

@@ -4,13 +4,14 @@
 import pytest
 
 from qprof import errors
-from qprof.collectors import compare, offload, runner
+from qprof.collectors import compare, devices
+from qprof.describe import comparison, offload, options
 
 pytestmark = pytest.mark.unit
 
 
 def base(**kw):
-    return runner.RunOptions(duration_s=1.0, **kw)
+    return options.RunOptions(duration_s=1.0, **kw)
 
 
 @pytest.fixture(autouse=True)
@@ -95,18 +96,18 @@ def test_unknown_stack_in_stacks():
 
 
 def test_summary_leaves_unmeasured_out_never_zero():
-    s = compare.summarize([2.0, None, 4.0, 3.0])
+    s = comparison.summarize([2.0, None, 4.0, 3.0])
     assert (s["n"], s["absent"], s["median"], s["min"], s["max"]) == (3, 1, 3.0, 2.0, 4.0)
-    none = compare.summarize([None, None])
+    none = comparison.summarize([None, None])
     assert none["n"] == 0 and none["median"] is None
 
 
 def test_beyond_spread_needs_three_runs_and_disjoint_ranges():
-    a, b = compare.summarize([1.0, 1.1, 1.2]), compare.summarize([1.3, 1.4, 1.5])
-    assert compare.beyond_spread(a, b) is True
-    c = compare.summarize([1.15, 1.4, 1.5])
-    assert compare.beyond_spread(a, c) is False
-    assert compare.beyond_spread(compare.summarize([1.0, 1.1]), compare.summarize([2.0, 2.1])) is None
+    a, b = comparison.summarize([1.0, 1.1, 1.2]), comparison.summarize([1.3, 1.4, 1.5])
+    assert comparison.beyond_spread(a, b) is True
+    c = comparison.summarize([1.15, 1.4, 1.5])
+    assert comparison.beyond_spread(a, c) is False
+    assert comparison.beyond_spread(comparison.summarize([1.0, 1.1]), comparison.summarize([2.0, 2.1])) is None
 
 
 def rec(gbps, sys_nspb, cats=None):
@@ -129,14 +130,13 @@ def test_table_ratios_against_first_and_representative_run():
         {"config": 0, "record": rec(11, 0.8, {"crypto": 0.45})},
         {"config": 1, "record": rec(4, 2.4, {"crypto": 1.2})},
     ]
-    metrics = compare.METRICS + compare.category_metrics([r["record"] for r in runs])
-    t = compare.table(cfgs, runs, metrics)
+    t = comparison.table(cfgs, runs, comparison.metrics([r["record"] for r in runs]))
     assert t["throughput_gbps"][0]["median"] == 11 and t["throughput_gbps"][1]["median"] == 5
     assert t["throughput_gbps"][1]["ratio"] == pytest.approx(5 / 11)
     assert t["throughput_gbps"][1]["beyond_spread"] is True
     assert t["client_crypto_ns_per_byte"][1]["ratio"] == pytest.approx(1.1 / 0.45)
     assert "client_syscalls_per_mb" not in t  # never measured: no row, not zeros
-    assert compare.representative(runs, 1)["record"]["cpu"]["system"]["ns_per_byte"]["total"] == 2.2
+    assert comparison.representative(runs, 1)["record"]["cpu"]["system"]["ns_per_byte"]["total"] == 2.2
 
 
 # --- offload ---------------------------------------------------------------------
@@ -144,12 +144,16 @@ def test_table_ratios_against_first_and_representative_run():
 
 def test_quic_gso_off_implies_gro_off_through_the_interposer(tmp_path, interposer_built):
     lib = interposer_built
-    p = offload.plan("quic", "netns", "off", None, run_path=tmp_path)
+    p = offload.plan("quic", "netns", "off", None)
     assert p.effective == {"gso": "off", "gro": "off"}
     assert p.notes and "GRO off follows GSO off" in p.notes[0]
-    env = p.env["client"]
+    # The plan says what to steer; the machine's side preloads the interposer to do it.
+    assert p.env["client"] == {"QPROF_GSO": "off", "QPROF_GRO": "off"}
+    env = devices.interposer_env(p, tmp_path)["client"]
     assert env["LD_PRELOAD"] == str(lib) and env["QPROF_GSO"] == "off" and env["QPROF_GRO"] == "off"
+    assert env["QPROF_OFFLOAD_REPORT"].startswith(str(tmp_path))
     assert offload.plan("quic", "netns", None, None).env == {"client": {}, "server": {}}
+    assert devices.interposer_env(offload.plan("quic", "netns", None, None), tmp_path) == {"client": {}, "server": {}}
 
 
 def test_quic_gso_off_gro_on_is_refused():
@@ -197,7 +201,7 @@ def test_contradictions():
 def test_missing_interposer_is_not_built(monkeypatch, tmp_path):
     monkeypatch.setenv("QPROF_BUILD_DIR", str(tmp_path / "nothing"))
     with pytest.raises(errors.NotBuilt) as e:
-        offload.plan("quic", "netns", "off", None)
+        devices.interposer_env(offload.plan("quic", "netns", "off", None), tmp_path)
     assert "make build" in e.value.sentence
 
 
@@ -205,41 +209,6 @@ def test_categories_of_an_incomplete_capture_are_absent():
     good, short = rec(10, 1.0, {"crypto": 0.5}), rec(10, 1.0, {"crypto": 0.01})
     short["flame"]["complete"] = False  # a CPU missed samples: every frame on it undercounts
     runs = [{"config": 0, "record": good, "id": "a"}, {"config": 1, "record": short, "id": "b"}]
-    t = compare.table([0, 1], runs, compare.category_metrics([good, short]))
+    t = comparison.table([0, 1], runs, comparison.metrics([good, short]))
     assert t["client_crypto_ns_per_byte"][0]["n"] == 1
     assert t["client_crypto_ns_per_byte"][1]["n"] == 0 and t["client_crypto_ns_per_byte"][1]["median"] is None
-
-
-def _flamed(crypto: float, complete: bool) -> dict:
-    return {
-        "stack": "quic",
-        "environment": {"cpu_model": "X", "cpu_count": 2},
-        "throughput_gbps": 5.0,
-        "cpu": {side: {"ns_per_byte": {"total": 1.0}} for side in ("client", "server", "system")},
-        "flame": {
-            "complete": complete,
-            "sides": {"client": {"categories_ns_per_byte": {"crypto": crypto, "protocol": 1.0 - crypto}}},
-        },
-    }
-
-
-def test_compare_and_check_agree_on_an_undercounting_capture():
-    """A capture some CPU undersampled (flame.complete false) misstates the
-    categories: neither compare nor check counts them, so a check can be
-    neither failed nor passed by one. The same figures from a complete
-    capture are held to the threshold."""
-    from qprof.collectors import check
-
-    base = [_flamed(0.30, True) for _ in range(3)]
-    for complete in (False, True):
-        run = [_flamed(0.60, complete)]
-        compared = {m.key: m.get(run[0]) for m in compare.category_metrics(run + base)}
-        rows = {r["figure"]: r for r in check.verdict(run, base, 0.05)}
-        checked = {f.metric.key: f.get(run[0]) for f in check.figures(run + base) if f.of_side}
-        assert checked == {k: v for k, v in compared.items() if k.startswith("client_")}
-        if complete:
-            assert compared["client_crypto_ns_per_byte"] == 0.60 and rows["client crypto ns/B"]["regressed"]
-        else:
-            assert set(compared.values()) == {None} and "client crypto ns/B" not in rows
-        # The headline figures are compare's, whatever the capture.
-        assert rows["client ns/B"]["median"] == compare.METRIC["client_ns_per_byte"].get(run[0]) == 1.0

@@ -27,7 +27,7 @@ from conftest import REPO, leftovers, needs_build, qprof, run_json, started, wai
 from test_bad_input import one_sentence, refused_run, run_statuses
 from test_guest import needs_guest
 
-# The exit codes are qprof's interface (README, core/errors.py).
+# The exit codes are qprof's interface (docs/exit-codes.md, core/errors.py).
 TRANSPORT_OPEN, VERIFY, NOT_BUILT, KERNEL_FEATURE, TIMEOUT, TOPOLOGY = 7, 10, 11, 12, 13, 14
 GUEST_TIMEOUT, KTLS_UNPROVEN, INCOMPATIBLE, LINK_UNSUPPORTED, INCOMPLETE_RECORD = 19, 21, 24, 30, 33
 DECLARED = {
@@ -66,7 +66,7 @@ def the_record(runs_dir):
 def test_each_code_is_declared_once_and_documented(code):
     assert DECLARED[code].exit_code == code
     assert [c for c in errors.QprofError.__subclasses__() if c.exit_code == code] == [DECLARED[code]]
-    assert f"\n| {code} | " in (REPO / "README.md").read_text()
+    assert f"\n| {code} | " in (REPO / "docs" / "exit-codes.md").read_text()
 
 
 @pytest.mark.unit

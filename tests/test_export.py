@@ -211,7 +211,8 @@ def test_openmetrics_parses_and_equals_the_record(case, runs):
     assert fams["qprof_window_seconds"].samples[0].value == rec["window_s"]
     cpu = series(fams["qprof_cpu_nanoseconds_per_byte"])
     assert fams["qprof_cpu_nanoseconds_per_byte"].unit == "nanoseconds_per_byte"
-    for side in ("client", "server"):
+    # Every side exported: the whole machine's too (the table's system row).
+    for side in ("client", "server", "system"):
         assert cpu[(("side", side),)].value == rec["cpu"][side]["ns_per_byte"]["total"]
     # These captures predate cpu.others: no figure, so no series (never a zero).
     assert (("side", "others"),) not in cpu
@@ -240,7 +241,8 @@ def test_openmetrics_others_and_rr(runs):
     rec = json.loads((runs / rid / "run.json").read_text())
     cpu = fams["qprof_cpu_nanoseconds_per_request"]
     assert cpu.unit == "nanoseconds_per_request"
-    # cpu.others per byte, times the bytes per request.
+    # cpu.others per byte, times the bytes per request; one side exported
+    # and per request, so no system series (the table's is per byte).
     assert [s.value for s in cpu.samples] == [pytest.approx(0.25e9 / REQUESTS)]
     assert {s.labels["side"] for s in fams["qprof_flame_nanoseconds_per_request"].samples} == {"others"}
     total = sum(s.value for s in fams["qprof_flame_nanoseconds_per_request"].samples)

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from qprof.collectors import floor
+from qprof.describe.floor import figures
 
 from conftest import REPO, needs_build, run_json
 
@@ -30,14 +30,14 @@ CPU = {
 
 @pytest.mark.unit
 def test_figures_per_side():
-    f = floor.figures("tcp-tls", PARTS, CPU)
+    f = figures("tcp-tls", PARTS, CPU)
     assert f["ns_per_byte"] == pytest.approx({"client": 0.4, "server": 0.3, "system": 0.7})
     assert f["times_floor"] == pytest.approx({"client": 3.0, "server": 3.0, "system": 2.5 / 0.7})
-    plain = floor.figures("tcp", PARTS, CPU)
+    plain = figures("tcp", PARTS, CPU)
     assert plain["ns_per_byte"] == pytest.approx({"client": 0.1, "server": 0.1, "system": 0.2})
-    sendfile = floor.figures("tcp", PARTS, CPU, sendfile=True)
+    sendfile = figures("tcp", PARTS, CPU, sendfile=True)
     assert sendfile["ns_per_byte"]["client"] == 0 and sendfile["times_floor"]["client"] is None
-    assert floor.figures("quic", {"absent": "why"}, CPU) == {"absent": "why"}
+    assert figures("quic", {"absent": "why"}, CPU) == {"absent": "why"}
 
 
 @pytest.mark.system

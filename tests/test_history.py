@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from qprof import errors, history
-from qprof.collectors import compare
-from qprof.rundir import COMPARISON_RECORD, COMPARISONS_SUBDIR, RunDir
+from qprof import errors, figures, history
+from qprof.describe import comparison
+from qprof.files import COMPARISON_RECORD, COMPARISONS_SUBDIR
+from qprof.rundir import RunDir
 
 from conftest import REPO, needs_build, qprof, run_json
 from test_bad_input import one_sentence
@@ -55,7 +56,7 @@ def stored(case: str) -> dict:
 def add_runs(root: Path) -> None:
     """The stored records completed through RunDir (which indexes each as
     it ends), a run that fails, and a comparison of the quic and tcp-tls
-    runs made by compare's own figures."""
+    runs made by compare's own statistics (describe/comparison.py)."""
     for run_id, case in CASES.items():
         with RunDir(root, run_id) as rd:
             rd.complete(stored(case))
@@ -81,12 +82,9 @@ def add_comparison(root: Path) -> dict:
                 "runs": [{k: v for k, v in r.items() if k != "record"} for r in runs],
                 "path": str(cdir.path),
                 "environment": a["environment"],
-                "metrics": compare.table(configs, runs, compare.METRICS),
+                "metrics": comparison.table(configs, runs, figures.TABLE),
                 "incomplete_captures": [],
-                "metric_units": {
-                    m.key: {"label": m.label, "unit": m.unit, "lower_is_better": m.lower_is_better}
-                    for m in compare.METRICS
-                },
+                "metric_units": comparison.units(figures.TABLE),
                 "flame_diff": {"absent": "no stacks in these records"},
             }
         )

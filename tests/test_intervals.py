@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from qprof.collectors import cpu, window
+from qprof.describe import cpu, window
 
 from conftest import needs_build, qprof, run_json
 from test_bad_input import refused_run

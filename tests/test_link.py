@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from qprof import errors
-from qprof.collectors import compare, link, options
+from qprof.collectors import compare
+from qprof.describe import link, options
 
 from conftest import leftovers, needs_build, run_json
 from test_bad_input import refused_run

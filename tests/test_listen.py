@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: GPL-2.0-only
-"""The QUIC server listens only where the README says: on 127.0.0.1 for
+"""The QUIC server listens only where docs/run.md says: on 127.0.0.1 for
 --topology loopback, on its veth address in its namespace; and a port
 anything else holds, another msquic server included, is reported as in use
 (exit 6)."""
@@ -14,7 +14,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from qprof.collectors import listen, runner
+from qprof.collectors import endpoints, listen
 
 from conftest import REPO, needs_build, qprof, run_json, started
 from test_bad_input import one_sentence, run_statuses
@@ -87,7 +87,7 @@ def port_holder(kind, tmp_path):
             s.bind(("127.0.0.1", PORT))
             yield
         return
-    cert, key = runner.make_certificate(tmp_path)
+    cert, key = endpoints.make_certificate(tmp_path)
     env = dict(os.environ)
     if kind == "msquic-interposed":
         env.update(listen.server_env("quic", "127.0.0.1", PORT, None))

@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from qprof import errors
-from qprof.collectors import mix, options
+from qprof.describe import mix, options, plan
 
 from conftest import needs_build, run_json
 from test_bad_input import refused_run
@@ -150,9 +150,11 @@ def test_parse_refuses(text, cpus, port, error, words):
 @pytest.mark.unit
 def test_flow_options_keep_what_applies_to_each_flow():
     opts = replace(options.RunOptions(), mix="quic:1,tcp-tls:1,tcp:1:rr", tls_version="1.2", period_s=0.02)
-    flows = mix.check(opts, cpus=2)
-    assert opts.probes == () and opts.sample_hz == 0
-    quic, tls, rr = (mix.flow_options(opts, f) for f in flows)
+    p = plan.resolve(opts, cpus=2)
+    # A mix has no probes and no stack samples; resolving gave new options, the user's stand.
+    assert p.options.probes == () and p.options.sample_hz == 0
+    assert opts.probes == options.RunOptions().probes and opts.sample_hz == options.RunOptions().sample_hz
+    quic, tls, rr = (fp.options for fp in p.flows)
     assert (quic.stack, quic.tls_version, quic.period_s, quic.mix, quic.port) == ("quic", None, None, None, 4433)
     assert (tls.stack, tls.tls_version, tls.pattern, tls.port) == ("tcp-tls", "1.2", "bulk", 4434)
     assert (rr.stack, rr.pattern, rr.period_s, rr.tls_version) == ("tcp", "rr", 0.02, None)

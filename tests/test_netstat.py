@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from qprof.collectors import netstat
+from qprof.describe import netstat
 
 from conftest import needs_build, run_json
 

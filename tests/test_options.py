@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: GPL-2.0-only
-"""The option table (collectors/options.py) is the one place options are
+"""The option table (describe/options.py) is the one place options are
 declared: RunOptions, the click options of run and compare, the --vary
 keys and the guest hand-over all come from it."""
 
@@ -9,7 +9,8 @@ from dataclasses import asdict, fields, replace
 import pytest
 
 from qprof import errors
-from qprof.collectors import compare, options, runner, transports
+from qprof.collectors import compare
+from qprof.describe import options, plan, transports
 
 from conftest import qprof
 
@@ -18,7 +19,7 @@ pytestmark = pytest.mark.unit
 
 def test_run_options_are_the_table():
     assert [f.name for f in fields(options.RunOptions)] == [o.field for o in options.OPTIONS]
-    assert options.RunOptions is runner.RunOptions
+    assert options.RunOptions is options.RunOptions
     assert options.STACK_NAMES == tuple(transports.STACKS)
 
 
@@ -68,8 +69,8 @@ def test_faults_are_not_options():
 
 
 def test_workload_gets_only_its_stacks_options():
-    quic = runner.RunOptions(stack="quic", io_size=65536, bytes=1 << 20)
-    tcp = runner.RunOptions(stack="tcp", io_size=131072)
+    quic = options.RunOptions(stack="quic", io_size=65536, bytes=1 << 20)
+    tcp = options.RunOptions(stack="tcp", io_size=131072)
     assert options.workload_args(quic, "client") == [
         "--pattern",
         "bulk",
@@ -87,7 +88,7 @@ def test_workload_gets_only_its_stacks_options():
     ]
     assert options.workload_args(tcp, "client") == ["--pattern", "bulk", "--streams", "1", "--io-size", "131072"]
     # A download: its size and count to both roles, --resume as a bare flag where the stack resumes.
-    dl = runner.RunOptions(stack="tcp-tls", io_size=131072, pattern="download", size=4096, count=3, resume=True)
+    dl = options.RunOptions(stack="tcp-tls", io_size=131072, pattern="download", size=4096, count=3, resume=True)
     assert options.workload_args(dl, "server") == [
         *("--pattern", "download", "--size", "4096", "--count", "3", "--resume", "--streams", "1"),
         *("--io-size", "131072"),
@@ -116,9 +117,9 @@ def test_the_rr_period_floor_is_inclusive(period, refused):
     opts = replace(options.RunOptions(), stack="tcp", pattern="rr", period_s=parse_duration_s(period))
     if refused:
         with pytest.raises(errors.BadValue, match="below 100us"):
-            runner.check_rr(opts)
+            plan.resolve(opts)
     else:
-        runner.check_rr(opts)
+        plan.resolve(opts)
 
 
 def test_ls_names_an_unknown_stack_as_run_does(tmp_path):

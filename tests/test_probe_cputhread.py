@@ -35,7 +35,7 @@ from pathlib import Path
 import pytest
 
 from qprof.collectors.controlled import ControlledProcess
-from qprof.collectors.runner import make_certificate
+from qprof.collectors.endpoints import make_certificate
 from qprof.collectors.topology import Endpoint
 from qprof.collectors.workload import WorkloadProcess
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from qprof.collectors.controlled import ControlledProcess
+from qprof.collectors.endpoints import make_certificate
 from qprof.collectors.probes import delta
-from qprof.collectors.runner import make_certificate
 from qprof.collectors.topology import Endpoint, Topology
 from qprof.collectors.workload import WorkloadProcess
 

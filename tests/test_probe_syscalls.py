@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from qprof.collectors import runner
+from qprof.collectors import endpoints
 
 from conftest import REPO, needs_build
 
@@ -45,7 +45,7 @@ class Proc:
 
 
 def test_libbpf_and_bpftrace_agree(tmp_path, tracefs):
-    cert, key = runner.make_certificate(tmp_path)
+    cert, key = endpoints.make_certificate(tmp_path)
     procs = []
     try:
         server = Proc(

@@ -3,8 +3,8 @@
 
 import pytest
 
-from qprof.collectors import derive
 from qprof.collectors.probes import delta
+from qprof.describe import derive
 
 pytestmark = pytest.mark.unit
 

@@ -8,16 +8,17 @@ from types import SimpleNamespace
 import pytest
 
 from qprof.cli.run_cmd import _Left
-from qprof.collectors import options, runner
+from qprof.collectors import placement
+from qprof.describe import options
 
 pytestmark = pytest.mark.unit
 
 
 def test_guest_expected_length():
     opts = replace(options.RunOptions(), duration_s=4.0, warmup_s=1.0)
-    assert runner.guest_expected_s(opts) == runner.GUEST_OVERHEAD_S + 5.0
+    assert placement.guest_expected_s(opts) == placement.GUEST_OVERHEAD_S + 5.0
     # A run as long as its transfer (--bytes, downloads) has no expected length.
-    assert runner.guest_expected_s(replace(opts, duration_s=None)) is None
+    assert placement.guest_expected_s(replace(opts, duration_s=None)) is None
 
 
 def test_time_left_counts_down_and_never_below_zero():

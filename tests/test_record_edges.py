@@ -12,8 +12,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from qprof.collectors import cpu, link, record
-from qprof.collectors.measurement import Measurement
+from qprof.describe import cpu, link, record
+from qprof.describe.measurement import Measurement
 
 from conftest import SCHEMAS
 

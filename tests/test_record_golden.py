@@ -10,14 +10,14 @@ Bless only after reading the diff: a changed figure is a changed
 product."""
 
 import json
+import multiprocessing
 import os
 from pathlib import Path
 
 import jsonschema
 import pytest
 
-from qprof.collectors import record
-from qprof.collectors.measurement import Measurement
+from qprof.describe import measurement, record
 
 from conftest import SCHEMAS
 
@@ -29,7 +29,7 @@ BLESS = os.environ.get("QPROF_BLESS") == "1"
 
 
 def _describe(case: str) -> dict:
-    m = Measurement.from_json((DATA / case / "measurement.json").read_text())
+    m = measurement.load((DATA / case / "measurement.json").read_text())
     # Through JSON, as run.json holds it.
     return json.loads(json.dumps(record.describe(m, DATA / case)))
 
@@ -51,17 +51,47 @@ def test_describe_is_pure(case):
     """The same measurement twice gives the same record, and describing
     does not change the measurement."""
     text = (DATA / case / "measurement.json").read_text()
-    m = Measurement.from_json(text)
+    m = measurement.load(text)
     a = json.dumps(record.describe(m, DATA / case))
     assert json.loads(m.to_json()) == json.loads(text)
     assert json.dumps(record.describe(m, DATA / case)) == a
 
 
-def test_measurement_round_trips():
-    text = (DATA / CASES[0] / "measurement.json").read_text()
-    assert json.loads(Measurement.from_json(text).to_json()) == json.loads(text)
+@pytest.mark.parametrize("case", CASES)
+def test_measurement_round_trips(case):
+    text = (DATA / case / "measurement.json").read_text()
+    assert json.loads(measurement.load(text).to_json()) == json.loads(text)
 
 
 def test_cases_cover_the_stack_kinds():
-    # The stack kinds, a link (netem under tbf, in the guest) and a download with 0-RTT resumption.
-    assert {"quic", "tcp-tls", "udp", "tcp-link", "quic-download"} <= set(CASES)
+    # The stack kinds, a link (netem under tbf, in the guest), a download with 0-RTT
+    # resumption, and a mix (two flows through a rate-limited link).
+    assert {"quic", "tcp-tls", "udp", "tcp-link", "quic-download", "mix-link"} <= set(CASES)
+
+
+def _describe_as_nobody(case: str, conn) -> None:
+    """In a forked child: drop to nobody (no groups, no capabilities), then describe."""
+    try:
+        os.setgroups([])
+        os.setgid(65534)
+        os.setuid(65534)
+        conn.send(
+            json.dumps(record.describe(measurement.load((DATA / case / "measurement.json").read_text()), DATA / case))
+        )
+    except BaseException as e:  # the parent asserts on it
+        conn.send(f"ERROR {type(e).__name__}: {e}")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="already unprivileged: every test here runs without root")
+@pytest.mark.parametrize("case", CASES)
+def test_describe_needs_no_root(case):
+    """A stored measurement is described by a user who can touch nothing
+    of the machine (nobody): the record is the blessed one."""
+    ctx = multiprocessing.get_context("fork")
+    parent, child = ctx.Pipe()
+    proc = ctx.Process(target=_describe_as_nobody, args=(case, child))
+    proc.start()
+    got = parent.recv()
+    proc.join()
+    assert not got.startswith("ERROR"), got
+    assert json.loads(got) == json.loads((DATA / case / "expected.json").read_text())

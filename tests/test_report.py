@@ -82,6 +82,7 @@ def _comparison(root: Path) -> None:
     """The two golden flame runs (quic, tcp-tls) as a --stacks comparison,
     recorded by compare.py's own functions."""
     from qprof.collectors import compare
+    from qprof.describe import comparison
 
     records = []
     for name in ("quic", "tcp-tls"):
@@ -92,7 +93,6 @@ def _comparison(root: Path) -> None:
         records.append(rec)
     configs = [{"label": r["stack"], "stack": r["stack"], "overrides": {}, "options": r["config"]} for r in records]
     runs = [{"id": r["id"], "config": i, "repeat": 0, "record": r} for i, r in enumerate(records)]
-    metrics = compare.METRICS + compare.category_metrics(records)
     cdir = root / "comparisons" / COMPARISON
     cdir.mkdir(parents=True)
     rec = {
@@ -107,11 +107,7 @@ def _comparison(root: Path) -> None:
         "runs": [{"id": r["id"], "config": r["config"], "repeat": 0, "path": f"../../{r['id']}"} for r in runs],
         "path": str(cdir),
         "environment": records[0]["environment"],
-        "metrics": compare.table(configs, runs, metrics),
-        "incomplete_captures": [r["id"] for r in records if not compare._complete_flame(r)],
-        "metric_units": {
-            m.key: {"label": m.label, "unit": m.unit, "lower_is_better": m.lower_is_better} for m in metrics
-        },
+        **comparison.record_figures(configs, runs),
         "flame_diff": compare.flame_diff(root, cdir, records[0], records[1]),
     }
     (cdir / "comparison.json").write_text(json.dumps(rec))

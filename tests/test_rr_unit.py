@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: GPL-2.0-only
-"""collectors/rr.py on made-up requests: the window, open-loop delays from
+"""describe/rr.py on made-up requests: the window, open-loop delays from
 the due time, the HDR percentiles' bounded error, the seed's jitter."""
 
 import base64
@@ -7,7 +7,7 @@ import base64
 import pytest
 from hdrh.histogram import HdrHistogram
 
-from qprof.collectors import rr
+from qprof.describe import rr
 
 pytestmark = pytest.mark.unit
 
@@ -86,3 +86,34 @@ def test_no_answer_in_the_window_is_absent_not_zero():
     got = rr.describe(ev, 0, 1, PERIOD, 256, DONE, REC, None)
     assert got["responses"] == 0 and got["delay_ns"]["p50"] is None and got["jitter_percent"] is None
     assert got["per_request"] is None and got["histogram"] is None
+
+
+def encoded(delays_ms):
+    """As a record holds rr.histogram."""
+    return rr.histogram([int(d * 1e6) for d in delays_ms]).encode().decode()
+
+
+def test_delay_cdf_steps_at_each_delay_by_its_share():
+    """One point per distinct delay, at the top of its bucket (within the
+    histogram's 0.1%, never below the delay), rising by the share of the
+    delays that fell there, to 1."""
+    delays = [1.0, 2.0, 2.0, 5.0, 40.0]
+    got = rr.delay_cdf_ms(encoded(delays))
+    assert [f for _, f in got] == pytest.approx([0.2, 0.6, 0.8, 1.0])
+    for (ms, _), want in zip(got, sorted(set(delays))):
+        assert want <= ms <= want * 1.001
+
+
+def test_delay_cdf_pools_histograms_as_one():
+    """A comparison's runs pooled: the CDF of all their delays together,
+    which neither run's alone is."""
+    a, b = [1.0, 1.5, 9.0], [2.0, 2.0, 3.0, 30.0]
+    pooled = rr.delay_cdf_ms(encoded(a), encoded(b))
+    assert pooled == rr.delay_cdf_ms(encoded(a + b))
+    assert pooled != rr.delay_cdf_ms(encoded(a)) and pooled != rr.delay_cdf_ms(encoded(b))
+    assert pooled[-1][1] == 1.0 and len(pooled) == len(set(a + b))
+
+
+def test_delay_cdf_of_no_delays_is_empty():
+    assert rr.delay_cdf_ms() == []
+    assert rr.delay_cdf_ms(rr.histogram([]).encode().decode()) == []

@@ -7,7 +7,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from qprof.collectors.record import SAMPLE_COVERAGE_MIN
+from qprof.describe.record import SAMPLE_COVERAGE_MIN
 
 from conftest import needs_build, qprof, run_json
 

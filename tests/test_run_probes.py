@@ -149,7 +149,7 @@ def test_all_probes_netns(runs_dir):
     # veth delivers in the sender's softirq: NET_RX work lands on the client's stack.
     assert ct["softirq"]["NET_RX"]["time_s"] > 0
     assert ct["client"]["softirq_in_context_s"] > ct["server"]["softirq_in_context_s"]
-    # qprof run does not time hardirqs (their cost, README): absent, not zero.
+    # qprof run does not time hardirqs (their cost, docs/platform.md): absent, not zero.
     assert ct["softirq_includes_hardirqs"] is True and ct["hardirq_s"] is None
 
 

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from qprof.collectors import cpu as cpu_figures
+from qprof.describe import cpu as cpu_figures
 
 from conftest import needs_build, run_json
 

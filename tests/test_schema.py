@@ -1,9 +1,9 @@
 # SPDX-License-Identifier: GPL-2.0-only
 """Every record qprof writes is valid against its JSON Schema
-(collectors/schema/), and the README's field list names exactly the
+(describe/schema/), and docs/record.md's field list names exactly the
 schema's fields. The runs_dir fixture (conftest) validates every
 run.json and comparison.json a test leaves in it; these tests hold the
-schemas themselves and the README to them."""
+schemas themselves and docs/record.md to them."""
 
 import json
 import re
@@ -11,25 +11,25 @@ import re
 import jsonschema
 import pytest
 
-from qprof import rundir
+from qprof import files
 
 from conftest import REPO, validate_records
 
 pytestmark = pytest.mark.unit
 
-SCHEMAS = REPO / "collectors" / "schema"
+SCHEMAS = REPO / "describe" / "schema"
 
 
 @pytest.mark.parametrize("name", ["run", "comparison"])
 def test_schema_is_valid_and_versioned(name):
     schema = json.loads((SCHEMAS / f"{name}.schema.json").read_text())
     jsonschema.Draft202012Validator.check_schema(schema)
-    record = rundir.RECORD if name == "run" else "comparison.json"
-    assert schema["properties"]["schema_version"]["const"] == rundir.SCHEMA_VERSIONS[record]
+    record = files.RECORD if name == "run" else "comparison.json"
+    assert schema["properties"]["schema_version"]["const"] == files.SCHEMA_VERSIONS[record]
 
 
 def _readme_fields(section: str) -> set:
-    text = (REPO / "README.md").read_text()
+    text = (REPO / "docs" / "record.md").read_text()
     body = text.split(section, 1)[1].split("\n## ", 1)[0]
     names = set()
     for line in body.splitlines():

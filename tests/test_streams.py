@@ -7,8 +7,8 @@ from statistics import mean, pvariance
 
 import pytest
 
-from qprof.collectors import derive, record
-from qprof.collectors.window import Edge, Window
+from qprof.describe import derive, record
+from qprof.describe.window import Edge, Window
 
 from conftest import needs_build, run_json
 

@@ -5,7 +5,8 @@ import ipaddress
 
 import pytest
 
-from qprof.collectors import cpu, topology, window
+from qprof.collectors import topology
+from qprof.describe import cpu, window
 from qprof.errors import BadValue, TopologyFailed
 from qprof.units import parse_duration_s, parse_size_bytes
 
@@ -122,7 +123,7 @@ def test_subnet_avoids_used_networks():
 
 
 def test_others_cannot_go_below_zero():
-    from qprof.collectors import cpu
+    from qprof.describe import cpu
 
     start = {(1, 1): 100, (1, 2): 50, (7, 7): 10_000, (9, 9): 500}
     end = {(1, 1): 400, (7, 7): 12_000, (9, 9): 20, (11, 11): 30}  # (1,2) exited, (9,9) reused

@@ -4,7 +4,8 @@ own client and server process, started together through one bottleneck
 (the --link on the veth pair).
 
 This module is pure: parsing and checking a mix, each flow's options, and
-the record from a MixMeasurement. collectors/mixrun.py runs it.
+the record from a MixMeasurement. collectors/runner.py measures it as it measures a run: N flows of one plan
+(describe/plan.py).
 
 Where a flow's figures come from:
 - goodput: its receiver's own count of verified bytes, over the window by
@@ -24,9 +25,8 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Dict, List, Optional
 
 from qprof import errors
-
-from . import cpu, link, options, rr
-from .derive import jain_index
+from qprof.describe import cpu, link, options, rr
+from qprof.describe.derive import jain_index
 
 # Each flow is two processes (and msquic's a worker thread per CPU each):
 # past this many flows per CPU they measure the scheduler, not the link.
@@ -94,8 +94,8 @@ def parse(text: str, default_pattern: str, base_port: int, cpus: int) -> List[Fl
 
 def check(opts, cpus: int) -> List[Flow]:
     """What a mix refuses as a whole (each flow's own options are checked
-    as a single run's by the caller); fills in what a mix fixes: no probes
-    and no stack samples (see the module's docstring)."""
+    as a single run's by the caller; describe/plan.py also sets what a mix
+    fixes: no probes and no stack samples, see the module's docstring)."""
     if opts.pattern == "download":
         raise errors.BadMix(
             "--mix runs flows side by side for --duration, and downloads end one by one; "
@@ -119,8 +119,6 @@ def check(opts, cpus: int) -> List[Flow]:
             raise errors.BadMix(
                 f"--{o.name} applies to {whose}, and --mix '{opts.mix}' has none; drop --{o.name} or {fix}."
             )
-    opts.probes = ()
-    opts.sample_hz = 0
     return flows
 
 
@@ -163,6 +161,7 @@ class MixMeasurement:
     edges: Dict[str, dict]  # edge -> {t_ns, system: asdict(SystemCpu), qdiscs}
     flows: List[FlowMeasurement]
     link: Optional[dict] = None  # with --link: link.apply's plan and the qdiscs read back
+    placement: Optional[dict] = None  # where it ran, beyond this machine: {"guest_run": its directory}
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1)

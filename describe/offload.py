@@ -17,15 +17,11 @@ Observed state comes from the probes and the stacks' own counters, and a
 run whose observation contradicts its request is an error, not a result.
 """
 
-import json
-import subprocess
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Dict, List, Optional
 
-from qprof import errors, paths
-
-from . import derive, options
+from qprof import errors
+from qprof.describe import derive, options
 
 ONOFF = ("on", "off")
 UDP_SEND_MODES = options.UDP_SEND_MODES
@@ -44,6 +40,7 @@ class OffloadPlan:
     requested: Dict[str, Optional[str]]  # gso/gro as asked: "on", "off", None (unset)
     effective: Dict[str, Optional[str]]  # what the run is set up for (None: left to the stack)
     notes: List[str] = field(default_factory=list)
+    # per role, the interposer's settings (collectors/devices.py adds the library and its report)
     env: Dict[str, Dict[str, str]] = field(default_factory=lambda: {"client": {}, "server": {}})
     args: Dict[str, List[str]] = field(default_factory=lambda: {"client": [], "server": []})
     devices: Dict[str, str] = field(default_factory=dict)  # ethtool feature -> on/off, both veths
@@ -70,7 +67,6 @@ def plan(
     send_mode: Optional[str] = None,
     batch: Optional[int] = None,
     dgram_size: Optional[int] = None,
-    run_path: Optional[Path] = None,
 ) -> OffloadPlan:
     """Resolve the request for the stack, refusing what it cannot honour
     with the reason and the fix, before anything runs."""
@@ -81,7 +77,7 @@ def plan(
         raise errors.BadValue(f"--{udp_only[0]} applies to --stack udp only; drop it or use --stack udp.")
     p = OffloadPlan(requested={"gso": gso, "gro": gro}, effective={"gso": gso, "gro": gro})
     if stack_name == "quic":
-        _plan_quic(p, gso, gro, run_path)
+        _plan_quic(p, gso, gro)
     elif stack_name == "udp":
         _plan_udp(p, gso, gro, send_mode, batch, dgram_size)
     else:
@@ -89,7 +85,7 @@ def plan(
     return p
 
 
-def _plan_quic(p: OffloadPlan, gso, gro, run_path) -> None:
+def _plan_quic(p: OffloadPlan, gso, gro) -> None:
     if gso == "off" and gro == "on":
         raise errors.BadValue(
             "msquic 2.5.1 tests GRO only after its GSO probe send succeeds, so it cannot run "
@@ -104,14 +100,8 @@ def _plan_quic(p: OffloadPlan, gso, gro, run_path) -> None:
         env["QPROF_GSO"] = "off"
     if p.effective["gro"] == "off":
         env["QPROF_GRO"] = "off"
-    if env:
-        lib = paths.build_dir() / "lib" / PRELOAD_LIB
-        if not lib.exists():
-            raise errors.NotBuilt(f"the GSO/GRO interposer is not built ({lib} is missing); run `make build`.")
-        for role in ("client", "server"):
-            p.env[role] = {"LD_PRELOAD": str(lib), **env}
-            if run_path is not None:
-                p.env[role]["QPROF_OFFLOAD_REPORT"] = str(run_path / REPORT_NAME.format(role=role))
+    if env:  # the interposer's settings; collectors/devices.py preloads it
+        p.env = {role: dict(env) for role in ("client", "server")}
 
 
 def _plan_udp(p: OffloadPlan, gso, gro, send_mode, batch, dgram_size) -> None:
@@ -151,52 +141,6 @@ def argv_with_env(env: Dict[str, str], argv: List[str]) -> List[str]:
 
 
 # --- device features (tcp) -----------------------------------------------------
-
-ETHTOOL_NAMES = {
-    "tso": "tcp-segmentation-offload",
-    "gso": "generic-segmentation-offload",
-    "gro": "generic-receive-offload",
-    "udp_gso": "tx-udp-segmentation",
-}
-
-
-def set_device_features(endpoint, features: Dict[str, str]) -> None:
-    if not features:
-        return
-    argv = endpoint.command(["ethtool", "-K", endpoint.ifname, *[x for k, v in features.items() for x in (k, v)]])
-    r = subprocess.run(argv, capture_output=True, text=True)
-    if r.returncode != 0:
-        raise errors.TopologyFailed(
-            f"`ethtool -K {endpoint.ifname}` failed ({r.stderr.strip() or r.returncode}); "
-            "check that ethtool is installed (`make deps`)."
-        )
-
-
-def read_device_features(endpoint) -> Optional[Dict[str, str]]:
-    """ethtool's view of the features qprof cares about, or None."""
-    r = subprocess.run(endpoint.command(["ethtool", "-k", endpoint.ifname]), capture_output=True, text=True)
-    if r.returncode != 0:
-        return None
-    state = {}
-    for line in r.stdout.splitlines():
-        name, _, rest = line.strip().partition(":")
-        for key, full in ETHTOOL_NAMES.items():
-            if name == full:
-                state[key] = rest.split()[0] if rest.split() else None
-    return state
-
-
-def read_interposer_reports(run_path: Path) -> Optional[Dict[str, list]]:
-    """What the interposer steered, per role; None when none was loaded."""
-    out, any_file = {}, False
-    for role in ("client", "server"):
-        f = run_path / REPORT_NAME.format(role=role)
-        lines = []
-        if f.exists():
-            any_file = True
-            lines = [json.loads(l) for l in f.read_text().splitlines() if l.strip()]
-        out[role] = lines
-    return out if any_file else None
 
 
 # --- observation -----------------------------------------------------------------

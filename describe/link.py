@@ -34,15 +34,12 @@ Everything applied is read back from the kernel (`tc -s -j qdisc show`)
 into the record, with each qdisc's counters at the window's edges.
 """
 
-import json
 import math
 import re
-import subprocess
-import time
 from dataclasses import asdict, dataclass
-from typing import Callable, Dict, List, Optional
+from typing import Dict, List, Optional
 
-from qprof.errors import BadLink, LinkUnsupported
+from qprof.errors import BadLink
 
 # Seed 002: RTT, loss, bandwidth of its four profiles.
 PRESETS: Dict[str, dict] = {
@@ -275,93 +272,7 @@ def tbf_burst(link: Link, mtu: int) -> Optional[int]:
     return max(one_packet, math.ceil(link.rate_bit * TBF_BURST_S / 8))
 
 
-def _tc(netns: str, args: List[str]) -> subprocess.CompletedProcess:
-    return subprocess.run(["tc", "-n", netns, *args], capture_output=True, text=True, timeout=TC_TIMEOUT_S)
-
-
-@dataclass
-class Emulated:
-    """A link in place on a run's veths: what the window's edges read, and
-    what the measurement keeps (`applied`: the plan, the qdiscs read back,
-    and how the bulk window waited for the link to fill)."""
-
-    spec: Link
-    endpoints: Dict[str, object]  # side -> topology.Endpoint
-    applied: dict
-
-
-def apply(link: Link, endpoints: Dict[str, "object"], mtu: int) -> Emulated:
-    """Build the plan on each endpoint's veth (the qdiscs go with the
-    namespaces) and read back what the kernel has."""
-    p = plan(link, mtu)
-    for side, ep in endpoints.items():
-        for args in p.commands(ep.ifname):
-            r = _tc(ep.netns, args)
-            if r.returncode != 0:
-                why = (r.stderr.strip().splitlines() or [f"exit {r.returncode}"])[-1].removeprefix("Error: ")
-                if "qdisc kind is unknown" in why:
-                    raise LinkUnsupported(
-                        f"this kernel has no sch_{args[args.index('handle') + 2]}, which --link needs; "
-                        "run it in the guest with --guest (Debian's kernel has it)."
-                    )
-                raise BadLink(f"the kernel refused the link on the {side}'s veth: `tc {' '.join(args)}`: {why}.")
-    qdiscs = {side: read_qdiscs(ep) for side, ep in endpoints.items()}
-    return Emulated(link, endpoints, {"plan": asdict(p), "qdiscs": qdiscs, "before_window": None})
-
-
-def read_qdiscs(ep) -> Optional[List[dict]]:
-    """`tc -s -j qdisc show` of the endpoint's veth, as the kernel gives it."""
-    try:
-        r = _tc(ep.netns, ["-s", "-j", "qdisc", "show", "dev", ep.ifname])
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    if r.returncode != 0:
-        return None
-    return json.loads(r.stdout or "[]")
-
-
-def wait_saturated(ep, link: Link, sleep: Callable[[float], None]) -> dict:
-    """After the warm-up of a bulk run: sample the root qdisc's bytes on
-    the data's direction (ep's egress) until one interval carried SATURATED
-    of the rate, or give up at the cap (a lossy link may never fill: the
-    window then starts anyway, and the record says so)."""
-    interval = max(2 * link.rtt_s, SATURATION_INTERVAL_S)
-    cap = max(SATURATION_CAP_S, 10 * link.rtt_s)
-    t0 = t_last = time.monotonic()
-    last = _root_bytes(ep)
-    util = None
-    while last is not None:
-        sleep(interval)
-        now, got = time.monotonic(), _root_bytes(ep)
-        if got is None:
-            break
-        util = (got - last) * 8 / (now - t_last) / link.rate_bit
-        if util >= SATURATED or now - t0 >= cap:
-            return {"saturated": util >= SATURATED, "waited_s": now - t0, "interval_s": interval, "utilisation": util}
-        last, t_last = got, now
-    return {"saturated": None, "waited_s": time.monotonic() - t0, "interval_s": interval, "utilisation": util}
-
-
-def _root_bytes(ep) -> Optional[int]:
-    qds = read_qdiscs(ep)
-    root = next((q for q in qds or () if q.get("root")), None)
-    return None if root is None else int(root.get("bytes", 0))
-
-
-def read_counters(endpoints: Dict[str, "object"]) -> Dict[str, Optional[Dict[str, dict]]]:
-    """Per side, per qdisc kind: the counters (a window edge reads them)."""
-    out = {}
-    for side, ep in endpoints.items():
-        qds = read_qdiscs(ep)
-        out[side] = None if qds is None else {q["kind"]: _counters(q) for q in qds if q["kind"] in ("tbf", "netem")}
-    return out
-
-
 COUNTERS = ("bytes", "packets", "drops", "overlimits", "requeues")
-
-
-def _counters(q: dict) -> dict:
-    return {k: int(q.get(k, 0)) for k in COUNTERS}
 
 
 # --- reading it back ---------------------------------------------------------------

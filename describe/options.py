@@ -3,27 +3,26 @@
 
 Each Option says what it is (type, unit, range, default), which stacks
 it applies to, whether `qprof compare --vary` may vary it, and how it
-reaches the workload. From this table come: RunOptions (the value
-object runner.run takes), the click options of `qprof run` and `qprof
-compare` (cli/run_options.py), the `--vary` parsers, the range and
-choice checks (`check`, called by runner.check_options for `run`,
-`compare`'s whole matrix and the guest alike), and the guest hand-over
-(`to_json` / `from_json`).
+reaches the workload. From this table come: RunOptions (the frozen value
+object a plan is made of), the click options of `qprof run` and `qprof
+compare` (cli/run_options.py) with their "[default: ...]" help, the
+`--vary` parsers, the range and choice checks (`check`), the defaults
+describe/plan.py's `resolve` fills where an option applies (`fill`), and
+the guest hand-over (`to_json` / `from_json`).
 
-Checks that relate two options or need the stack (TLS on a stack without
-it, GSO against the send mode, a datagram larger than the MTU) stay
-where that knowledge lives: collectors/transports.py and collectors/offload.py,
-which runner.check_options calls after `check`.
+Rules that relate two options or need the stack (TLS on a stack without
+it, GSO against the send mode, a datagram larger than the MTU, what a
+pattern allows) are checked once, by `resolve` (describe/plan.py), with
+describe/transports.py and describe/offload.py, which know why.
 """
 
 import json
-from dataclasses import asdict, field, fields, make_dataclass
+from dataclasses import asdict, field, fields, make_dataclass, replace
 from typing import Callable, Dict, List, Optional, Tuple
 
 from qprof import errors
+from qprof.describe import link
 from qprof.units import parse_duration_s, parse_size_bytes
-
-from . import link
 
 STACK_NAMES = ("quic", "udp", "tcp", "tcp-tls", "tcp-ktls")
 PROBE_NAMES = ("syscalls", "packets", "cputhread")
@@ -34,19 +33,13 @@ UDP_SEND_MODES = ("sendmsg", "sendmmsg", "gso")
 CALL_GRAPHS = ("dwarf", "fp")
 PATTERNS = ("bulk", "download", "rr")
 TCP_STACKS = ("tcp", "tcp-tls", "tcp-ktls")
-DEFAULT_RR_PERIOD_S = 0.010
-DEFAULT_RR_PAYLOAD = 256
-DEFAULT_DURATION_S = 10.0
-DEFAULT_INTERVAL_S = 1.0
 MIN_INTERVAL_S = 0.1
-DEFAULT_DOWNLOAD_SIZE = 1 << 20
-DEFAULT_DOWNLOAD_COUNT = 10
 
 
 class Option:
     """One option. kind: int, size (bytes, 64K syntax), duration (seconds,
     10s syntax), choice, flag (bool), text, probes (a comma list) or link
-    (a link spec, collectors/link.py, kept as the user wrote it)."""
+    (a link spec, describe/link.py, kept as the user wrote it)."""
 
     def __init__(
         self,
@@ -71,6 +64,9 @@ class Option:
         error: type = errors.BadValue,
         envvar: Optional[str] = None,
         workload_value: Callable = str,
+        fill=None,
+        fill_note: Optional[str] = None,
+        default_text: Optional[str] = None,
     ):
         self.name = name  # the flag without "--", and the --vary key
         self.field = field_name or name.replace("-", "_")
@@ -91,6 +87,29 @@ class Option:
         self.error = error  # the QprofError a bad value raises (its exit code)
         self.envvar = envvar  # the environment variable that sets it too
         self.workload_value = workload_value  # the value as qprof-wl's flag takes it
+        # Unset (None) on the command line, and filled by describe/plan.py's
+        # resolve with `fill` where the option applies (fill_note says where).
+        self.fill = fill
+        self.fill_note = fill_note
+        self.default_text = default_text  # a default that is the stack's or the workload's, in words
+
+    @property
+    def help_text(self) -> str:
+        """The help, with its "[default: ...]" made from the table."""
+        if self.fill is not None:
+            note = f"; {self.fill_note}" if self.fill_note else ""
+            return f"{self.help} [default: {self.value_text(self.fill)}{note}]."
+        if self.default_text is not None:
+            return f"{self.help} [default: {self.default_text}]."
+        return self.help
+
+    def value_text(self, value) -> str:
+        """A value as a user would write it: 10s, 10ms, 1M."""
+        if self.kind == "duration":
+            return f"{value:g}s" if value >= 1 else f"{value * 1e3:g}ms"
+        if self.kind == "size":
+            return _size_text(value)
+        return str(value)
 
     @property
     def flag(self) -> str:
@@ -180,10 +199,12 @@ OPTIONS: List[Option] = [
         "duration",
         "duration",
         None,
-        "Length of the measured window (after warm-up) [default: 10s; bulk only].",
+        "Length of the measured window (after warm-up)",
         field_name="duration_s",
         short="-d",
         lo=0.0,
+        fill=10.0,
+        fill_note="bulk and rr, not with --bytes",
     ),
     Option(
         "bytes",
@@ -199,8 +220,9 @@ OPTIONS: List[Option] = [
         "size",
         "size",
         None,
-        f"download: bytes per download (e.g. 64K, 2M) [default: {DEFAULT_DOWNLOAD_SIZE >> 20}M].",
+        "download: bytes per download (e.g. 64K, 2M)",
         lo=1,
+        fill=1 << 20,
         vary=True,
         workload="--size",
     ),
@@ -208,8 +230,9 @@ OPTIONS: List[Option] = [
         "count",
         "int",
         None,
-        f"download: downloads, each on a new connection [default: {DEFAULT_DOWNLOAD_COUNT}].",
+        "download: downloads, each on a new connection",
         lo=1,
+        fill=10,
         hi=100_000,
         workload="--count",
     ),
@@ -226,9 +249,9 @@ OPTIONS: List[Option] = [
         "period",
         "duration",
         None,
-        f"rr: time between requests, on a fixed schedule whatever the replies do "
-        f"[default: {DEFAULT_RR_PERIOD_S * 1e3:g}ms].",
+        "rr: time between requests, on a fixed schedule whatever the replies do",
         field_name="period_s",
+        fill=0.010,
         lo=0.0,
         vary=True,
         workload="--period-us",
@@ -238,8 +261,9 @@ OPTIONS: List[Option] = [
         "payload",
         "size",
         None,
-        f"rr: bytes per request and per response [default: {DEFAULT_RR_PAYLOAD}].",
+        "rr: bytes per request and per response",
         lo=16,
+        fill=256,
         hi=1 << 20,
         vary=True,
         workload="--payload",
@@ -248,7 +272,8 @@ OPTIONS: List[Option] = [
         "rr-streams",
         "choice",
         None,
-        "rr, quic: a new stream per request (as HTTP/3) or one long stream [default: per-request].",
+        "rr, quic: a new stream per request (as HTTP/3) or one long stream",
+        default_text="per-request",
         choices=("per-request", "one"),
         stacks=("quic",),
         vary=True,
@@ -260,7 +285,8 @@ OPTIONS: List[Option] = [
         "choice",
         None,
         "rr, TCP stacks: one persistent connection, or a new one whenever every open one waits for "
-        "a reply (as an HTTP/1.1 client) [default: one].",
+        "a reply (as an HTTP/1.1 client)",
+        default_text="one",
         choices=("one", "on-demand"),
         stacks=TCP_STACKS,
         vary=True,
@@ -271,8 +297,10 @@ OPTIONS: List[Option] = [
         "warmup",
         "duration",
         None,
-        "Time after the handshake left out of the window [default: 1s; not with --bytes].",
+        "Time after the handshake left out of the window",
         field_name="warmup_s",
+        fill=1.0,
+        fill_note="bulk and rr, not with --bytes",
     ),
     Option(
         "streams", "int", 1, "Streams in the one connection.", short="-n", lo=1, hi=64, vary=True, workload="--streams"
@@ -307,8 +335,8 @@ OPTIONS: List[Option] = [
         "tcp-cc",
         "text",
         None,
-        "TCP stacks: each socket's TCP congestion control (TCP_CONGESTION, as iperf3 -C), e.g. cubic, "
-        "bbr, reno [default: the namespace's; the record says which ran].",
+        "TCP stacks: each socket's TCP congestion control (TCP_CONGESTION, as iperf3 -C), e.g. cubic, bbr, reno",
+        default_text="the namespace's; the record says which ran",
         stacks=TCP_STACKS,
         vary=True,
         workload="--tcp-cc",
@@ -317,7 +345,7 @@ OPTIONS: List[Option] = [
     Option(
         "interval",
         "duration",
-        DEFAULT_INTERVAL_S,
+        1.0,
         "bulk --duration runs: goodput and CPU per side every this long inside the window, "
         "a line each on a terminal (as iperf3 -i) and in the record; 0 for none.",
         field_name="interval_s",
@@ -328,8 +356,8 @@ OPTIONS: List[Option] = [
         "io-size",
         "size",
         None,
-        "Bytes per send request, a power of two from 1K to 1M [default: 64K for "
-        "quic (msquic's secnetperf), 128K for TCP (iperf3)].",
+        "Bytes per send request, a power of two from 1K to 1M",
+        default_text="64K for quic and udp (msquic's secnetperf), 128K for TCP stacks (iperf3); describe/transports.py",
         lo=1 << 10,
         hi=1 << 20,
         power_of_two=True,
@@ -350,7 +378,8 @@ OPTIONS: List[Option] = [
         "tls",
         "choice",
         None,
-        "tcp-tls, tcp-ktls: TLS version [default: 1.3].",
+        "tcp-tls, tcp-ktls: TLS version",
+        default_text="1.3",
         field_name="tls_version",
         choices=("1.2", "1.3"),
         stacks=("tcp-tls", "tcp-ktls"),
@@ -362,7 +391,8 @@ OPTIONS: List[Option] = [
         "cipher",
         "text",
         None,
-        "tcp-tls, tcp-ktls: OpenSSL cipher [default: AES-128-GCM, QUIC's AEAD].",
+        "tcp-tls, tcp-ktls: OpenSSL cipher",
+        default_text="AES-128-GCM, QUIC's AEAD",
         stacks=("tcp-tls", "tcp-ktls"),
         metavar="NAME",
     ),
@@ -379,7 +409,8 @@ OPTIONS: List[Option] = [
         None,
         "Segmentation offload. quic: msquic's UDP_SEGMENT (an interposer fails its "
         "start-up probe; GRO follows); udp: --send-mode gso or sendmmsg; tcp stacks: TSO+GSO of the veth "
-        "pair [default: as the stack starts].",
+        "pair",
+        default_text="as the stack starts",
         choices=ONOFF,
         vary=True,
         metavar="on|off",
@@ -388,8 +419,8 @@ OPTIONS: List[Option] = [
         "gro",
         "choice",
         None,
-        "Receive coalescing. quic, udp: the receiver's UDP_GRO; tcp stacks: GRO of "
-        "the veth pair [default: as the stack starts].",
+        "Receive coalescing. quic, udp: the receiver's UDP_GRO; tcp stacks: GRO of the veth pair",
+        default_text="as the stack starts",
         choices=ONOFF,
         vary=True,
         metavar="on|off",
@@ -398,7 +429,8 @@ OPTIONS: List[Option] = [
         "send-mode",
         "choice",
         None,
-        "udp: one datagram per sendmsg, a batch per sendmmsg, or a batch per GSO send [default: gso].",
+        "udp: one datagram per sendmsg, a batch per sendmmsg, or a batch per GSO send",
+        default_text="gso",
         choices=UDP_SEND_MODES,
         stacks=("udp",),
         vary=True,
@@ -408,7 +440,8 @@ OPTIONS: List[Option] = [
         "batch",
         "int",
         None,
-        "udp: datagrams per sendmmsg or GSO send [default: the workload's, see README].",
+        "udp: datagrams per sendmmsg or GSO send",
+        default_text="the workload's (build/bin/qprof-wl --help)",
         lo=1,
         hi=1024,
         stacks=("udp",),
@@ -418,7 +451,8 @@ OPTIONS: List[Option] = [
         "dgram-size",
         "int",
         None,
-        "udp: UDP payload bytes per datagram [default: 1472, MTU 1500].",
+        "udp: UDP payload bytes per datagram",
+        default_text="1472, MTU 1500",
         lo=16,
         hi=65507,
         stacks=("udp",),
@@ -445,8 +479,8 @@ OPTIONS: List[Option] = [
         "choice",
         None,
         "How perf walks user stacks: dwarf (from .eh_frame, complete through "
-        "code without frame pointers such as OpenSSL's) or fp (frame pointers, smaller perf.data) "
-        "[default: dwarf].",
+        "code without frame pointers such as OpenSSL's) or fp (frame pointers, smaller perf.data)",
+        default_text="dwarf",
         choices=CALL_GRAPHS,
         metavar="|".join(CALL_GRAPHS),
     ),
@@ -471,14 +505,23 @@ _PYTYPES = {
 }
 
 # The value object runner.run takes: one field per option, its default the table's.
-RunOptions = make_dataclass("RunOptions", [(o.field, _PYTYPES[o.kind], field(default=o.default)) for o in OPTIONS])
-RunOptions.__doc__ = "One measured transfer's settings; fields and defaults from collectors/options.py OPTIONS."
+# Frozen: describe/plan.py resolves options into new ones, never in place.
+RunOptions = make_dataclass(
+    "RunOptions", [(o.field, _PYTYPES[o.kind], field(default=o.default)) for o in OPTIONS], frozen=True
+)
+RunOptions.__doc__ = "One measured transfer's settings; fields and defaults from describe/options.py OPTIONS."
+
+
+def filled(opts, *names: str):
+    """opts with each named option's table `fill` where it is unset (a new object)."""
+    values = {BY_NAME[n].field: BY_NAME[n].fill for n in names if getattr(opts, BY_NAME[n].field) is None}
+    return replace(opts, **values) if values else opts
 
 
 def check(opts) -> None:
     """Every option's own range and choices. Whether an option applies to
     the stack is checked by transports.validate and offload.plan, which know why
-    (runner.check_options calls them next)."""
+    (describe/plan.py's resolve calls them next)."""
     for o in OPTIONS:
         o.check(getattr(opts, o.field))
 

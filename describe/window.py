@@ -8,14 +8,10 @@ The window starts `warmup_s` after the handshake completed and ends
 transfer of a fixed size). Everything qprof derives covers exactly it.
 """
 
-import time
 from dataclasses import asdict, dataclass
-from typing import Callable, Dict, Iterable, List, Optional
+from typing import Dict, Optional
 
-from . import cpu, link, netstat, transports
-from .workload import WorkloadProcess
-
-MARK_TIMEOUT_S = 5.0
+from qprof.describe import cpu
 
 
 @dataclass
@@ -61,71 +57,6 @@ class Window:
         return (self.end.t_ns - self.start.t_ns) / 1e9
 
 
-def take_edge(name: str, server: WorkloadProcess, client: WorkloadProcess, probes=None, emulated=None) -> Edge:
-    """Every instrument's reading at one instant, as near as can be: all
-    marks are asked for at once (each process answers as soon as it runs),
-    the kernel's counters are read meanwhile, then the answers collected."""
-    if probes is not None:
-        probes.request_mark(name)
-    server.request_mark(name)
-    client.request_mark(name)
-    t_ns = time.monotonic_ns()
-    system = cpu.read_system()
-    server_cpu = cpu.read_process(server.pid)
-    client_cpu = cpu.read_process(client.pid)
-    tasks = cpu.read_tasks()
-    tls_stat = {"server": transports.read_tls_stat(server.pid), "client": transports.read_tls_stat(client.pid)}
-    net = {
-        "server": netstat.read_namespace(server.pid),
-        "client": netstat.read_namespace(client.pid),
-        "softnet": netstat.read_softnet(),
-    }
-    qdiscs = link.read_counters(emulated.endpoints) if emulated else None
-    server_mark = server.wait_event("mark", MARK_TIMEOUT_S)
-    client_mark = client.wait_event("mark", MARK_TIMEOUT_S)
-    if probes is not None:
-        probes.collect_mark(name)
-    return Edge(t_ns, system, server_cpu, client_cpu, server_mark, client_mark, tls_stat, net, tasks, qdiscs)
-
-
-def sample_intervals(
-    start: Edge,
-    end_ns: int,
-    interval_s: float,
-    receiver: WorkloadProcess,
-    server: WorkloadProcess,
-    client: WorkloadProcess,
-    on_sample: Callable[[dict, dict], None],
-) -> List[dict]:
-    """Inside the window, every interval_s until end_ns: the receiver's
-    verified bytes (a mark) and both processes' on-CPU time (schedstat),
-    and /proc/stat. Each sample goes to on_sample(previous, this) as it is
-    taken (the live lines); the list is the measurement's."""
-    procs = (server, client)
-    samples: List[dict] = []
-    prev = edge_sample(start, receiver.role)
-    k = 1
-    while True:
-        due = start.t_ns + int(k * interval_s * 1e9)
-        if due > end_ns - int(interval_s * 1e9) // 4:  # a sliver before the end edge is not an interval
-            sleep_watching(end_ns, procs)
-            return samples
-        sleep_watching(due, procs)
-        receiver.request_mark(f"interval-{k}")
-        t_ns = time.monotonic_ns()
-        sample = {
-            "t_ns": t_ns,
-            "system": asdict(cpu.read_system()),
-            "server_oncpu_s": cpu.read_process(server.pid).oncpu_s,
-            "client_oncpu_s": cpu.read_process(client.pid).oncpu_s,
-        }
-        mark = receiver.wait_event("mark", MARK_TIMEOUT_S)
-        sample.update(receiver_app_bytes=mark["app_bytes"], receiver_t_ns=mark["t_ns"])
-        samples.append(sample)
-        on_sample(prev, sample)
-        prev, k = sample, k + 1
-
-
 def edge_sample(e: Edge, receiver: str) -> dict:
     """An edge in the form of an interval sample."""
     mark = getattr(e, f"{receiver}_mark")
@@ -155,19 +86,6 @@ def interval_figures(a: dict, b: dict) -> dict:
         out[f"{side}_ns_per_byte"] = on * 1e9 / nbytes if nbytes else None
     out["system_utilisation"] = cpu.utilisation(sys_d, wall)
     return out
-
-
-def sleep_watching(until_ns: int, procs: Iterable[WorkloadProcess]) -> None:
-    """Sleep until a monotonic time, failing fast if a workload ends early."""
-    procs = list(procs)
-    while True:
-        for p in procs:
-            if p.done is not None or p.exited() is not None:
-                p.raise_exit()
-        left_ns = until_ns - time.monotonic_ns()
-        if left_ns <= 0:
-            return
-        time.sleep(min(0.05, left_ns / 1e9))
 
 
 # Connection statistics that are levels, not running totals: a window

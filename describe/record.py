@@ -14,14 +14,13 @@ from pathlib import Path
 from typing import Optional
 
 from qprof import errors
+from qprof.describe import cpu, derive, downloads, floor, link, mix, netstat, offload, options, rr, transports
+from qprof.describe.measurement import Measurement
+from qprof.describe.transports import UDP_IP_HEADERS
+from qprof.describe.window import Window, counter_delta, edge_sample, interval_figures
 from qprof.flamegraphs import summary as flame_summary
 from qprof.perbyte import side_bytes
 
-from . import cpu, derive, downloads, floor, link, netstat, offload, options, rr, transports
-from .measurement import Measurement
-from .window import Window, counter_delta, edge_sample, interval_figures
-
-UDP_IP_HEADERS = 28  # IPv4 + UDP
 MSQUIC_MAX_MTU = 1500  # msquic's default MaximumMtu
 
 
@@ -32,7 +31,20 @@ def run_options(m: Measurement) -> options.RunOptions:
     return options.RunOptions(**opts)
 
 
-def describe(m: Measurement, run_path: Path) -> dict:
+def describe(m, run_path: Path) -> dict:
+    """The record of a measurement: a run's (describe_run) or a mix's."""
+    if isinstance(m, mix.MixMeasurement):
+        rec = {"stack": "mix", "config": m.options, **mix.describe(m)}
+        rec["environment"] = m.environment
+        rec["measured_at"] = m.measured_at
+    else:
+        rec = describe_run(m, run_path)
+    if m.placement:
+        rec.update(m.placement)
+    return rec
+
+
+def describe_run(m: Measurement, run_path: Path) -> dict:
     """The record of one run, in this order:
     1. the core: bytes, window, CPU, the workloads' counters (build_record);
     2. the probes' snapshots, the kernel's UDP and loss counters, the bind report;
@@ -392,7 +404,7 @@ def derive_probe_figures(rec: dict, pids: dict) -> dict:
         # kernel's own sum_exec_runtime (/proc/<pid>/task/*/schedstat). The
         # kernel starts a woken task's clock before the switch when the
         # wake-up preempts idle, so schedstat lies between on-CPU and
-        # on-CPU plus the wake-up latency (README, "Cross-checks").
+        # on-CPU plus the wake-up latency (docs/probes.md, "Cross-checks").
         for side in pids:
             f = threads[side]
             f["oncpu_check"] = {

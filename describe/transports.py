@@ -5,13 +5,12 @@ workload's options, which checks apply before a run, which syscalls carry
 the data, and how the transport describes itself in the record."""
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Dict, List, Optional
 
 from qprof import errors
 
-TCP_ULP = Path("/proc/sys/net/ipv4/tcp_available_ulp")
 TLS_VERSIONS = ("1.2", "1.3")
+UDP_IP_HEADERS = 28  # IPv4 + UDP
 
 
 @dataclass(frozen=True)
@@ -38,15 +37,9 @@ STACKS: Dict[str, Stack] = {
 }
 
 
-def kernel_has_tls(ulp_path: Path = TCP_ULP) -> bool:
-    try:
-        return "tls" in ulp_path.read_text().split()
-    except OSError:
-        return False
-
-
-def validate(stack_name: str, tls_version: Optional[str], cipher: Optional[str], sendfile: bool, guest: bool) -> Stack:
-    """Refuse what cannot run, with the reason and the fix, before anything starts."""
+def validate(stack_name: str, tls_version: Optional[str], cipher: Optional[str], sendfile: bool) -> Stack:
+    """Refuse what cannot run, with the reason and the fix, before anything
+    starts (whether this kernel has kernel TLS is collectors/preflight.py's)."""
     stack = STACKS.get(stack_name)
     if stack is None:
         raise errors.UnknownStack(f"unknown stack '{stack_name}'; valid stacks are: {', '.join(STACKS)}.")
@@ -72,11 +65,6 @@ def validate(stack_name: str, tls_version: Optional[str], cipher: Optional[str],
         raise errors.SendfileUnsupported(
             f"--sendfile works with tcp and tcp-ktls only ({stack.name}: {why}); drop it or pick one of those."
         )
-    if stack.tls == "kernel" and not guest and not kernel_has_tls():
-        raise errors.KernelFeatureMissing(
-            f"this kernel lacks the TLS ULP ('tls' is not in {TCP_ULP}), so tcp-ktls cannot run here; "
-            "add --guest to run it in a QEMU guest with Debian's kernel."
-        )
     return stack
 
 
@@ -92,16 +80,6 @@ def workload_args(
     if sendfile and role == sender:
         args += ["--sendfile"]
     return args
-
-
-def read_tls_stat(pid: int) -> Optional[Dict[str, int]]:
-    """The kernel's TLS counters of the process's network namespace;
-    None where the kernel has no TLS (the file is absent)."""
-    try:
-        text = Path(f"/proc/{pid}/net/tls_stat").read_text()
-    except OSError:
-        return None
-    return {k: int(v) for k, v in (line.split() for line in text.splitlines() if line.strip())}
 
 
 def ktls_label(client_send: Optional[bool], server_recv: Optional[bool]) -> str:

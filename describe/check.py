@@ -18,47 +18,20 @@ Pure: records in, verdict out (cli/check_cmd.py finds the records).
 """
 
 import statistics
-from dataclasses import dataclass
-from typing import List, Optional, Tuple
+from typing import List, Tuple
 
-from qprof import errors
-
-from . import compare
-
-# check's names for compare's headline figures (compare.METRICS defines them).
-HEADLINE = {
-    "client_ns_per_byte": "client ns/B",
-    "server_ns_per_byte": "server ns/B",
-    "system_ns_per_byte": "system ns/B",
-    "throughput_gbps": "throughput",
-}
+from qprof import errors, figures
+from qprof.describe import comparison
+from qprof.figures import Figure
 
 
-@dataclass(frozen=True)
-class Figure:
-    """One figure check holds a run to: compare's Metric under check's name."""
-
-    name: str
-    metric: compare.Metric
-    of_side: Optional[str] = None  # a category of this side's ns/B
-
-    @property
-    def higher_is_worse(self) -> bool:
-        return self.metric.lower_is_better
-
-    def get(self, rec: dict) -> Optional[float]:
-        return self.metric.get(rec)
-
-
-def figures(records: List[dict]) -> List[Figure]:
-    """The headline figures, then each category per side as compare gives
-    it: only from a complete capture (compare.category_metrics), so that an
-    undercounting capture can neither fail nor pass a check."""
-    out = [Figure(name, compare.METRIC[key]) for key, name in HEADLINE.items()]
-    for m in compare.category_metrics(records):
-        if m.side in ("client", "server"):
-            out.append(Figure(f"{m.side} {m.category} ns/B", m, m.side))
-    return out
+def held_to(records: List[dict]) -> List[Figure]:
+    """The headline figures (core/figures.py), then each client and server
+    category as a comparison of the same records shows it: only from a
+    complete capture, so that an undercounting capture can neither fail
+    nor pass a check."""
+    cats = [m for m in comparison.metrics(records) if m.category is not None and m.side in ("client", "server")]
+    return list(figures.HEADLINE) + cats
 
 
 def machine(rec: dict) -> Tuple:
@@ -92,25 +65,25 @@ def verdict(run: List[dict], base: List[dict], max_regression: float) -> List[di
     """One row per figure both sides have: medians, the baseline's range,
     the change, and whether it regressed."""
     rows = []
-    for f in figures(run + base):
-        now = [v for v in (f.get(r) for r in run) if v is not None]
-        was = [v for v in (f.get(r) for r in base) if v is not None]
+    for f in held_to(run + base):
+        now = [v for v in (f.value(r) for r in run) if v is not None]
+        was = [v for v in (f.value(r) for r in base) if v is not None]
         if not now or not was:
             continue
         med_now, med_was = statistics.median(now), statistics.median(was)
         change = (med_now - med_was) / med_was if med_was else None
-        worse = change is not None and (change if f.higher_is_worse else -change) > max_regression
-        beyond = min(now) > max(was) if f.higher_is_worse else max(now) < min(was)
-        if f.of_side is not None and worse:
+        worse = change is not None and (change if f.lower_is_better else -change) > max_regression
+        beyond = min(now) > max(was) if f.lower_is_better else max(now) < min(was)
+        if f.category is not None and worse:
             # A category's growth counts when it moved its side's total by
             # the threshold: a few samples in a small category are noise.
-            side_total = compare.METRIC[f"{f.of_side}_ns_per_byte"]
-            totals = [v for v in (side_total.get(r) for r in base) if v is not None]
+            side_total = figures.side_cpu(f.side)
+            totals = [v for v in (side_total.value(r) for r in base) if v is not None]
             worse = bool(totals) and med_now - med_was > max_regression * statistics.median(totals)
         rows.append(
             {
-                "figure": f.name,
-                "unit": f.metric.unit,
+                "figure": f.short,
+                "unit": f.unit,
                 "median": med_now,
                 "baseline_median": med_was,
                 "baseline_min": min(was),

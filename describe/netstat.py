@@ -9,12 +9,7 @@ enough for a window edge); the machine's softnet backlog drops
 link drops over the whole run (tc and ip, which fork: not at an edge).
 """
 
-import json
-import subprocess
-from pathlib import Path
 from typing import Dict, List, Optional
-
-from .topology import Endpoint
 
 # The counters read, by kind and table. Measured here (2026-11-22, netns +
 # veth, no netem): TCP retransmits thousands of segments a second while no
@@ -95,22 +90,6 @@ def parse_udp(text: str) -> Dict[str, int]:
     return parse_snmp(text).get("Udp", {})
 
 
-def read_udp(endpoint: Endpoint) -> Optional[Dict[str, int]]:
-    r = subprocess.run(endpoint.command(["cat", "/proc/net/snmp"]), capture_output=True, text=True)
-    return parse_udp(r.stdout) if r.returncode == 0 else None
-
-
-def read_namespace(pid: int) -> Optional[Dict[str, int]]:
-    """The watched counters of pid's network namespace, as "Table.Name"."""
-    tables: Dict[str, Dict[str, int]] = {}
-    try:
-        for name in ("snmp", "netstat"):
-            tables.update(parse_snmp(Path(f"/proc/{pid}/net/{name}").read_text()))
-    except OSError:
-        return None
-    return {f"{t}.{c}": tables[t][c] for t, cs in WATCHED.items() if t in tables for c in cs if c in tables[t]}
-
-
 def parse_softnet(text: str) -> Dict[str, int]:
     """/proc/net/softnet_stat summed over CPUs: backlog drops (column 2)
     and squeezes (column 3, net_rx_action out of budget or time)."""
@@ -121,34 +100,6 @@ def parse_softnet(text: str) -> Dict[str, int]:
             dropped += int(cols[1], 16)
             squeezed += int(cols[2], 16)
     return {"dropped": dropped, "time_squeeze": squeezed}
-
-
-def read_softnet() -> Optional[Dict[str, int]]:
-    try:
-        return parse_softnet(Path("/proc/net/softnet_stat").read_text())
-    except OSError:
-        return None
-
-
-def read_device(endpoint: Endpoint) -> Optional[Dict[str, int]]:
-    """A veth's qdisc drops, overlimits and requeues (every qdisc on it) and
-    its link's dropped counters, from tc and ip in its namespace."""
-    if endpoint.netns is None:
-        return None
-    ns, dev = endpoint.netns, endpoint.ifname
-    q = subprocess.run(["tc", "-n", ns, "-s", "-j", "qdisc", "show", "dev", dev], capture_output=True, text=True)
-    link = subprocess.run(["ip", "-n", ns, "-s", "-j", "link", "show", "dev", dev], capture_output=True, text=True)
-    if q.returncode or link.returncode:
-        return None
-    out = {"qdisc_drops": 0, "qdisc_overlimits": 0, "qdisc_requeues": 0}
-    for qd in json.loads(q.stdout or "[]"):
-        out["qdisc_drops"] += qd.get("drops", 0)
-        out["qdisc_overlimits"] += qd.get("overlimits", 0)
-        out["qdisc_requeues"] += qd.get("requeues", 0)
-    stats = (json.loads(link.stdout or "[{}]")[0]).get("stats64", {})
-    out["link_tx_dropped"] = stats.get("tx", {}).get("dropped", 0)
-    out["link_rx_dropped"] = stats.get("rx", {}).get("dropped", 0)
-    return out
 
 
 def _kind(key: str) -> str:

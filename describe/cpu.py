@@ -22,11 +22,12 @@ are absent (None) and the record says why; schedstat's nanoseconds
 (`oncpu_schedstat_s`, `ns_per_byte.oncpu`) stand at any length.
 """
 
-import os
 from dataclasses import dataclass
 from typing import Dict, Optional
 
-CLK_TCK = os.sysconf("SC_CLK_TCK")
+# USER_HZ: the unit of /proc's CPU times, 100 on every Linux architecture qprof
+# builds for (the machine's sysconf(_SC_CLK_TCK) is in each record's environment).
+CLK_TCK = 100
 STAT_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
 # Two ticks of error (one per edge) in 50 is 4% of a CPU.
 MIN_WINDOW_TICKS = 50
@@ -82,45 +83,6 @@ def parse_pid_stat(text: str) -> tuple:
     rest = text[text.rindex(")") + 2 :].split()
     # rest[0] is field 3 (state); utime and stime are fields 14 and 15.
     return int(rest[11]) / CLK_TCK, int(rest[12]) / CLK_TCK
-
-
-def read_system() -> SystemCpu:
-    with open("/proc/stat") as f:
-        return parse_proc_stat(f.read())
-
-
-def read_process(pid: int) -> ProcessCpu:
-    with open(f"/proc/{pid}/stat") as f:
-        utime_s, stime_s = parse_pid_stat(f.read())
-    oncpu_ns = 0
-    task_dir = f"/proc/{pid}/task"
-    for tid in os.listdir(task_dir):
-        try:
-            with open(f"{task_dir}/{tid}/schedstat") as f:
-                oncpu_ns += int(f.read().split()[0])
-        except FileNotFoundError:
-            pass  # thread exited between listdir and open
-    return ProcessCpu(utime_s, stime_s, oncpu_ns / 1e9)
-
-
-def read_tasks() -> Dict[tuple, int]:
-    """Every task's on-CPU nanoseconds (schedstat), keyed (pid, tid); the
-    idle tasks are not in /proc, so they are left out as perf's are."""
-    out = {}
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            tids = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            continue  # exited meanwhile
-        for tid in tids:
-            try:
-                with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-                    out[(int(pid), int(tid))] = int(f.read().split()[0])
-            except (OSError, ValueError, IndexError):
-                pass
-    return out
 
 
 def others_figures(start: Dict[tuple, int], end: Dict[tuple, int], exclude_pids, nbytes: int) -> dict:

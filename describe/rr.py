@@ -17,7 +17,7 @@ mean delay.
 """
 
 import statistics
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from hdrh.histogram import HdrHistogram
 
@@ -37,6 +37,27 @@ def histogram(delays_ns: List[int]) -> HdrHistogram:
     for d in delays_ns:
         h.record_value(min(max(d, LOWEST_NS), HIGHEST_NS))
     return h
+
+
+def delay_cdf_ms(*encoded: str) -> List[Tuple[float, float]]:
+    """The cumulative distribution of the delays in one or more encoded
+    histograms (a record's rr.histogram; several, a comparison's runs, are
+    pooled): (delay ms, share of the delays at or below it), one point per
+    distinct recorded value, each at the highest delay its bucket holds.
+    No delays, no points."""
+    if not encoded:
+        return []
+    h = HdrHistogram.decode(encoded[0])
+    for more in encoded[1:]:
+        h.add(HdrHistogram.decode(more))
+    total = h.get_total_count()
+    out, seen = [], 0
+    if not total:
+        return out
+    for item in h.get_recorded_iterator():
+        seen += item.count_at_value_iterated_to
+        out.append((h.get_highest_equivalent_value(item.value_iterated_to) / 1e6, seen / total))
+    return out
 
 
 def jitter_percent(delays_ns: List[int]) -> Optional[float]:

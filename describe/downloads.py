@@ -14,8 +14,7 @@ import statistics
 from typing import Dict, List, Optional
 
 from qprof import errors
-
-from . import derive
+from qprof.describe import derive
 
 PERCENTILES = (5, 25, 50, 75, 95)
 TIMES = {

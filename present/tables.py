@@ -1,24 +1,16 @@
 # SPDX-License-Identifier: GPL-2.0-only
-"""A run record as a short human table (rich), on stdout."""
+"""Records as short human tables (rich), on stdout: a run, a mix, a comparison."""
 
 import sys
+from pathlib import Path
 from typing import Optional
 
 from rich.console import Console
 from rich.table import Table
 
-from qprof.collectors import offload
-
-ABSENT = "—"
-# Below this many /proc/stat ticks a window's user/system split is too coarse to read alone.
-
-
-def _num(v: Optional[float], fmt: str = "{:.3f}") -> str:
-    return ABSENT if v is None else fmt.format(v)
-
-
-def _int(v: Optional[int]) -> str:
-    return ABSENT if v is None else f"{v:,}"
+from qprof.describe import offload
+from qprof.files import COMPARISON_RECORD
+from qprof.present.format import ABSENT, compact, count, num
 
 
 def _headline(rec: dict) -> str:
@@ -53,7 +45,7 @@ def print_run(rec: dict, console: Optional[Console] = None) -> None:
     console.print(_headline(rec))
     console.print(
         f"window {rec['window_s']:.2f} s: {rec['bytes']:,} bytes verified={rec['verified']}, "
-        f"[bold]{_num(rec['throughput_gbps'], '{:.2f}')} Gbit/s[/]"
+        f"[bold]{num(rec['throughput_gbps'], '{:.2f}')} Gbit/s[/]"
     )
 
     t = Table(title="CPU over the window", title_justify="left")
@@ -64,12 +56,12 @@ def print_run(rec: dict, console: Optional[Console] = None) -> None:
         n = c["ns_per_byte"]
         t.add_row(
             side,
-            _num(c["total_s"]),
-            _num(n["user"]),
-            _num(n["system"]),
-            _num(n["softirq"]),
-            _num(n["total"], "[bold]{:.3f}[/]"),
-            _num(n.get("oncpu")),
+            num(c["total_s"]),
+            num(n["user"]),
+            num(n["system"]),
+            num(n["softirq"]),
+            num(n["total"], "[bold]{:.3f}[/]"),
+            num(n.get("oncpu")),
         )
     console.print(t)
     absent = rec["cpu"]["system"].get("ticks_absent_reason")
@@ -79,7 +71,7 @@ def print_run(rec: dict, console: Optional[Console] = None) -> None:
     if util is not None:
         console.print(
             f"system busy {util * 100:.0f}% of {env['cpu_count']} CPUs; "
-            f"{ABSENT} = not measured (per-process softirq: see README)"
+            f"{ABSENT} = not measured (per-process softirq: see docs/platform.md)"
         )
     _print_streams(rec, console)
     _print_downloads(rec, console)
@@ -102,8 +94,8 @@ def _print_streams(rec: dict, console: Console) -> None:
     what = "stream" if rec["stack"] == "quic" else "connection"
     each = ", ".join(f"{g:.3f}" for g in s["gbps"])
     console.print(
-        f"per {what} Gbit/s: {each}; Jain's index {_num(s['jain_index'])}, "
-        f"smallest share {_num(s['min_share'], '{:.1%}')}"
+        f"per {what} Gbit/s: {each}; Jain's index {num(s['jain_index'])}, "
+        f"smallest share {num(s['min_share'], '{:.1%}')}"
     )
 
 
@@ -126,7 +118,7 @@ def _print_downloads(rec: dict, console: Console) -> None:
             t.add_row(label, *(f"{p[f'p{q}'] * 1e3:.2f}" for q in (5, 25, 50, 75, 95)))
     console.print(t)
     cpu, wire = d["cpu_per_download_s"], d["wire_per_download"]
-    line = "per download: CPU " + ", ".join(f"{k} {_num(v and v * 1e3, '{:.2f}')} ms" for k, v in cpu.items())
+    line = "per download: CPU " + ", ".join(f"{k} {num(v and v * 1e3, '{:.2f}')} ms" for k, v in cpu.items())
     if wire:
         line += "; wire " + ", ".join(
             f"{k.replace('_', ' ')} {w['bytes']:,.0f} B in {w['packets']:.1f} packets" for k, w in wire.items()
@@ -134,8 +126,8 @@ def _print_downloads(rec: dict, console: Console) -> None:
     console.print(line)
     said = []
     if d["resume"]:
-        said.append(f"resumed {_int(d['resumed'])} of {d['count']}, 0-RTT/early data {_int(d['early_data'])}")
-    said.append(f"server retransmissions {_int(d['server_retransmits'])}")
+        said.append(f"resumed {count(d['resumed'])} of {d['count']}, 0-RTT/early data {count(d['early_data'])}")
+    said.append(f"server retransmissions {count(d['server_retransmits'])}")
     console.print("; ".join(said))
 
 
@@ -154,18 +146,18 @@ def _print_rr(rec: dict, console: Console) -> None:
     keys = ("p5", "p25", "p50", "p75", "p95", "p99", "p99.9", "max")
     for k in keys:
         t.add_column(k, justify="right")
-    t.add_row(*(_num(r["delay_ns"][k] and r["delay_ns"][k] / 1e6, "{:.3f}") for k in keys))
+    t.add_row(*(num(r["delay_ns"][k] and r["delay_ns"][k] / 1e6, "{:.3f}") for k in keys))
     console.print(t)
-    line = f"jitter {_num(r['jitter_percent'], '{:.1f}')}% of the mean delay; late {r['late']:,}"
+    line = f"jitter {num(r['jitter_percent'], '{:.1f}')}% of the mean delay; late {r['late']:,}"
     lag = r["send_lag_ns_max"]
-    line += f"; the client sent at most {_num(lag and lag / 1e6, '{:.3f}')} ms after a request was due"
+    line += f"; the client sent at most {num(lag and lag / 1e6, '{:.3f}')} ms after a request was due"
     if r["connections_opened"] is not None:
         line += f"; connections opened {r['connections_opened']:,}"
     console.print(line)
     per = r["per_request"]
     if per:
-        cpu = ", ".join(f"{s} {_num(v and v * 1e6, '{:.1f}')} us" for s, v in per["cpu_s"].items())
-        calls = ", ".join(f"{s} {_num(v, '{:.1f}')}" for s, v in per["syscalls"].items())
+        cpu = ", ".join(f"{s} {num(v and v * 1e6, '{:.1f}')} us" for s, v in per["cpu_s"].items())
+        calls = ", ".join(f"{s} {num(v, '{:.1f}')}" for s, v in per["syscalls"].items())
         line = f"per request: CPU {cpu}; syscalls {calls}"
         if per["wire"]:
             line += "; wire " + ", ".join(
@@ -178,10 +170,10 @@ def _print_rr(rec: dict, console: Console) -> None:
 def interval_text(i: dict) -> str:
     """One interval, one greppable line, as iperf3 -i prints them."""
     return (
-        f"[{i['start_s']:6.2f}-{i['end_s']:6.2f} s] {i['bytes'] / 1e6:10.2f} MB {_num(i['gbps'], '{:8.3f}')} Gbit/s"
-        f"  CPUs client {_num(i['client_cpus'], '{:.2f}')} server {_num(i['server_cpus'], '{:.2f}')}"
-        f"  ns/B client {_num(i['client_ns_per_byte'], '{:.3f}')} server {_num(i['server_ns_per_byte'], '{:.3f}')}"
-        f"  machine {_num(i['system_utilisation'], '{:.0%}')} busy"
+        f"[{i['start_s']:6.2f}-{i['end_s']:6.2f} s] {i['bytes'] / 1e6:10.2f} MB {num(i['gbps'], '{:8.3f}')} Gbit/s"
+        f"  CPUs client {num(i['client_cpus'], '{:.2f}')} server {num(i['server_cpus'], '{:.2f}')}"
+        f"  ns/B client {num(i['client_ns_per_byte'], '{:.3f}')} server {num(i['server_ns_per_byte'], '{:.3f}')}"
+        f"  machine {num(i['system_utilisation'], '{:.0%}')} busy"
     )
 
 
@@ -201,8 +193,8 @@ def print_mix(rec: dict, console: Optional[Console] = None) -> None:
     console.print(where)
     console.print(
         f"window {rec['window_s']:.2f} s: the flows verified {rec['bytes']:,} bytes, "
-        f"[bold]{_num(rec['throughput_gbps'] and rec['throughput_gbps'] * 1e3, '{:.2f}')} Mbit/s[/] together; "
-        f"Jain's index {_num(m['jain_index'])}"
+        f"[bold]{num(rec['throughput_gbps'] and rec['throughput_gbps'] * 1e3, '{:.2f}')} Mbit/s[/] together; "
+        f"Jain's index {num(m['jain_index'])}"
     )
     t = Table(title="each flow over the window (CPU: its processes' schedstat)", title_justify="left")
     cols = ("FLOW", "STACK", "PATTERN", "GOODPUT Mbit/s", "SHARE", "RETRANS", "CLIENT ns/B", "SERVER ns/B")
@@ -213,11 +205,11 @@ def print_mix(rec: dict, console: Optional[Console] = None) -> None:
             str(f["flow"]),
             f["stack"],
             f["pattern"],
-            _num(f["goodput_mbps"], "{:.3f}"),
-            _num(f["share"], "{:.1%}"),
-            _int(f["retransmits"]),
-            _num(f["ns_per_byte"]["client"], "{:.2f}"),
-            _num(f["ns_per_byte"]["server"], "{:.2f}"),
+            num(f["goodput_mbps"], "{:.3f}"),
+            num(f["share"], "{:.1%}"),
+            count(f["retransmits"]),
+            num(f["ns_per_byte"]["client"], "{:.2f}"),
+            num(f["ns_per_byte"]["server"], "{:.2f}"),
         )
     console.print(t)
     t = Table(title="bulk flows by stack", title_justify="left")
@@ -227,10 +219,10 @@ def print_mix(rec: dict, console: Optional[Console] = None) -> None:
         t.add_row(
             stack,
             str(s["flows"]),
-            _num(s["goodput_mbps_mean"]),
-            _num(s["goodput_mbps_stdev"]),
-            _num(s["share"], "{:.1%}"),
-            _num(s["jain_index"]),
+            num(s["goodput_mbps_mean"]),
+            num(s["goodput_mbps_stdev"]),
+            num(s["share"], "{:.1%}"),
+            num(s["jain_index"]),
         )
     console.print(t)
     for f in m["flows"]:
@@ -240,18 +232,85 @@ def print_mix(rec: dict, console: Optional[Console] = None) -> None:
             console.print(
                 f"flow {f['flow']} ({f['stack']} rr, {r['payload']} B every {r['period_s'] * 1e3:g} ms): "
                 f"{r['responses']:,} of {r['requests_due']:,} answered; delay ms p50 "
-                f"{_num(d['p50'] and d['p50'] / 1e6)}, p95 {_num(d['p95'] and d['p95'] / 1e6)}, "
-                f"p99 {_num(d['p99'] and d['p99'] / 1e6)}; late {r['late']:,}"
+                f"{num(d['p50'] and d['p50'] / 1e6)}, p95 {num(d['p95'] and d['p95'] / 1e6)}, "
+                f"p99 {num(d['p99'] and d['p99'] / 1e6)}; late {r['late']:,}"
             )
     b = m["bottleneck"]
     if b:
         console.print(
             f"bottleneck ({b['qdisc']}, client to server): {b['bytes']:,} bytes in {b['packets']:,} packets, "
-            f"{b['drops']:,} dropped, utilisation {_num(b['utilisation'], '{:.1%}')}; the flows' verified bytes "
-            f"are {_num(b['flows_bytes_over_wire_bytes'], '{:.1%}')} of it"
+            f"{b['drops']:,} dropped, utilisation {num(b['utilisation'], '{:.1%}')}; the flows' verified bytes "
+            f"are {num(b['flows_bytes_over_wire_bytes'], '{:.1%}')} of it"
         )
     _print_link(rec, console)
     console.print(f"run {rec['id']}")
+
+
+def cell(row: dict, unit: str, first: bool) -> str:
+    """median ±half the range (as a share of the median), ×ratio to the
+    first configuration, * where the ranges do not overlap."""
+    if not row["n"]:
+        return ABSENT
+    text = compact(row["median"], unit)
+    if row["n"] > 1 and row["median"]:
+        text += f" ±{(row['max'] - row['min']) / 2 / abs(row['median']) * 100:.0f}%"
+    if not first and row.get("ratio") is not None:
+        text += f" ×{row['ratio']:.2f}" + ("*" if row.get("beyond_spread") else "")
+    return text
+
+
+# Category rows whose medians all stay under this are left out of the table (not the record).
+CATEGORY_FLOOR_NS_PER_BYTE = 0.005
+
+
+def print_comparison(rec: dict, console: Optional[Console] = None) -> None:
+    console = console or Console()
+    labels = [c["label"] for c in rec["configs"]]
+    console.print(
+        f"[bold]{len(labels)} configurations × {rec['repeat']} runs, interleaved[/]: "
+        "median ±half its range, ×ratio of medians to the first, * where the ranges do not overlap"
+    )
+    units = rec["metric_units"]
+    main = Table(title="figures", title_justify="left")
+    cats = Table(title="CPU ns/B by flame category", title_justify="left")
+    for t in (main, cats):
+        t.add_column("FIGURE", no_wrap=True)
+        for label in labels:
+            t.add_column(label, justify="right")
+    for key, rows in rec["metrics"].items():
+        u = units[key]
+        name = u["label"] + (f" ({u['unit']})" if u["unit"] and u["unit"] != "share" else "")
+        target = cats if ": " in u["label"] else main
+        if target is cats and all((r["median"] or 0) < CATEGORY_FLOOR_NS_PER_BYTE for r in rows):
+            continue
+        target.add_row(name, *(cell(r, u["unit"], i == 0) for i, r in enumerate(rows)))
+    console.print(main)
+    if cats.row_count:
+        console.print(cats)
+    skipped = rec.get("incomplete_captures") or []
+    if skipped:
+        console.print(
+            f"[yellow]categories leave out {len(skipped)} of {len(rec['runs'])} runs whose capture "
+            f"missed samples on some CPU (flame.complete false): {', '.join(skipped)}[/]"
+        )
+    fd = rec.get("flame_diff") or {}
+    cdir = Path(rec.get("path", ""))
+    if fd.get("sides"):
+        for side, d in fd["sides"].items():
+            where = d["svg"] or "nothing drawn (no samples)"
+            # Two rr runs are diffed per request (ns, shown in us), others per byte.
+            a, b, unit = (
+                (d["a_ns_per_request"] / 1e3, d["b_ns_per_request"] / 1e3, "us/request")
+                if "a_ns_per_request" in d
+                else (d["a_ns_per_byte"], d["b_ns_per_byte"], "ns/B")
+            )
+            console.print(
+                f"flame diff {side}: {labels[0]} (run {fd['a']}) {a:.3f} {unit} -> "
+                f"{labels[1]} (run {fd['b']}) {b:.3f} {unit}: {cdir / where if d['svg'] else where}"
+            )
+    elif fd:
+        console.print(f"flame diff: none ({fd.get('absent')})")
+    console.print(f"comparison {rec['id']}: {len(rec['runs'])} runs, record {cdir / COMPARISON_RECORD}")
 
 
 def _print_link(rec: dict, console: Console) -> None:
@@ -277,10 +336,10 @@ def _print_link(rec: dict, console: Console) -> None:
         t.add_row(
             name.replace("_", " "),
             "+".join(d["applied"]["kinds"]) if d["applied"] else ABSENT,
-            _int(root["packets"]) if root else ABSENT,
-            _int(root["drops"]) if root else ABSENT,
-            _num(d["netem_drops_percent"], "{:.2f}%"),
-            _num(d["utilisation"], "{:.0%}"),
+            count(root["packets"]) if root else ABSENT,
+            count(root["drops"]) if root else ABSENT,
+            num(d["netem_drops_percent"], "{:.2f}%"),
+            num(d["utilisation"], "{:.0%}"),
             ABSENT
             if d["differs"] is None
             else ("yes" if not d["differs"] else "[red]" + "; ".join(d["differs"]) + "[/]"),
@@ -326,30 +385,30 @@ def _own_counters(rec: dict) -> Table:
             pc, cs = win.get("perf_counters") or {}, win.get("conn_stats") or {}
             w.add_row(
                 side,
-                _int(pc.get("udp_send_calls")),
-                _int(pc.get("udp_send")),
-                _int(pc.get("udp_recv_events")),
-                _int(pc.get("udp_recv")),
-                _int(cs.get("send_suspected_lost_packets")),
-                _int(cs.get("send_congestion_count")),
+                count(pc.get("udp_send_calls")),
+                count(pc.get("udp_send")),
+                count(pc.get("udp_recv_events")),
+                count(pc.get("udp_recv")),
+                count(cs.get("send_suspected_lost_packets")),
+                count(cs.get("send_congestion_count")),
             )
         elif rec["stack"] == "udp":
             w.add_row(
                 side,
-                _int(win.get("io_calls")),
-                _int(win.get("datagrams")),
-                _int(win.get("lost")),
-                _int(win.get("reordered")),
-                _int(win.get("gro_segments")),
+                count(win.get("io_calls")),
+                count(win.get("datagrams")),
+                count(win.get("lost")),
+                count(win.get("reordered")),
+                count(win.get("gro_segments")),
             )
         else:
             ti = win.get("tcp_info") or {}
             w.add_row(
                 side,
-                _int(win.get("io_calls")),
-                _int(ti.get("segs_out")),
-                _int(ti.get("segs_in")),
-                _int(ti.get("total_retrans")),
+                count(win.get("io_calls")),
+                count(ti.get("segs_out")),
+                count(ti.get("segs_in")),
+                count(ti.get("total_retrans")),
             )
     return w
 
@@ -363,8 +422,8 @@ def _print_floor(rec: dict, console: Console) -> None:
     console.print(
         f"floor ({f['includes']}; {f['record_bytes']:,}-byte records, {f['library']}): "
         f"client {n['client']:.3f}, server {n['server']:.3f}, system {n['system']:.3f} ns/B; "
-        f"this run [bold]{_num(x['system'], '{:.1f}')}×[/] the floor "
-        f"(client {_num(x['client'], '{:.1f}')}×, server {_num(x['server'], '{:.1f}')}×)"
+        f"this run [bold]{num(x['system'], '{:.1f}')}×[/] the floor "
+        f"(client {num(x['client'], '{:.1f}')}×, server {num(x['server'], '{:.1f}')}×)"
     )
 
 
@@ -413,8 +472,7 @@ def _print_offload(rec: dict, console: Console) -> None:
 
 
 def _ratio(check: dict) -> str:
-    r = check.get("ratio")
-    return ABSENT if r is None else f"{r:.3f}"
+    return num(check.get("ratio"))
 
 
 def _print_probes(rec: dict, console: Console) -> None:
@@ -428,19 +486,19 @@ def _print_probes(rec: dict, console: Console) -> None:
     for col in ("", "CLIENT", "SERVER"):
         t.add_column(col, justify="right" if col else "left")
     rows = (
-        ("send calls", "send_calls", _int),
-        ("recv calls", "recv_calls", _int),
-        ("  with data", "recv_calls_with_data", _int),
-        ("  EAGAIN", "recv_eagain", _int),
-        ("syscalls per MB", "syscalls_per_mb", lambda v: _num(v, "{:.1f}")),
-        ("bytes per send call", "bytes_per_send_call", lambda v: _num(v, "{:,.0f}")),
-        ("bytes per recv call", "bytes_per_recv_call", lambda v: _num(v, "{:,.0f}")),
-        ("datagrams per send call", "datagrams_per_send_call", lambda v: _num(v, "{:.1f}")),
-        ("datagrams per recv call", "datagrams_per_recv_call", lambda v: _num(v, "{:.1f}")),
-        ("in-syscall ns/B", "in_syscall_ns_per_byte", _num),
+        ("send calls", "send_calls", count),
+        ("recv calls", "recv_calls", count),
+        ("  with data", "recv_calls_with_data", count),
+        ("  EAGAIN", "recv_eagain", count),
+        ("syscalls per MB", "syscalls_per_mb", lambda v: num(v, "{:.1f}")),
+        ("bytes per send call", "bytes_per_send_call", lambda v: num(v, "{:,.0f}")),
+        ("bytes per recv call", "bytes_per_recv_call", lambda v: num(v, "{:,.0f}")),
+        ("datagrams per send call", "datagrams_per_send_call", lambda v: num(v, "{:.1f}")),
+        ("datagrams per recv call", "datagrams_per_recv_call", lambda v: num(v, "{:.1f}")),
+        ("in-syscall ns/B", "in_syscall_ns_per_byte", num),
         # Wall time, blocked time included: not a share of CPU, and may exceed 1.
-        ("wall s in send calls per CPU s", "send_wall_s_per_cpu_s", lambda v: _num(v, "{:.2f}")),
-        ("wall s in recv calls per CPU s", "recv_wall_s_per_cpu_s", lambda v: _num(v, "{:.2f}")),
+        ("wall s in send calls per CPU s", "send_wall_s_per_cpu_s", lambda v: num(v, "{:.2f}")),
+        ("wall s in recv calls per CPU s", "recv_wall_s_per_cpu_s", lambda v: num(v, "{:.2f}")),
     )
     for label, key, fmt in rows:
         t.add_row(label, *(fmt(sides[side][key]) if sides.get(side) else ABSENT for side in ("client", "server")))
@@ -472,9 +530,9 @@ def _print_threads(rec: dict, console: Console) -> None:
         top = f["threads"][0] if f["threads"] else None
         t.add_row(
             side,
-            _num(n["oncpu"]),
-            _num(n["softirq_in_context"]),
-            _num(n["own_work"]),
+            num(n["oncpu"]),
+            num(n["softirq_in_context"]),
+            num(n["own_work"]),
             f"{top['comm']}/{top['tid']} {top['share'] * 100:.0f}%" if top and top["share"] is not None else ABSENT,
         )
     console.print(t)
@@ -507,11 +565,11 @@ def _print_flame(rec: dict, console: Console) -> None:
     for cat in cats:
         t.add_row(cat, *(f"{sides[s]['categories_ns_per_byte'][cat]:.3f}" for s in sides))
     t.add_row("[bold]graph total[/]", *(f"[bold]{sides[s]['ns_per_byte']:.3f}[/]" for s in sides))
-    t.add_row("measured", *(_num(sides[s]["measured_ns_per_byte"]) for s in sides))
-    t.add_row("gap", *(_num(sides[s]["gap_percent"], "{:+.1f}%") for s in sides))
+    t.add_row("measured", *(num(sides[s]["measured_ns_per_byte"]) for s in sides))
+    t.add_row("gap", *(num(sides[s]["gap_percent"], "{:+.1f}%") for s in sides))
     t.add_row(
         "stack quality",
-        *(_num(sides[s]["stack_quality"] and sides[s]["stack_quality"] * 100, "{:.0f}%") for s in sides),
+        *(num(sides[s]["stack_quality"] and sides[s]["stack_quality"] * 100, "{:.0f}%") for s in sides),
     )
     console.print(t)
     if flame.get("complete") is False:

@@ -11,8 +11,7 @@ writes and the several graphs' element ids never meet.
 
 Gathering (records -> Page: tables, chart specs, flame SVGs, problems)
 is kept apart from writing (Page -> HTML, `html`). The tables are the
-terminal's own (cli/report.py, compare_cmd.print_comparison) exported
-by rich as HTML, so a figure reads the same in both. Nothing is
+terminal's own (present/tables.py) exported by rich as HTML, so a figure reads the same in both. Nothing is
 measured, and a figure a record does not hold is left out, never drawn
 as zero.
 """
@@ -23,15 +22,19 @@ import html as _html
 import io
 import json
 import re
+import shutil
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional
 
 from rich.console import Console
 
-from qprof import __version__
+from qprof import __version__, figures
+from qprof.describe import rr
 from qprof.errors import QprofError
 from qprof.flamegraphs import categories, draw, normalize, sides
+from qprof.present.format import binary_size, duration_ns
 
 CHART_WIDTH = 520
 CHART_HEIGHT = 220
@@ -70,35 +73,8 @@ class Page:
 # --- small helpers ------------------------------------------------------------------
 
 
-def _get(obj, *path):
-    for p in path:
-        if isinstance(obj, dict):
-            obj = obj.get(p)
-        elif isinstance(obj, list) and isinstance(p, int) and -len(obj) <= p < len(obj):
-            obj = obj[p]
-        else:
-            return None
-        if obj is None:
-            return None
-    return obj
-
-
-def _num(v) -> Optional[float]:
-    return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
-
-
-def _size_label(v: float) -> str:
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if v >= scale:
-            return f"{v / scale:g} {unit}"
-    return f"{v:g} B"
-
-
-def _time_label(ns: float) -> str:
-    for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
-        if ns >= scale:
-            return f"{ns / scale:g} {unit}"
-    return f"{ns:g} ns"
+_get = figures.get
+_num = figures.number
 
 
 def log2_rows(hist: List[int], label: Callable[[float], str], **extra) -> List[dict]:
@@ -225,7 +201,7 @@ def _syscall_charts(rec: dict) -> List[Chart]:
     for side in ("client", "server"):
         for name, s in (_get(rec, "syscalls", side, "by_syscall") or {}).items():
             if s.get("calls") and s.get("time_hist_ns"):
-                rows += log2_rows(s["time_hist_ns"], _time_label, side=side, syscall=name)
+                rows += log2_rows(s["time_hist_ns"], duration_ns, side=side, syscall=name)
     if rows:
         out.append(
             Chart(
@@ -273,7 +249,7 @@ def _packet_charts(rec: dict) -> List[Chart]:
             h = _get(d, direction) or {}
             dev = f"{d.get('dev', '?').split('@')[0]} {direction}"
             if h.get("len_hist_bytes"):
-                lens += log2_rows(h["len_hist_bytes"], _size_label, device=dev, direction=direction)
+                lens += log2_rows(h["len_hist_bytes"], binary_size, device=dev, direction=direction)
             if h.get("gso_segs_hist"):
                 segs += log2_rows(h["gso_segs_hist"], lambda v: f"{max(v, 1):g}", device=dev, direction=direction)
     out = []
@@ -331,29 +307,9 @@ def cdf_points(values: Iterable[float], **extra) -> List[dict]:
     return [{**extra, "x": v, "fraction": (i + 1) / len(vs)} for i, v in enumerate(vs)]
 
 
-def hdr_cdf(encoded: str, **extra) -> List[dict]:
-    """The cumulative distribution of an rr record's HDR histogram, one
-    point per recorded value (ms)."""
-    return hdr_points(decode_hdr(encoded), **extra)
-
-
-def decode_hdr(encoded: str):
-    from hdrh.histogram import HdrHistogram
-
-    return HdrHistogram.decode(encoded)
-
-
-def hdr_points(h, **extra) -> List[dict]:
-    total = h.get_total_count()
-    out, seen = [], 0
-    if not total:
-        return out
-    for item in h.get_recorded_iterator():
-        seen += item.count_at_value_iterated_to
-        out.append(
-            {**extra, "x": h.get_highest_equivalent_value(item.value_iterated_to) / 1e6, "fraction": seen / total}
-        )
-    return out
+def hdr_cdf(*encoded: str, **extra) -> List[dict]:
+    """The delays' CDF (ms) of one or more rr records' HDR histograms, pooled."""
+    return [{**extra, "x": ms, "fraction": f} for ms, f in rr.delay_cdf_ms(*encoded)]
 
 
 def cdf_chart(name: str, title: str, series: Dict[str, List[float]], x_title: str, points=None) -> Chart:
@@ -568,7 +524,7 @@ def _config_axes(rec: dict) -> List[dict]:
 
 
 def is_category(key: str, units: dict) -> bool:
-    """A flame category's metric (compare.category_metrics: "side: category")."""
+    """A flame category's metric (figures.categories: "side: category")."""
     return ": " in ((units.get(key) or {}).get("label") or "") and key.endswith("_ns_per_byte")
 
 
@@ -576,7 +532,9 @@ def metric_charts(rec: dict) -> List[Chart]:
     """One chart per metric: each configuration's median, its range
     (min-max) and runs, against what the configuration varies, coloured by
     stack, with the ratio of medians to the first configuration (* where
-    the ranges do not overlap)."""
+    the ranges do not overlap). Labelled and in units as the table of
+    figures (core/figures.py) declares them; a key it does not declare
+    (an older record's) as the record's metric_units say."""
     axes = _config_axes(rec)
     units = rec.get("metric_units") or {}
     order = list(dict.fromkeys(a["x"] for a in axes))
@@ -603,7 +561,8 @@ def metric_charts(rec: dict) -> List[Chart]:
             runs += [{**axes[i], "value": v} for v in r.get("values") or [] if _num(v) is not None]
         if not rows:
             continue
-        u = units.get(key) or {}
+        fig = figures.FIGURE.get(key)
+        u = {"label": fig.label, "unit": fig.unit} if fig else units.get(key) or {}
         unit = u.get("unit") or ""
         title = (u.get("label") or key) + (f" ({unit})" if unit else "")
         x = {"field": "x", "type": "nominal", "sort": order, "title": None, "axis": {"labelAngle": -30}}
@@ -725,7 +684,7 @@ def comparison_distribution_charts(rec: dict, records: Dict[str, dict]) -> List[
     runs (read from their run directories)."""
     axes = _config_axes(rec)
     rr_points, downloads = [], {}
-    merged = {}
+    histograms: Dict[str, List[str]] = {}
     for r in rec.get("runs") or []:
         run = records.get(r.get("id"))
         i = r.get("config")
@@ -734,16 +693,12 @@ def comparison_distribution_charts(rec: dict, records: Dict[str, dict]) -> List[
         label = axes[i]["label"]
         enc = _get(run, "rr", "histogram")
         if enc:
-            h = decode_hdr(enc)
-            if label in merged:
-                merged[label].add(h)
-            else:
-                merged[label] = h
+            histograms.setdefault(label, []).append(enc)
         for d in _get(run, "downloads", "each") or []:
             if _num(d.get("complete_s")) is not None:
                 downloads.setdefault(label, []).append(d["complete_s"] * 1e3)
-    for label, h in merged.items():
-        rr_points += hdr_points(h, series=label)
+    for label, encoded in histograms.items():
+        rr_points += hdr_cdf(*encoded, series=label)
     out = []
     if rr_points:
         out.append(
@@ -909,3 +864,22 @@ def html(page: Page) -> str:
     parts.append(f"<script>{SCRIPT}</script>")
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
+
+
+def open_in_browser(paths: List[Path], say: Callable[[str], None] = print) -> None:
+    """Open each file (a report, a flame graph) with xdg-open, and say so;
+    without xdg-open, say where the file is."""
+    opener = shutil.which("xdg-open")
+    for path in paths:
+        if opener is None:
+            say(f"xdg-open is not installed; open {path} in a web browser.")
+            continue
+        # Detached: a browser started by xdg-open outlives qprof and is the user's.
+        subprocess.Popen(
+            [opener, str(path)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        say(f"opened {path}")

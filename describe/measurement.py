@@ -3,7 +3,7 @@
 reports, the probes' snapshots, the stack samples' counts, the kernel's
 counters around the run, and the environment it ran in.
 
-runner.py produces a Measurement and writes it to the run directory as
+collectors/placement.py produces a Measurement and writes it to the run directory as
 measurement.json; record.describe() turns it into run.json, a pure
 function of it (and of the folded stacks beside it). Keeping the raw
 values means a record can be derived again, and tested against a stored
@@ -14,15 +14,15 @@ import json
 from dataclasses import asdict, dataclass, fields
 from typing import Dict, Optional
 
-from . import cpu
-from .window import Edge, Window
+from qprof.describe import cpu, mix
+from qprof.describe.window import Edge, Window
 
 MEASUREMENT = "measurement.json"
 
 
 @dataclass
 class Measurement:
-    options: dict  # asdict(RunOptions), defaults filled in by check_options
+    options: dict  # asdict(RunOptions), resolved by describe/plan.py
     environment: dict  # environment.describe(), with "topology" (Topology.describe())
     measured_at: str  # local time, when the window closed
     pids: Dict[str, int]  # side -> workload pid
@@ -40,9 +40,12 @@ class Measurement:
     link: Optional[dict] = None  # with --link: link.apply's plan and the qdiscs read back
     reports: Optional[Dict[str, list]] = None  # --pattern download: side -> its per-download events
     intervals: Optional[list] = None  # --interval: window.sample_intervals' samples between the edges
+    placement: Optional[dict] = None  # where it ran, beyond this machine: {"guest_run": its directory}
 
     def to_json(self) -> str:
         d = {f.name: getattr(self, f.name) for f in fields(self)}
+        if self.placement is None:  # a run on this machine: as measurements were before placements
+            del d["placement"]
         d["window"] = {"start": _edge_out(self.window.start), "end": _edge_out(self.window.end)}
         if self.window.receiver != "server":
             d["window"]["receiver"] = self.window.receiver
@@ -54,6 +57,14 @@ class Measurement:
         w = d["window"]
         d["window"] = Window(_edge_in(w["start"]), _edge_in(w["end"]), w.get("receiver", "server"))
         return cls(**d)
+
+
+def load(text: str):
+    """A stored measurement of either shape: a run's (Measurement) or a
+    mix's (describe/mix.py MixMeasurement, which has flows)."""
+    if "flows" in json.loads(text):
+        return mix.MixMeasurement.from_json(text)
+    return Measurement.from_json(text)
 
 
 def _edge_out(e: Edge) -> dict:

@@ -1,0 +1,138 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""A window's edges, taken: every instrument read at one instant, as near
+as can be, for every client and server of a run (one flow or a mix's N);
+the samples inside a window (--interval); sleeping while watching the
+workloads. What an edge holds, and every figure made from two of them,
+is describe/window.py's."""
+
+import time
+from dataclasses import asdict, dataclass
+from typing import Callable, Iterable, List, Optional, Sequence, Tuple
+
+from qprof.collectors import emulation, procfs
+from qprof.collectors.workload import WorkloadProcess
+from qprof.describe import cpu
+from qprof.describe.window import Edge, edge_sample
+
+MARK_TIMEOUT_S = 5.0
+
+
+@dataclass
+class Reading:
+    """One edge of a window as read: the instant, the machine's CPU, each
+    flow's processes and marks, and (for a run of one flow) the kernel's
+    per-task, TLS and loss counters."""
+
+    t_ns: int
+    system: cpu.SystemCpu
+    flows: List[dict]  # per flow: server and client ProcessCpu, server_mark and client_mark
+    qdiscs: Optional[dict]
+    tasks: Optional[dict] = None
+    tls_stat: Optional[dict] = None
+    net: Optional[dict] = None
+
+    def edge(self) -> Edge:
+        """A run's edge (its one flow)."""
+        f = self.flows[0]
+        return Edge(
+            self.t_ns,
+            self.system,
+            f["server"],
+            f["client"],
+            f["server_mark"],
+            f["client_mark"],
+            self.tls_stat,
+            self.net,
+            self.tasks,
+            self.qdiscs,
+        )
+
+
+def take(
+    name: str,
+    pairs: Sequence[Tuple[WorkloadProcess, WorkloadProcess]],
+    probes=None,
+    emulated=None,
+    kernel: bool = True,
+) -> Reading:
+    """Every instrument's reading at one instant, as near as can be: all
+    marks are asked for at once (each process answers as soon as it runs),
+    the kernel's counters are read meanwhile, then the answers collected.
+    pairs: each flow's (server, client); kernel: read every task's
+    schedstat and each side's TLS and loss counters (a run of one flow)."""
+    if probes is not None:
+        probes.request_mark(name)
+    for server, client in pairs:
+        server.request_mark(name)
+        client.request_mark(name)
+    t_ns = time.monotonic_ns()
+    system = procfs.read_system()
+    flows = [{"server": procfs.read_process(s.pid), "client": procfs.read_process(c.pid)} for s, c in pairs]
+    tasks = tls_stat = net = None
+    if kernel:
+        server, client = pairs[0]
+        tasks = procfs.read_tasks()
+        tls_stat = {"server": procfs.read_tls_stat(server.pid), "client": procfs.read_tls_stat(client.pid)}
+        net = {
+            "server": procfs.read_namespace(server.pid),
+            "client": procfs.read_namespace(client.pid),
+            "softnet": procfs.read_softnet(),
+        }
+    qdiscs = emulation.read_counters(emulated.endpoints) if emulated else None
+    for f, (server, client) in zip(flows, pairs):
+        f["server_mark"] = server.wait_event("mark", MARK_TIMEOUT_S)
+        f["client_mark"] = client.wait_event("mark", MARK_TIMEOUT_S)
+    if probes is not None:
+        probes.collect_mark(name)
+    return Reading(t_ns, system, flows, qdiscs, tasks, tls_stat, net)
+
+
+def sample_intervals(
+    start: Edge,
+    end_ns: int,
+    interval_s: float,
+    receiver: WorkloadProcess,
+    server: WorkloadProcess,
+    client: WorkloadProcess,
+    on_sample: Callable[[dict, dict], None],
+) -> List[dict]:
+    """Inside the window, every interval_s until end_ns: the receiver's
+    verified bytes (a mark) and both processes' on-CPU time (schedstat),
+    and /proc/stat. Each sample goes to on_sample(previous, this) as it is
+    taken (the live lines); the list is the measurement's."""
+    procs = (server, client)
+    samples: List[dict] = []
+    prev = edge_sample(start, receiver.role)
+    k = 1
+    while True:
+        due = start.t_ns + int(k * interval_s * 1e9)
+        if due > end_ns - int(interval_s * 1e9) // 4:  # a sliver before the end edge is not an interval
+            sleep_watching(end_ns, procs)
+            return samples
+        sleep_watching(due, procs)
+        receiver.request_mark(f"interval-{k}")
+        t_ns = time.monotonic_ns()
+        sample = {
+            "t_ns": t_ns,
+            "system": asdict(procfs.read_system()),
+            "server_oncpu_s": procfs.read_process(server.pid).oncpu_s,
+            "client_oncpu_s": procfs.read_process(client.pid).oncpu_s,
+        }
+        mark = receiver.wait_event("mark", MARK_TIMEOUT_S)
+        sample.update(receiver_app_bytes=mark["app_bytes"], receiver_t_ns=mark["t_ns"])
+        samples.append(sample)
+        on_sample(prev, sample)
+        prev, k = sample, k + 1
+
+
+def sleep_watching(until_ns: int, procs: Iterable[WorkloadProcess]) -> None:
+    """Sleep until a monotonic time, failing fast if a workload ends early."""
+    procs = list(procs)
+    while True:
+        for p in procs:
+            if p.done is not None or p.exited() is not None:
+                p.raise_exit()
+        left_ns = until_ns - time.monotonic_ns()
+        if left_ns <= 0:
+            return
+        time.sleep(min(0.05, left_ns / 1e9))

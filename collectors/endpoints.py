@@ -1,0 +1,295 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""A plan's endpoints on a topology: each flow's server and client (one
+flow for a run, N for a mix), and the instruments around a run of one
+flow: the eBPF probes attached to both processes before the client
+connects, perf's stack samples, the kernel's UDP and device counters.
+
+Endpoints is the one owner of those processes: on any exit, every
+client, probe and server stops, in reverse order, before the topology
+goes (collectors/runner.py nests it inside the topology)."""
+
+import subprocess
+import time
+from contextlib import ExitStack
+from dataclasses import asdict
+from pathlib import Path
+from typing import Dict, List, Optional
+
+from qprof import errors
+from qprof.collectors import devices, environment, listen, procfs
+from qprof.collectors.edges import Reading
+from qprof.collectors.faults import NO_FAULTS, Faults
+from qprof.collectors.perf import PerfRecorder
+from qprof.collectors.probes import ProbeSet, target_for
+from qprof.collectors.topology import Topology
+from qprof.collectors.workload import WorkloadProcess
+from qprof.describe import mix, offload, options, transports
+from qprof.describe.measurement import Measurement
+from qprof.describe.plan import FlowPlan, Plan
+from qprof.describe.window import Window
+
+READY_TIMEOUT_S = 10.0
+FINISH_TIMEOUT_S = 30.0
+# qprof-wl's pattern period is max(--io-size, this) (workloads/wl.h, WL_PAT_PERIOD_MIN).
+PATTERN_PERIOD_MIN = 64 << 10
+
+
+def make_certificate(run_path: Path) -> tuple:
+    cert, key = run_path / "server-cert.pem", run_path / "server-key.pem"
+    r = subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
+        + ["-days", "1", "-subj", "/CN=qprof", "-keyout", str(key), "-out", str(cert)],
+        capture_output=True,
+        text=True,
+    )
+    if r.returncode != 0:
+        raise errors.TransportOpenFailed(
+            f"openssl could not make the run's certificate ({r.stderr.strip()}); check that openssl is installed."
+        )
+    return cert, key
+
+
+def workload_argv(
+    binary: Path,
+    opts,
+    role: str,
+    addr: str,
+    port: int,
+    plan: Optional[offload.OffloadPlan] = None,
+    env: Optional[Dict[str, str]] = None,
+    run_path: Optional[Path] = None,
+) -> List[str]:
+    """qprof-wl's command line for one role of a flow (env: the role's
+    offload environment, collectors/devices.py)."""
+    stack = transports.STACKS[opts.stack]
+    argv = [str(binary), "--stack", opts.stack, "--role", role, "--addr", addr, "--port", str(port), "--control"]
+    argv += options.workload_args(opts, role)
+    sender = "server" if opts.pattern == "download" else "client"
+    argv += transports.workload_args(stack, role, opts.tls_version, opts.cipher, opts.sendfile, sender)
+    role_env = listen.server_env(stack.name, addr, port, run_path) if role == "server" else {}
+    if plan is not None:
+        role_env = listen.merge((env or {}).get(role, {}), role_env)
+        argv += plan.args[role]
+    return offload.argv_with_env(role_env, argv)
+
+
+class Endpoints:
+    """Every flow's server, then every client waiting for "start" (a run's
+    probes attached to both before it connects); perf armed, not yet
+    sampling. servers[i], clients[i]: flow i's processes."""
+
+    def __init__(self, plan: Plan, binary: Path, topo: Topology, run_path: Path, cert, key, faults: Faults = NO_FAULTS):
+        self.plan, self.binary, self.topo, self.run_path = plan, binary, topo, run_path
+        self.cert, self.key, self.faults = cert, key, faults
+        self.single = not plan.is_mix
+        self.servers: Dict[int, WorkloadProcess] = {}
+        self.clients: Dict[int, WorkloadProcess] = {}
+        self.probes: Optional[ProbeSet] = None
+        self.perf: Optional[PerfRecorder] = None
+        self.envs = {fp.index: self._env(fp) for fp in plan.flows}
+        self._stack = ExitStack()
+
+    def _env(self, fp: FlowPlan) -> Dict[str, Dict[str, str]]:
+        # The interposer's reports go in the run directory, for a run's one flow.
+        env = devices.interposer_env(fp.offload, self.run_path if self.single else None)
+        if self.faults.no_interposer:  # the steering silently not taking effect
+            env = {"client": {}, "server": {}}
+        return env
+
+    def _log(self, fp: FlowPlan, role: str) -> Path:
+        return self.run_path / (f"{role}.log" if self.single else f"flow{fp.index}-{role}.log")
+
+    def _argv(self, fp: FlowPlan, role: str, port: int) -> List[str]:
+        run_path = self.run_path if self.single else None
+        return workload_argv(
+            self.binary, fp.options, role, self.topo.server.addr, port, fp.offload, self.envs[fp.index], run_path
+        )
+
+    def __enter__(self) -> "Endpoints":
+        try:
+            self._start()
+        except BaseException:
+            self._stack.close()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stack.close()
+
+    def _start(self) -> None:
+        f = self.faults
+        for fp in self.plan.flows:
+            argv = self._argv(fp, "server", fp.port) + ["--cert", str(self.cert), "--key", str(self.key)]
+            if f.verify:  # the server expects another pattern period than the client sends
+                period = max(fp.options.io_size, PATTERN_PERIOD_MIN)
+                argv += ["--io-size", str(period * 2 if period < 1 << 20 else period // 2)]
+            self.servers[fp.index] = self._stack.enter_context(
+                WorkloadProcess("server", argv, self.topo.server, self._log(fp, "server"))
+            )
+        for fp in self.plan.flows:
+            self.servers[fp.index].wait_event("ready", READY_TIMEOUT_S)
+            port = fp.port + 1 if f.handshake else fp.port
+            argv = self._argv(fp, "client", port) + ["--wait-start"]
+            if f.tls_mismatch:
+                argv += ["--tls", "1.2" if (fp.options.tls_version or "1.3") == "1.3" else "1.3"]
+            if f.ktls_claim:
+                argv += ["--fault", "ktls-claim"]
+            self.clients[fp.index] = self._stack.enter_context(
+                WorkloadProcess("client", argv, self.topo.client, self._log(fp, "client"))
+            )
+        opts = self.plan.options
+        if self.single:
+            target = target_for(self.topo, {"server": self.server.pid, "client": self.client.pid})
+            self.probes = self._stack.enter_context(ProbeSet(list(opts.probes), target, self.run_path))
+        if opts.sample_hz:
+            self.perf = self._stack.enter_context(
+                PerfRecorder(self.run_path, opts.sample_hz, opts.keep_perf_data, opts.call_graph)
+            )
+
+    @property
+    def server(self) -> WorkloadProcess:
+        return self.servers[self.plan.flows[0].index]
+
+    @property
+    def client(self) -> WorkloadProcess:
+        return self.clients[self.plan.flows[0].index]
+
+    @property
+    def pairs(self) -> list:
+        return [(self.servers[fp.index], self.clients[fp.index]) for fp in self.plan.flows]
+
+    @property
+    def processes(self) -> List[WorkloadProcess]:
+        return [*self.servers.values(), *self.clients.values()]
+
+    def finish(self) -> Dict[int, Dict[str, dict]]:
+        """Each flow's final reports, clients first; a workload that failed
+        raises its own sentence."""
+        done = {
+            i: {"client": self.clients[i].finish(FINISH_TIMEOUT_S), "server": self.servers[i].finish(FINISH_TIMEOUT_S)}
+            for i in self.clients
+        }
+        return done
+
+    def stacks(self) -> Optional[dict]:
+        """perf stopped and its samples folded per side: the capture."""
+        if self.perf is None:
+            return None
+        perf = self.perf
+        perf.stop()
+        samples = perf.fold({"client": self.client.pid, "server": self.server.pid}, self.run_path / "stacks")
+        return {
+            "event": "cpu-clock",
+            "sample_period_ns": perf.period_ns,
+            "sample_hz": perf.sample_hz,
+            "call_graph": perf.call_graph,
+            "samples": samples,
+            "samples_per_cpu": perf.samples_per_cpu(),
+            "stacks_dir": "stacks",
+        }
+
+    def sides(self):
+        return (("client", self.topo.client), ("server", self.topo.server))
+
+    def kernel_counters(self) -> dict:
+        """The namespaces' UDP counters and the veths' device counters (a run's, around its window)."""
+        return {
+            "udp": {side: procfs.read_udp(ep) for side, ep in self.sides()},
+            "devices": {side: procfs.read_device(ep) for side, ep in self.sides()},
+        }
+
+
+def run_measurement(
+    ep: Endpoints,
+    start: Reading,
+    end: Reading,
+    connected: dict,
+    receiver: str,
+    tls_before: dict,
+    intervals,
+    before: dict,
+    after: dict,
+    measured_at: str,
+    done: dict,
+    capture: Optional[dict],
+    probe_records: dict,
+    floor_parts: dict,
+) -> Measurement:
+    """What a run of one flow measured, raw."""
+    opts, fp = ep.plan.options, ep.plan.flows[0]
+    window = Window(start.edge(), end.edge(), receiver=receiver)
+    if window.bytes <= 0:
+        raise errors.PeerDied(
+            "no bytes arrived inside the window though both sides reported success; see the run's logs."
+        )
+    env = environment.describe()
+    env["topology"] = ep.topo.describe()
+    netns = ep.topo.kind == "netns"
+    return Measurement(
+        options=asdict(opts),
+        environment=env,
+        measured_at=measured_at,
+        pids={"client": ep.client.pid, "server": ep.server.pid},
+        window=window,
+        connected=connected,
+        done=done[fp.index],
+        tls_before=tls_before,
+        udp={"before": before["udp"], "after": after["udp"]},
+        devices={"before": before["devices"], "after": after["devices"]},
+        probes=probe_records,
+        perf=capture,
+        server_binds=listen.read_report(ep.run_path),
+        reports={"client": ep.client.reports, "server": ep.server.reports} if opts.pattern != "bulk" else None,
+        offload={
+            **fp.offload.describe(),
+            "device_features": ({side: devices.read_device_features(e) for side, e in ep.sides()} if netns else None),
+            "interposer": devices.read_interposer_reports(ep.run_path),
+        },
+        floor_parts=floor_parts,
+        intervals=intervals,
+    )
+
+
+def mix_measurement(
+    ep: Endpoints, start: Reading, end: Reading, connected: Dict[int, dict], measured_at: str, done: dict
+) -> mix.MixMeasurement:
+    """What a mix measured, raw: the machine at the edges, each flow's marks and CPU."""
+    measured = []
+    for k, fp in enumerate(ep.plan.flows):
+        i = fp.index
+        measured.append(
+            mix.FlowMeasurement(
+                flow=asdict(fp.mix_flow),
+                options=asdict(fp.options),
+                pids={"client": ep.clients[i].pid, "server": ep.servers[i].pid},
+                connected=connected[i],
+                marks={
+                    "start": {"server": start.flows[k]["server_mark"], "client": start.flows[k]["client_mark"]},
+                    "end": {"server": end.flows[k]["server_mark"], "client": end.flows[k]["client_mark"]},
+                },
+                cpu={
+                    e: {side: asdict(r.flows[k][side]) for side in ("client", "server")}
+                    for e, r in (("start", start), ("end", end))
+                },
+                done=done[i],
+                reports=list(ep.clients[i].reports) if fp.options.pattern == "rr" else None,
+            )
+        )
+    if not any(fm.marks["end"]["server"]["app_bytes"] > fm.marks["start"]["server"]["app_bytes"] for fm in measured):
+        raise errors.PeerDied(
+            "no flow's bytes arrived inside the window though every side reported success; see the run's logs."
+        )
+    env = environment.describe()
+    env["topology"] = ep.topo.describe()
+    edge = lambda r: {"t_ns": r.t_ns, "system": asdict(r.system), "qdiscs": r.qdiscs}  # noqa: E731
+    return mix.MixMeasurement(
+        options=asdict(ep.plan.options),
+        environment=env,
+        measured_at=measured_at,
+        edges={"start": edge(start), "end": edge(end)},
+        flows=measured,
+    )
+
+
+def now_text() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")

@@ -1,0 +1,179 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""Where a plan's endpoints run, each behind one small interface:
+
+    measure(plan, rundir, on_progress, faults, on_interval) -> Measurement | MixMeasurement
+
+- Local: two network namespaces joined by veth (with the --link's qdiscs
+  on them), or the host's loopback; the endpoints, the window and every
+  instrument run here.
+- Guest: the same qprof inside a QEMU guest with Debian's kernel (kernel
+  TLS, netem), given the plan's options; its measurement comes back and
+  is described here like any other, with the guest and its host in the
+  environment.
+
+A remote host over SSH is one more implementation of the same interface.
+"""
+
+import json
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Dict, Optional
+
+from qprof import errors
+from qprof.collectors import devices, emulation, environment, floor, guest, windows
+from qprof.collectors.endpoints import Endpoints, make_certificate, mix_measurement, now_text, run_measurement
+from qprof.collectors.faults import Faults
+from qprof.collectors.topology import Topology
+from qprof.describe import link, measurement, options
+from qprof.describe.plan import Plan
+
+# A guest run without a --duration (--bytes, downloads) may take this long, plus boot and set-up.
+GUEST_UNTIMED_S = 600
+GUEST_SLACK_S = 300
+# What a guest run takes beyond its warm-up and window: boot, set-up in
+# the emulator, the record (a 1 s tcp run took 28.9 s here, a 4 s one 33.4).
+GUEST_OVERHEAD_S = 27.0
+# The guest-deadline fault's deadline, boot included: a guest run of a longer --duration cannot meet it.
+GUEST_DEADLINE_FAULT_S = 10.0
+
+
+class Local:
+    """The endpoints in two network namespaces, or on the loopback."""
+
+    def __init__(self, binary: Path):
+        self.binary = binary
+
+    def measure(self, plan: Plan, rundir, on_progress, faults: Faults, on_interval=None):
+        opts = plan.options
+        cert, key = make_certificate(rundir.path)
+        if faults.bad_cert:
+            cert.write_text("not a certificate\n")
+        floor_parts = None if plan.is_mix else floor.measure(opts.stack)  # cached; before anything else runs
+        features: Dict[str, str] = {}
+        for fp in plan.flows:
+            features.update(fp.offload.devices)
+        what = f"run {rundir.id}: " + (f"{len(plan.flows)} flows ({opts.mix})" if plan.is_mix else opts.stack)
+        with Topology(opts.topology, rundir.id[-6:], mtu=opts.mtu) as topo:
+            emulated = set_up(topo, opts, features, what, rundir.path, on_progress)
+            with Endpoints(plan, self.binary, topo, rundir.path, cert, key, faults) as ep:
+                before = ep.kernel_counters() if ep.single else None
+                w = windows.measure(plan, ep, emulated, on_progress, faults, on_interval)
+                measured_at = now_text()
+                done = ep.finish()
+                if ep.single:
+                    after = ep.kernel_counters()
+                    probe_records = ep.probes.records()
+                    capture = ep.stacks()
+            for i in ep.clients:
+                for p in (ep.clients[i], ep.servers[i]):
+                    if p.done.get("exit_code") != 0:
+                        p.raise_exit()
+            if plan.is_mix:
+                m = mix_measurement(ep, w.start, w.end, w.connected, measured_at, done)
+            else:
+                m = run_measurement(
+                    ep,
+                    w.start,
+                    w.end,
+                    w.connected[plan.flows[0].index],
+                    w.receiver,
+                    w.tls_before,
+                    w.intervals,
+                    before,
+                    after,
+                    measured_at,
+                    done,
+                    capture,
+                    probe_records,
+                    floor_parts,
+                )
+            m.link = emulated.applied if emulated else None
+        return m
+
+
+def set_up(topo: Topology, opts, features: dict, what: str, run_path: Path, on_progress):
+    """The topology made ready: the veths' offload features and the
+    --link (its Emulated, or None)."""
+    on_progress(f"{what} over {topo.kind}" + (f" {topo.subnet}" if topo.subnet else "") + f", output in {run_path}")
+    for ep in (topo.client, topo.server) if topo.kind == "netns" else ():
+        devices.set_device_features(ep, features)
+    if not opts.link:
+        return None
+    return emulation.apply(link.parse(opts.link), {"client": topo.client, "server": topo.server}, opts.mtu)
+
+
+def guest_expected_s(opts) -> Optional[float]:
+    """About how long a guest run takes; None when its length is the
+    transfer's (--bytes, downloads)."""
+    if opts.duration_s is None:
+        return None
+    return GUEST_OVERHEAD_S + (opts.warmup_s or 0.0) + opts.duration_s
+
+
+class Guest:
+    """The whole measurement inside a QEMU guest: the guest's qprof runs
+    the plan's options (collectors/guest.py boots it and waits), and its
+    raw measurement comes back. on_guest(stage, seconds since boot began,
+    guest_expected_s) as each stage is reached ("boot" first)."""
+
+    def __init__(self, on_guest=None):
+        self.on_guest = on_guest
+
+    def measure(self, plan: Plan, rundir, on_progress, faults: Faults, on_interval=None):
+        opts = plan.options
+        art = guest.artifacts()
+        out = (rundir.path / "guest").resolve()
+        out.mkdir()
+        # The same options for the guest's qprof, as JSON (describe/options.py).
+        # Not a guest again inside the guest; its runs go where the host reads them.
+        (out / "options.json").write_text(options.to_json(replace(opts, guest=False, runs_dir=str(out / "runs"))))
+        (out / "cmd.sh").write_text(
+            guest.guest_command(["--options-file", str(out / "options.json"), *faults.argv()], out)
+        )
+        on_progress(
+            f"run {rundir.id}: {'mix' if plan.is_mix else opts.stack} in a QEMU guest "
+            f"({art.kernel_release}, TCG), output in {rundir.path}"
+        )
+        timeout_s = opts.warmup_s + (opts.duration_s or GUEST_UNTIMED_S) + GUEST_SLACK_S
+        if faults.guest_deadline:
+            timeout_s = GUEST_DEADLINE_FAULT_S
+        with guest.GuestVM(art, out, rundir.path / "console.log") as vm:
+            expected = guest_expected_s(opts)
+
+            def stage(name: str, s: float) -> None:
+                on_progress(f"guest: {name} after {s:.0f} s")
+                if self.on_guest:
+                    self.on_guest(name, s, expected)
+
+            stage("boot", 0.0)
+            stages = vm.wait(timeout_s, stage)
+        rc_file = out / "rc"
+        if not rc_file.exists():
+            raise errors.GuestBootFailed(
+                f"the guest stopped at stage '{stages[-1] if stages else 'boot'}' "
+                f"(last console line: {vm.last_console_line()}); see {rundir.path / 'console.log'}."
+            )
+        rc = int(rc_file.read_text().strip() or 1)
+        if rc != 0:
+            lines = [l for l in (out / "run.stderr").read_text(errors="replace").splitlines() if l.strip()]
+            sentence = lines[-1].removeprefix("qprof: ") if lines else f"qprof exited {rc} in the guest"
+            raise errors.by_exit_code(rc, f"in the guest: {sentence}")
+        # The guest's run directory, relative to this one: its measurement, logs and stacks.
+        guest_run = Path("guest") / "runs" / json.loads((out / "run.stdout").read_text())["id"]
+        m = measurement.load((rundir.path / guest_run / measurement.MEASUREMENT).read_text())
+        m.options = asdict(opts)
+        m.placement = {"guest_run": str(guest_run)}
+        if getattr(m, "perf", None):
+            m.perf["stacks_dir"] = str(guest_run / m.perf["stacks_dir"])
+        m.environment["emulated"] = True
+        m.environment["guest"] = {
+            "kernel_package": art.package,
+            "kernel_release": art.kernel_release,
+            "qemu": guest.qemu_version(),
+            "accel": "tcg",
+            "cpu": "max",
+            "cpus": guest.GUEST_CPUS,
+            "memory_mb": guest.GUEST_MEMORY_MB,
+        }
+        m.environment["host"] = environment.describe()
+        return m

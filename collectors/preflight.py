@@ -1,0 +1,53 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""What only this machine can answer about a resolved plan, before
+anything starts: root, the workload built, kernel TLS, the TCP congestion
+control asked for, the qdiscs a --link needs. A guest run leaves the
+kernel's questions to the guest's kernel (a refusal there comes back with
+its sentence). describe/plan.py has checked everything else."""
+
+import os
+from pathlib import Path
+
+from qprof import errors, paths
+from qprof.collectors import capabilities, procfs, topology
+from qprof.collectors.faults import NO_FAULTS, Faults
+from qprof.describe import link
+from qprof.describe.plan import Plan
+
+
+def check(plan: Plan, faults: Faults = NO_FAULTS) -> Path:
+    """The workload binary to run, or the first thing this machine lacks
+    as a QprofError (faults: the no-netem fault reaches the qdisc check)."""
+    opts = plan.options
+    if not opts.guest:
+        _kernel(plan)
+    if os.geteuid() != 0:
+        raise errors.NotRoot("qprof run needs root (network namespaces, perf, eBPF); run it as root, e.g. with sudo.")
+    binary = paths.workload_binary()
+    if opts.link is not None and not opts.guest:
+        for kind in link.parse(opts.link).qdisc_kinds:
+            why = capabilities.qdisc_missing(kind, no_netem=faults.no_netem)
+            if why is not None:
+                raise errors.LinkUnsupported(
+                    f"--link '{opts.link}' needs {kind}, which this kernel cannot add ({why}); "
+                    "run it in a QEMU guest with Debian's kernel: add --guest."
+                )
+    return binary
+
+
+def _kernel(plan: Plan) -> None:
+    """Kernel TLS and the congestion control, which a user may ask about too."""
+    opts = plan.options
+    for fp in plan.flows:
+        if fp.stack.tls == "kernel" and not procfs.kernel_has_tls():
+            raise errors.KernelFeatureMissing(
+                f"this kernel lacks the TLS ULP ('tls' is not in {procfs.TCP_ULP}), so tcp-ktls cannot run here; "
+                "add --guest to run it in a QEMU guest with Debian's kernel."
+            )
+    if opts.tcp_cc is not None and any(fp.options.tcp_cc for fp in plan.flows):
+        have = Path(topology.TCP_CC_AVAILABLE).read_text().split()
+        if opts.tcp_cc not in have:
+            raise errors.KernelFeatureMissing(
+                f"this kernel has no TCP congestion control '{opts.tcp_cc}' (it has: {', '.join(have)}); "
+                "pick one of those, or load its module (modprobe tcp_NAME)."
+            )

@@ -1,0 +1,118 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""The kernel's counters as qprof reads them at a window's edges: /proc's
+CPU accounting (clock ticks and schedstat), a namespace's SNMP and netstat
+tables, softnet, a veth's qdisc and link counters, and kernel TLS's
+counters. The parsing and every figure made from them live in
+describe/cpu.py and describe/netstat.py; this module only reads."""
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Dict, Optional
+
+from qprof.collectors.topology import Endpoint
+from qprof.describe.cpu import ProcessCpu, SystemCpu, parse_pid_stat, parse_proc_stat
+from qprof.describe.netstat import WATCHED, parse_snmp, parse_softnet, parse_udp
+
+TCP_ULP = Path("/proc/sys/net/ipv4/tcp_available_ulp")
+
+
+def read_system() -> SystemCpu:
+    with open("/proc/stat") as f:
+        return parse_proc_stat(f.read())
+
+
+def read_process(pid: int) -> ProcessCpu:
+    with open(f"/proc/{pid}/stat") as f:
+        utime_s, stime_s = parse_pid_stat(f.read())
+    oncpu_ns = 0
+    task_dir = f"/proc/{pid}/task"
+    for tid in os.listdir(task_dir):
+        try:
+            with open(f"{task_dir}/{tid}/schedstat") as f:
+                oncpu_ns += int(f.read().split()[0])
+        except FileNotFoundError:
+            pass  # thread exited between listdir and open
+    return ProcessCpu(utime_s, stime_s, oncpu_ns / 1e9)
+
+
+def read_tasks() -> Dict[tuple, int]:
+    """Every task's on-CPU nanoseconds (schedstat), keyed (pid, tid); the
+    idle tasks are not in /proc, so they are left out as perf's are."""
+    out = {}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue  # exited meanwhile
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                    out[(int(pid), int(tid))] = int(f.read().split()[0])
+            except (OSError, ValueError, IndexError):
+                pass
+    return out
+
+
+def read_udp(endpoint: Endpoint) -> Optional[Dict[str, int]]:
+    r = subprocess.run(endpoint.command(["cat", "/proc/net/snmp"]), capture_output=True, text=True)
+    return parse_udp(r.stdout) if r.returncode == 0 else None
+
+
+def read_namespace(pid: int) -> Optional[Dict[str, int]]:
+    """The watched counters of pid's network namespace, as "Table.Name"."""
+    tables: Dict[str, Dict[str, int]] = {}
+    try:
+        for name in ("snmp", "netstat"):
+            tables.update(parse_snmp(Path(f"/proc/{pid}/net/{name}").read_text()))
+    except OSError:
+        return None
+    return {f"{t}.{c}": tables[t][c] for t, cs in WATCHED.items() if t in tables for c in cs if c in tables[t]}
+
+
+def read_softnet() -> Optional[Dict[str, int]]:
+    try:
+        return parse_softnet(Path("/proc/net/softnet_stat").read_text())
+    except OSError:
+        return None
+
+
+def read_device(endpoint: Endpoint) -> Optional[Dict[str, int]]:
+    """A veth's qdisc drops, overlimits and requeues (every qdisc on it) and
+    its link's dropped counters, from tc and ip in its namespace."""
+    if endpoint.netns is None:
+        return None
+    ns, dev = endpoint.netns, endpoint.ifname
+    q = subprocess.run(["tc", "-n", ns, "-s", "-j", "qdisc", "show", "dev", dev], capture_output=True, text=True)
+    link = subprocess.run(["ip", "-n", ns, "-s", "-j", "link", "show", "dev", dev], capture_output=True, text=True)
+    if q.returncode or link.returncode:
+        return None
+    out = {"qdisc_drops": 0, "qdisc_overlimits": 0, "qdisc_requeues": 0}
+    for qd in json.loads(q.stdout or "[]"):
+        out["qdisc_drops"] += qd.get("drops", 0)
+        out["qdisc_overlimits"] += qd.get("overlimits", 0)
+        out["qdisc_requeues"] += qd.get("requeues", 0)
+    stats = (json.loads(link.stdout or "[{}]")[0]).get("stats64", {})
+    out["link_tx_dropped"] = stats.get("tx", {}).get("dropped", 0)
+    out["link_rx_dropped"] = stats.get("rx", {}).get("dropped", 0)
+    return out
+
+
+def kernel_has_tls(ulp_path: Path = TCP_ULP) -> bool:
+    try:
+        return "tls" in ulp_path.read_text().split()
+    except OSError:
+        return False
+
+
+def read_tls_stat(pid: int) -> Optional[Dict[str, int]]:
+    """The kernel's TLS counters of the process's network namespace;
+    None where the kernel has no TLS (the file is absent)."""
+    try:
+        text = Path(f"/proc/{pid}/net/tls_stat").read_text()
+    except OSError:
+        return None
+    return {k: int(v) for k, v in (line.split() for line in text.splitlines() if line.strip())}

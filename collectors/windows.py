@@ -1,0 +1,193 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""Each pattern's window: what it is, and when its edges are read.
+
+- timed (bulk --duration, rr, a mix): every client connects, the warm-up
+  passes (a bulk transfer also waits for a rate-limited link to fill),
+  the window runs for --duration, and the clients send on past its end;
+- bytes (bulk --bytes): the transfer measured whole, from before the
+  client connects to the server's last byte;
+- download: the --count downloads, from the client's start to its last byte.
+
+Every edge is collectors/edges.py's `take` over all of the endpoints'
+flows; perf samples exactly the window.
+"""
+
+import os
+import signal
+import time
+from typing import Callable, NamedTuple, Optional
+
+from qprof import errors
+from qprof.collectors import emulation, procfs
+from qprof.collectors.edges import Reading, sample_intervals, sleep_watching, take
+from qprof.collectors.endpoints import Endpoints
+from qprof.collectors.faults import Faults
+from qprof.describe.plan import Plan
+from qprof.describe.window import edge_sample, interval_figures
+
+CONNECT_TIMEOUT_S = 10.0
+# The client keeps sending this long past the window's end, so the end
+# edge is taken while the transfer is still in its steady state.
+TAIL_S = 0.3
+# A fixed-size transfer may take as long as it needs, but not stall: the
+# receiver's progress is read this often, and no new byte for STALL_S ends it.
+PROGRESS_CHECK_S = 5.0
+STALL_S = 30.0
+
+
+class Taken(NamedTuple):
+    """What a pattern's window measured: its edges and what came with them."""
+
+    start: Reading
+    end: Reading
+    connected: dict  # flow index -> the client's "connected" event
+    receiver: str = "server"  # whose verified bytes the window counts
+    tls_before: Optional[dict] = None
+    intervals: Optional[list] = None
+
+
+def measure(plan: Plan, ep: Endpoints, emulated, on_progress, faults: Faults, on_interval=None) -> Taken:
+    """The window of the plan's pattern (WINDOWS), its edges read over every flow."""
+    opts = plan.options
+    kind = "download" if opts.pattern == "download" else "bytes" if opts.bytes else "timed"
+    return WINDOWS[kind](plan, ep, emulated, on_progress, faults, on_interval)
+
+
+def _edge(name: str, ep: Endpoints, emulated) -> Reading:
+    return take(name, ep.pairs, ep.probes, emulated, kernel=ep.single)
+
+
+def _tls_stat(ep: Endpoints) -> dict:
+    return {"client": procfs.read_tls_stat(ep.client.pid), "server": procfs.read_tls_stat(ep.server.pid)}
+
+
+def _downloads(plan: Plan, ep: Endpoints, emulated, on_progress, faults: Faults, on_interval=None) -> Taken:
+    """--pattern download: the window is the --count downloads, from the
+    client's start to its last byte; the perf samples cover exactly it."""
+    opts, client = plan.options, ep.client
+    tls_before = _tls_stat(ep)
+    if ep.perf is not None:
+        ep.perf.enable()
+    start = _edge("start", ep, emulated)
+    client.send("start")
+    if faults.stall:  # the sender freezes; the watchdog below must end the run
+        os.kill(ep.server.pid, signal.SIGSTOP)
+    on_progress(f"{opts.count} downloads of {opts.size:,} bytes, each on a new connection")
+    _wait_for_done(
+        client,
+        lambda got: (
+            f"the downloads stalled: the client received no byte for {STALL_S:.0f} s "
+            f"({sum(e['event'] == 'download' for e in client.reports)} of {opts.count} downloads done); "
+            f"see {client.log_path}."
+        ),
+    )
+    end = _edge("end", ep, emulated)
+    if ep.perf is not None:
+        ep.perf.disable()
+    connected = next((e for e in client.reports if e["event"] == "connected"), None) or {}
+    return Taken(start, end, {0: connected}, "client", tls_before)
+
+
+def _fixed_size(plan: Plan, ep: Endpoints, emulated, on_progress, faults: Faults, on_interval=None) -> Taken:
+    """--bytes: the transfer measured whole, from before the client
+    connects until the server has the last byte."""
+    opts, server, client = plan.options, ep.server, ep.client
+    tls_before = _tls_stat(ep)
+    if ep.perf is not None:
+        ep.perf.enable()
+    start = _edge("start", ep, emulated)
+    client.send("start")
+    connected = client.wait_event("connected", CONNECT_TIMEOUT_S)
+    if faults.stall:  # the sender freezes; the watchdog below must end the run
+        os.kill(client.pid, signal.SIGSTOP)
+    on_progress("measuring until the last byte arrives")
+    _wait_for_done(
+        server,
+        lambda got: (
+            f"the fixed-size transfer stalled: the server received no byte for {STALL_S:.0f} s "
+            f"({got} of {opts.bytes * opts.streams} bytes arrived); see {server.log_path}."
+        ),
+    )
+    end = _edge("end", ep, emulated)
+    if ep.perf is not None:
+        ep.perf.disable()
+    return Taken(start, end, {0: connected}, "server", tls_before)
+
+
+def _timed(plan: Plan, ep: Endpoints, emulated, on_progress, faults: Faults, on_interval=None) -> Taken:
+    """--duration (bulk, rr, a mix): every client connects, the warm-up
+    passes (and a bulk transfer fills a rate-limited link), then the
+    window runs for --duration; the clients send on past its end edge."""
+    opts, procs = plan.options, ep.processes
+    tls_before = _tls_stat(ep) if ep.single else None
+    for c in ep.clients.values():
+        c.send("start")
+    connected = {i: c.wait_event("connected", CONNECT_TIMEOUT_S) for i, c in ep.clients.items()}
+    flows = f"{len(connected)} flows connected" if len(connected) > 1 else "connected"
+    on_progress(f"{flows}; warming up {opts.warmup_s:g} s")
+    sleep_watching(max(e["t_ns"] for e in connected.values()) + int(opts.warmup_s * 1e9), procs)
+    if emulated is not None and emulated.spec.rate_bit and any(fp.options.pattern == "bulk" for fp in plan.flows):
+        on_progress("waiting for the link to fill")
+        emulated.applied["before_window"] = emulation.wait_saturated(
+            emulated.endpoints["client"],
+            emulated.spec,
+            lambda s: sleep_watching(time.monotonic_ns() + int(s * 1e9), procs),
+        )
+    if ep.perf is not None:
+        ep.perf.enable()
+    start = _edge("start", ep, emulated)
+    on_progress(f"measuring {opts.duration_s:g} s")
+    if faults.kill_server:
+        sleep_watching(start.t_ns + int(opts.duration_s * 0.3e9), procs)
+        ep.server.proc.kill()
+    end_ns = start.t_ns + int(opts.duration_s * 1e9)
+    intervals = None
+    if ep.single and opts.interval_s and opts.pattern == "bulk":
+        first = start.edge()
+        intervals = sample_intervals(
+            first,
+            end_ns,
+            opts.interval_s,
+            ep.server,
+            ep.server,
+            ep.client,
+            lambda a, b: on_interval(interval_line(a, b, start.t_ns)) if on_interval else None,
+        )
+    else:
+        sleep_watching(end_ns, procs)
+    end = _edge("end", ep, emulated)
+    if ep.perf is not None:
+        ep.perf.disable()
+    sleep_watching(end.t_ns + int(TAIL_S * 1e9), procs)
+    for c in ep.clients.values():
+        c.send("stop")
+    if intervals is not None and on_interval:
+        last = intervals[-1] if intervals else edge_sample(start.edge(), "server")
+        on_interval(interval_line(last, edge_sample(end.edge(), "server"), start.t_ns))
+    return Taken(start, end, connected, "server", tls_before, intervals)
+
+
+WINDOWS = {"download": _downloads, "bytes": _fixed_size, "timed": _timed}
+
+
+def interval_line(a: dict, b: dict, t0_ns: int) -> dict:
+    """An interval's figures with its place in the window (s from its start)."""
+    return {"start_s": (a["t_ns"] - t0_ns) / 1e9, "end_s": (b["t_ns"] - t0_ns) / 1e9, **interval_figures(a, b)}
+
+
+def _wait_for_done(receiver, stalled: Callable[[int], str]) -> None:
+    """The receiver's done report, however long the transfer takes while
+    bytes keep arriving; a stall of STALL_S is a Timeout, its sentence
+    stalled(bytes received so far)."""
+    seen, last_progress = -1, time.monotonic()
+    while True:
+        try:
+            receiver.wait_event("done", PROGRESS_CHECK_S)
+            return
+        except errors.Timeout:
+            pass
+        got = receiver.mark("progress")["app_bytes"]
+        if got > seen:
+            seen, last_progress = got, time.monotonic()
+        elif time.monotonic() - last_progress > STALL_S:
+            raise errors.Timeout(stalled(got))

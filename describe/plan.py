@@ -1,0 +1,230 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""Resolve, then run: the user's options become a complete, immutable Plan
+before anything starts.
+
+`resolve` checks every option's range (the table, describe/options.py),
+then every rule between options, once, and fills every default the table
+declares (its `fill`) where it applies. Each step returns new options
+(dataclasses.replace); nothing here, or downstream, changes what it was
+given. What only the machine can answer (root, kernel TLS, a congestion
+control, a qdisc) is collectors/preflight.py's, after this.
+
+A Plan is the options, resolved, and its endpoints: one flow for a run,
+N for a `--mix`, each with its stack, its own options, its port and its
+GSO/GRO plan. The runner measures any Plan the same way.
+"""
+
+from dataclasses import dataclass, replace
+from typing import Optional, Tuple
+
+from qprof import errors
+from qprof.describe import link, mix, offload, options, transports
+from qprof.describe.options import RunOptions
+from qprof.describe.transports import UDP_IP_HEADERS
+
+MIN_RR_PERIOD_S = 100e-6  # qprof-wl's --period-us floor
+
+
+@dataclass(frozen=True)
+class FlowPlan:
+    """One client and server pair: what it runs, on which port."""
+
+    index: int
+    stack: transports.Stack
+    options: RunOptions  # the flow's own: a mix's flow sees only what applies to it
+    offload: offload.OffloadPlan
+    mix_flow: Optional[mix.Flow] = None  # a mix's flow as the user gave it
+
+    @property
+    def port(self) -> int:
+        return self.options.port
+
+
+@dataclass(frozen=True)
+class Plan:
+    options: RunOptions  # every default filled
+    flows: Tuple[FlowPlan, ...]  # one for a run; a mix's N
+
+    @property
+    def is_mix(self) -> bool:
+        return self.options.mix is not None
+
+
+def resolve(opts: RunOptions, cpus: int = 1) -> Plan:
+    """The complete plan of a run or a mix (cpus: the machine's, which
+    bounds a mix's flows), or the first rule it breaks as a QprofError."""
+    options.check(opts)
+    if opts.mix:
+        return _resolve_mix(opts, cpus)
+    opts, stack = resolve_one(opts)
+    return Plan(opts, (_flow(0, stack, opts),))
+
+
+def resolve_one(opts: RunOptions) -> Tuple[RunOptions, transports.Stack]:
+    """One flow's options, every rule checked and every default filled."""
+    if opts.mix:
+        raise errors.BadMix("--mix is run by `qprof run` alone; drop --mix here.")
+    stack = transports.validate(opts.stack, opts.tls_version, opts.cipher, opts.sendfile)
+    if opts.io_size is None:
+        opts = replace(opts, io_size=stack.io_size)
+    opts = _pattern(opts)
+    if opts.pattern in ("bulk", "rr"):
+        opts = _bulk_length(opts)
+    opts = _link(opts)
+    _tcp_cc(opts)
+    if opts.interval_s and opts.interval_s < options.MIN_INTERVAL_S:
+        raise errors.BadValue(
+            f"--interval {opts.interval_s * 1e3:g}ms is below {options.MIN_INTERVAL_S * 1e3:g}ms, finer than "
+            "the marks it reads can be taken without disturbing the run; raise it, or 0 for none."
+        )
+    offload.plan(opts.stack, opts.topology, opts.gso, opts.gro, opts.send_mode, opts.batch, opts.dgram_size)
+    if opts.dgram_size is not None and opts.topology == "netns" and opts.dgram_size > opts.mtu - UDP_IP_HEADERS:
+        raise errors.BadValue(
+            f"--dgram-size {opts.dgram_size} does not fit the veth MTU {opts.mtu} "
+            f"(at most {opts.mtu - UDP_IP_HEADERS} bytes of UDP payload); lower it."
+        )
+    return opts, stack
+
+
+def _flow(index: int, stack: transports.Stack, o: RunOptions, mix_flow: Optional[mix.Flow] = None) -> FlowPlan:
+    plan = offload.plan(o.stack, o.topology, o.gso, o.gro, o.send_mode, o.batch, o.dgram_size)
+    return FlowPlan(index, stack, o, plan, mix_flow)
+
+
+def _resolve_mix(opts: RunOptions, cpus: int) -> Plan:
+    """The mix as a whole (describe/mix.py), then each flow as a single
+    run of its stack; a mix has no probes and no stack samples."""
+    flows = mix.check(opts, cpus)
+    opts = _link(_bulk_length(replace(opts, probes=(), sample_hz=0)))
+    planned = []
+    for f in flows:
+        fo, stack = resolve_one(mix.flow_options(opts, f))
+        planned.append(_flow(f.index, stack, fo, f))
+    rr = next((fp.options for fp in planned if fp.options.pattern == "rr"), None)
+    if rr is not None:
+        opts = replace(opts, period_s=rr.period_s, payload=rr.payload)
+    return Plan(opts, tuple(planned))
+
+
+def _bulk_length(opts: RunOptions) -> RunOptions:
+    """A bulk transfer of --bytes (measured whole) or --duration (after a warm-up)."""
+    if opts.bytes is not None:
+        if opts.bytes <= 0:
+            raise errors.BadValue(
+                f"--bytes {opts.bytes} moves nothing; give a size such as 64K or 1G, or --duration for a timed run."
+            )
+        if opts.warmup_s:
+            raise errors.BadValue(
+                "--warmup does not apply to --bytes: a fixed-size transfer is measured whole, "
+                "handshake included; drop --warmup, or use --duration for a steady-state window."
+            )
+        return replace(opts, warmup_s=0.0)
+    return options.filled(opts, "warmup", "duration")
+
+
+def _pattern(opts: RunOptions) -> RunOptions:
+    """What --pattern allows: a download's window is its downloads, so the
+    bulk transfer's length and warm-up do not apply; --size, --count and
+    --resume apply to downloads only, --period and its kin to rr only."""
+    if opts.pattern != "download":
+        for name, value in (("size", opts.size), ("count", opts.count), ("resume", opts.resume or None)):
+            if value is not None:
+                raise errors.BadValue(f"--{name} applies to --pattern download only; add it, or drop --{name}.")
+    if opts.pattern != "rr":
+        for name, value in (
+            ("period", opts.period_s),
+            ("payload", opts.payload),
+            ("rr-streams", opts.rr_streams),
+            ("tcp-conns", opts.tcp_conns),
+        ):
+            if value is not None:
+                raise errors.BadValue(f"--{name} applies to --pattern rr only; add it, or drop --{name}.")
+    if opts.pattern == "rr":
+        return _rr(opts)
+    if opts.pattern == "download":
+        return _download(opts)
+    return opts
+
+
+def _download(opts: RunOptions) -> RunOptions:
+    if opts.stack == "udp":
+        raise errors.BadValue(
+            "--pattern download opens a connection per download, and udp has no connection; "
+            "use quic, tcp, tcp-tls or tcp-ktls."
+        )
+    for name, given in (
+        ("duration", opts.duration_s is not None),
+        ("bytes", opts.bytes is not None),
+        ("warmup", bool(opts.warmup_s)),
+    ):
+        if given:
+            raise errors.BadValue(
+                f"--{name} does not apply to --pattern download, whose window is its --count downloads "
+                f"of --size bytes each; drop --{name}."
+            )
+    if opts.streams != 1:
+        raise errors.BadValue("--pattern download uses one stream per connection; drop --streams.")
+    if opts.resume and opts.stack == "tcp":
+        raise errors.BadValue("--resume resumes a TLS or QUIC session, and tcp has none; use quic or tcp-tls.")
+    return replace(options.filled(opts, "size", "count"), warmup_s=0.0)
+
+
+def _rr(opts: RunOptions) -> RunOptions:
+    """Requests and responses: a connection's stack, the stack's own
+    choice of streams or connections, a timed window."""
+    if opts.stack == "udp":
+        raise errors.BadValue(
+            "--pattern rr matches each response to its request on a connection, and udp has none; "
+            "use quic, tcp, tcp-tls or tcp-ktls."
+        )
+    if opts.rr_streams is not None and opts.stack != "quic":
+        raise errors.BadValue("--rr-streams chooses QUIC's streams; for TCP stacks use --tcp-conns.")
+    if opts.tcp_conns is not None and opts.stack not in options.TCP_STACKS:
+        raise errors.BadValue("--tcp-conns chooses TCP connections; for quic use --rr-streams.")
+    for name, given in (("bytes", opts.bytes is not None), ("streams", opts.streams != 1)):
+        if given:
+            raise errors.BadValue(f"--{name} does not apply to --pattern rr, which runs for --duration; drop --{name}.")
+    opts = options.filled(opts, "period", "payload")
+    # In nanoseconds: 100us parses to 9.999999999999999e-05 s, which is not below the floor.
+    if round(opts.period_s * 1e9) < round(MIN_RR_PERIOD_S * 1e9):
+        raise errors.BadValue(
+            f"--period {opts.period_s * 1e6:g}us is below {MIN_RR_PERIOD_S * 1e6:g}us, faster than one "
+            "client can keep a schedule; raise it."
+        )
+    duration_s = options.filled(opts, "duration").duration_s
+    if opts.period_s >= duration_s:
+        raise errors.BadValue(
+            f"--period {opts.period_s:g}s is not shorter than the {duration_s:g} s window, so no request "
+            "would be due inside it; lower --period or raise --duration."
+        )
+    return opts
+
+
+def _tcp_cc(opts: RunOptions) -> None:
+    """--tcp-cc is TCP's (whether this kernel has it is preflight's)."""
+    if opts.tcp_cc is not None and opts.stack not in options.TCP_STACKS:
+        raise errors.BadValue(
+            f"--tcp-cc sets TCP's congestion control, and {opts.stack} does not use TCP "
+            "(msquic has its own, cubic); drop --tcp-cc or use a TCP stack."
+        )
+
+
+def _link(opts: RunOptions) -> RunOptions:
+    """A --link the topology can carry; a lossy or jittery link without a
+    rate turns GSO off (describe/link.py says why)."""
+    if opts.link is None:
+        return opts
+    spec = link.parse(opts.link)
+    if opts.topology == "loopback":
+        raise errors.BadLink(
+            "--link emulates the veth between two namespaces, and the loopback topology has none; "
+            "drop --topology loopback or --link."
+        )
+    if spec.needs_wire_packets:
+        if opts.gso == "on":
+            raise errors.BadLink(
+                f"--link '{opts.link}' has loss or jitter but no rate, and netem would then drop or delay "
+                "each GSO packet whole; add a rate to the link (tbf splits GSO packets) or drop --gso on."
+            )
+        return replace(opts, gso="off")
+    return opts

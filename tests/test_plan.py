@@ -1,0 +1,110 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""Resolve, then run: describe/plan.py's resolve turns options into a
+complete plan, filling each default from the option table where the
+option applies, checking each rule once, and never changing its input."""
+
+from dataclasses import FrozenInstanceError, asdict, replace
+
+import pytest
+
+from qprof import errors
+from qprof.describe import options, plan
+
+pytestmark = pytest.mark.unit
+
+BASE = options.RunOptions()
+FILL = {o.name: o.fill for o in options.OPTIONS if o.fill is not None}
+
+
+def resolved(**kw) -> options.RunOptions:
+    return plan.resolve(replace(BASE, **kw)).options
+
+
+def test_options_cannot_be_changed_in_place():
+    with pytest.raises(FrozenInstanceError):
+        BASE.duration_s = 3.0
+
+
+@pytest.mark.parametrize(
+    "kw, filled, unset",
+    [
+        ({"stack": "quic"}, {"duration_s": FILL["duration"], "warmup_s": FILL["warmup"], "io_size": 64 << 10}, ()),
+        ({"stack": "tcp", "bytes": 1 << 20}, {"warmup_s": 0.0, "io_size": 128 << 10}, ("duration_s",)),
+        (
+            {"stack": "tcp-tls", "pattern": "download"},
+            {"size": FILL["size"], "count": FILL["count"], "warmup_s": 0.0},
+            ("duration_s", "period_s", "payload"),
+        ),
+        (
+            {"stack": "quic", "pattern": "rr"},
+            {"period_s": FILL["period"], "payload": FILL["payload"], "duration_s": FILL["duration"]},
+            ("size", "count"),
+        ),
+    ],
+)
+def test_defaults_are_the_tables_where_they_apply(kw, filled, unset):
+    given = replace(BASE, **kw)
+    before = asdict(given)
+    got = plan.resolve(given).options
+    assert asdict(given) == before  # the input stands
+    for field, value in filled.items():
+        assert getattr(got, field) == value, field
+    for field in unset:
+        assert getattr(got, field) is None, field
+
+
+def test_a_given_value_is_kept():
+    got = resolved(stack="quic", duration_s=3.0, warmup_s=0.25, io_size=16 << 10)
+    assert (got.duration_s, got.warmup_s, got.io_size) == (3.0, 0.25, 16 << 10)
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"stack": "quic"},
+        {"stack": "tcp", "bytes": 1 << 20},
+        {"stack": "quic", "pattern": "download", "resume": True},
+        {"stack": "tcp", "pattern": "rr", "period_s": 0.002},
+        {"stack": "tcp", "link": "rtt=10ms,loss=1%"},
+        {"mix": "quic:1,tcp:1:rr", "link": "rate=10mbit"},
+    ],
+)
+def test_resolving_twice_changes_nothing(kw):
+    """The guest resolves the host's plan again: the same plan."""
+    once = plan.resolve(replace(BASE, **kw), cpus=2)
+    twice = plan.resolve(once.options, cpus=2)
+    assert twice.options == once.options
+    assert [fp.options for fp in twice.flows] == [fp.options for fp in once.flows]
+
+
+def test_a_run_is_one_flow_and_a_mix_is_n():
+    one = plan.resolve(replace(BASE, stack="tcp"))
+    assert not one.is_mix and len(one.flows) == 1 and one.flows[0].options == one.options
+    many = plan.resolve(replace(BASE, mix="quic:1,tcp:2", link="rate=10mbit"), cpus=2)
+    assert many.is_mix and [fp.options.stack for fp in many.flows] == ["quic", "tcp", "tcp"]
+    assert len({fp.port for fp in many.flows}) == 3
+    # each flow resolved as a run of its stack would be
+    assert {fp.options.io_size for fp in many.flows} == {64 << 10, 128 << 10}
+
+
+def test_a_lossy_link_without_a_rate_turns_gso_off_in_the_plan_only():
+    given = replace(BASE, stack="tcp", link="rtt=20ms,loss=1%")
+    assert plan.resolve(given).options.gso == "off" and given.gso is None
+
+
+def test_a_rule_is_refused_with_its_sentence():
+    with pytest.raises(errors.BadValue, match="applies to --pattern download only"):
+        resolved(stack="quic", size=1024)
+
+
+def test_every_default_in_the_help_comes_from_the_table():
+    """No help text writes its own "[default: ...]": the table makes it,
+    from `fill` (what resolve fills) or `default_text` (the stack's or the
+    workload's own)."""
+    for o in options.OPTIONS:
+        assert "[default" not in o.help, o.name
+        if o.fill is not None:
+            assert f"[default: {o.value_text(o.fill)}" in o.help_text, o.name
+    assert "[default: 10s" in options.BY_NAME["duration"].help_text
+    assert "[default: 10ms" in options.BY_NAME["period"].help_text
+    assert "[default: 1M" in options.BY_NAME["size"].help_text
