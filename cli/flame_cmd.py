@@ -8,14 +8,11 @@ from pathlib import Path
 from typing import List, Optional, Tuple
 
 import click
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
 from qprof.cli.run_options import runs_dir_option
 from qprof.errors import BadValue
 from qprof.flamegraphs import categories, diff, draw, export, normalize, sides
-from qprof.present.format import ABSENT, num
+from qprof.present import tables
 from qprof.present.html import open_in_browser
 
 
@@ -112,7 +109,6 @@ def print_stacks(opts: FlameOptions) -> None:
 def draw_run(opts: FlameOptions) -> List[Path]:
     run = sides.load_run(opts.runs_dir, opts.run_id)
     classifier = categories.Classifier()
-    console = Console(highlight=False)
     incomplete = sides.incomplete_reason(run)
     loaded = {side: sides.load_side(run, side).stacks for side in opts.sides}  # all checked before drawing
     figs, svgs = {}, []
@@ -133,43 +129,9 @@ def draw_run(opts: FlameOptions) -> List[Path]:
                 unit,
             )
             svgs.append(svg)
-        click.echo(side_line(side, fig, measured, gap, svg if scaled else None))
-    console.print(category_table(figs, unit))
-    if incomplete:
-        console.print(Text(f"the capture undercounts: {incomplete}.", style="yellow"))
+        click.echo(tables.flame_side_line(side, fig, measured, gap, svg if scaled else None))
+    tables.print_flame_categories(figs, unit, incomplete)
     return svgs
-
-
-def side_line(
-    side: str, fig: normalize.SideFigures, measured_ns: Optional[float], gap: Optional[float], svg: Optional[Path]
-) -> str:
-    """One greppable line per side, in the run's unit (ns/B, us/request)."""
-    u = fig.unit
-    q = ABSENT if fig.stack_quality is None else f"{fig.stack_quality * 100:.1f}%"
-    measured = None if measured_ns is None else u.shown(measured_ns)
-    return (
-        f"{side}: graph {fig.shown:.3f} {u.figure}, measured {num(measured)} {u.figure}, "
-        f"gap {num(gap, '{:+.1f}%')}, stack quality {q}, {fig.samples:,} samples -> "
-        + (str(svg) if svg else "nothing to draw")
-    )
-
-
-def category_table(figs: dict, unit: normalize.Unit = normalize.BYTE) -> Table:
-    t = Table(title=f"{unit.figure} (share) by category", title_justify="left")
-    t.add_column("CATEGORY", no_wrap=True)
-    for side in figs:
-        t.add_column(side.upper(), justify="right", no_wrap=True)
-    for cat in categories.CATEGORIES:
-        row = [cat]
-        for fig in figs.values():
-            share = fig.categories_samples[cat] / fig.samples * 100 if fig.samples else None
-            row.append(f"{unit.shown(fig.categories_ns_per_unit[cat]):.3f} ({num(share, '{:5.1f}%')})")
-        t.add_row(*row)
-    t.add_row(
-        "[bold]total[/]",
-        *(f"[bold]{fig.shown:.3f}[/] (100.0%)" if fig.samples else f"{0:.3f} ({ABSENT})" for fig in figs.values()),
-    )
-    return t
 
 
 def draw_diff(opts: FlameOptions) -> List[Path]:
@@ -177,13 +139,7 @@ def draw_diff(opts: FlameOptions) -> List[Path]:
     run_b = sides.load_run(opts.runs_dir, opts.diff[1])
     svgs = []
     for d in diff.render(run_a, run_b, opts.sides, lambda side: run_b.path / f"flame-diff-{run_a.id}-{side}.svg"):
-        if d.svg is None:
-            click.echo(f"{d.side}: run {run_b.id} has no samples on this side, nothing drawn")
-            continue
-        svgs.append(d.svg)
-        u = d.unit
-        click.echo(
-            f"{d.side}: A {u.shown(d.a_ns_per_unit):.3f} {u.figure} -> B {u.shown(d.b_ns_per_unit):.3f} {u.figure} "
-            f"({num(d.change_percent, '{:+.1f}%')}) -> {d.svg}"
-        )
+        click.echo(tables.flame_diff_line(d, run_b.id))
+        if d.svg is not None:
+            svgs.append(d.svg)
     return svgs

@@ -7,21 +7,16 @@ from pathlib import Path
 from typing import Dict, List
 
 import click
-from rich import box
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
 from qprof import errors, history
 from qprof.cli.run_options import runs_dir_option
 from qprof.describe import options
 from qprof.describe.options import STACK_NAMES
 from qprof.errors import BadValue, QprofError
-from qprof.present.format import ABSENT, num
+from qprof.present import tables
 
 # Index columns that say how the index knows the record, not what it holds.
 INTERNAL = ("record_size", "record_mtime_ns")
-PIPED_WIDTH = 200
 
 
 def parse_option_filters(items: List[str]) -> Dict[str, object]:
@@ -124,71 +119,4 @@ def ls(stack, pattern, option_items, since, machine, kind, status, limit, reinde
             row["path"] = str(root / row["path"])
         click.echo(json.dumps(out, indent=2))
         return
-    print_rows(rows, root)
-
-
-def _state(row: dict) -> str:
-    if row["problem"]:
-        return f"[red]{history.CORRUPT}[/]"
-    shown = {"complete": "complete", "incomplete": "[yellow]incomplete[/]"}
-    return shown.get(row["status"], f"[dim]{row['status']}[/]")
-
-
-def _note(row: dict) -> str:
-    """What the figures columns do not say: a comparison's shape, an rr
-    run's delay, a download's time, fairness, or why it is not complete."""
-    if row["problem"]:
-        return row["problem"]
-    if row["status"] != "complete":
-        return row["error"] or ""
-    if row["kind"] == "comparison":
-        vary = " ".join(f"{k}={','.join(v)}" for k, v in (row["vary"] or {}).items())
-        n = len(row["configs"] or ())
-        return f"{n} configurations × {row['repeat']}" + (f", vary {vary}" if vary else "")
-    said = []
-    if row["rr_delay_p50_ms"] is not None:
-        said.append(f"delay p50 {row['rr_delay_p50_ms']:.3f} ms")
-    if row["download_p50_ms"] is not None:
-        said.append(f"download p50 {row['download_p50_ms']:.2f} ms")
-    if row["jain_index"] is not None:
-        said.append(f"Jain {row['jain_index']:.3f}")
-    if row["link"]:
-        said.append(f"link {row['link']}")
-    if row["guest"]:
-        said.append("guest")
-    return ", ".join(said)
-
-
-def print_rows(rows: List[dict], root: Path, console: Console = None) -> None:
-    # Piped, the table keeps its columns whole (a terminal wraps its own).
-    console = console or Console(highlight=False, width=None if Console().is_terminal else PIPED_WIDTH)
-    if not rows:
-        console.print(f"no runs under {root} match; `qprof ls` with fewer filters, or make one with `qprof run`.")
-        return
-    t = Table(title=f"runs under {root}, newest first (the id starts with its date and time)", title_justify="left")
-    t.box = box.SIMPLE_HEAD
-    t.add_column("ID", no_wrap=True, min_width=22)
-    t.add_column("STACK", no_wrap=True)
-    t.add_column("STATUS", no_wrap=True)
-    for col in ("Gbit/s", "CLIENT ns/B", "SERVER ns/B", "SYSTEM ns/B"):
-        t.add_column(col, justify="right", no_wrap=True)
-    t.add_column("NOTE")
-    t.add_column("MACHINE")
-    for row in rows:
-        stack = row["stack"] or ABSENT
-        if row["pattern"] and row["pattern"] != "bulk":
-            stack += f" {row['pattern']}"
-        if row["kind"] == "comparison":
-            stack = f"compare {stack}"
-        t.add_row(
-            row["id"],
-            escape(stack),
-            _state(row),
-            num(row["throughput_gbps"]),
-            num(row["client_ns_per_byte"]),
-            num(row["server_ns_per_byte"]),
-            num(row["system_ns_per_byte"]),
-            escape(_note(row)),
-            escape(" ".join(x for x in (row["hostname"], row["kernel_release"]) if x) or ABSENT),
-        )
-    console.print(t)
+    tables.print_run_list(rows, root)

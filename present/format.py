@@ -1,9 +1,10 @@
 # SPDX-License-Identifier: GPL-2.0-only
 """The one number formatter (pyperf's _formatter.py is the model): every
-figure the terminal tables, `qprof ls`, `qprof flame` and the HTML report
-show is written by these functions. A figure the record does not hold is
-ABSENT, never 0."""
+figure the terminal tables, `qprof ls`, `qprof show`, `qprof flame` and
+the HTML report show is written by these functions. A figure the record
+does not hold is ABSENT, never 0."""
 
+import json
 from typing import Optional
 
 ABSENT = "—"
@@ -12,6 +13,18 @@ ABSENT = "—"
 def num(v: Optional[float], fmt: str = "{:.3f}") -> str:
     """v as fmt writes it, or ABSENT."""
     return ABSENT if v is None else fmt.format(v)
+
+
+def field(v) -> str:
+    """A record field of any type on one line: a float as num writes it,
+    a list or dict as JSON, anything else as text; None is ABSENT."""
+    if v is None:
+        return ABSENT
+    if isinstance(v, float):
+        return num(v)
+    if isinstance(v, (list, dict)):
+        return json.dumps(v)
+    return str(v)
 
 
 def count(v: Optional[int]) -> str:

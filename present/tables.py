@@ -1,16 +1,24 @@
 # SPDX-License-Identifier: GPL-2.0-only
-"""Records as short human tables (rich), on stdout: a run, a mix, a comparison."""
+"""Records as short human tables (rich), on stdout: a run, a mix, a
+comparison; the run history (`qprof ls`); what an incomplete or corrupt
+record holds (`qprof show`); a run's flame figures (`qprof flame`)."""
 
+import io
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Callable, List, Optional
 
+from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
+from qprof import history
 from qprof.describe import offload
 from qprof.files import COMPARISON_RECORD
-from qprof.present.format import ABSENT, compact, count, num
+from qprof.flamegraphs import categories, diff, normalize
+from qprof.present.format import ABSENT, compact, count, field, num
 
 
 def _headline(rec: dict) -> str:
@@ -575,3 +583,216 @@ def _print_flame(rec: dict, console: Console) -> None:
     if flame.get("complete") is False:
         console.print(f"[yellow]the capture undercounts: {flame['incomplete_reason']}[/]")
     console.print("flame graphs: qprof flame " + rec["id"])
+
+
+# `qprof ls`: the run history as one table.
+
+# Piped, the table keeps its columns whole (a terminal wraps its own).
+PIPED_WIDTH = 200
+
+
+def _list_state(row: dict) -> str:
+    if row["problem"]:
+        return f"[red]{history.CORRUPT}[/]"
+    shown = {"complete": "complete", "incomplete": "[yellow]incomplete[/]"}
+    return shown.get(row["status"], f"[dim]{row['status']}[/]")
+
+
+def _list_note(row: dict) -> str:
+    """What the figures columns do not say: a comparison's shape, an rr
+    run's delay, a download's time, fairness, or why it is not complete."""
+    if row["problem"]:
+        return row["problem"]
+    if row["status"] != "complete":
+        return row["error"] or ""
+    if row["kind"] == "comparison":
+        vary = " ".join(f"{k}={','.join(v)}" for k, v in (row["vary"] or {}).items())
+        n = len(row["configs"] or ())
+        return f"{n} configurations × {row['repeat']}" + (f", vary {vary}" if vary else "")
+    said = []
+    if row["rr_delay_p50_ms"] is not None:
+        said.append(f"delay p50 {row['rr_delay_p50_ms']:.3f} ms")
+    if row["download_p50_ms"] is not None:
+        said.append(f"download p50 {row['download_p50_ms']:.2f} ms")
+    if row["jain_index"] is not None:
+        said.append(f"Jain {row['jain_index']:.3f}")
+    if row["link"]:
+        said.append(f"link {row['link']}")
+    if row["guest"]:
+        said.append("guest")
+    return ", ".join(said)
+
+
+def print_run_list(rows: List[dict], root: Path, console: Optional[Console] = None) -> None:
+    """The history's rows (core/history.py's query), one a line."""
+    console = console or Console(highlight=False, width=None if Console().is_terminal else PIPED_WIDTH)
+    if not rows:
+        console.print(f"no runs under {root} match; `qprof ls` with fewer filters, or make one with `qprof run`.")
+        return
+    t = Table(title=f"runs under {root}, newest first (the id starts with its date and time)", title_justify="left")
+    t.box = box.SIMPLE_HEAD
+    t.add_column("ID", no_wrap=True, min_width=22)
+    t.add_column("STACK", no_wrap=True)
+    t.add_column("STATUS", no_wrap=True)
+    for col in ("Gbit/s", "CLIENT ns/B", "SERVER ns/B", "SYSTEM ns/B"):
+        t.add_column(col, justify="right", no_wrap=True)
+    t.add_column("NOTE")
+    t.add_column("MACHINE")
+    for row in rows:
+        stack = row["stack"] or ABSENT
+        if row["pattern"] and row["pattern"] != "bulk":
+            stack += f" {row['pattern']}"
+        if row["kind"] == "comparison":
+            stack = f"compare {stack}"
+        t.add_row(
+            row["id"],
+            escape(stack),
+            _list_state(row),
+            num(row["throughput_gbps"]),
+            num(row["client_ns_per_byte"]),
+            num(row["server_ns_per_byte"]),
+            num(row["system_ns_per_byte"]),
+            escape(_list_note(row)),
+            escape(" ".join(x for x in (row["hostname"], row["kernel_release"]) if x) or ABSENT),
+        )
+    console.print(t)
+
+
+# `qprof show`: a record's tables again, or what an incomplete or corrupt one holds.
+
+
+def record_printer(kind: str, rec: dict) -> Callable:
+    """The printer that draws a complete record of this kind."""
+    if kind == "comparison":
+        return print_comparison
+    return print_mix if rec.get("stack") == "mix" or "mix" in rec else print_run
+
+
+def rendered(printer: Callable, rec: dict):
+    """(text, None) as printer draws rec for stdout, or (None, why not):
+    drawn aside first, so a record that breaks it leaves no half table."""
+    out = Console()
+    buf = io.StringIO()
+    console = Console(
+        file=buf,
+        force_terminal=out.is_terminal,
+        color_system=out.color_system,
+        width=out.width,
+        highlight=False,
+    )
+    try:
+        printer(rec, console)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, ZeroDivisionError) as e:
+        return None, f"{type(e).__name__}: {e}"
+    return buf.getvalue(), None
+
+
+def partial_sentence(row: dict) -> str:
+    """The one sentence that says print_partial's record is not whole."""
+    what = f"{row['kind']} {row['id']}"
+    if row["problem"]:
+        return f"{what}'s record is corrupt: {row['problem']}; above is what could be read of it."
+    said = f"{what} is {row['status']}"
+    if row["error"]:
+        said += f" ({row['error'].rstrip('.')})"
+    return f"{said}; above is what its record holds."
+
+
+def print_partial(row: dict, rec: Optional[dict], where: Path, console: Optional[Console] = None) -> None:
+    """What an incomplete or corrupt record holds, marked as such: its
+    state, options, environment and whichever figures it has, the
+    comparison's runs, and the files in its directory. One line a field,
+    never wrapped, so each can be grepped."""
+    console = console or Console(highlight=False)
+    state = "CORRUPT" if row["problem"] else row["status"].upper()
+    lines = []
+    for key in ("problem", "error", "time", "stack", "pattern"):
+        if row[key] is not None:
+            lines.append((key, str(row[key])))
+    opts = {k: v for k, v in (row["options"] or {}).items() if v not in (None, False, [], ())}
+    if opts:
+        lines.append(("options", " ".join(f"{k}={field(v)}" for k, v in opts.items())))
+    env = [row[k] for k in ("hostname", "cpu_model", "kernel_release") if row[k]]
+    if env:
+        lines.append(("machine", ", ".join(map(str, env))))
+    for key in ("qprof_version", "qprof_commit", "msquic_version"):
+        if row[key]:
+            lines.append((key, str(row[key])))
+    for key in history.NAMES[history.NAMES.index("throughput_gbps") : history.NAMES.index("record_size")]:
+        if row[key] is not None:
+            lines.append((key, field(row[key])))
+    for c in row["configs"] or ():
+        medians = ", ".join(f"{k} {field(v)}" for k, v in c["medians"].items() if v is not None)
+        lines.append(("configuration", f"{c.get('label')}" + (f": {medians}" if medians else "")))
+    if isinstance(rec, dict) and isinstance(rec.get("runs"), list):
+        done = [r.get("id") for r in rec["runs"] if isinstance(r, dict)]
+        lines.append(("runs done", ", ".join(map(str, done)) or "none"))
+    try:
+        files = sorted(p.name + ("/" if p.is_dir() else "") for p in where.iterdir())
+    except OSError:
+        files = []
+    lines.append(("directory", str(where)))
+    lines.append(("files", ", ".join(files) or "none"))
+    console.print(f"[bold]{row['kind']} {row['id']}[/]: [red]{state}[/]", soft_wrap=True)
+    width = max(len(k) for k, _ in lines)
+    for key, value in lines:
+        console.print(f"  {key:<{width}}  ", style="dim", end="", soft_wrap=True)
+        console.print(value, markup=False, soft_wrap=True)
+
+
+# `qprof flame`: one line per side drawn, the categories, one line per side diffed.
+
+
+def flame_side_line(
+    side: str, fig: normalize.SideFigures, measured_ns: Optional[float], gap: Optional[float], svg: Optional[Path]
+) -> str:
+    """One greppable line per side, in the run's unit (ns/B, us/request)."""
+    u = fig.unit
+    q = ABSENT if fig.stack_quality is None else f"{fig.stack_quality * 100:.1f}%"
+    measured = None if measured_ns is None else u.shown(measured_ns)
+    return (
+        f"{side}: graph {fig.shown:.3f} {u.figure}, measured {num(measured)} {u.figure}, "
+        f"gap {num(gap, '{:+.1f}%')}, stack quality {q}, {fig.samples:,} samples -> "
+        + (str(svg) if svg else "nothing to draw")
+    )
+
+
+def flame_category_table(figs: dict, unit: normalize.Unit = normalize.BYTE) -> Table:
+    t = Table(title=f"{unit.figure} (share) by category", title_justify="left")
+    t.add_column("CATEGORY", no_wrap=True)
+    for side in figs:
+        t.add_column(side.upper(), justify="right", no_wrap=True)
+    for cat in categories.CATEGORIES:
+        row = [cat]
+        for fig in figs.values():
+            share = fig.categories_samples[cat] / fig.samples * 100 if fig.samples else None
+            row.append(f"{unit.shown(fig.categories_ns_per_unit[cat]):.3f} ({num(share, '{:5.1f}%')})")
+        t.add_row(*row)
+    t.add_row(
+        "[bold]total[/]",
+        *(f"[bold]{fig.shown:.3f}[/] (100.0%)" if fig.samples else f"{0:.3f} ({ABSENT})" for fig in figs.values()),
+    )
+    return t
+
+
+def print_flame_categories(
+    figs: dict, unit: normalize.Unit, incomplete: Optional[str], console: Optional[Console] = None
+) -> None:
+    """The category table of the sides drawn, and why the capture
+    undercounts when it does."""
+    console = console or Console(highlight=False)
+    console.print(flame_category_table(figs, unit))
+    if incomplete:
+        console.print(Text(f"the capture undercounts: {incomplete}.", style="yellow"))
+
+
+def flame_diff_line(d: diff.SideDiff, b_id: str) -> str:
+    """One greppable line per side diffed: A -> B in the runs' unit, or
+    that B has nothing on this side to draw."""
+    if d.svg is None:
+        return f"{d.side}: run {b_id} has no samples on this side, nothing drawn"
+    u = d.unit
+    return (
+        f"{d.side}: A {u.shown(d.a_ns_per_unit):.3f} {u.figure} -> B {u.shown(d.b_ns_per_unit):.3f} {u.figure} "
+        f"({num(d.change_percent, '{:+.1f}%')}) -> {d.svg}"
+    )
