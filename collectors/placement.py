@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: GPL-2.0-only
 """Where a plan's endpoints run, each behind one small interface:
 
+    prepare()  what it needs, before the run directory exists (or its refusal)
     measure(plan, rundir, on_progress, faults, on_interval) -> Measurement | MixMeasurement
 
 - Local: two network namespaces joined by veth (with the --link's qdiscs
@@ -42,6 +43,9 @@ class Local:
 
     def __init__(self, binary: Path):
         self.binary = binary
+
+    def prepare(self) -> None:
+        pass  # the topology is made inside the run directory's lifetime
 
     def measure(self, plan: Plan, rundir, on_progress, faults: Faults, on_interval=None):
         opts = plan.options
@@ -118,10 +122,14 @@ class Guest:
 
     def __init__(self, on_guest=None):
         self.on_guest = on_guest
+        self.art = None
+
+    def prepare(self) -> None:
+        self.art = guest.artifacts()  # `make guest` not done: refused, nothing written
 
     def measure(self, plan: Plan, rundir, on_progress, faults: Faults, on_interval=None):
         opts = plan.options
-        art = guest.artifacts()
+        art = self.art or guest.artifacts()
         out = (rundir.path / "guest").resolve()
         out.mkdir()
         # The same options for the guest's qprof, as JSON (describe/options.py).

@@ -34,7 +34,7 @@ from qprof.collectors import placement, preflight
 from qprof.collectors.faults import NO_FAULTS, Faults
 from qprof.describe import offload, record
 from qprof.describe.measurement import MEASUREMENT
-from qprof.describe.plan import resolve
+from qprof.describe.plan import Plan, resolve
 from qprof.files import write_text_atomic
 from qprof.rundir import RunDir
 
@@ -59,15 +59,24 @@ def run(
     (collectors/placement.py)."""
     plan = resolve(opts, os.cpu_count() or 1)
     binary = preflight.check(plan, faults)
-    with remains.exclusive("run"), RunDir(Path(plan.options.runs_dir)) as rundir:
-        rundir.record.update({"stack": "mix" if plan.is_mix else plan.options.stack, "config": asdict(plan.options)})
-        where = placement.Guest(on_guest) if plan.options.guest else placement.Local(binary)
-        m = where.measure(plan, rundir, on_progress, faults, on_interval)
-        # The raw measurement first: if describing it fails, the evidence stays.
-        write_text_atomic(rundir.path / MEASUREMENT, m.to_json())
-        rec = record.describe(m, rundir.path)
-        if not plan.is_mix:
-            rundir.record["offload"] = rec["offload"]
-            offload.verify(plan.flows[0].offload.effective, rec["offload"]["observed"])
-        rundir.complete(rec)
-        return rundir.record
+    where = placement.Guest(on_guest) if plan.options.guest else placement.Local(binary)
+    with remains.exclusive("run"):
+        where.prepare()  # what it lacks is refused before a run directory exists
+        with RunDir(Path(plan.options.runs_dir)) as rundir:
+            rundir.record.update(
+                {"stack": "mix" if plan.is_mix else plan.options.stack, "config": asdict(plan.options)}
+            )
+            return _measure(plan, where, rundir, on_progress, faults, on_interval)
+
+
+def _measure(plan: Plan, where, rundir: RunDir, on_progress, faults: Faults, on_interval) -> dict:
+    """Measure at the placement, keep the raw measurement, describe it."""
+    m = where.measure(plan, rundir, on_progress, faults, on_interval)
+    # The raw measurement first: if describing it fails, the evidence stays.
+    write_text_atomic(rundir.path / MEASUREMENT, m.to_json())
+    rec = record.describe(m, rundir.path)
+    if not plan.is_mix:
+        rundir.record["offload"] = rec["offload"]
+        offload.verify(plan.flows[0].offload.effective, rec["offload"]["observed"])
+    rundir.complete(rec)
+    return rundir.record
