@@ -235,8 +235,10 @@ def reclaim() -> List[str]:
                 shutil.rmtree(p, ignore_errors=True) if os.path.isdir(p) else Path(p).unlink(missing_ok=True)
                 removed.append(f"path {p} of {owner}")
         for r in data.get("runs", []):
-            if _mark_abandoned(Path(r), data):
-                removed.append(f"run {Path(r).parent.name} of {owner}, marked abandoned")
+            marked = _mark_abandoned(Path(r), data)
+            if marked is not None:
+                how = "marked abandoned" if marked else "could NOT be marked abandoned (its directory is not writable)"
+                removed.append(f"run {Path(r).parent.name} of {owner}, {how}")
         Path(data["_path"]).unlink(missing_ok=True)
     return removed
 
@@ -253,13 +255,16 @@ def _netns_list() -> List[str]:
     return [l.split()[0] for l in r.stdout.splitlines() if l.strip()]
 
 
-def _mark_abandoned(record_path: Path, data: dict) -> bool:
+def _mark_abandoned(record_path: Path, data: dict) -> Optional[bool]:
+    """True once a running record is marked abandoned; False when it could
+    not be written (the reclaim goes on: the ledger must still go, or every
+    later run would stop here); None when there was nothing to mark."""
     try:
         rec = json.loads(record_path.read_text())
     except (OSError, json.JSONDecodeError):
-        return False
+        return None
     if rec.get("status") != "running":
-        return False
+        return None
     rec["status"] = "abandoned"
     rec["error"] = (
         f"qprof (pid {data.get('pid')}) ended without finishing this run (killed outright, or "
@@ -267,7 +272,7 @@ def _mark_abandoned(record_path: Path, data: dict) -> bool:
     )
     try:
         write_json_atomic(record_path, rec)
-    except OSError:
+    except (OSError, errors.RunsDirUnwritable):  # write_json_atomic says unwritable as RunsDirUnwritable
         return False
     return True
 
