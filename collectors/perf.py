@@ -10,7 +10,17 @@ control fifo (`--control fifo:ctl,ack`) at the window's edges, as pyperf
 does. After the run `perf script | inferno-collapse-perf --pid --all`
 folds the stacks, and they are split by process into client, server and
 others (every other task but idle) folded files: the interchange format
-the flamegraphs package reads.
+the flamegraphs package reads. The client's and server's stacks are also
+kept per thread (threads.folded), for a capture that must be weighted.
+
+Where samples go missing (measured 2026-11-24, issue 25): on this 2-vCPU
+VM the kernel's cpu-clock hrtimer handler runs every period on both CPUs
+(its timer:hrtimer_expire_entry fires 495 times in a 5 s window at 99 Hz)
+but on CPU 1 writes fewer samples (455), with no LOST or THROTTLE
+record in perf.data: the sample is dropped in the kernel before the ring
+buffer, so no buffer size (-m), enable method (a plain `perf record -a`
+beside a run lost as much, 74-97%), call graph (fp lost as dwarf did) or
+probe set (--probes none lost too) brings it back here.
 
 A PerfRecorder is a context manager and the one owner of the perf
 process, its fifos and perf.data (removed unless kept).
@@ -35,7 +45,12 @@ ACK_TIMEOUT_S = 10.0
 SIDES = ("client", "server", "others")
 IDLE_COMMS = ("swapper",)
 CLONE_FRAMES = ("clone3", "__clone3", "clone", "__clone", "__clone_internal")
-_ROOT = re.compile(r"^(?P<comm>.*)-(?P<pid>\d+)$")
+_ROOT = re.compile(r"^(?P<comm>.*)-(?P<pid>\d+)(?:/(?P<tid>\d+))?$")
+# The workload's stacks again, each under "<side>/<tid>": what weights a
+# capture whose CPU missed samples by each thread's exact on-CPU time
+# (flamegraphs/weighting.py).
+THREADS_FILE = "threads.folded"
+WEIGHED_SIDES = ("client", "server")
 
 # How perf walks user stacks: "fp" follows frame pointers at each sample;
 # "dwarf" copies DWARF_STACK_BYTES of each sample's user stack and its
@@ -228,7 +243,8 @@ class PerfRecorder:
                 Path(str(self.data) + ".old").unlink(missing_ok=True)
 
     def fold(self, pids: Dict[str, int], out_dir: Path) -> Dict[str, int]:
-        """perf.data -> out_dir/{client,server,others}.folded; samples per side."""
+        """perf.data -> out_dir/{client,server,others}.folded and
+        out_dir/threads.folded; samples per side."""
         out_dir.mkdir(exist_ok=True)
         # No period field: inferno would sum periods; counts stay samples.
         # --no-inline: with DWARF unwinding perf would otherwise look every
@@ -240,7 +256,7 @@ class PerfRecorder:
             stderr=subprocess.DEVNULL,
         )
         collapse = subprocess.run(
-            [str(paths.inferno_tool("collapse-perf")), "--pid", "--all"],
+            [str(paths.inferno_tool("collapse-perf")), "--tid", "--all"],
             stdin=script.stdout,
             capture_output=True,
             text=True,
@@ -274,13 +290,16 @@ def record_call_graph(call_graph: str) -> list:
 
 
 def split_folded(folded: str, pids: Dict[str, int], out_dir: Path) -> Dict[str, int]:
-    """Split folded stacks rooted at "comm-PID" into one file per side; the
-    root loses its pid so runs compare frame by frame. Idle is dropped, and
+    """Split folded stacks rooted at "comm-PID/TID" (or "comm-PID") into one
+    file per side; the root loses its pid and tid so runs compare frame by
+    frame. The client's and server's stacks are also written to
+    threads.folded, each under a "<side>/<tid>" root. Idle is dropped, and
     so is the clone frame under a thread's start_thread (DWARF unwinds into
     glibc's clone3, which keeps no frame pointer, so fp stacks start at
     start_thread): captures of either walk then diff frame by frame."""
     side_of = {pid: side for side, pid in pids.items()}
     lines = {side: [] for side in SIDES}
+    threads = []
     samples = {side: 0 for side in SIDES}
     for line in folded.splitlines():
         stack, _, count = line.rpartition(" ")
@@ -295,8 +314,12 @@ def split_folded(folded: str, pids: Dict[str, int], out_dir: Path) -> Dict[str, 
         first, _, after = rest.partition(";")
         if first in CLONE_FRAMES and after.partition(";")[0] == "start_thread":
             rest = after
-        lines[side].append(f"{comm};{rest} {count}" if rest else f"{comm} {count}")
+        line = f"{comm};{rest} {count}" if rest else f"{comm} {count}"
+        lines[side].append(line)
+        if side in WEIGHED_SIDES and m and m.group("tid"):
+            threads.append(f"{side}/{m.group('tid')};{line}")
         samples[side] += int(count)
     for side in SIDES:
         (out_dir / f"{side}.folded").write_text("".join(l + "\n" for l in lines[side]))
+    (out_dir / THREADS_FILE).write_text("".join(l + "\n" for l in threads))
     return samples

@@ -9,9 +9,12 @@ OpenMetrics (flamegraphs/openmetrics.py) and the report's charts
 A figure is read from one place in a record (`path`), converted where
 the record keeps another unit (seconds shown as ms) or derived from the
 dict found there (the share of datagrams lost). A flame category's ns/B
-counts only from a complete capture: where a CPU missed samples every
-frame on it undercounts (`flame.complete` false), so its categories are
-left out (absent), never taken as measured.
+counts only from a usable capture: a complete one, or, where a CPU missed
+samples (`flame.complete` false), a side the cputhread probe weighted by
+its threads' on-CPU time (`flame.weighting`, `flame.sides.<side>.weighting`;
+flamegraphs/weighting.py), which readers mark as weighted. Any other
+side of an incomplete capture undercounts, so its categories are left
+out (absent), never taken as measured.
 
 Pure: records in, numbers out.
 """
@@ -48,6 +51,25 @@ def complete_capture(rec: dict) -> bool:
     return isinstance(flame, dict) and bool(flame) and flame.get("complete") is not False
 
 
+def weighted_side(rec: dict, side: Optional[str]) -> bool:
+    """An incomplete capture whose side was weighted by its threads' on-CPU time."""
+    return (
+        not complete_capture(rec)
+        and get(rec, "flame", "weighting") is not None
+        and isinstance(get(rec, "flame", "sides", side, "weighting"), dict)
+    )
+
+
+def weighted_capture(rec: dict) -> bool:
+    """An incomplete capture with at least one weighted side."""
+    return any(weighted_side(rec, s) for s in (get(rec, "flame", "sides") or {}))
+
+
+def usable_capture(rec: dict, side: Optional[str]) -> bool:
+    """Whether the side's flame categories may be read: complete, or weighted."""
+    return complete_capture(rec) or weighted_side(rec, side)
+
+
 # --- conversions: the record's unit to the figure's ---------------------------------
 
 
@@ -82,7 +104,7 @@ class Figure:
     path: Tuple[Any, ...]  # where in run.json
     convert: Optional[Callable[[Any], Optional[float]]] = None  # the value at path -> the figure
     lower_is_better: bool = True
-    needs_complete_capture: bool = False  # a flame category: absent where a CPU missed samples
+    needs_complete_capture: bool = False  # a flame category: absent where a CPU missed samples, unless weighted
     headline: bool = False  # check holds a run to it; the history and OpenMetrics carry it
     short: str = ""  # its name in `qprof check`'s verdict
     side: Optional[str] = None  # a per-side CPU figure's side, or a category's
@@ -94,7 +116,7 @@ class Figure:
     def value(self, rec: dict) -> Optional[float]:
         """The figure in a record, or None where the record does not hold it
         (or holds it from a capture it may not be read from)."""
-        if self.needs_complete_capture and not complete_capture(rec):
+        if self.needs_complete_capture and not usable_capture(rec, self.side):
             return None
         v = get(rec, *self.path)
         return self.convert(v) if self.convert else number(v)
@@ -222,7 +244,8 @@ def side_cpu(side: str) -> Figure:
 
 def categories(records: List[dict]) -> List[Figure]:
     """ns/B per flame category per side, for the categories any record has
-    (in the order first seen); each counts only from a complete capture."""
+    (in the order first seen); each counts only from a complete capture
+    or a weighted side."""
     seen = []
     for rec in records:
         by_side = get(rec, "flame", "sides")

@@ -28,8 +28,8 @@ from qprof.figures import Figure
 def held_to(records: List[dict]) -> List[Figure]:
     """The headline figures (core/figures.py), then each client and server
     category as a comparison of the same records shows it: only from a
-    complete capture, so that an undercounting capture can neither fail
-    nor pass a check."""
+    complete capture or a side weighted by its threads' on-CPU time, so
+    that an undercounting capture can neither fail nor pass a check."""
     cats = [m for m in comparison.metrics(records) if m.category is not None and m.side in ("client", "server")]
     return list(figures.HEADLINE) + cats
 
@@ -63,7 +63,8 @@ def comparable(run: List[dict], base: List[dict], force: bool) -> List[str]:
 
 def verdict(run: List[dict], base: List[dict], max_regression: float) -> List[dict]:
     """One row per figure both sides have: medians, the baseline's range,
-    the change, and whether it regressed."""
+    the change, and whether it regressed; a category row says whether any
+    of its values was weighted by the threads' on-CPU time (`weighted`)."""
     rows = []
     for f in held_to(run + base):
         now = [v for v in (f.value(r) for r in run) if v is not None]
@@ -95,4 +96,6 @@ def verdict(run: List[dict], base: List[dict], max_regression: float) -> List[di
                 "regressed": bool(worse and beyond),
             }
         )
+        if f.category is not None:
+            rows[-1]["weighted"] = any(f.value(r) is not None and figures.weighted_side(r, f.side) for r in run + base)
     return rows

@@ -50,12 +50,22 @@ def beyond_spread(a: dict, b: dict) -> Optional[bool]:
 
 
 def table(configs: Sequence, runs: List[dict], metrics: List[Figure]) -> Dict[str, List[dict]]:
-    """metric key -> per configuration: summary, ratio to the first, beyond_spread."""
+    """metric key -> per configuration: summary, ratio to the first,
+    beyond_spread, and for a flame category the count of its values
+    weighted by the threads' on-CPU time (`weighted`, where any is)."""
     out = {}
     for m in metrics:
         rows = []
         for i, _ in enumerate(configs):
-            rows.append(summarize([m.value(r["record"]) for r in runs if r["config"] == i]))
+            mine = [r["record"] for r in runs if r["config"] == i]
+            rows.append(summarize([m.value(r) for r in mine]))
+            weighted = sum(
+                1
+                for r in mine
+                if m.category is not None and m.value(r) is not None and figures.weighted_side(r, m.side)
+            )
+            if weighted:
+                rows[-1]["weighted"] = weighted
         base = rows[0]
         for row in rows:
             row["ratio"] = row["median"] / base["median"] if row["median"] is not None and base["median"] else None
@@ -71,14 +81,19 @@ def units(metrics: List[Figure]) -> Dict[str, dict]:
 
 
 def record_figures(configs: Sequence, runs: List[dict]) -> dict:
-    """The comparison record's figures: the table of metrics, the runs
-    whose capture undercounts (their categories are left out), and each
-    metric's label, unit and direction."""
+    """The comparison record's figures: the table of metrics (a category's
+    rows count the runs weighted by their threads' on-CPU time), the runs
+    whose capture undercounts and could not be weighted (their categories
+    are left out), and each metric's label, unit and direction."""
     shown = metrics([r["record"] for r in runs])
     return {
         "metrics": table(configs, runs, shown),
         "incomplete_captures": [
-            r["id"] for r in runs if r["record"].get("flame") and not figures.complete_capture(r["record"])
+            r["id"]
+            for r in runs
+            if r["record"].get("flame")
+            and not figures.complete_capture(r["record"])
+            and not figures.weighted_capture(r["record"])
         ],
         "metric_units": units(shown),
     }

@@ -48,7 +48,8 @@ def describe_run(m: Measurement, run_path: Path) -> dict:
     """The record of one run, in this order:
     1. the core: bytes, window, CPU, the workloads' counters (build_record);
     2. the probes' snapshots, the kernel's UDP and loss counters, the bind report;
-    3. the stack samples: coverage, then per-side figures from the folded stacks;
+    3. the stack samples: coverage, then per-side figures from the folded stacks
+       (an incomplete capture weighted by the cputhread probe's threads, from 2);
     4. per-side syscall figures and cross-checks (need 1 and 2);
     5. what the observers cost (needs 2 and 3);
     6. the UDP drop cross-check (needs 2);
@@ -82,7 +83,12 @@ def describe_run(m: Measurement, run_path: Path) -> dict:
                 flame["samples_per_cpu"], rec["cpu_window_s"], flame["sample_hz"], rec["environment"]["cpu_count"]
             )
         )
-        flame["sides"] = flame_summary.run_figures(rec, run_path / flame["stacks_dir"])
+        flame["sides"] = flame_summary.run_figures(rec, run_path / flame["stacks_dir"], m.pids)
+        if flame["complete"] is False:
+            # Usable where the cputhread probe could weight the client and
+            # server by their threads' on-CPU time (compare/check: core/figures.py).
+            weighted = any("weighting" in f for f in flame["sides"].values())
+            flame["weighting"] = flame_summary.weighting.SOURCE if weighted else None
     rec.update(derive_probe_figures(rec, m.pids))
     rec["observers"] = derive.observer_cost(m.probes, rec["bytes"], flame)
     if opts.stack == "udp" and not loopback:

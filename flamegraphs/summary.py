@@ -1,17 +1,22 @@
 # SPDX-License-Identifier: GPL-2.0-only
 """What `qprof run` stores of its own stack samples: per side, the graph's
 CPU per byte against the collectors' measured figure (the gap means
-missing samples), stack quality, and ns/B by category."""
+missing samples), stack quality, and ns/B by category. A capture that
+missed samples has its client's and server's figures weighted by each
+thread's on-CPU time where the cputhread probe measured it
+(weighting.py); such a side says so in `weighting`."""
 
 from pathlib import Path
-from typing import Dict
+from typing import Dict, Optional
 
 from qprof.perbyte import side_bytes
 
-from . import folded, normalize, sides
+from . import folded, normalize, sides, weighting
 
 
-def run_figures(record: dict, stacks_dir: Path) -> Dict[str, dict]:
+def run_figures(record: dict, stacks_dir: Path, pids: Optional[Dict[str, int]] = None) -> Dict[str, dict]:
+    """Per side; pids (side -> the workload's pid) lets an incomplete
+    capture be weighted by the cputhread probe's threads."""
     period_ns = record["flame"]["sample_period_ns"]
     out = {}
     for side in sides.SIDES:
@@ -21,17 +26,23 @@ def run_figures(record: dict, stacks_dir: Path) -> Dict[str, dict]:
             out[side] = _no_bytes(data.stacks)
             continue
         fig = normalize.figures(data.stacks, period_ns, nbytes)
+        w = weighting.side_weights(record, stacks_dir, side, (pids or {}).get(side))
+        shown = normalize.figures(w[0], period_ns, nbytes) if w else fig
         measured = sides.measured_ns_per_byte(record, side)
         out[side] = {
             "samples": fig.samples,
-            "ns_per_byte": fig.ns_per_byte,
+            "ns_per_byte": shown.ns_per_byte,
             "measured_ns_per_byte": measured,
             "gap_percent": normalize.gap_percent(
-                fig.ns_per_byte, measured, normalize.base_samples(measured, nbytes, period_ns)
+                shown.ns_per_byte, measured, normalize.base_samples(measured, nbytes, period_ns)
             ),
             "stack_quality": fig.stack_quality,
-            "categories_ns_per_byte": fig.categories_ns_per_byte,
+            "categories_ns_per_byte": shown.categories_ns_per_byte,
         }
+        if w:
+            # What the samples alone came to: the undercount the weighting made up.
+            out[side]["sampled_ns_per_byte"] = fig.ns_per_byte
+            out[side]["weighting"] = w[1]
     return out
 
 

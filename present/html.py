@@ -138,6 +138,12 @@ def _categories_chart(rec: dict) -> Optional[Chart]:
     note = ""
     if _get(rec, "flame", "complete") is False:
         note = f"The capture undercounts: {_get(rec, 'flame', 'incomplete_reason') or 'a CPU missed samples'}."
+        weighted = [s for s, f in (_get(rec, "flame", "sides") or {}).items() if _get(f, "weighting")]
+        if weighted and _get(rec, "flame", "weighting"):
+            note += (
+                f" The {' and '.join(weighted)} are weighted: each thread's samples scaled to its on-CPU time "
+                "(cputhread probe); the other sides undercount."
+            )
     return Chart(
         "categories",
         f"CPU {unit} by flame category, per side (stack samples)",

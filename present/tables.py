@@ -264,7 +264,13 @@ def cell(row: dict, unit: str, first: bool) -> str:
         text += f" ±{(row['max'] - row['min']) / 2 / abs(row['median']) * 100:.0f}%"
     if not first and row.get("ratio") is not None:
         text += f" ×{row['ratio']:.2f}" + ("*" if row.get("beyond_spread") else "")
+    if row.get("weighted"):
+        text += WEIGHTED_MARK
     return text
+
+
+# A flame category's cell whose runs include a capture weighted by its threads' on-CPU time.
+WEIGHTED_MARK = " w"
 
 
 # Category rows whose medians all stay under this are left out of the table (not the record).
@@ -295,6 +301,13 @@ def print_comparison(rec: dict, console: Optional[Console] = None) -> None:
     console.print(main)
     if cats.row_count:
         console.print(cats)
+    weighted = max((r.get("weighted") or 0 for rows in rec["metrics"].values() for r in rows), default=0)
+    if weighted:
+        console.print(
+            f"[yellow]{WEIGHTED_MARK.strip()}: categories from up to {weighted} run(s) per configuration whose capture "
+            "missed samples on some CPU, each thread's samples weighted to its on-CPU time (cputhread probe; "
+            "flame.weighting)[/]"
+        )
     skipped = rec.get("incomplete_captures") or []
     if skipped:
         console.print(
@@ -582,7 +595,19 @@ def _print_flame(rec: dict, console: Console) -> None:
     console.print(t)
     if flame.get("complete") is False:
         console.print(f"[yellow]the capture undercounts: {flame['incomplete_reason']}[/]")
+        weighted = [s for s in sides if sides[s].get("weighting")]
+        if weighted:
+            console.print(
+                f"[yellow]{' and '.join(weighted)} weighted: each thread's samples scaled to its on-CPU time "
+                f"(cputhread probe), factors {_factor_range(sides, weighted)}; the other sides undercount[/]"
+            )
     console.print("flame graphs: qprof flame " + rec["id"])
+
+
+def _factor_range(sides: dict, weighted: list) -> str:
+    lo = min(sides[s]["weighting"]["factor_min"] for s in weighted)
+    hi = max(sides[s]["weighting"]["factor_max"] for s in weighted)
+    return f"{lo:.2f}" if abs(hi - lo) < 0.005 else f"{lo:.2f}-{hi:.2f}"
 
 
 # `qprof ls`: the run history as one table.
