@@ -10,9 +10,11 @@ ratio of medians and the median of the pairs' ratios with a 95% bootstrap
 interval, so a reader sees whether a target is met or lost in the noise. --what probes: the eBPF
 probes (all, or --probes LIST) against none (target: at most 2% of
 throughput); --what stacks:
-perf stack sampling at --sample-hz against none (probes off in both).
+perf stack sampling at --sample-hz against none (probes off in both);
+--what default: the instruments a plain `qprof run` has (all probes, 99 Hz
+DWARF stacks) against none of them.
 
-USAGE: benchmarks/probe_overhead.py [--what probes|stacks] [--probes LIST] [--sample-hz HZ] [--pairs N]
+USAGE: benchmarks/probe_overhead.py [--what probes|stacks|default] [--probes LIST] [--sample-hz HZ] [--pairs N]
                                     [--duration S] [--topology netns|loopback] [--stack S]
 """
 
@@ -27,7 +29,8 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-QPROF = str(REPO / ".venv" / "bin" / "qprof")
+# $QPROF: another qprof (a worktree's, through a wrapper), as the benchmark's subject.
+QPROF = os.environ.get("QPROF", str(REPO / ".venv" / "bin" / "qprof"))
 
 
 def run(extra, duration_s, topology, stack, runs_dir):
@@ -43,7 +46,8 @@ def run(extra, duration_s, topology, stack, runs_dir):
     absent = [n for n, p in (rec.get("probes") or {}).items() if p["status"] != "present"]
     if absent:
         sys.exit(f"probes absent: {absent}; the benchmark needs them all")
-    return rec["throughput_gbps"], rec["cpu"]["system"]["ns_per_byte"]["total"]
+    obs = (rec.get("observers") or {}).get("ns_per_byte")
+    return rec["throughput_gbps"], rec["cpu"]["system"]["ns_per_byte"]["total"], obs
 
 
 def median_interval(ratios, rounds=10000, seed=1):
@@ -59,7 +63,7 @@ def main():
     ap.add_argument("--duration", type=float, default=5.0)
     ap.add_argument("--topology", default="netns")
     ap.add_argument("--stack", default="quic")
-    ap.add_argument("--what", choices=("probes", "stacks"), default="probes")
+    ap.add_argument("--what", choices=("probes", "stacks", "default"), default="probes")
     ap.add_argument("--sample-hz", type=int, default=1000)
     ap.add_argument(
         "--probes",
@@ -73,9 +77,12 @@ def main():
             if args.what == "probes":
                 off = ("--probes", "none", "--sample-hz", "0")
                 on = ("--probes", args.probes, "--sample-hz", "0")
-            else:
+            elif args.what == "stacks":
                 off = ("--probes", "none", "--sample-hz", "0")
                 on = ("--probes", "none", "--sample-hz", str(args.sample_hz))
+            else:
+                off = ("--probes", "none", "--sample-hz", "0")
+                on = ()
             if i % 2 == 0:
                 a = run(off, args.duration, args.topology, args.stack, runs_dir)
                 b = run(on, args.duration, args.topology, args.stack, runs_dir)
@@ -91,7 +98,11 @@ def main():
             )
     tput = statistics.median(b[0] for b in with_p) / statistics.median(a[0] for a in without)
     nspb = statistics.median(b[1] for b in with_p) / statistics.median(a[1] for a in without)
-    what = f"probes {args.probes}" if args.what == "probes" else f"stacks at {args.sample_hz} Hz"
+    what = {
+        "probes": f"probes {args.probes}",
+        "stacks": f"stacks at {args.sample_hz} Hz",
+        "default": "the default instruments",
+    }[args.what]
     print(
         f"{args.stack} over {args.topology}, {args.pairs} pairs of {args.duration:g} s: throughput with/without {what} "
         f"{tput:.3f} ({(1 - tput) * 100:+.1f}% cost), system CPU ns/B with/without {nspb:.3f} (ratios of medians)"
@@ -102,6 +113,12 @@ def main():
     ):
         med, lo, hi = median_interval(ratios)
         print(f"  {name} with/without, median of the pairs: {med:.3f} (95% interval {lo:.3f}-{hi:.3f})")
+    obs = [b[2] for b in with_p if b[2] is not None]
+    if obs:
+        print(
+            f"  the probes' own run time (record's observers), median: {statistics.median(obs):.4f} ns/B, "
+            f"{statistics.median(obs) / statistics.median(b[1] for b in with_p) * 100:.2f}% of system CPU ns/B"
+        )
 
 
 if __name__ == "__main__":

@@ -74,9 +74,29 @@ class Probe:
         return {
             "status": "present",
             **info,
-            "window": delta(self.marks["start"], self.marks["end"]),
+            "window": scaled_stats(delta(self.marks["start"], self.marks["end"]), self.marks),
             "edges": {name: {k: m[k] for k in EDGE_TIMES if k in m} for name, m in self.marks.items()},
         }
+
+
+def scaled_stats(window: dict, marks: Dict[str, dict]) -> dict:
+    """The window with its programs' run time and runs over all of it: the
+    kernel's statistics were on for bpf_stats_on_ns of it only (a tenth, in
+    slices spread over it; probe_common.c says why), so both scale by the
+    window's time over that. Unscaled when the tool did not say (older
+    tools kept them on throughout); not measured (progs None) when no
+    slice fell in the window, never a zero cost."""
+    if "bpf_stats_on_ns" not in window or "progs" not in window:
+        return window
+    on = window["bpf_stats_on_ns"]
+    if not on:
+        return {**window, "progs": None, "bpf_stats_scale": None}
+    factor = (marks["end"]["t_ns"] - marks["start"]["t_ns"]) / on
+    progs = [
+        {**p, "run_time_ns": round(p["run_time_ns"] * factor), "run_cnt": round(p["run_cnt"] * factor)}
+        for p in window["progs"]
+    ]
+    return {**window, "progs": progs, "bpf_stats_scale": factor}
 
 
 def warn(msg: str) -> None:

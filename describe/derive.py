@@ -195,9 +195,18 @@ def thread_figures(cpu_window: dict, pids: Dict[str, int], side_bytes: Dict[str,
 EBPF_CATEGORY = "eBPF probes"  # flamegraphs/categories.rules
 
 
+# Probe tools that turn the statistics on in slices (probes/probe_common.c) say
+# so with bpf_stats_on_ns; collectors/probes.py scales their window to all of it.
+SAMPLED = (
+    ", on for a tenth of it in slices and scaled to all of it (probes/probe_common.c); "
+    "None where no slice fell in the window"
+)
+
+
 def observer_cost(probes: dict, nbytes: int, flame: Optional[dict]) -> Optional[dict]:
     """What the eBPF probes cost over the window, from the kernel's BPF
-    run-time statistics (each probe turns them on while it lives): run time
+    run-time statistics (sampled: on for a tenth of the time, scaled by
+    collectors/probes.py): run time
     and runs per probe and program, and ns/B of the window's bytes, beside
     the flame graph's eBPF category per side (which also holds the
     tracepoint dispatch around the programs). None when no probe ran; a
@@ -230,7 +239,9 @@ def observer_cost(probes: dict, nbytes: int, flame: Optional[dict]) -> Optional[
         }
         or None,
         "source": "the kernel's BPF run-time statistics (BPF_ENABLE_STATS) of each probe's programs over "
-        "the window; flame_ebpf_ns_per_byte: the flame graph's eBPF category per side",
+        "the window"
+        + (SAMPLED if any("bpf_stats_scale" in (p.get("window") or {}) for p in probes.values()) else "")
+        + "; flame_ebpf_ns_per_byte: the flame graph's eBPF category per side",
     }
 
 

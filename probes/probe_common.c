@@ -3,6 +3,8 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <limits.h>
+#include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -16,23 +18,94 @@
 #include "probe_common.h"
 
 static volatile sig_atomic_t exiting;
-static int stats_fd = -1;
+static bool stats_on;
+
+/*
+ * The statistics cost two clock reads around every program run (~100 ns
+ * here, as much as a program itself), so they are on for STATS_ON_NS of
+ * every STATS_PERIOD_NS only, and user space scales a window's run time
+ * and runs by its wall time over stats_on_ns. The slices start at whole
+ * periods of CLOCK_MONOTONIC, the same instants in every probe tool: the
+ * kernel's switch is one for the machine, so the tools' slices must
+ * coincide for each tool's own on-time to be the machine's. The toggling
+ * thread runs SCHED_FIFO, so a busy machine does not delay a slice's edge.
+ */
+#define STATS_PERIOD_NS 500000000ull
+#define STATS_ON_NS 50000000ull
+
+static pthread_mutex_t stats_mu = PTHREAD_MUTEX_INITIALIZER;
+static unsigned long long stats_on_ns;	  /* closed slices */
+static unsigned long long stats_on_since; /* the open slice's start, or 0 */
+
+static void sleep_until(unsigned long long ns)
+{
+	struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000ull),
+			      .tv_nsec = (long)(ns % 1000000000ull)};
+
+	while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+		;
+}
+
+static void *stats_slices(void *arg)
+{
+	struct sched_param sp = {.sched_priority = 1};
+	unsigned long long next, t0, t1;
+	int fd;
+
+	(void)arg;
+	pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp); /* best effort */
+	for (;;) {
+		next = (probe_now_ns() / STATS_PERIOD_NS + 1) * STATS_PERIOD_NS;
+		sleep_until(next);
+		fd = bpf_enable_stats(BPF_STATS_RUN_TIME);
+		if (fd < 0)
+			continue;
+		t0 = probe_now_ns();
+		pthread_mutex_lock(&stats_mu);
+		stats_on_since = t0;
+		pthread_mutex_unlock(&stats_mu);
+		sleep_until(next + STATS_ON_NS);
+		close(fd);
+		t1 = probe_now_ns();
+		pthread_mutex_lock(&stats_mu);
+		stats_on_ns += t1 - t0;
+		stats_on_since = 0;
+		pthread_mutex_unlock(&stats_mu);
+	}
+	return NULL;
+}
 
 static void enable_stats(const struct probe_env *env)
 {
+	pthread_t th;
+	int fd;
+
 	if (env->no_bpf_stats)
 		return;
-	stats_fd = bpf_enable_stats(BPF_STATS_RUN_TIME);
-	if (stats_fd < 0 && env->verbose)
-		fprintf(stderr, "BPF run-time statistics unavailable: %s\n", strerror(errno));
+	/* Once here: the tool says whether the kernel has them at all. */
+	fd = bpf_enable_stats(BPF_STATS_RUN_TIME);
+	if (fd < 0) {
+		if (env->verbose)
+			fprintf(stderr, "BPF run-time statistics unavailable: %s\n",
+				strerror(errno));
+		return;
+	}
+	close(fd);
+	stats_on = !pthread_create(&th, NULL, stats_slices, NULL);
+	if (stats_on)
+		pthread_detach(th);
 }
 
 void probe_json_progs(FILE *f, struct bpf_object *obj)
 {
 	struct bpf_program *prog;
+	unsigned long long on;
 	int i = 0;
 
-	fprintf(f, ",\"progs\":[");
+	pthread_mutex_lock(&stats_mu);
+	on = stats_on_ns + (stats_on_since ? probe_now_ns() - stats_on_since : 0);
+	pthread_mutex_unlock(&stats_mu);
+	fprintf(f, ",\"bpf_stats_on_ns\":%llu,\"progs\":[", on);
 	bpf_object__for_each_program(prog, obj)
 	{
 		struct bpf_prog_info info = {};
@@ -221,7 +294,7 @@ int probe_main_loop(const struct probe_env *env, probe_snapshot_fn snapshot, voi
 	enable_stats(env);
 	if (env->control) {
 		printf("{\"event\":\"ready\",\"pid\":%d,\"bpf_stats\":%s%s%s}\n", getpid(),
-		       stats_fd >= 0 ? "true" : "false", env->ready_info ? "," : "",
+		       stats_on ? "true" : "false", env->ready_info ? "," : "",
 		       env->ready_info ? env->ready_info : "");
 		fflush(stdout);
 		while (!err && !exiting && fgets(line, sizeof(line), stdin)) {

@@ -49,8 +49,9 @@ void probe_set_targets(const struct probe_env *env, volatile __u32 *tgids, volat
  * snapshot("interval") every interval_s seconds, count times or until
  * SIGINT/SIGTERM. snapshot prints one JSON line (or a human table).
  * Before either, unless --no-bpf-stats, it turns the kernel's BPF run-time
- * statistics on for as long as this process lives (BPF_ENABLE_STATS: the
- * kernel turns them off when the fd closes, at exit or kill -9), and
+ * statistics on in slices, a tenth of the time, while this process lives
+ * (BPF_ENABLE_STATS: the kernel turns them off when the fd closes, at exit
+ * or kill -9), and
  * prints {"event":"ready","bpf_stats":true|false} with --control. A snapshot
  * that fails (it returns -errno, having said why on stderr) ends the loop
  * with its error: a probe that cannot read its maps stops rather than
@@ -77,9 +78,10 @@ void probe_setup_libbpf(bool verbose);
 
 struct bpf_object;
 /*
- * Prints ,"progs":[{"name":..,"run_time_ns":..,"run_cnt":..,"recursion_misses":..},...]
- * for every loaded program of obj: what the probe itself cost so far
- * (run time only while statistics are on).
+ * Prints ,"bpf_stats_on_ns":..,"progs":[{"name":..,"run_time_ns":..,"run_cnt":..,
+ * "recursion_misses":..},...] for every loaded program of obj: what the
+ * probe itself cost so far while the statistics were on, and how long
+ * they have been on (scale by the time over it for the whole).
  */
 void probe_json_progs(FILE *f, struct bpf_object *obj);
 #endif
