@@ -13,7 +13,9 @@ from qprof.collectors.topology import Endpoint
 
 
 class WorkloadExit:
-    """qprof-wl's exit codes (workloads/wl.h, enum wl_exit)."""
+    """qprof-wl's exit codes. Declared in workloads/wl.h (enum wl_exit);
+    these are its names without WL_EXIT_, and tests/test_wl_contract.py
+    holds the two to each other. Tests import them from here."""
 
     OK = 0
     USAGE = 2

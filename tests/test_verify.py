@@ -10,11 +10,12 @@ import subprocess
 
 import pytest
 
+from qprof.collectors.workload import WorkloadExit
+
 from conftest import REPO, free_port, needs_build
 
 pytestmark = [pytest.mark.system, needs_build]
 WL = str(REPO / "build" / "bin" / "qprof-wl")
-WL_EXIT_VERIFY = 5
 
 
 def transfer(stack: str, server_io: int, client_io: int, cert: list) -> tuple:
@@ -55,7 +56,7 @@ def transfer(stack: str, server_io: int, client_io: int, cert: list) -> tuple:
 @pytest.mark.parametrize("stack", ["quic", "tcp", "udp"])
 def test_content_check_refuses_other_data(stack, cert):
     rc, err, _, _ = transfer(stack, 65536, 131072, cert)
-    assert rc == WL_EXIT_VERIFY, err
+    assert rc == WorkloadExit.VERIFY, err
     assert "content check" in err, err
 
 

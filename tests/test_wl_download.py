@@ -12,15 +12,14 @@ import subprocess
 
 import pytest
 
+from qprof.collectors.workload import WorkloadExit
+
 from conftest import REPO, free_port, needs_build
 
 pytestmark = [pytest.mark.system, needs_build]
 WL = str(REPO / "build" / "bin" / "qprof-wl")
 SIZE = 200_000
 COUNT = 3
-WL_EXIT_USAGE = 2
-WL_EXIT_VERIFY = 5
-WL_EXIT_CONN_LOST = 7
 
 
 def events(out: str, name: str) -> list:
@@ -90,12 +89,12 @@ def test_download_checks_every_byte_of_each(stack, cert):
 def test_download_of_other_data_fails_the_check(stack, cert):
     # A 128 KiB pattern period against the client's 64 KiB: they differ from byte 64K on.
     client, server = download(stack, cert, server_args=["--io-size", "131072"])
-    assert client.returncode == WL_EXIT_VERIFY, client.stderr
+    assert client.returncode == WorkloadExit.VERIFY, client.stderr
     assert "download 0 failed the content check" in client.stderr, client.stderr
     assert events(client.stdout, "download") == []
     assert events(client.stdout, "done")[0]["verified"] is False
     # The server sees its download cut short and ends too.
-    assert server.returncode == WL_EXIT_CONN_LOST, server.stderr
+    assert server.returncode == WorkloadExit.CONN_LOST, server.stderr
     assert events(server.stdout, "served") == []
 
 
@@ -171,7 +170,7 @@ def test_udp_has_no_download():
         capture_output=True,
         text=True,
     )
-    assert r.returncode == WL_EXIT_USAGE
+    assert r.returncode == WorkloadExit.USAGE
     assert len(r.stderr.splitlines()) == 1 and "udp" in r.stderr, r.stderr
 
 
@@ -181,5 +180,5 @@ def test_count_zero_is_refused():
         capture_output=True,
         text=True,
     )
-    assert r.returncode == WL_EXIT_USAGE
+    assert r.returncode == WorkloadExit.USAGE
     assert len(r.stderr.splitlines()) == 1, r.stderr

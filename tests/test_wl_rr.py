@@ -14,6 +14,8 @@ from contextlib import contextmanager
 
 import pytest
 
+from qprof.collectors.workload import WorkloadExit
+
 from conftest import REPO, free_port, needs_build
 
 pytestmark = [pytest.mark.system, needs_build]
@@ -21,8 +23,6 @@ WL = str(REPO / "build" / "bin" / "qprof-wl")
 PERIOD_US = 5000
 PAYLOAD = 256
 DURATION_MS = 500
-WL_EXIT_USAGE = 2
-WL_EXIT_VERIFY = 5
 WL_RR_DRAIN_MIN_NS = 2_000_000_000  # workloads/wl.h: the wait for replies after the last due time
 
 MODES = {
@@ -166,11 +166,11 @@ def test_rr_payload_mismatch_fails_the_check(mode, server_payload, cert):
     request the server's."""
     stack, args = MODES[mode]
     client, server, _ = rr(stack, cert, args, server_payload=server_payload, duration_ms=300)
-    assert client.returncode == WL_EXIT_VERIFY, client.stderr
+    assert client.returncode == WorkloadExit.VERIFY, client.stderr
     assert len(client.stderr.splitlines()) == 1 and "content check" in client.stderr, client.stderr
     assert events(client.stdout, "rr") == []
     assert events(client.stdout, "done")[0]["verified"] is False
-    assert server.returncode == WL_EXIT_VERIFY, server.stderr
+    assert server.returncode == WorkloadExit.VERIFY, server.stderr
     assert events(server.stdout, "done")[0]["verified"] is False
 
 
@@ -291,6 +291,6 @@ def test_rr_control_marks_stop_and_exit(mode, cert):
 )
 def test_rr_refuses_what_it_cannot_do(argv):
     r = subprocess.run([WL, *argv, "--pattern", "rr"], capture_output=True, text=True, timeout=10)
-    assert r.returncode == WL_EXIT_USAGE, r.stderr
+    assert r.returncode == WorkloadExit.USAGE, r.stderr
     assert len(r.stderr.splitlines()) == 1, r.stderr
     assert r.stdout == ""

@@ -6,7 +6,9 @@
  * stdout, messages on stderr.
  */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <getopt.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -150,272 +152,309 @@ static const char usage[] =
 /* wl_tcp.c's; the tests' hidden --fault (collectors/faults.py) */
 extern const char *wl_tcp_fault;
 
-static int parse_u64(const char *s, uint64_t *out)
+/* The patterns a flag belongs to; 0: every one. */
+enum { P_BULK = 1, P_DOWNLOAD = 2, P_RR = 4 };
+
+enum flag_kind { F_STR, F_BOOL, F_NUM, F_CHOICE };
+
+/*
+ * Every flag once: its field in struct wl_opts, its range or choices, and
+ * the stacks and patterns it is for. A flag given (its field moved off the
+ * default) outside those is refused by its name. tests/test_wl_contract.py
+ * reads this table against qprof's own (describe/options.py): every flag
+ * qprof passes exists here, takes the same choices and is not refused for
+ * a stack or pattern qprof passes it with.
+ */
+struct flag {
+	const char *name;
+	char short_name; /* 0: long only */
+	enum flag_kind kind;
+	size_t off, size; /* the field; F_NUM is stored at its width */
+	uint64_t lo, hi;  /* F_NUM */
+	bool pow2;	  /* F_NUM: a power of two */
+	const char *unit; /* F_NUM: in the refusal */
+	const char *choices;
+	const char *stacks; /* "a|b"; NULL: every stack */
+	unsigned patterns;
+	bool hidden; /* not in --help: the tests' */
+};
+
+#define FLAG(n, s, k, f)                                                           \
+	.name = n, .short_name = s, .kind = k, .off = offsetof(struct wl_opts, f), \
+	.size = sizeof(((struct wl_opts *)0)->f)
+#define TCP_STACKS "tcp|tcp-tls|tcp-ktls"
+
+/* clang-format off: one row a flag */
+static const struct flag flags[] = {
+	{FLAG("stack", 's', F_CHOICE, stack), .choices = "quic|tcp|tcp-tls|tcp-ktls|udp"},
+	{FLAG("role", 'r', F_CHOICE, role), .choices = "server|client"},
+	{FLAG("addr", 'a', F_STR, addr)},
+	{FLAG("port", 'p', F_NUM, port), .lo = 1, .hi = 65535},
+	{FLAG("cert", 0, F_STR, cert)},
+	{FLAG("key", 0, F_STR, key)},
+	{FLAG("pattern", 0, F_CHOICE, pattern), .choices = "bulk|download|rr"},
+	{FLAG("streams", 'n', F_NUM, streams), .lo = 1, .hi = 64},
+	{FLAG("duration-ms", 't', F_NUM, duration_ms), .lo = 1, .hi = UINT64_MAX,
+	 .patterns = P_BULK | P_RR},
+	{FLAG("bytes", 'b', F_NUM, bytes), .lo = 1, .hi = UINT64_MAX, .patterns = P_BULK},
+	{FLAG("size", 0, F_NUM, size), .lo = 1, .hi = UINT64_MAX, .patterns = P_DOWNLOAD},
+	{FLAG("count", 0, F_NUM, count), .lo = 1, .hi = UINT64_MAX, .patterns = P_DOWNLOAD},
+	{FLAG("resume", 0, F_BOOL, resume), .stacks = "quic|tcp-tls|tcp-ktls",
+	 .patterns = P_DOWNLOAD},
+	{FLAG("period-us", 0, F_NUM, period_us), .lo = WL_RR_PERIOD_MIN_US,
+	 .hi = WL_RR_PERIOD_MAX_US, .unit = " microseconds", .patterns = P_RR},
+	{FLAG("payload", 0, F_NUM, payload), .lo = WL_RR_PAYLOAD_MIN, .hi = WL_RR_PAYLOAD_MAX,
+	 .unit = " bytes", .patterns = P_RR},
+	{FLAG("rr-streams", 0, F_CHOICE, rr_streams), .choices = "per-request|one",
+	 .stacks = "quic", .patterns = P_RR},
+	{FLAG("tcp-conns", 0, F_CHOICE, tcp_conns), .choices = "one|on-demand",
+	 .stacks = TCP_STACKS, .patterns = P_RR},
+	{FLAG("tcp-cc", 0, F_STR, tcp_cc), .stacks = TCP_STACKS},
+	{FLAG("io-size", 0, F_NUM, io_size), .lo = 1024, .hi = 1u << 20, .pow2 = true,
+	 .unit = " bytes"},
+	{FLAG("exec-profile", 0, F_CHOICE, exec_profile), .choices = "lowlat|maxtput"},
+	{FLAG("tls", 0, F_STR, tls_version)}, /* wl_tcp.c's check: exit 9, as for a cipher */
+	{FLAG("cipher", 0, F_STR, cipher)},
+	{FLAG("sendfile", 0, F_BOOL, sendfile), .patterns = P_BULK | P_DOWNLOAD},
+	{FLAG("send-mode", 0, F_CHOICE, send_mode), .choices = "sendmsg|sendmmsg|gso",
+	 .stacks = "udp"},
+	{FLAG("batch", 0, F_NUM, batch), .lo = 1, .hi = 65535, .stacks = "udp"},
+	{FLAG("dgram-size", 0, F_NUM, dgram_size), .lo = 1, .hi = 65535, .stacks = "udp"},
+	{FLAG("gro", 0, F_CHOICE, gro), .choices = "on|off", .stacks = "udp"},
+	{FLAG("control", 0, F_BOOL, control)},
+	{FLAG("wait-start", 0, F_BOOL, wait_start)},
+	{FLAG("fault", 0, F_CHOICE, fault), .choices = "ktls-claim", .hidden = true},
+};
+/* clang-format on */
+#define NFLAGS (sizeof(flags) / sizeof(flags[0]))
+
+static const struct wl_opts defaults = {
+	.addr = "127.0.0.1",
+	.port = 4433,
+	.pattern = "bulk",
+	.streams = 1,
+	.io_size = 65536,
+	.exec_profile = "lowlat",
+	.tls_version = "1.3",
+};
+
+/* "a|b|c" as "a, b or c". */
+static const char *words(const char *list, char *buf, size_t len)
 {
-	char *end;
+	const char *last = strrchr(list, '|');
+	size_t k = 0;
+
+	for (; *list && k + 4 < len; list++) {
+		if (*list != '|')
+			buf[k++] = *list;
+		else if (list == last)
+			k += (size_t)snprintf(buf + k, len - k, " or ");
+		else
+			k += (size_t)snprintf(buf + k, len - k, ", ");
+	}
+	buf[k < len ? k : len - 1] = 0;
+	return buf;
+}
+
+static bool in_list(const char *list, const char *v)
+{
+	size_t n = strlen(v);
+
+	for (const char *p = list; p; p = strchr(p, '|'), p = p ? p + 1 : NULL)
+		if (!strncmp(p, v, n) && (p[n] == '|' || !p[n]))
+			return true;
+	return false;
+}
+
+/* One flag's value into its field; 0, or the usage exit after saying why. */
+static int set_flag(struct wl_opts *o, const struct flag *f, const char *arg)
+{
+	char *field = (char *)o + f->off, *end, buf[128];
 	unsigned long long v;
 
-	if (!s || !*s || *s == '-')
-		return -1;
-	v = strtoull(s, &end, 10);
-	if (*end)
-		return -1;
-	*out = v;
+	switch (f->kind) {
+	case F_BOOL: *(bool *)field = true; return 0;
+	case F_CHOICE:
+		if (!in_list(f->choices, arg)) {
+			wl_warn("--%s must be %s, not %s", f->name,
+				words(f->choices, buf, sizeof(buf)), arg);
+			return WL_EXIT_USAGE;
+		}
+		/* fall through */
+	case F_STR: *(const char **)field = arg; return 0;
+	case F_NUM: break;
+	}
+	errno = 0;
+	v = strtoull(arg, &end, 10);
+	if (!*arg || *arg == '-' || *end || errno || v < f->lo || v > f->hi ||
+	    (f->pow2 && (v & (v - 1)))) {
+		if (f->hi == UINT64_MAX)
+			wl_warn("--%s must be at least %llu, not %s", f->name,
+				(unsigned long long)f->lo, arg);
+		else
+			wl_warn("--%s must be %s%llu to %llu%s, not %s", f->name,
+				f->pow2 ? "a power of two from " : "", (unsigned long long)f->lo,
+				(unsigned long long)f->hi, f->unit ? f->unit : "", arg);
+		return WL_EXIT_USAGE;
+	}
+	/* Each range fits its field's type (int for --port and --streams). */
+	if (f->size == sizeof(uint64_t)) {
+		uint64_t w = v;
+		memcpy(field, &w, sizeof(w));
+	} else {
+		uint32_t w = (uint32_t)v;
+		memcpy(field, &w, sizeof(w));
+	}
+	return 0;
+}
+
+static int parse_flags(int argc, char **argv, struct wl_opts *o)
+{
+	struct option longopts[NFLAGS + 2] = {{0}};
+	char shorts[2 * NFLAGS + 2] = "", *sp = shorts;
+	size_t i;
+	int c, code;
+
+	for (i = 0; i < NFLAGS; i++) {
+		longopts[i] = (struct option){
+			flags[i].name, flags[i].kind == F_BOOL ? no_argument : required_argument,
+			NULL, 256 + (int)i};
+		if (flags[i].short_name) {
+			*sp++ = flags[i].short_name;
+			*sp++ = ':';
+		}
+	}
+	longopts[NFLAGS] = (struct option){"help", no_argument, NULL, 'h'};
+	*sp++ = 'h';
+	*sp = 0;
+	while ((c = getopt_long(argc, argv, shorts, longopts, NULL)) != -1) {
+		if (c == 'h') {
+			fputs(usage, stdout);
+			return -1;
+		}
+		for (i = 0; i < NFLAGS && c < 256 && flags[i].short_name != c; i++)
+			;
+		if (c >= 256)
+			i = (size_t)c - 256;
+		if (i == NFLAGS) {
+			fputs(usage, stderr);
+			return WL_EXIT_USAGE;
+		}
+		code = set_flag(o, &flags[i], optarg);
+		if (code)
+			return code;
+	}
+	if (optind < argc) {
+		wl_warn("unexpected argument %s; see --help", argv[optind]);
+		return WL_EXIT_USAGE;
+	}
+	return 0;
+}
+
+static unsigned pattern_bit(const char *pattern)
+{
+	return !strcmp(pattern, "download") ? P_DOWNLOAD : !strcmp(pattern, "rr") ? P_RR : P_BULK;
+}
+
+/* A flag given outside the stacks or patterns it is for; 0 if none. */
+static int check_scope(const struct wl_opts *o)
+{
+	char buf[128];
+	size_t i;
+
+	for (i = 0; i < NFLAGS; i++) {
+		const struct flag *f = &flags[i];
+
+		if (!memcmp((const char *)o + f->off, (const char *)&defaults + f->off, f->size))
+			continue;
+		if (f->stacks && !in_list(f->stacks, o->stack)) {
+			wl_warn("--%s is for --stack %s, not %s", f->name,
+				words(f->stacks, buf, sizeof(buf)), o->stack);
+			return WL_EXIT_USAGE;
+		}
+		if (f->patterns && !(f->patterns & pattern_bit(o->pattern))) {
+			wl_warn("--%s is not for --pattern %s", f->name, o->pattern);
+			return WL_EXIT_USAGE;
+		}
+	}
+	return 0;
+}
+
+/* The rules between flags that one flag's row cannot say; one sentence each. */
+static int check_rules(struct wl_opts *o)
+{
+	const bool client = !strcmp(o->role, "client");
+
+	if ((o->rr || o->download) && !strcmp(o->stack, "udp")) {
+		wl_warn("--pattern %s is for quic, tcp, tcp-tls and tcp-ktls: udp has no stream to answer a request on",
+			o->pattern);
+		return WL_EXIT_USAGE;
+	}
+	if (o->rr && !o->payload) {
+		wl_warn("--pattern rr needs --payload N, the bytes of each request and each response, on both roles");
+		return WL_EXIT_USAGE;
+	}
+	if (o->rr && client && !o->period_us) {
+		wl_warn("--pattern rr needs --period-us N on the client, the microseconds between requests");
+		return WL_EXIT_USAGE;
+	}
+	if ((o->rr || o->download) && o->streams != 1) {
+		wl_warn("--streams is for --pattern bulk: a download or a request goes on one stream");
+		return WL_EXIT_USAGE;
+	}
+	if (o->download && !o->size) {
+		wl_warn("--pattern download needs --size N, the bytes per download, on both roles");
+		return WL_EXIT_USAGE;
+	}
+	if (o->duration_ms && o->bytes) {
+		wl_warn("--duration-ms and --bytes exclude each other: give one");
+		return WL_EXIT_USAGE;
+	}
+	if (!client && strcmp(o->stack, "tcp") && strcmp(o->stack, "udp") &&
+	    (!o->cert || !o->key)) {
+		wl_warn("the server needs --cert and --key");
+		return WL_EXIT_USAGE;
+	}
+	if (client && o->rr && !o->duration_ms && !o->control) {
+		wl_warn("--pattern rr: the client needs --duration-ms, or --control to send until \"stop\"");
+		return WL_EXIT_USAGE;
+	}
+	if (client && !o->download && !o->duration_ms && !o->bytes && !o->control) {
+		wl_warn("the client needs --duration-ms, --bytes or --control");
+		return WL_EXIT_USAGE;
+	}
+	if (o->wait_start && !o->control) {
+		wl_warn("--wait-start needs --control (the start command comes on stdin)");
+		return WL_EXIT_USAGE;
+	}
 	return 0;
 }
 
 int main(int argc, char **argv)
 {
-	static const struct option longopts[] = {
-		{"stack", required_argument, NULL, 's'},
-		{"role", required_argument, NULL, 'r'},
-		{"addr", required_argument, NULL, 'a'},
-		{"port", required_argument, NULL, 'p'},
-		{"cert", required_argument, NULL, 'C'},
-		{"key", required_argument, NULL, 'K'},
-		{"streams", required_argument, NULL, 'n'},
-		{"duration-ms", required_argument, NULL, 't'},
-		{"bytes", required_argument, NULL, 'b'},
-		{"io-size", required_argument, NULL, 'I'},
-		{"exec-profile", required_argument, NULL, 'E'},
-		{"control", no_argument, NULL, 'X'},
-		{"wait-start", no_argument, NULL, 'W'},
-		{"tls", required_argument, NULL, 'T'},
-		{"cipher", required_argument, NULL, 'P'},
-		{"sendfile", no_argument, NULL, 'F'},
-		{"send-mode", required_argument, NULL, 'M'},
-		{"batch", required_argument, NULL, 'B'},
-		{"dgram-size", required_argument, NULL, 'D'},
-		{"gro", required_argument, NULL, 'G'},
-		{"pattern", required_argument, NULL, 'Y'},
-		{"size", required_argument, NULL, 'S'},
-		{"count", required_argument, NULL, 'U'},
-		{"resume", no_argument, NULL, 'R'},
-		{"period-us", required_argument, NULL, 'Q'},
-		{"payload", required_argument, NULL, 'L'},
-		{"rr-streams", required_argument, NULL, 'Z'},
-		{"tcp-conns", required_argument, NULL, 'O'},
-		{"tcp-cc", required_argument, NULL, 'V'},
-		{"fault", required_argument, NULL, 'f'}, /* hidden: the tests' */
-		{"help", no_argument, NULL, 'h'},
-		{NULL, 0, NULL, 0},
-	};
-	struct wl_opts o = {
-		.addr = "127.0.0.1",
-		.port = 4433,
-		.streams = 1,
-		.io_size = 65536,
-		.exec_profile = "lowlat",
-		.tls_version = "1.3",
-	};
-	const char *pattern = "bulk", *rr_streams = NULL, *tcp_conns = NULL;
-	bool tcp_stack;
+	struct wl_opts o = defaults;
 	uint32_t period;
-	uint64_t v;
-	int c;
+	int code;
 
-	while ((c = getopt_long(argc, argv, "s:r:a:p:n:t:b:h", longopts, NULL)) != -1) {
-		switch (c) {
-		case 's': o.stack = optarg; break;
-		case 'r': o.role = optarg; break;
-		case 'a': o.addr = optarg; break;
-		case 'C': o.cert = optarg; break;
-		case 'K': o.key = optarg; break;
-		case 'E': o.exec_profile = optarg; break;
-		case 'X': o.control = true; break;
-		case 'W': o.wait_start = true; break;
-		case 'T': o.tls_version = optarg; break;
-		case 'P': o.cipher = optarg; break;
-		case 'F': o.sendfile = true; break;
-		case 'M': o.send_mode = optarg; break;
-		case 'G': o.gro = optarg; break;
-		case 'Y': pattern = optarg; break;
-		case 'R': o.resume = true; break;
-		case 'Z': rr_streams = optarg; break;
-		case 'O': tcp_conns = optarg; break;
-		case 'V': o.tcp_cc = optarg; break;
-		case 'f':
-			if (strcmp(optarg, "ktls-claim")) {
-				wl_warn("--fault must be ktls-claim, not %s", optarg);
-				return WL_EXIT_USAGE;
-			}
-			wl_tcp_fault = optarg;
-			break;
-		case 'Q':
-			if (parse_u64(optarg, &v) || v < WL_RR_PERIOD_MIN_US ||
-			    v > WL_RR_PERIOD_MAX_US) {
-				wl_warn("--period-us must be %u to %llu microseconds, not %s",
-					WL_RR_PERIOD_MIN_US, WL_RR_PERIOD_MAX_US, optarg);
-				return WL_EXIT_USAGE;
-			}
-			o.period_us = v;
-			break;
-		case 'L':
-			if (parse_u64(optarg, &v) || v < WL_RR_PAYLOAD_MIN ||
-			    v > WL_RR_PAYLOAD_MAX) {
-				wl_warn("--payload must be %u to %u bytes, not %s",
-					WL_RR_PAYLOAD_MIN, WL_RR_PAYLOAD_MAX, optarg);
-				return WL_EXIT_USAGE;
-			}
-			o.payload = (uint32_t)v;
-			break;
-		case 'S':
-			if (parse_u64(optarg, &v) || v == 0)
-				goto bad_arg;
-			o.size = v;
-			break;
-		case 'U':
-			if (parse_u64(optarg, &v) || v == 0)
-				goto bad_arg;
-			o.count = v;
-			break;
-		case 'B':
-			if (parse_u64(optarg, &v) || v == 0 || v > 65535)
-				goto bad_arg;
-			o.batch = (uint32_t)v;
-			break;
-		case 'D':
-			if (parse_u64(optarg, &v) || v == 0 || v > 65535)
-				goto bad_arg;
-			o.dgram_size = (uint32_t)v;
-			break;
-		case 'p':
-			if (parse_u64(optarg, &v) || v == 0 || v > 65535)
-				goto bad_arg;
-			o.port = (int)v;
-			break;
-		case 'n':
-			if (parse_u64(optarg, &v) || v == 0 || v > 64)
-				goto bad_arg;
-			o.streams = (int)v;
-			break;
-		case 't':
-			if (parse_u64(optarg, &v) || v == 0)
-				goto bad_arg;
-			o.duration_ms = v;
-			break;
-		case 'b':
-			if (parse_u64(optarg, &v) || v == 0)
-				goto bad_arg;
-			o.bytes = v;
-			break;
-		case 'I':
-			if (parse_u64(optarg, &v) || v < 1024 || v > (1u << 20) || (v & (v - 1)))
-				goto bad_arg;
-			o.io_size = (uint32_t)v;
-			break;
-		case 'h': fputs(usage, stdout); return WL_EXIT_OK;
-		default: fputs(usage, stderr); return WL_EXIT_USAGE;
-		}
-	}
+	code = parse_flags(argc, argv, &o);
+	if (code)
+		return code < 0 ? WL_EXIT_OK : code;
 	if (!o.stack || !o.role) {
 		wl_warn("--stack and --role are required; see --help");
 		return WL_EXIT_USAGE;
 	}
-	if (strcmp(o.role, "server") && strcmp(o.role, "client")) {
-		wl_warn("--role must be server or client, not %s", o.role);
-		return WL_EXIT_USAGE;
-	}
-	if (!strcmp(pattern, "download")) {
-		o.download = true;
-	} else if (!strcmp(pattern, "rr")) {
-		o.rr = true;
-	} else if (strcmp(pattern, "bulk")) {
-		wl_warn("--pattern must be bulk, download or rr, not %s", pattern);
-		return WL_EXIT_USAGE;
-	}
-	if (o.rr && !strcmp(o.stack, "udp")) {
-		wl_warn("--pattern rr is for quic, tcp, tcp-tls and tcp-ktls: udp has no stream to answer a request on");
-		return WL_EXIT_USAGE;
-	}
-	tcp_stack = !strcmp(o.stack, "tcp") || !strcmp(o.stack, "tcp-tls") ||
-		    !strcmp(o.stack, "tcp-ktls");
-	if (!o.rr && (o.period_us || o.payload || rr_streams || tcp_conns)) {
-		wl_warn("--period-us, --payload, --rr-streams and --tcp-conns are for --pattern rr");
-		return WL_EXIT_USAGE;
-	}
-	if (o.rr && !o.payload) {
-		wl_warn("--pattern rr needs --payload N, the bytes of each request and each response, on both roles");
-		return WL_EXIT_USAGE;
-	}
-	if (o.rr && !strcmp(o.role, "client") && !o.period_us) {
-		wl_warn("--pattern rr needs --period-us N on the client, the microseconds between requests");
-		return WL_EXIT_USAGE;
-	}
-	if (o.rr && (o.bytes || o.streams != 1 || o.size || o.count || o.resume || o.sendfile)) {
-		wl_warn("--bytes, --streams, --size, --count, --resume and --sendfile are not for --pattern rr: its messages are --payload bytes");
-		return WL_EXIT_USAGE;
-	}
-	if (rr_streams && strcmp(o.stack, "quic")) {
-		wl_warn("--rr-streams is for --stack quic; TCP stacks have --tcp-conns");
-		return WL_EXIT_USAGE;
-	}
-	if (rr_streams && strcmp(rr_streams, "per-request") && strcmp(rr_streams, "one")) {
-		wl_warn("--rr-streams must be per-request or one, not %s", rr_streams);
-		return WL_EXIT_USAGE;
-	}
-	o.rr_one_stream = rr_streams && !strcmp(rr_streams, "one");
-	if (tcp_conns && !tcp_stack) {
-		wl_warn("--tcp-conns is for --stack tcp, tcp-tls and tcp-ktls; quic has --rr-streams");
-		return WL_EXIT_USAGE;
-	}
-	if (o.tcp_cc && !tcp_stack) {
-		wl_warn("--tcp-cc is for --stack tcp, tcp-tls and tcp-ktls; msquic has its own");
-		return WL_EXIT_USAGE;
-	}
-	if (tcp_conns && strcmp(tcp_conns, "one") && strcmp(tcp_conns, "on-demand")) {
-		wl_warn("--tcp-conns must be one or on-demand, not %s", tcp_conns);
-		return WL_EXIT_USAGE;
-	}
-	o.tcp_on_demand = tcp_conns && !strcmp(tcp_conns, "on-demand");
-	if (o.download && !strcmp(o.stack, "udp")) {
-		wl_warn("--pattern download is for quic, tcp, tcp-tls and tcp-ktls: udp has no stream to answer a request on");
-		return WL_EXIT_USAGE;
-	}
-	if (!o.download && (o.size || o.count || o.resume)) {
-		wl_warn("--size, --count and --resume are for --pattern download");
-		return WL_EXIT_USAGE;
-	}
-	if (o.download && !o.size) {
-		wl_warn("--pattern download needs --size N, the bytes per download, on both roles");
-		return WL_EXIT_USAGE;
-	}
-	if (o.download && (o.duration_ms || o.bytes || o.streams != 1)) {
-		wl_warn("--duration-ms, --bytes and --streams are for --pattern bulk; a download is --size bytes on one stream");
-		return WL_EXIT_USAGE;
-	}
-	if (o.resume && strcmp(o.stack, "quic") && strcmp(o.stack, "tcp-tls") &&
-	    strcmp(o.stack, "tcp-ktls")) {
-		wl_warn("--resume needs TLS: --stack quic, tcp-tls or tcp-ktls");
-		return WL_EXIT_USAGE;
-	}
+	o.download = !strcmp(o.pattern, "download");
+	o.rr = !strcmp(o.pattern, "rr");
+	o.rr_one_stream = o.rr_streams && !strcmp(o.rr_streams, "one");
+	o.tcp_on_demand = o.tcp_conns && !strcmp(o.tcp_conns, "on-demand");
+	code = check_scope(&o);
+	if (!code)
+		code = check_rules(&o);
+	if (code)
+		return code;
 	if (o.download && !o.count)
 		o.count = 1;
-	if (o.duration_ms && o.bytes) {
-		wl_warn("--duration-ms and --bytes exclude each other: give one");
-		return WL_EXIT_USAGE;
-	}
-	if (strcmp(o.stack, "udp") && (o.send_mode || o.batch || o.dgram_size || o.gro)) {
-		wl_warn("--send-mode, --batch, --dgram-size and --gro are for --stack udp");
-		return WL_EXIT_USAGE;
-	}
-	if (!strcmp(o.role, "server") && strcmp(o.stack, "tcp") && strcmp(o.stack, "udp") &&
-	    (!o.cert || !o.key)) {
-		wl_warn("the server needs --cert and --key");
-		return WL_EXIT_USAGE;
-	}
-	if (!strcmp(o.role, "client") && o.rr && !o.duration_ms && !o.control) {
-		wl_warn("--pattern rr: the client needs --duration-ms, or --control to send until \"stop\"");
-		return WL_EXIT_USAGE;
-	}
-	if (!strcmp(o.role, "client") && !o.download && !o.duration_ms && !o.bytes && !o.control) {
-		wl_warn("the client needs --duration-ms, --bytes or --control");
-		return WL_EXIT_USAGE;
-	}
-	if (o.wait_start && !o.control) {
-		wl_warn("--wait-start needs --control (the start command comes on stdin)");
-		return WL_EXIT_USAGE;
-	}
+	wl_tcp_fault = o.fault;
 	if (o.rr) {
 		/* A period of at least 2 --payload: a message's pattern is one piece. */
 		for (period = 1024; period < 2 * o.payload; period <<= 1)
@@ -427,14 +466,7 @@ int main(int argc, char **argv)
 	}
 	if (!strcmp(o.stack, "quic"))
 		return wl_quic_run(&o);
-	if (tcp_stack)
-		return wl_tcp_run(&o);
 	if (!strcmp(o.stack, "udp"))
 		return wl_udp_run(&o);
-	wl_warn("unknown --stack %s; this build has: quic, tcp, tcp-tls, tcp-ktls, udp", o.stack);
-	return WL_EXIT_USAGE;
-
-bad_arg:
-	wl_warn("bad value for an option: %s", optarg);
-	return WL_EXIT_USAGE;
+	return wl_tcp_run(&o);
 }

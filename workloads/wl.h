@@ -39,9 +39,14 @@ enum wl_exit {
 #define WL_PAT_PERIOD_MIN (64u << 10)
 #define WL_PAT_SEED 0x9e3779b97f4a7c15ull
 
+/* The flags, as qprof_wl.c's table fills them. */
 struct wl_opts {
 	const char *stack;
 	const char *role;
+	const char *pattern;	/* bulk, download or rr; sets download or rr */
+	const char *rr_streams; /* rr, quic: per-request or one; sets rr_one_stream */
+	const char *tcp_conns;	/* rr, TCP stacks: one or on-demand; sets tcp_on_demand */
+	const char *fault;	/* the tests' hidden --fault */
 	const char *addr;
 	int port;
 	const char *cert;
@@ -82,6 +87,10 @@ struct wl_opts {
  * {"event":"served"} line; "done" then adds "pattern" and "downloads".
  */
 #define WL_DL_REQUEST_LEN 8
+
+/* The 8-byte little-endian words on the wire: a download's request, an rr message's sequence number. */
+void wl_put_le64(uint8_t *p, uint64_t v);
+uint64_t wl_get_le64(const uint8_t *p);
 
 /*
  * --pattern rr: request/response, open loop. Request k falls due at
@@ -167,8 +176,6 @@ static inline uint64_t wl_rr_due(uint64_t seq)
 	return wl_rr.t0_ns + seq * wl_rr.period_ns;
 }
 uint64_t wl_rr_drain_ns(void);
-void wl_rr_put_seq(uint8_t *hdr, uint64_t seq);
-uint64_t wl_rr_seq(const uint8_t *hdr);
 /* A message's bytes after its header, in the pattern region. */
 const uint8_t *wl_rr_body(void);
 /* Takes what belongs to the message (up to --payload in all); returns its length. */
@@ -202,9 +209,37 @@ struct wl_json;
 void wl_rr_json_mark(struct wl_json *j, bool server);
 /* The done report's rr part: "pattern" and the counts. */
 void wl_rr_json_done(struct wl_json *j, bool server);
-/* A CLOCK_MONOTONIC timerfd, non-blocking; armed for an absolute time. */
-int wl_rr_timer_open(void);
-int wl_rr_timer_arm(int fd, uint64_t t_ns);
+/*
+ * The client's open-loop schedule, kept once for every stack: a
+ * CLOCK_MONOTONIC timerfd (non-blocking) that the stack's event loop
+ * watches (poll beside msquic's callbacks, epoll beside the TCP sockets).
+ * The loop starts it once the first connection is up, ticks it when the
+ * timer fires, stops it on "stop", and ends once it is over or every
+ * request is answered while it drains.
+ */
+struct wl_failure;
+enum wl_rr_phase { WL_RR_WAIT_CONN, WL_RR_SENDING, WL_RR_DRAINING };
+struct wl_rr_sched {
+	int timer;
+	enum wl_rr_phase phase;
+	uint64_t next;	    /* the next request's sequence number */
+	uint64_t t_end;	    /* none falls due from then on; 0: until "stop" */
+	uint64_t drain_end; /* the replies are waited for until then */
+};
+int wl_rr_sched_open(struct wl_rr_sched *s); /* -1: errno says why */
+void wl_rr_sched_close(struct wl_rr_sched *s);
+/* t0 is now; -1 if the timer cannot be armed. */
+int wl_rr_sched_start(struct wl_rr_sched *s, uint64_t duration_ms);
+/*
+ * The timer fired: send(seq, arg) for each request due by now, unless f
+ * holds a failure; -1 if the timer cannot be armed again.
+ */
+int wl_rr_sched_tick(struct wl_rr_sched *s, void (*send)(uint64_t seq, void *arg), void *arg,
+		     const struct wl_failure *f);
+/* "stop": no more requests fall due; the replies are waited for from now. */
+void wl_rr_sched_stop(struct wl_rr_sched *s, uint64_t now);
+/* Draining and past its end: the loop ends. Else *timeout_ms (-1: none) is cut to the drain's end. */
+bool wl_rr_sched_over(const struct wl_rr_sched *s, uint64_t now, int *timeout_ms);
 
 /*
  * Output. Events are single JSON lines on stdout, flushed at once, written
@@ -293,9 +328,19 @@ void wl_json_mark(struct wl_json *j, const char *name);
  * i-th opened (QUIC: as the server saw it start) or accepted; only the
  * first *n (streams seen so far) are written. Its marks and "done" carry
  * it. Writers update v[i] with relaxed stores; a snapshot mid-transfer is
- * per entry, not across them.
+ * per entry, not across them. A mark loads them once and gives their sum
+ * as its app_bytes: loaded apart, a receiver between its two updates made
+ * a window's streams miss bytes its app_bytes counted (seen in the guest).
  */
-void wl_json_stream_bytes(struct wl_json *j, const _Atomic uint64_t *v, const _Atomic int *n);
+#define WL_MAX_STREAMS 64
+struct wl_stream_bytes {
+	int n;
+	uint64_t v[WL_MAX_STREAMS];
+};
+/* Loads *n entries of v into s; returns their sum. */
+uint64_t wl_stream_bytes_load(struct wl_stream_bytes *s, const _Atomic uint64_t *v,
+			      const _Atomic int *n);
+void wl_json_stream_bytes(struct wl_json *j, const struct wl_stream_bytes *s);
 
 /*
  * One download's connection, as the "download" (client) or "served"

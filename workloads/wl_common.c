@@ -78,6 +78,24 @@ __attribute__((target_clones("avx2", "default"))) bool wl_pattern_check(uint64_t
 	return true;
 }
 
+void wl_put_le64(uint8_t *p, uint64_t v)
+{
+	int i;
+
+	for (i = 0; i < 8; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+uint64_t wl_get_le64(const uint8_t *p)
+{
+	uint64_t v = 0;
+	int i;
+
+	for (i = 0; i < 8; i++)
+		v |= (uint64_t)p[i] << (8 * i);
+	return v;
+}
+
 uint64_t wl_now_ns(void)
 {
 	struct timespec ts;
@@ -283,15 +301,30 @@ void wl_json_mark(struct wl_json *j, const char *name)
 	wl_json_u64(j, "t_ns", wl_now_ns());
 }
 
-void wl_json_stream_bytes(struct wl_json *j, const _Atomic uint64_t *v, const _Atomic int *n)
+uint64_t wl_stream_bytes_load(struct wl_stream_bytes *s, const _Atomic uint64_t *v,
+			      const _Atomic int *n)
 {
-	int i, k = atomic_load(n);
+	uint64_t sum = 0;
+	int i;
+
+	s->n = atomic_load(n);
+	if (s->n > WL_MAX_STREAMS)
+		s->n = WL_MAX_STREAMS;
+	for (i = 0; i < s->n; i++) {
+		s->v[i] = atomic_load_explicit(&v[i], memory_order_relaxed);
+		sum += s->v[i];
+	}
+	return sum;
+}
+
+void wl_json_stream_bytes(struct wl_json *j, const struct wl_stream_bytes *s)
+{
+	int i;
 
 	json_key(j, "stream_bytes");
 	json_put(j, "[");
-	for (i = 0; i < k; i++)
-		json_put(j, "%s%llu", i ? "," : "",
-			 (unsigned long long)atomic_load_explicit(&v[i], memory_order_relaxed));
+	for (i = 0; i < s->n; i++)
+		json_put(j, "%s%llu", i ? "," : "", (unsigned long long)s->v[i]);
 	json_put(j, "]");
 }
 

@@ -32,7 +32,7 @@
 #define QPROF_FEATURE_RECV_COALESCING 0x00000002
 #define QPROF_FEATURE_SEND_SEGMENTATION 0x00000004
 
-#define MAX_STREAMS 64
+#define MAX_STREAMS WL_MAX_STREAMS
 #define IDLE_TIMEOUT_MS 10000
 #define HANDSHAKE_TIMEOUT_MS 5000
 
@@ -49,6 +49,20 @@ struct qstream {
 	QUIC_BUFFER tail;     /* sender: the short last send */
 };
 
+/*
+ * How a connection went, as its events said: every pattern keeps one per
+ * connection (qconn_note fills it) and reads its outcome from it.
+ */
+struct qconn_end {
+	bool connected;
+	uint64_t t_connected;
+	QUIC_STATUS transport_status; /* why the transport shut it */
+	bool closed_by_transport;
+	uint64_t peer_error;
+	bool closed_by_peer;
+	uint64_t t_peer_closed;
+};
+
 /* One download's connection: the client's one at a time, each server's own. */
 struct dlconn {
 	HQUIC conn;
@@ -59,14 +73,9 @@ struct dlconn {
 	QUIC_BUFFER req_buf;
 	bool sending;	/* server: the request is in, the answer under way */
 	bool delivered; /* server: every byte and the FIN reached the client */
-	bool connected;
 	bool verify_failed, overrun;
 	uint64_t verify_fail_off;
-	QUIC_STATUS transport_status;
-	bool closed_by_transport;
-	uint64_t peer_error;
-	bool closed_by_peer;
-	uint64_t t_peer_closed;
+	struct qconn_end end;
 };
 
 static struct {
@@ -88,21 +97,18 @@ static struct {
 	uint64_t verify_fail_off;
 	int verify_fail_stream;
 
-	_Atomic bool connected; /* published after t_connected_ns, which it guards */
+	_Atomic bool connected; /* the run's first connection; published after t_connected_ns */
 	uint64_t t_connected_ns, t_transfer_done_ns;
-	QUIC_STATUS transport_status; /* why the transport shut the connection */
-	bool closed_by_transport;
-	uint64_t peer_error;
-	bool closed_by_peer;
+	struct qconn_end end; /* the connection the done report tells of (download: the last) */
 
 	bool done_emitted;
 
 	/* --pattern download */
-	_Atomic uint64_t downloads; /* client: checked; server: delivered */
-	_Atomic uint64_t accepted;  /* server: connections so far */
-	_Atomic int live_conns;	    /* server: connections not yet closed */
-	_Atomic bool connected_emitted;
-	uint8_t *ticket; /* client --resume: the last connection's ticket */
+	_Atomic uint64_t downloads;	/* client: checked; server: delivered */
+	_Atomic uint64_t accepted;	/* server: connections so far */
+	_Atomic int live_conns;		/* server: connections not yet closed */
+	_Atomic bool connected_emitted; /* once a run, by its first connection */
+	uint8_t *ticket;		/* client --resume: the last connection's ticket */
 	uint32_t ticket_len;
 	struct wl_failure failure; /* server */
 	sem_t wake;		   /* server: a connection closed, or stop or exit came */
@@ -187,11 +193,21 @@ static void json_perf_counters(struct wl_json *j)
 	wl_json_raw(j, "perf_counters", wl_json_end(&p));
 }
 
-/* A bulk receiver's (the server's) bytes per stream. */
+static bool bulk_receiver(void)
+{
+	return !quic_state.o->download && !quic_state.o->rr &&
+	       !strcmp(quic_state.o->role, "server");
+}
+
+/* A bulk receiver's (the server's) bytes per stream, as the done report gives them. */
 static void json_stream_bytes(struct wl_json *j)
 {
-	if (!quic_state.o->download && !quic_state.o->rr && !strcmp(quic_state.o->role, "server"))
-		wl_json_stream_bytes(j, quic_state.stream_bytes, &quic_state.streams_seen);
+	struct wl_stream_bytes sb;
+
+	if (!bulk_receiver())
+		return;
+	wl_stream_bytes_load(&sb, quic_state.stream_bytes, &quic_state.streams_seen);
+	wl_json_stream_bytes(j, &sb);
 }
 
 /* Connection statistics, if there is a connection; caller holds conn_lock. */
@@ -249,16 +265,23 @@ static void json_datapath(struct wl_json *j)
 
 static void on_mark(const char *name, void *arg)
 {
+	const bool per_stream = bulk_receiver();
+	struct wl_stream_bytes sb;
 	struct wl_json j;
 
 	(void)arg;
 	wl_json_mark(&j, name);
-	wl_json_u64(&j, "app_bytes", atomic_load(&quic_state.app_bytes));
+	/* A bulk receiver's bytes are its streams': one load gives both. */
+	wl_json_u64(&j, "app_bytes",
+		    per_stream ? wl_stream_bytes_load(&sb, quic_state.stream_bytes,
+						      &quic_state.streams_seen)
+			       : atomic_load(&quic_state.app_bytes));
 	if (quic_state.o->download)
 		wl_json_u64(&j, "downloads", atomic_load(&quic_state.downloads));
 	if (quic_state.o->rr)
 		wl_rr_json_mark(&j, !strcmp(quic_state.o->role, "server"));
-	json_stream_bytes(&j);
+	if (per_stream)
+		wl_json_stream_bytes(&j, &sb);
 	json_perf_counters(&j);
 	pthread_mutex_lock(&quic_state.conn_lock);
 	json_conn_stats(&j);
@@ -403,26 +426,60 @@ static void emit_connected(void)
 	wl_emit("%s", wl_json_end(&j));
 }
 
-/* Connection events common to both roles. */
-static void conn_common(QUIC_CONNECTION_EVENT *ev)
+/* The run's "connected" event: its first connection's handshake, at t. */
+static void run_connected(uint64_t t)
+{
+	if (atomic_exchange(&quic_state.connected_emitted, true))
+		return;
+	quic_state.t_connected_ns = t;
+	atomic_store(&quic_state.connected, true);
+	emit_connected();
+}
+
+/* The connection events every pattern records alike, whatever else it does on them. */
+static void qconn_note(struct qconn_end *c, const QUIC_CONNECTION_EVENT *ev)
 {
 	switch (ev->Type) {
 	case QUIC_CONNECTION_EVENT_CONNECTED:
-		quic_state.t_connected_ns = wl_now_ns();
-		atomic_store(&quic_state.connected, true);
-		emit_connected();
+		c->connected = true;
+		c->t_connected = wl_now_ns();
+		run_connected(c->t_connected);
 		break;
 	case QUIC_CONNECTION_EVENT_SHUTDOWN_INITIATED_BY_TRANSPORT:
-		quic_state.closed_by_transport = true;
-		quic_state.transport_status = ev->SHUTDOWN_INITIATED_BY_TRANSPORT.Status;
+		c->closed_by_transport = true;
+		c->transport_status = ev->SHUTDOWN_INITIATED_BY_TRANSPORT.Status;
 		break;
 	case QUIC_CONNECTION_EVENT_SHUTDOWN_INITIATED_BY_PEER:
-		quic_state.closed_by_peer = true;
-		quic_state.peer_error = ev->SHUTDOWN_INITIATED_BY_PEER.ErrorCode;
+		c->closed_by_peer = true;
+		c->peer_error = ev->SHUTDOWN_INITIATED_BY_PEER.ErrorCode;
+		c->t_peer_closed = wl_now_ns();
 		break;
-	case QUIC_CONNECTION_EVENT_SHUTDOWN_COMPLETE: sem_post(&quic_state.conn_done); break;
 	default: break;
 	}
+}
+
+static const char *qconn_why(const struct qconn_end *c)
+{
+	return c->closed_by_transport ? status_name(c->transport_status)
+	       : c->closed_by_peer    ? "closed by peer"
+				      : "closed locally";
+}
+
+/* A connection that never came up; which: "" or which one, as " (...)". */
+static int qconn_handshake_failed(const struct qconn_end *c, const char *which)
+{
+	wl_warn("QUIC handshake with %s:%d failed%s: %s", quic_state.o->addr, quic_state.o->port,
+		which,
+		c->closed_by_transport ? status_name(c->transport_status) : "closed by peer");
+	return WL_EXIT_HANDSHAKE;
+}
+
+/* The one connection of bulk and of the rr client. */
+static void conn_common(QUIC_CONNECTION_EVENT *ev)
+{
+	qconn_note(&quic_state.end, ev);
+	if (ev->Type == QUIC_CONNECTION_EVENT_SHUTDOWN_COMPLETE)
+		sem_post(&quic_state.conn_done);
 }
 
 static QUIC_STATUS QUIC_API client_conn_cb(HQUIC h, void *ctx, QUIC_CONNECTION_EVENT *ev)
@@ -534,39 +591,9 @@ static void dl_counters(struct dlconn *d)
 
 static void dl_connected(struct dlconn *d, const QUIC_CONNECTION_EVENT *ev)
 {
-	d->connected = true;
-	d->r.t_handshake = wl_now_ns();
+	d->r.t_handshake = d->end.t_connected;
 	d->r.has_resumed = true;
 	d->r.resumed = ev->CONNECTED.SessionResumed;
-	if (!atomic_exchange(&quic_state.connected_emitted, true)) {
-		quic_state.t_connected_ns = d->r.t_handshake;
-		atomic_store(&quic_state.connected, true);
-		emit_connected();
-	}
-}
-
-/* Connection events both roles treat alike; true if it was one. */
-static bool dl_conn_common(struct dlconn *d, QUIC_CONNECTION_EVENT *ev)
-{
-	switch (ev->Type) {
-	case QUIC_CONNECTION_EVENT_SHUTDOWN_INITIATED_BY_TRANSPORT:
-		d->closed_by_transport = true;
-		d->transport_status = ev->SHUTDOWN_INITIATED_BY_TRANSPORT.Status;
-		return true;
-	case QUIC_CONNECTION_EVENT_SHUTDOWN_INITIATED_BY_PEER:
-		d->closed_by_peer = true;
-		d->peer_error = ev->SHUTDOWN_INITIATED_BY_PEER.ErrorCode;
-		d->t_peer_closed = wl_now_ns();
-		return true;
-	default: return false;
-	}
-}
-
-static const char *dl_why(const struct dlconn *d)
-{
-	return d->closed_by_transport ? status_name(d->transport_status)
-	       : d->closed_by_peer    ? "closed by peer"
-				      : "closed locally";
 }
 
 static QUIC_STATUS QUIC_API dl_client_stream_cb(HQUIC h, void *ctx, QUIC_STREAM_EVENT *ev)
@@ -640,10 +667,8 @@ static QUIC_STATUS dl_request(struct dlconn *d, bool early)
 {
 	QUIC_SEND_FLAGS flags = QUIC_SEND_FLAG_FIN | (early ? QUIC_SEND_FLAG_ALLOW_0_RTT : 0);
 	QUIC_STATUS st;
-	int i;
 
-	for (i = 0; i < WL_DL_REQUEST_LEN; i++)
-		d->req[i] = (uint8_t)(quic_state.o->size >> (8 * i));
+	wl_put_le64(d->req, quic_state.o->size);
 	d->req_buf.Buffer = d->req;
 	d->req_buf.Length = WL_DL_REQUEST_LEN;
 	st = quic_state.api->StreamOpen(d->conn, QUIC_STREAM_OPEN_FLAG_NONE, dl_client_stream_cb, d,
@@ -666,8 +691,7 @@ static QUIC_STATUS QUIC_API dl_client_conn_cb(HQUIC h, void *ctx, QUIC_CONNECTIO
 	QUIC_STATUS st;
 
 	(void)h;
-	if (dl_conn_common(d, ev))
-		return QUIC_STATUS_SUCCESS;
+	qconn_note(&d->end, ev);
 	switch (ev->Type) {
 	case QUIC_CONNECTION_EVENT_CONNECTED:
 		dl_connected(d, ev);
@@ -715,21 +739,17 @@ static int dl_client_outcome(const struct dlconn *d)
 			d->overrun ? ": more than --size arrived" : "");
 		return WL_EXIT_VERIFY;
 	}
-	quic_state.closed_by_transport = d->closed_by_transport;
-	quic_state.transport_status = d->transport_status;
-	quic_state.closed_by_peer = d->closed_by_peer;
-	quic_state.peer_error = d->peer_error;
-	if (!d->connected) {
-		wl_warn("QUIC handshake with %s:%d failed (download %llu): %s", o->addr, o->port,
-			(unsigned long long)d->r.i,
-			d->closed_by_transport ? status_name(d->transport_status)
-					       : "closed by peer");
-		return WL_EXIT_HANDSHAKE;
+	quic_state.end = d->end;
+	if (!d->end.connected) {
+		char which[48];
+
+		snprintf(which, sizeof(which), " (download %llu)", (unsigned long long)d->r.i);
+		return qconn_handshake_failed(&d->end, which);
 	}
 	if (!d->s.fin || d->s.off != o->size) {
 		wl_warn("download %llu ended after %llu of %llu bytes: %s",
 			(unsigned long long)d->r.i, (unsigned long long)d->s.off,
-			(unsigned long long)o->size, dl_why(d));
+			(unsigned long long)o->size, qconn_why(&d->end));
 		return WL_EXIT_CONN_LOST;
 	}
 	return WL_EXIT_OK;
@@ -753,8 +773,7 @@ static QUIC_STATUS QUIC_API dl_server_stream_cb(HQUIC h, void *ctx, QUIC_STREAM_
 		}
 		break;
 	case QUIC_STREAM_EVENT_PEER_SEND_SHUTDOWN:
-		for (i = 0; i < WL_DL_REQUEST_LEN; i++)
-			want |= (uint64_t)d->req[i] << (8 * i);
+		want = wl_get_le64(d->req); /* short: its missing bytes are 0 */
 		if (d->req_len != WL_DL_REQUEST_LEN || want != quic_state.o->size)
 			wl_warn("connection %llu asked for %llu bytes (%u-byte request); sending --size, %llu",
 				(unsigned long long)d->r.i, (unsigned long long)want, d->req_len,
@@ -795,9 +814,9 @@ static void dl_served(struct dlconn *d)
 	 * The client closes with 0 only once it has every byte and the FIN;
 	 * its close can overtake its last ACK, so that counts as delivered.
 	 */
-	if (!d->delivered && d->s.fin && d->closed_by_peer && d->peer_error == 0) {
+	if (!d->delivered && d->s.fin && d->end.closed_by_peer && d->end.peer_error == 0) {
 		d->delivered = true;
-		d->r.t_complete = d->t_peer_closed;
+		d->r.t_complete = d->end.t_peer_closed;
 	}
 	if (d->delivered) {
 		d->r.bytes = d->s.off;
@@ -806,20 +825,21 @@ static void dl_served(struct dlconn *d)
 		atomic_fetch_add(&quic_state.downloads, 1);
 		return;
 	}
-	if (!d->sending && !d->closed_by_transport && !d->peer_error)
+	if (!d->sending && !d->end.closed_by_transport && !d->end.peer_error)
 		return; /* it asked for nothing: not a download */
-	if (!d->connected) {
+	if (!d->end.connected) {
 		wl_fail(&quic_state.failure, &quic_state.stopping, WL_EXIT_HANDSHAKE,
 			"QUIC handshake on connection %llu failed: %s", (unsigned long long)d->r.i,
-			dl_why(d));
+			qconn_why(&d->end));
 		return;
 	}
 	wl_fail(&quic_state.failure, &quic_state.stopping, WL_EXIT_CONN_LOST,
 		"connection %llu ended after %llu of %llu bytes were sent: %s%s",
 		(unsigned long long)d->r.i, (unsigned long long)d->s.off,
-		(unsigned long long)quic_state.o->size, dl_why(d),
-		d->closed_by_peer && d->peer_error == 2 ? " (the client's content check failed)"
-							: "");
+		(unsigned long long)quic_state.o->size, qconn_why(&d->end),
+		d->end.closed_by_peer && d->end.peer_error == 2
+			? " (the client's content check failed)"
+			: "");
 }
 
 static QUIC_STATUS QUIC_API dl_server_conn_cb(HQUIC h, void *ctx, QUIC_CONNECTION_EVENT *ev)
@@ -827,8 +847,7 @@ static QUIC_STATUS QUIC_API dl_server_conn_cb(HQUIC h, void *ctx, QUIC_CONNECTIO
 	struct dlconn *d = ctx;
 	HQUIC stream;
 
-	if (dl_conn_common(d, ev))
-		return QUIC_STATUS_SUCCESS;
+	qconn_note(&d->end, ev);
 	switch (ev->Type) {
 	case QUIC_CONNECTION_EVENT_CONNECTED:
 		dl_connected(d, ev);
@@ -920,15 +939,16 @@ struct rr_qstream {
 };
 
 static struct {
-	int wake, timer;
-	_Atomic bool draining; /* client: no more requests fall due */
-	_Atomic bool closing;  /* client: it shuts the connection itself */
+	int wake;
+	struct wl_rr_sched sched; /* client */
+	_Atomic bool draining;	  /* client: no more requests fall due */
+	_Atomic bool closing;	  /* client: it shuts the connection itself */
 	_Atomic bool conn_ended;
 	HQUIC stream;	      /* --rr-streams one: the client's stream */
 	pthread_mutex_t lock; /* q, between the main thread and the worker */
 	struct wl_rr_fifo q;  /* --rr-streams one: requests sent, oldest first */
 	struct wl_rr_rx rx;   /* --rr-streams one: the response coming in */
-} rr_quic = {.wake = -1, .timer = -1, .lock = PTHREAD_MUTEX_INITIALIZER};
+} rr_quic = {.wake = -1, .sched.timer = -1, .lock = PTHREAD_MUTEX_INITIALIZER};
 
 static void rr_q_wake(void)
 {
@@ -940,7 +960,7 @@ static void rr_q_wake(void)
 
 static void rr_qmsg_init(struct rr_qmsg *m, uint64_t seq)
 {
-	wl_rr_put_seq(m->hdr, seq);
+	wl_put_le64(m->hdr, seq);
 	m->b[0].Buffer = m->hdr;
 	m->b[0].Length = WL_RR_HDR;
 	m->b[1].Buffer = (uint8_t *)wl_rr_body();
@@ -1080,12 +1100,12 @@ static QUIC_STATUS QUIC_API rr_q_one_cb(HQUIC h, void *ctx, QUIC_STREAM_EVENT *e
 	return QUIC_STATUS_SUCCESS;
 }
 
-/* Client: request seq fell due; msquic takes it at once. */
-static void rr_q_send(uint64_t seq)
+/* Client: request seq fell due (the schedule calls); msquic takes it at once. */
+static void rr_q_send(uint64_t seq, void *arg)
 {
 	QUIC_STATUS st;
 
-	atomic_fetch_add(&wl_rr.due, 1);
+	(void)arg;
 	if (!quic_state.o->rr_one_stream) {
 		struct rr_qreq *r = calloc(1, sizeof(*r));
 		HQUIC h;
@@ -1157,13 +1177,14 @@ static QUIC_STATUS QUIC_API rr_q_client_conn_cb(HQUIC h, void *ctx, QUIC_CONNECT
 }
 
 /* Client: the connection is up; t0 is now. */
-static int rr_q_start(uint64_t *t_end)
+static int rr_q_start(void)
 {
 	QUIC_STATUS st;
 
-	wl_rr.t0_ns = wl_now_ns();
-	if (quic_state.o->duration_ms)
-		*t_end = wl_rr.t0_ns + quic_state.o->duration_ms * 1000000ull;
+	if (wl_rr_sched_start(&rr_quic.sched, quic_state.o->duration_ms)) {
+		rr_q_failed(WL_EXIT_INTERNAL, "cannot arm the request timer");
+		return -1;
+	}
 	if (quic_state.o->rr_one_stream) {
 		st = quic_state.api->StreamOpen(quic_state.conn, QUIC_STREAM_OPEN_FLAG_NONE,
 						rr_q_one_cb, NULL, &rr_quic.stream);
@@ -1179,30 +1200,19 @@ static int rr_q_start(uint64_t *t_end)
 			return -1;
 		}
 	}
-	if (wl_rr_timer_arm(rr_quic.timer, wl_rr.t0_ns)) {
-		rr_q_failed(WL_EXIT_INTERNAL, "cannot arm the request timer");
-		return -1;
-	}
 	return 0;
 }
 
 static int rr_q_client_outcome(void)
 {
-	const struct wl_opts *o = quic_state.o;
-
 	if (quic_state.failure.code)
 		return quic_state.failure.code;
-	if (!quic_state.connected) {
-		wl_warn("QUIC handshake with %s:%d failed: %s", o->addr, o->port,
-			quic_state.closed_by_transport ? status_name(quic_state.transport_status)
-						       : "closed by peer");
-		return WL_EXIT_HANDSHAKE;
-	}
+	if (!quic_state.end.connected)
+		return qconn_handshake_failed(&quic_state.end, "");
 	if (!atomic_load(&rr_quic.closing)) {
 		wl_warn("the connection ended after %llu responses: %s",
 			(unsigned long long)atomic_load(&wl_rr.responses),
-			quic_state.closed_by_transport ? status_name(quic_state.transport_status)
-						       : "closed by peer");
+			qconn_why(&quic_state.end));
 		return WL_EXIT_CONN_LOST;
 	}
 	return WL_EXIT_OK;
@@ -1211,16 +1221,14 @@ static int rr_q_client_outcome(void)
 static int rr_q_client(void)
 {
 	const struct wl_opts *o = quic_state.o;
-	enum { WAIT_CONN, SENDING, DRAINING } phase = WAIT_CONN;
-	uint64_t next = 0, t_end = 0, drain_end = 0, v;
+	uint64_t v;
 	QUIC_STATUS st;
 	int code;
 
 	code = open_config(false);
 	if (code)
 		return code;
-	rr_quic.timer = wl_rr_timer_open();
-	if (rr_quic.timer < 0) {
+	if (wl_rr_sched_open(&rr_quic.sched)) {
 		wl_warn("cannot make the request timer: %s", strerror(errno));
 		return WL_EXIT_INTERNAL;
 	}
@@ -1241,16 +1249,11 @@ static int rr_q_client(void)
 	atomic_store(&wl_rr.connections, 1);
 	for (;;) {
 		struct pollfd p[2] = {{.fd = rr_quic.wake, .events = POLLIN},
-				      {.fd = rr_quic.timer, .events = POLLIN}};
+				      {.fd = rr_quic.sched.timer, .events = POLLIN}};
 		int timeout_ms = -1;
-		uint64_t now;
 
-		if (phase == DRAINING) {
-			now = wl_now_ns();
-			if (now >= drain_end)
-				break;
-			timeout_ms = (int)((drain_end - now + 999999) / 1000000);
-		}
+		if (wl_rr_sched_over(&rr_quic.sched, wl_now_ns(), &timeout_ms))
+			break;
 		if (poll(p, 2, timeout_ms) < 0 && errno != EINTR) {
 			wl_fail(&quic_state.failure, &quic_state.stopping, WL_EXIT_INTERNAL,
 				"poll failed: %s", strerror(errno));
@@ -1260,29 +1263,14 @@ static int rr_q_client(void)
 			v = 0;
 		if (atomic_load(&rr_quic.conn_ended) || quic_state.failure.code)
 			break;
-		if (phase == WAIT_CONN && quic_state.connected) {
-			if (rr_q_start(&t_end))
-				break;
-			phase = SENDING;
-		}
-		if ((p[1].revents & POLLIN) && read(rr_quic.timer, &v, sizeof(v)) >= 0 &&
-		    phase == SENDING) {
-			now = wl_now_ns();
-			while (wl_rr_due(next) <= now && !quic_state.failure.code &&
-			       !(t_end && wl_rr_due(next) >= t_end))
-				rr_q_send(next++);
-			if (t_end && wl_rr_due(next) >= t_end) {
-				phase = DRAINING;
-				drain_end = t_end + wl_rr_drain_ns();
-			} else if (wl_rr_timer_arm(rr_quic.timer, wl_rr_due(next))) {
-				rr_q_failed(WL_EXIT_INTERNAL, "cannot arm the request timer");
-			}
-		}
-		if (atomic_load(&quic_state.stopping) && phase != DRAINING) {
-			phase = DRAINING;
-			drain_end = wl_now_ns() + wl_rr_drain_ns();
-		}
-		if (phase == DRAINING) {
+		if (rr_quic.sched.phase == WL_RR_WAIT_CONN && quic_state.connected && rr_q_start())
+			break;
+		if ((p[1].revents & POLLIN) &&
+		    wl_rr_sched_tick(&rr_quic.sched, rr_q_send, NULL, &quic_state.failure))
+			rr_q_failed(WL_EXIT_INTERNAL, "cannot arm the request timer");
+		if (atomic_load(&quic_state.stopping))
+			wl_rr_sched_stop(&rr_quic.sched, wl_now_ns());
+		if (rr_quic.sched.phase == WL_RR_DRAINING) {
 			atomic_store(&rr_quic.draining, true);
 			if (atomic_load(&wl_rr.responses) == atomic_load(&wl_rr.sent))
 				break;
@@ -1306,7 +1294,7 @@ static int rr_q_client(void)
  */
 static void rr_q_respond(struct rr_qstream *s, bool fin)
 {
-	uint64_t seq = wl_rr_seq(s->rx.hdr);
+	uint64_t seq = wl_get_le64(s->rx.hdr);
 	bool bad = s->rx.bad || !wl_rr_rx_whole(&s->rx);
 	struct rr_qmsg *m;
 
@@ -1395,13 +1383,7 @@ static QUIC_STATUS QUIC_API rr_q_server_conn_cb(HQUIC h, void *ctx, QUIC_CONNECT
 
 	(void)ctx;
 	switch (ev->Type) {
-	case QUIC_CONNECTION_EVENT_CONNECTED:
-		if (!atomic_exchange(&quic_state.connected_emitted, true)) {
-			quic_state.t_connected_ns = wl_now_ns();
-			atomic_store(&quic_state.connected, true);
-			emit_connected();
-		}
-		break;
+	case QUIC_CONNECTION_EVENT_CONNECTED: run_connected(wl_now_ns()); break;
 	case QUIC_CONNECTION_EVENT_PEER_STREAM_STARTED:
 		stream = ev->PEER_STREAM_STARTED.Stream;
 		s = NULL;
@@ -1580,10 +1562,10 @@ static void emit_done(bool server, int code)
 				    quic_state.verify_fail_stream);
 		}
 	}
-	if (quic_state.closed_by_transport)
-		wl_json_str(&j, "transport_status", status_name(quic_state.transport_status));
-	if (quic_state.closed_by_peer)
-		wl_json_u64(&j, "peer_error_code", quic_state.peer_error);
+	if (quic_state.end.closed_by_transport)
+		wl_json_str(&j, "transport_status", status_name(quic_state.end.transport_status));
+	if (quic_state.end.closed_by_peer)
+		wl_json_u64(&j, "peer_error_code", quic_state.end.peer_error);
 	json_datapath(&j);
 	json_perf_counters(&j);
 	pthread_mutex_lock(&quic_state.conn_lock);
@@ -1602,24 +1584,17 @@ static int outcome(bool server)
 			(unsigned long long)quic_state.verify_fail_off);
 		return WL_EXIT_VERIFY;
 	}
-	if (!quic_state.connected) {
-		wl_warn("QUIC handshake with %s:%d failed: %s", quic_state.o->addr,
-			quic_state.o->port,
-			quic_state.closed_by_transport ? status_name(quic_state.transport_status)
-						       : "closed by peer");
-		return WL_EXIT_HANDSHAKE;
-	}
+	if (!quic_state.end.connected)
+		return qconn_handshake_failed(&quic_state.end, "");
 	if (atomic_load(&quic_state.streams_done) < quic_state.o->streams) {
 		wl_warn("connection ended after %llu bytes, before the transfer finished: %s",
 			(unsigned long long)atomic_load(&quic_state.app_bytes),
-			quic_state.closed_by_transport ? status_name(quic_state.transport_status)
-			: quic_state.closed_by_peer    ? "closed by peer"
-						       : "closed locally");
+			qconn_why(&quic_state.end));
 		return WL_EXIT_CONN_LOST;
 	}
-	if (server && quic_state.closed_by_peer && quic_state.peer_error != 0) {
+	if (server && quic_state.end.closed_by_peer && quic_state.end.peer_error != 0) {
 		wl_warn("client closed the connection with error %llu",
-			(unsigned long long)quic_state.peer_error);
+			(unsigned long long)quic_state.end.peer_error);
 		return WL_EXIT_CONN_LOST;
 	}
 	return WL_EXIT_OK;
@@ -1878,8 +1853,7 @@ int wl_quic_run(const struct wl_opts *o)
 	MsQuicClose(quic_state.api);
 	free(quic_state.ticket);
 	wl_rr_fifo_free(&rr_quic.q);
-	if (rr_quic.timer >= 0)
-		close(rr_quic.timer);
+	wl_rr_sched_close(&rr_quic.sched);
 	if (rr_quic.wake >= 0)
 		close(rr_quic.wake);
 	return code;

@@ -1,16 +1,19 @@
 // SPDX-License-Identifier: GPL-2.0-only
 /*
- * --pattern rr, the part every stack shares: the schedule's arithmetic and
- * timer, the message (wl.h says its layout) and its check, the client's
+ * --pattern rr, the part every stack shares: the client's open-loop
+ * schedule, the message (wl.h says its layout) and its check, the client's
  * account of each answer, and the counters marks and reports give. The
  * stacks (wl_quic.c, wl_tcp.c) move the bytes.
  */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/timerfd.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "wl.h"
 
@@ -27,24 +30,6 @@ uint64_t wl_rr_drain_ns(void)
 	uint64_t periods = WL_RR_DRAIN_PERIODS * wl_rr.period_ns;
 
 	return periods > WL_RR_DRAIN_MIN_NS ? periods : WL_RR_DRAIN_MIN_NS;
-}
-
-void wl_rr_put_seq(uint8_t *hdr, uint64_t seq)
-{
-	int i;
-
-	for (i = 0; i < WL_RR_HDR; i++)
-		hdr[i] = (uint8_t)(seq >> (8 * i));
-}
-
-uint64_t wl_rr_seq(const uint8_t *hdr)
-{
-	uint64_t seq = 0;
-	int i;
-
-	for (i = 0; i < WL_RR_HDR; i++)
-		seq |= (uint64_t)hdr[i] << (8 * i);
-	return seq;
 }
 
 const uint8_t *wl_rr_body(void)
@@ -105,7 +90,7 @@ void wl_rr_fifo_free(struct wl_rr_fifo *f)
 int wl_rr_answer(const struct wl_rr_req *req, const struct wl_rr_rx *m, uint64_t t_ns,
 		 uint64_t conn, char *why, size_t why_len)
 {
-	uint64_t seq = wl_rr_seq(m->hdr), due;
+	uint64_t seq = wl_get_le64(m->hdr), due;
 
 	if (!req) {
 		snprintf(why, why_len,
@@ -140,12 +125,7 @@ int wl_rr_answer(const struct wl_rr_req *req, const struct wl_rr_rx *m, uint64_t
 	return 0;
 }
 
-int wl_rr_timer_open(void)
-{
-	return timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
-}
-
-int wl_rr_timer_arm(int fd, uint64_t t_ns)
+static int timer_arm(int fd, uint64_t t_ns)
 {
 	struct itimerspec its = {0};
 
@@ -155,6 +135,77 @@ int wl_rr_timer_arm(int fd, uint64_t t_ns)
 	its.it_value.tv_sec = (time_t)(t_ns / 1000000000ull);
 	its.it_value.tv_nsec = (long)(t_ns % 1000000000ull);
 	return timerfd_settime(fd, TFD_TIMER_ABSTIME, &its, NULL);
+}
+
+int wl_rr_sched_open(struct wl_rr_sched *s)
+{
+	*s = (struct wl_rr_sched){.phase = WL_RR_WAIT_CONN};
+	s->timer = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+	return s->timer < 0 ? -1 : 0;
+}
+
+void wl_rr_sched_close(struct wl_rr_sched *s)
+{
+	if (s->timer >= 0)
+		close(s->timer);
+	s->timer = -1;
+}
+
+int wl_rr_sched_start(struct wl_rr_sched *s, uint64_t duration_ms)
+{
+	wl_rr.t0_ns = wl_now_ns();
+	if (duration_ms)
+		s->t_end = wl_rr.t0_ns + duration_ms * 1000000ull;
+	s->phase = WL_RR_SENDING;
+	return timer_arm(s->timer, wl_rr.t0_ns);
+}
+
+static void sched_drain(struct wl_rr_sched *s, uint64_t from)
+{
+	s->phase = WL_RR_DRAINING;
+	s->drain_end = from + wl_rr_drain_ns();
+}
+
+int wl_rr_sched_tick(struct wl_rr_sched *s, void (*send)(uint64_t seq, void *arg), void *arg,
+		     const struct wl_failure *f)
+{
+	uint64_t now = wl_now_ns(), expirations;
+
+	if (read(s->timer, &expirations, sizeof(expirations)) < 0 && errno != EAGAIN)
+		wl_warn("reading the request timer failed: %s", strerror(errno));
+	if (s->phase != WL_RR_SENDING)
+		return 0;
+	/* Late or not, each request keeps its due time: the answer's latency counts the wait. */
+	while (wl_rr_due(s->next) <= now && !f->code &&
+	       !(s->t_end && wl_rr_due(s->next) >= s->t_end)) {
+		atomic_fetch_add(&wl_rr.due, 1);
+		send(s->next++, arg);
+	}
+	if (s->t_end && wl_rr_due(s->next) >= s->t_end) {
+		sched_drain(s, s->t_end);
+		return 0;
+	}
+	return timer_arm(s->timer, wl_rr_due(s->next));
+}
+
+void wl_rr_sched_stop(struct wl_rr_sched *s, uint64_t now)
+{
+	if (s->phase != WL_RR_DRAINING)
+		sched_drain(s, now);
+}
+
+bool wl_rr_sched_over(const struct wl_rr_sched *s, uint64_t now, int *timeout_ms)
+{
+	uint64_t left_ms;
+
+	if (s->phase != WL_RR_DRAINING)
+		return false;
+	if (now >= s->drain_end)
+		return true;
+	left_ms = (s->drain_end - now + 999999) / 1000000;
+	if (*timeout_ms < 0 || left_ms < (uint64_t)*timeout_ms)
+		*timeout_ms = (int)left_ms;
+	return false;
 }
 
 void wl_rr_json_mark(struct wl_json *j, bool server)

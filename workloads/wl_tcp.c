@@ -36,7 +36,7 @@
 
 #include "wl.h"
 
-#define MAX_CONNS 64
+#define MAX_CONNS WL_MAX_STREAMS
 #define CONNECT_TIMEOUT_S 10
 #define TLS_READ_BUF (128 * 1024)	       /* several 16 KiB records per read() */
 #define TLS_WRITE_BUF ((1 << 20) + (64 << 10)) /* the largest --io-size and its records' headers */
@@ -106,7 +106,6 @@ static struct {
 #define RR_EVENTS 64
 
 enum rr_state { RR_CONNECTING, RR_HANDSHAKE, RR_READY };
-enum rr_phase { RR_WAIT_CONN, RR_SENDING, RR_DRAINING };
 
 struct rrconn {
 	struct tconn t;
@@ -129,7 +128,8 @@ struct rrconn {
 };
 
 static struct {
-	int ep, timer;
+	int ep;
+	struct wl_rr_sched sched;	    /* client */
 	struct rrconn *conns[RR_MAX_CONNS]; /* changed under tcp_state.conn_lock */
 	int nconns;
 	struct wl_rr_fifo pending; /* on-demand client: due, with no connection to go on */
@@ -137,13 +137,9 @@ static struct {
 	struct sockaddr_in addr;
 	bool handshaken;	   /* a connection is or was up */
 	bool ktls_send, ktls_recv; /* ... and every one had kTLS */
-	enum rr_phase phase;	   /* client */
-	uint64_t next;		   /* client: the next request's sequence number */
-	uint64_t t_end;		   /* client: none falls due from then on; 0: until "stop" */
-	uint64_t drain_end;	   /* client: the replies are waited for until then */
 	bool refused;		   /* server: said once that it refused a connection */
 	char why[256];
-} rr_tcp = {.ep = -1, .timer = -1};
+} rr_tcp = {.ep = -1, .sched.timer = -1};
 
 static const char *tls_version_name(void)
 {
@@ -236,26 +232,42 @@ static void json_tls(struct wl_json *j)
 	wl_json_bool(j, "ktls_recv", recv);
 }
 
-/* A bulk receiver's (the server's) bytes per connection. */
+static bool bulk_receiver(void)
+{
+	return tcp_state.server && !tcp_state.o->download && !tcp_state.o->rr;
+}
+
+/* A bulk receiver's (the server's) bytes per connection, as the done report gives them. */
 static void json_stream_bytes(struct wl_json *j)
 {
-	if (tcp_state.server && !tcp_state.o->download && !tcp_state.o->rr)
-		wl_json_stream_bytes(j, tcp_state.stream_bytes, &tcp_state.conns_seen);
+	struct wl_stream_bytes sb;
+
+	if (!bulk_receiver())
+		return;
+	wl_stream_bytes_load(&sb, tcp_state.stream_bytes, &tcp_state.conns_seen);
+	wl_json_stream_bytes(j, &sb);
 }
 
 static void on_mark(const char *name, void *arg)
 {
+	const bool per_conn = bulk_receiver();
+	struct wl_stream_bytes sb;
 	struct wl_json j;
 
 	(void)arg;
 	wl_json_mark(&j, name);
-	wl_json_u64(&j, "app_bytes", atomic_load(&tcp_state.app_bytes));
+	/* A bulk receiver's bytes are its connections': one load gives both. */
+	wl_json_u64(
+		&j, "app_bytes",
+		per_conn ? wl_stream_bytes_load(&sb, tcp_state.stream_bytes, &tcp_state.conns_seen)
+			 : atomic_load(&tcp_state.app_bytes));
 	wl_json_u64(&j, "io_calls", atomic_load(&tcp_state.io_calls));
 	if (tcp_state.o->download)
 		wl_json_u64(&j, "downloads", atomic_load(&tcp_state.downloads));
 	if (tcp_state.o->rr)
 		wl_rr_json_mark(&j, tcp_state.server);
-	json_stream_bytes(&j);
+	if (per_conn)
+		wl_json_stream_bytes(&j, &sb);
 	json_tcp_info(&j);
 	wl_emit("%s", wl_json_end(&j));
 }
@@ -677,7 +689,7 @@ static int client_download(struct tconn *c, const struct sockaddr_in *a, uint64_
 	struct wl_dl r = {.i = i};
 	uint8_t req[WL_DL_REQUEST_LEN];
 	ssize_t n;
-	int fd, k;
+	int fd;
 
 	c->idx = (int)i;
 	c->off = 0;
@@ -709,8 +721,7 @@ static int client_download(struct tconn *c, const struct sockaddr_in *a, uint64_
 	if (!c->ssl)
 		r.t_tcp = 0; /* plain TCP: the handshake is the TCP one */
 
-	for (k = 0; k < WL_DL_REQUEST_LEN; k++)
-		req[k] = (uint8_t)(o->size >> (8 * k));
+	wl_put_le64(req, o->size);
 	n = c->ssl ? SSL_write(c->ssl, req, sizeof(req)) : send(c->fd, req, sizeof(req), 0);
 	if (n != sizeof(req)) {
 		fail(WL_EXIT_CONN_LOST, "sending the request of download %llu failed: %s",
@@ -811,7 +822,6 @@ static void server_download(struct tconn *c, uint64_t i)
 	size_t got = 0;
 	uint64_t want = 0;
 	ssize_t n = 0;
-	int k;
 
 	c->idx = (int)i;
 	c->off = 0;
@@ -841,8 +851,7 @@ static void server_download(struct tconn *c, uint64_t i)
 		     (unsigned long long)i, got, c->ssl ? ssl_reason() : strerror(errno));
 		goto out;
 	}
-	for (k = 0; k < WL_DL_REQUEST_LEN; k++)
-		want |= (uint64_t)req[k] << (8 * k);
+	want = wl_get_le64(req);
 	if (want != o->size)
 		wl_warn("connection %llu asked for %llu bytes; sending --size, %llu",
 			(unsigned long long)i, (unsigned long long)want,
@@ -1068,18 +1077,6 @@ static bool rr_would_block(struct rrconn *c, ssize_t n, bool writing)
 	return true;
 }
 
-static void rr_schedule_start(void)
-{
-	const struct wl_opts *o = tcp_state.o;
-
-	wl_rr.t0_ns = wl_now_ns();
-	if (o->duration_ms)
-		rr_tcp.t_end = wl_rr.t0_ns + o->duration_ms * 1000000ull;
-	rr_tcp.phase = RR_SENDING;
-	if (wl_rr_timer_arm(rr_tcp.timer, wl_rr.t0_ns))
-		fail(WL_EXIT_INTERNAL, "cannot arm the request timer: %s", strerror(errno));
-}
-
 /* Connected, and handshaken with TLS: the first one is the run's "connected". */
 static void rr_ready(struct rrconn *c)
 {
@@ -1098,8 +1095,9 @@ static void rr_ready(struct rrconn *c)
 	rr_tcp.handshaken = true;
 	tcp_state.t_connected_ns = wl_now_ns();
 	emit_connected();
-	if (!tcp_state.server && rr_tcp.phase == RR_WAIT_CONN)
-		rr_schedule_start();
+	if (!tcp_state.server && rr_tcp.sched.phase == WL_RR_WAIT_CONN &&
+	    wl_rr_sched_start(&rr_tcp.sched, tcp_state.o->duration_ms))
+		fail(WL_EXIT_INTERNAL, "cannot arm the request timer: %s", strerror(errno));
 }
 
 /* After connect(): the TLS handshake, or ready at once without TLS. */
@@ -1183,7 +1181,7 @@ static void rr_write(struct rrconn *c)
 			if (c->nw == c->q.len)
 				return;
 			r = wl_rr_fifo_at(&c->q, c->nw++);
-			wl_rr_put_seq(c->t.ssl ? c->msg : c->hdr, r->seq);
+			wl_put_le64(c->t.ssl ? c->msg : c->hdr, r->seq);
 			c->writing = true;
 			c->w_off = 0;
 			if (!tcp_state.server) {
@@ -1228,7 +1226,7 @@ static void rr_write(struct rrconn *c)
  */
 static void rr_request(struct rrconn *c)
 {
-	uint64_t seq = wl_rr_seq(c->rx.hdr);
+	uint64_t seq = wl_get_le64(c->rx.hdr);
 
 	if (c->rx.bad) {
 		c->spent = true;
@@ -1416,12 +1414,13 @@ static struct rrconn *rr_open(void)
 }
 
 /* Client: request seq fell due; it goes out now if a connection can take it. */
-static void rr_dispatch(uint64_t seq)
+/* Client: request seq fell due (the schedule calls). */
+static void rr_dispatch(uint64_t seq, void *arg)
 {
 	struct rrconn *c = NULL;
 	int i;
 
-	atomic_fetch_add(&wl_rr.due, 1);
+	(void)arg;
 	if (!tcp_state.o->tcp_on_demand) {
 		c = rr_tcp.conns[0];
 	} else {
@@ -1444,29 +1443,10 @@ static void rr_dispatch(uint64_t seq)
 	rr_events(c);
 }
 
-static void rr_drain(uint64_t from)
-{
-	rr_tcp.phase = RR_DRAINING;
-	rr_tcp.drain_end = from + wl_rr_drain_ns();
-}
-
 /* Client: the timer fired; every request due by now goes. */
 static void rr_tick(void)
 {
-	uint64_t now = wl_now_ns(), expirations;
-
-	if (read(rr_tcp.timer, &expirations, sizeof(expirations)) < 0 && errno != EAGAIN)
-		wl_warn("reading the request timer failed: %s", strerror(errno));
-	if (rr_tcp.phase != RR_SENDING)
-		return;
-	while (wl_rr_due(rr_tcp.next) <= now && !tcp_state.failure.code) {
-		if (rr_tcp.t_end && wl_rr_due(rr_tcp.next) >= rr_tcp.t_end)
-			break;
-		rr_dispatch(rr_tcp.next++);
-	}
-	if (rr_tcp.t_end && wl_rr_due(rr_tcp.next) >= rr_tcp.t_end)
-		rr_drain(rr_tcp.t_end);
-	else if (wl_rr_timer_arm(rr_tcp.timer, wl_rr_due(rr_tcp.next)))
+	if (wl_rr_sched_tick(&rr_tcp.sched, rr_dispatch, NULL, &tcp_state.failure))
 		fail(WL_EXIT_INTERNAL, "cannot arm the request timer: %s", strerror(errno));
 }
 
@@ -1499,8 +1479,8 @@ static int rr_setup(void)
 	}
 	if (tcp_state.server)
 		return 0;
-	rr_tcp.timer = wl_rr_timer_open();
-	if (rr_tcp.timer < 0 || rr_watch(rr_tcp.timer, &rr_tag_timer, EPOLLIN)) {
+	if (wl_rr_sched_open(&rr_tcp.sched) ||
+	    rr_watch(rr_tcp.sched.timer, &rr_tag_timer, EPOLLIN)) {
 		wl_warn("cannot set up the request timer: %s", strerror(errno));
 		return WL_EXIT_INTERNAL;
 	}
@@ -1513,11 +1493,10 @@ static void rr_teardown(void)
 	wl_rr_fifo_free(&rr_tcp.pending);
 	free(rr_tcp.rbuf);
 	rr_tcp.rbuf = NULL;
-	if (rr_tcp.timer >= 0)
-		close(rr_tcp.timer);
+	wl_rr_sched_close(&rr_tcp.sched);
 	if (rr_tcp.ep >= 0)
 		close(rr_tcp.ep);
-	rr_tcp.timer = rr_tcp.ep = -1;
+	rr_tcp.ep = -1;
 }
 
 /* Client: a connection not up by its deadline fails the run. */
@@ -1556,13 +1535,8 @@ static int rr_run_client(void)
 		int n, i, timeout_ms = 1000; /* the connect deadlines are looked at */
 		uint64_t now;
 
-		if (rr_tcp.phase == RR_DRAINING) {
-			now = wl_now_ns();
-			if (now >= rr_tcp.drain_end)
-				break;
-			if (rr_tcp.drain_end - now < 1000000000ull)
-				timeout_ms = (int)((rr_tcp.drain_end - now + 999999) / 1000000);
-		}
+		if (wl_rr_sched_over(&rr_tcp.sched, wl_now_ns(), &timeout_ms))
+			break;
 		n = epoll_wait(rr_tcp.ep, evs, RR_EVENTS, timeout_ms);
 		if (n < 0 && errno != EINTR) {
 			fail(WL_EXIT_INTERNAL, "epoll_wait failed: %s", strerror(errno));
@@ -1580,9 +1554,9 @@ static int rr_run_client(void)
 		}
 		rr_reap();
 		now = wl_now_ns();
-		if (atomic_load(&tcp_state.stopping) && rr_tcp.phase != RR_DRAINING)
-			rr_drain(now);
-		if (rr_tcp.phase == RR_DRAINING && rr_idle())
+		if (atomic_load(&tcp_state.stopping))
+			wl_rr_sched_stop(&rr_tcp.sched, now);
+		if (rr_tcp.sched.phase == WL_RR_DRAINING && rr_idle())
 			break;
 		rr_check_deadlines(now);
 		wl_emit_tick();
