@@ -133,6 +133,16 @@ def summary(values):
     return statistics.median(values), min(values), max(values)
 
 
+def pair_row(a, b) -> str:
+    """Throughput and ns/B of a against b: each median (min-max), and their ratio."""
+    at, bt = summary([x[0] for x in a]), summary([x[0] for x in b])
+    ac, bc = summary([x[1] for x in a]), summary([x[1] for x in b])
+    return (
+        f"{at[0]:6.2f} ({at[1]:.2f}-{at[2]:.2f}) {bt[0]:6.2f} ({bt[1]:.2f}-{bt[2]:.2f}) {at[0] / bt[0]:6.3f} "
+        f"{ac[0]:6.3f} ({ac[1]:.3f}-{ac[2]:.3f}) {bc[0]:6.3f} ({bc[1]:.3f}-{bc[2]:.3f}) {ac[0] / bc[0]:6.3f}"
+    )
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
@@ -187,14 +197,7 @@ def main():
         f" {'qprof ns/B':>20} {'ref ns/B':>20} {'ratio':>6}"
     )
     for s in (s for s in stacks if has_ref[s]):
-        q, r = got[s]["qprof"], got[s]["ref"]
-        qt, rt = summary([x[0] for x in q]), summary([x[0] for x in r])
-        qc, rc = summary([x[1] for x in q]), summary([x[1] for x in r])
-        print(
-            f"{s:8} {refs[s]:18} {qt[0]:6.2f} ({qt[1]:.2f}-{qt[2]:.2f}) {rt[0]:6.2f} ({rt[1]:.2f}-{rt[2]:.2f}) "
-            f"{qt[0] / rt[0]:6.3f} {qc[0]:6.3f} ({qc[1]:.3f}-{qc[2]:.3f}) {rc[0]:6.3f} ({rc[1]:.3f}-{rc[2]:.3f}) "
-            f"{qc[0] / rc[0]:6.3f}"
-        )
+        print(f"{s:8} {refs[s]:18} {pair_row(got[s]['qprof'], got[s]['ref'])}")
     if args.qprof_before:
         print(f"\nthis qprof against --qprof-before ({args.qprof_before}), same rounds")
         print(
@@ -202,14 +205,7 @@ def main():
             f" {'ns/B':>20} {'before ns/B':>20} {'ratio':>6}"
         )
         for s in stacks:
-            q, b = got[s]["qprof"], got[s]["before"]
-            qt, bt = summary([x[0] for x in q]), summary([x[0] for x in b])
-            qc, bc = summary([x[1] for x in q]), summary([x[1] for x in b])
-            print(
-                f"{s:8} {qt[0]:6.2f} ({qt[1]:.2f}-{qt[2]:.2f}) {bt[0]:6.2f} ({bt[1]:.2f}-{bt[2]:.2f}) "
-                f"{qt[0] / bt[0]:6.3f} {qc[0]:6.3f} ({qc[1]:.3f}-{qc[2]:.3f}) {bc[0]:6.3f} ({bc[1]:.3f}-{bc[2]:.3f}) "
-                f"{qc[0] / bc[0]:6.3f}"
-            )
+            print(f"{s:8} {pair_row(got[s]['qprof'], got[s]['before'])}")
 
 
 if __name__ == "__main__":

@@ -163,13 +163,12 @@ class Endpoints:
         return [*self.servers.values(), *self.clients.values()]
 
     def finish(self) -> Dict[int, Dict[str, dict]]:
-        """Each flow's final reports, clients first; a workload that failed
-        raises its own sentence."""
-        done = {
+        """Each flow's final reports, clients first (a workload that failed
+        is raised by the placement, once every process has stopped)."""
+        return {
             i: {"client": self.clients[i].finish(FINISH_TIMEOUT_S), "server": self.servers[i].finish(FINISH_TIMEOUT_S)}
             for i in self.clients
         }
-        return done
 
     def stacks(self) -> Optional[dict]:
         """perf stopped and its samples folded per side: the capture."""

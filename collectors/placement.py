@@ -129,7 +129,7 @@ class Guest:
 
     def measure(self, plan: Plan, rundir, on_progress, faults: Faults, on_interval=None):
         opts = plan.options
-        art = self.art or guest.artifacts()
+        art = self.art  # prepare()'s
         out = (rundir.path / "guest").resolve()
         out.mkdir()
         # The same options for the guest's qprof, as JSON (describe/options.py).

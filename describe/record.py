@@ -19,6 +19,7 @@ from qprof.describe.measurement import Measurement
 from qprof.describe.transports import UDP_IP_HEADERS
 from qprof.describe.window import Window, counter_delta, edge_sample, interval_figures
 from qprof.flamegraphs import summary as flame_summary
+from qprof.flamegraphs import weighting
 from qprof.perbyte import side_bytes
 
 MSQUIC_MAX_MTU = 1500  # msquic's default MaximumMtu
@@ -88,7 +89,7 @@ def describe_run(m: Measurement, run_path: Path) -> dict:
             # Usable where the cputhread probe could weight the client and
             # server by their threads' on-CPU time (compare/check: core/figures.py).
             weighted = any("weighting" in f for f in flame["sides"].values())
-            flame["weighting"] = flame_summary.weighting.SOURCE if weighted else None
+            flame["weighting"] = weighting.SOURCE if weighted else None
     rec.update(derive_probe_figures(rec, m.pids))
     rec["observers"] = derive.observer_cost(m.probes, rec["bytes"], flame)
     if opts.stack == "udp" and not loopback:
