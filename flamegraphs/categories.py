@@ -31,6 +31,7 @@ CATEGORIES = (
     "device and softirq",
     "scheduling",
     "eBPF probes",
+    "verification",  # the workload's content check, beside the rest of its own code
     "other",
 )
 OTHER = "other"

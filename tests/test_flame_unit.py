@@ -3,6 +3,7 @@
 order, categories summing to the total, stack quality, per-byte units."""
 
 import io
+import re
 import sys
 from pathlib import Path
 
@@ -10,6 +11,8 @@ import pytest
 
 from qprof.errors import BadStacks, BadValue
 from qprof.flamegraphs import categories, folded, normalize, sides
+
+from conftest import REPO
 
 pytestmark = pytest.mark.unit
 
@@ -124,6 +127,17 @@ def test_comments_and_blank_lines_are_ignored():
     assert len(categories.parse_rules("# a comment\n\n   # indented\ncrypto\t#literal\n")) == 1
 
 
+def test_the_rules_header_and_the_guide_list_the_categories_as_printed():
+    """CATEGORIES is the one declaration; the two texts that list the
+    categories for a reader follow it (issue 25 added "verification")."""
+    header = categories.RULES_PATH.read_text().split("in the order qprof prints them:\n", 1)[1]
+    header = " ".join(l.lstrip("#").strip() for l in header.split("\n#\n", 1)[0].splitlines())
+    assert [c.strip() for c in header.split(",")] == list(categories.CATEGORIES)
+    guide = (REPO / "docs" / "flame-graphs.md").read_text()
+    listed = re.search(r"decides its category \(([^)]*)\)", " ".join(guide.split())).group(1)
+    assert [c.strip() for c in listed.split(",")] == list(categories.CATEGORIES)
+
+
 # The shipped rules on frames as real captures name them.
 SHIPPED = [
     (
@@ -143,11 +157,27 @@ SHIPPED = [
         "CxPlatHashtableEnumerateNext",
         "protocol",
     ),
+    # The receiver's content check is "verification" under msquic's callbacks
+    # too, whichever clone ran; the rest of the workload's code is "other".
     (
         "qprof-wl;start_thread;CxPlatWorkerThread;QuicWorkerLoop;QuicConnDrainOperations;QuicStreamRecvFlush;"
         "wl_pattern_check.avx2",
+        "verification",
+    ),
+    ("qprof-wl;start_thread;server_conn;wl_pattern_check.default", "verification"),
+    (
+        "qprof-wl;start_thread;rr_take;wl_rr_rx_feed;wl_pattern_check.avx2",
+        "verification",
+    ),
+    ("qprof-wl;start_thread;CxPlatWorkerThread;rr_q_server_stream_cb;wl_rr_rx_feed", "verification"),
+    # A copy the check makes is still a copy.
+    ("qprof-wl;start_thread;rr_take;wl_rr_rx_feed;__memmove_avx_unaligned_erms", "copies"),
+    (
+        "qprof-wl;start_thread;CxPlatWorkerThread;QuicWorkerLoop;QuicConnDrainOperations;QuicStreamIndicateEvent;"
+        "server_stream_cb",
         "other",
     ),
+    ("qprof-wl;start_thread;server_conn;wl_pattern_init", "other"),
     (
         "qprof-wl;QuicSendFlush;__libc_sendmsg;entry_SYSCALL_64_after_hwframe_[k];do_syscall_64_[k];__sys_sendmsg_[k];"
         "___sys_sendmsg_[k];____sys_sendmsg_[k]",

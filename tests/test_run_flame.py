@@ -3,12 +3,14 @@
 
 import json
 import os
+import re
 import xml.etree.ElementTree as ET
 
 import pytest
 
 from qprof.describe import cpu
 from qprof.describe.record import SAMPLE_COVERAGE_MIN
+from qprof.flamegraphs import categories, folded
 
 from conftest import needs_build, qprof, run_json
 
@@ -94,6 +96,41 @@ def test_flame_per_byte_matches_collectors(runs_dir):
     assert not (run_dir / "perf.data").exists()
     names = {p.name for p in (run_dir / "stacks").iterdir()}
     assert names == {"client.folded", "server.folded", "others.folded", "threads.folded"}
+
+
+def test_the_content_check_is_its_own_category(runs_dir):
+    """Issue 25: the receiver's check of every byte (wl_pattern_check,
+    built with target_clones) is "verification", apart from the rest of
+    the workload's code in "other", so that a reader can subtract it. What
+    is asserted holds whatever samples CPU 1 loses."""
+    rec = run_json(runs_dir, "--stack", "tcp", "--duration", "2s", "--warmup", "0.5s", "--sample-hz", "1000")
+    flame = rec["flame"]
+    stacks_dir = runs_dir / rec["id"] / "stacks"
+    classifier = categories.Classifier()
+    for side in ("client", "server", "others"):
+        cats = flame["sides"][side]["categories_ns_per_byte"]
+        # Every side has the category, counted once: the categories still
+        # split the side's total.
+        assert list(cats) == list(categories.CATEGORIES), (side, list(cats))
+        assert sum(cats.values()) == pytest.approx(flame["sides"][side]["ns_per_byte"]), (side, cats)
+    # The sender checks nothing.
+    assert flame["sides"]["client"]["categories_ns_per_byte"]["verification"] == 0
+    # Each sample taken in a clone of the check (the leaf) is verification, none "other".
+    server = folded.read(stacks_dir / "server.folded", warn=pytest.fail).stacks
+    in_check = {s: n for s, n in server.items() if re.fullmatch(r"wl_pattern_check\.\w+", folded.frames(s)[-1])}
+    assert {classifier.stack_category(s) for s in in_check} <= {"verification"}, in_check
+    # The receiver checks every byte it gets, ~15% of its CPU here: a
+    # 2 s window at 1000 Hz holds some of those samples even where CPU 1
+    # lost most of its own.
+    assert sum(in_check.values()) > 0, sorted(server.items(), key=lambda kv: -kv[1])[:10]
+    sampled = categories.categorize(server, classifier)["verification"]
+    assert sampled >= sum(in_check.values())
+    verification = flame["sides"]["server"]["categories_ns_per_byte"]["verification"]
+    if "weighting" in flame["sides"]["server"]:
+        # Weighting scales a thread's samples by its on-CPU time; it cannot make them none.
+        assert verification > 0
+    else:
+        assert verification == pytest.approx(sampled * flame["sample_period_ns"] / rec["bytes"])
 
 
 def test_flame_draws_the_run(runs_dir):
