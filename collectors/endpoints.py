@@ -140,7 +140,7 @@ class Endpoints:
         opts = self.plan.options
         if self.single:
             target = target_for(self.topo, {"server": self.server.pid, "client": self.client.pid})
-            self.probes = self._stack.enter_context(ProbeSet(list(opts.probes), target, self.run_path))
+            self.probes = self._stack.enter_context(ProbeSet(list(opts.probes), target, self.run_path, opts))
         if opts.sample_hz:
             self.perf = self._stack.enter_context(
                 PerfRecorder(self.run_path, opts.sample_hz, opts.keep_perf_data, opts.call_graph)

@@ -50,6 +50,12 @@ PROBES: Dict[str, Callable[[Target], List[str]]] = {
     "cputhread": lambda t: ["-p", _pid_list(t), "--control"],
 }
 
+# name -> the tool's flags the run's options turn on (describe/options.py):
+# what costs more than the default set should is opt-in.
+OPTION_FLAGS: Dict[str, Callable[[object], List[str]]] = {
+    "syscalls": lambda o: ["--time"] if o.syscall_time else [],
+}
+
 
 def target_for(topo: Topology, pids: Dict[str, int]) -> Target:
     if topo.kind == "loopback":
@@ -104,11 +110,13 @@ def warn(msg: str) -> None:
 
 
 class ProbeSet:
-    """Starts the named probes on `target`; owns their processes."""
+    """Starts the named probes on `target`, with the flags `opts` (the
+    run's options; None: the tools' defaults) turns on; owns their processes."""
 
-    def __init__(self, names: List[str], target: Target, run_path: Path):
+    def __init__(self, names: List[str], target: Target, run_path: Path, opts=None):
         self.target = target
         self.run_path = run_path
+        self.opts = opts
         self.probes = [Probe(n) for n in names]
 
     def __enter__(self) -> "ProbeSet":
@@ -128,6 +136,8 @@ class ProbeSet:
         if not binary.exists():
             return self._lose(p, f"not built ({binary} is missing; run `make build`)")
         argv = [str(binary)] + PROBES[p.name](self.target)
+        if self.opts is not None and p.name in OPTION_FLAGS:
+            argv += OPTION_FLAGS[p.name](self.opts)
         p.proc = ControlledProcess(f"{p.name} probe", argv, self.run_path / f"probe-{p.name}.log")
         p.proc.__enter__()
         try:

@@ -32,28 +32,33 @@ def _ratio(num: Optional[float], den: Optional[float]) -> Optional[float]:
     return num / den
 
 
+# Why the per-call time figures are null: the syscalls probe times calls only when asked.
+CALL_TIME_ABSENT = (
+    "not measured: the syscalls probe times calls only with --syscall-time, which costs a sys_enter "
+    "program and two clock reads a call (RESULTS.md, 'What the default instruments cost')"
+)
+COUNTS = ("calls", "errors", "eagain", "bytes", "msgs_requested", "msgs_returned", "mmsg_truncated")
+
+
 def by_syscall(threads: List[dict], tgid: int) -> Dict[str, dict]:
-    """The syscall probe's per-thread entries of one process, summed per syscall."""
+    """The syscall probe's per-thread entries of one process, summed per
+    syscall. An untimed probe's time_ns and time_hist_ns are None, and stay
+    None in the sum: not measured, not zero."""
     out: Dict[str, dict] = {}
     for t in threads:
         if t["tgid"] != tgid or t.get("comm") == CONTROL_THREAD:
             continue
+        timed = t.get("time_ns") is not None
         s = out.setdefault(
             t["sys"],
-            {
-                "calls": 0,
-                "errors": 0,
-                "eagain": 0,
-                "bytes": 0,
-                "msgs_requested": 0,
-                "msgs_returned": 0,
-                "mmsg_truncated": 0,
-                "time_ns": 0,
-                "time_hist_ns": [],
-            },
+            {**{k: 0 for k in COUNTS}, "time_ns": 0 if timed else None, "time_hist_ns": [] if timed else None},
         )
-        for k in ("calls", "errors", "eagain", "bytes", "msgs_requested", "msgs_returned", "mmsg_truncated", "time_ns"):
+        for k in COUNTS:
             s[k] += t[k]
+        if not timed or s["time_ns"] is None:
+            s["time_ns"] = s["time_hist_ns"] = None
+            continue
+        s["time_ns"] += t["time_ns"]
         h = s["time_hist_ns"]
         for i, v in enumerate(t["time_hist_ns"]):
             if i < len(h):
@@ -63,8 +68,10 @@ def by_syscall(threads: List[dict], tgid: int) -> Dict[str, dict]:
     return {k: out[k] for k in sorted(out)}
 
 
-def _sum(calls: Dict[str, dict], names, field: str) -> int:
-    return sum(calls[n][field] for n in names if n in calls)
+def _sum(calls: Dict[str, dict], names, field: str) -> Optional[int]:
+    """The field summed over the named calls; None if any of them lacks it (not measured)."""
+    values = [calls[n][field] for n in names if n in calls]
+    return None if any(v is None for v in values) else sum(values)
 
 
 def syscall_figures(
@@ -74,16 +81,20 @@ def syscall_figures(
     datagrams_out: Optional[int],
     datagrams_in: Optional[int],
     rw_is_network: bool = False,
+    timed: bool = True,
 ) -> dict:
     """Syscalls per MB, bytes and datagrams (wire packets) per call, time
     inside per byte, and wall seconds inside send and receive calls per
     second of the side's CPU: a call's time is wall time (blocked time
-    included), so this is no share of CPU and may exceed 1."""
+    included), so this is no share of CPU and may exceed 1. The time
+    figures are None, with time_absent_reason, when the probe did not time
+    the calls (`timed`: the probe's own call_time)."""
     send, recv = (SEND_RW, RECV_RW) if rw_is_network else (SEND, RECV)
     send_calls, recv_calls = _sum(calls, send, "calls"), _sum(calls, recv, "calls")
     recv_ok = recv_calls - _sum(calls, recv, "errors")
     send_bytes, recv_bytes = _sum(calls, send, "bytes"), _sum(calls, recv, "bytes")
-    send_ns, recv_ns = _sum(calls, send, "time_ns"), _sum(calls, recv, "time_ns")
+    send_ns, recv_ns = (_sum(calls, send, "time_ns"), _sum(calls, recv, "time_ns")) if timed else (None, None)
+    timed = send_ns is not None and recv_ns is not None
     mb = nbytes / 1e6
     return {
         "send_calls": send_calls,
@@ -99,9 +110,10 @@ def syscall_figures(
         "bytes_per_recv_call": _ratio(recv_bytes, recv_ok),
         "datagrams_per_send_call": _ratio(datagrams_out, send_calls),
         "datagrams_per_recv_call": _ratio(datagrams_in, recv_ok),
-        "in_syscall_ns_per_byte": _ratio(send_ns + recv_ns, nbytes),
-        "send_wall_s_per_cpu_s": _ratio(send_ns / 1e9, cpu_s),
-        "recv_wall_s_per_cpu_s": _ratio(recv_ns / 1e9, cpu_s),
+        "in_syscall_ns_per_byte": _ratio(send_ns + recv_ns, nbytes) if timed else None,
+        "send_wall_s_per_cpu_s": _ratio(send_ns / 1e9, cpu_s) if timed else None,
+        "recv_wall_s_per_cpu_s": _ratio(recv_ns / 1e9, cpu_s) if timed else None,
+        "time_absent_reason": None if timed else CALL_TIME_ABSENT,
     }
 
 

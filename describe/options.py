@@ -466,6 +466,13 @@ OPTIONS: List[Option] = [
     ),
     Option("probes", "probes", PROBE_NAMES, "eBPF probes to attach, comma-separated, or 'none'."),
     Option(
+        "syscall-time",
+        "flag",
+        False,
+        "syscalls probe: also time each call (time inside, sum and histogram), at the cost of a "
+        "sys_enter program and two clock reads a call; without it those figures are null.",
+    ),
+    Option(
         "sample-hz",
         "int",
         99,

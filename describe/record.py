@@ -394,7 +394,14 @@ def derive_probe_figures(rec: dict, pids: dict) -> dict:
         sides[side] = {
             "by_syscall": calls,
             **derive.syscall_figures(
-                calls, side_bytes(rec, side), rec["cpu"][side]["total_s"], out_dgrams, in_dgrams, stack.rw_is_network
+                calls,
+                side_bytes(rec, side),
+                rec["cpu"][side]["total_s"],
+                out_dgrams,
+                in_dgrams,
+                stack.rw_is_network,
+                # Tools before --time timed every call and did not say so.
+                timed=sys_probe.get("call_time", True),
             ),
         }
         checks[side] = derive.crosscheck(

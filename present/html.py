@@ -216,6 +216,9 @@ def _syscall_charts(rec: dict) -> List[Chart]:
                 _histogram_spec(rows, "from (ns)", "syscall", column="side"),
             )
         )
+    untimed = next(
+        (r for r in (_get(rec, "syscalls", side, "time_absent_reason") for side in ("client", "server")) if r), None
+    )
     sizes = []
     for side in ("client", "server"):
         for key, what in (("bytes_per_send_call", "send"), ("bytes_per_recv_call", "receive")):
@@ -241,7 +244,8 @@ def _syscall_charts(rec: dict) -> List[Chart]:
                     "height": 120,
                 },
                 "The syscalls probe counts each call's bytes into totals, not a size histogram: "
-                "these are the window's means (bytes over calls).",
+                "these are the window's means (bytes over calls)."
+                + (f" No chart of the time inside each call: {untimed}." if untimed else ""),
             )
         )
     return out

@@ -524,6 +524,9 @@ def _print_probes(rec: dict, console: Console) -> None:
     for label, key, fmt in rows:
         t.add_row(label, *(fmt(sides[side][key]) if sides.get(side) else ABSENT for side in ("client", "server")))
     console.print(t)
+    untimed = next((f["time_absent_reason"] for f in sides.values() if f and f.get("time_absent_reason")), None)
+    if untimed:
+        console.print(f"[yellow]{ABSENT} in the time rows: {untimed}[/]")
     _print_threads(rec, console)
     checks = rec.get("crosscheck") or {}
     parts = []

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0-only
 // Counts the run's network and waiting syscalls per thread: calls, errors,
-// bytes, mmsg messages and time inside, from the raw_syscalls tracepoints
-// through BTF (tp_btf: no tracefs needed, one attach point for all).
+// bytes and mmsg messages at sys_exit alone; with call_time also the time
+// inside, which costs a sys_enter program and two clock reads a call. From
+// the raw_syscalls tracepoints through BTF (tp_btf: no tracefs needed, one
+// attach point for all).
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
@@ -13,20 +15,24 @@
 
 DEFINE_TARGET_TGIDS
 
+/*
+ * Set by user space before load (--time). Off, sys_enter is not even
+ * attached: everything but the time is in sys_exit's registers, and the
+ * verifier drops the branch that is not taken.
+ */
+const volatile bool call_time = false;
+
 struct inflight {
-	__u64 ts; /* 0: no call of ours in flight */
-	__u64 msgvec;
-	__u32 sys;
-	__u32 vlen;
+	__u64 ts;   /* call_time: when the call of ours in flight began; 0: none */
 	__u32 slot; /* 1 + the thread's slot; 0: none yet */
 	__u32 pad;
 };
 
 /*
- * Per thread, in the thread's own storage: the call it is inside and its
- * slot. Found through the task, with no hash, allocation or lock per call
- * as a tid-keyed hash would need; freed with the thread, while its
- * counters stay in stats.
+ * Per thread, in the thread's own storage: its slot, and when the call it
+ * is inside began. Found through the task, with no hash, allocation or
+ * lock per call as a tid-keyed hash would need; freed with the thread,
+ * while its counters stay in stats.
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
@@ -112,16 +118,15 @@ static __always_inline int sys_index(long nr)
 	}
 }
 
+/* Only with call_time: when a followed call of a target began. */
 SEC("tp_btf/sys_enter")
 int BPF_PROG(sys_enter, struct pt_regs *regs, long id)
 {
 	struct task_struct *task;
 	struct inflight *in;
-	int idx;
 
 	/* The switch first: it costs less than the tgid check and drops most calls. */
-	idx = sys_index(id);
-	if (idx < 0)
+	if (sys_index(id) < 0)
 		return 0;
 	task = bpf_get_current_task_btf();
 	if (!is_target(task->tgid))
@@ -129,11 +134,6 @@ int BPF_PROG(sys_enter, struct pt_regs *regs, long id)
 	in = bpf_task_storage_get(&inflight, task, NULL, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!in || !take_slot(in, task))
 		return 0;
-	in->sys = idx;
-	if (idx == QP_SENDMMSG || idx == QP_RECVMMSG) {
-		in->msgvec = regs->si;
-		in->vlen = (__u32)regs->dx;
-	}
 	in->ts = bpf_ktime_get_ns();
 	return 0;
 }
@@ -156,23 +156,40 @@ static __always_inline __u64 mmsg_bytes(__u64 msgvec, long n)
 	return sum;
 }
 
+/*
+ * The syscall's number and arguments are still in the registers the entry
+ * saved (orig_ax; si and dx hold an mmsg call's vector and vlen), so one
+ * program at exit counts everything but the time.
+ */
 SEC("tp_btf/sys_exit")
 int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 {
-	struct task_struct *task = bpf_get_current_task_btf();
+	struct task_struct *task;
 	struct sys_stats *s;
 	struct inflight *in;
+	__u64 dur = 0;
 	__u32 key;
-	__u64 dur;
+	int idx;
 
+	idx = sys_index(regs->orig_ax);
+	if (idx < 0)
+		return 0;
+	task = bpf_get_current_task_btf();
 	if (!is_target(task->tgid))
 		return 0;
-	in = bpf_task_storage_get(&inflight, task, NULL, 0);
-	if (!in || !in->ts)
-		return 0;
-	dur = bpf_ktime_get_ns() - in->ts;
-	in->ts = 0;
-	key = (in->slot - 1) * QP_NSYS + in->sys;
+	if (call_time) {
+		/* Only calls whose entry was seen: their time is whole. */
+		in = bpf_task_storage_get(&inflight, task, NULL, 0);
+		if (!in || !in->ts)
+			return 0;
+		dur = bpf_ktime_get_ns() - in->ts;
+		in->ts = 0;
+	} else {
+		in = bpf_task_storage_get(&inflight, task, NULL, BPF_LOCAL_STORAGE_GET_F_CREATE);
+		if (!in || !take_slot(in, task))
+			return 0;
+	}
+	key = (in->slot - 1) * QP_NSYS + idx;
 	s = bpf_map_lookup_elem(&stats, &key);
 	if (!s)
 		return 0;
@@ -181,20 +198,22 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 	 * a time, so no one else writes this entry.
 	 */
 	s->calls++;
-	s->time_ns += dur;
-	s->time_hist_ns[log2_slot(dur)]++;
+	if (call_time) {
+		s->time_ns += dur;
+		s->time_hist_ns[log2_slot(dur)]++;
+	}
 	if (ret < 0) {
 		s->errors++;
 		if (ret == -EAGAIN)
 			s->eagain++;
 		return 0;
 	}
-	switch (in->sys) {
+	switch (idx) {
 	case QP_SENDMMSG:
 	case QP_RECVMMSG:
-		s->msgs_requested += in->vlen;
+		s->msgs_requested += (__u32)regs->dx;
 		s->msgs_returned += ret;
-		s->bytes += mmsg_bytes(in->msgvec, ret);
+		s->bytes += mmsg_bytes(regs->si, ret);
 		if (ret > QP_MAX_MMSG)
 			s->mmsg_truncated++;
 		break;

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0-only
 // qprof-syscalls: network and waiting syscalls of given processes, per
-// thread: calls, errors, bytes, mmsg messages, time inside.
+// thread: calls, errors, bytes, mmsg messages; with --time, time inside.
 #define _GNU_SOURCE
 #include <argp.h>
 #include <errno.h>
@@ -21,12 +21,17 @@ static const char *const sys_names[QP_NSYS] = {
 
 static struct probe_env env;
 static bool warned_lost;
+static bool time_calls; /* --time */
 
 const char *argp_program_version = "qprof-syscalls 0.1";
 static const char argp_doc[] =
 	"Count the network and waiting syscalls of given processes, per thread.\n"
 	"\n"
-	"USAGE: qprof-syscalls -p PID[,PID...] [--json] [--control | INTERVAL [COUNT]]\n"
+	"With --time, also the time inside each call (sum and log2 histogram):\n"
+	"that needs a program at sys_enter and two clock reads a call; without\n"
+	"it the time is null and only sys_exit is attached.\n"
+	"\n"
+	"USAGE: qprof-syscalls -p PID[,PID...] [--time] [--json] [--control | INTERVAL [COUNT]]\n"
 	"\n"
 	"EXAMPLES:\n"
 	"    qprof-syscalls -p 1234           # print totals every second\n"
@@ -36,6 +41,7 @@ static const char argp_doc[] =
 
 static const struct argp_option opts[] = {
 	{"pid", 'p', "PID[,PID...]", 0, "Processes to follow (all their threads)", 0},
+	{"time", 't', NULL, 0, "Also time each call (sys_enter and two clock reads a call)", 0},
 	{},
 };
 
@@ -48,6 +54,7 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 			argp_usage(state);
 		}
 		break;
+	case 't': time_calls = true; break;
 	case ARGP_KEY_INIT: state->child_inputs[0] = &env; break;
 	case ARGP_KEY_END:
 		if (!env.npids) {
@@ -195,11 +202,17 @@ static int print_json(const char *name, struct syscalls_bpf *skel)
 		read_comm(key->tgid, key->tid, comm, sizeof(comm));
 		printf("%s{\"tgid\":%u,\"tid\":%u,\"comm\":\"%s\",\"sys\":\"%s\",\"calls\":%llu,"
 		       "\"errors\":%llu,\"eagain\":%llu,\"bytes\":%llu,\"msgs_requested\":%llu,"
-		       "\"msgs_returned\":%llu,\"mmsg_truncated\":%llu,\"time_ns\":%llu,",
+		       "\"msgs_returned\":%llu,\"mmsg_truncated\":%llu,",
 		       i ? "," : "", key->tgid, key->tid, comm, sys_names[key->sys], s->calls,
 		       s->errors, s->eagain, s->bytes, s->msgs_requested, s->msgs_returned,
-		       s->mmsg_truncated, s->time_ns);
-		probe_json_hist(stdout, "time_hist_ns", s->time_hist_ns);
+		       s->mmsg_truncated);
+		/* Not timed: null, never a zero time. */
+		if (time_calls) {
+			printf("\"time_ns\":%llu,", s->time_ns);
+			probe_json_hist(stdout, "time_hist_ns", s->time_hist_ns);
+		} else {
+			printf("\"time_ns\":null,\"time_hist_ns\":null");
+		}
 		putchar('}');
 	}
 	putchar(']');
@@ -236,12 +249,17 @@ static int print_table(struct syscalls_bpf *skel)
 	printf("%-8s %-15s %12s %10s %14s %10s %14s\n", "PID", "SYSCALL", "CALLS", "ERRORS",
 	       "BYTES", "MSGS", "TIME (us)");
 	for (i = 0; i < ntgid; i++)
-		for (j = 0; j < QP_NSYS; j++)
-			if (tot[i][j].calls)
-				printf("%-8u %-15s %12llu %10llu %14llu %10llu %14.1f\n", tgids[i],
-				       sys_names[j], tot[i][j].calls, tot[i][j].errors,
-				       tot[i][j].bytes, tot[i][j].msgs_returned,
-				       tot[i][j].time_ns / 1e3);
+		for (j = 0; j < QP_NSYS; j++) {
+			if (!tot[i][j].calls)
+				continue;
+			printf("%-8u %-15s %12llu %10llu %14llu %10llu ", tgids[i], sys_names[j],
+			       tot[i][j].calls, tot[i][j].errors, tot[i][j].bytes,
+			       tot[i][j].msgs_returned);
+			if (time_calls)
+				printf("%14.1f\n", tot[i][j].time_ns / 1e3);
+			else
+				printf("%14s\n", "-");
+		}
 	printf("\n");
 	return 0;
 }
@@ -272,6 +290,11 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	probe_set_targets(&env, skel->rodata->targ_tgids, &skel->rodata->targ_ntgids);
+	skel->rodata->call_time = time_calls;
+	/* Untimed, sys_enter is not attached at all: that is the saving. */
+	if (!time_calls)
+		bpf_program__set_autoload(skel->progs.sys_enter, false);
+	env.ready_info = time_calls ? "\"call_time\":true" : "\"call_time\":false";
 	err = syscalls_bpf__load(skel);
 	if (err) {
 		fprintf(stderr, "failed to load BPF object: %s\n", strerror(-err));

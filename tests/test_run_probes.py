@@ -20,8 +20,12 @@ QUIC_OVERHEAD_MAX = 1.08
 IRQS_OFF_PROGRAMS = {"sched_switch", "sched_wakeup", "sched_wakeup_new"}
 
 
-def assert_syscalls(rec):
+def assert_syscalls(rec, timed):
+    """The syscalls probe's figures; the time inside each call only when
+    the run asked for it (--syscall-time), null with the reason otherwise."""
     assert rec["probes"]["syscalls"]["status"] == "present"
+    assert rec["probes"]["syscalls"]["call_time"] is timed
+    assert rec["config"]["syscall_time"] is timed
     c, s = rec["syscalls"]["client"], rec["syscalls"]["server"]
     app = rec["workload"]["client"]["window"]["app_bytes"]
     # Directions: data leaves the client by send calls and enters the server by receive calls.
@@ -32,10 +36,24 @@ def assert_syscalls(rec):
     assert 1.0 <= c["send_bytes"] / app <= QUIC_OVERHEAD_MAX
     assert 1.0 <= s["recv_bytes"] / rec["bytes"] <= QUIC_OVERHEAD_MAX
     for f in (c, s):
-        assert f["syscalls_per_mb"] > 0 and f["in_syscall_ns_per_byte"] > 0
-        assert (
-            0 < f["send_wall_s_per_cpu_s"] + f["recv_wall_s_per_cpu_s"] <= 1.2
-        )  # wall time in a call may exceed CPU a little
+        assert f["syscalls_per_mb"] > 0
+        for name, calls in f["by_syscall"].items():
+            assert calls["eagain"] <= calls["errors"] <= calls["calls"], name
+        if timed:
+            assert f["in_syscall_ns_per_byte"] > 0 and f["time_absent_reason"] is None
+            assert (
+                0 < f["send_wall_s_per_cpu_s"] + f["recv_wall_s_per_cpu_s"] <= 1.2
+            )  # wall time in a call may exceed CPU a little
+            for name, calls in f["by_syscall"].items():
+                # Entries of calls made only before the window are in it with none.
+                assert (calls["time_ns"] > 0) == (calls["calls"] > 0), name
+                assert sum(calls["time_hist_ns"]) == calls["calls"], name
+        else:
+            assert "--syscall-time" in f["time_absent_reason"]
+            for k in ("in_syscall_ns_per_byte", "send_wall_s_per_cpu_s", "recv_wall_s_per_cpu_s"):
+                assert f[k] is None, k
+            for name, calls in f["by_syscall"].items():
+                assert calls["time_ns"] is None and calls["time_hist_ns"] is None, name
     # eBPF against msquic's own counters, per side.
     for side in ("client", "server"):
         checks = rec["crosscheck"][side]
@@ -45,16 +63,16 @@ def assert_syscalls(rec):
 
 
 def test_syscalls_probe_netns(runs_dir):
-    rec = run_json(runs_dir, "--duration", "2s", "--warmup", "0.5s", "--probes", "syscalls")
-    assert_syscalls(rec)
+    """With --syscall-time the probe also times each call."""
+    rec = run_json(runs_dir, "--duration", "2s", "--warmup", "0.5s", "--probes", "syscalls", "--syscall-time")
+    assert_syscalls(rec, timed=True)
     # msquic's datapath: GSO sendmsg on the client, recvmmsg on the server.
     calls_c, calls_s = rec["syscalls"]["client"]["by_syscall"], rec["syscalls"]["server"]["by_syscall"]
     assert calls_c["sendmsg"]["bytes"] / calls_c["sendmsg"]["calls"] > 10 * 1200
     assert calls_s["recvmmsg"]["msgs_returned"] > 0
-    for calls in (calls_c, calls_s):
-        for name, f in calls.items():
-            assert sum(f["time_hist_ns"]) == f["calls"], name
-            assert f["eagain"] <= f["errors"] <= f["calls"], name
+    # The probe's programs: sys_enter runs only when calls are timed.
+    progs = {p["name"] for p in rec["probes"]["syscalls"]["window"]["progs"]}
+    assert progs == {"sys_enter", "sys_exit"}
 
 
 def test_absent_probe_is_named_not_zero(runs_dir, tmp_path):
@@ -115,7 +133,11 @@ def test_all_probes_netns(runs_dir):
     # bpf_rdonly_cast came in 6.2: from there the packets probe's fast build counts.
     release = tuple(int(x) for x in platform.release().split("-")[0].split(".")[:2])
     assert rec["probes"]["packets"]["build"] == ("rdonly_cast" if release >= (6, 2) else "portable")
-    assert_syscalls(rec)
+    # By default the calls are counted at sys_exit alone, not timed.
+    assert_syscalls(rec, timed=False)
+    assert {p["name"] for p in rec["probes"]["syscalls"]["window"]["progs"]} == {"sys_exit"}
+    calls_s = rec["syscalls"]["server"]["by_syscall"]
+    assert calls_s["recvmmsg"]["msgs_requested"] >= calls_s["recvmmsg"]["msgs_returned"] > 0
     # Wire packets on each side's device against msquic's datagram counts.
     for side in ("client", "server"):
         for name in ("udp_send_datagrams", "udp_recv_datagrams"):
