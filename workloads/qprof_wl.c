@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "wl.h"
+#include "wl_role.h"
 
 /* clang-format off: the help text as it prints */
 static const char usage[] =
@@ -148,9 +148,6 @@ static const char usage[] =
 	"  qprof-wl -s tcp-tls -r client --pattern rr --payload 1024 --period-us 1000 -t 5000 \\\n"
 	"           --tcp-conns on-demand\n";
 /* clang-format on */
-
-/* wl_tcp.c's; the tests' hidden --fault (collectors/faults.py) */
-extern const char *wl_tcp_fault;
 
 /* The patterns a flag belongs to; 0: every one. */
 enum { P_BULK = 1, P_DOWNLOAD = 2, P_RR = 4 };
@@ -454,7 +451,6 @@ int main(int argc, char **argv)
 		return code;
 	if (o.download && !o.count)
 		o.count = 1;
-	wl_tcp_fault = o.fault;
 	if (o.rr) {
 		/* A period of at least 2 --payload: a message's pattern is one piece. */
 		for (period = 1024; period < 2 * o.payload; period <<= 1)
@@ -464,9 +460,7 @@ int main(int argc, char **argv)
 	} else {
 		wl_pattern_init(o.io_size);
 	}
-	if (!strcmp(o.stack, "quic"))
-		return wl_quic_run(&o);
 	if (!strcmp(o.stack, "udp"))
 		return wl_udp_run(&o);
-	return wl_tcp_run(&o);
+	return wl_role_run(&o);
 }

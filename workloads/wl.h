@@ -363,9 +363,7 @@ struct wl_dl {
 };
 void wl_emit_dl(const char *event, const struct wl_dl *d);
 
-/* Roles */
-int wl_quic_run(const struct wl_opts *o);
-int wl_tcp_run(const struct wl_opts *o);
+/* Roles: udp's; quic and the TCP stacks run wl_role_run (wl_role.h) */
 int wl_udp_run(const struct wl_opts *o);
 
 #endif

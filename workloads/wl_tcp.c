@@ -1,177 +1,103 @@
 // SPDX-License-Identifier: GPL-2.0-only
 /*
- * TCP roles: plain TCP (tcp), TLS in OpenSSL user space (tcp-tls) and TLS
- * records in the kernel after OpenSSL's handshake (tcp-ktls). Bulk: one TCP
- * connection per --streams, each with a thread on both sides, as iperf3 -P.
- * Download: --count connections one after another, each served whole by the
- * server's main thread before it accepts the next. Rr: one thread per role
- * with non-blocking sockets in one epoll set (see "--pattern rr" below).
- * The sender writes straight out of the read-only pattern region (or
- * sendfile()s it from a memfd holding the same bytes); the receiver checks
- * every byte against its connection offset.
+ * The TCP transport (wl_transport.h): plain TCP (tcp), TLS in OpenSSL user
+ * space (tcp-tls) and TLS records in the kernel after OpenSSL's handshake
+ * (tcp-ktls). A WL_CONN_DEDICATED connection has a thread and blocking
+ * sockets of its own, as iperf3 -P: what moves bulk TCP fastest. Others
+ * are non-blocking in the loop's epoll set, where no call blocks (connects
+ * and TLS handshakes included), so an rr request goes out when it falls
+ * due whatever the other connections do. OpenSSL, and the socket calls
+ * with or without it, are wl_tls.c's.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <linux/tcp.h> /* its tcp_info is newer than glibc's */
-#include <poll.h>
 #include <pthread.h>
-#include <semaphore.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <fcntl.h>
 #include <sys/epoll.h>
-#include <sys/eventfd.h>
-#include <sys/mman.h>
-#include <sys/sendfile.h>
 #include <sys/socket.h>
+#include <sys/timerfd.h>
 #include <unistd.h>
 
-#include <openssl/err.h>
-#include <openssl/ssl.h>
+#include "wl_tls.h"
+#include "wl_transport.h"
 
-#include "wl.h"
-
-#define MAX_CONNS WL_MAX_STREAMS
+#define MAX_CONNS WL_MAX_STREAMS /* the listen backlog */
 #define CONNECT_TIMEOUT_S 10
-#define TLS_READ_BUF (128 * 1024)	       /* several 16 KiB records per read() */
-#define TLS_WRITE_BUF ((1 << 20) + (64 << 10)) /* the largest --io-size and its records' headers */
+#define LOOP_READ_BUF (256 * 1024)
+#define ROLE (T.server ? "server" : "client")
 
-enum tls_mode { TLS_NONE, TLS_USER, TLS_KERNEL };
+enum conn_state { CONNECTING, HANDSHAKE, READY, DEAD };
 
 struct tcp_counts {
 	uint64_t segs_out, segs_in, retrans, bytes_acked, bytes_received;
 };
 
-struct tconn {
+/* A message on the loop, queued until the socket has room. */
+struct msg {
+	uint8_t hdr[WL_HDR_MAX];
+	uint32_t hlen, blen;
+	const uint8_t *body;
+	unsigned flags;
+	void *tag;
+};
+
+/* A TCP connection's one stream: its bytes. */
+struct wl_stream {
+	struct wl_conn *c;
+	const struct wl_stream_handlers *h; /* set: opened (client) or taken (server) */
+	void *ctx;
+};
+
+struct wl_conn {
+	struct wl_tls io; /* the socket, and its TLS */
 	int idx;
-	int fd;
-	SSL *ssl;
-	pthread_t thread;
-	uint64_t off;
-	bool finished; /* server: EOF after all data; client: sent all */
-	bool ktls_send, ktls_recv;
+	unsigned flags;
+	const struct wl_conn_handlers *h;
+	void *ctx;
+	struct wl_stream s;
+	enum conn_state state;
+	bool server, dedicated, counted;
+	bool fin_in, fin_out, failed, left; /* left: the failure was the peer's going away */
+	_Atomic bool closing;		    /* dedicated: close() came, with close_code */
+	_Atomic uint64_t close_code;
+	uint64_t t_connect, t_tcp, t_handshake, deadline_ns;
+	struct wl_end end;
+	char why[256];		     /* the first reason it ended */
+	struct tcp_counts counts;    /* as the socket had them when closed */
+	struct wl_conn *prev, *next; /* open ones, under T.lock */
+	/* On the loop: the old rr state machine */
+	int busy;    /* calls of ours on the stack: its closed handlers wait for them */
+	uint32_t ev; /* as the epoll set has it */
+	/* A connect, handshake or write waits for room; a TLS write for input. */
+	bool want_out, want_in;
+	bool paused, owe_writable, flushing;
+	struct msg *q; /* a ring: q[qhead] is being written */
+	uint32_t qcap, qhead, qlen;
 };
 
 static struct {
 	const struct wl_opts *o;
 	bool server;
-	enum tls_mode tls;
-	SSL_CTX *ctx;
-	int listen_fd;
-	int memfd; /* --sendfile: the pattern region as a file */
-	struct tconn conns[MAX_CONNS];
-	int nconns;
-
-	_Atomic uint64_t app_bytes;
-	_Atomic uint64_t stream_bytes[MAX_CONNS]; /* bulk server: verified, per connection */
-	_Atomic int conns_seen;			  /* bulk server: conns[] accepted so far */
-	_Atomic uint64_t io_calls;		  /* the workload's own send/recv calls */
-	_Atomic bool stopping;
-	_Atomic bool verify_failed;
-	_Atomic int conns_ready;
-	_Atomic int conns_done;
-	uint64_t verify_fail_off;
-	int verify_fail_conn;
-	struct wl_failure failure;
-	uint64_t t_connected_ns, t_transfer_done_ns;
-	const char *cipher; /* as connection 0's handshake agreed */
-
-	/* --pattern download: conns[0] is the one connection at a time */
-	_Atomic uint64_t downloads; /* client: checked; server: delivered */
-	pthread_mutex_t conn_lock;  /* conns[].fd against close while a mark reads it */
-	struct tcp_counts closed;   /* TCP_INFO of the connections closed so far */
-	SSL_SESSION *session;	    /* client --resume: the last connection's */
-	int wake_fd;		    /* server: written on "stop" and "exit" */
-
-	sem_t all_ready;
-	sem_t all_done;
-	sem_t may_start;
-	sem_t may_exit;
-} tcp_state = {
-	.failure = WL_FAILURE_INIT,
-	.memfd = -1,
-	.listen_fd = -1,
-	.wake_fd = -1,
-	.conn_lock = PTHREAD_MUTEX_INITIALIZER,
-};
-
-/* --pattern rr: the state marks and reports read; the code is below. */
-#define RR_MAX_CONNS 128
-#define RR_READ_BUF (256 * 1024)
-#define RR_EVENTS 64
-
-enum rr_state { RR_CONNECTING, RR_HANDSHAKE, RR_READY };
-
-struct rrconn {
-	struct tconn t;
-	enum rr_state state;
-	bool dead;		/* closed; freed once this batch of events is handled */
-	uint64_t deadline_ns;	/* client: connected and handshaken by then */
-	struct wl_rr_fifo q;	/* client: its requests; server: responses to write */
-	uint32_t nw;		/* of q, those whose writing has begun */
-	bool writing;		/* q[nw - 1] is partly written */
-	uint32_t w_off;		/* of it, the bytes written */
-	uint8_t hdr[WL_RR_HDR]; /* plain TCP: its header (wl_rr_body() is the rest) */
-	uint8_t *msg;		/* TLS: the whole message, as SSL_write takes it */
-	bool want_out;		/* a connect, handshake or write waits for room */
-	bool want_in;		/* a TLS write waits for the peer (SSL_ERROR_WANT_READ) */
-	bool paused;		/* server: reads no more until its responses have gone */
-	bool spent;		/* server: answered a bad request; takes no more on it */
-	bool half_closed;	/* server: ... and has sent its FIN after the answer */
-	uint32_t ev;		/* as the epoll set has it */
-	struct wl_rr_rx rx;
-};
-
-static struct {
-	int ep;
-	struct wl_rr_sched sched;	    /* client */
-	struct rrconn *conns[RR_MAX_CONNS]; /* changed under tcp_state.conn_lock */
-	int nconns;
-	struct wl_rr_fifo pending; /* on-demand client: due, with no connection to go on */
-	uint8_t *rbuf;
 	struct sockaddr_in addr;
-	bool handshaken;	   /* a connection is or was up */
-	bool ktls_send, ktls_recv; /* ... and every one had kTLS */
-	bool refused;		   /* server: said once that it refused a connection */
-	char why[256];
-} rr_tcp = {.ep = -1, .sched.timer = -1};
+	int listen_fd, timer;
+	struct wl_accept acc;
+	_Atomic int nconns;
+	_Atomic uint64_t io_calls; /* the workload's own send/recv calls */
+	pthread_mutex_t lock;	   /* the open connections, against a mark reading their fds */
+	struct wl_conn *live;
+	struct tcp_counts closed; /* TCP_INFO of the connections closed so far */
+	uint8_t *rbuf;		  /* the loop's reads */
+	char tcp_cc_ran[16];	  /* the kernel's TCP_CA_NAME_MAX */
+} T = {.listen_fd = -1, .timer = -1, .lock = PTHREAD_MUTEX_INITIALIZER};
 
-static const char *tls_version_name(void)
-{
-	return !strcmp(tcp_state.o->tls_version, "1.2") ? "TLSv1.2" : "TLSv1.3";
-}
-
-#define fail(code, ...) wl_fail(&tcp_state.failure, &tcp_state.stopping, (code), __VA_ARGS__)
-
-/*
- * The tests' --fault (qprof run --inject-fault; not in --help). ktls-claim:
- * the client leaves kTLS off yet reports it on send, as a library that said
- * yes without the kernel doing it would; qprof must catch the claim with
- * the kernel's own counters.
- */
-const char *wl_tcp_fault;
-
-static bool fault_ktls_claim(void)
-{
-	return wl_tcp_fault && !strcmp(wl_tcp_fault, "ktls-claim");
-}
-
-static const char *ssl_reason(void)
-{
-	static __thread char buf[160];
-	unsigned long e = ERR_get_error();
-
-	if (!e)
-		return strerror(errno);
-	ERR_error_string_n(e, buf, sizeof(buf));
-	ERR_clear_error();
-	return buf;
-}
+static __thread struct wl_conn *own_conn; /* a dedicated connection's thread: its own */
 
 static bool tcp_counts_add(int fd, struct tcp_counts *t)
 {
@@ -188,20 +114,19 @@ static bool tcp_counts_add(int fd, struct tcp_counts *t)
 	return true;
 }
 
-/* The connections open now and, in download, those closed before. */
-static void json_tcp_info(struct wl_json *j)
+/* io_calls, then TCP_INFO of the connections open now and of those closed before. */
+static void tcp_json_mark(struct wl_json *j)
 {
 	struct tcp_counts t;
+	struct wl_conn *c;
 	struct wl_json p;
-	int i;
 
-	pthread_mutex_lock(&tcp_state.conn_lock);
-	t = tcp_state.closed;
-	for (i = 0; i < tcp_state.nconns; i++)
-		tcp_counts_add(tcp_state.conns[i].fd, &t);
-	for (i = 0; i < rr_tcp.nconns; i++)
-		tcp_counts_add(rr_tcp.conns[i]->t.fd, &t);
-	pthread_mutex_unlock(&tcp_state.conn_lock);
+	wl_json_u64(j, "io_calls", atomic_load(&T.io_calls));
+	pthread_mutex_lock(&T.lock);
+	t = T.closed;
+	for (c = T.live; c; c = c->next)
+		tcp_counts_add(c->io.fd, &t);
+	pthread_mutex_unlock(&T.lock);
 	wl_json_begin(&p);
 	wl_json_u64(&p, "segs_out", t.segs_out);
 	wl_json_u64(&p, "segs_in", t.segs_in);
@@ -211,385 +136,13 @@ static void json_tcp_info(struct wl_json *j)
 	wl_json_raw(j, "tcp_info", wl_json_end(&p));
 }
 
-static void json_tls(struct wl_json *j)
+static void tcp_json_done(struct wl_json *j, const struct wl_end *last)
 {
-	bool send = tcp_state.nconns > 0, recv = tcp_state.nconns > 0;
-	int i;
-
-	if (tcp_state.tls == TLS_NONE)
-		return;
-	for (i = 0; i < tcp_state.nconns; i++) {
-		send = send && tcp_state.conns[i].ktls_send;
-		recv = recv && tcp_state.conns[i].ktls_recv;
-	}
-	if (tcp_state.o->rr) {
-		send = rr_tcp.handshaken && rr_tcp.ktls_send;
-		recv = rr_tcp.handshaken && rr_tcp.ktls_recv;
-	}
-	wl_json_str(j, "tls_version", tls_version_name());
-	wl_json_str(j, "tls_cipher", tcp_state.cipher ? tcp_state.cipher : "");
-	wl_json_bool(j, "ktls_send", send);
-	wl_json_bool(j, "ktls_recv", recv);
-}
-
-static bool bulk_receiver(void)
-{
-	return tcp_state.server && !tcp_state.o->download && !tcp_state.o->rr;
-}
-
-/* A bulk receiver's (the server's) bytes per connection, as the done report gives them. */
-static void json_stream_bytes(struct wl_json *j)
-{
-	struct wl_stream_bytes sb;
-
-	if (!bulk_receiver())
-		return;
-	wl_stream_bytes_load(&sb, tcp_state.stream_bytes, &tcp_state.conns_seen);
-	wl_json_stream_bytes(j, &sb);
-}
-
-static void on_mark(const char *name, void *arg)
-{
-	const bool per_conn = bulk_receiver();
-	struct wl_stream_bytes sb;
-	struct wl_json j;
-
-	(void)arg;
-	wl_json_mark(&j, name);
-	/* A bulk receiver's bytes are its connections': one load gives both. */
-	wl_json_u64(
-		&j, "app_bytes",
-		per_conn ? wl_stream_bytes_load(&sb, tcp_state.stream_bytes, &tcp_state.conns_seen)
-			 : atomic_load(&tcp_state.app_bytes));
-	wl_json_u64(&j, "io_calls", atomic_load(&tcp_state.io_calls));
-	if (tcp_state.o->download)
-		wl_json_u64(&j, "downloads", atomic_load(&tcp_state.downloads));
-	if (tcp_state.o->rr)
-		wl_rr_json_mark(&j, tcp_state.server);
-	if (per_conn)
-		wl_json_stream_bytes(&j, &sb);
-	json_tcp_info(&j);
-	wl_emit("%s", wl_json_end(&j));
-}
-
-static void wake_server(void)
-{
-	uint64_t one = 1;
-
-	if (tcp_state.wake_fd >= 0 && write(tcp_state.wake_fd, &one, sizeof(one)) < 0)
-		wl_warn("cannot wake the server: %s", strerror(errno));
-}
-
-static void on_start(void *arg)
-{
-	(void)arg;
-	sem_post(&tcp_state.may_start);
-}
-static void on_stop(void *arg)
-{
-	(void)arg;
-	atomic_store(&tcp_state.stopping, true);
-	wake_server();
-}
-static void on_exit_cmd(void *arg)
-{
-	(void)arg;
-	/* A download or rr role runs until told; a bulk role is done already. */
-	if (tcp_state.o->download || tcp_state.o->rr) {
-		atomic_store(&tcp_state.stopping, true);
-		wake_server();
-	}
-	sem_post(&tcp_state.may_exit);
-}
-
-static const struct wl_control_ops control_ops = {
-	.mark = on_mark,
-	.start = on_start,
-	.stop = on_stop,
-	.exit = on_exit_cmd,
-};
-
-static int make_ctx(void)
-{
-	const char *cipher = tcp_state.o->cipher;
-	bool v12 = !strcmp(tcp_state.o->tls_version, "1.2");
-	int ver = v12 ? TLS1_2_VERSION : TLS1_3_VERSION;
-
-	if (tcp_state.tls == TLS_NONE)
-		return 0;
-	tcp_state.ctx = SSL_CTX_new(tcp_state.server ? TLS_server_method() : TLS_client_method());
-	if (!tcp_state.ctx)
-		goto err;
-	SSL_CTX_set_min_proto_version(tcp_state.ctx, ver);
-	SSL_CTX_set_max_proto_version(tcp_state.ctx, ver);
-	if (!cipher)
-		cipher = v12 ? "ECDHE-ECDSA-AES128-GCM-SHA256" : "TLS_AES_128_GCM_SHA256";
-	if (v12 ? !SSL_CTX_set_cipher_list(tcp_state.ctx, cipher)
-		: !SSL_CTX_set_ciphersuites(tcp_state.ctx, cipher)) {
-		wl_warn("OpenSSL has no TLS %s cipher '%s'", tcp_state.o->tls_version, cipher);
-		return WL_EXIT_TLS_CONFIG;
-	}
-	if (tcp_state.tls == TLS_KERNEL && !fault_ktls_claim())
-		SSL_CTX_set_options(tcp_state.ctx, SSL_OP_ENABLE_KTLS);
-	if (tcp_state.tls == TLS_USER) {
-		/*
-		 * Read as a production server does: without read-ahead OpenSSL
-		 * reads each record's 5-byte header, then its body (2.3 read()s
-		 * per SSL_read measured); with it, one read() fills a buffer of
-		 * several records.
-		 */
-		SSL_CTX_set_read_ahead(tcp_state.ctx, 1);
-		SSL_CTX_set_default_read_buffer_len(tcp_state.ctx, TLS_READ_BUF);
-	}
-	if (tcp_state.server) {
-		if (SSL_CTX_use_certificate_chain_file(tcp_state.ctx, tcp_state.o->cert) != 1 ||
-		    SSL_CTX_use_PrivateKey_file(tcp_state.ctx, tcp_state.o->key,
-						SSL_FILETYPE_PEM) != 1)
-			goto err;
-	} else {
-		SSL_CTX_set_verify(tcp_state.ctx, SSL_VERIFY_NONE, NULL);
-	}
-	return 0;
-err:
-	wl_warn("TLS setup failed on the %s: %s", tcp_state.server ? "server" : "client",
-		ssl_reason());
-	return WL_EXIT_LIB_OPEN;
-}
-
-/*
- * User-space TLS writes one record of at most 16 KiB per write(); a buffer
- * BIO between OpenSSL and the socket gathers one SSL_write's records into
- * one write() (flushed after each SSL_write), as msquic's own TLS-over-TCP
- * path (secnetperf -tcp:1) batches its frames into one send.
- */
-static int buffer_writes(struct tconn *c)
-{
-	BIO *buf = BIO_new(BIO_f_buffer()), *sock = SSL_get_wbio(c->ssl);
-
-	if (!buf || BIO_set_write_buffer_size(buf, TLS_WRITE_BUF) <= 0 || !BIO_up_ref(sock)) {
-		BIO_free(buf);
-		fail(WL_EXIT_LIB_OPEN, "TLS write buffer failed on the client: %s", ssl_reason());
-		return -1;
-	}
-	SSL_set0_wbio(c->ssl, BIO_push(buf, sock));
-	return 0;
-}
-
-/* The TLS handshake on a connected socket; SSL_set_fd only now, as kTLS needs. */
-static int tls_handshake(struct tconn *c)
-{
-	int rc;
-
-	if (tcp_state.tls == TLS_NONE)
-		return 0;
-	c->ssl = SSL_new(tcp_state.ctx);
-	if (!c->ssl || SSL_set_fd(c->ssl, c->fd) != 1) {
-		fail(WL_EXIT_LIB_OPEN, "SSL_new failed on the %s: %s",
-		     tcp_state.server ? "server" : "client", ssl_reason());
-		return -1;
-	}
-	/* The sender's: the client's in bulk, the server's in download. */
-	if (tcp_state.tls == TLS_USER && tcp_state.server == tcp_state.o->download &&
-	    buffer_writes(c))
-		return -1;
-	if (tcp_state.session && SSL_set_session(c->ssl, tcp_state.session) != 1)
-		wl_warn("cannot offer the last session for resumption: %s", ssl_reason());
-	rc = tcp_state.server ? SSL_accept(c->ssl) : SSL_connect(c->ssl);
-	if (rc != 1) {
-		fail(WL_EXIT_HANDSHAKE, "TLS handshake failed on the %s (connection %d): %s",
-		     tcp_state.server ? "server" : "client", c->idx, ssl_reason());
-		return -1;
-	}
-	c->ktls_send = BIO_get_ktls_send(SSL_get_wbio(c->ssl)) || fault_ktls_claim();
-	c->ktls_recv = BIO_get_ktls_recv(SSL_get_rbio(c->ssl));
-	if (c->idx == 0)
-		tcp_state.cipher = SSL_get_cipher_name(c->ssl);
-	return 0;
-}
-
-/*
- * Orderly close: a peer that close()s with unread bytes in its receive
- * queue (TLS 1.3 session tickets, close_notify) sends RST and the other
- * side can lose the tail of the stream. So: close_notify, FIN, drain to
- * the peer's FIN, then close. 0 if the peer ended as cleanly (its
- * close_notify with TLS, its FIN without).
- */
-static int orderly_close(struct tconn *c)
-{
-	char buf[4096];
-	ssize_t n;
-
-	if (c->ssl)
-		SSL_shutdown(c->ssl);
-	shutdown(c->fd, SHUT_WR);
-	do
-		n = c->ssl ? SSL_read(c->ssl, buf, sizeof(buf)) : read(c->fd, buf, sizeof(buf));
-	while (n > 0 || (n < 0 && !c->ssl && errno == EINTR));
-	if (c->ssl)
-		return SSL_get_error(c->ssl, (int)n) == SSL_ERROR_ZERO_RETURN ? 0 : -1;
-	return n == 0 ? 0 : -1;
-}
-
-static void *server_conn(void *p)
-{
-	struct tconn *c = p;
-	size_t cap = tcp_state.o->io_size;
-	uint8_t *buf = malloc(cap);
-
-	if (!buf || tls_handshake(c))
-		goto out;
-	if (atomic_fetch_add(&tcp_state.conns_ready, 1) + 1 == tcp_state.o->streams)
-		sem_post(&tcp_state.all_ready);
-	for (;;) {
-		ssize_t n = c->ssl ? SSL_read(c->ssl, buf, (int)cap) : recv(c->fd, buf, cap, 0);
-
-		atomic_fetch_add(&tcp_state.io_calls, 1);
-		if (n > 0) {
-			if (!wl_pattern_check(c->off, buf, (size_t)n)) {
-				if (!atomic_exchange(&tcp_state.verify_failed, true)) {
-					tcp_state.verify_fail_off = c->off;
-					tcp_state.verify_fail_conn = c->idx;
-				}
-				fail(WL_EXIT_VERIFY,
-				     "received data failed the content check on connection %d at offset %llu",
-				     c->idx, (unsigned long long)c->off);
-				break;
-			}
-			c->off += (uint64_t)n;
-			atomic_store_explicit(&tcp_state.stream_bytes[c->idx], c->off,
-					      memory_order_relaxed);
-			atomic_fetch_add(&tcp_state.app_bytes, (uint64_t)n);
-			continue;
-		}
-		if (n == 0 || (c->ssl && SSL_get_error(c->ssl, (int)n) == SSL_ERROR_ZERO_RETURN)) {
-			c->finished = true;
-			break;
-		}
-		if (!c->ssl && errno == EINTR)
-			continue;
-		fail(WL_EXIT_CONN_LOST, "connection %d ended after %llu bytes: %s", c->idx,
-		     (unsigned long long)c->off, c->ssl ? ssl_reason() : strerror(errno));
-		break;
-	}
-	if (!atomic_load(&tcp_state.verify_failed))
-		orderly_close(c);
-out:
-	free(buf);
-	if (atomic_fetch_add(&tcp_state.conns_done, 1) + 1 == tcp_state.o->streams) {
-		tcp_state.t_transfer_done_ns = wl_now_ns();
-		sem_post(&tcp_state.all_done);
-	}
-	if (atomic_load(&tcp_state.conns_ready) < tcp_state.o->streams)
-		sem_post(&tcp_state.all_ready); /* a failed handshake must not leave main waiting */
-	return NULL;
-}
-
-static ssize_t client_send(struct tconn *c, uint64_t len)
-{
-	const uint8_t *region = wl_pattern_region();
-	const uint64_t period = wl_pattern_period();
-	uint64_t at = c->off % period;
-
-	if (len > period - at)
-		len = period - at;
-	if (tcp_state.o->sendfile) {
-		if (c->ssl)
-			return SSL_sendfile(c->ssl, tcp_state.memfd, (off_t)at, len, 0);
-		off_t o = (off_t)at;
-		return sendfile(c->fd, tcp_state.memfd, &o, len);
-	}
-	if (c->ssl) {
-		int n = SSL_write(c->ssl, region + at, (int)len);
-
-		if (n > 0 && tcp_state.tls == TLS_USER && BIO_flush(SSL_get_wbio(c->ssl)) <= 0)
-			return -1;
-		return n;
-	}
-	return send(c->fd, region + at, len, 0);
-}
-
-static void *client_conn(void *p)
-{
-	struct tconn *c = p;
-
-	if (tls_handshake(c))
-		goto out;
-	if (tcp_state.o->sendfile && c->ssl && !c->ktls_send) {
-		fail(WL_EXIT_LIB_OPEN,
-		     "--sendfile needs kernel TLS on send, which OpenSSL did not enable on connection %d",
-		     c->idx);
-		goto out;
-	}
-	if (atomic_fetch_add(&tcp_state.conns_ready, 1) + 1 == tcp_state.o->streams)
-		sem_post(&tcp_state.all_ready);
-	sem_wait(&tcp_state.may_start); /* main releases all connections at once */
-	sem_post(&tcp_state.may_start);
-	while (!atomic_load(&tcp_state.stopping)) {
-		uint64_t len = tcp_state.o->io_size;
-		ssize_t n;
-
-		if (tcp_state.o->bytes) {
-			if (c->off >= tcp_state.o->bytes)
-				break;
-			if (len > tcp_state.o->bytes - c->off)
-				len = tcp_state.o->bytes - c->off;
-		}
-		n = client_send(c, len);
-		atomic_fetch_add(&tcp_state.io_calls, 1);
-		if (n <= 0) {
-			if (!c->ssl && errno == EINTR)
-				continue;
-			fail(WL_EXIT_CONN_LOST,
-			     "sending on connection %d failed after %llu bytes: %s", c->idx,
-			     (unsigned long long)c->off, c->ssl ? ssl_reason() : strerror(errno));
-			break;
-		}
-		c->off += (uint64_t)n;
-		atomic_fetch_add(&tcp_state.app_bytes, (uint64_t)n);
-	}
-	c->finished = !tcp_state.failure.code;
-	orderly_close(c);
-out:
-	if (atomic_fetch_add(&tcp_state.conns_done, 1) + 1 == tcp_state.o->streams) {
-		tcp_state.t_transfer_done_ns = wl_now_ns();
-		sem_post(&tcp_state.all_done);
-	}
-	if (atomic_load(&tcp_state.conns_ready) < tcp_state.o->streams)
-		sem_post(&tcp_state.all_ready);
-	return NULL;
-}
-
-static int tcp_addr(struct sockaddr_in *a)
-{
-	memset(a, 0, sizeof(*a));
-	a->sin_family = AF_INET;
-	a->sin_port = htons((uint16_t)tcp_state.o->port);
-	return inet_pton(AF_INET, tcp_state.o->addr, &a->sin_addr) == 1 ? 0 : -1;
-}
-
-static void emit_connected(void)
-{
-	struct wl_json j;
-
-	wl_json_begin(&j);
-	wl_json_str(&j, "event", "connected");
-	wl_json_u64(&j, "t_ns", tcp_state.t_connected_ns);
-	json_tls(&j);
-	wl_emit("%s", wl_json_end(&j));
-}
-
-/* --pattern download */
-
-/*
- * Request and answer are small writes after the handshake's: Nagle holds
- * them until the peer's delayed ACK (a resumed TLS 1.2 download took 45 ms
- * for its first byte), so both ends write at once, as HTTP servers do.
- */
-static void dl_nodelay(int fd)
-{
-	int one = 1;
-
-	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	(void)last;
+	wl_tls_json(j);
+	tcp_json_mark(j);
+	if (T.tcp_cc_ran[0])
+		wl_json_str(j, "tcp_congestion_control", T.tcp_cc_ran);
 }
 
 /*
@@ -599,1270 +152,756 @@ static void dl_nodelay(int fd)
  * inherit the listener's. The first socket's, as the kernel reports it,
  * goes in the done report.
  */
-static char tcp_cc_ran[16]; /* the kernel's TCP_CA_NAME_MAX */
-
 static int set_tcp_cc(int fd)
 {
-	const char *cc = tcp_state.o->tcp_cc;
-	socklen_t len = sizeof(tcp_cc_ran);
+	const char *cc = T.o->tcp_cc;
+	socklen_t len = sizeof(T.tcp_cc_ran);
 
 	if (cc && setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, cc, strlen(cc))) {
-		fail(WL_EXIT_USAGE, "TCP congestion control '%s' was refused: %s", cc,
-		     strerror(errno));
-		return -1;
+		wl_warn("TCP congestion control '%s' was refused: %s", cc, strerror(errno));
+		return WL_EXIT_USAGE;
 	}
-	if (!tcp_cc_ran[0] && getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, tcp_cc_ran, &len))
-		tcp_cc_ran[0] = 0;
+	if (!T.tcp_cc_ran[0] && getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, T.tcp_cc_ran, &len))
+		T.tcp_cc_ran[0] = 0;
 	return 0;
 }
 
-/* Closes conns[0] under the lock a mark reads it with; keeps its counts. */
-static void dl_close(struct tconn *c, bool reset)
+static int tcp_init(const struct wl_opts *o, bool server)
 {
-	struct linger lg = {.l_onoff = 1, .l_linger = 0};
+	int code = wl_tls_init(o, server);
 
-	/* A failed download ends in RST, so the peer cannot take it for whole. */
-	if (reset && c->fd >= 0)
-		setsockopt(c->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
-	pthread_mutex_lock(&tcp_state.conn_lock);
-	tcp_counts_add(c->fd, &tcp_state.closed);
-	if (c->ssl)
-		SSL_free(c->ssl);
-	c->ssl = NULL;
-	if (c->fd >= 0)
-		close(c->fd);
-	c->fd = -1;
-	pthread_mutex_unlock(&tcp_state.conn_lock);
+	T.o = o;
+	T.server = server;
+	if (code)
+		return code;
+	/* A peer that leaves mid-transfer is an error, not a signal. */
+	if (o->download || o->rr)
+		signal(SIGPIPE, SIG_IGN);
+	return 0;
 }
 
-static void dl_counters(const struct tconn *c, struct wl_dl *r)
+/* After the control channel is up, as before: a bad cipher or address still gets its "done". */
+static int tcp_setup(void)
 {
+	int code = wl_tls_setup();
+
+	if (code)
+		return code;
+	T.addr.sin_family = AF_INET;
+	T.addr.sin_port = htons((uint16_t)T.o->port);
+	if (inet_pton(AF_INET, T.o->addr, &T.addr.sin_addr) != 1) {
+		wl_warn("bad IPv4 address %s", T.o->addr);
+		return WL_EXIT_USAGE;
+	}
+	return 0;
+}
+
+/* Connections, either way */
+
+static struct wl_conn *conn_new(int fd, bool server, unsigned flags)
+{
+	struct wl_conn *c = fd < 0 ? NULL : calloc(1, sizeof(*c));
+
+	if (!c)
+		return NULL;
+	c->io.fd = fd;
+	c->io.nonblocking = !(flags & WL_CONN_DEDICATED);
+	c->server = server;
+	c->flags = flags;
+	c->dedicated = flags & WL_CONN_DEDICATED;
+	c->s.c = c;
+	/*
+	 * Request and answer are small writes after the handshake's: Nagle
+	 * holds them until the peer's delayed ACK (a resumed TLS 1.2 download
+	 * took 45 ms for its first byte), so both ends write at once, as HTTP
+	 * servers do.
+	 */
+	if (flags & WL_CONN_NODELAY)
+		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &(int){1}, sizeof(int));
+	return c;
+}
+
+/* Closes the socket under the lock a mark reads it with; keeps its counts. */
+static void release(struct wl_conn *c, bool reset)
+{
+	/* A failed download ends in RST, so the peer cannot take it for whole. */
+	if (reset)
+		setsockopt(c->io.fd, SOL_SOCKET, SO_LINGER, &(struct linger){1, 0},
+			   sizeof(struct linger));
+	pthread_mutex_lock(&T.lock);
+	c->counted = tcp_counts_add(c->io.fd, &c->counts);
+	tcp_counts_add(c->io.fd, &T.closed);
+	if (c->prev)
+		c->prev->next = c->next;
+	else if (T.live == c)
+		T.live = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	close(c->io.fd);
+	c->io.fd = -1;
+	pthread_mutex_unlock(&T.lock);
+}
+
+/* The connection's last call; then it is gone, but not its reason (a pattern may keep the wl_end). */
+static void conn_closed(struct wl_conn *c)
+{
+	static struct kept {
+		struct kept *next;
+		char s[sizeof(c->why)];
+	} * kept;
+	struct kept *k = NULL;
+
+	pthread_mutex_lock(&T.lock);
+	for (k = kept; c->end.closed_by_transport && k && strcmp(k->s, c->why); k = k->next)
+		;
+	if (c->end.closed_by_transport && !k && (k = malloc(sizeof(*k)))) {
+		memcpy(k->s, c->why, sizeof(k->s));
+		k->next = kept;
+		kept = k;
+	}
+	pthread_mutex_unlock(&T.lock);
+	if (c->end.closed_by_transport)
+		c->end.transport_status = k ? k->s : "";
+	c->h->closed(c, c->ctx, &c->end);
+	wl_tls_free(&c->io);
+	free(c->q);
+	free(c);
+}
+
+static void set_why(struct wl_conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void set_why(struct wl_conn *c, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	if (!c->why[0])
+		vsnprintf(c->why, sizeof(c->why), fmt, ap);
+	va_end(ap);
+}
+
+/*
+ * An I/O call failed (why: the layer's reason); left: the peer went away
+ * (writing, whatever the error: the peer no longer takes what it was sent).
+ */
+static void io_failed(struct wl_conn *c, bool left, const char *why)
+{
+	c->left = left;
+	set_why(c, "%s", why ? why : strerror(errno));
+	c->failed = c->end.closed_by_transport = true;
+	/* On the loop, the step's end says it (not inside a pattern's wl_send). */
+	if (c->dedicated && c->left && c->s.h && c->s.h->aborted)
+		c->s.h->aborted(&c->s, c->s.ctx);
+}
+
+/* This side's FIN: close_notify first with TLS. */
+static void send_fin(struct wl_conn *c)
+{
+	if (c->fin_out)
+		return;
+	c->fin_out = true;
+	wl_tls_shutdown(&c->io);
+}
+
+/* A message is wholly written: the FIN it asked for, then its sent handler. */
+static void written(struct wl_conn *c, unsigned flags, void *tag)
+{
+	if (flags & WL_SEND_FIN)
+		send_fin(c);
+	if (c->s.h->sent)
+		c->s.h->sent(&c->s, c->s.ctx, tag, false);
+}
+
+/* True if the call (r: a WL_IO_*) would have blocked; the connection then waits for it. */
+static bool would_block(struct wl_conn *c, ssize_t r, bool writing)
+{
+	c->want_out = c->want_out || r == WL_IO_WANT_WRITE;
+	c->want_in = c->want_in || (r == WL_IO_WANT_READ && writing);
+	return r == WL_IO_WANT_WRITE || r == WL_IO_WANT_READ;
+}
+
+/* Both ways ended with a FIN, everything written, no failure and no abortive close. */
+static bool graceful(struct wl_conn *c)
+{
+	return !atomic_load(&c->close_code) && !c->failed && c->fin_in && c->fin_out && !c->qlen;
+}
+
+/* Reads until the socket is empty (on the loop), the peer's FIN, a failure, a pause or a close. */
+static void conn_read(struct wl_conn *c, uint8_t *buf, size_t cap)
+{
+	while (c->state == READY && !c->paused && !c->fin_in && !c->failed &&
+	       !atomic_load(&c->closing)) {
+		ssize_t n = wl_tls_read(&c->io, buf, cap);
+
+		/* After a dedicated connection's FIN, reads are the orderly close's, not the workload's. */
+		if (!c->dedicated || !c->fin_out)
+			atomic_fetch_add(&T.io_calls, 1);
+		if (atomic_load(&c->closing))
+			return; /* woken, perhaps, by close() from another thread */
+		if (n > 0) {
+			if (c->s.h->data)
+				c->s.h->data(&c->s, c->s.ctx, buf, (size_t)n);
+		} else if (would_block(c, n, false)) {
+			return;
+		} else if (n == WL_IO_FIN || n == WL_IO_EOF) {
+			c->fin_in = c->end.closed_by_peer = true;
+			c->end.t_peer_closed = wl_now_ns();
+			if (c->s.h->fin)
+				c->s.h->fin(&c->s, c->s.ctx);
+		} else if (n != WL_IO_AGAIN) {
+			io_failed(c, n == WL_IO_LEFT, c->io.why);
+		}
+	}
+}
+
+/* TLS on the connected socket (none: nothing to do). 0 or an exit code (why set). */
+static int conn_tls(struct wl_conn *c)
+{
+	int code = wl_tls_begin(&c->io, c->flags & WL_CONN_SENDER, c->flags & WL_CONN_RESUME);
+
+	if (code)
+		set_why(c, "%s", c->io.why);
+	return code;
+}
+
+static int handshake_failed(struct wl_conn *c)
+{
+	set_why(c, "TLS handshake failed on the %s (connection %d): %s", ROLE, c->idx,
+		c->io.why ? c->io.why : wl_tls_reason());
+	return WL_EXIT_HANDSHAKE;
+}
+
+static void tcp_close(struct wl_conn *c, uint64_t code);
+
+/* Handshaken (without TLS: connected or accepted): connected, then the server's stream. */
+static int conn_ready(struct wl_conn *c)
+{
+	c->t_handshake = wl_now_ns();
+	if (!wl_tls_handshaken(&c->io, c->dedicated && wl_tls_fault_claim()) && c->dedicated) {
+		set_why(c,
+			"--sendfile needs kernel TLS on send, which OpenSSL did not enable on connection %d",
+			c->idx);
+		return WL_EXIT_LIB_OPEN;
+	}
+	c->state = READY;
+	c->want_out = false;
+	c->end.connected = true;
+	c->end.t_connected = c->t_handshake;
+	c->h->connected(c, c->ctx);
+	if (!c->server || c->state != READY || atomic_load(&c->closing))
+		return 0;
+	c->s.h = c->h->stream(c, c->ctx, &c->s, &c->s.ctx);
+	c->owe_writable = true;
+	if (!c->s.h)
+		tcp_close(c, WL_CLOSE_OK);
+	return 0;
+}
+
+/* Dedicated connections: a thread each, blocking I/O */
+
+static void *dedicated_main(void *arg)
+{
+	struct wl_conn *c = arg;
+	int code = conn_tls(c);
+	uint8_t *buf = NULL;
+
+	own_conn = c;
+	if (!code && wl_tls_handshake(&c->io) != 1)
+		code = handshake_failed(c);
+	code = code ? code : conn_ready(c);
+	c->end.connected = !code;
+	c->end.closed_by_transport = code;
+	c->end.exit_code = code;
+	if (!code && c->s.h && c->s.h->writable && !atomic_load(&c->closing))
+		c->s.h->writable(&c->s, c->s.ctx);
+	if (!code && !(buf = malloc(T.o->io_size)))
+		io_failed(c, false, NULL);
+	if (buf && c->s.h)
+		conn_read(c, buf, T.o->io_size);
+	if (buf && !atomic_load(&c->close_code) && !c->failed) {
+		if (!c->server && (c->flags & WL_CONN_RESUME))
+			wl_tls_keep_session(&c->io);
+		/*
+		 * Orderly close: a peer that close()s with unread bytes in its
+		 * receive queue (TLS 1.3 session tickets, close_notify) sends RST
+		 * and the other side can lose the tail of the stream. So:
+		 * close_notify, FIN, drain to the peer's FIN, then close.
+		 */
+		send_fin(c);
+		c->fin_in = c->fin_in || wl_tls_drain(&c->io, buf, T.o->io_size);
+	}
+	free(buf);
+	if (!code && c->s.h)
+		c->s.h->closed(&c->s, c->s.ctx, graceful(c));
+	release(c, atomic_load(&c->close_code) != 0);
+	conn_closed(c);
+	own_conn = NULL;
+	return NULL;
+}
+
+/* Connections on the loop */
+
+static void on_conn(int fd, uint32_t events, void *arg);
+
+/* The events the connection waits for, as its state says. */
+static void loop_events(struct wl_conn *c)
+{
+	uint32_t ev = c->want_out ? EPOLLOUT : 0;
+
+	if (c->state == HANDSHAKE ||
+	    (c->state == READY && c->s.h && !c->fin_in && (!c->paused || c->want_in)))
+		ev |= EPOLLIN;
+	if (c->state != DEAD && ev != c->ev && !wl_loop_mod(c->io.fd, ev, on_conn, c))
+		c->ev = ev;
+}
+
+/* Once the last call of ours lets go of a closed connection: its closed handlers. */
+static void drop(struct wl_conn *c)
+{
+	bool whole = graceful(c);
+
+	if (--c->busy || c->state != DEAD)
+		return;
+	c->busy = 1; /* for good: the handlers below may call in */
+	for (; c->qlen; c->qlen--, c->qhead = (c->qhead + 1) & (c->qcap - 1))
+		if (c->s.h && c->s.h->sent)
+			c->s.h->sent(&c->s, c->s.ctx, c->q[c->qhead].tag, true);
+	if (c->s.h)
+		c->s.h->closed(&c->s, c->s.ctx, whole);
+	conn_closed(c);
+}
+
+/* code: the transport's own verdict (c->why says it), a connect or handshake that failed. */
+static void loop_kill(struct wl_conn *c, bool reset, int code)
+{
+	if (c->state == DEAD)
+		return;
+	c->end.exit_code = code;
+	c->end.closed_by_transport = c->end.closed_by_transport || code;
+	wl_loop_del(c->io.fd);
+	release(c, reset);
+	c->state = DEAD;
+	c->busy++;
+	drop(c);
+}
+
+/* Writes the queued messages, one after another, until done or the socket is full. */
+static void loop_flush(struct wl_conn *c)
+{
+	if (c->flushing)
+		return;
+	c->flushing = true;
+	c->want_out = c->want_in = false;
+	while (c->qlen && c->state == READY && !c->failed) {
+		struct msg *m = &c->q[c->qhead];
+		ssize_t n = wl_tls_write_msg(&c->io, m->hdr, m->hlen, m->body, m->blen);
+
+		if (m->hlen + m->blen)
+			atomic_fetch_add(&T.io_calls, 1);
+		if (n > 0 || n == WL_IO_AGAIN)
+			continue;
+		if (would_block(c, n, true)) {
+			c->owe_writable = true;
+			break;
+		}
+		if (n) {
+			io_failed(c, true, c->io.why);
+			c->want_out = true; /* the step that comes says it */
+			break;
+		}
+		c->qhead = (c->qhead + 1) & (c->qcap - 1);
+		c->qlen--;
+		written(c, m->flags, m->tag);
+	}
+	c->flushing = false;
+}
+
+/* events 0: a connection just accepted. */
+static void loop_step(struct wl_conn *c, uint32_t events)
+{
+	int err = 0;
+	socklen_t len = sizeof(err);
+
+	c->busy++;
+	if (c->state == CONNECTING && !c->server && !(events & (EPOLLOUT | EPOLLERR | EPOLLHUP)))
+		goto out;
+	if (c->state == CONNECTING && !c->server &&
+	    (getsockopt(c->io.fd, SOL_SOCKET, SO_ERROR, &err, &len) || err)) {
+		set_why(c, "TCP connect to %s:%d failed (connection %d): %s", T.o->addr, T.o->port,
+			c->idx, strerror(err ? err : errno));
+		loop_kill(c, false, WL_EXIT_HANDSHAKE);
+	}
+	if (c->state == CONNECTING) {
+		c->t_tcp = wl_now_ns();
+		err = conn_tls(c);
+		c->state = err ? c->state : HANDSHAKE;
+		if (err)
+			loop_kill(c, false, err);
+	}
+	if (c->state == HANDSHAKE) {
+		/* Without TLS: handshaken at once. */
+		err = wl_tls_handshake(&c->io);
+		c->want_out = err == WL_IO_WANT_WRITE;
+		if (err == 1)
+			conn_ready(c);
+		else if (err != WL_IO_WANT_READ && err != WL_IO_WANT_WRITE)
+			/* A client may close a connection it opened as the run ends. */
+			loop_kill(c, false,
+				  c->server && err == WL_IO_LEFT ? 0 : handshake_failed(c));
+	}
+	if (c->state == READY && c->s.h) {
+		loop_flush(c);
+		if (c->state == READY && c->owe_writable && !c->qlen && !c->failed) {
+			c->owe_writable = false;
+			if (c->s.h->writable)
+				c->s.h->writable(&c->s, c->s.ctx);
+		}
+		/*
+		 * With read-ahead, the handshake's last read may have taken what
+		 * followed the peer's Finished (a request): no epoll event will
+		 * tell of bytes held in OpenSSL, so a step of accept's reads them.
+		 */
+		if (events || wl_tls_pending(&c->io))
+			conn_read(c, T.rbuf, LOOP_READ_BUF);
+	}
+out:
+	/* A failure is said; a connection over both ways, closed; else the events to wait for. */
+	if (c->state != DEAD && c->failed && c->left && c->s.h && c->s.h->aborted)
+		c->s.h->aborted(&c->s, c->s.ctx);
+	if (c->failed || (c->state == READY && c->fin_in && c->fin_out && !c->qlen))
+		loop_kill(c, false, 0);
+	loop_events(c);
+	drop(c);
+}
+
+static void on_conn(int fd, uint32_t events, void *arg)
+{
+	(void)fd;
+	loop_step(arg, events);
+}
+
+/* Client: a connection not up by its deadline fails the run. */
+static void on_timer(int fd, uint32_t events, void *arg)
+{
+	uint64_t ticks, now = wl_now_ns();
+	struct wl_conn *c;
+
+	(void)events, (void)arg;
+	if (read(fd, &ticks, sizeof(ticks)) < 0 && errno != EAGAIN)
+		wl_warn("reading the connect timer failed: %s", strerror(errno));
+	do {
+		pthread_mutex_lock(&T.lock);
+		for (c = T.live; c; c = c->next)
+			if (!c->dedicated && !c->server && c->state < READY && now > c->deadline_ns)
+				break;
+		pthread_mutex_unlock(&T.lock);
+		if (c)
+			set_why(c, "connection %d to %s:%d was not up within %d s", c->idx,
+				T.o->addr, T.o->port, CONNECT_TIMEOUT_S);
+		if (c)
+			loop_kill(c, false, WL_EXIT_HANDSHAKE);
+	} while (c);
+}
+
+/* A new connection starts: on a thread of its own, or in the loop (waiting for ev). */
+static int conn_start(struct wl_conn *c, uint32_t ev)
+{
+	struct itimerspec every_s = {.it_interval.tv_sec = 1, .it_value.tv_sec = 1};
+	pthread_attr_t attr;
+	pthread_t t;
+
+	c->idx = atomic_fetch_add(&T.nconns, 1);
+	c->deadline_ns = wl_now_ns() + CONNECT_TIMEOUT_S * 1000000000ull;
+	if (!c->dedicated && !T.rbuf && !(T.rbuf = malloc(LOOP_READ_BUF)))
+		return -1;
+	if (!c->dedicated && !c->server && T.timer < 0 &&
+	    ((T.timer = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC)) < 0 ||
+	     timerfd_settime(T.timer, 0, &every_s, NULL) ||
+	     wl_loop_add(T.timer, EPOLLIN, on_timer, NULL)))
+		return -1;
+	c->ev = ev;
+	c->want_out = ev & EPOLLOUT;
+	if (!c->dedicated && wl_loop_add(c->io.fd, ev, on_conn, c))
+		return -1;
+	pthread_mutex_lock(&T.lock);
+	c->next = T.live;
+	if (T.live)
+		T.live->prev = c;
+	T.live = c;
+	pthread_mutex_unlock(&T.lock);
+	if (!c->dedicated)
+		return 0;
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	if (pthread_create(&t, &attr, dedicated_main, c))
+		dedicated_main(c); /* no thread to spare: the loop's runs it */
+	pthread_attr_destroy(&attr);
+	return 0;
+}
+
+/* The operations */
+
+static void on_listen(int fd, uint32_t events, void *arg)
+{
+	const bool dedicated = T.acc.flags & WL_CONN_DEDICATED;
+
+	(void)events, (void)arg;
+	for (;;) {
+		int cfd = accept4(fd, NULL, NULL, SOCK_CLOEXEC | (dedicated ? 0 : SOCK_NONBLOCK));
+		struct wl_conn *c = conn_new(cfd, true, T.acc.flags);
+
+		if (cfd < 0 && (errno == EINTR || errno == ECONNABORTED))
+			continue;
+		if (cfd < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
+			wl_warn("accept failed: %s", strerror(errno));
+		if (cfd < 0)
+			return;
+		if (!c || !(c->h = T.acc.accept(T.acc.arg, c, &c->ctx))) {
+			close(cfd);
+			free(c);
+		} else if (conn_start(c, EPOLLIN)) {
+			/* The pattern took it: its closed handler says it never started. */
+			set_why(c, "cannot watch connection %d: %s", c->idx, strerror(errno));
+			c->end.closed_by_transport = true;
+			c->end.exit_code = WL_EXIT_INTERNAL;
+			release(c, false);
+			conn_closed(c);
+		} else if (!dedicated) {
+			loop_step(c, 0);
+		}
+	}
+}
+
+static int tcp_listen(const struct wl_accept *a)
+{
+	int code;
+
+	T.acc = *a;
+	T.listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (T.listen_fd < 0) {
+		wl_warn("socket failed: %s", strerror(errno));
+		return WL_EXIT_INTERNAL;
+	}
+	setsockopt(T.listen_fd, SOL_SOCKET, SO_REUSEADDR, &(int){1}, sizeof(int));
+	code = set_tcp_cc(T.listen_fd);
+	if (!code)
+		code = wl_bind(T.listen_fd, &T.addr, "TCP", T.o);
+	if (code)
+		return code;
+	if (listen(T.listen_fd, MAX_CONNS) || wl_loop_add(T.listen_fd, EPOLLIN, on_listen, NULL)) {
+		wl_warn("cannot listen on the TCP socket: %s", strerror(errno));
+		return WL_EXIT_INTERNAL;
+	}
+	return 0;
+}
+
+/* The socket stays open (a latecomer waits in its backlog, as before) but unwatched. */
+static void tcp_listen_stop(void)
+{
+	wl_loop_del(T.listen_fd);
+}
+
+static int tcp_connect(const struct wl_conn_handlers *h, void *ctx, unsigned flags,
+		       struct wl_conn **out)
+{
+	const bool dedicated = flags & WL_CONN_DEDICATED;
+	const uint64_t t0 = wl_now_ns();
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | (dedicated ? 0 : SOCK_NONBLOCK), 0);
+	struct wl_conn *c = conn_new(fd, false, flags);
+	int code = c ? set_tcp_cc(fd) : WL_EXIT_INTERNAL;
+	struct timeval tv = {.tv_sec = CONNECT_TIMEOUT_S};
+
+	if (!c)
+		wl_warn("socket failed: %s", strerror(errno));
+	if (code)
+		goto fail;
+	c->h = h;
+	c->ctx = ctx;
+	c->t_connect = t0;
+	if (dedicated)
+		setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	code = WL_EXIT_HANDSHAKE;
+	if (connect(fd, (const struct sockaddr *)&T.addr, sizeof(T.addr)) &&
+	    (dedicated || errno != EINPROGRESS)) {
+		wl_warn("TCP connect to %s:%d failed (connection %d): %s", T.o->addr, T.o->port,
+			atomic_load(&T.nconns), strerror(errno));
+		goto fail;
+	}
+	tv.tv_sec = 0;
+	if (dedicated)
+		setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	c->t_tcp = wl_now_ns();
+	*out = c;
+	if (!conn_start(c, EPOLLOUT))
+		return 0;
+	wl_warn("cannot watch a new connection: %s", strerror(errno));
+	code = WL_EXIT_INTERNAL;
+fail:
+	if (fd >= 0)
+		close(fd);
+	free(c);
+	return code;
+}
+
+static int tcp_open(struct wl_conn *c, const struct wl_stream_handlers *h, void *ctx,
+		    unsigned flags, struct wl_stream **out)
+{
+	(void)flags; /* UNI: the peer's FIN is read all the same; LAZY: TCP has nothing to start */
+	if (c->s.h || c->server)
+		return WL_EXIT_INTERNAL;
+	c->s.h = h;
+	c->s.ctx = ctx;
+	*out = &c->s;
+	/* A dedicated one's comes once connected returns; on the loop, with the step's end. */
+	c->owe_writable = !c->dedicated;
+	if (!c->dedicated && !c->busy) /* not from a step: room on the socket brings one */
+		c->want_out = true;
+	if (!c->dedicated && !c->busy)
+		loop_events(c);
+	return 0;
+}
+
+static int tcp_send(struct wl_stream *s, const uint8_t *hdr, uint32_t hdr_len, const uint8_t *body,
+		    uint32_t body_len, unsigned flags, void *tag)
+{
+	struct wl_conn *c = s->c;
+	struct msg *m;
+
+	if (hdr_len > WL_HDR_MAX || c->fin_out || c->failed || c->state != READY)
+		return WL_EXIT_CONN_LOST;
+	if (c->dedicated) {
+		/*
+		 * Blocking: written whole (sendfile()d with --sendfile) before it
+		 * returns. A header (a download's request) is not counted in
+		 * io_calls, as before: they are the transfer's calls.
+		 */
+		if ((hdr_len && wl_tls_write_all(&c->io, hdr, hdr_len, NULL)) ||
+		    (body_len && wl_tls_write_all(&c->io, body, body_len, &T.io_calls))) {
+			io_failed(c, true, c->io.why);
+			return WL_EXIT_CONN_LOST;
+		}
+		written(c, flags, tag);
+		return 0;
+	}
+	if (c->qlen == c->qcap) {
+		/* The ring doubles: its part wrapped to the front moves behind the old end. */
+		uint32_t cap = c->qcap ? 2 * c->qcap : 8;
+
+		if (!(m = realloc(c->q, cap * sizeof(*m))))
+			return WL_EXIT_INTERNAL;
+		memcpy(m + c->qcap, m, c->qhead * sizeof(*m));
+		c->q = m;
+		c->qcap = cap;
+	}
+	m = &c->q[(c->qhead + c->qlen++) & (c->qcap - 1)];
+	*m = (struct msg){
+		.hlen = hdr_len, .blen = body_len, .body = body, .flags = flags, .tag = tag};
+	memcpy(m->hdr, hdr, hdr_len);
+	/* Written now as far as the socket takes it, unless earlier ones wait for room. */
+	if (c->qlen > 1)
+		return 0;
+	c->busy++;
+	loop_flush(c);
+	if (c->busy == 1)
+		loop_events(c);
+	drop(c);
+	return 0;
+}
+
+static size_t tcp_room(struct wl_stream *s)
+{
+	return s->c->dedicated || !s->c->qlen ? SIZE_MAX : 0;
+}
+
+static void tcp_pause(struct wl_stream *s, bool paused)
+{
+	struct wl_conn *c = s->c;
+
+	if (c->dedicated)
+		return;
+	c->paused = paused;
+	if (c->state == DEAD || c->busy)
+		return; /* in a step, which goes on to read */
+	/* Records OpenSSL read ahead wake no epoll: room on the socket brings a step to read them. */
+	c->want_out = c->want_out || (!paused && wl_tls_pending(&c->io));
+	loop_events(c);
+}
+
+static void tcp_close(struct wl_conn *c, uint64_t code)
+{
+	if (c->dedicated) {
+		atomic_store(&c->close_code, code);
+		atomic_store(&c->closing, true);
+		/* From another thread: a read of the connection's own returns. */
+		pthread_mutex_lock(&T.lock);
+		if (own_conn != c && c->io.fd >= 0)
+			shutdown(c->io.fd, SHUT_RD);
+		pthread_mutex_unlock(&T.lock);
+		return;
+	}
+	if (c->state == DEAD)
+		return;
+	c->busy++;
+	if (!code && c->state == READY)
+		send_fin(c); /* close_notify first, if there is room for it */
+	loop_kill(c, code != 0, 0);
+	drop(c);
+}
+
+static void tcp_abort(struct wl_stream *s)
+{
+	tcp_close(s->c, WL_CLOSE_ERROR);
+}
+
+static void tcp_conn_info(struct wl_conn *c, struct wl_dl *r)
+{
+	const bool tls = wl_tls_mode() != WL_TLS_NONE;
 	struct tcp_counts t = {0};
 
-	if (!tcp_counts_add(c->fd, &t))
-		return;
-	r->has_counters = true;
+	r->t_connect = c->server ? r->t_connect : c->t_connect;
+	r->t_tcp = !c->server && tls ? c->t_tcp : 0; /* plain TCP: the handshake is the TCP one */
+	r->t_handshake = c->t_handshake;
+	r->has_resumed = r->has_early = tls;
+	r->resumed = c->io.resumed;
+	r->early_data = false; /* not offered: OpenSSL's early data is not used */
+	pthread_mutex_lock(&T.lock);
+	r->has_counters = c->io.fd >= 0 ? tcp_counts_add(c->io.fd, &t) : c->counted;
+	t = c->io.fd >= 0 ? t : c->counts;
+	pthread_mutex_unlock(&T.lock);
 	r->retransmits = t.retrans;
 	r->packets_sent = t.segs_out;
 	r->packets_received = t.segs_in;
 }
 
-/* After the handshake: the first connection is the run's "connected". */
-static void dl_connected(struct tconn *c, struct wl_dl *r, bool ktls_send, bool ktls_recv)
+static void tcp_fini(void)
 {
-	r->t_handshake = wl_now_ns();
-	if (c->ssl) {
-		r->has_resumed = r->has_early = true;
-		r->resumed = SSL_session_reused(c->ssl);
-		r->early_data = false; /* not offered: OpenSSL's early data is not used */
-	}
-	if (r->i) {
-		/* The report's kTLS flags: every connection had it. */
-		c->ktls_send = c->ktls_send && ktls_send;
-		c->ktls_recv = c->ktls_recv && ktls_recv;
-	} else {
-		tcp_state.t_connected_ns = r->t_handshake;
-		emit_connected();
-	}
+	bool in_use;
+
+	wl_loop_del(T.timer);
+	close(T.timer);
+	close(T.listen_fd);
+	pthread_mutex_lock(&T.lock);
+	in_use = T.live;
+	pthread_mutex_unlock(&T.lock);
+	/* A connection still open (its thread running) keeps the context. */
+	wl_tls_fini(in_use);
 }
 
-static ssize_t dl_read(struct tconn *c, void *buf, size_t len)
-{
-	ssize_t n = c->ssl ? SSL_read(c->ssl, buf, (int)len) : recv(c->fd, buf, len, 0);
-
-	atomic_fetch_add(&tcp_state.io_calls, 1);
-	return n;
-}
-
-static bool dl_eof(const struct tconn *c, ssize_t n)
-{
-	return n == 0 || (c->ssl && SSL_get_error(c->ssl, (int)n) == SSL_ERROR_ZERO_RETURN);
-}
-
-/* One download on a new connection; 0 or the run's failure code. */
-static int client_download(struct tconn *c, const struct sockaddr_in *a, uint64_t i, uint8_t *buf,
-			   size_t cap)
-{
-	const struct wl_opts *o = tcp_state.o;
-	const bool ktls_send = c->ktls_send, ktls_recv = c->ktls_recv;
-	struct timeval tv = {.tv_sec = CONNECT_TIMEOUT_S};
-	struct wl_dl r = {.i = i};
-	uint8_t req[WL_DL_REQUEST_LEN];
-	ssize_t n;
-	int fd;
-
-	c->idx = (int)i;
-	c->off = 0;
-	c->finished = false;
-	r.t_connect = wl_now_ns();
-	fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0) {
-		fail(WL_EXIT_INTERNAL, "socket failed: %s", strerror(errno));
-		return tcp_state.failure.code;
-	}
-	pthread_mutex_lock(&tcp_state.conn_lock);
-	c->fd = fd;
-	pthread_mutex_unlock(&tcp_state.conn_lock);
-	dl_nodelay(fd);
-	if (set_tcp_cc(fd))
-		goto out;
-	setsockopt(c->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-	if (connect(c->fd, (const struct sockaddr *)a, sizeof(*a))) {
-		fail(WL_EXIT_HANDSHAKE, "TCP connect to %s:%d failed (download %llu): %s", o->addr,
-		     o->port, (unsigned long long)i, strerror(errno));
-		goto out;
-	}
-	tv.tv_sec = 0;
-	setsockopt(c->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-	r.t_tcp = wl_now_ns();
-	if (tls_handshake(c))
-		goto out;
-	dl_connected(c, &r, ktls_send, ktls_recv);
-	if (!c->ssl)
-		r.t_tcp = 0; /* plain TCP: the handshake is the TCP one */
-
-	wl_put_le64(req, o->size);
-	n = c->ssl ? SSL_write(c->ssl, req, sizeof(req)) : send(c->fd, req, sizeof(req), 0);
-	if (n != sizeof(req)) {
-		fail(WL_EXIT_CONN_LOST, "sending the request of download %llu failed: %s",
-		     (unsigned long long)i, c->ssl ? ssl_reason() : strerror(errno));
-		goto out;
-	}
-	for (;;) {
-		n = dl_read(c, buf, cap);
-		if (n > 0) {
-			if (!r.t_first_byte)
-				r.t_first_byte = wl_now_ns();
-			if (c->off + (uint64_t)n > o->size ||
-			    !wl_pattern_check(c->off, buf, (size_t)n)) {
-				atomic_store(&tcp_state.verify_failed, true);
-				tcp_state.verify_fail_off = c->off;
-				tcp_state.verify_fail_conn = c->idx;
-				fail(WL_EXIT_VERIFY,
-				     "download %llu failed the content check at offset %llu%s",
-				     (unsigned long long)i, (unsigned long long)c->off,
-				     c->off + (uint64_t)n > o->size ? ": more than --size arrived"
-								    : "");
-				goto out;
-			}
-			c->off += (uint64_t)n;
-			atomic_fetch_add(&tcp_state.app_bytes, (uint64_t)n);
-			if (c->off == o->size)
-				r.t_complete = wl_now_ns();
-			continue;
-		}
-		if (dl_eof(c, n))
-			break;
-		if (!c->ssl && errno == EINTR)
-			continue;
-		break;
-	}
-	if (c->off != o->size) {
-		fail(WL_EXIT_CONN_LOST, "download %llu ended after %llu of %llu bytes: %s",
-		     (unsigned long long)i, (unsigned long long)c->off, (unsigned long long)o->size,
-		     dl_eof(c, n) ? "the server closed"
-		     : c->ssl	  ? ssl_reason()
-				  : strerror(errno));
-		goto out;
-	}
-	dl_counters(c, &r);
-	if (c->ssl && o->resume) {
-		/* TLS 1.3 tickets come after the handshake: the session as it ends. */
-		SSL_SESSION *sess = SSL_get1_session(c->ssl);
-
-		if (sess) {
-			SSL_SESSION_free(tcp_state.session);
-			tcp_state.session = sess;
-		}
-	}
-	orderly_close(c);
-	c->finished = true;
-out:
-	dl_close(c, !c->finished);
-	if (!c->finished)
-		return tcp_state.failure.code;
-	r.bytes = c->off;
-	tcp_state.t_transfer_done_ns = r.t_complete;
-	wl_emit_dl("download", &r);
-	atomic_fetch_add(&tcp_state.downloads, 1);
-	return 0;
-}
-
-static int run_client_download(void)
-{
-	struct tconn *c = &tcp_state.conns[0];
-	uint8_t *buf = malloc(tcp_state.o->io_size);
-	struct sockaddr_in a;
-	uint64_t i;
-	int code = 0;
-
-	if (!buf)
-		return WL_EXIT_INTERNAL;
-	if (tcp_addr(&a)) {
-		wl_warn("bad IPv4 address %s", tcp_state.o->addr);
-		free(buf);
-		return WL_EXIT_USAGE;
-	}
-	if (tcp_state.o->wait_start)
-		sem_wait(&tcp_state.may_start);
-	tcp_state.nconns = 1;
-	for (i = 0; i < tcp_state.o->count && !code && !atomic_load(&tcp_state.stopping); i++)
-		code = client_download(c, &a, i, buf, tcp_state.o->io_size);
-	free(buf);
-	return code;
-}
-
-/* One connection, served whole: the request, --size bytes, the close. */
-static void server_download(struct tconn *c, uint64_t i)
-{
-	const struct wl_opts *o = tcp_state.o;
-	const bool ktls_send = c->ktls_send, ktls_recv = c->ktls_recv;
-	struct wl_dl r = {.i = i};
-	uint8_t req[WL_DL_REQUEST_LEN];
-	size_t got = 0;
-	uint64_t want = 0;
-	ssize_t n = 0;
-
-	c->idx = (int)i;
-	c->off = 0;
-	c->finished = false;
-	if (tls_handshake(c))
-		goto out;
-	dl_connected(c, &r, ktls_send, ktls_recv);
-	if (o->sendfile && c->ssl && !c->ktls_send) {
-		fail(WL_EXIT_LIB_OPEN,
-		     "--sendfile needs kernel TLS on send, which OpenSSL did not enable on connection %llu",
-		     (unsigned long long)i);
-		goto out;
-	}
-	while (got < sizeof(req)) {
-		n = dl_read(c, req + got, sizeof(req) - got);
-		if (n > 0)
-			got += (size_t)n;
-		else if (n < 0 && !c->ssl && errno == EINTR)
-			continue;
-		else
-			break;
-	}
-	if (got < sizeof(req)) {
-		if (!got && dl_eof(c, n))
-			goto out; /* it asked for nothing: not a download */
-		fail(WL_EXIT_CONN_LOST, "connection %llu ended after %zu bytes of its request: %s",
-		     (unsigned long long)i, got, c->ssl ? ssl_reason() : strerror(errno));
-		goto out;
-	}
-	want = wl_get_le64(req);
-	if (want != o->size)
-		wl_warn("connection %llu asked for %llu bytes; sending --size, %llu",
-			(unsigned long long)i, (unsigned long long)want,
-			(unsigned long long)o->size);
-	while (c->off < o->size) {
-		n = client_send(c, o->size - c->off < o->io_size ? o->size - c->off : o->io_size);
-		atomic_fetch_add(&tcp_state.io_calls, 1);
-		if (n <= 0) {
-			if (!c->ssl && errno == EINTR)
-				continue;
-			fail(WL_EXIT_CONN_LOST,
-			     "sending on connection %llu failed after %llu bytes: %s",
-			     (unsigned long long)i, (unsigned long long)c->off,
-			     c->ssl ? ssl_reason() : strerror(errno));
-			goto out;
-		}
-		c->off += (uint64_t)n;
-		atomic_fetch_add(&tcp_state.app_bytes, (uint64_t)n);
-	}
-	/* The client closes only once it has checked every byte. */
-	if (orderly_close(c)) {
-		fail(WL_EXIT_CONN_LOST,
-		     "connection %llu: the client did not close cleanly after the %llu bytes (its check failed, or it went away)",
-		     (unsigned long long)i, (unsigned long long)c->off);
-		goto out;
-	}
-	r.t_complete = wl_now_ns();
-	dl_counters(c, &r);
-	c->finished = true;
-out:
-	dl_close(c, false);
-	if (!c->finished)
-		return;
-	r.bytes = c->off;
-	tcp_state.t_transfer_done_ns = r.t_complete;
-	wl_emit_dl("served", &r);
-	atomic_fetch_add(&tcp_state.downloads, 1);
-}
-
-/* Serve downloads until --count are done, "stop", "exit" or a failure. */
-static int run_server_download(void)
-{
-	struct pollfd p[2] = {
-		{.fd = tcp_state.listen_fd, .events = POLLIN},
-		{.fd = tcp_state.wake_fd, .events = POLLIN},
-	};
-	uint64_t accepted = 0;
-	int fd;
-
-	tcp_state.nconns = 1;
-	while (!atomic_load(&tcp_state.stopping) &&
-	       atomic_load(&tcp_state.downloads) < tcp_state.o->count) {
-		if (poll(p, 2, -1) < 0) {
-			if (errno == EINTR)
-				continue;
-			wl_warn("poll failed: %s", strerror(errno));
-			return WL_EXIT_INTERNAL;
-		}
-		if (p[1].revents)
-			break;
-		fd = accept4(tcp_state.listen_fd, NULL, NULL, SOCK_CLOEXEC);
-		if (fd < 0) {
-			if (errno == EINTR || errno == ECONNABORTED)
-				continue;
-			wl_warn("accept failed: %s", strerror(errno));
-			return WL_EXIT_INTERNAL;
-		}
-		pthread_mutex_lock(&tcp_state.conn_lock);
-		tcp_state.conns[0].fd = fd;
-		pthread_mutex_unlock(&tcp_state.conn_lock);
-		dl_nodelay(fd);
-		server_download(&tcp_state.conns[0], accepted++);
-	}
-	return tcp_state.failure.code;
-}
-
-/*
- * --pattern rr. Each role is one thread around one epoll set: the client's
- * timer, every connection's socket and the wake eventfd ("stop"). No call
- * blocks, connects and TLS handshakes included, so a request goes out when
- * it falls due whatever the replies (or an on-demand connection still
- * opening) do; a connection that cannot take it yet keeps it queued, due
- * time and all. The user-space TLS write buffer (buffer_writes) is left
- * out: a request or response of up to 16 KiB is one record, one write().
- */
-static char rr_tag_timer, rr_tag_wake, rr_tag_listen;
-
-static const char *rr_role(void)
-{
-	return tcp_state.server ? "server" : "client";
-}
-
-static int rr_watch(int fd, void *tag, uint32_t events)
-{
-	struct epoll_event e = {.events = events, .data.ptr = tag};
-
-	return epoll_ctl(rr_tcp.ep, EPOLL_CTL_ADD, fd, &e);
-}
-
-/* The events the connection waits for, as its state says. */
-static void rr_events(struct rrconn *c)
-{
-	struct epoll_event e = {.data.ptr = c};
-	uint32_t ev = c->want_out ? EPOLLOUT : 0;
-
-	if (c->state != RR_CONNECTING && (!c->paused || c->want_in))
-		ev |= EPOLLIN;
-	if (c->dead || ev == c->ev)
-		return;
-	e.events = ev;
-	if (!epoll_ctl(rr_tcp.ep, EPOLL_CTL_MOD, c->t.fd, &e))
-		c->ev = ev;
-}
-
-static struct rrconn *rr_add(int fd, enum rr_state state)
-{
-	struct rrconn *c = NULL;
-
-	if (rr_tcp.nconns < RR_MAX_CONNS)
-		c = calloc(1, sizeof(*c));
-	if (!c) {
-		close(fd);
-		return NULL;
-	}
-	c->t.fd = fd;
-	c->state = state;
-	c->want_out = state == RR_CONNECTING;
-	c->ev = c->want_out ? EPOLLOUT : EPOLLIN;
-	if (rr_watch(fd, c, c->ev)) {
-		close(fd);
-		free(c);
-		return NULL;
-	}
-	c->t.idx = (int)atomic_fetch_add(&wl_rr.connections, 1);
-	pthread_mutex_lock(&tcp_state.conn_lock);
-	rr_tcp.conns[rr_tcp.nconns++] = c;
-	pthread_mutex_unlock(&tcp_state.conn_lock);
-	return c;
-}
-
-/* Closes the socket now (close_notify first, if there is room for it); rr_reap frees. */
-static void rr_close(struct rrconn *c)
-{
-	if (c->dead)
-		return;
-	c->dead = true;
-	epoll_ctl(rr_tcp.ep, EPOLL_CTL_DEL, c->t.fd, NULL);
-	if (c->t.ssl && c->state == RR_READY) {
-		ERR_clear_error();
-		SSL_shutdown(c->t.ssl);
-		ERR_clear_error();
-	}
-	pthread_mutex_lock(&tcp_state.conn_lock);
-	tcp_counts_add(c->t.fd, &tcp_state.closed);
-	close(c->t.fd);
-	c->t.fd = -1;
-	pthread_mutex_unlock(&tcp_state.conn_lock);
-}
-
-/* Frees the closed connections; the others keep their order. */
-static void rr_reap(void)
-{
-	int i, n = 0;
-
-	pthread_mutex_lock(&tcp_state.conn_lock);
-	for (i = 0; i < rr_tcp.nconns; i++) {
-		struct rrconn *c = rr_tcp.conns[i];
-
-		if (!c->dead) {
-			rr_tcp.conns[n++] = c;
-			continue;
-		}
-		SSL_free(c->t.ssl);
-		wl_rr_fifo_free(&c->q);
-		free(c->msg);
-		free(c);
-	}
-	rr_tcp.nconns = n;
-	pthread_mutex_unlock(&tcp_state.conn_lock);
-}
-
-static void rr_close_all(void)
-{
-	int i;
-
-	for (i = 0; i < rr_tcp.nconns; i++)
-		rr_close(rr_tcp.conns[i]);
-	rr_reap();
-}
-
-/*
- * The peer went away rather than failed: EOF (OpenSSL 3 says "unexpected
- * eof" for one without close_notify), close_notify or a reset.
- */
-static bool rr_peer_left(struct rrconn *c, ssize_t n)
-{
-	int e;
-
-	if (!c->t.ssl)
-		return n == 0 || errno == ECONNRESET || errno == EPIPE;
-	e = SSL_get_error(c->t.ssl, (int)n);
-	return e == SSL_ERROR_ZERO_RETURN || e == SSL_ERROR_SYSCALL ||
-	       (e == SSL_ERROR_SSL &&
-		ERR_GET_REASON(ERR_peek_error()) == SSL_R_UNEXPECTED_EOF_WHILE_READING);
-}
-
-/* True if the call would have blocked; the connection then waits for what it needs. */
-static bool rr_would_block(struct rrconn *c, ssize_t n, bool writing)
-{
-	if (c->t.ssl) {
-		int e = SSL_get_error(c->t.ssl, (int)n);
-
-		if (e == SSL_ERROR_WANT_WRITE)
-			c->want_out = true;
-		else if (e == SSL_ERROR_WANT_READ)
-			c->want_in = c->want_in || writing;
-		return e == SSL_ERROR_WANT_WRITE || e == SSL_ERROR_WANT_READ;
-	}
-	if (n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK))
-		return false;
-	if (writing)
-		c->want_out = true;
-	return true;
-}
-
-/* Connected, and handshaken with TLS: the first one is the run's "connected". */
-static void rr_ready(struct rrconn *c)
-{
-	c->state = RR_READY;
-	c->want_out = false;
-	if (c->t.ssl) {
-		c->t.ktls_send = BIO_get_ktls_send(SSL_get_wbio(c->t.ssl));
-		c->t.ktls_recv = BIO_get_ktls_recv(SSL_get_rbio(c->t.ssl));
-		if (!tcp_state.cipher)
-			tcp_state.cipher = SSL_get_cipher_name(c->t.ssl);
-	}
-	rr_tcp.ktls_send = (!rr_tcp.handshaken || rr_tcp.ktls_send) && c->t.ktls_send;
-	rr_tcp.ktls_recv = (!rr_tcp.handshaken || rr_tcp.ktls_recv) && c->t.ktls_recv;
-	if (rr_tcp.handshaken)
-		return;
-	rr_tcp.handshaken = true;
-	tcp_state.t_connected_ns = wl_now_ns();
-	emit_connected();
-	if (!tcp_state.server && rr_tcp.sched.phase == WL_RR_WAIT_CONN &&
-	    wl_rr_sched_start(&rr_tcp.sched, tcp_state.o->duration_ms))
-		fail(WL_EXIT_INTERNAL, "cannot arm the request timer: %s", strerror(errno));
-}
-
-/* After connect(): the TLS handshake, or ready at once without TLS. */
-static int rr_tls_start(struct rrconn *c)
-{
-	if (tcp_state.tls == TLS_NONE) {
-		rr_ready(c);
-		return 0;
-	}
-	c->t.ssl = SSL_new(tcp_state.ctx);
-	c->msg = malloc(wl_rr.payload);
-	if (!c->t.ssl || !c->msg || SSL_set_fd(c->t.ssl, c->t.fd) != 1) {
-		fail(WL_EXIT_LIB_OPEN, "SSL_new failed on the %s: %s", rr_role(), ssl_reason());
-		return -1;
-	}
-	memcpy(c->msg + WL_RR_HDR, wl_rr_body(), wl_rr.payload - WL_RR_HDR);
-	if (tcp_state.server)
-		SSL_set_accept_state(c->t.ssl);
-	else
-		SSL_set_connect_state(c->t.ssl);
-	c->state = RR_HANDSHAKE;
-	return 0;
-}
-
-static void rr_handshake(struct rrconn *c)
-{
-	int r, e;
-
-	ERR_clear_error();
-	r = SSL_do_handshake(c->t.ssl);
-	if (r == 1) {
-		rr_ready(c);
-		return;
-	}
-	e = SSL_get_error(c->t.ssl, r);
-	if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
-		c->want_out = e == SSL_ERROR_WANT_WRITE;
-		return;
-	}
-	/* A client may close a connection it opened as the run ends. */
-	if (!tcp_state.server || !rr_peer_left(c, r))
-		fail(WL_EXIT_HANDSHAKE, "TLS handshake failed on the %s (connection %d): %s",
-		     rr_role(), c->t.idx, ssl_reason());
-	ERR_clear_error();
-	rr_close(c);
-}
-
-static ssize_t rr_send(struct rrconn *c)
-{
-	const uint8_t *body = wl_rr_body() - WL_RR_HDR; /* as if the header were there */
-	struct iovec iov[2];
-	struct msghdr mh = {.msg_iov = iov, .msg_iovlen = 1};
-
-	if (c->t.ssl) {
-		/* After WANT_WRITE, OpenSSL wants the very same call again. */
-		ERR_clear_error();
-		return SSL_write(c->t.ssl, c->msg, (int)wl_rr.payload);
-	}
-	if (c->w_off < WL_RR_HDR) {
-		iov[0] = (struct iovec){c->hdr + c->w_off, WL_RR_HDR - c->w_off};
-		iov[1] = (struct iovec){(void *)(body + WL_RR_HDR), wl_rr.payload - WL_RR_HDR};
-		mh.msg_iovlen = 2;
-	} else {
-		iov[0] = (struct iovec){(void *)(body + c->w_off), wl_rr.payload - c->w_off};
-	}
-	return sendmsg(c->t.fd, &mh, MSG_NOSIGNAL);
-}
-
-/* Writes the queued messages, one after another, until done or the socket is full. */
-static void rr_write(struct rrconn *c)
-{
-	if (c->state != RR_READY || c->dead)
-		return;
-	c->want_out = c->want_in = false;
-	for (;;) {
-		ssize_t n;
-
-		if (!c->writing) {
-			struct wl_rr_req *r;
-
-			if (c->nw == c->q.len)
-				return;
-			r = wl_rr_fifo_at(&c->q, c->nw++);
-			wl_put_le64(c->t.ssl ? c->msg : c->hdr, r->seq);
-			c->writing = true;
-			c->w_off = 0;
-			if (!tcp_state.server) {
-				r->sent_ns = wl_now_ns();
-				atomic_fetch_add(&wl_rr.sent, 1);
-			}
-		}
-		n = rr_send(c);
-		atomic_fetch_add(&tcp_state.io_calls, 1);
-		if (n > 0) {
-			c->w_off += (uint32_t)n;
-			if (c->w_off < wl_rr.payload)
-				continue;
-			c->writing = false;
-			if (tcp_state.server) {
-				wl_rr_fifo_pop(&c->q);
-				c->nw--;
-				atomic_fetch_add(&wl_rr.served, 1);
-			}
-			continue;
-		}
-		if (rr_would_block(c, n, true))
-			return;
-		if (!c->t.ssl && errno == EINTR)
-			continue;
-		if (tcp_state.server) {
-			/* The client went away; what it did not wait for is its account. */
-			ERR_clear_error();
-			rr_close(c);
-			return;
-		}
-		fail(WL_EXIT_CONN_LOST, "sending request %llu on connection %d failed: %s",
-		     (unsigned long long)wl_rr_fifo_at(&c->q, c->nw - 1)->seq, c->t.idx,
-		     c->t.ssl ? ssl_reason() : strerror(errno));
-		return;
-	}
-}
-
-/*
- * Server: a whole request, or one that failed its check, which is answered
- * at once and is the connection's last (wl.h says why).
- */
-static void rr_request(struct rrconn *c)
-{
-	uint64_t seq = wl_get_le64(c->rx.hdr);
-
-	if (c->rx.bad) {
-		c->spent = true;
-		if (!atomic_exchange(&tcp_state.verify_failed, true))
-			wl_fail(&tcp_state.failure, NULL, WL_EXIT_VERIFY,
-				"request %llu on connection %d failed the content check (is --payload the same on both roles?); answered at once, for the client to see, and the connection ended",
-				(unsigned long long)seq, c->t.idx);
-	}
-	atomic_fetch_add(&tcp_state.app_bytes, c->rx.got);
-	if (wl_rr_fifo_push(&c->q, seq))
-		fail(WL_EXIT_INTERNAL, "out of memory for connection %d's responses", c->t.idx);
-}
-
-/* Client: a whole response, which must answer the oldest request sent on c. */
-static void rr_response(struct rrconn *c, uint64_t t)
-{
-	const struct wl_rr_req *req = NULL;
-	int code;
-
-	if (c->q.len && c->nw && !(c->writing && c->nw == 1))
-		req = wl_rr_fifo_at(&c->q, 0);
-	code = wl_rr_answer(req, &c->rx, t, (uint64_t)c->t.idx, rr_tcp.why, sizeof(rr_tcp.why));
-	if (code) {
-		atomic_store(&tcp_state.verify_failed, true);
-		fail(code, "%s (connection %d)", rr_tcp.why, c->t.idx);
-		return;
-	}
-	atomic_fetch_add(&tcp_state.app_bytes, wl_rr.payload);
-	wl_rr_fifo_pop(&c->q);
-	c->nw--;
-	if (tcp_state.o->tcp_on_demand && !c->q.len && rr_tcp.pending.len) {
-		if (wl_rr_fifo_push(&c->q, wl_rr_fifo_at(&rr_tcp.pending, 0)->seq))
-			fail(WL_EXIT_INTERNAL, "out of memory for connection %d's requests",
-			     c->t.idx);
-		wl_rr_fifo_pop(&rr_tcp.pending);
-	}
-}
-
-/* Server: once a bad request's answer is out, FIN; what comes after is read and dropped. */
-static void rr_spent(struct rrconn *c)
-{
-	if (!c->spent || c->q.len || c->half_closed || c->dead)
-		return;
-	if (c->t.ssl) {
-		ERR_clear_error();
-		SSL_shutdown(c->t.ssl);
-		ERR_clear_error();
-	}
-	shutdown(c->t.fd, SHUT_WR);
-	c->half_closed = true;
-}
-
-static void rr_take(struct rrconn *c, const uint8_t *p, size_t len, uint64_t t)
-{
-	while (len && !c->dead && !c->spent) {
-		size_t k = wl_rr_rx_feed(&c->rx, p, len);
-
-		p += k, len -= k;
-		if (!wl_rr_rx_ready(&c->rx))
-			break;
-		if (tcp_state.server)
-			rr_request(c);
-		else
-			rr_response(c, t);
-		if (!tcp_state.server && tcp_state.failure.code)
-			return;
-		c->rx = (struct wl_rr_rx){0};
-	}
-	if (tcp_state.server && !c->dead) {
-		/* Not another request until the answers have room to go. */
-		rr_write(c);
-		c->paused = c->q.len > 0;
-		rr_spent(c);
-	}
-}
-
-static void rr_ended(struct rrconn *c, ssize_t n)
-{
-	const char *why = c->t.ssl ? (SSL_get_error(c->t.ssl, (int)n) == SSL_ERROR_ZERO_RETURN
-					      ? "close_notify"
-					      : ssl_reason())
-			  : n == 0 ? "EOF"
-				   : strerror(errno);
-
-	if (!tcp_state.server)
-		fail(WL_EXIT_CONN_LOST,
-		     "the server closed connection %d with %u requests on it: %s", c->t.idx,
-		     c->q.len, why);
-	else if (c->rx.got || !rr_peer_left(c, n))
-		fail(WL_EXIT_CONN_LOST, "connection %d ended %u bytes into a request: %s", c->t.idx,
-		     c->rx.got, why);
-	ERR_clear_error();
-	rr_close(c);
-}
-
-static void rr_read(struct rrconn *c)
-{
-	while (c->state == RR_READY && !c->dead && !c->paused) {
-		ssize_t n;
-
-		if (c->t.ssl) {
-			ERR_clear_error();
-			n = SSL_read(c->t.ssl, rr_tcp.rbuf, RR_READ_BUF);
-		} else {
-			n = recv(c->t.fd, rr_tcp.rbuf, RR_READ_BUF, 0);
-		}
-		atomic_fetch_add(&tcp_state.io_calls, 1);
-		if (n > 0) {
-			rr_take(c, rr_tcp.rbuf, (size_t)n, wl_now_ns());
-			if (!tcp_state.server && tcp_state.failure.code)
-				return;
-			continue;
-		}
-		if (rr_would_block(c, n, false))
-			return;
-		if (!c->t.ssl && n < 0 && errno == EINTR)
-			continue;
-		rr_ended(c, n);
-		return;
-	}
-}
-
-static void rr_drive(struct rrconn *c, uint32_t events)
-{
-	if (c->state == RR_CONNECTING) {
-		int err = 0;
-		socklen_t len = sizeof(err);
-
-		if (!(events & (EPOLLOUT | EPOLLERR | EPOLLHUP)))
-			return;
-		if (getsockopt(c->t.fd, SOL_SOCKET, SO_ERROR, &err, &len) || err) {
-			fail(WL_EXIT_HANDSHAKE, "TCP connect to %s:%d failed (connection %d): %s",
-			     tcp_state.o->addr, tcp_state.o->port, c->t.idx,
-			     strerror(err ? err : errno));
-			rr_close(c);
-			return;
-		}
-		if (rr_tls_start(c)) {
-			rr_close(c);
-			return;
-		}
-	}
-	if (c->state == RR_HANDSHAKE)
-		rr_handshake(c);
-	if (c->state == RR_READY) {
-		rr_write(c);
-		if (tcp_state.server && !c->q.len)
-			c->paused = false;
-		rr_spent(c);
-		rr_read(c);
-		if (!tcp_state.server)
-			rr_write(c); /* a pending request it took on */
-	}
-	rr_events(c);
-}
-
-static struct rrconn *rr_open(void)
-{
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-	struct rrconn *c;
-
-	if (fd < 0) {
-		fail(WL_EXIT_INTERNAL, "socket failed: %s", strerror(errno));
-		return NULL;
-	}
-	dl_nodelay(fd);
-	if (set_tcp_cc(fd)) {
-		close(fd);
-		return NULL;
-	}
-	if (connect(fd, (const struct sockaddr *)&rr_tcp.addr, sizeof(rr_tcp.addr)) &&
-	    errno != EINPROGRESS) {
-		fail(WL_EXIT_HANDSHAKE, "TCP connect to %s:%d failed: %s", tcp_state.o->addr,
-		     tcp_state.o->port, strerror(errno));
-		close(fd);
-		return NULL;
-	}
-	c = rr_add(fd, RR_CONNECTING);
-	if (!c) {
-		fail(WL_EXIT_INTERNAL, "cannot watch a new connection: %s", strerror(errno));
-		return NULL;
-	}
-	c->deadline_ns = wl_now_ns() + CONNECT_TIMEOUT_S * 1000000000ull;
-	return c;
-}
-
-/* Client: request seq fell due; it goes out now if a connection can take it. */
-/* Client: request seq fell due (the schedule calls). */
-static void rr_dispatch(uint64_t seq, void *arg)
-{
-	struct rrconn *c = NULL;
-	int i;
-
-	(void)arg;
-	if (!tcp_state.o->tcp_on_demand) {
-		c = rr_tcp.conns[0];
-	} else {
-		for (i = 0; i < rr_tcp.nconns && !c; i++)
-			if (rr_tcp.conns[i]->state == RR_READY && !rr_tcp.conns[i]->q.len)
-				c = rr_tcp.conns[i];
-		if (!c && rr_tcp.nconns < RR_MAX_CONNS && !(c = rr_open()))
-			return;
-		if (!c) {
-			if (wl_rr_fifo_push(&rr_tcp.pending, seq))
-				fail(WL_EXIT_INTERNAL, "out of memory for pending requests");
-			return;
-		}
-	}
-	if (wl_rr_fifo_push(&c->q, seq)) {
-		fail(WL_EXIT_INTERNAL, "out of memory for connection %d's requests", c->t.idx);
-		return;
-	}
-	rr_write(c);
-	rr_events(c);
-}
-
-/* Client: the timer fired; every request due by now goes. */
-static void rr_tick(void)
-{
-	if (wl_rr_sched_tick(&rr_tcp.sched, rr_dispatch, NULL, &tcp_state.failure))
-		fail(WL_EXIT_INTERNAL, "cannot arm the request timer: %s", strerror(errno));
-}
-
-static void rr_unwake(void)
-{
-	uint64_t v;
-
-	if (read(tcp_state.wake_fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
-		wl_warn("reading the wake eventfd failed: %s", strerror(errno));
-}
-
-/* Client: nothing queued or waiting for a reply. */
-static bool rr_idle(void)
-{
-	int i;
-
-	for (i = 0; i < rr_tcp.nconns; i++)
-		if (rr_tcp.conns[i]->q.len)
-			return false;
-	return !rr_tcp.pending.len;
-}
-
-static int rr_setup(void)
-{
-	rr_tcp.ep = epoll_create1(EPOLL_CLOEXEC);
-	rr_tcp.rbuf = malloc(RR_READ_BUF);
-	if (rr_tcp.ep < 0 || !rr_tcp.rbuf || rr_watch(tcp_state.wake_fd, &rr_tag_wake, EPOLLIN)) {
-		wl_warn("cannot set up the event loop: %s", strerror(errno));
-		return WL_EXIT_INTERNAL;
-	}
-	if (tcp_state.server)
-		return 0;
-	if (wl_rr_sched_open(&rr_tcp.sched) ||
-	    rr_watch(rr_tcp.sched.timer, &rr_tag_timer, EPOLLIN)) {
-		wl_warn("cannot set up the request timer: %s", strerror(errno));
-		return WL_EXIT_INTERNAL;
-	}
-	return 0;
-}
-
-static void rr_teardown(void)
-{
-	rr_close_all();
-	wl_rr_fifo_free(&rr_tcp.pending);
-	free(rr_tcp.rbuf);
-	rr_tcp.rbuf = NULL;
-	wl_rr_sched_close(&rr_tcp.sched);
-	if (rr_tcp.ep >= 0)
-		close(rr_tcp.ep);
-	rr_tcp.ep = -1;
-}
-
-/* Client: a connection not up by its deadline fails the run. */
-static void rr_check_deadlines(uint64_t now)
-{
-	int i;
-
-	for (i = 0; i < rr_tcp.nconns; i++) {
-		struct rrconn *c = rr_tcp.conns[i];
-
-		if (c->state != RR_READY && !c->dead && now > c->deadline_ns) {
-			fail(WL_EXIT_HANDSHAKE, "connection %d to %s:%d was not up within %d s",
-			     c->t.idx, tcp_state.o->addr, tcp_state.o->port, CONNECT_TIMEOUT_S);
-			return;
-		}
-	}
-}
-
-static int rr_run_client(void)
-{
-	struct epoll_event evs[RR_EVENTS];
-	int code;
-
-	if (tcp_addr(&rr_tcp.addr)) {
-		wl_warn("bad IPv4 address %s", tcp_state.o->addr);
-		return WL_EXIT_USAGE;
-	}
-	code = rr_setup();
-	if (code)
-		return code;
-	if (tcp_state.o->wait_start)
-		sem_wait(&tcp_state.may_start);
-	if (!rr_open())
-		goto out;
-	while (!tcp_state.failure.code) {
-		int n, i, timeout_ms = 1000; /* the connect deadlines are looked at */
-		uint64_t now;
-
-		if (wl_rr_sched_over(&rr_tcp.sched, wl_now_ns(), &timeout_ms))
-			break;
-		n = epoll_wait(rr_tcp.ep, evs, RR_EVENTS, timeout_ms);
-		if (n < 0 && errno != EINTR) {
-			fail(WL_EXIT_INTERNAL, "epoll_wait failed: %s", strerror(errno));
-			break;
-		}
-		for (i = 0; i < n && !tcp_state.failure.code; i++) {
-			void *p = evs[i].data.ptr;
-
-			if (p == &rr_tag_timer)
-				rr_tick();
-			else if (p == &rr_tag_wake)
-				rr_unwake();
-			else if (!((struct rrconn *)p)->dead)
-				rr_drive(p, evs[i].events);
-		}
-		rr_reap();
-		now = wl_now_ns();
-		if (atomic_load(&tcp_state.stopping))
-			wl_rr_sched_stop(&rr_tcp.sched, now);
-		if (rr_tcp.sched.phase == WL_RR_DRAINING && rr_idle())
-			break;
-		rr_check_deadlines(now);
-		wl_emit_tick();
-	}
-out:
-	tcp_state.t_transfer_done_ns = atomic_load(&wl_rr.t_last_answer);
-	rr_teardown();
-	return tcp_state.failure.code;
-}
-
-static void rr_accept(void)
-{
-	for (;;) {
-		int fd = accept4(tcp_state.listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-		struct rrconn *c;
-
-		if (fd < 0) {
-			if (errno == EINTR || errno == ECONNABORTED)
-				continue;
-			if (errno != EAGAIN && errno != EWOULDBLOCK)
-				wl_warn("accept failed: %s", strerror(errno));
-			return;
-		}
-		dl_nodelay(fd);
-		c = rr_add(fd, RR_READY);
-		if (!c) {
-			if (!rr_tcp.refused)
-				wl_warn("refused a connection: %d are open already", RR_MAX_CONNS);
-			rr_tcp.refused = true;
-			continue;
-		}
-		if (rr_tls_start(c))
-			rr_close(c);
-	}
-}
-
-/*
- * Serve until the client has gone (its connections, one or more, have all
- * closed), as the bulk and download servers end by themselves, or until
- * "stop", "exit" or EOF (--control).
- */
-static int rr_run_server(void)
-{
-	struct epoll_event evs[RR_EVENTS];
-	int code = rr_setup(), flags = fcntl(tcp_state.listen_fd, F_GETFL);
-
-	if (!code && (flags < 0 || fcntl(tcp_state.listen_fd, F_SETFL, flags | O_NONBLOCK) ||
-		      rr_watch(tcp_state.listen_fd, &rr_tag_listen, EPOLLIN))) {
-		wl_warn("cannot watch the listening socket: %s", strerror(errno));
-		code = WL_EXIT_INTERNAL;
-	}
-	while (!code && !atomic_load(&tcp_state.stopping)) {
-		int n = epoll_wait(rr_tcp.ep, evs, RR_EVENTS, -1), i;
-
-		if (n < 0 && errno != EINTR) {
-			fail(WL_EXIT_INTERNAL, "epoll_wait failed: %s", strerror(errno));
-			break;
-		}
-		for (i = 0; i < n; i++) {
-			void *p = evs[i].data.ptr;
-
-			if (p == &rr_tag_listen)
-				rr_accept();
-			else if (p == &rr_tag_wake)
-				rr_unwake();
-			else if (!((struct rrconn *)p)->dead)
-				rr_drive(p, evs[i].events);
-		}
-		rr_reap();
-		if (atomic_load(&wl_rr.connections) && !rr_tcp.nconns)
-			break;
-	}
-	tcp_state.t_transfer_done_ns = wl_now_ns();
-	rr_teardown();
-	return code ? code : tcp_state.failure.code;
-}
-
-static int run_server(void)
-{
-	struct sockaddr_in a;
-	int one = 1, i, err;
-
-	if (tcp_addr(&a)) {
-		wl_warn("bad IPv4 address %s", tcp_state.o->addr);
-		return WL_EXIT_USAGE;
-	}
-	tcp_state.listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (tcp_state.listen_fd < 0)
-		return WL_EXIT_INTERNAL;
-	setsockopt(tcp_state.listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	if (set_tcp_cc(tcp_state.listen_fd))
-		return tcp_state.failure.code;
-	err = wl_bind(tcp_state.listen_fd, &a, "TCP", tcp_state.o);
-	if (err)
-		return err;
-	if (listen(tcp_state.listen_fd, MAX_CONNS))
-		return WL_EXIT_INTERNAL;
-	wl_emit("{\"event\":\"ready\",\"port\":%d,\"pid\":%d}", tcp_state.o->port, getpid());
-	if (tcp_state.o->download)
-		return run_server_download();
-	if (tcp_state.o->rr)
-		return rr_run_server();
-	for (i = 0; i < tcp_state.o->streams; i++) {
-		struct tconn *c = &tcp_state.conns[i];
-
-		c->idx = i;
-		c->fd = accept4(tcp_state.listen_fd, NULL, NULL, SOCK_CLOEXEC);
-		if (c->fd < 0) {
-			wl_warn("accept failed: %s", strerror(errno));
-			return WL_EXIT_INTERNAL;
-		}
-		tcp_state.nconns = i + 1;
-		atomic_store(&tcp_state.conns_seen, i + 1);
-		pthread_create(&c->thread, NULL, server_conn, c);
-	}
-	sem_wait(&tcp_state.all_ready);
-	if (!tcp_state.failure.code) {
-		tcp_state.t_connected_ns = wl_now_ns();
-		emit_connected();
-	}
-	sem_wait(&tcp_state.all_done);
-	for (i = 0; i < tcp_state.nconns; i++)
-		pthread_join(tcp_state.conns[i].thread, NULL);
-	return tcp_state.failure.code;
-}
-
-static int run_client(void)
-{
-	struct sockaddr_in a;
-	int i;
-
-	if (tcp_addr(&a)) {
-		wl_warn("bad IPv4 address %s", tcp_state.o->addr);
-		return WL_EXIT_USAGE;
-	}
-	if (tcp_state.o->wait_start)
-		sem_wait(&tcp_state.may_start);
-	for (i = 0; i < tcp_state.o->streams; i++) {
-		struct tconn *c = &tcp_state.conns[i];
-		struct timeval tv = {.tv_sec = CONNECT_TIMEOUT_S};
-
-		c->idx = i;
-		c->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-		if (c->fd < 0)
-			return WL_EXIT_INTERNAL;
-		if (set_tcp_cc(c->fd))
-			return tcp_state.failure.code;
-		setsockopt(c->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-		if (connect(c->fd, (struct sockaddr *)&a, sizeof(a))) {
-			wl_warn("TCP connect to %s:%d failed: %s", tcp_state.o->addr,
-				tcp_state.o->port, strerror(errno));
-			return WL_EXIT_HANDSHAKE;
-		}
-		tv.tv_sec = 0;
-		setsockopt(c->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-		tcp_state.nconns = i + 1;
-	}
-	for (i = 0; i < tcp_state.nconns; i++)
-		pthread_create(&tcp_state.conns[i].thread, NULL, client_conn, &tcp_state.conns[i]);
-	sem_wait(&tcp_state.all_ready);
-	if (tcp_state.failure.code) {
-		atomic_store(&tcp_state.stopping, true);
-		sem_post(&tcp_state.may_start);
-	} else {
-		tcp_state.t_connected_ns = wl_now_ns();
-		emit_connected();
-		if (tcp_state.o->duration_ms) {
-			struct timespec ts;
-			uint64_t end =
-				tcp_state.t_connected_ns + tcp_state.o->duration_ms * 1000000ull;
-
-			sem_post(&tcp_state.may_start);
-			ts.tv_sec = (time_t)(end / 1000000000ull);
-			ts.tv_nsec = (long)(end % 1000000000ull);
-			while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
-				;
-			atomic_store(&tcp_state.stopping, true);
-		} else {
-			sem_post(&tcp_state.may_start);
-		}
-	}
-	sem_wait(&tcp_state.all_done);
-	for (i = 0; i < tcp_state.nconns; i++)
-		pthread_join(tcp_state.conns[i].thread, NULL);
-	return tcp_state.failure.code;
-}
-
-static void emit_done(int code)
-{
-	struct wl_json j;
-	uint64_t done = 0;
-	int i;
-
-	for (i = 0; i < tcp_state.nconns; i++)
-		done += tcp_state.conns[i].finished;
-	if (tcp_state.o->download)
-		done = atomic_load(&tcp_state.downloads);
-	if (tcp_state.o->rr)
-		done = atomic_load(tcp_state.server ? &wl_rr.served : &wl_rr.responses);
-	wl_json_begin(&j);
-	wl_json_str(&j, "event", "done");
-	wl_json_str(&j, "role", tcp_state.server ? "server" : "client");
-	wl_json_u64(&j, "exit_code", code);
-	wl_json_u64(&j, "t_ns", wl_now_ns());
-	wl_json_u64(&j, "t_connected_ns", tcp_state.t_connected_ns);
-	wl_json_u64(&j, "t_transfer_done_ns", tcp_state.t_transfer_done_ns);
-	wl_json_u64(&j, "app_bytes", atomic_load(&tcp_state.app_bytes));
-	wl_json_u64(&j, "io_calls", atomic_load(&tcp_state.io_calls));
-	if (tcp_state.o->download) {
-		wl_json_str(&j, "pattern", "download");
-		wl_json_u64(&j, "downloads", done);
-	}
-	if (tcp_state.o->rr)
-		wl_rr_json_done(&j, tcp_state.server);
-	wl_json_u64(&j, "streams_completed", done);
-	json_stream_bytes(&j);
-	if (tcp_state.server != tcp_state.o->download || tcp_state.o->rr) /* a receiver */
-		wl_json_bool(&j, "verified",
-			     code == WL_EXIT_OK && !atomic_load(&tcp_state.verify_failed));
-	json_tls(&j);
-	json_tcp_info(&j);
-	if (tcp_cc_ran[0])
-		wl_json_str(&j, "tcp_congestion_control", tcp_cc_ran);
-	wl_emit("%s", wl_json_end(&j));
-}
-
-static int make_memfd(void)
-{
-	const uint8_t *region = wl_pattern_region();
-	const size_t period = wl_pattern_period();
-	size_t left = period;
-
-	tcp_state.memfd = memfd_create("qprof-pattern", MFD_CLOEXEC);
-	if (tcp_state.memfd < 0)
-		return -1;
-	while (left) {
-		ssize_t n = write(tcp_state.memfd, region + (period - left), left);
-		if (n <= 0)
-			return -1;
-		left -= (size_t)n;
-	}
-	return 0;
-}
-
-int wl_tcp_run(const struct wl_opts *o)
-{
-	int code, i;
-
-	tcp_state.o = o;
-	tcp_state.server = !strcmp(o->role, "server");
-	tcp_state.tls = !strcmp(o->stack, "tcp-tls")	? TLS_USER
-			: !strcmp(o->stack, "tcp-ktls") ? TLS_KERNEL
-							: TLS_NONE;
-	for (i = 0; i < MAX_CONNS; i++)
-		tcp_state.conns[i].fd = -1;
-	sem_init(&tcp_state.all_ready, 0, 0);
-	sem_init(&tcp_state.all_done, 0, 0);
-	sem_init(&tcp_state.may_start, 0, 0);
-	sem_init(&tcp_state.may_exit, 0, 0);
-	if (strcmp(o->tls_version, "1.2") && strcmp(o->tls_version, "1.3")) {
-		wl_warn("--tls must be 1.2 or 1.3, not %s", o->tls_version);
-		return WL_EXIT_TLS_CONFIG;
-	}
-	if (o->sendfile && (tcp_state.server != o->download || tcp_state.tls == TLS_USER)) {
-		wl_warn("--sendfile is for the %s of tcp or tcp-ktls: user-space TLS must encrypt in user space",
-			o->download ? "server (the sender) of a download" : "client");
-		return WL_EXIT_USAGE;
-	}
-	if (o->sendfile && make_memfd()) {
-		wl_warn("cannot make the sendfile source: %s", strerror(errno));
-		return WL_EXIT_INTERNAL;
-	}
-	if (o->download || o->rr) {
-		/* A peer that leaves mid-transfer is an error, not a signal. */
-		signal(SIGPIPE, SIG_IGN);
-		if (tcp_state.server || o->rr) {
-			tcp_state.wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-			if (tcp_state.wake_fd < 0)
-				return WL_EXIT_INTERNAL;
-		}
-	}
-	/* Control first: whoever waits on us must hear even a setup failure. */
-	if (o->control && wl_control_start(&control_ops))
-		return WL_EXIT_INTERNAL;
-	code = make_ctx();
-	if (!code)
-		code = tcp_state.server ? run_server()
-		       : o->download	? run_client_download()
-		       : o->rr		? rr_run_client()
-					: run_client();
-	emit_done(code);
-	if (o->control)
-		sem_wait(&tcp_state.may_exit);
-	pthread_mutex_lock(&tcp_state.conn_lock);
-	for (i = 0; i < tcp_state.nconns; i++) {
-		if (tcp_state.conns[i].ssl)
-			SSL_free(tcp_state.conns[i].ssl);
-		if (tcp_state.conns[i].fd >= 0)
-			close(tcp_state.conns[i].fd);
-		tcp_state.conns[i].fd = -1;
-	}
-	pthread_mutex_unlock(&tcp_state.conn_lock);
-	SSL_SESSION_free(tcp_state.session);
-	if (tcp_state.ctx)
-		SSL_CTX_free(tcp_state.ctx);
-	if (tcp_state.listen_fd >= 0)
-		close(tcp_state.listen_fd);
-	return code;
-}
+const struct wl_transport wl_tcp = {
+	.name = "tcp",
+	.init = tcp_init,
+	.setup = tcp_setup,
+	.listen = tcp_listen,
+	.listen_stop = tcp_listen_stop,
+	.connect = tcp_connect,
+	.open = tcp_open,
+	.send = tcp_send,
+	.room = tcp_room,
+	.pause = tcp_pause,
+	.abort = tcp_abort,
+	.close = tcp_close,
+	.conn_info = tcp_conn_info,
+	.json_connected = wl_tls_json,
+	.json_mark = tcp_json_mark,
+	.json_done = tcp_json_done,
+	.fini = tcp_fini,
+};

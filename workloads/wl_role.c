@@ -1,0 +1,278 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * The role: one run of a pattern over a transport. It picks both from the
+ * flags, runs the control channel (marks, start, stop, exit) and writes
+ * the events every pattern shares, each as the common fields, then the
+ * pattern's, then the transport's.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "wl_role.h"
+
+struct wl_role wl_role = {.failure = WL_FAILURE_INIT};
+
+const char *wl_end_why(const struct wl_end *e)
+{
+	return e->closed_by_transport ? e->transport_status
+	       : e->closed_by_peer    ? "closed by peer"
+				      : "closed locally";
+}
+
+int wl_send(struct wl_stream *s, const uint8_t *hdr, uint32_t hdr_len, const uint8_t *body,
+	    uint32_t body_len, unsigned flags, void *tag)
+{
+	return wl_role.t->send(s, hdr, hdr_len, body, body_len, flags, tag);
+}
+
+size_t wl_room(struct wl_stream *s)
+{
+	return wl_role.t->room(s);
+}
+
+static void vfail(int code, bool stop, const char *fmt, va_list ap)
+{
+	struct wl_failure *f = &wl_role.failure;
+
+	pthread_mutex_lock(&f->lock);
+	if (!f->code) {
+		f->code = code;
+		vsnprintf(f->msg, sizeof(f->msg), fmt, ap);
+		wl_warn("%s", f->msg);
+	}
+	pthread_mutex_unlock(&f->lock);
+	if (stop)
+		atomic_store(&wl_role.stopping, true);
+	wl_loop_wake();
+}
+
+void wl_ignore(struct wl_stream *s, void *ctx)
+{
+	(void)s, (void)ctx;
+}
+
+void wl_ignore_data(struct wl_stream *s, void *ctx, const uint8_t *p, size_t len)
+{
+	(void)s, (void)ctx, (void)p, (void)len;
+}
+
+void wl_role_fail(int code, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vfail(code, true, fmt, ap);
+	va_end(ap);
+}
+
+void wl_role_fail_later(int code, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vfail(code, false, fmt, ap);
+	va_end(ap);
+}
+
+void wl_role_fail_end(const struct wl_end *e)
+{
+	wl_role_fail(e->exit_code, "%s", e->transport_status ? e->transport_status : "");
+}
+
+void wl_role_fail_said(int code)
+{
+	struct wl_failure *f = &wl_role.failure;
+
+	pthread_mutex_lock(&f->lock);
+	if (!f->code) {
+		f->code = code;
+		snprintf(f->msg, sizeof(f->msg), "(said by the transport)");
+	}
+	pthread_mutex_unlock(&f->lock);
+	atomic_store(&wl_role.stopping, true);
+	wl_loop_wake();
+}
+
+void wl_role_connected(uint64_t t_ns)
+{
+	static _Atomic bool emitted;
+	struct wl_json j;
+
+	if (atomic_exchange(&emitted, true))
+		return;
+	wl_role.t_connected_ns = t_ns;
+	atomic_store(&wl_role.connected, true);
+	wl_json_begin(&j);
+	wl_json_str(&j, "event", "connected");
+	wl_json_u64(&j, "t_ns", t_ns);
+	wl_role.t->json_connected(&j);
+	wl_emit("%s", wl_json_end(&j));
+}
+
+int wl_role_listen(const struct wl_accept *a)
+{
+	int code = wl_role.t->listen(a);
+
+	if (!code)
+		wl_emit("{\"event\":\"ready\",\"port\":%d,\"pid\":%d}", wl_role.o->port, getpid());
+	return code;
+}
+
+void wl_role_wait_start(void)
+{
+	if (wl_role.o->wait_start)
+		sem_wait(&wl_role.may_start);
+}
+
+int wl_role_handshake_failed(const struct wl_end *e, const char *which)
+{
+	wl_role_fail(WL_EXIT_HANDSHAKE, "%s handshake with %s:%d failed%s: %s", wl_role.label,
+		     wl_role.o->addr, wl_role.o->port, which,
+		     e->closed_by_transport ? e->transport_status : "closed by peer");
+	return WL_EXIT_HANDSHAKE;
+}
+
+void wl_role_verify_failed(uint64_t off, uint64_t idx, const char *key)
+{
+	if (atomic_exchange(&wl_role.verify_failed, true))
+		return;
+	wl_role.verify_fail_off = off;
+	wl_role.verify_fail_idx = idx;
+	wl_role.verify_fail_key = key;
+}
+
+/* A bulk receiver's bytes are its streams': one load gives both (wl.h says why). */
+static uint64_t app_bytes(struct wl_stream_bytes *sb)
+{
+	if (wl_role.per_stream)
+		return wl_stream_bytes_load(sb, wl_role.stream_bytes, &wl_role.streams_seen);
+	return atomic_load(&wl_role.app_bytes);
+}
+
+static void on_mark(const char *name, void *arg)
+{
+	struct wl_stream_bytes sb;
+	struct wl_json j;
+
+	(void)arg;
+	wl_json_mark(&j, name);
+	wl_json_u64(&j, "app_bytes", app_bytes(&sb));
+	if (wl_role.p->json_mark)
+		wl_role.p->json_mark(&j);
+	if (wl_role.per_stream)
+		wl_json_stream_bytes(&j, &sb);
+	wl_role.t->json_mark(&j);
+	wl_emit("%s", wl_json_end(&j));
+}
+
+static void on_start(void *arg)
+{
+	(void)arg;
+	sem_post(&wl_role.may_start);
+}
+
+static void stop(void)
+{
+	atomic_store(&wl_role.stopping, true);
+	if (wl_role.p->stop)
+		wl_role.p->stop();
+	wl_loop_wake();
+}
+
+static void on_stop(void *arg)
+{
+	(void)arg;
+	stop();
+}
+
+static void on_exit_cmd(void *arg)
+{
+	(void)arg;
+	/* A download or rr role runs until told; a bulk role is done already. */
+	if (wl_role.p->exit_stops)
+		stop();
+	sem_post(&wl_role.may_exit);
+}
+
+static const struct wl_control_ops control_ops = {
+	.mark = on_mark,
+	.start = on_start,
+	.stop = on_stop,
+	.exit = on_exit_cmd,
+};
+
+/* The receiver checks what it gets: bulk's server, download's client, both in rr. */
+static bool receiver(void)
+{
+	return wl_role.p == &wl_rr_pattern || wl_role.server == (wl_role.p == &wl_bulk);
+}
+
+static void emit_done(int code)
+{
+	struct wl_stream_bytes sb;
+	struct wl_json j;
+	uint64_t bytes = app_bytes(&sb);
+
+	wl_json_begin(&j);
+	wl_json_str(&j, "event", "done");
+	wl_json_str(&j, "role", wl_role.server ? "server" : "client");
+	wl_json_u64(&j, "exit_code", code);
+	wl_json_u64(&j, "t_ns", wl_now_ns());
+	wl_json_u64(&j, "t_connected_ns", wl_role.t_connected_ns);
+	wl_json_u64(&j, "t_transfer_done_ns", wl_role.t_transfer_done_ns);
+	wl_json_u64(&j, "app_bytes", bytes);
+	wl_role.p->json_done(&j, code);
+	if (wl_role.per_stream)
+		wl_json_stream_bytes(&j, &sb);
+	if (receiver()) {
+		const bool failed = atomic_load(&wl_role.verify_failed);
+
+		wl_json_bool(&j, "verified", code == WL_EXIT_OK && !failed);
+		if (failed && wl_role.verify_fail_key) {
+			wl_json_u64(&j, "verify_fail_offset", wl_role.verify_fail_off);
+			wl_json_u64(&j, wl_role.verify_fail_key, wl_role.verify_fail_idx);
+		}
+	}
+	wl_role.t->json_done(&j, &wl_role.end);
+	wl_emit("%s", wl_json_end(&j));
+}
+
+int wl_role_run(const struct wl_opts *o)
+{
+	int code;
+
+	wl_role.o = o;
+	wl_role.server = !strcmp(o->role, "server");
+	wl_role.t = !strcmp(o->stack, "quic") ? &wl_quic : &wl_tcp;
+	wl_role.label = !strcmp(o->stack, "quic")  ? "QUIC"
+			: !strcmp(o->stack, "tcp") ? "TCP"
+						   : "TLS";
+	wl_role.p = o->download ? &wl_download : o->rr ? &wl_rr_pattern : &wl_bulk;
+	sem_init(&wl_role.may_start, 0, 0);
+	sem_init(&wl_role.may_exit, 0, 0);
+	if (wl_loop_init()) {
+		wl_warn("cannot set up the event loop: %s", strerror(errno));
+		return WL_EXIT_INTERNAL;
+	}
+	code = wl_role.t->init(o, wl_role.server);
+	if (code)
+		return code;
+	/* Control first: whoever waits on us must hear even a setup failure. */
+	if (o->control && wl_control_start(&control_ops)) {
+		wl_warn("cannot start the control thread");
+		return WL_EXIT_INTERNAL;
+	}
+	code = wl_role.t->setup ? wl_role.t->setup() : 0;
+	if (!code)
+		code = wl_role.server ? wl_role.p->server() : wl_role.p->client();
+	emit_done(code);
+	/* The caller reads our CPU use before it lets us go. */
+	if (o->control)
+		sem_wait(&wl_role.may_exit);
+	wl_role.t->fini();
+	return code;
+}

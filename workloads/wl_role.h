@@ -1,0 +1,96 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * The role (wl_role.c) and the patterns it runs (wl_bulk.c,
+ * wl_download.c, wl_rr_pattern.c), written once over wl_transport.h. The
+ * role picks the transport by --stack, runs the control channel, and
+ * gives the events every pattern shares: "ready", "connected" (once a
+ * run), the marks and "done", each with the pattern's fields and then the
+ * transport's. A transport needs none of this file.
+ */
+#ifndef QPROF_WL_ROLE_H
+#define QPROF_WL_ROLE_H
+
+#include <semaphore.h>
+#include <stdatomic.h>
+
+#include "wl.h"
+#include "wl_transport.h"
+
+struct wl_pattern {
+	const char *name;
+	/* "exit" (or EOF) ends the role as "stop" does: download, rr. */
+	bool exit_stops;
+	/* The role's work, server and client; an exit code, the run's first failure's if any. */
+	int (*server)(void);
+	int (*client)(void);
+	/* The pattern's fields of a mark (after app_bytes) and of "done" (after app_bytes). */
+	void (*json_mark)(struct wl_json *j);
+	void (*json_done)(struct wl_json *j, int code);
+	/* "stop" or "exit" came (the control thread): wl_role.stopping is set already. */
+	void (*stop)(void);
+};
+
+extern const struct wl_pattern wl_bulk, wl_download, wl_rr_pattern;
+
+struct wl_role {
+	const struct wl_opts *o;
+	const struct wl_transport *t;
+	const struct wl_pattern *p;
+	bool server;
+	const char *label; /* the stack as messages name it: "QUIC", "TCP", "TLS" */
+
+	_Atomic bool stopping;	    /* "stop", the duration's end, or the first failure */
+	struct wl_failure failure;  /* wl_role_fail */
+	_Atomic uint64_t app_bytes; /* sender: handed to the transport; receiver: checked */
+
+	_Atomic bool connected; /* "connected" is out; t_connected_ns set before */
+	uint64_t t_connected_ns, t_transfer_done_ns;
+	/* The connection "done" tells of (transport_status, peer_error_code): the pattern's to set. */
+	struct wl_end end;
+
+	/* A receiver's first failed check, for "done"; verify_failed alone for rr. */
+	_Atomic bool verify_failed;
+	uint64_t verify_fail_off, verify_fail_idx;
+	const char *verify_fail_key; /* "verify_fail_stream" or "verify_fail_download" */
+
+	/* Bulk receiver: wl.h's stream_bytes, in its marks and "done". */
+	bool per_stream;
+	_Atomic uint64_t stream_bytes[WL_MAX_STREAMS];
+	_Atomic int streams_seen;
+
+	sem_t may_start; /* --wait-start: "start" came */
+	sem_t may_exit;	 /* --control: "exit" or EOF came */
+};
+extern struct wl_role wl_role;
+
+/* Handlers for what a pattern does not act on (a transport calls every one but sent). */
+void wl_ignore(struct wl_stream *s, void *ctx);
+void wl_ignore_data(struct wl_stream *s, void *ctx, const uint8_t *p, size_t len);
+
+/* qprof_wl.c: quic and the TCP stacks (udp runs wl_udp_run). */
+int wl_role_run(const struct wl_opts *o);
+
+/* The run fails (first failure wins, said once on stderr); stopping is set and the loop woken. */
+void wl_role_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The same, but the role goes on (an rr server answers on, and exits with it in the end). */
+void wl_role_fail_later(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A failure the transport said already (connect's code): recorded, not said again. */
+void wl_role_fail_said(int code);
+/* The transport's own verdict on a connection (wl_end.exit_code, its sentence in transport_status). */
+void wl_role_fail_end(const struct wl_end *e);
+static inline bool wl_role_stopping(void)
+{
+	return atomic_load(&wl_role.stopping);
+}
+/* The run's "connected" event, once, at t_ns (the transport's json_connected fields). */
+void wl_role_connected(uint64_t t_ns);
+/* Server: the transport listens, then "ready"; an exit code. */
+int wl_role_listen(const struct wl_accept *a);
+/* Client, --wait-start: until "start". */
+void wl_role_wait_start(void);
+/* "QUIC handshake with 10.0.0.1:4433 failed (download 3): QUIC_STATUS_..."; WL_EXIT_HANDSHAKE. */
+int wl_role_handshake_failed(const struct wl_end *e, const char *which);
+/* Receiver: the first failed check, kept for "done" (offset, stream or download index). */
+void wl_role_verify_failed(uint64_t off, uint64_t idx, const char *key);
+
+#endif
