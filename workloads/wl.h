@@ -212,10 +212,10 @@ void wl_rr_json_done(struct wl_json *j, bool server);
 /*
  * The client's open-loop schedule, kept once for every stack: a
  * CLOCK_MONOTONIC timerfd (non-blocking) that the stack's event loop
- * watches (poll beside msquic's callbacks, epoll beside the TCP sockets).
- * The loop starts it once the first connection is up, ticks it when the
- * timer fires, stops it on "stop", and ends once it is over or every
- * request is answered while it drains.
+ * watches (wl_loop.c's one loop, beside the TCP sockets). The loop starts
+ * it once the first connection is up, ticks it when the timer fires,
+ * stops it on "stop", and ends once it is over or every request is
+ * answered while it drains; the timer fires once more at the drain's end.
  */
 struct wl_failure;
 enum wl_rr_phase { WL_RR_WAIT_CONN, WL_RR_SENDING, WL_RR_DRAINING };
@@ -236,10 +236,10 @@ int wl_rr_sched_start(struct wl_rr_sched *s, uint64_t duration_ms);
  */
 int wl_rr_sched_tick(struct wl_rr_sched *s, void (*send)(uint64_t seq, void *arg), void *arg,
 		     const struct wl_failure *f);
-/* "stop": no more requests fall due; the replies are waited for from now. */
-void wl_rr_sched_stop(struct wl_rr_sched *s, uint64_t now);
-/* Draining and past its end: the loop ends. Else *timeout_ms (-1: none) is cut to the drain's end. */
-bool wl_rr_sched_over(const struct wl_rr_sched *s, uint64_t now, int *timeout_ms);
+/* "stop": no more requests fall due; the replies are waited for from now. -1 as tick. */
+int wl_rr_sched_stop(struct wl_rr_sched *s, uint64_t now);
+/* Draining and past its end: the loop ends. */
+bool wl_rr_sched_over(const struct wl_rr_sched *s, uint64_t now);
 
 /*
  * Output. Events are single JSON lines on stdout, flushed at once, written

@@ -256,8 +256,7 @@ static int bulk_client(void)
 			break;
 		}
 	}
-	if (wl_loop_run(all_closed, NULL, -1))
-		wl_role_fail(WL_EXIT_INTERNAL, "epoll_wait failed: %s", strerror(errno));
+	wl_role_loop(all_closed, NULL);
 	return wl_role.failure.code;
 }
 
@@ -400,17 +399,10 @@ static int bulk_server(void)
 		.flags = WL_CONN_STATS | (wl_role.t->multistream ? 0 : WL_CONN_DEDICATED),
 		.peer_uni_streams = (uint16_t)wl_role.o->streams,
 	};
-	int code;
 
 	bulk.nconns = wl_role.t->multistream ? 1 : wl_role.o->streams;
 	wl_role.per_stream = true;
-	code = wl_role_listen(&a);
-	if (code)
-		return code;
-	if (wl_loop_run(server_over, NULL, -1))
-		wl_role_fail(WL_EXIT_INTERNAL, "epoll_wait failed: %s", strerror(errno));
-	wl_role.t->listen_stop();
-	return wl_role.failure.code;
+	return wl_role_serve(&a, server_over, NULL, NULL);
 }
 
 static void bulk_json_done(struct wl_json *j, int code)

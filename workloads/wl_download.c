@@ -194,10 +194,8 @@ static int dl_client(void)
 			wl_role_fail(WL_EXIT_INTERNAL, "sending the request as early data failed");
 			wl_role.t->close(d.c, WL_CLOSE_ERROR);
 		}
-		if (wl_loop_run(conn_over, &d, -1)) {
-			wl_role_fail(WL_EXIT_INTERNAL, "epoll_wait failed: %s", strerror(errno));
+		if (wl_role_loop(conn_over, &d))
 			return WL_EXIT_INTERNAL;
-		}
 		code = client_outcome(&d);
 		if (code)
 			return code;
@@ -400,16 +398,8 @@ static int dl_server(void)
 		.flags = WL_CONN_DEDICATED | WL_CONN_SENDER | WL_CONN_NODELAY,
 		.peer_bidi_streams = 1,
 	};
-	int code = wl_role_listen(&a);
 
-	if (code)
-		return code;
-	if (wl_loop_run(served_enough, NULL, -1))
-		wl_role_fail(WL_EXIT_INTERNAL, "epoll_wait failed: %s", strerror(errno));
-	atomic_store(&wl_role.stopping, true); /* refuse latecomers */
-	wl_role.t->listen_stop();
-	wl_loop_run(all_gone, NULL, -1);
-	return wl_role.failure.code;
+	return wl_role_serve(&a, served_enough, NULL, all_gone);
 }
 
 static void dl_json_mark(struct wl_json *j)

@@ -108,12 +108,12 @@ void wl_loop_wake(void)
 		wl_warn("cannot wake the event loop: %s", strerror(errno));
 }
 
-int wl_loop_run(bool (*done)(void *arg), void *arg, int timeout_ms)
+int wl_loop_run(bool (*done)(void *arg), void *arg)
 {
 	struct epoll_event evs[LOOP_EVENTS];
 
 	while (!done(arg)) {
-		int n = epoll_wait(loop.ep, evs, LOOP_EVENTS, timeout_ms), i;
+		int n = epoll_wait(loop.ep, evs, LOOP_EVENTS, -1), i;
 
 		if (n < 0) {
 			if (errno == EINTR)

@@ -122,6 +122,31 @@ int wl_role_listen(const struct wl_accept *a)
 	return code;
 }
 
+int wl_role_loop(bool (*done)(void *arg), void *arg)
+{
+	if (!wl_loop_run(done, arg))
+		return 0;
+	wl_role_fail(WL_EXIT_INTERNAL, "epoll_wait failed: %s", strerror(errno));
+	return WL_EXIT_INTERNAL;
+}
+
+int wl_role_serve(const struct wl_accept *a, bool (*served)(void *arg), void (*wind_down)(void),
+		  bool (*gone)(void *arg))
+{
+	int code = wl_role_listen(a);
+
+	if (code)
+		return code;
+	wl_role_loop(served, NULL);
+	atomic_store(&wl_role.stopping, true); /* refuse latecomers */
+	wl_role.t->listen_stop();
+	if (wind_down)
+		wind_down();
+	if (gone)
+		wl_role_loop(gone, NULL);
+	return wl_role.failure.code;
+}
+
 void wl_role_wait_start(void)
 {
 	if (wl_role.o->wait_start)

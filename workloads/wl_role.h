@@ -86,6 +86,15 @@ static inline bool wl_role_stopping(void)
 void wl_role_connected(uint64_t t_ns);
 /* Server: the transport listens, then "ready"; an exit code. */
 int wl_role_listen(const struct wl_accept *a);
+/* The loop until done(arg); an epoll failure fails the run (WL_EXIT_INTERNAL, else 0). */
+int wl_role_loop(bool (*done)(void *arg), void *arg);
+/*
+ * Server: listen and "ready", serve until served(), refuse latecomers and
+ * stop listening, then wind_down() and wait until gone() (either NULL:
+ * none); the run's exit code.
+ */
+int wl_role_serve(const struct wl_accept *a, bool (*served)(void *arg), void (*wind_down)(void),
+		  bool (*gone)(void *arg));
 /* Client, --wait-start: until "start". */
 void wl_role_wait_start(void);
 /* "QUIC handshake with 10.0.0.1:4433 failed (download 3): QUIC_STATUS_..."; WL_EXIT_HANDSHAKE. */

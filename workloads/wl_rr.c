@@ -160,10 +160,12 @@ int wl_rr_sched_start(struct wl_rr_sched *s, uint64_t duration_ms)
 	return timer_arm(s->timer, wl_rr.t0_ns);
 }
 
-static void sched_drain(struct wl_rr_sched *s, uint64_t from)
+/* The timer, idle from now on, wakes the loop at the drain's end. */
+static int sched_drain(struct wl_rr_sched *s, uint64_t from)
 {
 	s->phase = WL_RR_DRAINING;
 	s->drain_end = from + wl_rr_drain_ns();
+	return timer_arm(s->timer, s->drain_end);
 }
 
 int wl_rr_sched_tick(struct wl_rr_sched *s, void (*send)(uint64_t seq, void *arg), void *arg,
@@ -181,31 +183,19 @@ int wl_rr_sched_tick(struct wl_rr_sched *s, void (*send)(uint64_t seq, void *arg
 		atomic_fetch_add(&wl_rr.due, 1);
 		send(s->next++, arg);
 	}
-	if (s->t_end && wl_rr_due(s->next) >= s->t_end) {
-		sched_drain(s, s->t_end);
-		return 0;
-	}
+	if (s->t_end && wl_rr_due(s->next) >= s->t_end)
+		return sched_drain(s, s->t_end);
 	return timer_arm(s->timer, wl_rr_due(s->next));
 }
 
-void wl_rr_sched_stop(struct wl_rr_sched *s, uint64_t now)
+int wl_rr_sched_stop(struct wl_rr_sched *s, uint64_t now)
 {
-	if (s->phase != WL_RR_DRAINING)
-		sched_drain(s, now);
+	return s->phase == WL_RR_DRAINING ? 0 : sched_drain(s, now);
 }
 
-bool wl_rr_sched_over(const struct wl_rr_sched *s, uint64_t now, int *timeout_ms)
+bool wl_rr_sched_over(const struct wl_rr_sched *s, uint64_t now)
 {
-	uint64_t left_ms;
-
-	if (s->phase != WL_RR_DRAINING)
-		return false;
-	if (now >= s->drain_end)
-		return true;
-	left_ms = (s->drain_end - now + 999999) / 1000000;
-	if (*timeout_ms < 0 || left_ms < (uint64_t)*timeout_ms)
-		*timeout_ms = (int)left_ms;
-	return false;
+	return s->phase == WL_RR_DRAINING && now >= s->drain_end;
 }
 
 void wl_rr_json_mark(struct wl_json *j, bool server)

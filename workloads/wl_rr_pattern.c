@@ -15,7 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/timerfd.h>
 
 #include "wl_role.h"
 
@@ -60,7 +59,6 @@ static struct {
 	int nconns;
 	_Atomic int live;
 	struct wl_rr_sched sched;  /* client */
-	bool drain_armed;	   /* client: the timer waits for the drain's end */
 	_Atomic bool up;	   /* client: a connection is up; the schedule may start */
 	_Atomic bool closing;	   /* client: it closes its connections itself */
 	_Atomic bool draining;	   /* client: no more requests fall due */
@@ -528,7 +526,6 @@ static bool idle(void)
 static bool client_over(void *arg)
 {
 	uint64_t now = wl_now_ns();
-	int timeout_ms = -1;
 
 	(void)arg;
 	wl_emit_tick();
@@ -539,22 +536,14 @@ static bool client_over(void *arg)
 		client_failed(WL_EXIT_INTERNAL, "cannot arm the request timer", NULL);
 		return true;
 	}
-	if (wl_role_stopping())
-		wl_rr_sched_stop(&rr.sched, now);
+	if (wl_role_stopping() && wl_rr_sched_stop(&rr.sched, now)) {
+		client_failed(WL_EXIT_INTERNAL, "cannot arm the request timer", NULL);
+		return true;
+	}
 	if (rr.sched.phase != WL_RR_DRAINING)
 		return false;
 	atomic_store(&rr.draining, true);
-	if (idle() || wl_rr_sched_over(&rr.sched, now, &timeout_ms))
-		return true;
-	if (!rr.drain_armed) {
-		/* The schedule's timer, idle from now on, wakes the loop at the drain's end. */
-		struct itimerspec its = {
-			.it_value = {.tv_sec = (time_t)(rr.sched.drain_end / 1000000000ull),
-				     .tv_nsec = (long)(rr.sched.drain_end % 1000000000ull)}};
-
-		rr.drain_armed = !timerfd_settime(rr.sched.timer, TFD_TIMER_ABSTIME, &its, NULL);
-	}
-	return false;
+	return idle() || wl_rr_sched_over(&rr.sched, now);
 }
 
 static bool all_closed(void *arg)
@@ -585,14 +574,13 @@ static int rr_client(void)
 		return code;
 	}
 	atomic_store(&wl_rr.connections, 1);
-	if (wl_loop_run(client_over, NULL, -1))
-		wl_role_fail(WL_EXIT_INTERNAL, "epoll_wait failed: %s", strerror(errno));
+	wl_role_loop(client_over, NULL);
 	wl_role.t_transfer_done_ns = atomic_load(&wl_rr.t_last_answer);
 	atomic_store(&rr.closing, true);
 	close_all(atomic_load(&wl_role.verify_failed) ? WL_CLOSE_VERIFY
 		  : wl_role.failure.code	      ? WL_CLOSE_ERROR
 						      : WL_CLOSE_OK);
-	wl_loop_run(all_closed, NULL, -1);
+	wl_role_loop(all_closed, NULL);
 	while (rr.conns) {
 		rc = rr.conns;
 		list_del(rc);
@@ -810,6 +798,20 @@ static bool client_gone(void *arg)
 	return wl_role_stopping() || (atomic_load(&wl_rr.connections) && !atomic_load(&rr.live));
 }
 
+static void close_all_ok(void)
+{
+	close_all(WL_CLOSE_OK);
+}
+
+/* Server: every connection closed, which ends the transfer. */
+static bool all_served(void *arg)
+{
+	if (!all_closed(arg))
+		return false;
+	wl_role.t_transfer_done_ns = wl_now_ns();
+	return true;
+}
+
 /* Serve until the client has gone, or "stop", "exit" or EOF (--control). */
 static int rr_server(void)
 {
@@ -818,18 +820,7 @@ static int rr_server(void)
 		.flags = WL_CONN_NODELAY,
 		.peer_bidi_streams = RR_PEER_STREAMS,
 	};
-	int code = wl_role_listen(&a);
-
-	if (code)
-		return code;
-	if (wl_loop_run(client_gone, NULL, -1))
-		wl_role_fail(WL_EXIT_INTERNAL, "epoll_wait failed: %s", strerror(errno));
-	atomic_store(&wl_role.stopping, true); /* refuse latecomers */
-	wl_role.t->listen_stop();
-	close_all(WL_CLOSE_OK);
-	wl_loop_run(all_closed, NULL, -1);
-	wl_role.t_transfer_done_ns = wl_now_ns();
-	return wl_role.failure.code;
+	return wl_role_serve(&a, client_gone, close_all_ok, all_served);
 }
 
 static void rr_json_mark(struct wl_json *j)

@@ -233,9 +233,9 @@ void wl_loop_del(int fd);
 void wl_loop_wake(void);
 /*
  * Run until done(arg) is true, checking it after every batch of events
- * and every wake; timeout_ms (-1: none) caps each wait (done may look at
- * the clock). -1 if epoll fails.
+ * and every wake (a time to act is a timerfd in the loop). -1 if epoll
+ * fails.
  */
-int wl_loop_run(bool (*done)(void *arg), void *arg, int timeout_ms);
+int wl_loop_run(bool (*done)(void *arg), void *arg);
 
 #endif
