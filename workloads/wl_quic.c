@@ -738,6 +738,8 @@ static int q_send(struct wl_stream *s, const uint8_t *hdr, uint32_t hdr_len, con
 {
 	struct qpost p = {.len = hdr_len + body_len, .f = QUIC_SEND_FLAG_NONE};
 	struct qsend *m = NULL;
+	struct wl_conn *c;
+	bool lazy;
 	int code;
 
 	p.cc = (void *)(((uintptr_t)p.len << 1) | 1);
@@ -789,20 +791,27 @@ static int q_send(struct wl_stream *s, const uint8_t *hdr, uint32_t hdr_len, con
 		s->has_held = true;
 		return WL_EXIT_OK;
 	}
+	/*
+	 * Once StreamSend took a FIN, the stream may complete, close and be
+	 * freed on a worker before it returns: nothing of s is read after.
+	 */
+	lazy = s->lazy;
+	c = s->c;
+	s->lazy = false;
 	code = post(s, &p);
 	if (code) {
 		s->fin_sent = false;
+		s->lazy = lazy;
 		/* Never started, so no event will ever close it: gone now, no closed handler. */
-		if (s->lazy) {
+		if (lazy) {
 			q.api->StreamClose(s->h);
 			free(s);
 		}
 		return code;
 	}
-	s->lazy = false;
-	if (atomic_load_explicit(&s->c->start_at_send, memory_order_relaxed) &&
-	    atomic_exchange(&s->c->start_at_send, false))
-		return conn_start(s->c);
+	if (atomic_load_explicit(&c->start_at_send, memory_order_relaxed) &&
+	    atomic_exchange(&c->start_at_send, false))
+		return conn_start(c);
 	return WL_EXIT_OK;
 }
 
