@@ -53,6 +53,7 @@ def cli():
 
 def _register():
     from qprof.cli import (
+        agent_cmd,
         check_cmd,
         clean_cmd,
         compare_cmd,
@@ -75,6 +76,7 @@ def _register():
     cli.add_command(check_cmd.check_cmd)
     cli.add_command(export_cmd.export_cmd)
     cli.add_command(clean_cmd.clean)
+    cli.add_command(agent_cmd.agent_cmd, name="agent")
 
 
 def _interrupted_sentence() -> str:

@@ -1,0 +1,84 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""qprof's side on another host: `qprof agent`, started over SSH, speaking
+JSON lines on its stdin and stdout (the SSH channel's), and opening no
+port of its own.
+
+On start it says who it is, one line:
+
+    {"event": "hello", "qprof_version": ..., "qprof_commit": ...,
+     "euid": 0, "build_dir": ..., "missing": [...]}
+
+`missing` names what `make build` makes and this host lacks. Then it
+answers one request a line, {"op": NAME, "id": N, ...}, with {"id": N,
+...} or {"id": N, "error": SENTENCE}, in order:
+
+    clock   {"t_ns": CLOCK_MONOTONIC now}, answered before anything else
+            is read, so the other side can bound the clocks' offset by the
+            round trip (collectors/ssh.py: best of N)
+    exit    {"id": N}, then the agent ends (so does EOF)
+
+An unknown op is answered with an error and the agent goes on.
+"""
+
+import json
+import os
+import sys
+import time
+from typing import Callable, Dict
+
+from qprof import __version__, paths
+from qprof.collectors import environment
+
+# What `make build` makes that a side of a run needs on its host.
+NEEDED = ("bin/qprof-wl", "bin/qprof-syscalls", "bin/qprof-packets", "bin/qprof-cputhread")
+
+
+def hello() -> dict:
+    build = paths.build_dir()
+    return {
+        "event": "hello",
+        "qprof_version": __version__,
+        "qprof_commit": environment.qprof_commit(),
+        "euid": os.geteuid(),
+        "build_dir": str(build),
+        "missing": [n for n in NEEDED if not os.access(build / n, os.X_OK)],
+    }
+
+
+def _clock(req: dict) -> dict:
+    return {"t_ns": time.monotonic_ns()}
+
+
+OPS: Dict[str, Callable[[dict], dict]] = {"clock": _clock}
+
+
+def serve(inp=None, out=None) -> int:
+    """The agent's loop until "exit" or EOF; 0."""
+    inp, out = inp or sys.stdin, out or sys.stdout
+
+    def say(obj: dict) -> None:
+        out.write(json.dumps(obj) + "\n")
+        out.flush()
+
+    say(hello())
+    for line in inp:
+        if not line.strip():
+            continue
+        try:
+            req = json.loads(line)
+            op, rid = req["op"], req.get("id")
+        except (ValueError, KeyError, TypeError):
+            say({"id": None, "error": f"not a request: {line.strip()[:80]!r}"})
+            continue
+        if op == "exit":
+            say({"id": rid})
+            return 0
+        fn = OPS.get(op)
+        if fn is None:
+            say({"id": rid, "error": f"unknown op {op!r}; this agent knows {', '.join(sorted(OPS))} and exit"})
+            continue
+        try:
+            say({"id": rid, **fn(req)})
+        except Exception as e:  # one failed request is the caller's to judge, not the agent's end
+            say({"id": rid, "error": f"{op} failed: {e}"})
+    return 0

@@ -1,0 +1,48 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""qprof agent, the side of a run on another host (collectors/agent.py):
+its hello, its clock and its answers, over in-memory pipes."""
+
+import io
+import json
+
+import pytest
+
+from qprof import __version__
+from qprof.collectors import agent
+
+pytestmark = pytest.mark.unit
+
+
+def talk(*requests) -> list:
+    out = io.StringIO()
+    rc = agent.serve(io.StringIO("".join(json.dumps(r) + "\n" for r in requests)), out)
+    assert rc == 0
+    return [json.loads(line) for line in out.getvalue().splitlines()]
+
+
+def test_hello_says_version_build_and_what_is_missing(tmp_path, monkeypatch):
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "qprof-wl").write_text("#!/bin/sh\n")
+    (tmp_path / "bin" / "qprof-wl").chmod(0o755)
+    monkeypatch.setenv("QPROF_BUILD_DIR", str(tmp_path))
+    hello = talk()[0]
+    assert hello["event"] == "hello" and hello["qprof_version"] == __version__
+    assert hello["build_dir"] == str(tmp_path)
+    assert "bin/qprof-wl" not in hello["missing"]
+    assert set(hello["missing"]) == set(agent.NEEDED) - {"bin/qprof-wl"}
+
+
+def test_answers_in_order_and_an_unknown_op_does_not_end_it():
+    hello, a, bad, b, bye = talk(
+        {"op": "clock", "id": 1}, {"op": "frobnicate", "id": 2}, {"op": "clock", "id": 3}, {"op": "exit", "id": 4}
+    )
+    assert [a["id"], bad["id"], b["id"], bye["id"]] == [1, 2, 3, 4]
+    assert b["t_ns"] >= a["t_ns"] > 0
+    assert "frobnicate" in bad["error"] and "clock" in bad["error"]
+
+
+def test_eof_ends_it_and_a_line_that_is_not_a_request_is_refused():
+    out = io.StringIO()
+    assert agent.serve(io.StringIO("not json\n"), out) == 0
+    hello, refused = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert refused["id"] is None and "not a request" in refused["error"]
