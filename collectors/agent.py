@@ -15,6 +15,12 @@ answers one request a line, {"op": NAME, "id": N, ...}, with {"id": N,
     clock   {"t_ns": CLOCK_MONOTONIC now}, answered before anything else
             is read, so the other side can bound the clocks' offset by the
             round trip (collectors/ssh.py: best of N)
+    edge    {"pids": {ROLE: PID}}: this host's part of a window's edge, read
+            at one instant as collectors/edges.py reads the local one: its
+            clock, /proc/stat, each process's CPU, every task's schedstat,
+            and each process's TLS and namespace counters and softnet
+    environment  {"peer": ADDR}: collectors/environment.py's description of
+            this host, with the NIC it reaches ADDR through
     exit    {"id": N}, then the agent ends (so does EOF)
 
 An unknown op is answered with an error and the agent goes on.
@@ -24,10 +30,11 @@ import json
 import os
 import sys
 import time
+from dataclasses import asdict
 from typing import Callable, Dict
 
 from qprof import __version__, paths
-from qprof.collectors import environment
+from qprof.collectors import environment, procfs
 
 # What `make build` makes that a side of a run needs on its host.
 NEEDED = ("bin/qprof-wl", "bin/qprof-syscalls", "bin/qprof-packets", "bin/qprof-cputhread")
@@ -49,7 +56,26 @@ def _clock(req: dict) -> dict:
     return {"t_ns": time.monotonic_ns()}
 
 
-OPS: Dict[str, Callable[[dict], dict]] = {"clock": _clock}
+def _edge(req: dict) -> dict:
+    pids = {role: int(pid) for role, pid in req["pids"].items()}
+    t_ns = time.monotonic_ns()
+    system = procfs.read_system()
+    processes = {role: asdict(procfs.read_process(pid)) for role, pid in pids.items()}
+    return {
+        "t_ns": t_ns,
+        "system": asdict(system),
+        "processes": processes,
+        "tasks": {f"{pid}/{tid}": ns for (pid, tid), ns in procfs.read_tasks().items()},
+        "tls_stat": {role: procfs.read_tls_stat(pid) for role, pid in pids.items()},
+        "net": {**{role: procfs.read_namespace(pid) for role, pid in pids.items()}, "softnet": procfs.read_softnet()},
+    }
+
+
+def _environment(req: dict) -> dict:
+    return {**environment.describe(), "nic": environment.nic(req["peer"])}
+
+
+OPS: Dict[str, Callable[[dict], dict]] = {"clock": _clock, "edge": _edge, "environment": _environment}
 
 
 def serve(inp=None, out=None) -> int:

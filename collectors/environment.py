@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: GPL-2.0-only
 """The machine a run was measured on, so two records can be compared later."""
 
+import json
 import os
 import platform
 import re
@@ -59,3 +60,59 @@ def describe() -> dict:
         "qprof_commit": qprof_commit(),
         "emulated": False,
     }
+
+
+def _ethtool(*args: str) -> Optional[str]:
+    try:
+        r = subprocess.run(["ethtool", *args], capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return r.stdout if r.returncode == 0 else None
+
+
+def nic(peer: str) -> dict:
+    """The device this host reaches peer through, as `ip route get`,
+    ethtool and /sys say: driver and firmware, link speed, MTU and the
+    offloads' states (`ethtool -k`; "[fixed]" ones listed apart). A part
+    that cannot be read is None, with the reason under absent_reason."""
+    out: dict = {"peer": peer, "device": None, "absent_reason": {}}
+    try:
+        r = subprocess.run(["ip", "-j", "route", "get", peer], capture_output=True, text=True, timeout=5)
+        dev = json.loads(r.stdout)[0]["dev"] if r.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError, KeyError):
+        dev = None
+    if dev is None:
+        out["absent_reason"]["device"] = f"`ip route get {peer}` gave no device"
+        return out
+    out["device"] = dev
+    sysfs = Path("/sys/class/net") / dev
+    for key, name in (("mtu", "mtu"), ("speed_mbit", "speed")):
+        try:
+            value = int((sysfs / name).read_text().strip())
+            out[key] = value if value >= 0 else None  # virtual devices say -1 for speed
+        except (OSError, ValueError):
+            out[key] = None
+        if out[key] is None:
+            out["absent_reason"][key] = f"{sysfs / name} unreadable or unknown for this device"
+    info = _ethtool("-i", dev)
+    fields = dict(line.split(": ", 1) for line in (info or "").splitlines() if ": " in line)
+    for key, name in (("driver", "driver"), ("driver_version", "version"), ("firmware", "firmware-version")):
+        out[key] = fields.get(name) or None
+    if info is None:
+        out["absent_reason"]["driver"] = f"`ethtool -i {dev}` failed"
+    for key in ("driver_version", "firmware"):
+        if info is not None and out[key] is None:
+            out["absent_reason"][key] = f"`ethtool -i {dev}` reports none"
+    features = _ethtool("-k", dev)
+    if features is None:
+        out["offloads"] = None
+        out["absent_reason"]["offloads"] = f"`ethtool -k {dev}` failed"
+    else:
+        out["offloads"], out["offloads_fixed"] = {}, []
+        for line in features.splitlines()[1:]:
+            name, _, state = line.strip().partition(": ")
+            if state:
+                out["offloads"][name] = state.startswith("on")
+                if "[fixed]" in state:
+                    out["offloads_fixed"].append(name)
+    return out

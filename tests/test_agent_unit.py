@@ -4,6 +4,8 @@ its hello, its clock and its answers, over in-memory pipes."""
 
 import io
 import json
+import os
+from pathlib import Path
 
 import pytest
 
@@ -46,3 +48,29 @@ def test_eof_ends_it_and_a_line_that_is_not_a_request_is_refused():
     assert agent.serve(io.StringIO("not json\n"), out) == 0
     hello, refused = [json.loads(line) for line in out.getvalue().splitlines()]
     assert refused["id"] is None and "not a request" in refused["error"]
+
+
+def test_edge_reads_this_host_for_the_pids_asked(tmp_path):
+    pid = os.getpid()
+    hello, edge, later = talk({"op": "edge", "id": 1, "pids": {"server": pid}}, {"op": "clock", "id": 2})
+    assert "error" not in edge, edge
+    assert edge["t_ns"] <= later["t_ns"]
+    assert set(edge["processes"]) == {"server"} and edge["processes"]["server"]["oncpu_s"] > 0
+    assert f"{pid}/{pid}" in edge["tasks"]
+    assert edge["system"]["idle_s"] >= 0 and set(edge["net"]) == {"server", "softnet"}
+
+
+def test_environment_names_the_device_toward_the_peer():
+    hello, env = talk({"op": "environment", "id": 1, "peer": "127.0.0.1"})
+    assert env["kernel_release"] == os.uname().release
+    nic = env["nic"]
+    assert nic["device"] == "lo"
+    assert nic["mtu"] == int(Path("/sys/class/net/lo/mtu").read_text())
+    if nic["offloads"] is None:  # no ethtool: said, never an empty table
+        assert "offloads" in nic["absent_reason"]
+
+
+def test_a_failed_request_is_an_error_answer_and_the_agent_goes_on():
+    hello, bad, ok = talk({"op": "edge", "id": 1, "pids": {"server": 2**22 + 7}}, {"op": "clock", "id": 2})
+    assert bad["id"] == 1 and bad["error"].startswith("edge failed")
+    assert ok["t_ns"] > 0
