@@ -125,10 +125,16 @@ guest: apt
 
 # Readers the tests check qprof's output with, which qprof itself does not
 # run: golang-go for `go tool pprof` (tests/test_export.py); chromium and
-# its chromium-driver, driven by selenium, for `qprof report` (tests/test_report.py).
-TEST_PKGS := golang-go chromium chromium-driver
+# its chromium-driver, driven by selenium, for `qprof report` (tests/test_report.py);
+# openssh-server for the sshd each test host runs (tests/sshhosts.py).
+# Debian's package also enables and starts a system sshd, which no test
+# uses: on a machine that had none, it is stopped and disabled again.
+TEST_PKGS := golang-go chromium chromium-driver openssh-server
 test-tools: apt
-	@build-aux/apt.sh install $(TEST_PKGS)
+	@had_sshd=$$(dpkg-query -W -f='$${Status}' openssh-server 2>/dev/null); \
+	build-aux/apt.sh install $(TEST_PKGS) && case "$$had_sshd" in *"ok installed"*) ;; \
+	*) if [ -d /run/systemd/system ]; then systemctl disable --now -q ssh.service ssh.socket; \
+	   else update-rc.d ssh disable >/dev/null && { invoke-rc.d ssh stop >/dev/null 2>&1 || true; }; fi ;; esac
 
 run: deps build
 	$(VENV)/bin/qprof run --stack quic

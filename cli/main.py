@@ -48,6 +48,7 @@ def cli():
       qprof export RUN --format pprof   also folded, perf-script, openmetrics
       qprof report RUN --open           a self-contained HTML report
       qprof clean                       remove what a killed run left behind
+      qprof remote check root@HOST      can a run use that host over SSH?
     """
 
 
@@ -61,6 +62,7 @@ def _register():
         export_cmd,
         flame_cmd,
         ls_cmd,
+        remote_cmd,
         report_cmd,
         run_cmd,
         show_cmd,
@@ -77,6 +79,7 @@ def _register():
     cli.add_command(export_cmd.export_cmd)
     cli.add_command(clean_cmd.clean)
     cli.add_command(agent_cmd.agent_cmd, name="agent")
+    cli.add_command(remote_cmd.remote)
 
 
 def _interrupted_sentence() -> str:

@@ -193,6 +193,66 @@ class Regression(QprofError):
     exit_code = 40
 
 
+# Another host, reached over SSH (collectors/ssh.py, docs/remote.md): each
+# fault its own code, so a script can tell a network problem from a key
+# to fix or a host to set up.
+
+
+class SshUnreachable(QprofError):
+    """ssh could not reach the host: the name does not resolve, the
+    connection is refused, no route, or it timed out."""
+
+    exit_code = 50
+
+
+class SshAuthFailed(QprofError):
+    """The host answered but refused every key qprof's ssh offered."""
+
+    exit_code = 51
+
+
+class SshHostKeyUnknown(QprofError):
+    """The host's key is not in known_hosts: qprof never accepts one by itself."""
+
+    exit_code = 52
+
+
+class SshHostKeyChanged(QprofError):
+    """The host's key differs from the one known_hosts holds for it."""
+
+    exit_code = 53
+
+
+class SshFailed(QprofError):
+    """ssh failed for a reason none of the codes above names (its last line says which)."""
+
+    exit_code = 54
+
+
+class RemoteNotRoot(QprofError):
+    """qprof on the other host does not run as root."""
+
+    exit_code = 55
+
+
+class RemoteNotBuilt(QprofError):
+    """The other host lacks qprof or its build (`make build` there)."""
+
+    exit_code = 56
+
+
+class RemoteVersion(QprofError):
+    """qprof on the other host is another version or commit than this one."""
+
+    exit_code = 57
+
+
+class RemoteLost(QprofError):
+    """The SSH connection or qprof's agent on the other host ended while in use."""
+
+    exit_code = 58
+
+
 class Interrupted(QprofError):
     """Ctrl-C or SIGTERM: 128 + SIGINT, as shells report it."""
 

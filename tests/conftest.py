@@ -1,14 +1,16 @@
 # SPDX-License-Identifier: GPL-2.0-only
 """Shared by the tests: run the real CLI, and check that nothing is left."""
 
+import itertools
 import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import pytest
@@ -138,11 +140,19 @@ def leftovers():
     found += [
         f"process {line.strip()}"
         for line in ps.splitlines()
-        if "qprof-wl" in line or "perf record" in line or "qemu-system" in line
+        if "qprof-wl" in line
+        or "perf record" in line
+        or "qemu-system" in line
+        # ssh's master and clients (their control socket's directory is in
+        # their argv), `qprof agent` on a test host, a test host's sshd
+        or "qprof-ssh-" in line
+        or "qprof agent" in line
+        or "qp-sshd.conf" in line
     ]
     state = Path(os.environ.get("QPROF_STATE_DIR", "/run/qprof"))
     found += [f"ledger {p}" for p in state.glob("*.json")]
     found += [f"path {p}" for p in Path("/tmp").glob("qprof-perf-*")]
+    found += [f"path {p}" for p in Path(tempfile.gettempdir()).glob("qprof-ssh-*")]
     return found
 
 
@@ -175,6 +185,31 @@ def runs_dir(tmp_path):
     assert leftovers() == []
     if d.exists():
         validate_records(d)
+
+
+@pytest.fixture
+def ssh_host_factory(runs_dir, tmp_path):
+    """Other hosts made on demand (tests/sshhosts.py), each a namespace with
+    its own sshd: make(env=None) -> a running SshTestHost (env: what its
+    sshd hands every session, over this test's PYTHONPATH and
+    QPROF_BUILD_DIR). All are torn down after the test, before runs_dir
+    checks that nothing is left."""
+    from sshhosts import SshTestHost
+
+    with ExitStack() as stack:
+        count = itertools.count()
+
+        def make(env=None):
+            return stack.enter_context(SshTestHost(tmp_path / f"host{next(count)}", env=env))
+
+        yield make
+
+
+@pytest.fixture
+def ssh_host(ssh_host_factory):
+    """One other host reached over SSH: qprof gets `ssh_host.ssh_config`
+    (ssh -F) and `ssh_host.destination` (root@ADDR) or `ssh_host.alias`."""
+    return ssh_host_factory()
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,82 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""`qprof remote`: another host, reached over SSH (collectors/ssh.py,
+docs/remote.md)."""
+
+import dataclasses
+import json
+
+import click
+
+from qprof.collectors import ssh
+
+
+@click.group()
+def remote():
+    """Another host a run can place a side on, reached over SSH."""
+
+
+@remote.command("check")
+@click.argument("host")
+@click.option(
+    "--ssh-config",
+    type=click.Path(dir_okay=False),
+    help="ssh's configuration file, as `ssh -F FILE` (replaces ~/.ssh/config and /etc/ssh/ssh_config).",
+)
+@click.option(
+    "--rounds",
+    type=click.IntRange(1, 1000),
+    default=ssh.CLOCK_ROUNDS,
+    show_default=True,
+    help="Clock round trips; the shortest gives the offset.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print what was found as one JSON object on stdout.")
+def check(host, ssh_config, rounds, as_json):
+    """Reach HOST over SSH and check that a run can use it.
+
+    HOST is an SSH destination: user@host, host:port, user@host:port or a
+    Host name from your ssh config. qprof logs in with your keys and
+    known_hosts (never a password, never a key it has not seen), starts
+    `qprof agent` there and checks that it runs as root, is this version
+    and commit, and has its build; then it measures the offset between
+    the two hosts' clocks. Each fault exits with its own code
+    (docs/exit-codes.md); nothing is left on either host.
+
+    \b
+    EXAMPLES:
+      qprof remote check root@server.lab
+      qprof remote check bench2 --ssh-config ~/lab/ssh_config
+      qprof remote check root@10.0.0.2:2222 --json | jq .clock
+    """
+    with ssh.SshHost(host, ssh_config=ssh_config) as h:
+        with h.open_agent() as agent:
+            clock = agent.clock_offset(rounds)
+            hello = agent.hello
+        address = h.address
+    found = {
+        "host": host,
+        "address": address,
+        "qprof_version": hello["qprof_version"],
+        "qprof_commit": hello["qprof_commit"],
+        "euid": hello["euid"],
+        "build_dir": hello["build_dir"],
+        "missing": hello["missing"],
+        "clock": dataclasses.asdict(clock),
+    }
+    if as_json:
+        click.echo(json.dumps(found, indent=2))
+        return
+    commit = (hello["qprof_commit"] or "no known commit")[:12]
+    rows = [
+        ("host", f"{host}, reached at {address}"),
+        ("qprof", f"version {hello['qprof_version']} at {commit}, as here"),
+        ("user", f"euid {hello['euid']} (root)"),
+        ("build", f"{hello['build_dir']}, complete"),
+        (
+            "clock (us)",
+            f"its CLOCK_MONOTONIC is ours {clock.offset_ns / 1e3:+.1f} ± {clock.uncertainty_ns / 1e3:.1f} "
+            f"(best round trip {clock.rtt_ns / 1e3:.1f} of {clock.rounds})",
+        ),
+    ]
+    width = max(len(k) for k, _ in rows)
+    for k, v in rows:
+        click.echo(f"{k:<{width}}  {v}")

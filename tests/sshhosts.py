@@ -1,0 +1,256 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""Other hosts for the tests, made on this machine (issue 26): each one a
+network namespace joined to this one by a veth with a /30 of its own,
+running Debian's sshd (`make test-tools` installs openssh-server) on its
+own address. qprof reaches it over SSH exactly as it would a real host:
+`root@ADDR` with a key, a known_hosts and an ssh config made for the test
+(given to qprof as `ssh_config`, the run option `--ssh-config`), never
+the machine's own /root/.ssh or /etc/ssh.
+
+The host is "installed like this one": its sshd hands every session
+this test's PYTHONPATH and QPROF_BUILD_DIR (sshd_config SetEnv, which a
+client cannot override), so `python -m qprof` there is the code under
+test; `env=` gives a host another environment (one that lacks the build).
+
+A host is a context manager and the one owner of what it makes: sshd and
+whatever runs in its namespace are killed and the namespace (with its
+veth) deleted on every path. The namespace is claimed in this process's
+ledger (core/remains.py) before it exists, so `qprof clean` removes it
+if the test process is killed outright, and its name starts with qp-, as
+every qprof namespace, so `leftovers()` (conftest.py) sees one left.
+"""
+
+import ipaddress
+import json
+import os
+import secrets
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+from qprof import interrupts, remains
+from qprof.collectors.controlled import die_with_parent
+from qprof.collectors.topology import choose_subnet, host_networks
+
+NETNS_PREFIX = "qp-ssh-"
+LINK_PREFIX = "qps"
+# Private, and apart from the pool runs take theirs from (10.218.0.0/16,
+# collectors/topology.py), so a run beside these hosts never collides.
+ADDRESS_POOL = ipaddress.ip_network("10.219.0.0/16")
+SSHD = "/usr/sbin/sshd"
+# sshd refuses to start without its privilege separation directory, which
+# Debian's ssh.service makes (RuntimeDirectory) and this machine never ran.
+SSHD_RUN_DIR = Path("/run/sshd")
+# What makes `python -m qprof` there this test's qprof, as here.
+PASSED_ENV = ("PYTHONPATH", "QPROF_BUILD_DIR")
+START_TIMEOUT_S = 10.0
+# The name of each host's sshd config: leftovers() (conftest.py) knows a
+# test's sshd by it.
+SSHD_CONFIG = "qp-sshd.conf"
+
+
+def keygen(path: Path, comment: str) -> Path:
+    """An ed25519 key pair without a passphrase: path and path.pub."""
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
+        check=True,
+        capture_output=True,
+    )
+    return path
+
+
+def public(key: Path) -> str:
+    return Path(f"{key}.pub").read_text().strip()
+
+
+def _ip(*args: str) -> None:
+    r = subprocess.run(["ip", *args], capture_output=True, text=True)
+    assert r.returncode == 0, f"ip {' '.join(args)}: {r.stderr.strip()}"
+
+
+class SshTestHost:
+    """One host: `addr` (reached from here), `alias` (a Host name in
+    `ssh_config`), `destination` (root@addr), the client key, the host
+    key and the known_hosts qprof uses, all under `scratch`."""
+
+    def __init__(self, scratch: Path, env: Optional[Dict[str, str]] = None):
+        self.dir = Path(scratch)
+        self.env = {k: os.environ[k] for k in PASSED_ENV if k in os.environ}
+        self.env.update(env or {})
+        tag = secrets.token_hex(3)
+        self.netns = f"{NETNS_PREFIX}{tag}"
+        self.links = (f"{LINK_PREFIX}{tag}r", f"{LINK_PREFIX}{tag}h")  # this side, the host's
+        self.alias = f"qphost-{tag}"
+        self.addr: Optional[str] = None
+        self.local_addr: Optional[str] = None
+        self.sshd: Optional[subprocess.Popen] = None
+        self._claimed = False
+
+    # -- the host ---------------------------------------------------------
+
+    def __enter__(self) -> "SshTestHost":
+        try:
+            self._start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _start(self) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        SSHD_RUN_DIR.mkdir(mode=0o755, exist_ok=True)
+        net = choose_subnet(host_networks(), ADDRESS_POOL)
+        here, there = (str(h) for h in net.hosts())
+        with interrupts.deferred():
+            remains.ledger().claim("netns", self.netns)
+            self._claimed = True
+        _ip("netns", "add", self.netns)
+        _ip("link", "add", self.links[0], "type", "veth", "peer", "name", self.links[1], "netns", self.netns)
+        _ip("addr", "add", f"{here}/30", "dev", self.links[0])
+        _ip("link", "set", self.links[0], "up")
+        _ip("-n", self.netns, "link", "set", "lo", "up")
+        _ip("-n", self.netns, "addr", "add", f"{there}/30", "dev", self.links[1])
+        _ip("-n", self.netns, "link", "set", self.links[1], "up")
+        self.local_addr, self.addr = here, there
+
+        self.host_key = keygen(self.dir / "host_key", f"host {self.alias}")
+        self.client_key = keygen(self.dir / "client_key", "qprof test client")
+        self.authorized_keys = self.dir / "authorized_keys"
+        self.authorized_keys.write_text(public(self.client_key) + "\n")
+        self.sshd_config = self.dir / SSHD_CONFIG
+        self.sshd_config.write_text(self._sshd_config())
+        self.sshd_log = self.dir / "sshd.log"
+        self.known_hosts = self.dir / "known_hosts"
+        self.known_hosts.write_text(f"{self.addr} {public(self.host_key)}\n")
+        self.ssh_config = self.client_config("ssh_config")
+
+        with open(self.sshd_log, "wb") as log:
+            self.sshd = subprocess.Popen(
+                ["ip", "netns", "exec", self.netns, SSHD, "-D", "-e", "-f", str(self.sshd_config)],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                preexec_fn=die_with_parent,
+            )
+        self._wait_listening()
+
+    def _sshd_config(self) -> str:
+        # UsePAM no: no logind session or `systemd --user` outlives a test
+        # (without PAM sshd refuses a root whose password is locked with
+        # "!": /etc/shadow's root here has "*"). StrictModes no: the keys
+        # live under /tmp, which is world-writable.
+        lines = [
+            f"ListenAddress {self.addr}:22",
+            f"HostKey {self.host_key}",
+            "PidFile none",
+            f"AuthorizedKeysFile {self.authorized_keys}",
+            "PermitRootLogin prohibit-password",
+            "PubkeyAuthentication yes",
+            "PasswordAuthentication no",
+            "KbdInteractiveAuthentication no",
+            "UsePAM no",
+            "StrictModes no",
+            "PrintMotd no",
+            "LogLevel VERBOSE",
+        ]
+        if self.env:
+            lines.append("SetEnv " + " ".join(f"{k}={v}" for k, v in self.env.items()))
+        return "\n".join(lines) + "\n"
+
+    def _wait_listening(self) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.sshd.poll() is not None:
+                raise AssertionError(f"sshd ended (exit {self.sshd.returncode}): {self.sshd_log.read_text()}")
+            try:
+                socket.create_connection((self.addr, 22), timeout=1).close()
+                return
+            except OSError:
+                time.sleep(0.02)
+        raise AssertionError(f"sshd did not listen on {self.addr}:22 within {START_TIMEOUT_S:.0f} s")
+
+    def close(self) -> None:
+        with interrupts.deferred():
+            if self.sshd is not None:
+                if self.sshd.poll() is None:
+                    self.sshd.kill()
+                self.sshd.wait()
+            # Its own end first: a namespace is destroyed on the kernel's
+            # time, and the veth end here with it, after `ip netns del`.
+            subprocess.run(["ip", "link", "del", self.links[0]], capture_output=True)
+            if self._claimed and remains.delete_netns(self.netns):
+                remains.ledger().release("netns", self.netns)
+                self._claimed = False
+
+    def join(self, other: "SshTestHost") -> Tuple[str, str]:
+        """A veth of their own between this host and `other`, with a /30 of
+        its own, for data between two hosts that flows through no other
+        namespace: (this host's address on it, the other's). It goes with
+        the namespaces."""
+        net = choose_subnet(host_networks() + self._netns_networks() + other._netns_networks(), ADDRESS_POOL)
+        mine, theirs = (str(h) for h in net.hosts())
+        name = f"{LINK_PREFIX}{secrets.token_hex(3)}"
+        links = (f"{name}a", f"{name}b")
+        _ip("-n", self.netns, "link", "add", links[0], "type", "veth", "peer", "name", links[1], "netns", other.netns)
+        for host, link, addr in ((self, links[0], mine), (other, links[1], theirs)):
+            _ip("-n", host.netns, "addr", "add", f"{addr}/30", "dev", link)
+            _ip("-n", host.netns, "link", "set", link, "up")
+        return mine, theirs
+
+    def _netns_networks(self) -> List[ipaddress.IPv4Network]:
+        r = subprocess.run(["ip", "-n", self.netns, "-j", "-4", "addr", "show"], capture_output=True, text=True)
+        return [
+            ipaddress.ip_network(f"{a['local']}/{a['prefixlen']}", strict=False)
+            for link in json.loads(r.stdout or "[]")
+            for a in link.get("addr_info", [])
+        ]
+
+    # -- what a test hands qprof -------------------------------------------
+
+    @property
+    def destination(self) -> str:
+        return f"root@{self.addr}"
+
+    def client_config(self, name: str, identity: Optional[Path] = None, known_hosts: Optional[str] = None) -> Path:
+        """An ssh config (for `ssh -F`) naming this host's alias, a key and
+        a known_hosts: this host's own unless `identity` (another key) or
+        `known_hosts` (the file's text) are given."""
+        kh = self.known_hosts
+        if known_hosts is not None:
+            kh = self.dir / f"{name}.known_hosts"
+            kh.write_text(known_hosts)
+        path = self.dir / name
+        path.write_text(
+            f"Host {self.alias}\n"
+            f"    HostName {self.addr}\n"
+            "Host *\n"
+            "    User root\n"
+            f"    IdentityFile {identity or self.client_key}\n"
+            "    IdentitiesOnly yes\n"
+            f"    UserKnownHostsFile {kh}\n"
+            "    GlobalKnownHostsFile /dev/null\n"
+        )
+        return path
+
+    def remote_pids(self) -> List[str]:
+        """What runs on the host besides its listening sshd: `ps` lines."""
+        r = subprocess.run(["ip", "netns", "pids", self.netns], capture_output=True, text=True)
+        pids = [p for p in r.stdout.split() if self.sshd is None or p != str(self.sshd.pid)]
+        if not pids:
+            return []
+        ps = subprocess.run(["ps", "-o", "pid=,args=", "-p", ",".join(pids)], capture_output=True, text=True)
+        return [l.strip() for l in ps.stdout.splitlines() if l.strip()]
+
+    def wait_idle(self, timeout_s: float = 10.0) -> List[str]:
+        """remote_pids() once the host has none left, or when timeout_s
+        passed: sshd ends a connection's processes after the client has
+        gone, on its own time."""
+        deadline = time.monotonic() + timeout_s
+        while (left := self.remote_pids()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return left
