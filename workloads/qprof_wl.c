@@ -460,7 +460,5 @@ int main(int argc, char **argv)
 	} else {
 		wl_pattern_init(o.io_size);
 	}
-	if (!strcmp(o.stack, "udp"))
-		return wl_udp_run(&o);
 	return wl_role_run(&o);
 }

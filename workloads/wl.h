@@ -248,8 +248,8 @@ bool wl_rr_sched_over(const struct wl_rr_sched *s, uint64_t now);
  */
 /*
  * A run's first failure: its exit code (0: none yet) and message; later
- * failures are its consequences. wl_fail records one, says it on stderr
- * once, and sets *stopping (unless NULL) so every thread winds down.
+ * failures are its consequences. wl_role_fail (wl_role.h) records one,
+ * says it on stderr once, and stops the role so every thread winds down.
  */
 struct wl_failure {
 	pthread_mutex_t lock;
@@ -260,8 +260,6 @@ struct wl_failure {
 	{                                         \
 		.lock = PTHREAD_MUTEX_INITIALIZER \
 	}
-void wl_fail(struct wl_failure *f, _Atomic bool *stopping, int code, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
 
 /*
  * bind(fd) to the server's address o->addr:o->port (a, already filled in);
@@ -362,8 +360,5 @@ struct wl_dl {
 	uint64_t retransmits, lost_packets, packets_sent, packets_received;
 };
 void wl_emit_dl(const char *event, const struct wl_dl *d);
-
-/* Roles: udp's; quic and the TCP stacks run wl_role_run (wl_role.h) */
-int wl_udp_run(const struct wl_opts *o);
 
 #endif

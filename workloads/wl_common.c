@@ -276,23 +276,6 @@ const char *wl_json_end(struct wl_json *j)
 	return j->buf;
 }
 
-void wl_fail(struct wl_failure *f, _Atomic bool *stopping, int code, const char *fmt, ...)
-{
-	va_list ap;
-
-	pthread_mutex_lock(&f->lock);
-	if (!f->code) {
-		f->code = code;
-		va_start(ap, fmt);
-		vsnprintf(f->msg, sizeof(f->msg), fmt, ap);
-		va_end(ap);
-		wl_warn("%s", f->msg);
-	}
-	pthread_mutex_unlock(&f->lock);
-	if (stopping)
-		atomic_store(stopping, true);
-}
-
 void wl_json_mark(struct wl_json *j, const char *name)
 {
 	wl_json_begin(j);

@@ -151,6 +151,7 @@ void wl_role_wait_start(void)
 {
 	if (wl_role.o->wait_start)
 		sem_wait(&wl_role.may_start);
+	atomic_store(&wl_role.started, true);
 }
 
 int wl_role_handshake_failed(const struct wl_end *e, const char *which)
@@ -216,10 +217,17 @@ static void on_stop(void *arg)
 
 static void on_exit_cmd(void *arg)
 {
+	const struct wl_pattern *p = wl_role.p;
+
 	(void)arg;
-	/* A download or rr role runs until told; a bulk role is done already. */
-	if (wl_role.p->exit_stops)
+	/* A download or rr role runs until told; a bulk role is done already (wl_role.h). */
+	if (p->exit_stops || (p->exit_stops_server && wl_role.server)) {
 		stop();
+	} else if (p->exit_cancels_start && !wl_role.server && wl_role.o->wait_start &&
+		   !atomic_load(&wl_role.started)) {
+		stop();
+		sem_post(&wl_role.may_start);
+	}
 	sem_post(&wl_role.may_exit);
 }
 
@@ -230,10 +238,12 @@ static const struct wl_control_ops control_ops = {
 	.exit = on_exit_cmd,
 };
 
-/* The receiver checks what it gets: bulk's server, download's client, both in rr. */
+/* The receiver checks what it gets: bulk's server (udp's too), download's client, both in rr. */
 static bool receiver(void)
 {
-	return wl_role.p == &wl_rr_pattern || wl_role.server == (wl_role.p == &wl_bulk);
+	const bool bulk = wl_role.p == &wl_bulk || wl_role.p == &wl_udp_bulk;
+
+	return wl_role.p == &wl_rr_pattern || wl_role.server == bulk;
 }
 
 static void emit_done(int code)
@@ -272,11 +282,18 @@ int wl_role_run(const struct wl_opts *o)
 
 	wl_role.o = o;
 	wl_role.server = !strcmp(o->role, "server");
-	wl_role.t = !strcmp(o->stack, "quic") ? &wl_quic : &wl_tcp;
-	wl_role.label = !strcmp(o->stack, "quic")  ? "QUIC"
-			: !strcmp(o->stack, "tcp") ? "TCP"
-						   : "TLS";
-	wl_role.p = o->download ? &wl_download : o->rr ? &wl_rr_pattern : &wl_bulk;
+	/* udp: its datagram pattern alone (qprof_wl.c refuses download and rr there). */
+	if (!strcmp(o->stack, "udp")) {
+		wl_role.t = &wl_udp;
+		wl_role.label = "UDP";
+		wl_role.p = &wl_udp_bulk;
+	} else {
+		wl_role.t = !strcmp(o->stack, "quic") ? &wl_quic : &wl_tcp;
+		wl_role.label = !strcmp(o->stack, "quic")  ? "QUIC"
+				: !strcmp(o->stack, "tcp") ? "TCP"
+							   : "TLS";
+		wl_role.p = o->download ? &wl_download : o->rr ? &wl_rr_pattern : &wl_bulk;
+	}
 	sem_init(&wl_role.may_start, 0, 0);
 	sem_init(&wl_role.may_exit, 0, 0);
 	if (wl_loop_init()) {

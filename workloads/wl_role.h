@@ -6,6 +6,14 @@
  * gives the events every pattern shares: "ready", "connected" (once a
  * run), the marks and "done", each with the pattern's fields and then the
  * transport's. A transport needs none of this file.
+ *
+ * udp (wl_udp.c) is a datagram transport with a pattern of its own,
+ * wl_udp_bulk, the only one that runs on it: a flow of datagrams with
+ * loss has no ordered stream for bulk's content check, so each datagram
+ * is checked by its sequence number and what goes missing is counted
+ * (iperf3 -u is a mode under iperf3's one test loop in the same way). It
+ * shares the rest of the role: the control channel, the events, the
+ * failure, app_bytes and the times.
  */
 #ifndef QPROF_WL_ROLE_H
 #define QPROF_WL_ROLE_H
@@ -18,8 +26,14 @@
 
 struct wl_pattern {
 	const char *name;
-	/* "exit" (or EOF) ends the role as "stop" does: download, rr. */
-	bool exit_stops;
+	/*
+	 * What "exit" (or EOF) ends as "stop" does, before the role may go (a
+	 * bulk role is done by then). exit_stops: the role (download and rr
+	 * run until told). exit_stops_server: the server only (udp's receiver
+	 * runs until told or its end datagram). exit_cancels_start: a client
+	 * still waiting for "start", which then never starts (udp's sender).
+	 */
+	bool exit_stops, exit_stops_server, exit_cancels_start;
 	/* The role's work, server and client; an exit code, the run's first failure's if any. */
 	int (*server)(void);
 	int (*client)(void);
@@ -30,25 +44,26 @@ struct wl_pattern {
 	void (*stop)(void);
 };
 
-extern const struct wl_pattern wl_bulk, wl_download, wl_rr_pattern;
+extern const struct wl_pattern wl_bulk, wl_download, wl_rr_pattern, wl_udp_bulk;
 
 struct wl_role {
 	const struct wl_opts *o;
 	const struct wl_transport *t;
 	const struct wl_pattern *p;
 	bool server;
-	const char *label; /* the stack as messages name it: "QUIC", "TCP", "TLS" */
+	const char *label; /* the stack as messages name it: "QUIC", "TCP", "TLS", "UDP" */
 
 	_Atomic bool stopping;	    /* "stop", the duration's end, or the first failure */
 	struct wl_failure failure;  /* wl_role_fail */
 	_Atomic uint64_t app_bytes; /* sender: handed to the transport; receiver: checked */
+	_Atomic bool started;	    /* client: past wl_role_wait_start */
 
 	_Atomic bool connected; /* "connected" is out; t_connected_ns set before */
 	uint64_t t_connected_ns, t_transfer_done_ns;
 	/* The connection "done" tells of (transport_status, peer_error_code): the pattern's to set. */
 	struct wl_end end;
 
-	/* A receiver's first failed check, for "done"; verify_failed alone for rr. */
+	/* A receiver's first failed check, for "done"; verify_failed alone for rr and udp. */
 	_Atomic bool verify_failed;
 	uint64_t verify_fail_off, verify_fail_idx;
 	const char *verify_fail_key; /* "verify_fail_stream" or "verify_fail_download" */
@@ -67,7 +82,7 @@ extern struct wl_role wl_role;
 void wl_ignore(struct wl_stream *s, void *ctx);
 void wl_ignore_data(struct wl_stream *s, void *ctx, const uint8_t *p, size_t len);
 
-/* qprof_wl.c: quic and the TCP stacks (udp runs wl_udp_run). */
+/* qprof_wl.c: every stack. */
 int wl_role_run(const struct wl_opts *o);
 
 /* The run fails (first failure wins, said once on stderr); stopping is set and the loop woken. */
@@ -84,7 +99,7 @@ static inline bool wl_role_stopping(void)
 }
 /* The run's "connected" event, once, at t_ns (the transport's json_connected fields). */
 void wl_role_connected(uint64_t t_ns);
-/* Server: the transport listens, then "ready"; an exit code. */
+/* Server: the transport listens (udp: binds; a is NULL), then "ready"; an exit code. */
 int wl_role_listen(const struct wl_accept *a);
 /* The loop until done(arg); an epoll failure fails the run (WL_EXIT_INTERNAL, else 0). */
 int wl_role_loop(bool (*done)(void *arg), void *arg);
@@ -95,7 +110,7 @@ int wl_role_loop(bool (*done)(void *arg), void *arg);
  */
 int wl_role_serve(const struct wl_accept *a, bool (*served)(void *arg), void (*wind_down)(void),
 		  bool (*gone)(void *arg));
-/* Client, --wait-start: until "start". */
+/* Client, --wait-start: until "start" (exit_cancels_start: or "exit", with stopping set). */
 void wl_role_wait_start(void);
 /* "QUIC handshake with 10.0.0.1:4433 failed (download 3): QUIC_STATUS_..."; WL_EXIT_HANDSHAKE. */
 int wl_role_handshake_failed(const struct wl_end *e, const char *which);

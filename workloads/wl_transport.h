@@ -10,6 +10,14 @@
  * of a pattern. Which pattern runs is the pattern's business; a transport
  * learns only what it must to move bytes well (the WL_CONN_* hints).
  *
+ * UDP (wl_udp.c) is a datagram transport: no connection, no stream, no
+ * order, and loss is counted rather than failed, so bulk's content check
+ * of an ordered stream cannot run on it. It runs its own pattern
+ * (wl_udp_bulk, the sender and the sequence-number receiver) and gives
+ * the role only init, listen (bind; "ready" follows), its report fields
+ * and fini; connect and every stream operation are NULL, as they do not
+ * apply to datagrams, and the other patterns never run on it.
+ *
  * OBJECTS
  *   struct wl_conn    a connection (QUIC connection, TCP connection).
  *   struct wl_stream  an ordered byte stream with a FIN in each direction:
@@ -174,7 +182,10 @@ struct wl_transport {
 	 * SSL_CTX, an unknown cipher). An exit code, after saying why. NULL: none.
 	 */
 	int (*setup)(void);
-	/* Server: bind and listen; "ready" is the pattern's to emit after. An exit code. */
+	/*
+	 * Server: bind and listen; "ready" is the pattern's to emit after. An
+	 * exit code. udp: binds the receiving socket; a is NULL (no connections).
+	 */
 	int (*listen)(const struct wl_accept *a);
 	/* Server: accept no more connections (stop). */
 	void (*listen_stop)(void);
@@ -211,7 +222,7 @@ struct wl_transport {
 	void (*fini)(void);
 };
 
-extern const struct wl_transport wl_quic, wl_tcp;
+extern const struct wl_transport wl_quic, wl_tcp, wl_udp;
 
 /* Thin wrappers, so patterns read as calls. */
 int wl_send(struct wl_stream *s, const uint8_t *hdr, uint32_t hdr_len, const uint8_t *body,

@@ -1,8 +1,21 @@
 // SPDX-License-Identifier: GPL-2.0-only
 /*
- * Raw UDP roles (udp): a bulk sender and a verifying receiver with no
- * reliability and no crypto, the kernel's floor for a UDP transport, in the
- * spirit of the kernel's udpgso_bench_tx/rx.
+ * Raw UDP (udp): a datagram transport with no reliability and no crypto,
+ * the kernel's floor for a UDP transport, and the one pattern that runs
+ * on it, a bulk sender and a verifying receiver in the spirit of the
+ * kernel's udpgso_bench_tx/rx. The role (wl_role.c) runs them as it runs
+ * the others: the control channel, "ready", "connected", the marks,
+ * "done", the failure, the stop.
+ *
+ * Why a pattern of its own (as iperf3 -u is a mode under iperf3's one
+ * test loop): a datagram flow with loss has no ordered stream, so bulk's
+ * content check of a byte stream at its offset has nothing to run on.
+ * Each datagram is checked on its own, by its sequence number, and what
+ * goes missing is counted rather than failed. So the transport gives the
+ * role only what the role asks of every transport (init, listen, its
+ * fields of the reports, fini); the stream operations are NULL: this
+ * pattern drives its one socket itself, in batches the kernel cuts
+ * (GSO) or joins (GRO).
  *
  * Datagram seq carries seq as an 8-byte little-endian word, then the
  * pattern bytes at offset (seq mod UDP_SLOTS) * UDP_STRIDE + 8 onwards.
@@ -26,9 +39,6 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/udp.h>
-#include <pthread.h>
-#include <semaphore.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,7 +46,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "wl.h"
+#include "wl_role.h"
 
 #ifndef UDP_SEGMENT
 #define UDP_SEGMENT 103
@@ -68,32 +78,28 @@
 enum send_mode { MODE_SENDMSG, MODE_SENDMMSG, MODE_GSO };
 static const char *const mode_names[] = {"sendmsg", "sendmmsg", "gso"};
 
+/* The role's wl_role holds the rest: app_bytes, stopping, the failure, the times. */
 static struct {
-	const struct wl_opts *o;
-	bool server;
 	enum send_mode mode;
 	uint32_t dgram, batch;
 	bool gro;
 	int fd;
 	int sockbuf; /* SO_SNDBUF (client) or SO_RCVBUF (server) */
 
-	/* Written by the one transfer thread, read by marks. */
-	_Atomic uint64_t app_bytes;
+	/* Written by the one transfer thread (the role's main thread), read by marks. */
 	_Atomic uint64_t io_calls;
 	_Atomic uint64_t datagrams; /* data datagrams sent, or received once */
 	_Atomic uint64_t lost, reordered, duplicates, highest_seq, gro_segments;
 
-	_Atomic bool stopping;
-	_Atomic bool started; /* client: past --wait-start */
-	bool have_data, got_end, verify_failed;
+	bool have_data, got_end;
 	uint64_t expected; /* from the end datagram */
 	const char *end_reason;
-	struct wl_failure failure;
-	uint64_t t_connected_ns, t_transfer_done_ns;
-	sem_t may_start, may_exit;
-} udp_state = {.failure = WL_FAILURE_INIT, .fd = -1, .sockbuf = -1};
+} udp_state = {.fd = -1, .sockbuf = -1};
 
-/* Single writer: a relaxed load and store, no locked instruction per datagram. */
+/*
+ * Single writer: a relaxed load and store, no locked instruction per
+ * datagram (wl_role.app_bytes too: only the transfer thread writes it).
+ */
 static inline void bump(_Atomic uint64_t *c, uint64_t n)
 {
 	atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + n,
@@ -105,75 +111,12 @@ static inline uint64_t get(_Atomic uint64_t *c)
 	return atomic_load_explicit(c, memory_order_relaxed);
 }
 
-#define fail(code, ...) wl_fail(&udp_state.failure, &udp_state.stopping, (code), __VA_ARGS__)
-
-static void json_counters(struct wl_json *j)
-{
-	wl_json_u64(j, "app_bytes", get(&udp_state.app_bytes));
-	wl_json_u64(j, "io_calls", get(&udp_state.io_calls));
-	wl_json_u64(j, "datagrams", get(&udp_state.datagrams));
-	if (!udp_state.server)
-		return;
-	wl_json_u64(j, "lost", get(&udp_state.lost));
-	wl_json_u64(j, "reordered", get(&udp_state.reordered));
-	wl_json_u64(j, "duplicates", get(&udp_state.duplicates));
-	wl_json_u64(j, "highest_seq", get(&udp_state.highest_seq));
-	wl_json_u64(j, "gro_segments", get(&udp_state.gro_segments));
-}
-
-static void on_mark(const char *name, void *arg)
-{
-	struct wl_json j;
-
-	(void)arg;
-	wl_json_mark(&j, name);
-	json_counters(&j);
-	wl_emit("%s", wl_json_end(&j));
-}
-
-static void on_start(void *arg)
-{
-	(void)arg;
-	sem_post(&udp_state.may_start);
-}
-static void on_stop(void *arg)
-{
-	(void)arg;
-	atomic_store(&udp_state.stopping, true);
-}
-
-/* "exit" or EOF: the caller is done with us. A receiver stops receiving; a
- * sender still waiting for "start" never starts. */
-static void on_exit_cmd(void *arg)
-{
-	(void)arg;
-	if (udp_state.server || (udp_state.o->wait_start && !atomic_load(&udp_state.started))) {
-		atomic_store(&udp_state.stopping, true);
-		sem_post(&udp_state.may_start);
-	}
-	sem_post(&udp_state.may_exit);
-}
-
-static const struct wl_control_ops control_ops = {
-	.mark = on_mark,
-	.start = on_start,
-	.stop = on_stop,
-	.exit = on_exit_cmd,
-};
-
-static void emit_connected(void)
-{
-	udp_state.t_connected_ns = wl_now_ns();
-	wl_emit("{\"event\":\"connected\",\"t_ns\":%llu}",
-		(unsigned long long)udp_state.t_connected_ns);
-}
-
 static int udp_addr(struct sockaddr_in *a)
 {
 	memset(a, 0, sizeof(*a));
 	a->sin_family = AF_INET;
-	a->sin_port = htons((uint16_t)udp_state.o->port);
-	return inet_pton(AF_INET, udp_state.o->addr, &a->sin_addr) == 1 ? 0 : -1;
+	a->sin_port = htons((uint16_t)wl_role.o->port);
+	return inet_pton(AF_INET, wl_role.o->addr, &a->sin_addr) == 1 ? 0 : -1;
 }
 
 /* --- receiver ---------------------------------------------------------------- */
@@ -246,16 +189,17 @@ static bool on_datagram(const uint8_t *p, size_t len)
 	uint64_t seq;
 
 	if (len < UDP_HDR) {
-		fail(WL_EXIT_VERIFY, "a %zu-byte datagram arrived, too short for a sequence number",
-		     len);
+		wl_role_fail(WL_EXIT_VERIFY,
+			     "a %zu-byte datagram arrived, too short for a sequence number", len);
 		return false;
 	}
 	memcpy(&seq, p, 8);
 	seq = le64toh(seq);
 	if (seq == UDP_END_SEQ) {
 		if (len != UDP_END_LEN) {
-			fail(WL_EXIT_VERIFY, "an end datagram of %zu bytes arrived; it has %d", len,
-			     UDP_END_LEN);
+			wl_role_fail(WL_EXIT_VERIFY,
+				     "an end datagram of %zu bytes arrived; it has %d", len,
+				     UDP_END_LEN);
 			return false;
 		}
 		memcpy(&udp_state.expected, p + 8, 8);
@@ -265,14 +209,16 @@ static bool on_datagram(const uint8_t *p, size_t len)
 	}
 	if (!wl_pattern_check((seq % UDP_SLOTS) * UDP_STRIDE + UDP_HDR, p + UDP_HDR,
 			      len - UDP_HDR)) {
-		udp_state.verify_failed = true;
-		fail(WL_EXIT_VERIFY, "datagram seq %llu (%zu bytes) failed the content check",
-		     (unsigned long long)seq, len);
+		/* No offset or stream to name in "done": the message says the seq. */
+		atomic_store(&wl_role.verify_failed, true);
+		wl_role_fail(WL_EXIT_VERIFY,
+			     "datagram seq %llu (%zu bytes) failed the content check",
+			     (unsigned long long)seq, len);
 		return false;
 	}
 	if (!account(seq)) {
 		bump(&udp_state.datagrams, 1);
-		bump(&udp_state.app_bytes, len);
+		bump(&wl_role.app_bytes, len);
 	}
 	return true;
 }
@@ -284,8 +230,8 @@ static bool on_message(struct msghdr *m, const uint8_t *p, size_t len)
 	size_t seg = 0, off;
 
 	if (m->msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
-		fail(WL_EXIT_VERIFY, "a message of %zu bytes was truncated (flags 0x%x)", len,
-		     m->msg_flags);
+		wl_role_fail(WL_EXIT_VERIFY, "a message of %zu bytes was truncated (flags 0x%x)",
+			     len, m->msg_flags);
 		return false;
 	}
 	for (c = CMSG_FIRSTHDR(m); c; c = CMSG_NXTHDR(m, c)) {
@@ -310,7 +256,7 @@ static bool on_message(struct msghdr *m, const uint8_t *p, size_t len)
 static int udp_socket(struct sockaddr_in *a)
 {
 	if (udp_addr(a)) {
-		wl_warn("bad IPv4 address %s", udp_state.o->addr);
+		wl_warn("bad IPv4 address %s", wl_role.o->addr);
 		return WL_EXIT_USAGE;
 	}
 	udp_state.fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
@@ -321,14 +267,16 @@ static int udp_socket(struct sockaddr_in *a)
 	return 0;
 }
 
-static int server_socket(void)
+/* The transport's listen: the receiving socket, bound; a datagram flow has no connections (a: NULL). */
+static int udp_listen(const struct wl_accept *a)
 {
-	struct sockaddr_in a;
+	struct sockaddr_in sa;
 	struct timeval tv = {.tv_usec = RECV_POLL_MS * 1000};
 	int big = 0x7fffffff, on = 1, rc;
 	socklen_t len = sizeof(udp_state.sockbuf);
 
-	if ((rc = udp_socket(&a)))
+	(void)a;
+	if ((rc = udp_socket(&sa)))
 		return rc;
 	if (setsockopt(udp_state.fd, SOL_SOCKET, SO_RCVBUF, &big, sizeof(big)) ||
 	    setsockopt(udp_state.fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) ||
@@ -342,10 +290,11 @@ static int server_socket(void)
 			strerror(errno));
 		return WL_EXIT_LIB_OPEN;
 	}
-	return wl_bind(udp_state.fd, &a, "UDP", udp_state.o);
+	return wl_bind(udp_state.fd, &sa, "UDP", wl_role.o);
 }
 
-static int run_server(void)
+/* The pattern's server: receive until the end datagram, idle, "stop" or a failure. */
+static int dgram_server(void)
 {
 	static struct mmsghdr msgs[RECV_VLEN];
 	static struct iovec iov[RECV_VLEN];
@@ -354,9 +303,6 @@ static int run_server(void)
 	uint64_t last_rx_ns = 0;
 	int code, i;
 
-	code = server_socket();
-	if (code)
-		return code;
 	bufs = aligned_alloc(4096, (size_t)RECV_VLEN * RECV_SLOT);
 	if (!bufs) {
 		wl_warn("cannot allocate %u receive buffers", RECV_VLEN);
@@ -369,9 +315,13 @@ static int run_server(void)
 		msgs[i].msg_hdr.msg_iovlen = 1;
 		msgs[i].msg_hdr.msg_control = ctrl[i];
 	}
-	wl_emit("{\"event\":\"ready\",\"port\":%d,\"pid\":%d}", udp_state.o->port, getpid());
+	code = wl_role_listen(NULL);
+	if (code) {
+		free(bufs);
+		return code;
+	}
 	udp_state.end_reason = "stop";
-	while (!atomic_load(&udp_state.stopping)) {
+	while (!wl_role_stopping()) {
 		int n;
 
 		for (i = 0; i < RECV_VLEN; i++) {
@@ -389,37 +339,38 @@ static int run_server(void)
 				}
 				continue;
 			}
-			fail(WL_EXIT_INTERNAL, "recvmmsg failed after %llu datagrams: %s",
-			     (unsigned long long)get(&udp_state.datagrams), strerror(errno));
+			wl_role_fail(WL_EXIT_INTERNAL, "recvmmsg failed after %llu datagrams: %s",
+				     (unsigned long long)get(&udp_state.datagrams),
+				     strerror(errno));
 			break;
 		}
 		last_rx_ns = wl_now_ns();
-		if (!udp_state.t_connected_ns)
-			emit_connected();
+		if (!wl_role.t_connected_ns)
+			wl_role_connected(last_rx_ns);
 		for (i = 0; i < n; i++)
 			if (!on_message(&msgs[i].msg_hdr, iov[i].iov_base, msgs[i].msg_len))
 				break;
-		if (udp_state.failure.code)
+		if (wl_role.failure.code)
 			break;
 		if (udp_state.got_end) {
 			udp_state.end_reason = "end";
 			break;
 		}
 	}
-	if (udp_state.failure.code)
+	if (wl_role.failure.code)
 		udp_state.end_reason = "error";
-	udp_state.t_transfer_done_ns = udp_state.got_end || !last_rx_ns ? wl_now_ns() : last_rx_ns;
+	wl_role.t_transfer_done_ns = udp_state.got_end || !last_rx_ns ? wl_now_ns() : last_rx_ns;
 	if (udp_state.got_end)
 		atomic_store_explicit(&udp_state.lost,
 				      udp_state.expected > get(&udp_state.datagrams)
 					      ? udp_state.expected - get(&udp_state.datagrams)
 					      : 0,
 				      memory_order_relaxed);
-	else if (!udp_state.failure.code && last_rx_ns)
+	else if (!wl_role.failure.code && last_rx_ns)
 		wl_warn("no end datagram arrived (ended by %s): loss counts the gaps only, not the tail",
 			udp_state.end_reason);
 	free(bufs);
-	return udp_state.failure.code;
+	return wl_role.failure.code;
 }
 
 /* --- sender ------------------------------------------------------------------ */
@@ -444,6 +395,11 @@ static uint8_t *make_ring(void)
 	return ring;
 }
 
+/*
+ * The sending socket, connected to the server. The transport's connect
+ * would promise handlers a datagram flow never calls, so the pattern
+ * makes it here.
+ */
 static int client_socket(void)
 {
 	struct sockaddr_in a;
@@ -457,7 +413,7 @@ static int client_socket(void)
 		return WL_EXIT_INTERNAL;
 	}
 	if (connect(udp_state.fd, (struct sockaddr *)&a, sizeof(a))) {
-		wl_warn("UDP connect to %s:%d failed: %s", udp_state.o->addr, udp_state.o->port,
+		wl_warn("UDP connect to %s:%d failed: %s", wl_role.o->addr, wl_role.o->port,
 			strerror(errno));
 		return WL_EXIT_HANDSHAKE;
 	}
@@ -469,19 +425,21 @@ static void send_failed(const char *call, uint64_t seq)
 	int e = errno;
 
 	if (e == ECONNREFUSED)
-		fail(WL_EXIT_CONN_LOST,
-		     "%s: nothing receives on UDP %s:%d (ICMP port unreachable) after %llu datagrams; "
-		     "start the server first",
-		     call, udp_state.o->addr, udp_state.o->port, (unsigned long long)seq);
+		wl_role_fail(
+			WL_EXIT_CONN_LOST,
+			"%s: nothing receives on UDP %s:%d (ICMP port unreachable) after %llu datagrams; "
+			"start the server first",
+			call, wl_role.o->addr, wl_role.o->port, (unsigned long long)seq);
 	else if (udp_state.mode == MODE_GSO && (e == EIO || e == EINVAL || e == ENOPROTOOPT))
-		fail(WL_EXIT_LIB_OPEN,
-		     "%s with UDP_SEGMENT failed: %s; this kernel or the route's device cannot do UDP GSO "
-		     "of %u x %u bytes (kernels before the limit was raised take 64 segments): lower --batch or use "
-		     "--send-mode sendmmsg",
-		     call, strerror(e), udp_state.batch, udp_state.dgram);
+		wl_role_fail(
+			WL_EXIT_LIB_OPEN,
+			"%s with UDP_SEGMENT failed: %s; this kernel or the route's device cannot do UDP GSO "
+			"of %u x %u bytes (kernels before the limit was raised take 64 segments): lower --batch or use "
+			"--send-mode sendmmsg",
+			call, strerror(e), udp_state.batch, udp_state.dgram);
 	else
-		fail(WL_EXIT_INTERNAL, "%s failed after %llu datagrams: %s", call,
-		     (unsigned long long)seq, strerror(e));
+		wl_role_fail(WL_EXIT_INTERNAL, "%s failed after %llu datagrams: %s", call,
+			     (unsigned long long)seq, strerror(e));
 }
 
 static void send_end(uint64_t sent)
@@ -501,10 +459,12 @@ static void send_end(uint64_t sent)
 	}
 }
 
-static int run_client(void)
+/* The pattern's client: send for --duration-ms, --bytes or until "stop", then the end datagrams. */
+static int dgram_client(void)
 {
 	static struct mmsghdr msgs[UDP_MMSG_MAX];
 	static struct iovec iov[UDP_MMSG_MAX];
+	const struct wl_opts *o = wl_role.o;
 	char ctrl[CMSG_SPACE(sizeof(uint16_t))] __attribute__((aligned(8))) = {0};
 	struct msghdr mh = {.msg_iov = iov, .msg_iovlen = 1};
 	uint64_t seq = 0, deadline = 0, limit = 0, k;
@@ -533,12 +493,10 @@ static int run_client(void)
 		msgs[k].msg_hdr.msg_iov = &iov[k];
 		msgs[k].msg_hdr.msg_iovlen = 1;
 	}
-	if (udp_state.o->bytes)
-		limit = (udp_state.o->bytes + udp_state.dgram - 1) / udp_state.dgram;
-	if (udp_state.o->wait_start)
-		sem_wait(&udp_state.may_start);
-	atomic_store(&udp_state.started, true);
-	if (atomic_load(&udp_state.stopping)) {
+	if (o->bytes)
+		limit = (o->bytes + udp_state.dgram - 1) / udp_state.dgram;
+	wl_role_wait_start();
+	if (wl_role_stopping()) {
 		free(ring);
 		return 0;
 	}
@@ -547,10 +505,10 @@ static int run_client(void)
 		free(ring);
 		return code;
 	}
-	emit_connected();
-	if (udp_state.o->duration_ms)
-		deadline = udp_state.t_connected_ns + udp_state.o->duration_ms * 1000000ull;
-	while (!atomic_load_explicit(&udp_state.stopping, memory_order_relaxed)) {
+	wl_role_connected(wl_now_ns());
+	if (o->duration_ms)
+		deadline = wl_role.t_connected_ns + o->duration_ms * 1000000ull;
+	while (!atomic_load_explicit(&wl_role.stopping, memory_order_relaxed)) {
 		uint64_t n = udp_state.batch, j = seq % UDP_SLOTS, bytes, last = udp_state.dgram;
 		uint8_t *base = ring + j * udp_state.dgram;
 		ssize_t r;
@@ -562,10 +520,10 @@ static int run_client(void)
 				break;
 			if (n > limit - seq)
 				n = limit - seq;
-			if (seq + n == limit && udp_state.o->bytes % udp_state.dgram)
-				last = udp_state.o->bytes % udp_state.dgram < UDP_HDR
+			if (seq + n == limit && o->bytes % udp_state.dgram)
+				last = o->bytes % udp_state.dgram < UDP_HDR
 					       ? UDP_HDR
-					       : udp_state.o->bytes % udp_state.dgram;
+					       : o->bytes % udp_state.dgram;
 		}
 		for (k = 0; k < n; k++) {
 			uint64_t h = htole64(seq + k);
@@ -580,9 +538,8 @@ static int run_client(void)
 			r = sendmmsg(udp_state.fd, msgs, (unsigned int)n, 0);
 			if (r > 0 && (uint64_t)r < n) {
 				n = (uint64_t)r;
-				bytes = n *
-					udp_state
-						.dgram; /* the short last datagram was not among them */
+				/* the short last datagram was not among them */
+				bytes = n * udp_state.dgram;
 			}
 		} else {
 			/* gso: the batch in one call, cut by the kernel; sendmsg: n is 1 */
@@ -599,69 +556,92 @@ static int run_client(void)
 		}
 		seq += n;
 		bump(&udp_state.datagrams, n);
-		bump(&udp_state.app_bytes, bytes);
+		bump(&wl_role.app_bytes, bytes);
 	}
-	udp_state.t_transfer_done_ns = wl_now_ns();
-	if (!udp_state.failure.code)
+	wl_role.t_transfer_done_ns = wl_now_ns();
+	if (!wl_role.failure.code)
 		send_end(seq);
 	free(ring);
-	return udp_state.failure.code;
+	return wl_role.failure.code;
 }
 
-static void emit_done(int code)
+/* --- the reports ------------------------------------------------------------- */
+
+/* "connected" is its time alone: a datagram flow has no handshake to tell of. */
+static void udp_json_connected(struct wl_json *j)
 {
-	struct wl_json j;
-
-	wl_json_begin(&j);
-	wl_json_str(&j, "event", "done");
-	wl_json_str(&j, "role", udp_state.server ? "server" : "client");
-	wl_json_u64(&j, "exit_code", code);
-	wl_json_u64(&j, "t_ns", wl_now_ns());
-	wl_json_u64(&j, "t_connected_ns", udp_state.t_connected_ns);
-	wl_json_u64(&j, "t_transfer_done_ns", udp_state.t_transfer_done_ns);
-	json_counters(&j);
-	if (udp_state.server) {
-		wl_json_u64(&j, "streams_completed", udp_state.got_end && !code);
-		wl_json_bool(&j, "verified", code == WL_EXIT_OK && !udp_state.verify_failed);
-		wl_json_bool(&j, "gro", udp_state.gro);
-		wl_json_u64(&j, "datagrams_expected", udp_state.got_end ? udp_state.expected : 0);
-		wl_json_str(&j, "end_reason", udp_state.end_reason ? udp_state.end_reason : "none");
-		wl_json_u64(&j, "rcvbuf_bytes",
-			    udp_state.sockbuf < 0 ? 0 : (uint64_t)udp_state.sockbuf);
-	} else {
-		wl_json_u64(&j, "streams_completed", !code && udp_state.t_connected_ns);
-		wl_json_u64(&j, "datagrams_sent", get(&udp_state.datagrams));
-		wl_json_str(&j, "send_mode", mode_names[udp_state.mode]);
-		wl_json_u64(&j, "batch", udp_state.batch);
-		wl_json_u64(&j, "dgram_size", udp_state.dgram);
-		wl_json_u64(&j, "sndbuf_bytes",
-			    udp_state.sockbuf < 0 ? 0 : (uint64_t)udp_state.sockbuf);
-	}
-	wl_emit("%s", wl_json_end(&j));
+	(void)j;
 }
+
+/* The datagram counters, in marks and "done" (after the role's app_bytes). */
+static void udp_json_mark(struct wl_json *j)
+{
+	wl_json_u64(j, "io_calls", get(&udp_state.io_calls));
+	wl_json_u64(j, "datagrams", get(&udp_state.datagrams));
+	if (!wl_role.server)
+		return;
+	wl_json_u64(j, "lost", get(&udp_state.lost));
+	wl_json_u64(j, "reordered", get(&udp_state.reordered));
+	wl_json_u64(j, "duplicates", get(&udp_state.duplicates));
+	wl_json_u64(j, "highest_seq", get(&udp_state.highest_seq));
+	wl_json_u64(j, "gro_segments", get(&udp_state.gro_segments));
+}
+
+/* The counters and the socket as set up: GRO and the receive buffer, or how it sent. */
+static void udp_json_done(struct wl_json *j, const struct wl_end *last)
+{
+	const uint64_t sockbuf = udp_state.sockbuf < 0 ? 0 : (uint64_t)udp_state.sockbuf;
+
+	(void)last;
+	udp_json_mark(j);
+	if (wl_role.server) {
+		wl_json_bool(j, "gro", udp_state.gro);
+		wl_json_u64(j, "rcvbuf_bytes", sockbuf);
+	} else {
+		wl_json_str(j, "send_mode", mode_names[udp_state.mode]);
+		wl_json_u64(j, "batch", udp_state.batch);
+		wl_json_u64(j, "dgram_size", udp_state.dgram);
+		wl_json_u64(j, "sndbuf_bytes", sockbuf);
+	}
+}
+
+/* The flow's end: the role's "verified" follows on the server. */
+static void dgram_json_done(struct wl_json *j, int code)
+{
+	if (wl_role.server) {
+		wl_json_u64(j, "streams_completed", udp_state.got_end && !code);
+		wl_json_u64(j, "datagrams_expected", udp_state.got_end ? udp_state.expected : 0);
+		wl_json_str(j, "end_reason", udp_state.end_reason ? udp_state.end_reason : "none");
+	} else {
+		wl_json_u64(j, "streams_completed", !code && wl_role.t_connected_ns);
+		wl_json_u64(j, "datagrams_sent", get(&udp_state.datagrams));
+	}
+}
+
+/* --- the transport and the pattern ------------------------------------------ */
 
 /* Cross-flag checks: one sentence each, before anything starts. */
-static int check_opts(const struct wl_opts *o)
+static int udp_init(const struct wl_opts *o, bool server)
 {
-	if (udp_state.server && (o->send_mode || o->batch || o->dgram_size)) {
+	if (server && (o->send_mode || o->batch || o->dgram_size)) {
 		wl_warn("--send-mode, --batch and --dgram-size are the client's (the sender's); drop them on the server");
-		return -1;
+		return WL_EXIT_USAGE;
 	}
-	if (!udp_state.server && o->gro) {
+	if (!server && o->gro) {
 		wl_warn("--gro is the server's (the receiver's UDP_GRO socket option); drop it on the client");
-		return -1;
+		return WL_EXIT_USAGE;
 	}
 	if (o->streams != 1) {
 		wl_warn("--stack udp sends one flow of datagrams; --streams must be 1");
-		return -1;
+		return WL_EXIT_USAGE;
 	}
 	if (o->sendfile) {
 		wl_warn("--sendfile is for tcp and tcp-ktls; --stack udp sends datagrams with --send-mode");
-		return -1;
+		return WL_EXIT_USAGE;
 	}
 	if (o->gro && strcmp(o->gro, "on") && strcmp(o->gro, "off")) {
 		wl_warn("--gro takes on or off, not %s", o->gro);
-		return -1;
+		return WL_EXIT_USAGE;
 	}
 	udp_state.gro = !o->gro || !strcmp(o->gro, "on");
 	if (!o->send_mode || !strcmp(o->send_mode, "gso"))
@@ -672,20 +652,20 @@ static int check_opts(const struct wl_opts *o)
 		udp_state.mode = MODE_SENDMSG;
 	else {
 		wl_warn("--send-mode takes sendmsg, sendmmsg or gso, not %s", o->send_mode);
-		return -1;
+		return WL_EXIT_USAGE;
 	}
 	udp_state.dgram = o->dgram_size ? o->dgram_size : UDP_DGRAM_DEFAULT;
 	if (udp_state.dgram < UDP_DGRAM_MIN || udp_state.dgram > UDP_DGRAM_MAX) {
 		wl_warn("--dgram-size %u is outside %d..%d bytes of UDP payload", udp_state.dgram,
 			UDP_DGRAM_MIN, UDP_DGRAM_MAX);
-		return -1;
+		return WL_EXIT_USAGE;
 	}
 	udp_state.batch = o->batch;
 	switch (udp_state.mode) {
 	case MODE_SENDMSG:
 		if (udp_state.batch > 1) {
 			wl_warn("--send-mode sendmsg sends one datagram per call, so --batch must be 1 or left out");
-			return -1;
+			return WL_EXIT_USAGE;
 		}
 		udp_state.batch = 1;
 		break;
@@ -699,45 +679,57 @@ static int check_opts(const struct wl_opts *o)
 		if (udp_state.mode == MODE_SENDMMSG && udp_state.batch > UDP_MMSG_MAX) {
 			wl_warn("--batch %u is more than sendmmsg takes in one call (%d)",
 				udp_state.batch, UDP_MMSG_MAX);
-			return -1;
+			return WL_EXIT_USAGE;
 		}
 		if (udp_state.mode == MODE_GSO && udp_state.batch > UDP_GSO_MAX_SEGS) {
 			wl_warn("--batch %u is more segments than one GSO send may carry (%d)",
 				udp_state.batch, UDP_GSO_MAX_SEGS);
-			return -1;
+			return WL_EXIT_USAGE;
 		}
 		if (udp_state.mode == MODE_GSO &&
 		    (uint64_t)udp_state.batch * udp_state.dgram > UDP_DGRAM_MAX) {
 			wl_warn("--batch %u of %u-byte datagrams exceeds the %d bytes one GSO send may carry; use at most %u",
 				udp_state.batch, udp_state.dgram, UDP_DGRAM_MAX,
 				UDP_DGRAM_MAX / udp_state.dgram);
-			return -1;
+			return WL_EXIT_USAGE;
 		}
 		break;
 	}
 	return 0;
 }
 
-int wl_udp_run(const struct wl_opts *o)
+static void udp_fini(void)
 {
-	int code;
-
-	udp_state.o = o;
-	udp_state.server = !strcmp(o->role, "server");
-	if (check_opts(o))
-		return WL_EXIT_USAGE;
-	sem_init(&udp_state.may_start, 0, 0);
-	sem_init(&udp_state.may_exit, 0, 0);
-	/* Control first: whoever waits on us must hear even a setup failure. */
-	if (o->control && wl_control_start(&control_ops)) {
-		wl_warn("cannot start the control thread");
-		return WL_EXIT_INTERNAL;
-	}
-	code = udp_state.server ? run_server() : run_client();
-	emit_done(code);
-	if (o->control)
-		sem_wait(&udp_state.may_exit);
 	if (udp_state.fd >= 0)
 		close(udp_state.fd);
-	return code;
 }
+
+/*
+ * A datagram transport: no stream, no connection, no order, so none of the
+ * stream operations (open, send, room, pause, abort, close, conn_info) nor
+ * connect's handlers apply; they are NULL, and only wl_udp_bulk runs on it.
+ */
+const struct wl_transport wl_udp = {
+	.name = "udp",
+	.init = udp_init,
+	.listen = udp_listen,
+	.json_connected = udp_json_connected,
+	.json_mark = udp_json_mark,
+	.json_done = udp_json_done,
+	.fini = udp_fini,
+};
+
+const struct wl_pattern wl_udp_bulk = {
+	.name = "udp-bulk",
+	/* The receiver runs until told; a sender still waiting for "start" never starts. */
+	.exit_stops_server = true,
+	.exit_cancels_start = true,
+	.server = dgram_server,
+	.client = dgram_client,
+	/* Its mark fields are the transport's counters. */
+	.json_done = dgram_json_done,
+	/*
+	 * "stop" needs nothing past wl_role.stopping: the sender looks at it
+	 * before each call, the receiver at least every RECV_POLL_MS.
+	 */
+};
