@@ -54,6 +54,8 @@ PROBES: Dict[str, Callable[[Target], List[str]]] = {
 # what costs more than the default set should is opt-in.
 OPTION_FLAGS: Dict[str, Callable[[object], List[str]]] = {
     "syscalls": lambda o: ["--time"] if o.syscall_time else [],
+    "packets": lambda o: ["--rx"] if o.packets_rx else [],
+    "cputhread": lambda o: ["--softirqs"] if o.softirq_time else [],
 }
 
 

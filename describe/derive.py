@@ -38,6 +38,19 @@ CALL_TIME_ABSENT = (
     "program and two clock reads a call (RESULTS.md, 'What the default instruments cost')"
 )
 COUNTS = ("calls", "errors", "eagain", "bytes", "msgs_requested", "msgs_returned", "mmsg_truncated")
+# Why the figures from a device's receive side are null: the packets probe counts them only when asked.
+RX_ABSENT = (
+    "not measured: the packets probe counts what a device receives only with --packets-rx (on by itself where "
+    "the run sets the veths' GRO, which only the receive side shows), which costs a netif_receive_skb program "
+    "(and two napi_gro_receive ones) on every received packet; over veth each skb arrives as the peer's "
+    "transmit sent it (its tx), unless the receiving end runs GRO (RESULTS.md, 'What the default instruments cost')"
+)
+# Why the softirq figures are null: the cputhread probe times softirqs only when asked.
+SOFTIRQ_TIME_ABSENT = (
+    "not measured: the cputhread probe times softirqs only with --softirq-time, which costs softirq_entry and "
+    "softirq_exit programs and two clock reads on every softirq of the machine (RESULTS.md, 'What the default "
+    "instruments cost')"
+)
 
 
 def by_syscall(threads: List[dict], tgid: int) -> Dict[str, dict]:
@@ -82,13 +95,18 @@ def syscall_figures(
     datagrams_in: Optional[int],
     rw_is_network: bool = False,
     timed: bool = True,
+    rx_absent: Optional[str] = None,
 ) -> dict:
     """Syscalls per MB, bytes and datagrams (wire packets) per call, time
     inside per byte, and wall seconds inside send and receive calls per
     second of the side's CPU: a call's time is wall time (blocked time
     included), so this is no share of CPU and may exceed 1. The time
     figures are None, with time_absent_reason, when the probe did not time
-    the calls (`timed`: the probe's own call_time)."""
+    the calls (`timed`: the probe's own call_time); datagrams per receive
+    call is None, with rx_absent_reason, when the packets probe did not
+    count what the side's device received (`rx_absent`: why)."""
+    if rx_absent:
+        datagrams_in = None
     send, recv = (SEND_RW, RECV_RW) if rw_is_network else (SEND, RECV)
     send_calls, recv_calls = _sum(calls, send, "calls"), _sum(calls, recv, "calls")
     recv_ok = recv_calls - _sum(calls, recv, "errors")
@@ -114,6 +132,7 @@ def syscall_figures(
         "send_wall_s_per_cpu_s": _ratio(send_ns / 1e9, cpu_s) if timed else None,
         "recv_wall_s_per_cpu_s": _ratio(recv_ns / 1e9, cpu_s) if timed else None,
         "time_absent_reason": None if timed else CALL_TIME_ABSENT,
+        "rx_absent_reason": rx_absent,
     }
 
 
@@ -127,7 +146,9 @@ def compare(ebpf: Optional[float], own: Optional[float]) -> dict:
     return agreement(ebpf, own)
 
 
-def crosscheck(stack_name: str, side: str, f: dict, own: dict, out_dgrams, in_dgrams) -> dict:
+def crosscheck(
+    stack_name: str, side: str, f: dict, own: dict, out_dgrams, in_dgrams, rx_absent: Optional[str] = None
+) -> dict:
     """eBPF figures against the workload's own count of the same thing.
 
     QUIC: msquic's UDP_SEND_CALLS (one per sendmsg/sendmmsg), UDP_RECV_EVENTS
@@ -135,7 +156,15 @@ def crosscheck(stack_name: str, side: str, f: dict, own: dict, out_dgrams, in_dg
     TCP: the workload counts its own send calls (client) and receive calls
     (server). For plain tcp each is one syscall; under OpenSSL one
     SSL_write may become several write()s (a record is at most 16 KiB), so
-    for the TLS stacks the ratio is recorded, not expected to be 1."""
+    for the TLS stacks the ratio is recorded, not expected to be 1. A
+    check of the device's received packets the probe did not count has
+    no eBPF figure and says why (absent_reason)."""
+
+    def received(theirs) -> dict:
+        if rx_absent:
+            return {**compare(None, theirs), "absent_reason": rx_absent}
+        return compare(in_dgrams, theirs)
+
     if stack_name == "quic":
         pc = own.get("perf_counters") or {}
         return {
@@ -143,14 +172,16 @@ def crosscheck(stack_name: str, side: str, f: dict, own: dict, out_dgrams, in_dg
             "udp_send_calls": compare(f["send_calls"], pc.get("udp_send_calls")),
             "udp_recv_events": compare(f["recv_calls_with_data"], pc.get("udp_recv_events")),
             "udp_send_datagrams": compare(out_dgrams, pc.get("udp_send")),
-            "udp_recv_datagrams": compare(in_dgrams, pc.get("udp_recv")),
+            "udp_recv_datagrams": received(pc.get("udp_recv")),
         }
     calls = f["send_calls"] if side == "client" else f["recv_calls"]
     out = {"source": "workload's own call count", "io_calls": compare(calls, own.get("io_calls"))}
     if stack_name == "udp":
         # Wire packets on the side's device against the datagrams the
         # workload sent or received (the receiver's exclude loss in the socket).
-        out["datagrams"] = compare(out_dgrams if side == "client" else in_dgrams, own.get("datagrams"))
+        out["datagrams"] = (
+            compare(out_dgrams, own.get("datagrams")) if side == "client" else received(own.get("datagrams"))
+        )
     return out
 
 
@@ -158,22 +189,26 @@ def thread_figures(cpu_window: dict, pids: Dict[str, int], side_bytes: Dict[str,
     """From the cputhread probe: each side's on-CPU time by thread, the
     softirq work served on its stack (which /proc cannot separate on this
     kernel), and system-wide softirq time by vector, all per byte too
-    (each side per its own bytes, the system per byte delivered)."""
+    (each side per its own bytes, the system per byte delivered). A probe
+    that did not time softirqs (--softirq-time) gives its window's softirq
+    as None: every figure that needs it is None, with softirq_absent_reason,
+    and the on-CPU time stays whole."""
+    timed = cpu_window.get("softirq") is not None
     out: Dict[str, dict] = {}
     for side, pid in pids.items():
         side_nbytes = side_bytes[side]
         threads = sorted((t for t in cpu_window["threads"] if t["tgid"] == pid), key=lambda t: -t["oncpu_ns"])
         oncpu_ns = sum(t["oncpu_ns"] for t in threads)
-        softirq_ns = sum(v["in_target_ns"].get(str(pid), 0) for v in cpu_window["softirq"])
+        softirq_ns = sum(v["in_target_ns"].get(str(pid), 0) for v in cpu_window["softirq"]) if timed else None
         out[side] = {
             "oncpu_s": oncpu_ns / 1e9,
             # woken and waiting for a CPU, from the sched_wakeup to the switch-in
             "runq_s": sum(t["runq_ns"] for t in threads) / 1e9,
-            "softirq_in_context_s": softirq_ns / 1e9,
+            "softirq_in_context_s": softirq_ns / 1e9 if timed else None,
             "ns_per_byte": {
                 "oncpu": _ratio(oncpu_ns, side_nbytes),
                 "softirq_in_context": _ratio(softirq_ns, side_nbytes),
-                "own_work": _ratio(oncpu_ns - softirq_ns, side_nbytes),
+                "own_work": _ratio(oncpu_ns - softirq_ns, side_nbytes) if timed else None,
             },
             "threads": [
                 {
@@ -187,20 +222,25 @@ def thread_figures(cpu_window: dict, pids: Dict[str, int], side_bytes: Dict[str,
                 for t in threads
             ],
         }
-    out["softirq"] = {
-        v["vec"]: {
-            "count": v["count"],
-            "time_s": v["time_ns"] / 1e9,
-            "in_ksoftirqd_s": v["in_ksoftirqd_ns"] / 1e9,
-            "ns_per_byte": _ratio(v["time_ns"], nbytes),
+    out["softirq"] = (
+        {
+            v["vec"]: {
+                "count": v["count"],
+                "time_s": v["time_ns"] / 1e9,
+                "in_ksoftirqd_s": v["in_ksoftirqd_ns"] / 1e9,
+                "ns_per_byte": _ratio(v["time_ns"], nbytes),
+            }
+            for v in cpu_window["softirq"]
+            if v["count"]
         }
-        for v in cpu_window["softirq"]
-        if v["count"]
-    }
+        if timed
+        else None
+    )
     # The run does not time hardirqs (see qprof-cputhread --hardirqs): absent, not zero.
     hardirq_ns = cpu_window.get("hardirq_ns")
     out["hardirq_s"] = None if hardirq_ns is None else hardirq_ns / 1e9
     out["softirq_includes_hardirqs"] = cpu_window.get("softirq_includes_hardirqs")
+    out["softirq_absent_reason"] = None if timed else SOFTIRQ_TIME_ABSENT
     return out
 
 

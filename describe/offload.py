@@ -45,6 +45,11 @@ class OffloadPlan:
     args: Dict[str, List[str]] = field(default_factory=lambda: {"client": [], "server": []})
     devices: Dict[str, str] = field(default_factory=dict)  # ethtool feature -> on/off, both veths
 
+    @property
+    def sets_device_gro(self) -> bool:
+        """The run sets its veths' GRO, which shows only where they receive."""
+        return any(n in self.devices for n in TCP_GRO_FEATURES)
+
     def describe(self) -> dict:
         return {
             "requested": self.requested,
@@ -155,7 +160,9 @@ def observe(rec: dict, max_datagram: int) -> dict:
     syscall figures: GSO from the sender's transmitted super-packets, GRO
     from the receiver's received sizes (UDP) or GRO entries (TCP). The
     sender is the client, or the server for downloads (the evidence's keys
-    name the side). A state no instrument saw is None, never "off"."""
+    name the side). A state no instrument saw is None, never "off"; a TCP
+    receiver's GRO is None, with gro_absent_reason, where the packets probe
+    did not count what its veth received (--packets-rx)."""
     transport = rec["stack"] if rec["stack"] in ("quic", "udp") else "tcp"
     sender, receiver = ("server", "client") if rec["config"].get("pattern") == "download" else ("client", "server")
     dev = derive.packets_devices(rec)
@@ -164,7 +171,7 @@ def observe(rec: dict, max_datagram: int) -> dict:
     sys_sender = (rec.get("syscalls") or {}).get(sender)
     sys_receiver = (rec.get("syscalls") or {}).get(receiver)
     ev: dict = {}
-    gso = gro = None
+    gso = gro = gro_absent = None
     proto_skbs = "udp_skbs" if transport in ("quic", "udp") else "tcp_skbs"
     if sender_tx is not None:
         ev[f"{sender}_tx_skbs"] = sender_tx.get(proto_skbs)
@@ -190,6 +197,8 @@ def observe(rec: dict, max_datagram: int) -> dict:
         ev[f"{receiver}_rx_gro_entries"] = receiver_rx.get("gro_entry")
         ev[f"{receiver}_rx_gso_skbs"] = receiver_rx.get("gso_skbs")
         gro = "on" if receiver_rx.get("gro_entry") else "off"
+    elif dev.get(receiver):
+        gro_absent = derive.RX_ABSENT
     env = rec.get("environment") or {}
     own_view = None
     if transport == "quic" and "msquic_send_segmentation" in env:
@@ -205,7 +214,14 @@ def observe(rec: dict, max_datagram: int) -> dict:
         applies = gso == "on" if gso is not None else None
     else:
         applies = gso == "off" if gso is not None else None
-    return {"gso": gso, "gro": gro, "gro_applies": applies, "evidence": ev, "stack_reports": own_view}
+    return {
+        "gso": gso,
+        "gro": gro,
+        "gro_absent_reason": gro_absent,
+        "gro_applies": applies,
+        "evidence": ev,
+        "stack_reports": own_view,
+    }
 
 
 def onoff(v: Optional[bool]) -> Optional[str]:

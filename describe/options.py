@@ -473,6 +473,22 @@ OPTIONS: List[Option] = [
         "sys_enter program and two clock reads a call; without it those figures are null.",
     ),
     Option(
+        "softirq-time",
+        "flag",
+        False,
+        "cputhread probe: also time softirqs (by vector, system-wide, and the part served on each side's "
+        "stack), at the cost of two programs and two clock reads a softirq; without it those figures are null.",
+    ),
+    Option(
+        "packets-rx",
+        "flag",
+        False,
+        "packets probe: also count what each veth receives, and GRO, at the cost of up to three programs a "
+        "received packet; without it those figures are null (over veth each skb arrives as the peer sent it). "
+        "On by itself where the run sets the veths' GRO (--gro on|off on a TCP stack), which only the receive side "
+        "shows.",
+    ),
+    Option(
         "sample-hz",
         "int",
         99,

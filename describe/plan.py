@@ -77,7 +77,10 @@ def resolve_one(opts: RunOptions) -> Tuple[RunOptions, transports.Stack]:
             f"--interval {opts.interval_s * 1e3:g}ms is below {options.MIN_INTERVAL_S * 1e3:g}ms, finer than "
             "the marks it reads can be taken without disturbing the run; raise it, or 0 for none."
         )
-    offload.plan(opts.stack, opts.topology, opts.gso, opts.gro, opts.send_mode, opts.batch, opts.dgram_size)
+    off = offload.plan(opts.stack, opts.topology, opts.gso, opts.gro, opts.send_mode, opts.batch, opts.dgram_size)
+    if off.sets_device_gro and not opts.packets_rx:
+        # The run checks what it set against the receive side (offload.observe).
+        opts = replace(opts, packets_rx=True)
     if opts.dgram_size is not None and opts.topology == "netns" and opts.dgram_size > opts.mtu - UDP_IP_HEADERS:
         raise errors.BadValue(
             f"--dgram-size {opts.dgram_size} does not fit the veth MTU {opts.mtu} "

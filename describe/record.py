@@ -379,6 +379,8 @@ def derive_probe_figures(rec: dict, pids: dict) -> dict:
     probes = rec["probes"]
     sys_probe = probes.get("syscalls", {})
     devices = derive.packets_devices(rec)
+    # Tools before --rx counted what each device received and did not say so.
+    rx_absent = derive.RX_ABSENT if devices and not probes["packets"].get("rx", True) else None
     nbytes = rec["bytes"]
     sides, checks = {}, {}
     for side in ("client", "server"):
@@ -390,7 +392,7 @@ def derive_probe_figures(rec: dict, pids: dict) -> dict:
         dev = devices.get(side)
         if dev is not None:
             out_dgrams = dev["tx"].get("wire_packets")
-            in_dgrams = dev["rx"].get("wire_packets")
+            in_dgrams = (dev["rx"] or {}).get("wire_packets")
         sides[side] = {
             "by_syscall": calls,
             **derive.syscall_figures(
@@ -402,10 +404,11 @@ def derive_probe_figures(rec: dict, pids: dict) -> dict:
                 stack.rw_is_network,
                 # Tools before --time timed every call and did not say so.
                 timed=sys_probe.get("call_time", True),
+                rx_absent=rx_absent,
             ),
         }
         checks[side] = derive.crosscheck(
-            stack.name, side, sides[side], rec["workload"][side]["window"], out_dgrams, in_dgrams
+            stack.name, side, sides[side], rec["workload"][side]["window"], out_dgrams, in_dgrams, rx_absent
         )
     thr = probes.get("cputhread", {})
     threads = (

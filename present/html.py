@@ -251,8 +251,16 @@ def _syscall_charts(rec: dict) -> List[Chart]:
     return out
 
 
+# The packets probe without its receive side (records from 2026-11-24 on).
+TX_ONLY = (
+    "Transmit side only: the run counted no received packets (qprof run --packets-rx); over veth each skb "
+    "arrives as the peer's transmit sent it."
+)
+
+
 def _packet_charts(rec: dict) -> List[Chart]:
     devices = _get(rec, "probes", "packets", "window", "devices") or []
+    note = TX_ONLY if _get(rec, "probes", "packets", "rx") is False else ""
     lens, segs = [], []
     for d in devices:
         for direction in ("tx", "rx"):
@@ -269,6 +277,7 @@ def _packet_charts(rec: dict) -> List[Chart]:
                 "packet_size",
                 "Packet (skb) length per device and direction (log2 buckets, packets probe)",
                 _histogram_spec(lens, "from", "device", column="direction"),
+                note,
             )
         )
     if segs:
@@ -277,6 +286,7 @@ def _packet_charts(rec: dict) -> List[Chart]:
                 "gso_segments",
                 "GSO segments per skb (log2 buckets; the first holds 0 or 1)",
                 _histogram_spec(segs, "segments from", "device", column="direction"),
+                note,
             )
         )
     return out

@@ -487,6 +487,8 @@ def _print_offload(rec: dict, console: Console) -> None:
         detail.append(f"{ev['recv_bytes_per_message']:,.0f} bytes per received message")
     if ev.get("server_rx_gro_entries") is not None:
         detail.append(f"{ev['server_rx_gro_entries']:,} GRO entries on the server's veth")
+    if obs.get("gro_absent_reason"):
+        detail.append("GRO not seen: the packets probe counted no receive side (--packets-rx)")
     console.print("offload: " + ", ".join(parts) + (f" ({'; '.join(detail)})" if detail else ""))
     for note in off.get("notes") or []:
         console.print(f"  {note}")
@@ -527,6 +529,9 @@ def _print_probes(rec: dict, console: Console) -> None:
     untimed = next((f["time_absent_reason"] for f in sides.values() if f and f.get("time_absent_reason")), None)
     if untimed:
         console.print(f"[yellow]{ABSENT} in the time rows: {untimed}[/]")
+    no_rx = next((f["rx_absent_reason"] for f in sides.values() if f and f.get("rx_absent_reason")), None)
+    if no_rx:
+        console.print(f"[yellow]{ABSENT} in datagrams per recv call: {no_rx}[/]")
     _print_threads(rec, console)
     checks = rec.get("crosscheck") or {}
     parts = []
@@ -560,8 +565,12 @@ def _print_threads(rec: dict, console: Console) -> None:
             f"{top['comm']}/{top['tid']} {top['share'] * 100:.0f}%" if top and top["share"] is not None else ABSENT,
         )
     console.print(t)
+    if ct.get("softirq_absent_reason"):
+        console.print(
+            f"[yellow]{ABSENT} in the softirq columns, and no softirq by vector: {ct['softirq_absent_reason']}[/]"
+        )
     vecs = ", ".join(
-        f"{k} {v['ns_per_byte']:.3f}" for k, v in ct["softirq"].items() if (v["ns_per_byte"] or 0) >= 0.0005
+        f"{k} {v['ns_per_byte']:.3f}" for k, v in (ct["softirq"] or {}).items() if (v["ns_per_byte"] or 0) >= 0.0005
     )
     if vecs:
         nested = " (hardirqs that interrupted them included)" if ct.get("softirq_includes_hardirqs") else ""

@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0-only
 // On-CPU time of every thread of the given processes, from sched_switch;
 // softirq time by vector and hardirq time, system-wide, with the softirq
-// time served on a target's stack or in ksoftirqd set apart. tp_btf
-// throughout: no tracefs, and the task_structs come with the event.
+// time served on a target's stack or in ksoftirqd set apart, each only
+// where user space loads its programs (--softirqs, --hardirqs): the
+// softirq pair runs on every softirq of the machine. tp_btf throughout:
+// no tracefs, and the task_structs come with the event.
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>

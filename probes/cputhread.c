@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0-only
 // qprof-cputhread: on-CPU time of every thread of given processes, and
-// softirq time by vector (with the part served in those processes'
-// context), exact to the nanosecond where /proc/stat counts ticks.
+// with --softirqs softirq time by vector (with the part served in those
+// processes' context), exact to the nanosecond where /proc/stat counts ticks.
 #define _GNU_SOURCE
 #include <argp.h>
 #include <errno.h>
@@ -25,6 +25,7 @@ static const char *const vec_names[QP_NR_SOFTIRQS] = {
 #define EXIT_NO_PROCESS 2 /* a -p names no process */
 
 static struct probe_env env;
+static bool softirqs; /* --softirqs, or --hardirqs */
 static bool hardirqs; /* --hardirqs */
 
 const char *argp_program_version = "qprof-cputhread 0.1";
@@ -32,27 +33,34 @@ static const char argp_doc[] =
 	"On-CPU time of every thread of given processes, and softirq time by vector.\n"
 	"\n"
 	"Threads: on-CPU ns from sched_switch, the running slice included up to the\n"
-	"snapshot. Softirqs: system-wide time per vector, the part served while a\n"
-	"thread of a given process was current (IN-TARGET) and in ksoftirqd. All\n"
-	"totals are cumulative since attach.\n"
+	"snapshot. All totals are cumulative since attach.\n"
 	"\n"
-	"With --hardirqs, also hardirq time (device handlers, the local timer,\n"
-	"scheduler and function-call IPIs), and softirq times less the hardirqs\n"
-	"that interrupted them; without, softirq times include those. Timing every\n"
-	"hardirq sits in the path of every timer and cross-CPU wake-up: it cost\n"
-	"~5% of TCP throughput over veth on a 2-CPU VM, the rest of this tool <2%.\n"
+	"With --softirqs, also softirqs: system-wide time per vector, the part served\n"
+	"while a thread of a given process was current (IN-TARGET) and in ksoftirqd.\n"
+	"That attaches softirq_entry and softirq_exit, two programs and two clock\n"
+	"reads per softirq (~200k a second in a TCP transfer over veth); without\n"
+	"it they are not attached and the softirq figures are null.\n"
 	"\n"
-	"USAGE: qprof-cputhread -p PID[,PID...] [--json] [--control | INTERVAL [COUNT]]\n"
+	"With --hardirqs (which implies --softirqs), also hardirq time (device\n"
+	"handlers, the local timer, scheduler and function-call IPIs), and softirq\n"
+	"times less the hardirqs that interrupted them; without, softirq times\n"
+	"include those. Timing every hardirq sits in the path of every timer and\n"
+	"cross-CPU wake-up: it cost ~5% of TCP throughput over veth on a 2-CPU VM.\n"
+	"\n"
+	"USAGE: qprof-cputhread -p PID[,PID...] [--softirqs] [--hardirqs] [--json]\n"
+	"                       [--control | INTERVAL [COUNT]]\n"
 	"\v"
 	"EXAMPLES:\n"
-	"    qprof-cputhread -p 1234           # print totals every second\n"
-	"    qprof-cputhread -p 1234,1240 5 2  # every 5 s, twice\n"
-	"    qprof-cputhread -p 1234 --json    # one JSON line per interval\n"
-	"    qprof-cputhread -p 1234 --control # JSON on 'mark NAME' lines on stdin\n";
+	"    qprof-cputhread -p 1234            # print totals every second\n"
+	"    qprof-cputhread -p 1234,1240 5 2   # every 5 s, twice\n"
+	"    qprof-cputhread -p 1234 --json     # one JSON line per interval\n"
+	"    qprof-cputhread -p 1234 --softirqs # softirq time by vector too\n"
+	"    qprof-cputhread -p 1234 --control  # JSON on 'mark NAME' lines on stdin\n";
 
 static const struct argp_option opts[] = {
 	{"pid", 'p', "PID[,PID...]", 0, "Processes to follow (all their threads)", 0},
-	{"hardirqs", 'H', NULL, 0, "Also time hardirqs, and take them out of softirq time", 0},
+	{"softirqs", 's', NULL, 0, "Also time softirqs by vector (two programs a softirq)", 0},
+	{"hardirqs", 'H', NULL, 0, "Also time hardirqs, out of softirq time (implies -s)", 0},
 	{},
 };
 
@@ -83,7 +91,9 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 				     "invalid PID list '%s': give process ids, comma-separated",
 				     arg);
 		break;
-	case 'H': hardirqs = true; break;
+	case 's': softirqs = true; break;
+	/* Nested hardirq time is taken out of the softirq it interrupted. */
+	case 'H': hardirqs = softirqs = true; break;
 	case ARGP_KEY_INIT: state->child_inputs[0] = &env; break;
 	case ARGP_KEY_END:
 		if (!env.npids)
@@ -364,17 +374,40 @@ static void print_json_str(const char *s)
 	putchar('"');
 }
 
+/* "[...vectors...]" and the hardirq members after it (null when not timed). */
+static void print_json_irqs(const struct irq_totals *tot)
+{
+	int i, vec;
+
+	putchar('[');
+	for (vec = 0; vec < QP_NR_SOFTIRQS; vec++) {
+		printf("%s{\"vec\":\"%s\",\"count\":%llu,\"time_ns\":%llu,\"in_target_ns\":{",
+		       vec ? "," : "", vec_names[vec], tot->vec[vec].count, tot->vec[vec].time_ns);
+		for (i = 0; i < env.npids; i++)
+			printf("%s\"%d\":%llu", i ? "," : "", env.pids[i],
+			       tot->in_target_ns[i][vec]);
+		printf("},\"in_ksoftirqd_ns\":%llu}", tot->vec[vec].ksoftirqd_ns);
+	}
+	if (hardirqs)
+		printf("],\"softirq_includes_hardirqs\":false,\"hardirq_count\":%llu,\"hardirq_ns\":%llu,"
+		       "\"hardirq_in_softirq_ns\":%llu",
+		       tot->hard.count, tot->hard.time_ns, tot->hard.in_softirq_ns);
+	else
+		printf("],\"softirq_includes_hardirqs\":true,\"hardirq_count\":null,\"hardirq_ns\":null,"
+		       "\"hardirq_in_softirq_ns\":null");
+}
+
 static int print_json(const char *name, struct cputhread_bpf *skel)
 {
 	__u64 t_ns = probe_now_ns();
 	struct thread_row *rows;
 	struct irq_totals tot;
-	int n, i, vec;
+	int n, i;
 
 	rows = read_threads(skel, &n);
 	if (!rows)
 		return -EIO;
-	if (read_irqs(skel, &tot)) {
+	if (softirqs && read_irqs(skel, &tot)) {
 		free(rows);
 		return -EIO;
 	}
@@ -392,40 +425,47 @@ static int print_json(const char *name, struct cputhread_bpf *skel)
 		       rows[i].t.wakeups, rows[i].t.runq_ns, rows[i].t.untraced_slices,
 		       rows[i].t.untraced_ns, rows[i].t.exited ? "true" : "false");
 	}
-	printf("],\"threads_lost\":%llu,\"softirq\":[", skel->bss->lost_threads);
-	for (vec = 0; vec < QP_NR_SOFTIRQS; vec++) {
-		printf("%s{\"vec\":\"%s\",\"count\":%llu,\"time_ns\":%llu,\"in_target_ns\":{",
-		       vec ? "," : "", vec_names[vec], tot.vec[vec].count, tot.vec[vec].time_ns);
-		for (i = 0; i < env.npids; i++)
-			printf("%s\"%d\":%llu", i ? "," : "", env.pids[i],
-			       tot.in_target_ns[i][vec]);
-		printf("},\"in_ksoftirqd_ns\":%llu}", tot.vec[vec].ksoftirqd_ns);
-	}
+	printf("],\"threads_lost\":%llu,\"softirq\":", skel->bss->lost_threads);
 	/* Not timed is absent, not zero. */
-	if (hardirqs)
-		printf("],\"softirq_includes_hardirqs\":false,\"hardirq_count\":%llu,\"hardirq_ns\":%llu,"
-		       "\"hardirq_in_softirq_ns\":%llu",
-		       tot.hard.count, tot.hard.time_ns, tot.hard.in_softirq_ns);
+	if (softirqs)
+		print_json_irqs(&tot);
 	else
-		printf("],\"softirq_includes_hardirqs\":true,\"hardirq_count\":null,\"hardirq_ns\":null,"
-		       "\"hardirq_in_softirq_ns\":null");
+		printf("null,\"softirq_includes_hardirqs\":null,\"hardirq_count\":null,"
+		       "\"hardirq_ns\":null,\"hardirq_in_softirq_ns\":null");
 	probe_json_progs(stdout, skel->obj);
 	printf("}\n");
 	free(rows);
 	return 0;
 }
 
+static void print_table_irqs(const struct irq_totals *tot)
+{
+	__u64 in_target;
+	int i, vec;
+
+	printf("\n%-9s %10s %12s %15s %15s\n", "VECTOR", "COUNT", "TIME (ms)", "IN-TARGET (ms)",
+	       "KSOFTIRQD (ms)");
+	for (vec = 0; vec < QP_NR_SOFTIRQS; vec++) {
+		for (in_target = 0, i = 0; i < env.npids; i++)
+			in_target += tot->in_target_ns[i][vec];
+		printf("%-9s %10llu %12.1f %15.1f %15.1f\n", vec_names[vec], tot->vec[vec].count,
+		       tot->vec[vec].time_ns / 1e6, in_target / 1e6,
+		       tot->vec[vec].ksoftirqd_ns / 1e6);
+	}
+	if (hardirqs)
+		printf("%-9s %10llu %12.1f\n", "HARDIRQ", tot->hard.count, tot->hard.time_ns / 1e6);
+}
+
 static int print_table(struct cputhread_bpf *skel)
 {
 	struct thread_row *rows;
 	struct irq_totals tot;
-	int n, i, vec;
-	__u64 in_target;
+	int n, i;
 
 	rows = read_threads(skel, &n);
 	if (!rows)
 		return -EIO;
-	if (read_irqs(skel, &tot)) {
+	if (softirqs && read_irqs(skel, &tot)) {
 		free(rows);
 		return -EIO;
 	}
@@ -435,17 +475,8 @@ static int print_table(struct cputhread_bpf *skel)
 		printf("%-8u %-8u %-16s %12.1f %10llu %10llu\n", rows[i].t.tgid, rows[i].t.tid,
 		       rows[i].t.comm, rows[i].oncpu_ns / 1e6, rows[i].t.switches,
 		       rows[i].t.involuntary);
-	printf("\n%-9s %10s %12s %15s %15s\n", "VECTOR", "COUNT", "TIME (ms)", "IN-TARGET (ms)",
-	       "KSOFTIRQD (ms)");
-	for (vec = 0; vec < QP_NR_SOFTIRQS; vec++) {
-		for (in_target = 0, i = 0; i < env.npids; i++)
-			in_target += tot.in_target_ns[i][vec];
-		printf("%-9s %10llu %12.1f %15.1f %15.1f\n", vec_names[vec], tot.vec[vec].count,
-		       tot.vec[vec].time_ns / 1e6, in_target / 1e6,
-		       tot.vec[vec].ksoftirqd_ns / 1e6);
-	}
-	if (hardirqs)
-		printf("%-9s %10llu %12.1f\n", "HARDIRQ", tot.hard.count, tot.hard.time_ns / 1e6);
+	if (softirqs)
+		print_table_irqs(&tot);
 	printf("\n");
 	free(rows);
 	return 0;
@@ -485,6 +516,12 @@ int main(int argc, char **argv)
 		return EXIT_FAIL;
 	}
 	probe_set_targets(&env, skel->rodata->targ_tgids, &skel->rodata->targ_ntgids);
+	/* Untimed, the softirq programs are not even attached: that is the saving. */
+	if (!softirqs) {
+		bpf_program__set_autoload(skel->progs.softirq_entry, false);
+		bpf_program__set_autoload(skel->progs.softirq_exit, false);
+	}
+	env.ready_info = softirqs ? "\"softirq_time\":true" : "\"softirq_time\":false";
 	if (!hardirqs) {
 		struct bpf_program *progs[] = {
 			skel->progs.irq_handler_entry,

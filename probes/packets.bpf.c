@@ -2,7 +2,8 @@
 // Counts skbs, bytes, wire packets and GSO/GRO super-packets per network
 // device and direction where the driver sees them: net_dev_start_xmit (TX)
 // and netif_receive_skb after GRO (RX), plus what GRO did with each packet.
-// tp_btf: no tracefs needed.
+// User space loads the RX and GRO programs only when asked (--rx): every
+// received packet of the machine runs them. tp_btf: no tracefs needed.
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0-only
 // qprof-packets: skbs, bytes, wire packets and GSO/GRO super-packets on
-// given network devices, TX and RX, with length and segment histograms.
+// given network devices, TX and (with --rx) RX, with length and segment
+// histograms.
 #define _GNU_SOURCE
 #include <argp.h>
 #include <errno.h>
@@ -35,6 +36,7 @@ static struct pk_dev devs[PK_MAX_DEVS];
 static int ndevs;
 static struct probe_env env;
 static bool portable; /* --portable: the bpf_probe_read_kernel build even where not needed */
+static bool rx;	      /* --rx */
 
 static const char *const gro_names[PK_NGRO] = {"merged", "merged_free", "held", "normal",
 					       "consumed"};
@@ -43,12 +45,16 @@ const char *argp_program_version = "qprof-packets 0.1";
 static const char argp_doc[] =
 	"Count skbs, bytes, wire packets and GSO/GRO super-packets on network devices.\n"
 	"\n"
-	"USAGE: qprof-packets -d IF[@NETNS]... [--json] [--control | INTERVAL [COUNT]]\n"
+	"USAGE: qprof-packets -d IF[@NETNS]... [--rx] [--json] [--control | INTERVAL [COUNT]]\n"
 	"\n"
 	"NETNS is a name under /run/netns (ip netns add) or 'host' (the default):\n"
 	"this tool's own namespace. TX is counted at net_dev_start_xmit (length\n"
-	"from the MAC header), RX at netif_receive_skb after GRO (from the network\n"
-	"header). Headers are read through the bpf_rdonly_cast kfunc (kernel 6.2\n"
+	"from the MAC header). With --rx, RX too, at netif_receive_skb after GRO\n"
+	"(from the network header), and what GRO did with each packet\n"
+	"(napi_gro_receive_entry/exit): a program or three more per received\n"
+	"packet, so without it they are not attached and RX is null. Over veth\n"
+	"each skb arrives as the peer's TX sent it, unless the receiving end runs\n"
+	"GRO. Headers are read through the bpf_rdonly_cast kfunc (kernel 6.2\n"
 	"and later); on older kernels, or with --portable, a build of the same\n"
 	"program that copies them with bpf_probe_read_kernel is loaded instead.\n"
 	"Exit status: 2 if a device or namespace does not exist, 1 if BPF or the\n"
@@ -58,12 +64,14 @@ static const char argp_doc[] =
 	"    qprof-packets -d lo                     # loopback, totals every second\n"
 	"    qprof-packets -d eth0 5 2               # every 5 s, twice\n"
 	"    qprof-packets -d veth0@ns1 -d veth1@ns2 # both ends of a veth pair\n"
+	"    qprof-packets -d eth0 --rx              # received packets and GRO too\n"
 	"    qprof-packets -d lo --json              # one JSON line per interval\n"
 	"    qprof-packets -d lo@host --control      # JSON per 'mark NAME' on stdin\n";
 
 static const struct argp_option opts[] = {
 	{"dev", 'd', "IFNAME[@NETNS]", 0, "A device to count (repeatable, up to 8)", 0},
 	{"portable", 'P', NULL, 0, "Copy headers with bpf_probe_read_kernel, as before 6.2", 0},
+	{"rx", 'r', NULL, 0, "Also count received skbs and GRO (up to three programs a packet)", 0},
 	{},
 };
 
@@ -99,6 +107,7 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 				     arg, PK_MAX_DEVS);
 		break;
 	case 'P': portable = true; break;
+	case 'r': rx = true; break;
 	case ARGP_KEY_INIT: state->child_inputs[0] = &env; break;
 	case ARGP_KEY_END:
 		if (!ndevs) {
@@ -318,6 +327,11 @@ static int print_json(const char *name, struct packets_bpf *skel)
 		       devs[i].key.ifindex);
 		print_json_dir(&s[i].dir[PK_TX]);
 		printf("},\"rx\":");
+		/* Not counted is absent, not zero. */
+		if (!rx) {
+			printf("null}");
+			continue;
+		}
 		print_json_dir(&s[i].dir[PK_RX]);
 		printf(",\"gro_entry\":%llu,\"gro_result\":{", s[i].gro_entry);
 		for (g = 0; g < PK_NGRO; g++)
@@ -342,7 +356,7 @@ static int print_table(struct packets_bpf *skel)
 	printf("%-24s %-3s %12s %14s %12s %10s %12s %12s %12s\n", "DEV", "DIR", "SKBS", "BYTES",
 	       "WIRE PKTS", "GSO SKBS", "AVG LEN (B)", "UDP", "TCP");
 	for (i = 0; i < ndevs; i++) {
-		for (d = 0; d < PK_NDIR; d++) {
+		for (d = 0; d < (rx ? PK_NDIR : PK_RX); d++) {
 			const struct pk_dir_stats *t = &s[i].dir[d];
 
 			printf("%-24s %-3s %12llu %14llu %12llu %10llu %12.1f %12llu %12llu\n",
@@ -408,6 +422,7 @@ int main(int argc, char **argv)
 	static const struct argp argp = {
 		.options = opts, .parser = parse_arg, .doc = argp_doc, .children = children};
 	struct packets_bpf *skel;
+	char ready[64];
 	int err, i;
 
 	err = argp_parse(&argp, argc, argv, 0, NULL, NULL);
@@ -427,12 +442,20 @@ int main(int argc, char **argv)
 			fprintf(stderr,
 				"no bpf_rdonly_cast in this kernel: loading the portable build\n");
 	}
-	/* Which build counted is part of how a figure was measured. */
-	env.ready_info = portable ? "\"build\":\"portable\"" : "\"build\":\"rdonly_cast\"";
+	/* Which build counted, and which directions, is part of how a figure was measured. */
+	snprintf(ready, sizeof(ready), "\"build\":\"%s\",\"rx\":%s",
+		 portable ? "portable" : "rdonly_cast", rx ? "true" : "false");
+	env.ready_info = ready;
 	skel = open_skel(portable);
 	if (!skel) {
 		fprintf(stderr, "failed to open BPF object: %s\n", strerror(errno));
 		return EXIT_FAIL;
+	}
+	/* Without --rx the receive programs are not even attached: that is the saving. */
+	if (!rx) {
+		bpf_program__set_autoload(skel->progs.receive_skb, false);
+		bpf_program__set_autoload(skel->progs.gro_entry, false);
+		bpf_program__set_autoload(skel->progs.gro_exit, false);
 	}
 	for (i = 0; i < ndevs; i++)
 		skel->rodata->targ_devs[i] = devs[i].key;

@@ -337,7 +337,8 @@ def twin(pid: int, scratch: Path):
 
 
 def test_twin_agrees(scratch, tracefs):
-    """Both tools time the same switches of the same transfer. The twin
+    """Both tools time the same switches of the same transfer (and, the
+    probe with --softirqs, the same softirqs: the twin always does). The twin
     keeps only slices whose two ends it saw; so does the probe's traced
     time (on-CPU less untraced_ns). They still differ where bpftrace's
     perf-event tracepoints drop a switch that tp_btf delivers: on this VM
@@ -346,7 +347,11 @@ def test_twin_agrees(scratch, tracefs):
     cost it up to 1% of the client's time. Hence 3%."""
     with loopback_pair(scratch) as (server, client):
         pids = [server.pid, client.pid]
-        with cputhread(pids, scratch) as probe, twin(pids[0], scratch) as stop0, twin(pids[1], scratch) as stop1:
+        with (
+            cputhread(pids, scratch, "--softirqs") as probe,
+            twin(pids[0], scratch) as stop0,
+            twin(pids[1], scratch) as stop1,
+        ):
             m0 = probe.mark("start")
             run_transfer(server, client)
             m1 = probe.mark("end")
@@ -420,28 +425,46 @@ def test_thread_id_is_refused():
 
 
 def test_interval_table_and_json(scratch):
+    """By default the threads alone: no softirq program attached, the
+    vectors null (not measured, not zero); with --softirqs the vectors too."""
     with busy_loop() as pid:
         r = subprocess.run([str(PROBE), "-p", str(pid), "1", "1"], capture_output=True, text=True, timeout=30)
         assert r.returncode == 0 and r.stderr == ""
-        threads, irqs = r.stdout.strip().split("\n\n")
-        header, *rows = threads.splitlines()
+        header, *rows = r.stdout.strip().splitlines()
         assert header.split() == ["PID", "TID", "COMM", "ON-CPU", "(ms)", "SWITCHES", "INVOL"]
         assert [row.split()[:3] for row in rows] == [[str(pid), str(pid), Path(sys.executable).name[:15]]]
         assert 500 <= float(rows[0].split()[3]) <= 1000 * NCPU
+        r = subprocess.run(
+            [str(PROBE), "-p", str(pid), "--softirqs", "1", "1"], capture_output=True, text=True, timeout=30
+        )
+        assert r.returncode == 0 and r.stderr == ""
+        threads, irqs = r.stdout.strip().split("\n\n")
+        assert threads.splitlines()[0].split() == header.split()
         header, *rows = irqs.splitlines()
         for col in ("VECTOR", "COUNT", "TIME (ms)", "IN-TARGET (ms)", "KSOFTIRQD (ms)"):
             assert col in header
         assert [row.split()[0] for row in rows] == VECTORS  # hardirqs only with --hardirqs
-        r = subprocess.run([str(PROBE), "-p", str(pid), "--json", "1", "2"], capture_output=True, text=True, timeout=30)
-        assert r.returncode == 0 and r.stderr == ""
+        untimed = subprocess.run(
+            [str(PROBE), "-p", str(pid), "--json", "1", "1"], capture_output=True, text=True, timeout=30
+        )
+        r = subprocess.run(
+            [str(PROBE), "-p", str(pid), "--softirqs", "--json", "1", "2"], capture_output=True, text=True, timeout=30
+        )
+        assert r.returncode == untimed.returncode == 0 and r.stderr == untimed.stderr == ""
+    (m,) = [json.loads(line) for line in untimed.stdout.splitlines()]
+    assert [t["tid"] for t in m["threads"]] == [pid] and m["threads"][0]["oncpu_ns"] > 0
+    for k in ("softirq", "softirq_includes_hardirqs", "hardirq_count", "hardirq_ns", "hardirq_in_softirq_ns"):
+        assert m[k] is None, k
+    assert {p["name"] for p in m["progs"]} == {"sched_switch", "sched_wakeup", "sched_wakeup_new", "sched_process_exit"}
     marks = [json.loads(line) for line in r.stdout.splitlines()]
     assert len(marks) == 2 and all(m["event"] == "mark" and m["name"] == "interval" for m in marks)
     (t0,), (t1,) = marks[0]["threads"], marks[1]["threads"]
     assert t0["tid"] == t1["tid"] == pid and t1["oncpu_ns"] > t0["oncpu_ns"]  # cumulative since attach
     assert [v["vec"] for v in marks[1]["softirq"]] == VECTORS
     assert list(marks[1]["softirq"][0]["in_target_ns"]) == [str(pid)]
+    assert {"softirq_entry", "softirq_exit"} <= {p["name"] for p in marks[1]["progs"]}
     # Hardirqs were not timed: absent, not zero, and softirq time says so.
     assert marks[1]["softirq_includes_hardirqs"] is True
     assert marks[1]["hardirq_count"] is None and marks[1]["hardirq_ns"] is None
     r = subprocess.run([str(PROBE), "--help"], capture_output=True, text=True, timeout=30)
-    assert r.stdout.rstrip().splitlines()[-5] == "EXAMPLES:"
+    assert r.stdout.rstrip().splitlines()[-6] == "EXAMPLES:"

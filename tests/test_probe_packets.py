@@ -169,7 +169,7 @@ def test_loopback_private(tmp_path, clean):
     nothing else uses: every packet on it is the transfer's."""
     with veth_pair() as topo:
         here = Endpoint(topo.client.netns, "127.0.0.1", "lo")
-        with packets_probe([f"lo@{here.netns}"], tmp_path) as mark:
+        with packets_probe([f"lo@{here.netns}"], tmp_path, "--rx") as mark:
             client, server = transfer(here, here, tmp_path)
             lo = mark("end")[f"lo@{here.netns}"]
     assert_consistent(lo)
@@ -197,7 +197,7 @@ def test_loopback_host(tmp_path, clean):
     """lo@host is shared with whatever else runs here, so only what other
     traffic cannot break is checked."""
     here = Endpoint(None, "127.0.0.1", "lo")
-    with packets_probe(["lo@host"], tmp_path) as mark:
+    with packets_probe(["lo@host"], tmp_path, "--rx") as mark:
         client, server = transfer(here, here, tmp_path)
         lo = mark("end")["lo@host"]
     assert_consistent(lo)
@@ -210,10 +210,22 @@ def test_loopback_host(tmp_path, clean):
 
 
 def test_veth(tmp_path, clean):
-    with veth_pair() as topo, packets_probe([dev(topo.client), dev(topo.server)], tmp_path) as mark:
-        client, server = transfer(topo.client, topo.server, tmp_path)
-        devs = mark("end")
+    """With --rx both directions of both ends; beside it, a probe without
+    --rx (qprof run's default) counts the same transmits and no receive."""
+    with veth_pair() as topo:
+        devices = [dev(topo.client), dev(topo.server)]
+        with packets_probe(devices, tmp_path, "--rx") as mark, packets_probe(devices, tmp_path) as tx_only:
+            before = mark("start"), tx_only("start")
+            client, server = transfer(topo.client, topo.server, tmp_path)
+            after = mark("end"), tx_only("end")
+    devs = after[0]
     c, s = devs[dev(topo.client)], devs[dev(topo.server)]
+    a, b = (delta(x, y) for x, y in zip(before, after))
+    for d in devices:
+        assert b[d]["rx"] is None
+        for k in ("skbs", "wire_packets", "gso_skbs", "udp_skbs"):
+            assert b[d]["tx"][k] == pytest.approx(a[d]["tx"][k], abs=2), (d, k)
+        assert b[d]["tx"]["wire_bytes"] == pytest.approx(a[d]["tx"]["wire_bytes"], rel=1e-4), d
     for d in (c, s):
         assert_consistent(d)
         # veth delivers without NAPI unless GRO asks for it: no GRO here.
@@ -251,7 +263,7 @@ def test_veth_gro_napi(tmp_path, clean):
             check=True,
             capture_output=True,
         )
-        with packets_probe([dev(topo.client), dev(topo.server)], tmp_path) as mark:
+        with packets_probe([dev(topo.client), dev(topo.server)], tmp_path, "--rx") as mark:
             transfer(topo.client, topo.server, tmp_path)
             devs = mark("end")
     c, s = devs[dev(topo.client)], devs[dev(topo.server)]
@@ -269,11 +281,12 @@ def test_veth_gro_napi(tmp_path, clean):
 
 
 def test_twin_agrees(tmp_path, clean, tracefs):
-    """The bpftrace twin and qprof-packets count the same transfer alike."""
+    """The bpftrace twin and qprof-packets count the same transfer alike
+    (the twin counts RX always, the tool with --rx)."""
     with veth_pair() as topo:
         with (
             packets_twin(topo.client.ifname, tmp_path) as stop_twin,
-            packets_probe([dev(topo.client)], tmp_path) as mark,
+            packets_probe([dev(topo.client)], tmp_path, "--rx") as mark,
         ):
             transfer(topo.client, topo.server, tmp_path)
             ours = mark("end")[dev(topo.client)]
@@ -295,7 +308,10 @@ def test_portable_build_counts_alike(tmp_path, clean):
     attached: the new veths' IPv6 neighbour traffic goes on meanwhile."""
     with veth_pair() as topo:
         devs = [dev(topo.client), dev(topo.server)]
-        with packets_probe(devs, tmp_path) as fast, packets_probe(devs, tmp_path, "--portable") as portable:
+        with (
+            packets_probe(devs, tmp_path, "--rx") as fast,
+            packets_probe(devs, tmp_path, "--rx", "--portable") as portable,
+        ):
             before = fast("start"), portable("start")
             transfer(topo.client, topo.server, tmp_path)
             after = fast("end"), portable("end")
@@ -358,18 +374,33 @@ def test_bad_device_in_namespace(clean):
 
 
 def test_interval_table_and_json():
+    """By default TX alone (no receive program attached, RX null: not
+    counted, not zero); with --rx both."""
     r = subprocess.run([str(PROBE), "-d", "lo", "1", "1"], capture_output=True, text=True, timeout=30)
     assert r.returncode == 0 and r.stderr == ""
     header, *rows = r.stdout.strip().splitlines()
     for col in ("SKBS", "BYTES", "WIRE PKTS", "GSO SKBS", "AVG LEN (B)", "UDP", "TCP"):
         assert col in header
-    assert [row.split()[:2] for row in rows] == [["lo@host", "TX"], ["lo@host", "RX"]]
-    r = subprocess.run([str(PROBE), "-d", "lo@host", "--json", "1", "2"], capture_output=True, text=True, timeout=30)
+    assert [row.split()[:2] for row in rows] == [["lo@host", "TX"]]
+    r = subprocess.run([str(PROBE), "-d", "lo", "--rx", "1", "1"], capture_output=True, text=True, timeout=30)
     assert r.returncode == 0 and r.stderr == ""
-    marks = [json.loads(line) for line in r.stdout.splitlines()]
-    assert len(marks) == 2 and all(m["event"] == "mark" and m["name"] == "interval" for m in marks)
-    assert [d["dev"] for d in marks[1]["devices"]] == ["lo@host"]
-    assert marks[1]["devices"][0]["ifindex"] == 1
-    assert marks[1]["devices"][0]["netns_ino"] == os.stat("/proc/self/ns/net").st_ino
+    assert [row.split()[:2] for row in r.stdout.strip().splitlines()[1:]] == [["lo@host", "TX"], ["lo@host", "RX"]]
+    for extra, rx in (((), False), (("--rx",), True)):
+        r = subprocess.run(
+            [str(PROBE), "-d", "lo@host", "--json", *extra, "1", "2"], capture_output=True, text=True, timeout=30
+        )
+        assert r.returncode == 0 and r.stderr == ""
+        marks = [json.loads(line) for line in r.stdout.splitlines()]
+        assert len(marks) == 2 and all(m["event"] == "mark" and m["name"] == "interval" for m in marks)
+        (d,) = marks[1]["devices"]
+        assert d["dev"] == "lo@host" and d["ifindex"] == 1
+        assert d["netns_ino"] == os.stat("/proc/self/ns/net").st_ino
+        progs = {p["name"] for p in marks[1]["progs"]}
+        if rx:
+            assert progs == {"start_xmit", "receive_skb", "gro_entry", "gro_exit"}
+            assert d["rx"]["gro_entry"] == sum(d["rx"]["gro_result"].values())
+        else:
+            assert progs == {"start_xmit"} and d["rx"] is None
+        assert d["tx"]["skbs"] == sum(d["tx"]["len_hist_bytes"])
     r = subprocess.run([str(PROBE), "--help"], capture_output=True, text=True, timeout=30)
     assert "EXAMPLES:" in r.stdout + r.stderr

@@ -11,6 +11,7 @@ import pytest
 from qprof.collectors.probes import OPTION_FLAGS, delta
 from qprof.describe import derive, options, record
 from qprof.describe.measurement import Measurement
+from qprof.describe.plan import resolve
 
 from conftest import SCHEMAS
 
@@ -164,6 +165,118 @@ TIME_FIGURES = ("in_syscall_ns_per_byte", "send_wall_s_per_cpu_s", "recv_wall_s_
 
 def strip_time(by_syscall: dict) -> dict:
     return {n: {**s, "time_ns": None, "time_hist_ns": None} for n, s in by_syscall.items()}
+
+
+def test_softirq_time_and_packets_rx_are_opt_in():
+    """Each option reaches its probe tool only when set; both off by default."""
+    default = options.RunOptions()
+    assert default.softirq_time is False and default.packets_rx is False
+    assert OPTION_FLAGS["cputhread"](default) == [] and OPTION_FLAGS["packets"](default) == []
+    assert OPTION_FLAGS["cputhread"](options.RunOptions(softirq_time=True)) == ["--softirqs"]
+    assert OPTION_FLAGS["packets"](options.RunOptions(packets_rx=True)) == ["--rx"]
+
+
+@pytest.mark.parametrize(
+    "stack, gro, rx",
+    [
+        ("tcp", None, False),
+        ("tcp", "on", True),  # the veths' GRO shows only where they receive
+        ("tcp-tls", "off", True),
+        ("quic", "on", False),  # msquic's GRO shows in its receive calls (syscalls probe)
+        ("udp", "off", False),
+    ],
+)
+def test_a_run_that_sets_the_veths_gro_counts_their_receive_side(stack, gro, rx):
+    plan = resolve(options.RunOptions(stack=stack, gro=gro))
+    assert plan.options.packets_rx is rx
+    assert resolve(options.RunOptions(stack=stack, gro=gro, packets_rx=True)).options.packets_rx is True
+
+
+def test_untimed_softirqs_are_absent_not_zero():
+    """A cputhread window without softirqs (the tool's softirq null): the
+    on-CPU figures as before, every softirq figure None with the reason."""
+    thread = {"tgid": 1, "tid": 1, "comm": "a", "oncpu_ns": 4000, "runq_ns": 10, "switches": 3, "involuntary": 1}
+    vec = {"vec": "NET_RX", "count": 5, "time_ns": 1000, "in_target_ns": {"1": 600}, "in_ksoftirqd_ns": 0}
+    timed_window = {"threads": [thread], "softirq": [vec], "softirq_includes_hardirqs": True, "hardirq_ns": None}
+    untimed_window = {"threads": [thread], "softirq": None, "softirq_includes_hardirqs": None, "hardirq_ns": None}
+    timed = derive.thread_figures(timed_window, {"client": 1}, {"client": 1000}, 1000)
+    untimed = derive.thread_figures(untimed_window, {"client": 1}, {"client": 1000}, 1000)
+    assert timed["client"]["ns_per_byte"] == {"oncpu": 4.0, "softirq_in_context": 0.6, "own_work": 3.4}
+    assert timed["softirq_absent_reason"] is None and timed["softirq"]["NET_RX"]["count"] == 5
+    assert untimed["client"]["ns_per_byte"] == {"oncpu": 4.0, "softirq_in_context": None, "own_work": None}
+    assert untimed["client"]["softirq_in_context_s"] is None and untimed["softirq"] is None
+    assert untimed["client"]["oncpu_s"] == timed["client"]["oncpu_s"]
+    assert untimed["client"]["threads"] == timed["client"]["threads"]
+    assert "--softirq-time" in untimed["softirq_absent_reason"]
+
+
+def _without_softirqs_and_rx(m: Measurement) -> Measurement:
+    """m as the default probes record it now: the cputhread probe without
+    softirq timing, the packets probe without its receive side."""
+    m = copy.deepcopy(m)
+    cpu, pk = m.probes["cputhread"], m.probes["packets"]
+    cpu["softirq_time"], pk["rx"] = False, False
+    for k in ("softirq", "softirq_includes_hardirqs", "hardirq_count", "hardirq_ns", "hardirq_in_softirq_ns"):
+        cpu["window"][k] = None
+    cpu["window"]["progs"] = [p for p in cpu["window"]["progs"] if not p["name"].startswith("softirq")]
+    for d in pk["window"]["devices"]:
+        d["rx"] = None
+    pk["window"]["progs"] = [p for p in pk["window"]["progs"] if p["name"] == "start_xmit"]
+    return m
+
+
+@pytest.mark.parametrize("case", ["quic", "tcp-tls"])
+def test_record_without_softirqs_and_rx(case):
+    """A stored run's measurement as the default probes now take it: the
+    record is valid, every figure that needs softirq timing or the receive
+    side is null with a reason naming the option, the rest is the record
+    of the full measurement; the schema refuses a zero in their place."""
+    m = Measurement.from_json((DATA / case / "measurement.json").read_text())
+    full = json.loads(json.dumps(record.describe(m, DATA / case)))
+    rec = json.loads(json.dumps(record.describe(_without_softirqs_and_rx(m), DATA / case)))
+    schema = json.loads(SCHEMAS["run.json"].read_text())
+    complete = {"schema_version": 2, "id": "20261124-000000-000000", "status": "complete", **rec}
+    jsonschema.validate(complete, schema)
+    ct, was = rec["cpu_threads"], full["cpu_threads"]
+    assert was["softirq_absent_reason"] is None and was["softirq"]
+    assert "--softirq-time" in ct["softirq_absent_reason"]
+    assert ct["softirq"] is None and ct["softirq_includes_hardirqs"] is None and ct["hardirq_s"] is None
+    for side in ("client", "server"):
+        assert ct[side]["softirq_in_context_s"] is None
+        assert ct[side]["ns_per_byte"] == {**was[side]["ns_per_byte"], "softirq_in_context": None, "own_work": None}
+        assert ct[side]["oncpu_check"] == was[side]["oncpu_check"] and ct[side]["threads"] == was[side]["threads"]
+        a, b = full["syscalls"][side], rec["syscalls"][side]
+        assert a["rx_absent_reason"] is None
+        assert "--packets-rx" in b["rx_absent_reason"] and b["datagrams_per_recv_call"] is None
+        drop = ("datagrams_per_recv_call", "rx_absent_reason")
+        assert {k: v for k, v in b.items() if k not in drop} == {k: v for k, v in a.items() if k not in drop}
+    assert full["syscalls"]["server"]["datagrams_per_recv_call"] > 1  # the receiver's, measured in full
+    if case == "quic":
+        for side in ("client", "server"):
+            check = rec["crosscheck"][side]["udp_recv_datagrams"]
+            assert check["ebpf"] is None and check["ratio"] is None and "--packets-rx" in check["absent_reason"]
+            assert check["own"] == full["crosscheck"][side]["udp_recv_datagrams"]["own"]
+            assert rec["crosscheck"][side]["udp_send_datagrams"] == full["crosscheck"][side]["udp_send_datagrams"]
+        # msquic's GRO shows in the receive calls, not on the device.
+        assert rec["offload"]["observed"] == full["offload"]["observed"]
+    else:
+        assert rec["crosscheck"] == full["crosscheck"]
+        obs = rec["offload"]["observed"]
+        assert full["offload"]["observed"]["gro"] == "off" and obs["gro"] is None
+        assert "--packets-rx" in obs["gro_absent_reason"] and obs["gso"] == full["offload"]["observed"]["gso"]
+    for path, value in (
+        (("cpu_threads", "client", "ns_per_byte", "own_work"), 0.0),
+        (("cpu_threads", "softirq"), {}),
+        (("syscalls", "server", "datagrams_per_recv_call"), 0.0),
+    ):
+        broken = copy.deepcopy(complete)
+        *parents, leaf = path
+        target = broken
+        for p in parents:
+            target = target[p]
+        target[leaf] = value
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(broken, schema)
 
 
 def test_compare():

@@ -35,6 +35,10 @@ def test_tcp_gso_off_sends_no_super_packets(runs_dir):
             assert feats["tso"] == want and feats["gso"] == want
     assert tx(off)["client_tx_gso_skbs"] == 0
     assert tx(on)["client_tx_gso_share"] > 0.5
+    # GRO was not set: the veths' receive side was not counted, so GRO was not seen (not "off").
+    for rec in (on, off):
+        assert rec["config"]["packets_rx"] is False and rec["offload"]["observed"]["gro"] is None
+        assert "--packets-rx" in rec["offload"]["observed"]["gro_absent_reason"]
     # Without segmentation offload every MSS is its own skb through the stack.
     assert per_mb(tx(off)["client_tx_skbs"], off) > 5 * per_mb(tx(on)["client_tx_skbs"], on)
     # Same wire either way: packets per MB within a few percent.
@@ -46,6 +50,9 @@ def test_tcp_gso_off_sends_no_super_packets(runs_dir):
 def test_tcp_gro_merges_what_gso_did_not(runs_dir):
     rec = run_json(runs_dir, "--stack", "tcp", "--gso", "off", "--gro", "on", *SHORT, "--probes", "syscalls,packets")
     ev = tx(rec)
+    # A run that sets the veths' GRO counts their receive side by itself: that is where GRO shows.
+    assert rec["config"]["packets_rx"] is True and rec["probes"]["packets"]["rx"] is True
+    assert rec["offload"]["observed"]["gro_absent_reason"] is None
     assert rec["offload"]["observed"]["gro"] == "on" and ev["server_rx_gro_entries"] > 0
     assert rec["offload"]["device_features"]["server"]["gro"] == "on"
     # The receiver got fewer, larger skbs than the sender put on the wire.

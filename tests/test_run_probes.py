@@ -124,6 +124,9 @@ def test_probe_not_built(runs_dir, tmp_path):
 
 
 def test_all_probes_netns(runs_dir):
+    """The default instruments: every count, and each thread's on-CPU time;
+    what costs more than it is worth by default (softirq timing, the
+    packets probe's receive side) absent with its reason, never zero."""
     rec = run_json(runs_dir, "--duration", "2s", "--warmup", "0.5s")
     assert {n: p["status"] for n, p in rec["probes"].items()} == {
         "syscalls": "present",
@@ -138,41 +141,86 @@ def test_all_probes_netns(runs_dir):
     assert {p["name"] for p in rec["probes"]["syscalls"]["window"]["progs"]} == {"sys_exit"}
     calls_s = rec["syscalls"]["server"]["by_syscall"]
     assert calls_s["recvmmsg"]["msgs_requested"] >= calls_s["recvmmsg"]["msgs_returned"] > 0
+    # The packets probe: the transmit hook alone, each veth's receive side null.
+    assert rec["config"]["packets_rx"] is False and rec["probes"]["packets"]["rx"] is False
+    assert {p["name"] for p in rec["probes"]["packets"]["window"]["progs"]} == {"start_xmit"}
+    assert all(d["rx"] is None and d["tx"]["skbs"] > 0 for d in rec["probes"]["packets"]["window"]["devices"])
+    for side in ("client", "server"):
+        check = rec["crosscheck"][side]
+        assert check["udp_send_datagrams"]["ratio"] == pytest.approx(1.0, abs=0.02), (side, check)
+        absent = check["udp_recv_datagrams"]
+        assert absent["ebpf"] is None and absent["ratio"] is None and absent["own"] > 0
+        assert "--packets-rx" in absent["absent_reason"]
+        f = rec["syscalls"][side]
+        assert f["datagrams_per_recv_call"] is None and "--packets-rx" in f["rx_absent_reason"]
+    c, s = rec["syscalls"]["client"], rec["syscalls"]["server"]
+    assert c["datagrams_per_send_call"] > 10 and s["datagrams_per_send_call"] == pytest.approx(1.0, abs=0.05)
+    # The cputhread probe: the scheduler's hooks alone; on-CPU time whole, softirq null.
+    assert rec["config"]["softirq_time"] is False and rec["probes"]["cputhread"]["softirq_time"] is False
+    progs = {p["name"] for p in rec["probes"]["cputhread"]["window"]["progs"]}
+    assert progs == IRQS_OFF_PROGRAMS | {"sched_process_exit"}
+    ct = rec["cpu_threads"]
+    assert "--softirq-time" in ct["softirq_absent_reason"]
+    assert ct["softirq"] is None and ct["softirq_includes_hardirqs"] is None and ct["hardirq_s"] is None
+    for side in ("client", "server"):
+        f = ct[side]
+        assert_oncpu(rec, side, f)
+        assert f["softirq_in_context_s"] is None and f["ns_per_byte"]["oncpu"] > 0
+        assert f["ns_per_byte"]["softirq_in_context"] is None and f["ns_per_byte"]["own_work"] is None
+
+
+def test_softirq_time_and_packets_rx(runs_dir):
+    """Asked for, the softirq timing and the receive side give their figures."""
+    rec = run_json(runs_dir, "--duration", "2s", "--warmup", "0.5s", "--softirq-time", "--packets-rx")
+    assert rec["probes"]["packets"]["rx"] is True and rec["probes"]["cputhread"]["softirq_time"] is True
+    assert {p["name"] for p in rec["probes"]["packets"]["window"]["progs"]} == {
+        "start_xmit",
+        "receive_skb",
+        "gro_entry",
+        "gro_exit",
+    }
+    assert {"softirq_entry", "softirq_exit"} <= {p["name"] for p in rec["probes"]["cputhread"]["window"]["progs"]}
     # Wire packets on each side's device against msquic's datagram counts.
     for side in ("client", "server"):
+        assert rec["syscalls"][side]["rx_absent_reason"] is None
         for name in ("udp_send_datagrams", "udp_recv_datagrams"):
             check = rec["crosscheck"][side][name]
             assert check["ratio"] == pytest.approx(1.0, abs=0.02), (side, name, check)
-    # GSO on: the client's sends carry many datagrams each, the server's acks one.
-    c, s = rec["syscalls"]["client"], rec["syscalls"]["server"]
-    assert c["datagrams_per_send_call"] > 10 and s["datagrams_per_send_call"] == pytest.approx(1.0, abs=0.05)
-    assert s["datagrams_per_recv_call"] > 10
-    # On-CPU by sched_switch against the kernel's own accounting: /proc
-    # ticks (sampled by the tick) loosely; schedstat (sum_exec_runtime, ns),
-    # which also counts part of each wake-up's latency and leaves out the
-    # hypervisor's steal, between on-CPU less steal and on-CPU plus the
-    # time woken threads waited for a CPU (1% for edges).
+    # GSO on: the client's sends carry many datagrams each, and the server receives them so.
+    assert rec["syscalls"]["server"]["datagrams_per_recv_call"] > 10
     ct = rec["cpu_threads"]
+    assert ct["softirq_absent_reason"] is None
     for side in ("client", "server"):
         f = ct[side]
-        assert f["oncpu_s"] == pytest.approx(rec["cpu"][side]["total_s"], rel=0.1, abs=0.05), side
-        check = f["oncpu_check"]
-        assert check["ebpf"] == f["oncpu_s"] and check["schedstat"] == rec["cpu"][side]["oncpu_schedstat_s"]
-        assert check["ebpf_plus_runq"] == pytest.approx(f["oncpu_s"] + f["runq_s"]) and f["runq_s"] >= 0
-        steal_s = rec["cpu"]["system"]["steal_s"]
-        assert 0.99 * check["ebpf"] - steal_s <= check["schedstat"] <= 1.01 * check["ebpf_plus_runq"], (
-            side,
-            check,
-            steal_s,
-        )
-        assert 0 <= ct[side]["softirq_in_context_s"] <= ct[side]["oncpu_s"]
-        shares = [t["share"] for t in ct[side]["threads"]]
-        assert sum(shares) == pytest.approx(1.0) and shares == sorted(shares, reverse=True)
+        assert_oncpu(rec, side, f)
+        assert 0 <= f["softirq_in_context_s"] <= f["oncpu_s"]
+        n = f["ns_per_byte"]
+        assert n["own_work"] == pytest.approx(n["oncpu"] - n["softirq_in_context"])
     # veth delivers in the sender's softirq: NET_RX work lands on the client's stack.
     assert ct["softirq"]["NET_RX"]["time_s"] > 0
     assert ct["client"]["softirq_in_context_s"] > ct["server"]["softirq_in_context_s"]
     # qprof run does not time hardirqs (their cost, docs/platform.md): absent, not zero.
     assert ct["softirq_includes_hardirqs"] is True and ct["hardirq_s"] is None
+
+
+def assert_oncpu(rec, side, f):
+    """On-CPU by sched_switch against the kernel's own accounting: /proc
+    ticks (sampled by the tick) loosely; schedstat (sum_exec_runtime, ns),
+    which also counts part of each wake-up's latency and leaves out the
+    hypervisor's steal, between on-CPU less steal and on-CPU plus the
+    time woken threads waited for a CPU (1% for edges)."""
+    assert f["oncpu_s"] == pytest.approx(rec["cpu"][side]["total_s"], rel=0.1, abs=0.05), side
+    check = f["oncpu_check"]
+    assert check["ebpf"] == f["oncpu_s"] and check["schedstat"] == rec["cpu"][side]["oncpu_schedstat_s"]
+    assert check["ebpf_plus_runq"] == pytest.approx(f["oncpu_s"] + f["runq_s"]) and f["runq_s"] >= 0
+    steal_s = rec["cpu"]["system"]["steal_s"]
+    assert 0.99 * check["ebpf"] - steal_s <= check["schedstat"] <= 1.01 * check["ebpf_plus_runq"], (
+        side,
+        check,
+        steal_s,
+    )
+    shares = [t["share"] for t in f["threads"]]
+    assert sum(shares) == pytest.approx(1.0) and shares == sorted(shares, reverse=True)
 
 
 @pytest.mark.parametrize("stack", ["tcp", "quic"])
