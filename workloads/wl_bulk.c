@@ -241,7 +241,8 @@ static int bulk_client(void)
 			return WL_EXIT_INTERNAL;
 		}
 	}
-	wl_role_wait_start();
+	if (!wl_role_wait_start())
+		return WL_EXIT_OK;
 	for (i = 0; i < bulk.nconns; i++) {
 		struct bconn *bc = &bulk.conns[i];
 

@@ -177,7 +177,8 @@ static int dl_client(void)
 	uint64_t i;
 	int code;
 
-	wl_role_wait_start();
+	if (!wl_role_wait_start())
+		return WL_EXIT_OK;
 	for (i = 0; i < o->count && !wl_role_stopping(); i++) {
 		/* Every connection offers the last one's session, if there is one. */
 		unsigned flags =

@@ -147,11 +147,12 @@ int wl_role_serve(const struct wl_accept *a, bool (*served)(void *arg), void (*w
 	return wl_role.failure.code;
 }
 
-void wl_role_wait_start(void)
+bool wl_role_wait_start(void)
 {
 	if (wl_role.o->wait_start)
 		sem_wait(&wl_role.may_start);
 	atomic_store(&wl_role.started, true);
+	return !wl_role_stopping();
 }
 
 int wl_role_handshake_failed(const struct wl_end *e, const char *which)
@@ -220,14 +221,15 @@ static void on_exit_cmd(void *arg)
 	const struct wl_pattern *p = wl_role.p;
 
 	(void)arg;
-	/* A download or rr role runs until told; a bulk role is done already (wl_role.h). */
-	if (p->exit_stops || (p->exit_stops_server && wl_role.server)) {
+	/*
+	 * A download or rr role runs until told; a bulk role is done already;
+	 * a client still waiting for "start" never starts (wl_role.h).
+	 */
+	if (p->exit_stops || (p->exit_stops_server && wl_role.server) ||
+	    (!wl_role.server && wl_role.o->wait_start && !atomic_load(&wl_role.started)))
 		stop();
-	} else if (p->exit_cancels_start && !wl_role.server && wl_role.o->wait_start &&
-		   !atomic_load(&wl_role.started)) {
-		stop();
+	if (!wl_role.server)
 		sem_post(&wl_role.may_start);
-	}
 	sem_post(&wl_role.may_exit);
 }
 

@@ -30,10 +30,11 @@ struct wl_pattern {
 	 * What "exit" (or EOF) ends as "stop" does, before the role may go (a
 	 * bulk role is done by then). exit_stops: the role (download and rr
 	 * run until told). exit_stops_server: the server only (udp's receiver
-	 * runs until told or its end datagram). exit_cancels_start: a client
-	 * still waiting for "start", which then never starts (udp's sender).
+	 * runs until told or its end datagram). Whatever the pattern, a client
+	 * still waiting for --wait-start's "start" never starts then: over
+	 * SSH, EOF is all a remote side hears of a qprof that went away.
 	 */
-	bool exit_stops, exit_stops_server, exit_cancels_start;
+	bool exit_stops, exit_stops_server;
 	/* The role's work, server and client; an exit code, the run's first failure's if any. */
 	int (*server)(void);
 	int (*client)(void);
@@ -110,8 +111,8 @@ int wl_role_loop(bool (*done)(void *arg), void *arg);
  */
 int wl_role_serve(const struct wl_accept *a, bool (*served)(void *arg), void (*wind_down)(void),
 		  bool (*gone)(void *arg));
-/* Client, --wait-start: until "start" (exit_cancels_start: or "exit", with stopping set). */
-void wl_role_wait_start(void);
+/* Client, --wait-start: until "start"; false if "exit" or EOF came first (it must not start). */
+bool wl_role_wait_start(void);
 /* "QUIC handshake with 10.0.0.1:4433 failed (download 3): QUIC_STATUS_..."; WL_EXIT_HANDSHAKE. */
 int wl_role_handshake_failed(const struct wl_end *e, const char *which);
 /* Receiver: the first failed check, kept for "done" (offset, stream or download index). */

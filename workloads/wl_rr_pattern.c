@@ -561,7 +561,8 @@ static int rr_client(void)
 		wl_warn("cannot make the request timer: %s", strerror(errno));
 		return WL_EXIT_INTERNAL;
 	}
-	wl_role_wait_start();
+	if (!wl_role_wait_start())
+		return WL_EXIT_OK;
 	rc = rconn_new();
 	if (!rc)
 		return WL_EXIT_INTERNAL;

@@ -495,8 +495,7 @@ static int dgram_client(void)
 	}
 	if (o->bytes)
 		limit = (o->bytes + udp_state.dgram - 1) / udp_state.dgram;
-	wl_role_wait_start();
-	if (wl_role_stopping()) {
+	if (!wl_role_wait_start()) {
 		free(ring);
 		return 0;
 	}
@@ -723,7 +722,6 @@ const struct wl_pattern wl_udp_bulk = {
 	.name = "udp-bulk",
 	/* The receiver runs until told; a sender still waiting for "start" never starts. */
 	.exit_stops_server = true,
-	.exit_cancels_start = true,
 	.server = dgram_server,
 	.client = dgram_client,
 	/* Its mark fields are the transport's counters. */
