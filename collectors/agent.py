@@ -21,6 +21,10 @@ answers one request a line, {"op": NAME, "id": N, ...}, with {"id": N,
             and each process's TLS and namespace counters and softnet
     environment  {"peer": ADDR}: collectors/environment.py's description of
             this host, with the NIC it reaches ADDR through
+    files   {"files": {NAME: TEXT}}: each written (0600) into the agent's
+            own private directory, made on first use and removed when the
+            agent ends: {"paths": {NAME: PATH}} (a run's certificate and
+            key, for the side it runs there)
     exit    {"id": N}, then the agent ends (so does EOF)
 
 An unknown op is answered with an error and the agent goes on.
@@ -28,7 +32,9 @@ An unknown op is answered with an error and the agent goes on.
 
 import json
 import os
+import shutil
 import sys
+import tempfile
 import time
 from dataclasses import asdict
 from typing import Callable, Dict
@@ -78,9 +84,42 @@ def _environment(req: dict) -> dict:
 OPS: Dict[str, Callable[[dict], dict]] = {"clock": _clock, "edge": _edge, "environment": _environment}
 
 
+class Scratch:
+    """The agent's private directory, made on first use, gone with it."""
+
+    def __init__(self):
+        self.dir = None
+
+    def files(self, req: dict) -> dict:
+        if self.dir is None:
+            self.dir = tempfile.mkdtemp(prefix="qprof-agent-")
+        out = {}
+        for name, text in req["files"].items():
+            if not name or "/" in name or name in (".", ".."):
+                raise ValueError(f"{name!r} is not a file name")
+            path = os.path.join(self.dir, name)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(text)
+            out[name] = path
+        return {"paths": out}
+
+    def remove(self) -> None:
+        if self.dir is not None:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
 def serve(inp=None, out=None) -> int:
     """The agent's loop until "exit" or EOF; 0."""
     inp, out = inp or sys.stdin, out or sys.stdout
+    scratch = Scratch()
+    try:
+        return _serve(inp, out, {**OPS, "files": scratch.files})
+    finally:
+        scratch.remove()
+
+
+def _serve(inp, out, ops: Dict[str, Callable[[dict], dict]]) -> int:
 
     def say(obj: dict) -> None:
         out.write(json.dumps(obj) + "\n")
@@ -99,9 +138,9 @@ def serve(inp=None, out=None) -> int:
         if op == "exit":
             say({"id": rid})
             return 0
-        fn = OPS.get(op)
+        fn = ops.get(op)
         if fn is None:
-            say({"id": rid, "error": f"unknown op {op!r}; this agent knows {', '.join(sorted(OPS))} and exit"})
+            say({"id": rid, "error": f"unknown op {op!r}; this agent knows {', '.join(sorted(ops))} and exit"})
             continue
         try:
             say({"id": rid, **fn(req)})

@@ -20,10 +20,13 @@ LIB = "libqprof-bind.so"
 REPORT_NAME = "bind-server.jsonl"
 
 
-def server_env(stack: str, addr: str, port: int, run_path: Optional[Path]) -> Dict[str, str]:
+def server_env(
+    stack: str, addr: str, port: int, run_path: Optional[Path], build_dir: Optional[Path] = None
+) -> Dict[str, str]:
+    """The QUIC server's environment (build_dir: its host's build, this one's by default)."""
     if stack != "quic":
         return {}
-    lib = paths.build_dir() / "lib" / LIB
+    lib = (build_dir or paths.build_dir()) / "lib" / LIB
     if not lib.exists():
         raise errors.NotBuilt(f"the listening-address interposer is not built ({lib} is missing); run `make build`.")
     env = {"LD_PRELOAD": str(lib), "QPROF_BIND_ADDR": addr, "QPROF_BIND_PORT": str(port)}

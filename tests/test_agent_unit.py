@@ -74,3 +74,16 @@ def test_a_failed_request_is_an_error_answer_and_the_agent_goes_on():
     hello, bad, ok = talk({"op": "edge", "id": 1, "pids": {"server": 2**22 + 7}}, {"op": "clock", "id": 2})
     assert bad["id"] == 1 and bad["error"].startswith("edge failed")
     assert ok["t_ns"] > 0
+
+
+def test_files_go_in_a_private_directory_that_goes_with_the_agent():
+    hello, put, bad = talk(
+        {"op": "files", "id": 1, "files": {"server-cert.pem": "CERT\n", "server-key.pem": "KEY\n"}},
+        {"op": "files", "id": 2, "files": {"../escape": "x"}},
+    )
+    paths = put["paths"]
+    assert set(paths) == {"server-cert.pem", "server-key.pem"}
+    folder = Path(paths["server-key.pem"]).parent
+    assert Path(paths["server-cert.pem"]).parent == folder
+    assert "is not a file name" in bad["error"]
+    assert not folder.exists()  # the agent ended (EOF): its directory went with it
