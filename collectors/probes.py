@@ -113,12 +113,16 @@ def warn(msg: str) -> None:
 
 class ProbeSet:
     """Starts the named probes on `target`, with the flags `opts` (the
-    run's options; None: the tools' defaults) turns on; owns their processes."""
+    run's options; None: the tools' defaults) turns on; owns their
+    processes. side: a collectors/remote.py RemoteSide, whose host runs
+    the probes (its own build; its agent checked that the build is whole),
+    for that host's processes and devices; None: here."""
 
-    def __init__(self, names: List[str], target: Target, run_path: Path, opts=None):
+    def __init__(self, names: List[str], target: Target, run_path: Path, opts=None, side=None):
         self.target = target
         self.run_path = run_path
         self.opts = opts
+        self.side = side
         self.probes = [Probe(n) for n in names]
 
     def __enter__(self) -> "ProbeSet":
@@ -134,12 +138,16 @@ class ProbeSet:
         self.close()
 
     def _start(self, p: Probe) -> None:
-        binary = paths.probe_binary(p.name)
-        if not binary.exists():
-            return self._lose(p, f"not built ({binary} is missing; run `make build`)")
+        if self.side is None:
+            binary, where = paths.probe_binary(p.name), list
+            if not binary.exists():
+                return self._lose(p, f"not built ({binary} is missing; run `make build`)")
+        else:
+            binary, where = self.side.binary(f"qprof-{p.name}"), self.side.endpoint.command
         argv = [str(binary)] + PROBES[p.name](self.target)
         if self.opts is not None and p.name in OPTION_FLAGS:
             argv += OPTION_FLAGS[p.name](self.opts)
+        argv = where(argv)
         p.proc = ControlledProcess(f"{p.name} probe", argv, self.run_path / f"probe-{p.name}.log")
         p.proc.__enter__()
         try:

@@ -3,9 +3,10 @@
 made here (a namespace with its own sshd, tests/sshhosts.py): a QUIC and a
 TLS server started there through the SSH master, with the run's
 certificate put there by the agent, serve a client here; the bytes are
-verified there; the agent reads the server's CPU in that host's clock; and
-once this side lets go, nothing is left there, the agent's files
-included. Both "hosts" share one kernel here, so the agent's reading of
+verified there; the syscalls probe, run there from that host's build for
+the server alone, counts at least those bytes received; the agent reads
+the server's CPU in that host's clock; and once this side lets go,
+nothing is left there, the agent's files included. Both "hosts" share one kernel here, so the agent's reading of
 the server can be held to this side's own reading of the same process."""
 
 import subprocess
@@ -14,8 +15,10 @@ from pathlib import Path
 import pytest
 
 from qprof.collectors import endpoints, listen, procfs, ssh
+from qprof.collectors.probes import ProbeSet, Target
 from qprof.collectors.remote import RemoteSide
 from qprof.collectors.workload import WorkloadExit, WorkloadProcess
+from qprof.describe import derive, transports
 
 from conftest import REPO, free_port, leftovers, needs_build
 
@@ -41,16 +44,31 @@ def test_a_server_there_serves_a_client_here(ssh_host, tmp_path, stack):
         argv = [f"{k}={v}" for k, v in env.items()] + argv
         with WorkloadProcess("server", ["env", *argv], side.endpoint, tmp_path / "server.log") as server:
             pid = server.wait_event("ready", 30)["pid"]
-            client = subprocess.run(
-                [WL, "--stack", stack, "--role", "client", "--addr", host.address, "--port", str(port)]
-                + ["--bytes", str(BYTES)],
-                capture_output=True,
-                text=True,
-                timeout=120,
-            )
-            assert client.returncode == WorkloadExit.OK, client.stderr
-            done = server.wait_event("done", 30)
-            assert done["verified"] is True and done["app_bytes"] == BYTES
+            target = Target(pids={"server": pid}, devices={"server": f"{side.endpoint.ifname}@host"})
+            probes = ProbeSet(["syscalls", "packets"], target, tmp_path, side=side)
+            stack_ = transports.STACKS[stack]
+            with probes:
+                there_pids = {line.split()[0] for line in ssh_host.remote_pids()}
+                assert {str(p.ready["pid"]) for p in probes.probes} <= there_pids  # started there, by its sshd
+                probes.request_mark("start")
+                probes.collect_mark("start")
+                client = subprocess.run(
+                    [WL, "--stack", stack, "--role", "client", "--addr", host.address, "--port", str(port)]
+                    + ["--bytes", str(BYTES)],
+                    capture_output=True,
+                    text=True,
+                    timeout=120,
+                )
+                assert client.returncode == WorkloadExit.OK, client.stderr
+                done = server.wait_event("done", 30)
+                assert done["verified"] is True and done["app_bytes"] == BYTES
+                probes.request_mark("end")
+                probes.collect_mark("end")
+                records = probes.records()
+            assert [n for n, r in records.items() if r["status"] != "present"] == [], records
+            calls = derive.by_syscall(records["syscalls"]["window"]["threads"], pid)
+            got = derive.syscall_figures(calls, BYTES, None, None, None, stack_.rw_is_network, timed=False)
+            assert got["recv_bytes"] >= BYTES  # headers and TLS records on top of the verified bytes
             there = side.edge({"server": pid})
             here = procfs.read_process(pid)  # the same process, read after, on the same kernel
             assert 0 < there["processes"]["server"]["oncpu_s"] <= here.oncpu_s
