@@ -41,6 +41,7 @@ from typing import Callable, Dict
 
 from qprof import __version__, paths
 from qprof.collectors import environment, procfs
+from qprof.describe import measurement
 
 # What `make build` makes that a side of a run needs on its host.
 NEEDED = ("bin/qprof-wl", "bin/qprof-syscalls", "bin/qprof-packets", "bin/qprof-cputhread")
@@ -67,13 +68,14 @@ def _edge(req: dict) -> dict:
     t_ns = time.monotonic_ns()
     system = procfs.read_system()
     processes = {role: asdict(procfs.read_process(pid)) for role, pid in pids.items()}
+    tasks, tls_stat, net = procfs.read_kernel(pids)
     return {
         "t_ns": t_ns,
         "system": asdict(system),
         "processes": processes,
-        "tasks": {f"{pid}/{tid}": ns for (pid, tid), ns in procfs.read_tasks().items()},
-        "tls_stat": {role: procfs.read_tls_stat(pid) for role, pid in pids.items()},
-        "net": {**{role: procfs.read_namespace(pid) for role, pid in pids.items()}, "softnet": procfs.read_softnet()},
+        "tasks": measurement.tasks_out(tasks),
+        "tls_stat": tls_stat,
+        "net": net,
     }
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Dict, Optional
 
 from qprof import errors, paths
+from qprof.describe import offload
 from qprof.describe.offload import PRELOAD_LIB, REPORT_NAME, OffloadPlan
 
 ETHTOOL_NAMES = {
@@ -37,13 +38,8 @@ def read_device_features(endpoint) -> Optional[Dict[str, str]]:
     r = subprocess.run(endpoint.command(["ethtool", "-k", endpoint.ifname]), capture_output=True, text=True)
     if r.returncode != 0:
         return None
-    state = {}
-    for line in r.stdout.splitlines():
-        name, _, rest = line.strip().partition(":")
-        for key, full in ETHTOOL_NAMES.items():
-            if name == full:
-                state[key] = rest.split()[0] if rest.split() else None
-    return state
+    features = offload.parse_features(r.stdout)
+    return {key: features[full].split()[0] for key, full in ETHTOOL_NAMES.items() if full in features}
 
 
 def read_interposer_reports(run_path: Path) -> Optional[Dict[str, list]]:

@@ -71,13 +71,7 @@ def take(
     tasks = tls_stat = net = None
     if kernel:
         server, client = pairs[0]
-        tasks = procfs.read_tasks()
-        tls_stat = {"server": procfs.read_tls_stat(server.pid), "client": procfs.read_tls_stat(client.pid)}
-        net = {
-            "server": procfs.read_namespace(server.pid),
-            "client": procfs.read_namespace(client.pid),
-            "softnet": procfs.read_softnet(),
-        }
+        tasks, tls_stat, net = procfs.read_kernel({"server": server.pid, "client": client.pid})
     qdiscs = emulation.read_counters(emulated.endpoints) if emulated else None
     for f, (server, client) in zip(flows, pairs):
         f["server_mark"] = server.wait_event("mark", MARK_TIMEOUT_S)

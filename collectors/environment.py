@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Optional
 
 from qprof import __version__
+from qprof.describe import offload
 from qprof.describe.cpu import CLK_TCK
 
 
@@ -108,11 +109,7 @@ def nic(peer: str) -> dict:
         out["offloads"] = None
         out["absent_reason"]["offloads"] = f"`ethtool -k {dev}` failed"
     else:
-        out["offloads"], out["offloads_fixed"] = {}, []
-        for line in features.splitlines()[1:]:
-            name, _, state = line.strip().partition(": ")
-            if state:
-                out["offloads"][name] = state.startswith("on")
-                if "[fixed]" in state:
-                    out["offloads_fixed"].append(name)
+        states = offload.parse_features(features)
+        out["offloads"] = {name: state.startswith("on") for name, state in states.items()}
+        out["offloads_fixed"] = [name for name, state in states.items() if "[fixed]" in state]
     return out

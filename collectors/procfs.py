@@ -57,6 +57,16 @@ def read_tasks() -> Dict[tuple, int]:
     return out
 
 
+def read_kernel(pids: Dict[str, int]) -> tuple:
+    """The kernel's part of an edge for the processes (role -> pid): every
+    task's schedstat, each process's TLS counters, its namespace's loss
+    counters and the machine's softnet; (tasks, tls_stat, net)."""
+    tasks = read_tasks()
+    tls_stat = {role: read_tls_stat(pid) for role, pid in pids.items()}
+    net = {**{role: read_namespace(pid) for role, pid in pids.items()}, "softnet": read_softnet()}
+    return tasks, tls_stat, net
+
+
 def read_udp(endpoint: Endpoint) -> Optional[Dict[str, int]]:
     r = subprocess.run(endpoint.command(["cat", "/proc/net/snmp"]), capture_output=True, text=True)
     return parse_udp(r.stdout) if r.returncode == 0 else None

@@ -67,9 +67,14 @@ def load(text: str):
     return Measurement.from_json(text)
 
 
+def tasks_out(tasks: dict) -> dict:
+    """Every task's schedstat as JSON keys: (pid, tid) -> "pid/tid"."""
+    return {f"{pid}/{tid}": ns for (pid, tid), ns in tasks.items()}
+
+
 def _edge_out(e: Edge) -> dict:
     d = asdict(e)
-    d["tasks"] = {f"{pid}/{tid}": ns for (pid, tid), ns in e.tasks.items()}
+    d["tasks"] = tasks_out(e.tasks)
     return d
 
 

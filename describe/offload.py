@@ -140,6 +140,17 @@ def _plan_tcp(p: OffloadPlan, topology, gso, gro) -> None:
             p.devices.update({n: v for n in names})
 
 
+def parse_features(text: str) -> Dict[str, str]:
+    """`ethtool -k DEV`'s output: feature name -> its state as ethtool
+    says it ("on", "off [fixed]", "on [requested off]"); the header has none."""
+    out = {}
+    for line in text.splitlines():
+        name, _, state = line.strip().partition(":")
+        if state.strip():
+            out[name] = state.strip()
+    return out
+
+
 def argv_with_env(env: Dict[str, str], argv: List[str]) -> List[str]:
     """argv run with env added (through env(1), so the pid stays the workload's)."""
     return ["env", *(f"{k}={v}" for k, v in env.items()), *argv] if env else list(argv)

@@ -34,8 +34,10 @@ from test_bad_input import one_sentence
 pytestmark = pytest.mark.system
 
 # The exit codes are qprof's interface (docs/exit-codes.md, core/errors.py).
-UNREACHABLE, AUTH, KEY_UNKNOWN, KEY_CHANGED = 50, 51, 52, 53
-NOT_ROOT, NOT_BUILT, VERSION, LOST = 55, 56, 57, 58
+UNREACHABLE, AUTH = errors.SshUnreachable.exit_code, errors.SshAuthFailed.exit_code
+KEY_UNKNOWN, KEY_CHANGED = errors.SshHostKeyUnknown.exit_code, errors.SshHostKeyChanged.exit_code
+NOT_ROOT, NOT_BUILT = errors.RemoteNotRoot.exit_code, errors.RemoteNotBuilt.exit_code
+VERSION, LOST = errors.RemoteVersion.exit_code, errors.RemoteLost.exit_code
 # A qprof that is not root: nobody, allowed to read and search any
 # directory (this interpreter lives under /root) and nothing more.
 AS_NOBODY = (
