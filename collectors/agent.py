@@ -15,16 +15,26 @@ answers one request a line, {"op": NAME, "id": N, ...}, with {"id": N,
     clock   {"t_ns": CLOCK_MONOTONIC now}, answered before anything else
             is read, so the other side can bound the clocks' offset by the
             round trip (collectors/ssh.py: best of N)
-    edge    {"pids": {ROLE: PID}}: this host's part of a window's edge, read
-            at one instant as collectors/edges.py reads the local one: its
-            clock, /proc/stat, each process's CPU, every task's schedstat,
-            and each process's TLS and namespace counters and softnet
+    edge    {"pids": {ROLE: PID}, "kernel": true}: this host's part of a
+            window's edge, read at one instant as collectors/edges.py reads
+            the local one: its clock, /proc/stat, each process's CPU, and
+            (kernel: true, the default) every task's schedstat and each
+            process's TLS and namespace counters and softnet
     environment  {"peer": ADDR}: collectors/environment.py's description of
             this host, with the NIC it reaches ADDR through
     files   {"files": {NAME: TEXT}}: each written (0600) into the agent's
             own private directory, made on first use and removed when the
             agent ends: {"paths": {NAME: PATH}} (a run's certificate and
             key, for the side it runs there)
+    read    {"name": NAME}: {"text": ...} of a file in that directory (what
+            a side wrote there: the QUIC server's bind report), or
+            {"text": null} when there is none
+    perf    {"do": "start", "sample_hz": N, "call_graph": G}, then "enable"
+            and "disable" at the window's edges, then {"do": "fold",
+            "pids": {ROLE: PID}}: collectors/perf.py's PerfRecorder on this
+            host, in the agent's directory, stopped and folded there:
+            {"samples", "samples_per_cpu", "period_ns", "files": {NAME:
+            TEXT}} (the folded stacks); perf ends with the agent
     exit    {"id": N}, then the agent ends (so does EOF)
 
 An unknown op is answered with an error and the agent goes on.
@@ -36,12 +46,12 @@ import shutil
 import sys
 import tempfile
 import time
-from dataclasses import asdict
+from pathlib import Path
 from typing import Callable, Dict
 
 from qprof import __version__, paths
 from qprof.collectors import environment, procfs
-from qprof.describe import measurement
+from qprof.collectors.perf import PerfRecorder
 
 # What `make build` makes that a side of a run needs on its host.
 NEEDED = ("bin/qprof-wl", "bin/qprof-syscalls", "bin/qprof-packets", "bin/qprof-cputhread")
@@ -64,19 +74,7 @@ def _clock(req: dict) -> dict:
 
 
 def _edge(req: dict) -> dict:
-    pids = {role: int(pid) for role, pid in req["pids"].items()}
-    t_ns = time.monotonic_ns()
-    system = procfs.read_system()
-    processes = {role: asdict(procfs.read_process(pid)) for role, pid in pids.items()}
-    tasks, tls_stat, net = procfs.read_kernel(pids)
-    return {
-        "t_ns": t_ns,
-        "system": asdict(system),
-        "processes": processes,
-        "tasks": measurement.tasks_out(tasks),
-        "tls_stat": tls_stat,
-        "net": net,
-    }
+    return procfs.read_edge({role: int(pid) for role, pid in req["pids"].items()}, req.get("kernel", True))
 
 
 def _environment(req: dict) -> dict:
@@ -86,27 +84,75 @@ def _environment(req: dict) -> dict:
 OPS: Dict[str, Callable[[dict], dict]] = {"clock": _clock, "edge": _edge, "environment": _environment}
 
 
+def _file_name(name: str) -> str:
+    if not isinstance(name, str) or not name or "/" in name or name in (".", ".."):
+        raise ValueError(f"{name!r} is not a file name")
+    return name
+
+
 class Scratch:
-    """The agent's private directory, made on first use, gone with it."""
+    """The agent's private directory, made on first use, gone with it, and
+    the perf recorder that writes there (stopped first)."""
 
     def __init__(self):
         self.dir = None
+        self.perf = None
 
-    def files(self, req: dict) -> dict:
+    def path(self) -> str:
         if self.dir is None:
             self.dir = tempfile.mkdtemp(prefix="qprof-agent-")
+        return self.dir
+
+    def files(self, req: dict) -> dict:
         out = {}
         for name, text in req["files"].items():
-            if not name or "/" in name or name in (".", ".."):
-                raise ValueError(f"{name!r} is not a file name")
-            path = os.path.join(self.dir, name)
+            path = os.path.join(self.path(), _file_name(name))
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(fd, "w") as f:
                 f.write(text)
             out[name] = path
         return {"paths": out}
 
+    def read(self, req: dict) -> dict:
+        try:
+            with open(os.path.join(self.path(), _file_name(req["name"]))) as f:
+                return {"text": f.read()}
+        except FileNotFoundError:
+            return {"text": None}
+
+    def perf_op(self, req: dict) -> dict:
+        do = req.get("do")
+        if do == "start":
+            if self.perf is not None:
+                raise ValueError("perf is already started")
+            rec = PerfRecorder(Path(self.path()), int(req["sample_hz"]), False, req.get("call_graph"))
+            rec.__enter__()
+            self.perf = rec
+            return {"period_ns": rec.period_ns, "call_graph": rec.call_graph}
+        if self.perf is None:
+            raise ValueError("perf is not started")
+        if do == "enable":
+            self.perf.enable()
+            return {}
+        if do == "disable":
+            self.perf.disable()
+            return {}
+        if do == "fold":
+            self.perf.stop()
+            stacks = Path(self.path()) / "stacks"
+            samples = self.perf.fold({role: int(pid) for role, pid in req["pids"].items()}, stacks)
+            per_cpu = self.perf.samples_per_cpu()
+            period_ns = self.perf.period_ns
+            self.perf.close()
+            self.perf = None
+            files = {p.name: p.read_text() for p in sorted(stacks.iterdir()) if p.is_file()}
+            return {"samples": samples, "samples_per_cpu": per_cpu, "period_ns": period_ns, "files": files}
+        raise ValueError(f"perf knows start, enable, disable and fold, not {do!r}")
+
     def remove(self) -> None:
+        if self.perf is not None:
+            self.perf.close()
+            self.perf = None
         if self.dir is not None:
             shutil.rmtree(self.dir, ignore_errors=True)
 
@@ -116,7 +162,7 @@ def serve(inp=None, out=None) -> int:
     inp, out = inp or sys.stdin, out or sys.stdout
     scratch = Scratch()
     try:
-        return _serve(inp, out, {**OPS, "files": scratch.files})
+        return _serve(inp, out, {**OPS, "files": scratch.files, "read": scratch.read, "perf": scratch.perf_op})
     finally:
         scratch.remove()
 

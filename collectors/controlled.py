@@ -65,6 +65,9 @@ class ControlledProcess:
         self._reader: Optional[threading.Thread] = None
         self._log = None
         self._claim = None  # the ledger's entry for the process
+        # Its pid on another host, where it runs through ssh (proc is then
+        # the local ssh client); None: proc's own.
+        self.pid_there: Optional[int] = None
 
     def __enter__(self):
         self._log = open(self.log_path, "wb")
@@ -82,7 +85,8 @@ class ControlledProcess:
 
     @property
     def pid(self) -> int:
-        return self.proc.pid
+        """Its pid on the host it runs on."""
+        return self.pid_there if self.pid_there is not None else self.proc.pid
 
     def _read_events(self) -> None:
         for line in self.proc.stdout:

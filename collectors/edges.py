@@ -7,7 +7,7 @@ is describe/window.py's."""
 
 import time
 from dataclasses import asdict, dataclass
-from typing import Callable, Iterable, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from qprof.collectors import emulation, procfs
 from qprof.collectors.workload import WorkloadProcess
@@ -30,6 +30,7 @@ class Reading:
     tasks: Optional[dict] = None
     tls_stat: Optional[dict] = None
     net: Optional[dict] = None
+    hosts: Optional[dict] = None  # a run on hosts: role -> its host's part (Edge.hosts)
 
     def edge(self) -> Edge:
         """A run's edge (its one flow)."""
@@ -45,6 +46,7 @@ class Reading:
             self.net,
             self.tasks,
             self.qdiscs,
+            self.hosts,
         )
 
 
@@ -54,17 +56,25 @@ def take(
     probes=None,
     emulated=None,
     kernel: bool = True,
+    sides: Optional[dict] = None,
+    same_kernel: bool = False,
 ) -> Reading:
     """Every instrument's reading at one instant, as near as can be: all
     marks are asked for at once (each process answers as soon as it runs),
     the kernel's counters are read meanwhile, then the answers collected.
     pairs: each flow's (server, client); kernel: read every task's
-    schedstat and each side's TLS and loss counters (a run of one flow)."""
+    schedstat and each side's TLS and loss counters (a run of one flow);
+    sides: a run on hosts, each role's part read by its side on its host
+    (host_reading)."""
     if probes is not None:
         probes.request_mark(name)
     for server, client in pairs:
         server.request_mark(name)
         client.request_mark(name)
+    if sides is not None:
+        reading = host_reading(sides, {"server": pairs[0][0].pid, "client": pairs[0][1].pid}, kernel, same_kernel)
+        _collect_marks(name, reading.flows, pairs, probes)
+        return reading
     t_ns = time.monotonic_ns()
     system = procfs.read_system()
     flows = [{"server": procfs.read_process(s.pid), "client": procfs.read_process(c.pid)} for s, c in pairs]
@@ -73,12 +83,46 @@ def take(
         server, client = pairs[0]
         tasks, tls_stat, net = procfs.read_kernel({"server": server.pid, "client": client.pid})
     qdiscs = emulation.read_counters(emulated.endpoints) if emulated else None
+    _collect_marks(name, flows, pairs, probes)
+    return Reading(t_ns, system, flows, qdiscs, tasks, tls_stat, net)
+
+
+def _collect_marks(name: str, flows: List[dict], pairs, probes) -> None:
     for f, (server, client) in zip(flows, pairs):
         f["server_mark"] = server.wait_event("mark", MARK_TIMEOUT_S)
         f["client_mark"] = client.wait_event("mark", MARK_TIMEOUT_S)
     if probes is not None:
         probes.collect_mark(name)
-    return Reading(t_ns, system, flows, qdiscs, tasks, tls_stat, net)
+
+
+def host_reading(sides: dict, pids: Dict[str, int], kernel: bool, same_kernel: bool) -> Reading:
+    """An edge of a run on hosts: each role's part read on its host, in its
+    own clock (its side's edge), t_ns ours. The machine's CPU and softnet
+    are every kernel's summed (once where the hosts are one kernel); a
+    side's CPU, TLS and namespace counters are its own host's; the task
+    table holds each side's own threads, and each host keeps its whole
+    one, with its clock and /proc/stat, under hosts (their others are
+    theirs: pids of two kernels are not one key space)."""
+    t_ns = time.monotonic_ns()
+    parts = {role: sides[role].edge({role: pid}, kernel) for role, pid in pids.items()}
+    kernels = [next(iter(parts))] if same_kernel else list(parts)
+    system = sum(
+        (cpu.SystemCpu(**parts[r]["system"]) for r in kernels[1:]), cpu.SystemCpu(**parts[kernels[0]]["system"])
+    )
+    flows = [{role: cpu.ProcessCpu(**parts[role]["processes"][role]) for role in pids}]
+    hosts = {role: {"host": sides[role].name, "t_ns": p["t_ns"], "system": p["system"]} for role, p in parts.items()}
+    if not kernel:
+        return Reading(t_ns, system, flows, None, hosts=hosts)
+    tasks, tls_stat, net = {}, {}, {}
+    for role, p in parts.items():
+        host_tasks = {tuple(int(x) for x in k.split("/")): ns for k, ns in p["tasks"].items()}
+        tasks.update({k: ns for k, ns in host_tasks.items() if k[0] == pids[role]})
+        hosts[role]["tasks"] = p["tasks"]
+        tls_stat[role] = p["tls_stat"][role]
+        net[role] = p["net"][role]
+    softnets = [parts[r]["net"]["softnet"] for r in kernels]
+    net["softnet"] = None if None in softnets else {k: sum(s[k] for s in softnets) for k in softnets[0]}
+    return Reading(t_ns, system, flows, None, tasks, tls_stat, net, hosts)
 
 
 def sample_intervals(
@@ -89,11 +133,14 @@ def sample_intervals(
     server: WorkloadProcess,
     client: WorkloadProcess,
     on_sample: Callable[[dict, dict], None],
+    cpu_now: Optional[Callable[[], dict]] = None,
 ) -> List[dict]:
     """Inside the window, every interval_s until end_ns: the receiver's
     verified bytes (a mark) and both processes' on-CPU time (schedstat),
     and /proc/stat. Each sample goes to on_sample(previous, this) as it is
-    taken (the live lines); the list is the measurement's."""
+    taken (the live lines); the list is the measurement's. cpu_now: the
+    machine's and both sides' CPU now, as {"system", "server_oncpu_s",
+    "client_oncpu_s"} (Endpoints.cpu_now; by default read here)."""
     procs = (server, client)
     samples: List[dict] = []
     prev = edge_sample(start, receiver.role)
@@ -106,12 +153,15 @@ def sample_intervals(
         sleep_watching(due, procs)
         receiver.request_mark(f"interval-{k}")
         t_ns = time.monotonic_ns()
-        sample = {
-            "t_ns": t_ns,
-            "system": asdict(procfs.read_system()),
-            "server_oncpu_s": procfs.read_process(server.pid).oncpu_s,
-            "client_oncpu_s": procfs.read_process(client.pid).oncpu_s,
-        }
+        if cpu_now is not None:
+            sample = {"t_ns": t_ns, **cpu_now()}
+        else:
+            sample = {
+                "t_ns": t_ns,
+                "system": asdict(procfs.read_system()),
+                "server_oncpu_s": procfs.read_process(server.pid).oncpu_s,
+                "client_oncpu_s": procfs.read_process(client.pid).oncpu_s,
+            }
         mark = receiver.wait_event("mark", MARK_TIMEOUT_S)
         sample.update(receiver_app_bytes=mark["app_bytes"], receiver_t_ns=mark["t_ns"])
         samples.append(sample)

@@ -17,10 +17,11 @@ from typing import Dict, List, Optional
 
 from qprof import errors
 from qprof.collectors import devices, environment, listen, procfs
-from qprof.collectors.edges import Reading
+from qprof.collectors.edges import Reading, host_reading
 from qprof.collectors.faults import NO_FAULTS, Faults
 from qprof.collectors.perf import PerfRecorder
-from qprof.collectors.probes import ProbeSet, target_for
+from qprof.collectors.probes import HostProbes, ProbeSet, Target, target_for
+from qprof.collectors.remote import LOCAL, HostsPerf
 from qprof.collectors.topology import Topology
 from qprof.collectors.workload import WorkloadProcess
 from qprof.describe import mix, offload, options, transports
@@ -58,15 +59,17 @@ def workload_argv(
     plan: Optional[offload.OffloadPlan] = None,
     env: Optional[Dict[str, str]] = None,
     run_path: Optional[Path] = None,
+    build_dir: Optional[Path] = None,
 ) -> List[str]:
     """qprof-wl's command line for one role of a flow (env: the role's
-    offload environment, collectors/devices.py)."""
+    offload environment, collectors/devices.py; run_path: where the
+    server's bind report goes, on its host; build_dir: that host's build)."""
     stack = transports.STACKS[opts.stack]
     argv = [str(binary), "--stack", opts.stack, "--role", role, "--addr", addr, "--port", str(port), "--control"]
     argv += options.workload_args(opts, role)
     sender = "server" if opts.pattern == "download" else "client"
     argv += transports.workload_args(stack, role, opts.tls_version, opts.cipher, opts.sendfile, sender)
-    role_env = listen.server_env(stack.name, addr, port, run_path) if role == "server" else {}
+    role_env = listen.server_env(stack.name, addr, port, run_path, build_dir) if role == "server" else {}
     if plan is not None:
         role_env = listen.merge((env or {}).get(role, {}), role_env)
         argv += plan.args[role]
@@ -76,11 +79,26 @@ def workload_argv(
 class Endpoints:
     """Every flow's server, then every client waiting for "start" (a run's
     probes attached to both before it connects); perf armed, not yet
-    sampling. servers[i], clients[i]: flow i's processes."""
+    sampling. servers[i], clients[i]: flow i's processes.
 
-    def __init__(self, plan: Plan, binary: Path, topo: Topology, run_path: Path, cert, key, faults: Faults = NO_FAULTS):
+    sides: a run placed on hosts (collectors/remote.py), role -> its side,
+    whose host runs that role's workload, probes and perf from its own
+    build, and reads its part of each edge; topo is then their HostsTopology."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        binary: Path,
+        topo: Topology,
+        run_path: Path,
+        cert,
+        key,
+        faults: Faults = NO_FAULTS,
+        sides: Optional[Dict[str, object]] = None,
+    ):
         self.plan, self.binary, self.topo, self.run_path = plan, binary, topo, run_path
         self.cert, self.key, self.faults = cert, key, faults
+        self.sides = sides
         self.single = not plan.is_mix
         self.servers: Dict[int, WorkloadProcess] = {}
         self.clients: Dict[int, WorkloadProcess] = {}
@@ -100,10 +118,31 @@ class Endpoints:
         return self.run_path / (f"{role}.log" if self.single else f"flow{fp.index}-{role}.log")
 
     def _argv(self, fp: FlowPlan, role: str, port: int) -> List[str]:
+        side = self.sides[role] if self.sides else None
+        binary = side.binary("qprof-wl") if side else self.binary
         run_path = self.run_path if self.single else None
+        if side is not None and run_path is not None:
+            run_path = Path(side.file_path(listen.REPORT_NAME)).parent
         return workload_argv(
-            self.binary, fp.options, role, self.topo.server.addr, port, fp.offload, self.envs[fp.index], run_path
+            binary,
+            fp.options,
+            role,
+            self.topo.server.addr,
+            port,
+            fp.offload,
+            self.envs[fp.index],
+            run_path,
+            side.build_dir if side else None,
         )
+
+    def _server_files(self) -> tuple:
+        """The certificate and key where the server runs."""
+        if not self.sides:
+            return str(self.cert), str(self.key)
+        there = self.sides["server"].put(
+            {"server-cert.pem": self.cert.read_text(), "server-key.pem": self.key.read_text()}
+        )
+        return there["server-cert.pem"], there["server-key.pem"]
 
     def __enter__(self) -> "Endpoints":
         try:
@@ -118,8 +157,9 @@ class Endpoints:
 
     def _start(self) -> None:
         f = self.faults
+        cert, key = self._server_files()
         for fp in self.plan.flows:
-            argv = self._argv(fp, "server", fp.port) + ["--cert", str(self.cert), "--key", str(self.key)]
+            argv = self._argv(fp, "server", fp.port) + ["--cert", cert, "--key", key]
             if f.verify:  # the server expects another pattern period than the client sends
                 period = max(fp.options.io_size, PATTERN_PERIOD_MIN)
                 argv += ["--io-size", str(period * 2 if period < 1 << 20 else period // 2)]
@@ -127,7 +167,9 @@ class Endpoints:
                 WorkloadProcess("server", argv, self.topo.server, self._log(fp, "server"))
             )
         for fp in self.plan.flows:
-            self.servers[fp.index].wait_event("ready", READY_TIMEOUT_S)
+            ready = self.servers[fp.index].wait_event("ready", READY_TIMEOUT_S)
+            if self.sides and self.sides["server"].name != LOCAL:
+                self.servers[fp.index].pid_there = int(ready["pid"])  # its pid on its host
             port = fp.port + 1 if f.handshake else fp.port
             argv = self._argv(fp, "client", port) + ["--wait-start"]
             if f.tls_mismatch:
@@ -138,12 +180,38 @@ class Endpoints:
                 WorkloadProcess("client", argv, self.topo.client, self._log(fp, "client"))
             )
         opts = self.plan.options
+        if self.sides:
+            self._start_instruments_on_hosts()
+            return
         if self.single:
             target = target_for(self.topo, {"server": self.server.pid, "client": self.client.pid})
             self.probes = self._stack.enter_context(ProbeSet(list(opts.probes), target, self.run_path, opts))
         if opts.sample_hz:
             self.perf = self._stack.enter_context(
                 PerfRecorder(self.run_path, opts.sample_hz, opts.keep_perf_data, opts.call_graph)
+            )
+
+    def _start_instruments_on_hosts(self) -> None:
+        """Each side's probes on its own host, for its own process and its
+        NIC; perf on each host."""
+        opts = self.plan.options
+        sets = {}
+        for role, side in self.sides.items():
+            pid = (self.server if role == "server" else self.client).pid
+            target = Target(pids={role: pid}, devices={role: f"{side.endpoint.ifname}@host"})
+            remote = side if side.name != LOCAL else None
+            sets[role] = self._stack.enter_context(
+                ProbeSet(list(opts.probes), target, self.run_path, opts, side=remote, tag=role)
+            )
+        self.probes = HostProbes(sets, self.topo.same_kernel)
+        if opts.sample_hz:
+            self.perf = HostsPerf(
+                {
+                    role: self._stack.enter_context(
+                        side.perf(self.run_path, opts.sample_hz, opts.call_graph, opts.keep_perf_data)
+                    )
+                    for role, side in self.sides.items()
+                }
             )
 
     @property
@@ -174,6 +242,10 @@ class Endpoints:
         """perf stopped and its samples folded per side: the capture."""
         if self.perf is None:
             return None
+        if self.sides:
+            return self.perf.capture(
+                {"client": self.client.pid, "server": self.server.pid}, self.run_path / "stacks", self.topo.same_kernel
+            )
         perf = self.perf
         perf.stop()
         samples = perf.fold({"client": self.client.pid, "server": self.server.pid}, self.run_path / "stacks")
@@ -187,14 +259,44 @@ class Endpoints:
             "stacks_dir": "stacks",
         }
 
-    def sides(self):
+    def endpoint_pairs(self):
         return (("client", self.topo.client), ("server", self.topo.server))
+
+    def cpu_now(self) -> dict:
+        """The machine's CPU (every host's) and both sides' on-CPU seconds now: an interval's sample."""
+        if not self.sides:
+            return {
+                "system": asdict(procfs.read_system()),
+                "server_oncpu_s": procfs.read_process(self.server.pid).oncpu_s,
+                "client_oncpu_s": procfs.read_process(self.client.pid).oncpu_s,
+            }
+        r = host_reading(
+            self.sides, {"server": self.server.pid, "client": self.client.pid}, False, self.topo.same_kernel
+        )
+        f = r.flows[0]
+        return {
+            "system": asdict(r.system),
+            "server_oncpu_s": f["server"].oncpu_s,
+            "client_oncpu_s": f["client"].oncpu_s,
+        }
+
+    def tls_stat(self) -> dict:
+        """Each side's kernel TLS counters now (None without kernel TLS)."""
+        if self.sides:
+            return {
+                role: side.edge({role: p.pid})["tls_stat"][role]
+                for role, side, p in (
+                    ("client", self.sides["client"], self.client),
+                    ("server", self.sides["server"], self.server),
+                )
+            }
+        return {"client": procfs.read_tls_stat(self.client.pid), "server": procfs.read_tls_stat(self.server.pid)}
 
     def kernel_counters(self) -> dict:
         """The namespaces' UDP counters and the veths' device counters (a run's, around its window)."""
         return {
-            "udp": {side: procfs.read_udp(ep) for side, ep in self.sides()},
-            "devices": {side: procfs.read_device(ep) for side, ep in self.sides()},
+            "udp": {side: procfs.read_udp(ep) for side, ep in self.endpoint_pairs()},
+            "devices": {side: procfs.read_device(ep) for side, ep in self.endpoint_pairs()},
         }
 
 
@@ -224,6 +326,9 @@ def run_measurement(
     env = environment.describe()
     env["topology"] = ep.topo.describe()
     netns = ep.topo.kind == "netns"
+    binds = listen.read_report(ep.run_path)
+    if ep.sides:
+        binds = listen.parse_report(ep.sides["server"].read_file(listen.REPORT_NAME))
     return Measurement(
         options=asdict(opts),
         environment=env,
@@ -237,16 +342,36 @@ def run_measurement(
         devices={"before": before["devices"], "after": after["devices"]},
         probes=probe_records,
         perf=capture,
-        server_binds=listen.read_report(ep.run_path),
+        server_binds=binds,
         reports={"client": ep.client.reports, "server": ep.server.reports} if opts.pattern != "bulk" else None,
         offload={
             **fp.offload.describe(),
-            "device_features": ({side: devices.read_device_features(e) for side, e in ep.sides()} if netns else None),
+            "device_features": (
+                {side: devices.read_device_features(e) for side, e in ep.endpoint_pairs()} if netns else None
+            ),
             "interposer": devices.read_interposer_reports(ep.run_path),
         },
         floor_parts=floor_parts,
         intervals=intervals,
+        hosts=hosts_measured(ep),
     )
+
+
+def hosts_measured(ep: Endpoints) -> Optional[dict]:
+    """A run on hosts: each role's host, where it was reached, its
+    environment and its clock against ours (Measurement.hosts)."""
+    if not ep.sides:
+        return None
+    out = {
+        role: {
+            "host": side.name,
+            "address": side.endpoint.addr,
+            "environment": side.environment,
+            "clock": asdict(side.clock) if side.clock is not None else None,
+        }
+        for role, side in ep.sides.items()
+    }
+    return {**out, "same_kernel": ep.topo.same_kernel}
 
 
 def mix_measurement(

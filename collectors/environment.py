@@ -46,9 +46,23 @@ def qprof_commit() -> Optional[str]:
     return commit if r.returncode == 0 and re.fullmatch(r"[0-9a-f]{40,64}", commit) else None
 
 
+BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+
+
+def boot_id() -> Optional[str]:
+    """The running kernel's boot: two hosts that give the same one are one
+    kernel (namespaces of one machine), whose machine-wide counters a run
+    must count once."""
+    try:
+        return BOOT_ID.read_text().strip() or None
+    except OSError:
+        return None
+
+
 def describe() -> dict:
     u = os.uname()
     return {
+        "boot_id": boot_id(),
         "kernel_release": u.release,
         "kernel_version": u.version,
         "machine": u.machine,

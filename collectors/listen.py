@@ -23,7 +23,8 @@ REPORT_NAME = "bind-server.jsonl"
 def server_env(
     stack: str, addr: str, port: int, run_path: Optional[Path], build_dir: Optional[Path] = None
 ) -> Dict[str, str]:
-    """The QUIC server's environment (build_dir: its host's build, this one's by default)."""
+    """The QUIC server's environment (run_path: the directory its report
+    goes in, on its host; build_dir: its host's build, this one's by default)."""
     if stack != "quic":
         return {}
     lib = (build_dir or paths.build_dir()) / "lib" / LIB
@@ -47,7 +48,13 @@ def merge(*envs: Dict[str, str]) -> Dict[str, str]:
 def read_report(run_path: Path) -> Optional[List[dict]]:
     """The server's steered binds, or None when nothing was steered."""
     try:
-        lines = (run_path / REPORT_NAME).read_text().splitlines()
+        return parse_report((run_path / REPORT_NAME).read_text())
     except OSError:
         return None
-    return [json.loads(l) for l in lines if l.strip()]
+
+
+def parse_report(text: Optional[str]) -> Optional[List[dict]]:
+    """The report's lines (None: there was none)."""
+    if text is None:
+        return None
+    return [json.loads(l) for l in text.splitlines() if l.strip()]

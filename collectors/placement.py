@@ -3,6 +3,7 @@
 
     prepare()  what it needs, before the run directory exists (or its refusal)
     measure(plan, rundir, on_progress, faults, on_interval) -> Measurement | MixMeasurement
+    close()    what prepare() holds let go, on every path
 
 - Local: two network namespaces joined by veth (with the --link's qdiscs
   on them), or the host's loopback; the endpoints, the window and every
@@ -12,7 +13,9 @@
   is described here like any other, with the guest and its host in the
   environment.
 
-A remote host over SSH is one more implementation of the same interface.
+- Hosts: the server on another host reached over SSH (--server), the
+  client here; each side's workload, probes, perf and edge readings on its
+  own host (collectors/remote.py), the clocks' offset measured.
 """
 
 import json
@@ -21,9 +24,10 @@ from pathlib import Path
 from typing import Dict, Optional
 
 from qprof import errors
-from qprof.collectors import devices, emulation, environment, floor, guest, windows
+from qprof.collectors import devices, emulation, environment, floor, guest, ssh, windows
 from qprof.collectors.endpoints import Endpoints, make_certificate, mix_measurement, now_text, run_measurement
 from qprof.collectors.faults import Faults
+from qprof.collectors.remote import HostsTopology, LocalSide, RemoteSide
 from qprof.collectors.topology import Topology
 from qprof.describe import link, measurement, options
 from qprof.describe.plan import Plan
@@ -47,6 +51,9 @@ class Local:
     def prepare(self) -> None:
         pass  # the topology is made inside the run directory's lifetime
 
+    def close(self) -> None:
+        pass
+
     def measure(self, plan: Plan, rundir, on_progress, faults: Faults, on_interval=None):
         opts = plan.options
         cert, key = make_certificate(rundir.path)
@@ -59,40 +66,97 @@ class Local:
         what = f"run {rundir.id}: " + (f"{len(plan.flows)} flows ({opts.mix})" if plan.is_mix else opts.stack)
         with Topology(opts.topology, rundir.id[-6:], mtu=opts.mtu) as topo:
             emulated = set_up(topo, opts, features, what, rundir.path, on_progress)
-            with Endpoints(plan, self.binary, topo, rundir.path, cert, key, faults) as ep:
-                before = ep.kernel_counters() if ep.single else None
-                w = windows.measure(plan, ep, emulated, on_progress, faults, on_interval)
-                measured_at = now_text()
-                done = ep.finish()
-                if ep.single:
-                    after = ep.kernel_counters()
-                    probe_records = ep.probes.records()
-                    capture = ep.stacks()
-            for i in ep.clients:
-                for p in (ep.clients[i], ep.servers[i]):
-                    if p.done.get("exit_code") != 0:
-                        p.raise_exit()
-            if plan.is_mix:
-                m = mix_measurement(ep, w.start, w.end, w.connected, measured_at, done)
-            else:
-                m = run_measurement(
-                    ep,
-                    w.start,
-                    w.end,
-                    w.connected[plan.flows[0].index],
-                    w.receiver,
-                    w.tls_before,
-                    w.intervals,
-                    before,
-                    after,
-                    measured_at,
-                    done,
-                    capture,
-                    probe_records,
-                    floor_parts,
-                )
+            ep = Endpoints(plan, self.binary, topo, rundir.path, cert, key, faults)
+            m = measure_endpoints(plan, ep, emulated, on_progress, faults, on_interval, floor_parts)
             m.link = emulated.applied if emulated else None
         return m
+
+
+def measure_endpoints(plan: Plan, ep: Endpoints, emulated, on_progress, faults: Faults, on_interval, floor_parts):
+    """The endpoints started, the pattern's window measured over them, every
+    process stopped (a workload that failed raised once all have), and the
+    raw measurement made of it."""
+    with ep:
+        before = ep.kernel_counters() if ep.single else None
+        w = windows.measure(plan, ep, emulated, on_progress, faults, on_interval)
+        measured_at = now_text()
+        done = ep.finish()
+        if ep.single:
+            after = ep.kernel_counters()
+            probe_records = ep.probes.records()
+            capture = ep.stacks()
+    for i in ep.clients:
+        for p in (ep.clients[i], ep.servers[i]):
+            if p.done.get("exit_code") != 0:
+                p.raise_exit()
+    if plan.is_mix:
+        return mix_measurement(ep, w.start, w.end, w.connected, measured_at, done)
+    return run_measurement(
+        ep,
+        w.start,
+        w.end,
+        w.connected[plan.flows[0].index],
+        w.receiver,
+        w.tls_before,
+        w.intervals,
+        before,
+        after,
+        measured_at,
+        done,
+        capture,
+        probe_records,
+        floor_parts,
+    )
+
+
+# The floor is this machine's (collectors/floor.py); a run on hosts has its server on another.
+HOSTS_FLOOR_ABSENT = (
+    "the floor is measured on the machine that runs qprof, and this run's server ran on another host; "
+    "not measured there yet"
+)
+
+
+class Hosts:
+    """The server on another host reached over SSH (--server), the client
+    here: prepare() logs in (one master connection), starts qprof's agent
+    there (root, this commit, its build: each refused in its own sentence,
+    collectors/ssh.py) and measures the clocks' offset; each side's
+    workload, probes, perf and edges then run on its own host. close()
+    ends the agent and the connection, and with them whatever still runs
+    there."""
+
+    def __init__(self, binary: Path, server: str, ssh_config: Optional[str]):
+        self.binary, self.server, self.ssh_config = binary, server, ssh_config
+        self.host: Optional[ssh.SshHost] = None
+        self.side: Optional[RemoteSide] = None
+
+    def prepare(self) -> None:
+        try:
+            self.host = ssh.SshHost(self.server, self.ssh_config).__enter__()
+            agent = self.host.open_agent()
+            self.side = RemoteSide(self.host, agent, peer=self.host.local_address, clock=agent.clock_offset())
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        if self.host is not None:
+            self.host.close()
+            self.host = None
+
+    def measure(self, plan: Plan, rundir, on_progress, faults: Faults, on_interval=None):
+        opts = plan.options
+        cert, key = make_certificate(rundir.path)
+        sides = {"client": LocalSide(self.side.endpoint.addr, rundir.path), "server": self.side}
+        topo = HostsTopology(sides)
+        clock = self.side.clock
+        on_progress(
+            f"run {rundir.id}: {opts.stack}, client here ({sides['client'].endpoint.addr}), server on {self.side.name} "
+            f"({self.side.endpoint.addr}; clock {clock.offset_ns / 1e3:+.1f} ± {clock.uncertainty_ns / 1e3:.1f} us), "
+            f"output in {rundir.path}"
+        )
+        ep = Endpoints(plan, self.binary, topo, rundir.path, cert, key, faults, sides=sides)
+        return measure_endpoints(plan, ep, None, on_progress, faults, on_interval, {"absent": HOSTS_FLOOR_ABSENT})
 
 
 def set_up(topo: Topology, opts, features: dict, what: str, run_path: Path, on_progress):
@@ -126,6 +190,9 @@ class Guest:
 
     def prepare(self) -> None:
         self.art = guest.artifacts()  # `make guest` not done: refused, nothing written
+
+    def close(self) -> None:
+        pass
 
     def measure(self, plan: Plan, rundir, on_progress, faults: Faults, on_interval=None):
         opts = plan.options

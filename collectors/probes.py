@@ -118,11 +118,12 @@ class ProbeSet:
     the probes (its own build; its agent checked that the build is whole),
     for that host's processes and devices; None: here."""
 
-    def __init__(self, names: List[str], target: Target, run_path: Path, opts=None, side=None):
+    def __init__(self, names: List[str], target: Target, run_path: Path, opts=None, side=None, tag: str = ""):
         self.target = target
         self.run_path = run_path
         self.opts = opts
         self.side = side
+        self.tag = tag  # the role whose host this set watches, in its logs' names (HostProbes)
         self.probes = [Probe(n) for n in names]
 
     def __enter__(self) -> "ProbeSet":
@@ -148,7 +149,8 @@ class ProbeSet:
         if self.opts is not None and p.name in OPTION_FLAGS:
             argv += OPTION_FLAGS[p.name](self.opts)
         argv = where(argv)
-        p.proc = ControlledProcess(f"{p.name} probe", argv, self.run_path / f"probe-{p.name}.log")
+        log = f"probe-{self.tag}-{p.name}.log" if self.tag else f"probe-{p.name}.log"
+        p.proc = ControlledProcess(f"{p.name} probe", argv, self.run_path / log)
         p.proc.__enter__()
         try:
             p.ready = p.proc.wait_event("ready", READY_TIMEOUT_S)
@@ -157,7 +159,8 @@ class ProbeSet:
 
     def _lose(self, p: Probe, reason: str) -> None:
         p.absent = reason
-        warn(f"probe {p.name} is absent: {reason}")
+        on = f" on the {self.tag}'s host" if self.tag else ""
+        warn(f"probe {p.name}{on} is absent: {reason}")
         if p.proc is not None:
             p.proc.kill()
 
@@ -189,6 +192,94 @@ class ProbeSet:
                 except Exception:
                     pass
                 p.proc.kill()
+
+
+class HostProbes:
+    """A run on hosts: each role's ProbeSet on its own host, marked together.
+    A probe's record keeps each host's under "hosts" (role -> record), and
+    is present only where every host's is (else absent, saying where). A
+    present one's window is theirs merged (merge_windows), so figures made
+    per side (by a pid, a device) read it as a run's on one machine."""
+
+    def __init__(self, sets: Dict[str, "ProbeSet"], same_kernel: bool):
+        self.sets = sets
+        self.same_kernel = same_kernel
+
+    def request_mark(self, name: str) -> None:
+        for s in self.sets.values():
+            s.request_mark(name)
+
+    def collect_mark(self, name: str) -> None:
+        for s in self.sets.values():
+            s.collect_mark(name)
+
+    def records(self) -> Dict[str, dict]:
+        per_role = {role: s.records() for role, s in self.sets.items()}
+        out = {}
+        for name in next(iter(per_role.values())):
+            hosts = {role: recs[name] for role, recs in per_role.items()}
+            absent = [f"on the {role}'s host: {r['reason']}" for role, r in hosts.items() if r["status"] != "present"]
+            if absent:
+                out[name] = {"status": "absent", "reason": "; ".join(absent), "hosts": hosts}
+                continue
+            first = next(iter(hosts.values()))
+            merged = {k: v for k, v in first.items() if k not in ("window", "edges")}
+            merged["window"] = merge_windows({role: r["window"] for role, r in hosts.items()}, self.same_kernel)
+            out[name] = {**merged, "hosts": hosts}
+        return out
+
+
+# Lists in a probe's window that count the whole machine, not the watched
+# processes: on hosts that are one kernel, each host's probe saw all of it.
+MACHINE_WIDE = ("softirq",)
+# Numbers of a window that are one host's clock or setting, not a count.
+NOT_SUMMED = ("bpf_stats_on_ns", "bpf_stats_scale", "t_ns", "read_ns")
+
+
+def merge_windows(windows: Dict[str, dict], same_kernel: bool) -> dict:
+    """Each host's window of one probe as one: entries of its processes and
+    devices listed together, each saying whose host it is ("role"); what
+    counts a machine summed over the kernels (once where the hosts are one
+    kernel); counts summed."""
+    roles = list(windows)
+    out: dict = {}
+    for key in dict.fromkeys(k for w in windows.values() for k in w):
+        values = {r: windows[r][key] for r in roles if key in windows[r]}
+        first = next(iter(values.values()))
+        if key in MACHINE_WIDE and isinstance(first, list):
+            kernels = [roles[0]] if same_kernel else roles
+            out[key] = _sum_entries([values[r] for r in kernels if r in values])
+        elif isinstance(first, list) and all(isinstance(x, dict) for v in values.values() for x in v):
+            out[key] = [{**x, "role": r} for r, v in values.items() for x in v]
+        elif isinstance(first, (int, float)) and not isinstance(first, bool) and key not in NOT_SUMMED:
+            out[key] = sum(v for v in values.values() if v is not None) if None not in values.values() else None
+        else:
+            out[key] = first
+    return out
+
+
+def _sum_entries(lists: List[list]) -> list:
+    """Lists of entries summed entry by entry, paired by their identity."""
+    by_id: Dict[tuple, dict] = {}
+    for entries in lists:
+        for e in entries:
+            k = _identity(e)
+            by_id[k] = _add(by_id[k], e) if k in by_id else e
+    return list(by_id.values())
+
+
+def _add(a, b):
+    if isinstance(b, bool) or isinstance(b, str):
+        return b
+    if isinstance(b, (int, float)):
+        return (a or 0) + b
+    if isinstance(b, dict):
+        a = a if isinstance(a, dict) else {}
+        return {
+            k: (b.get(k, a.get(k)) if k in IDENTITY else _add(a.get(k), b[k]) if k in b else a[k])
+            for k in dict.fromkeys([*a, *b])
+        }
+    return b
 
 
 # When a probe read its counters (its clock) and how long the read took:

@@ -8,10 +8,13 @@ describe/cpu.py and describe/netstat.py; this module only reads."""
 import json
 import os
 import subprocess
+import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Dict, Optional
 
 from qprof.collectors.topology import Endpoint
+from qprof.describe import measurement
 from qprof.describe.cpu import ProcessCpu, SystemCpu, parse_pid_stat, parse_proc_stat
 from qprof.describe.netstat import WATCHED, parse_snmp, parse_softnet, parse_udp
 
@@ -65,6 +68,23 @@ def read_kernel(pids: Dict[str, int]) -> tuple:
     tls_stat = {role: read_tls_stat(pid) for role, pid in pids.items()}
     net = {**{role: read_namespace(pid) for role, pid in pids.items()}, "softnet": read_softnet()}
     return tasks, tls_stat, net
+
+
+def read_edge(pids: Dict[str, int], kernel: bool = True) -> dict:
+    """This machine's part of a window's edge for its processes (role ->
+    pid), as JSON: its clock, /proc/stat, each process's CPU and (kernel)
+    read_kernel's counters, every task's schedstat keyed "pid/tid". What
+    an agent answers for its host (collectors/agent.py)."""
+    t_ns = time.monotonic_ns()
+    out = {
+        "t_ns": t_ns,
+        "system": asdict(read_system()),
+        "processes": {role: asdict(read_process(pid)) for role, pid in pids.items()},
+    }
+    if kernel:
+        tasks, tls_stat, net = read_kernel(pids)
+        out.update(tasks=measurement.tasks_out(tasks), tls_stat=tls_stat, net=net)
+    return out
 
 
 def read_udp(endpoint: Endpoint) -> Optional[Dict[str, int]]:

@@ -1,17 +1,34 @@
 # SPDX-License-Identifier: GPL-2.0-only
-"""A side of a run on another host (issue 26): where it runs, an Endpoint
-whose commands go through the host's SSH master (collectors/ssh.py), so
-a workload or probe there is a ControlledProcess like any here; what of
-its host's build it runs; and its host's part of a window's edge, read
-there by the host's agent (collectors/agent.py) in its own clock."""
+"""A side of a run on a host (issue 26): this one (LocalSide) or another
+reached over SSH (RemoteSide), behind one small interface, so the
+endpoints, the edges and the instruments ask a side, never where it is:
 
+    name, endpoint      the host, and where the side's processes run there
+                        (a RemoteEndpoint's commands go through the host's
+                        SSH master, so a workload or probe there is a
+                        ControlledProcess like any here)
+    environment, clock  the host (with the NIC toward the peer) and its
+                        CLOCK_MONOTONIC against ours (None here)
+    build_dir, binary   what of the host's own build it runs
+    put, file_path, read_file   the run's files on that host
+    edge(pids, kernel)  the host's part of a window's edge, in its clock
+                        (collectors/procfs.py read_edge, there by the agent)
+    perf(...)           stack samples on that host, folded there (Perf)
+"""
+
+import json
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from qprof import errors
-from qprof.collectors.ssh import Agent, SshHost
-from qprof.collectors.topology import Endpoint
+from qprof import errors, paths
+from qprof.collectors import environment, procfs
+from qprof.collectors.perf import EVENT, THREADS_FILE, PerfRecorder
+from qprof.collectors.ssh import Agent, ClockOffset, SshHost
+from qprof.collectors.topology import Endpoint, tcp_congestion_control
+
+LOCAL = "local"
 
 
 @dataclass
@@ -26,17 +43,60 @@ class RemoteEndpoint(Endpoint):
         return self.host.command(list(argv))
 
 
+class LocalSide:
+    """A side on this machine, in its own network namespace, toward `peer`;
+    its files go in `files_dir` (the run directory)."""
+
+    name = LOCAL
+    clock: Optional[ClockOffset] = None
+
+    def __init__(self, peer: str, files_dir: Path):
+        self.environment = {**environment.describe(), "nic": environment.nic(peer)}
+        self.endpoint = Endpoint(netns=None, addr=_source_address(peer), ifname=self.environment["nic"]["device"])
+        self.build_dir = paths.build_dir()
+        self.files_dir = files_dir
+
+    def binary(self, name: str) -> Path:
+        return self.build_dir / "bin" / name
+
+    def put(self, files: Dict[str, str]) -> Dict[str, str]:
+        out = {}
+        for name, text in files.items():
+            path = self.files_dir / name
+            path.write_text(text)
+            out[name] = str(path)
+        return out
+
+    def file_path(self, name: str) -> str:
+        return str(self.files_dir / name)
+
+    def read_file(self, name: str) -> Optional[str]:
+        try:
+            return (self.files_dir / name).read_text()
+        except OSError:
+            return None
+
+    def edge(self, pids: Dict[str, int], kernel: bool = True) -> dict:
+        return procfs.read_edge(pids, kernel)
+
+    def perf(self, run_path: Path, sample_hz: int, call_graph: Optional[str], keep_data: bool = False) -> "Perf":
+        return LocalPerf(PerfRecorder(run_path, sample_hz, keep_data, call_graph))
+
+
 class RemoteSide:
     """One host's side of a run: its endpoint toward `peer` (the address
     the other side is reached at), its build, and what its agent reads."""
 
-    def __init__(self, host: SshHost, agent: Agent, peer: str):
+    def __init__(self, host: SshHost, agent: Agent, peer: str, clock: Optional[ClockOffset] = None):
         self.host, self.agent = host, agent
+        self.name = host.name
+        self.clock = clock
         self.environment = self._ask("environment", peer=peer)
         self.endpoint = RemoteEndpoint(
             netns=None, addr=host.address, ifname=self.environment["nic"]["device"], host=host
         )
         self.build_dir = Path(agent.hello["build_dir"])
+        self._dir: Optional[str] = None
 
     def _ask(self, op: str, **kw) -> dict:
         reply = self.agent.request(op, **kw)
@@ -51,8 +111,186 @@ class RemoteSide:
     def put(self, files: Dict[str, str]) -> Dict[str, str]:
         """Files written on that host for the run (the agent's private
         directory, gone with it): name -> its path there."""
-        return self._ask("files", files=files)["paths"]
+        paths_there = self._ask("files", files=files)["paths"]
+        if paths_there:
+            self._dir = str(Path(next(iter(paths_there.values()))).parent)
+        return paths_there
 
-    def edge(self, pids: Dict[str, int]) -> dict:
-        """That host's part of an edge for its processes (agent.py's edge)."""
-        return self._ask("edge", pids=pids)
+    def file_path(self, name: str) -> str:
+        """Where a process there may write a file the run reads back (in the agent's directory)."""
+        if self._dir is None:
+            self.put({".qprof": ""})
+        return str(Path(self._dir) / name)
+
+    def read_file(self, name: str) -> Optional[str]:
+        return self._ask("read", name=name)["text"]
+
+    def edge(self, pids: Dict[str, int], kernel: bool = True) -> dict:
+        """That host's part of an edge for its processes (procfs.read_edge, read there)."""
+        return self._ask("edge", pids=pids, kernel=kernel)
+
+    def perf(self, run_path: Path, sample_hz: int, call_graph: Optional[str], keep_data: bool = False) -> "Perf":
+        return RemotePerf(self, sample_hz, call_graph)
+
+
+class Perf:
+    """Stack samples on one host: entered (armed, not sampling), enabled
+    and disabled at the window's edges, then capture(pids, out_dir): the
+    samples folded into out_dir per side (collectors/perf.py's files),
+    {"samples", "samples_per_cpu", "period_ns", "call_graph"}."""
+
+    period_ns: int
+    call_graph: str
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+
+class LocalPerf(Perf):
+    def __init__(self, rec: PerfRecorder):
+        self.rec = rec
+        self.period_ns, self.call_graph, self.sample_hz = rec.period_ns, rec.call_graph, rec.sample_hz
+
+    def __enter__(self) -> "LocalPerf":
+        self.rec.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.rec.close()
+
+    def enable(self) -> None:
+        self.rec.enable()
+
+    def disable(self) -> None:
+        self.rec.disable()
+
+    def capture(self, pids: Dict[str, int], out_dir: Path) -> dict:
+        self.rec.stop()
+        samples = self.rec.fold(pids, out_dir)
+        return {"samples": samples, "samples_per_cpu": self.rec.samples_per_cpu(), "period_ns": self.period_ns}
+
+
+class RemotePerf(Perf):
+    """perf on another host, run by its agent (agent.py's perf op); it ends with the agent."""
+
+    def __init__(self, side: "RemoteSide", sample_hz: int, call_graph: Optional[str]):
+        self.side, self.sample_hz, self.call_graph = side, sample_hz, call_graph
+
+    def __enter__(self) -> "RemotePerf":
+        got = self.side._ask("perf", do="start", sample_hz=self.sample_hz, call_graph=self.call_graph)
+        self.period_ns, self.call_graph = got["period_ns"], got["call_graph"]
+        return self
+
+    def enable(self) -> None:
+        self.side._ask("perf", do="enable")
+
+    def disable(self) -> None:
+        self.side._ask("perf", do="disable")
+
+    def capture(self, pids: Dict[str, int], out_dir: Path) -> dict:
+        got = self.side._ask("perf", timeout_s=FOLD_TIMEOUT_S, do="fold", pids=pids)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for name, text in got["files"].items():
+            (out_dir / Path(name).name).write_text(text)
+        return {k: got[k] for k in ("samples", "samples_per_cpu", "period_ns")}
+
+
+class HostsPerf:
+    """perf on each side's host (role -> Perf), switched together; the
+    capture merges what each host folded: a side's stacks from its own
+    host, the others of every kernel (once where the hosts are one kernel,
+    whose perfs then each saw both sides), each host's files kept under
+    stacks/hosts/ROLE."""
+
+    def __init__(self, perfs: Dict[str, Perf]):
+        self.perfs = perfs
+        first = next(iter(perfs.values()))
+        self.period_ns, self.call_graph, self.sample_hz = first.period_ns, first.call_graph, first.sample_hz
+
+    def enable(self) -> None:
+        for p in self.perfs.values():
+            p.enable()
+
+    def disable(self) -> None:
+        for p in self.perfs.values():
+            p.disable()
+
+    def capture(self, pids: Dict[str, int], out_dir: Path, same_kernel: bool) -> dict:
+        parts = {}
+        for role, perf in self.perfs.items():
+            (out_dir / "hosts" / role).mkdir(parents=True, exist_ok=True)
+            parts[role] = perf.capture(pids if same_kernel else {role: pids[role]}, out_dir / "hosts" / role)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        kernels = [next(iter(self.perfs))] if same_kernel else list(self.perfs)
+        for role in self.perfs:
+            (out_dir / f"{role}.folded").write_text((out_dir / "hosts" / role / f"{role}.folded").read_text())
+        (out_dir / "others.folded").write_text(
+            "".join((out_dir / "hosts" / r / "others.folded").read_text() for r in kernels)
+        )
+        threads = []
+        for role in self.perfs:
+            lines = (out_dir / "hosts" / role / THREADS_FILE).read_text().splitlines()
+            threads += [l for l in lines if l.startswith(f"{role}/")]
+        (out_dir / THREADS_FILE).write_text("".join(l + "\n" for l in threads))
+        samples = {role: parts[role]["samples"][role] for role in self.perfs}
+        samples["others"] = sum(parts[r]["samples"]["others"] for r in kernels)
+        return {
+            "event": EVENT,
+            "sample_period_ns": self.period_ns,
+            "sample_hz": self.sample_hz,
+            "call_graph": self.call_graph,
+            "samples": samples,
+            "samples_per_cpu": parts[kernels[0]]["samples_per_cpu"],
+            "stacks_dir": "stacks",
+            "hosts": {role: {"samples_per_cpu": p["samples_per_cpu"]} for role, p in parts.items()},
+        }
+
+
+class HostsTopology:
+    """Where a run placed on hosts has its two ends: each side's endpoint
+    on its host (a Topology's interface for the endpoints), and whether
+    the hosts are one kernel."""
+
+    kind = "hosts"
+    subnet = None
+    mtu = None
+
+    def __init__(self, sides: Dict[str, object]):
+        self.sides = sides
+        self.client, self.server = sides["client"].endpoint, sides["server"].endpoint
+        boots = {s.environment.get("boot_id") for s in sides.values()}
+        self.same_kernel = len(boots) == 1 and None not in boots
+
+    def describe(self) -> dict:
+        return {
+            "kind": self.kind,
+            "mtu": None,
+            "subnet": None,
+            "same_kernel": self.same_kernel,
+            **{
+                role: {
+                    "host": side.name,
+                    "netns": None,
+                    "addr": side.endpoint.addr,
+                    "ifname": side.endpoint.ifname,
+                    "tcp_congestion_control": tcp_congestion_control(side.endpoint),
+                }
+                for role, side in self.sides.items()
+            },
+        }
+
+
+# Folding a long DWARF capture takes a while (perf script unwinds every sample).
+FOLD_TIMEOUT_S = 600.0
+
+
+def _source_address(peer: str) -> str:
+    """This machine's address toward peer (`ip route get`)."""
+    r = subprocess.run(["ip", "-j", "route", "get", peer], capture_output=True, text=True)
+    try:
+        return json.loads(r.stdout)[0]["prefsrc"]
+    except (ValueError, IndexError, KeyError):
+        raise errors.SshFailed(f"this machine has no route to {peer} (`ip route get {peer}`); check the network.")

@@ -59,14 +59,21 @@ def run(
     (collectors/placement.py)."""
     plan = resolve(opts, os.cpu_count() or 1)
     binary = preflight.check(plan, faults)
-    where = placement.Guest(on_guest) if plan.options.guest else placement.Local(binary)
+    opts = plan.options
+    if opts.guest:
+        where = placement.Guest(on_guest)
+    elif opts.server:
+        where = placement.Hosts(binary, opts.server, opts.ssh_config)
+    else:
+        where = placement.Local(binary)
     with remains.exclusive("run"):
         where.prepare()  # what it lacks is refused before a run directory exists
-        with RunDir(Path(plan.options.runs_dir)) as rundir:
-            rundir.record.update(
-                {"stack": "mix" if plan.is_mix else plan.options.stack, "config": asdict(plan.options)}
-            )
-            return _measure(plan, where, rundir, on_progress, faults, on_interval)
+        try:
+            with RunDir(Path(opts.runs_dir)) as rundir:
+                rundir.record.update({"stack": "mix" if plan.is_mix else opts.stack, "config": asdict(opts)})
+                return _measure(plan, where, rundir, on_progress, faults, on_interval)
+        finally:
+            where.close()
 
 
 def _measure(plan: Plan, where, rundir: RunDir, on_progress, faults: Faults, on_interval) -> dict:

@@ -257,6 +257,7 @@ class SshHost:
         self.ssh_config = Path(ssh_config).absolute() if ssh_config is not None else None
         self.connect_timeout_s = connect_timeout_s
         self.address: Optional[str] = None
+        self.local_address: Optional[str] = None
         self.proc: Optional[subprocess.Popen] = None  # the master
         self._claim = None
         self._dir: Optional[Path] = None
@@ -333,7 +334,9 @@ class SshHost:
                 f"{self.name} did not say which address it was reached at (`printenv SSH_CONNECTION` gave "
                 f"{r.stdout.strip()[:80]!r}, exit {r.returncode}); its login shell must run commands as given."
             )
-        self.address = words[2]
+        # Where the host was reached, and where it saw this side come from:
+        # a run's server listens on the first, its peer is the second.
+        self.local_address, self.address = words[0], words[2]
 
     def _master_stderr(self) -> str:
         try:

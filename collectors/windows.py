@@ -18,7 +18,7 @@ import time
 from typing import Callable, NamedTuple, Optional
 
 from qprof import errors
-from qprof.collectors import emulation, procfs
+from qprof.collectors import emulation
 from qprof.collectors.edges import Reading, sample_intervals, sleep_watching, take
 from qprof.collectors.endpoints import Endpoints
 from qprof.collectors.faults import Faults
@@ -54,11 +54,12 @@ def measure(plan: Plan, ep: Endpoints, emulated, on_progress, faults: Faults, on
 
 
 def _edge(name: str, ep: Endpoints, emulated) -> Reading:
-    return take(name, ep.pairs, ep.probes, emulated, kernel=ep.single)
+    same_kernel = getattr(ep.topo, "same_kernel", False)
+    return take(name, ep.pairs, ep.probes, emulated, kernel=ep.single, sides=ep.sides, same_kernel=same_kernel)
 
 
 def _tls_stat(ep: Endpoints) -> dict:
-    return {"client": procfs.read_tls_stat(ep.client.pid), "server": procfs.read_tls_stat(ep.server.pid)}
+    return ep.tls_stat()
 
 
 def _downloads(plan: Plan, ep: Endpoints, emulated, on_progress, faults: Faults, on_interval=None) -> Taken:
@@ -152,6 +153,7 @@ def _timed(plan: Plan, ep: Endpoints, emulated, on_progress, faults: Faults, on_
             ep.server,
             ep.client,
             lambda a, b: on_interval(interval_line(a, b, start.t_ns)) if on_interval else None,
+            ep.cpu_now,
         )
     else:
         sleep_watching(end_ns, procs)

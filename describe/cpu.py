@@ -49,6 +49,10 @@ class SystemCpu:
     def __sub__(self, other: "SystemCpu") -> "SystemCpu":
         return SystemCpu(*(getattr(self, f + "_s") - getattr(other, f + "_s") for f in STAT_FIELDS))
 
+    def __add__(self, other: "SystemCpu") -> "SystemCpu":
+        """Two machines' together (a run on two hosts)."""
+        return SystemCpu(*(getattr(self, f + "_s") + getattr(other, f + "_s") for f in STAT_FIELDS))
+
     @property
     def busy_s(self) -> float:
         return self.user_s + self.nice_s + self.system_s + self.irq_s + self.softirq_s + self.steal_s

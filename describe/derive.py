@@ -277,7 +277,14 @@ def observer_cost(probes: dict, nbytes: int, flame: Optional[dict]) -> Optional[
             "runs": runs,
             "ns_per_run": _ratio(run_ns, runs),
             "ns_per_byte": _ratio(run_ns, nbytes),
-            "programs": {x["name"]: {"run_time_s": x["run_time_ns"] / 1e9, "runs": x["run_cnt"]} for x in progs},
+            # On hosts each host's programs, "NAME@ROLE" (collectors/probes.py merge_windows).
+            "programs": {
+                (f"{x['name']}@{x['role']}" if "role" in x else x["name"]): {
+                    "run_time_s": x["run_time_ns"] / 1e9,
+                    "runs": x["run_cnt"],
+                }
+                for x in progs
+            },
         }
     measured = [v for v in out.values() if v is not None]
     total_s = sum(v["run_time_s"] for v in measured) if len(measured) == len(out) else None
@@ -298,16 +305,17 @@ def observer_cost(probes: dict, nbytes: int, flame: Optional[dict]) -> Optional[
 
 
 def packets_devices(rec: dict) -> dict:
-    """side -> the packets probe's window for that side's veth (netns runs
-    with the probe present; {} otherwise)."""
+    """side -> the packets probe's window for that side's device (its veth
+    between namespaces; on hosts, its NIC, as its own host's probe saw it)
+    with the probe present; {} otherwise."""
     probe = (rec.get("probes") or {}).get("packets") or {}
     topo = (rec.get("environment") or {}).get("topology") or {}
-    if probe.get("status") != "present" or topo.get("kind") != "netns":
+    if probe.get("status") != "present" or topo.get("kind") not in ("netns", "hosts"):
         return {}
     found = {}
     for side in ("client", "server"):
-        name = f"{topo[side]['ifname']}@{topo[side]['netns']}"
+        name = f"{topo[side]['ifname']}@{topo[side]['netns'] or 'host'}"
         for d in probe["window"].get("devices", []):
-            if d.get("dev") == name:
+            if d.get("dev") == name and d.get("role", side) == side:
                 found[side] = d
     return found

@@ -41,11 +41,16 @@ class Measurement:
     reports: Optional[Dict[str, list]] = None  # --pattern download: side -> its per-download events
     intervals: Optional[list] = None  # --interval: window.sample_intervals' samples between the edges
     placement: Optional[dict] = None  # where it ran, beyond this machine: {"guest_run": its directory}
+    # A run on hosts: role -> {"host", "address", "environment" (with its
+    # "nic"), "clock" (its CLOCK_MONOTONIC against this side's, ssh.py's
+    # ClockOffset; None for this machine)}, and "same_kernel".
+    hosts: Optional[dict] = None
 
     def to_json(self) -> str:
         d = {f.name: getattr(self, f.name) for f in fields(self)}
-        if self.placement is None:  # a run on this machine: as measurements were before placements
-            del d["placement"]
+        for name in ("placement", "hosts"):
+            if d[name] is None:  # a run on this machine: as measurements were before placements
+                del d[name]
         d["window"] = {"start": _edge_out(self.window.start), "end": _edge_out(self.window.end)}
         if self.window.receiver != "server":
             d["window"]["receiver"] = self.window.receiver
@@ -75,6 +80,8 @@ def tasks_out(tasks: dict) -> dict:
 def _edge_out(e: Edge) -> dict:
     d = asdict(e)
     d["tasks"] = tasks_out(e.tasks)
+    if e.hosts is None:  # a run on one machine: as edges were before hosts
+        del d["hosts"]
     return d
 
 

@@ -464,6 +464,24 @@ OPTIONS: List[Option] = [
         False,
         "Run the whole measurement in a QEMU guest with Debian's kernel (for kTLS); `make guest` first.",
     ),
+    Option(
+        "server",
+        "text",
+        None,
+        "Run the server on another host, reached over SSH: user@host, host:port or a Host of your ssh config. "
+        "qprof there must be this commit, installed by the README's commands (docs/remote.md); this machine "
+        "runs the client, and each side is measured on its own host.",
+        metavar="HOST",
+        show_default=False,
+    ),
+    Option(
+        "ssh-config",
+        "text",
+        None,
+        "ssh's configuration file for --server, as `ssh -F FILE`.",
+        metavar="FILE",
+        show_default=False,
+    ),
     Option("probes", "probes", PROBE_NAMES, "eBPF probes to attach, comma-separated, or 'none'."),
     Option(
         "syscall-time",

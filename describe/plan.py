@@ -54,6 +54,7 @@ def resolve(opts: RunOptions, cpus: int = 1) -> Plan:
     """The complete plan of a run or a mix (cpus: the machine's, which
     bounds a mix's flows), or the first rule it breaks as a QprofError."""
     options.check(opts)
+    _hosts(opts)
     if opts.mix:
         return _resolve_mix(opts, cpus)
     opts, stack = resolve_one(opts)
@@ -201,6 +202,34 @@ def _rr(opts: RunOptions) -> RunOptions:
             "would be due inside it; lower --period or raise --duration."
         )
     return opts
+
+
+def _hosts(opts: RunOptions) -> None:
+    """--server places the server on another host over SSH: the rest of the
+    run must be one that can be placed there."""
+    if opts.server is None:
+        if opts.ssh_config is not None:
+            raise errors.BadValue("--ssh-config is for reaching --server HOST; add --server or drop --ssh-config.")
+        return
+    refuse = [
+        (opts.guest, "--guest runs both sides in a QEMU guest here", "--guest"),
+        (opts.mix is not None, "--mix runs its flows between two namespaces here", "--mix"),
+        (opts.topology == "loopback", "--topology loopback runs both sides on this host's loopback", "--topology"),
+        (
+            opts.link is not None,
+            "--link would change a qdisc on a real NIC another host shares (naming that device is not built yet)",
+            "--link",
+        ),
+        (
+            opts.gso is not None or opts.gro is not None,
+            "--gso and --gro set offloads through a preloaded library or on the devices, "
+            "which a run on a real NIC does not change",
+            "--gso/--gro",
+        ),
+    ]
+    for bad, why, flag in refuse:
+        if bad:
+            raise errors.BadValue(f"--server places the server on another host, and {why}; drop {flag} or --server.")
 
 
 def _tcp_cc(opts: RunOptions) -> None:

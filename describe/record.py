@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Optional
 
 from qprof import errors
-from qprof.describe import cpu, derive, downloads, floor, link, mix, netstat, offload, options, rr, transports
+from qprof.describe import cpu, derive, downloads, floor, hosts, link, mix, netstat, offload, options, rr, transports
 from qprof.describe.measurement import Measurement
 from qprof.describe.transports import UDP_IP_HEADERS
 from qprof.describe.window import Window, counter_delta, edge_sample, interval_figures
@@ -63,6 +63,9 @@ def describe_run(m: Measurement, run_path: Path) -> dict:
     13. the window's intervals (needs 1)."""
     opts = run_options(m)
     rec = build_record(opts, m)
+    if m.hosts is not None:
+        rec["hosts"] = hosts.describe(m, rec["bytes"])
+        rec["cpu"]["others"] = hosts.others(m, rec["bytes"])
     rec["probes"] = m.probes
     # The whole run's UDP counters of each namespace (the host's, on loopback).
     rec["kernel_udp"] = {side: counter_delta(m.udp["before"][side], m.udp["after"][side]) for side in m.udp["before"]}
@@ -80,7 +83,8 @@ def describe_run(m: Measurement, run_path: Path) -> dict:
     rec["flame"] = flame
     if flame is not None:
         flame.update(
-            sample_coverage(
+            (rec.get("hosts") and hosts.sample_coverage(flame, rec, sample_coverage))
+            or sample_coverage(
                 flame["samples_per_cpu"], rec["cpu_window_s"], flame["sample_hz"], rec["environment"]["cpu_count"]
             )
         )

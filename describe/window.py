@@ -26,6 +26,10 @@ class Edge:
     net: dict  # side -> the namespace's loss counters (netstat.WATCHED); "softnet": the machine's
     tasks: dict  # (pid, tid) -> on-CPU ns of every task (schedstat)
     qdiscs: Optional[dict] = None  # with --link: side -> qdisc kind -> counters (link.read_counters)
+    # A run on hosts: role -> its host's part, in that host's clock: {"host",
+    # "t_ns", "system" (its /proc/stat), "tasks" (its every task, "pid/tid")}.
+    # Then system is every kernel's summed, and tasks each side's own threads.
+    hosts: Optional[dict] = None
 
 
 @dataclass
