@@ -9,6 +9,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
+from qprof import errors
 from qprof.collectors import emulation, procfs
 from qprof.collectors.workload import WorkloadProcess
 from qprof.describe import cpu
@@ -72,7 +73,11 @@ def take(
         server.request_mark(name)
         client.request_mark(name)
     if sides is not None:
-        reading = host_reading(sides, {"server": pairs[0][0].pid, "client": pairs[0][1].pid}, kernel, same_kernel)
+        try:
+            reading = host_reading(sides, {"server": pairs[0][0].pid, "client": pairs[0][1].pid}, kernel, same_kernel)
+        except errors.QprofError:
+            _raise_ended(pairs)  # a side's host could not read a process that has gone: its end says why
+            raise
         _collect_marks(name, reading.flows, pairs, probes)
         return reading
     t_ns = time.monotonic_ns()
@@ -85,6 +90,19 @@ def take(
     qdiscs = emulation.read_counters(emulated.endpoints) if emulated else None
     _collect_marks(name, flows, pairs, probes)
     return Reading(t_ns, system, flows, qdiscs, tasks, tls_stat, net)
+
+
+def _raise_ended(pairs, within_s: float = 2.0) -> None:
+    """A workload that has ended (or does within within_s) raised as its own end."""
+    deadline = time.monotonic() + within_s
+    while True:
+        for server, client in pairs:
+            for p in (server, client):
+                if p.exited() is not None:
+                    p.raise_exit()
+        if time.monotonic() > deadline:
+            return
+        time.sleep(0.05)
 
 
 def _collect_marks(name: str, flows: List[dict], pairs, probes) -> None:

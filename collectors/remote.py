@@ -40,7 +40,14 @@ class RemoteEndpoint(Endpoint):
     host: Optional[SshHost] = None
 
     def command(self, argv: List[str]) -> List[str]:
-        return self.host.command(list(argv))
+        """argv there, under a shell that says how it ended: ssh reports a
+        command killed by a signal only as its own exit 255, which is also
+        how it reports a lost connection; the shell exits 128 + the signal."""
+        return self.host.command(["sh", "-c", SAY_SIGNAL, "qprof", *argv])
+
+
+# sh -c SAY_SIGNAL qprof ARGV...: ARGV run, and its end passed on (128 + N when killed by signal N).
+SAY_SIGNAL = '"$@"; s=$?; if [ "$s" -gt 128 ]; then echo "killed by signal $((s - 128))" >&2; fi; exit "$s"'
 
 
 class LocalSide:

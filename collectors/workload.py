@@ -3,6 +3,7 @@
 (see workloads/wl.h for its events and commands), and what its ending
 means as a QprofError."""
 
+import signal
 import subprocess
 from pathlib import Path
 from typing import List
@@ -28,10 +29,15 @@ class WorkloadExit:
     TLS_CONFIG = 9
 
 
+SSH_FAILED = 255  # ssh's exit when it, not the command, failed
+
+
 class WorkloadProcess(ControlledProcess):
     def __init__(self, role: str, argv: List[str], endpoint: Endpoint, log_path: Path):
         super().__init__(role, endpoint.command(argv), log_path)
         self.role = role
+        # Another host's (collectors/remote.py RemoteEndpoint): it runs there through ssh.
+        self.host = getattr(endpoint, "host", None)
 
     def wait_event(self, name: str, timeout_s: float) -> dict:
         try:
@@ -51,6 +57,16 @@ class WorkloadProcess(ControlledProcess):
             )
         return report
 
+    def _there(self, code, msg: str):
+        """The end of a process on another host as if it were here: the
+        shell it runs under exits 128 + N for signal N (-N here); ssh's own
+        255 is the connection lost (errors.RemoteLost)."""
+        if code == SSH_FAILED:
+            raise self.host.lost(f"the {self.role}", f"its ssh session ended ({msg})")
+        if code is not None and code > 128 and msg.startswith("killed by signal"):
+            return -(code - 128)
+        return code
+
     def raise_exit(self) -> None:
         """Turn the process's end into the QprofError that explains it."""
         if self.done is not None:
@@ -61,6 +77,8 @@ class WorkloadProcess(ControlledProcess):
             code = None
         msg = self.last_message("qprof-wl: ") or "no message"
         where = f"; see {self.log_path}"
+        if self.host is not None:
+            code = self._there(code, msg)
         if code == WorkloadExit.ADDR_IN_USE:
             raise errors.PortInUse(f"{msg}: pick a free one with --port{where}.")
         if code == WorkloadExit.TLS_CONFIG:
@@ -79,5 +97,13 @@ class WorkloadProcess(ControlledProcess):
         if code == WorkloadExit.USAGE:
             raise errors.BadValue(f"the {self.role} refused its options ({msg}){where}.")
         if code is not None and code < 0:
-            raise errors.PeerDied(f"the {self.role} was killed by signal {-code} mid-run{where}.")
+            on = f" on {self.host.name}" if self.host is not None else ""
+            raise errors.PeerDied(f"the {self.role}{on} was killed by {_signal_name(-code)} mid-run{where}.")
         raise errors.PeerDied(f"the {self.role} ended mid-run (exit {code}: {msg}){where}.")
+
+
+def _signal_name(n: int) -> str:
+    try:
+        return f"signal {signal.Signals(n).name}"
+    except ValueError:
+        return f"signal {n}"

@@ -108,3 +108,27 @@ def test_every_default_in_the_help_comes_from_the_table():
     assert "[default: 10s" in options.BY_NAME["duration"].help_text
     assert "[default: 10ms" in options.BY_NAME["period"].help_text
     assert "[default: 1M" in options.BY_NAME["size"].help_text
+
+
+@pytest.mark.parametrize(
+    "kw, flag",
+    [
+        ({"guest": True}, "--guest"),
+        ({"mix": "quic:1,tcp:1"}, "--mix"),
+        ({"topology": "loopback"}, "--topology"),
+        ({"link": "rate=10mbit"}, "--link"),
+        ({"gso": "off"}, "--gso/--gro"),
+        ({"gro": "on"}, "--gso/--gro"),
+    ],
+)
+def test_a_server_elsewhere_refuses_what_cannot_be_placed_there(kw, flag):
+    opts = replace(BASE, server="root@192.0.2.1", **kw)
+    with pytest.raises(errors.BadValue) as e:
+        plan.resolve(opts)
+    assert str(e.value).startswith("--server places the server on another host") and f"drop {flag}" in str(e.value)
+
+
+def test_an_ssh_config_needs_a_server():
+    with pytest.raises(errors.BadValue, match="--ssh-config is for reaching --server"):
+        plan.resolve(replace(BASE, ssh_config="/etc/ssh/ssh_config"))
+    assert plan.resolve(replace(BASE, server="bench2", ssh_config="/etc/ssh/ssh_config")).options.server == "bench2"

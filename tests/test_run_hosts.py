@@ -1,0 +1,159 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""`qprof run --server HOST` (issue 26) against a host made on this
+machine: a namespace running Debian's sshd, reached as root@ADDR with its
+own keys, known_hosts and ssh config (tests/sshhosts.py), exactly as a
+real host would be. The client runs here, the server there, and each
+side's workload, probes and perf run on its own host.
+
+Both "hosts" share this machine's kernel, which gives the run's figures
+something to be held to: the measured clock offset must lie within its
+own uncertainty of 0, each side's probes (on its own host, for its own
+process) must agree with the other instruments of that process, and the
+hosts are recognised as one kernel, whose machine-wide counters count once.
+
+The faults a run on another host meets mid-run are provoked for real: the
+server killed with -9 there, the SSH connection cut, Ctrl-C here; each
+ends in its own code and one sentence, and leaves nothing on either host."""
+
+import json
+import signal
+import subprocess
+import time
+
+import pytest
+
+from qprof import errors
+
+from conftest import impossible_figures, leftovers, needs_build, qprof, started, validate_records
+from test_bad_input import one_sentence
+
+pytestmark = [pytest.mark.system, needs_build]
+
+
+def hosts_run(runs_dir, host, *args, timeout=300):
+    r = qprof(
+        "run", "--json", "--server", host.destination, "--ssh-config", str(host.ssh_config), *args,
+        runs_dir=runs_dir, timeout=timeout,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    rec = json.loads(r.stdout)
+    assert impossible_figures(rec) == []
+    return rec
+
+
+@pytest.mark.parametrize("stack, extra", [("quic", []), ("tcp-tls", ["--interval", "500ms"])])
+def test_a_run_with_its_server_on_another_host(ssh_host, runs_dir, stack, extra):
+    rec = hosts_run(runs_dir, ssh_host, "--stack", stack, "-d", "2s", *extra)
+    assert rec["status"] == "complete" and rec["verified"] is True and rec["bytes"] > 0
+    topo = rec["environment"]["topology"]
+    assert topo["kind"] == "hosts"
+    assert topo["server"]["host"] == ssh_host.destination and topo["server"]["addr"] == ssh_host.addr
+    assert topo["client"]["host"] == "local" and topo["client"]["addr"] == ssh_host.local_addr
+
+    # Each host as it was, and its clock against ours: one kernel, one clock.
+    hosts = rec["hosts"]
+    assert hosts["same_kernel"] is True
+    assert hosts["client"]["clock"] is None
+    clock = hosts["server"]["clock"]
+    assert clock["rounds"] >= 1 and clock["uncertainty_ns"] * 2 >= clock["rtt_ns"] > 0
+    assert abs(clock["offset_ns"]) <= clock["uncertainty_ns"]
+    for role in ("client", "server"):
+        env = hosts[role]["environment"]
+        assert env["kernel_release"] and env["cpu_count"] >= 1 and env["boot_id"]
+        assert env["nic"]["device"] == topo[role]["ifname"]
+        assert hosts[role]["cpu"]["total_s"] > 0
+    # The same kernel read on both sides of one window: one window, twice.
+    assert hosts["skew_s"] < rec["cpu_window_s"] / 2
+
+    # Both sides' probes ran, each on its host for its process, and agree with the others.
+    for name, probe in rec["probes"].items():
+        assert probe["status"] == "present", (name, probe)
+        assert set(probe["hosts"]) == {"client", "server"}
+    for side in ("client", "server"):
+        cpu = rec["cpu"][side]
+        assert cpu["oncpu_schedstat_s"] > 0 and cpu["ns_per_byte"]["oncpu"] > 0
+        check = rec["cpu_threads"][side]["oncpu_check"]
+        assert 0.9 < check["ratio"] < 1.1, check
+        assert rec["syscalls"][side]["by_syscall"], side
+    if stack == "quic":
+        for side in ("client", "server"):
+            calls = rec["crosscheck"][side]["udp_send_calls"]
+            assert calls["own"] > 0 and calls["ratio"] == pytest.approx(1.0, abs=0.02), (side, calls)
+        assert [b["to"] for b in rec["listen"]["server_binds"]] == [f"[::ffff:{ssh_host.addr}]:4433"]
+
+    # Flame graphs of both sides, each from its own host's perf.
+    flame = rec["flame"]
+    for side in ("client", "server"):
+        assert flame["samples"][side] > 0 and flame["sides"][side]["ns_per_byte"] > 0
+    run_dir = runs_dir / rec["id"]
+    for role in ("client", "server"):
+        assert (run_dir / "stacks" / "hosts" / role / f"{role}.folded").stat().st_size > 0
+    assert (run_dir / "stacks" / "server.folded").read_text() == (
+        run_dir / "stacks" / "hosts" / "server" / "server.folded"
+    ).read_text()
+    # The machine counted once: its busy time is both sides' and every other task's, at most.
+    busy = rec["cpu"]["system"]["total_s"]
+    assert busy <= rec["cpu_window_s"] * hosts["client"]["environment"]["cpu_count"] * 1.05
+    if extra:  # each interval's CPU read on each side's host
+        samples = rec["intervals"]["samples"]
+        assert len(samples) >= 3 and all(s["server_cpus"] > 0 and s["client_cpus"] > 0 for s in samples)
+    assert ssh_host.wait_idle() == []
+    assert validate_records(runs_dir) == 1
+
+
+def test_the_server_killed_there(ssh_host, runs_dir):
+    """qprof-wl killed with -9 on the server's host mid-run: the run says
+    the server died there, and nothing is left on either host."""
+    before = leftovers()  # the host's own namespace, sshd and ledger
+    args = ["--stack", "quic", "-d", "20s", "--server", ssh_host.destination]
+    with started("run", *args, "--ssh-config", str(ssh_host.ssh_config), runs_dir=runs_dir) as p:
+        pid = _wait_there(ssh_host, runs_dir)
+        subprocess.run(["kill", "-9", pid], check=True)
+        out, err = p.communicate(timeout=120)
+    assert p.returncode == errors.PeerDied.exit_code, err
+    line = one_sentence(err)
+    assert "server" in line and "SIGKILL" in line and ssh_host.destination in line, line
+    assert ssh_host.wait_idle() == [] and leftovers() == before
+
+
+def test_the_connection_cut(ssh_host, runs_dir):
+    """The host's sshd and every session it serves killed mid-run (the
+    link to the host gone): RemoteLost, and nothing left on either host."""
+    before = leftovers()  # the host's own namespace, sshd and ledger
+    args = ["--stack", "quic", "-d", "20s", "--server", ssh_host.destination]
+    with started("run", *args, "--ssh-config", str(ssh_host.ssh_config), runs_dir=runs_dir) as p:
+        _wait_there(ssh_host, runs_dir)
+        subprocess.run(["ip", "netns", "exec", ssh_host.netns, "pkill", "-9", "sshd"])
+        out, err = p.communicate(timeout=120)
+    assert p.returncode in (errors.RemoteLost.exit_code, errors.PeerDied.exit_code), err
+    line = one_sentence(err)
+    assert ssh_host.destination in line, line
+    assert ssh_host.wait_idle() == [] and leftovers() == before
+
+
+def test_ctrl_c_here(ssh_host, runs_dir):
+    """Ctrl-C here mid-run: qprof stops as it does on one machine (130),
+    and the host is left with nothing running."""
+    before = leftovers()  # the host's own namespace, sshd and ledger
+    args = ["--stack", "quic", "-d", "20s", "--server", ssh_host.destination]
+    with started("run", *args, "--ssh-config", str(ssh_host.ssh_config), runs_dir=runs_dir) as p:
+        _wait_there(ssh_host, runs_dir)
+        time.sleep(0.5)
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=120)
+    assert p.returncode == 130, err
+    assert ssh_host.wait_idle() == [] and leftovers() == before
+
+
+def _wait_there(host, runs_dir, timeout_s: float = 60.0) -> str:
+    """The pid of the server's qprof-wl on the host, once the run's window is under way there (its last probe attached)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        lines = host.remote_pids()
+        server = [l.split()[0] for l in lines if l.split()[1].endswith("qprof-wl")]
+        probing = any(l.split()[1].endswith("qprof-cputhread") for l in lines)
+        if server and probing and list(runs_dir.glob("*/client.log")):
+            time.sleep(1.0)  # past the warm-up's start, into the transfer
+            return server[0]
+        time.sleep(0.1)
+    raise AssertionError(f"no transfer on {host.destination} within {timeout_s:.0f} s: {host.remote_pids()}")
