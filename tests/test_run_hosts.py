@@ -146,7 +146,8 @@ def test_ctrl_c_here(ssh_host, runs_dir):
 
 
 def _wait_there(host, runs_dir, timeout_s: float = 60.0) -> str:
-    """The pid of the server's qprof-wl on the host, once the run's window is under way there (its last probe attached)."""
+    """The pid of the server's qprof-wl on the host, once the transfer is
+    under way there (its last probe attached, the client started here)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         lines = host.remote_pids()
