@@ -19,7 +19,8 @@ answers one request a line, {"op": NAME, "id": N, ...}, with {"id": N,
             window's edge, read at one instant as collectors/edges.py reads
             the local one: its clock, /proc/stat, each process's CPU, and
             (kernel: true, the default) every task's schedstat and each
-            process's TLS and namespace counters and softnet
+            process's TLS and namespace counters and softnet; with
+            "nic": DEV, what that NIC adds (procfs.read_nic)
     environment  {"peer": ADDR}: collectors/environment.py's description of
             this host, with the NIC it reaches ADDR through
     files   {"files": {NAME: TEXT}}: each written (0600) into the agent's
@@ -74,7 +75,8 @@ def _clock(req: dict) -> dict:
 
 
 def _edge(req: dict) -> dict:
-    return procfs.read_edge({role: int(pid) for role, pid in req["pids"].items()}, req.get("kernel", True))
+    pids = {role: int(pid) for role, pid in req["pids"].items()}
+    return procfs.read_edge(pids, req.get("kernel", True), req.get("nic"))
 
 
 def _environment(req: dict) -> dict:

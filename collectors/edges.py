@@ -6,6 +6,7 @@ workloads. What an edge holds, and every figure made from two of them,
 is describe/window.py's."""
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
@@ -115,14 +116,21 @@ def _collect_marks(name: str, flows: List[dict], pairs, probes) -> None:
 
 def host_reading(sides: dict, pids: Dict[str, int], kernel: bool, same_kernel: bool) -> Reading:
     """An edge of a run on hosts: each role's part read on its host, in its
-    own clock (its side's edge), t_ns ours. The machine's CPU and softnet
+    own clock (its side's edge), t_ns ours, with what its NIC adds. The machine's CPU and softnet
     are every kernel's summed (once where the hosts are one kernel); a
     side's CPU, TLS and namespace counters are its own host's; the task
     table holds each side's own threads, and each host keeps its whole
     one, with its clock and /proc/stat, under hosts (their others are
     theirs: pids of two kernels are not one key space)."""
     t_ns = time.monotonic_ns()
-    parts = {role: sides[role].edge({role: pid}, kernel) for role, pid in pids.items()}
+    # Every host at once: one read after another would put each later
+    # host's reading a whole round trip (a slow host's read) after the marks.
+    with ThreadPoolExecutor(len(pids)) as pool:
+        asked = {
+            role: pool.submit(sides[role].edge, {role: pid}, kernel, sides[role].endpoint.ifname if kernel else None)
+            for role, pid in pids.items()
+        }
+        parts = {role: f.result() for role, f in asked.items()}
     kernels = [next(iter(parts))] if same_kernel else list(parts)
     system = sum(
         (cpu.SystemCpu(**parts[r]["system"]) for r in kernels[1:]), cpu.SystemCpu(**parts[kernels[0]]["system"])
@@ -136,6 +144,7 @@ def host_reading(sides: dict, pids: Dict[str, int], kernel: bool, same_kernel: b
         host_tasks = {tuple(int(x) for x in k.split("/")): ns for k, ns in p["tasks"].items()}
         tasks.update({k: ns for k, ns in host_tasks.items() if k[0] == pids[role]})
         hosts[role]["tasks"] = p["tasks"]
+        hosts[role]["nic"] = p.get("nic")
         tls_stat[role] = p["tls_stat"][role]
         net[role] = p["net"][role]
     softnets = [parts[r]["net"]["softnet"] for r in kernels]

@@ -59,10 +59,23 @@ def boot_id() -> Optional[str]:
         return None
 
 
+# Where the kernel lists a hardware PMU's events (hybrid CPUs have two).
+PMU_DIRS = ("cpu", "cpu_core", "cpu_atom")
+
+
+def pmu() -> Optional[str]:
+    """The hardware PMU perf would count cycles on, or None (a VM without one)."""
+    for name in PMU_DIRS:
+        if Path(f"/sys/bus/event_source/devices/{name}").is_dir():
+            return name
+    return None
+
+
 def describe() -> dict:
     u = os.uname()
     return {
         "boot_id": boot_id(),
+        "pmu": pmu(),
         "kernel_release": u.release,
         "kernel_version": u.version,
         "machine": u.machine,

@@ -54,6 +54,8 @@ MODULES = (
     # the run's topology, and the host's userland over virtio-9p
     "veth",
     "virtio_pci",
+    # a NIC on a tap device, for a guest reached from the host (GuestVM's tap)
+    "virtio_net",
     "9pnet_virtio",
     "9p",
     # link emulation (describe/link.py, collectors/emulation.py): delay, loss and jitter; rate
@@ -223,13 +225,22 @@ def qemu_version() -> Optional[str]:
 
 
 class GuestVM:
-    """One QEMU process, its console in `console_log`; killed on every exit path."""
+    """One QEMU process, its console in `console_log`; killed on every exit
+    path. tap: the guest gets a virtio NIC (its eth0) on a tap device of
+    that name here, which QEMU makes and which goes with it; none without."""
 
-    def __init__(self, art: Artifacts, out_dir: Path, console_log: Path):
+    def __init__(self, art: Artifacts, out_dir: Path, console_log: Path, tap: Optional[str] = None):
         self.art = art
         self.out_dir = out_dir
         self.console_log = console_log
+        self.tap = tap
         self.proc: Optional[subprocess.Popen] = None
+
+    def _nic(self) -> List[str]:
+        if self.tap is None:
+            return ["-nic", "none"]
+        tap = f"tap,id=n0,ifname={self.tap},script=no,downscript=no"
+        return ["-netdev", tap, "-device", "virtio-net-pci,netdev=n0"]
 
     def argv(self) -> List[str]:
         # thread=single: multi-threaded TCG locked up both vCPUs (soft
@@ -250,8 +261,7 @@ class GuestVM:
             "-monitor",
             "none",
             "-no-reboot",
-            "-nic",
-            "none",
+            *self._nic(),
             "-serial",
             f"file:{self.console_log}",
             "-kernel",

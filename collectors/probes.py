@@ -231,7 +231,7 @@ class HostProbes:
 
 # Lists in a probe's window that count the whole machine, not the watched
 # processes: on hosts that are one kernel, each host's probe saw all of it.
-MACHINE_WIDE = ("softirq",)
+MACHINE_WIDE = ("softirq", "hardirq_ns")
 # Numbers of a window that are one host's clock or setting, not a count.
 NOT_SUMMED = ("bpf_stats_on_ns", "bpf_stats_scale", "t_ns", "read_ns")
 
@@ -246,9 +246,11 @@ def merge_windows(windows: Dict[str, dict], same_kernel: bool) -> dict:
     for key in dict.fromkeys(k for w in windows.values() for k in w):
         values = {r: windows[r][key] for r in roles if key in windows[r]}
         first = next(iter(values.values()))
+        kernels = [r for r in ([roles[0]] if same_kernel else roles) if r in values]
         if key in MACHINE_WIDE and isinstance(first, list):
-            kernels = [roles[0]] if same_kernel else roles
-            out[key] = _sum_entries([values[r] for r in kernels if r in values])
+            out[key] = _sum_entries([values[r] for r in kernels])
+        elif key in MACHINE_WIDE:
+            out[key] = None if any(values[r] is None for r in kernels) else sum(values[r] for r in kernels)
         elif isinstance(first, list) and all(isinstance(x, dict) for v in values.values() for x in v):
             out[key] = [{**x, "role": r} for r, v in values.items() for x in v]
         elif isinstance(first, (int, float)) and not isinstance(first, bool) and key not in NOT_SUMMED:

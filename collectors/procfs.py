@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Dict, Optional
 
 from qprof.collectors.topology import Endpoint
-from qprof.describe import measurement
+from qprof.describe import measurement, nic
 from qprof.describe.cpu import ProcessCpu, SystemCpu, parse_pid_stat, parse_proc_stat
 from qprof.describe.netstat import WATCHED, parse_snmp, parse_softnet, parse_udp
 
@@ -70,11 +70,12 @@ def read_kernel(pids: Dict[str, int]) -> tuple:
     return tasks, tls_stat, net
 
 
-def read_edge(pids: Dict[str, int], kernel: bool = True) -> dict:
+def read_edge(pids: Dict[str, int], kernel: bool = True, nic_dev: Optional[str] = None) -> dict:
     """This machine's part of a window's edge for its processes (role ->
     pid), as JSON: its clock, /proc/stat, each process's CPU and (kernel)
-    read_kernel's counters, every task's schedstat keyed "pid/tid". What
-    an agent answers for its host (collectors/agent.py)."""
+    read_kernel's counters, every task's schedstat keyed "pid/tid", and
+    (nic_dev) what that NIC adds (read_nic). What an agent answers for
+    its host (collectors/agent.py)."""
     t_ns = time.monotonic_ns()
     out = {
         "t_ns": t_ns,
@@ -84,6 +85,8 @@ def read_edge(pids: Dict[str, int], kernel: bool = True) -> dict:
     if kernel:
         tasks, tls_stat, net = read_kernel(pids)
         out.update(tasks=measurement.tasks_out(tasks), tls_stat=tls_stat, net=net)
+    if nic_dev:
+        out["nic"] = read_nic(nic_dev)
     return out
 
 
@@ -110,21 +113,61 @@ def read_softnet() -> Optional[Dict[str, int]]:
         return None
 
 
+def read_qdiscs(dev: str, netns: Optional[str] = None) -> Optional[Dict[str, int]]:
+    """Every qdisc on a device, summed: drops, overlimits, requeues (tc)."""
+    ns = ["-n", netns] if netns else []
+    q = subprocess.run(["tc", *ns, "-s", "-j", "qdisc", "show", "dev", dev], capture_output=True, text=True)
+    if q.returncode:
+        return None
+    out = {"drops": 0, "overlimits": 0, "requeues": 0}
+    for qd in json.loads(q.stdout or "[]"):
+        for k in out:
+            out[k] += qd.get(k, 0)
+    return out
+
+
+def read_nic(dev: str) -> dict:
+    """What a NIC adds at an edge (describe/nic.py): `ethtool -S`, its
+    queues' interrupts per CPU, the network softirqs per CPU, its drop
+    counters and its qdiscs'. A part not read is None, with its reason."""
+    out: dict = {"device": dev, "absent_reason": {}}
+    try:
+        r = subprocess.run(["ethtool", "-S", dev], capture_output=True, text=True, timeout=5)
+        out["ethtool"] = nic.parse_ethtool_stats(r.stdout) if r.returncode == 0 else None
+        why = r.stderr.strip() or r.stdout.strip()
+    except (OSError, subprocess.SubprocessError) as e:
+        out["ethtool"], why = None, str(e)
+    if out["ethtool"] is None:
+        out["absent_reason"]["ethtool_stats"] = f"`ethtool -S {dev}` gave none ({why[:80]})"
+    names = [dev]
+    try:
+        names.append(os.path.basename(os.readlink(f"/sys/class/net/{dev}/device")))  # virtio2, 0000:00:03.0
+    except OSError:
+        pass
+    out["interrupts"] = nic.parse_interrupts(Path("/proc/interrupts").read_text(), names)
+    out["softirqs"] = nic.parse_softirqs(Path("/proc/softirqs").read_text())
+    drops = {}
+    for name in nic.DEVICE_DROPS:
+        try:
+            drops[name] = int(Path(f"/sys/class/net/{dev}/statistics/{name}").read_text())
+        except (OSError, ValueError):
+            pass
+    out["drops"] = drops or None
+    out["qdisc"] = read_qdiscs(dev)
+    return out
+
+
 def read_device(endpoint: Endpoint) -> Optional[Dict[str, int]]:
     """A veth's qdisc drops, overlimits and requeues (every qdisc on it) and
     its link's dropped counters, from tc and ip in its namespace."""
     if endpoint.netns is None:
         return None
     ns, dev = endpoint.netns, endpoint.ifname
-    q = subprocess.run(["tc", "-n", ns, "-s", "-j", "qdisc", "show", "dev", dev], capture_output=True, text=True)
+    qdiscs = read_qdiscs(dev, ns)
     link = subprocess.run(["ip", "-n", ns, "-s", "-j", "link", "show", "dev", dev], capture_output=True, text=True)
-    if q.returncode or link.returncode:
+    if qdiscs is None or link.returncode:
         return None
-    out = {"qdisc_drops": 0, "qdisc_overlimits": 0, "qdisc_requeues": 0}
-    for qd in json.loads(q.stdout or "[]"):
-        out["qdisc_drops"] += qd.get("drops", 0)
-        out["qdisc_overlimits"] += qd.get("overlimits", 0)
-        out["qdisc_requeues"] += qd.get("requeues", 0)
+    out = {f"qdisc_{k}": v for k, v in qdiscs.items()}
     stats = (json.loads(link.stdout or "[{}]")[0]).get("stats64", {})
     out["link_tx_dropped"] = stats.get("tx", {}).get("dropped", 0)
     out["link_rx_dropped"] = stats.get("rx", {}).get("dropped", 0)

@@ -83,8 +83,8 @@ class LocalSide:
         except OSError:
             return None
 
-    def edge(self, pids: Dict[str, int], kernel: bool = True) -> dict:
-        return procfs.read_edge(pids, kernel)
+    def edge(self, pids: Dict[str, int], kernel: bool = True, nic: Optional[str] = None) -> dict:
+        return procfs.read_edge(pids, kernel, nic)
 
     def perf(self, run_path: Path, sample_hz: int, call_graph: Optional[str], keep_data: bool = False) -> "Perf":
         return LocalPerf(PerfRecorder(run_path, sample_hz, keep_data, call_graph))
@@ -132,9 +132,9 @@ class RemoteSide:
     def read_file(self, name: str) -> Optional[str]:
         return self._ask("read", name=name)["text"]
 
-    def edge(self, pids: Dict[str, int], kernel: bool = True) -> dict:
+    def edge(self, pids: Dict[str, int], kernel: bool = True, nic: Optional[str] = None) -> dict:
         """That host's part of an edge for its processes (procfs.read_edge, read there)."""
-        return self._ask("edge", pids=pids, kernel=kernel)
+        return self._ask("edge", pids=pids, kernel=kernel, nic=nic)
 
     def perf(self, run_path: Path, sample_hz: int, call_graph: Optional[str], keep_data: bool = False) -> "Perf":
         return RemotePerf(self, sample_hz, call_graph)

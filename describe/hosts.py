@@ -20,7 +20,7 @@ machine, as the tests' hosts are: same boot_id) count it once.
 
 from typing import Dict, Optional
 
-from qprof.describe import cpu
+from qprof.describe import cpu, nic
 
 
 def kernels(hosts: dict) -> list:
@@ -49,6 +49,17 @@ def describe(m, nbytes: int) -> dict:
             "clock": h["clock"],
             "window_s": seconds,
             "cpu": cpu.system_figures(d, nbytes, seconds),
+            "nic": nic.figures(start[role]["nic"], end[role]["nic"], nbytes)
+            if start[role].get("nic") and end[role].get("nic")
+            else None,
+            "hardware_counters": None,
+            "hardware_counters_absent_reason": (
+                "this host has no hardware PMU (no /sys/bus/event_source/devices/cpu): cycles and instructions "
+                "cannot be counted, as in most VMs"
+                if not h["environment"].get("pmu")
+                else f"not measured: this host has a PMU ({h['environment']['pmu']}), but counting cycles and "
+                "instructions per side with perf stat is not built yet"
+            ),
         }
     local_s = m.window.cpu_seconds
     out["skew_s"] = max(abs(out[r]["window_s"] - local_s) for r in ("client", "server"))

@@ -27,7 +27,8 @@ class Edge:
     tasks: dict  # (pid, tid) -> on-CPU ns of every task (schedstat)
     qdiscs: Optional[dict] = None  # with --link: side -> qdisc kind -> counters (link.read_counters)
     # A run on hosts: role -> its host's part, in that host's clock: {"host",
-    # "t_ns", "system" (its /proc/stat), "tasks" (its every task, "pid/tid")}.
+    # "t_ns", "system" (its /proc/stat), "tasks" (its every task, "pid/tid"),
+    # "nic" (procfs.read_nic of the side's NIC)}.
     # Then system is every kernel's summed, and tasks each side's own threads.
     hosts: Optional[dict] = None
 

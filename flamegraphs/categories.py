@@ -28,6 +28,7 @@ CATEGORIES = (
     "send syscalls",
     "receive syscalls",
     "kernel net stack",
+    "NIC driver",  # a real NIC's driver (a run between hosts); a veth is the device's
     "device and softirq",
     "scheduling",
     "eBPF probes",

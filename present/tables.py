@@ -81,6 +81,7 @@ def print_run(rec: dict, console: Optional[Console] = None) -> None:
             f"system busy {util * 100:.0f}% of {env['cpu_count']} CPUs; "
             f"{ABSENT} = not measured (per-process softirq: see docs/platform.md)"
         )
+    _print_hosts(rec, console)
     _print_streams(rec, console)
     _print_downloads(rec, console)
     _print_rr(rec, console)
@@ -92,6 +93,40 @@ def print_run(rec: dict, console: Optional[Console] = None) -> None:
     _print_probes(rec, console)
     _print_flame(rec, console)
     console.print(f"run {rec['id']}")
+
+
+def _print_hosts(rec: dict, console: Console) -> None:
+    """A run on two hosts: each host, its CPU in its own clock, its NIC, and the clocks' offset."""
+    hosts = rec.get("hosts")
+    if not hosts:
+        return
+    t = Table(title="hosts (each read in its own clock)", title_justify="left")
+    for col in ("SIDE", "HOST", "KERNEL", "NIC", "BUSY", "IRQ/MB", "NIC DROPS"):
+        t.add_column(col, justify="left" if col in ("SIDE", "HOST", "KERNEL", "NIC") else "right")
+    for role in ("client", "server"):
+        h = hosts[role]
+        env, n = h["environment"], h.get("nic") or {}
+        dev = env.get("nic") or {}
+        speed = f" {dev['speed_mbit']} Mbit/s" if dev.get("speed_mbit") else ""
+        irq = (n.get("interrupts") or {}).get("per_mb")
+        drops = (n.get("drops") or {}).get("device")
+        t.add_row(
+            role,
+            escape(h["host"]),
+            env.get("kernel_release") or ABSENT,
+            escape(f"{dev.get('device') or ABSENT} ({dev.get('driver') or ABSENT}{speed})"),
+            num(h["cpu"].get("utilisation"), "{:.0%}"),
+            num(irq, "{:.1f}"),
+            ABSENT if drops is None else str(sum(drops.values())),
+        )
+    console.print(t)
+    clock = hosts["server"]["clock"] or hosts["client"]["clock"]
+    one = "; one kernel: machine-wide figures counted once" if hosts["same_kernel"] else ""
+    if clock:
+        console.print(
+            f"clock offset {clock['offset_ns'] / 1e3:+.1f} ± {clock['uncertainty_ns'] / 1e3:.1f} us "
+            f"(best of {clock['rounds']} round trips); windows within {hosts['skew_s'] * 1e3:.2f} ms{one}"
+        )
 
 
 def _print_streams(rec: dict, console: Console) -> None:

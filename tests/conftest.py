@@ -206,6 +206,17 @@ def ssh_host_factory(runs_dir, tmp_path):
 
 
 @pytest.fixture
+def guest_ssh_host(runs_dir, tmp_path):
+    """A host with its own kernel reached over SSH: the QEMU guest on a tap
+    device (tests/sshhosts.py GuestSshHost), torn down before runs_dir
+    checks that nothing is left."""
+    from sshhosts import GuestSshHost
+
+    with GuestSshHost(tmp_path / "guest-host") as host:
+        yield host
+
+
+@pytest.fixture
 def ssh_host(ssh_host_factory):
     """One other host reached over SSH: qprof gets `ssh_host.ssh_config`
     (ssh -F) and `ssh_host.destination` (root@ADDR) or `ssh_host.alias`."""

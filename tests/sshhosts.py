@@ -117,17 +117,7 @@ class SshTestHost:
         _ip("-n", self.netns, "addr", "add", f"{there}/30", "dev", self.links[1])
         _ip("-n", self.netns, "link", "set", self.links[1], "up")
         self.local_addr, self.addr = here, there
-
-        self.host_key = keygen(self.dir / "host_key", f"host {self.alias}")
-        self.client_key = keygen(self.dir / "client_key", "qprof test client")
-        self.authorized_keys = self.dir / "authorized_keys"
-        self.authorized_keys.write_text(public(self.client_key) + "\n")
-        self.sshd_config = self.dir / SSHD_CONFIG
-        self.sshd_config.write_text(self._sshd_config())
-        self.sshd_log = self.dir / "sshd.log"
-        self.known_hosts = self.dir / "known_hosts"
-        self.known_hosts.write_text(f"{self.addr} {public(self.host_key)}\n")
-        self.ssh_config = self.client_config("ssh_config")
+        self._make_keys()
 
         with open(self.sshd_log, "wb") as log:
             self.sshd = subprocess.Popen(
@@ -138,6 +128,20 @@ class SshTestHost:
                 preexec_fn=die_with_parent,
             )
         self._wait_listening()
+
+    def _make_keys(self) -> None:
+        """The host's key, the client's, authorized_keys, sshd's config,
+        known_hosts and the client's ssh config, all in the scratch dir."""
+        self.host_key = keygen(self.dir / "host_key", f"host {self.alias}")
+        self.client_key = keygen(self.dir / "client_key", "qprof test client")
+        self.authorized_keys = self.dir / "authorized_keys"
+        self.authorized_keys.write_text(public(self.client_key) + "\n")
+        self.sshd_config = self.dir / SSHD_CONFIG
+        self.sshd_config.write_text(self._sshd_config())
+        self.sshd_log = self.dir / "sshd.log"
+        self.known_hosts = self.dir / "known_hosts"
+        self.known_hosts.write_text(f"{self.addr} {public(self.host_key)}\n")
+        self.ssh_config = self.client_config("ssh_config")
 
     def _sshd_config(self) -> str:
         # UsePAM no: no logind session or `systemd --user` outlives a test
@@ -162,17 +166,24 @@ class SshTestHost:
             lines.append("SetEnv " + " ".join(f"{k}={v}" for k, v in self.env.items()))
         return "\n".join(lines) + "\n"
 
-    def _wait_listening(self) -> None:
-        deadline = time.monotonic() + START_TIMEOUT_S
+    def _ended(self) -> Optional[str]:
+        """Why the host can no longer start, or None."""
+        if self.sshd.poll() is not None:
+            return f"sshd ended (exit {self.sshd.returncode}): {self.sshd_log.read_text()}"
+        return None
+
+    def _wait_listening(self, timeout_s: float = START_TIMEOUT_S) -> None:
+        deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if self.sshd.poll() is not None:
-                raise AssertionError(f"sshd ended (exit {self.sshd.returncode}): {self.sshd_log.read_text()}")
+            ended = self._ended()
+            if ended:
+                raise AssertionError(ended)
             try:
                 socket.create_connection((self.addr, 22), timeout=1).close()
                 return
             except OSError:
                 time.sleep(0.02)
-        raise AssertionError(f"sshd did not listen on {self.addr}:22 within {START_TIMEOUT_S:.0f} s")
+        raise AssertionError(f"sshd did not listen on {self.addr}:22 within {timeout_s:.0f} s")
 
     def close(self) -> None:
         with interrupts.deferred():
@@ -254,3 +265,71 @@ class SshTestHost:
         while (left := self.remote_pids()) and time.monotonic() < deadline:
             time.sleep(0.05)
         return left
+
+
+# A guest boots under TCG in tens of seconds before its sshd listens.
+GUEST_START_TIMEOUT_S = 240.0
+GUEST_SCRIPT = """set -e
+ip addr add {addr}/30 dev eth0
+ip link set eth0 up
+mkdir -p /run/sshd /run/tmp
+{sshd} -D -e -f {config} > {log} 2>&1
+"""
+
+
+class GuestSshHost(SshTestHost):
+    """A host with a kernel of its own: the --guest QEMU VM (Debian's
+    kernel under TCG, collectors/guest.py), its NIC a tap device here
+    with a /30 of its own, running this machine's sshd from this
+    machine's userland (the guest sees it read-only over virtio-9p, so
+    qprof there is this checkout, at the same path). Its scratch space
+    is TMPDIR=/run/tmp, the guest's own tmpfs. QEMU made the tap and
+    takes it with it; QEMU is killed on every path."""
+
+    def __init__(self, scratch: Path, env: Optional[Dict[str, str]] = None):
+        super().__init__(scratch, {"TMPDIR": "/run/tmp", **(env or {})})
+        self.tap = f"{self.links[0][:-1]}t"
+        self.vm = None
+
+    def _start(self) -> None:
+        from qprof.collectors import guest
+
+        self.dir.mkdir(parents=True, exist_ok=True)
+        net = choose_subnet(host_networks(), ADDRESS_POOL)
+        self.local_addr, self.addr = (str(h) for h in net.hosts())
+        self._make_keys()
+        out = self.dir / "guest"  # the one directory the guest may write, as it sees it here
+        out.mkdir()
+        self.sshd_log = out / "sshd.log"
+        (out / "cmd.sh").write_text(
+            GUEST_SCRIPT.format(addr=self.addr, sshd=SSHD, config=self.sshd_config, log=self.sshd_log)
+        )
+        self.vm = guest.GuestVM(guest.artifacts(), out, self.dir / "console.log", tap=self.tap).__enter__()
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while subprocess.run(["ip", "link", "show", self.tap], capture_output=True).returncode != 0:
+            assert self.vm.proc.poll() is None and time.monotonic() < deadline, f"QEMU made no {self.tap}"
+            time.sleep(0.05)
+        _ip("addr", "add", f"{self.local_addr}/30", "dev", self.tap)
+        _ip("link", "set", self.tap, "up")
+        self._wait_listening(GUEST_START_TIMEOUT_S)
+
+    def _ended(self) -> Optional[str]:
+        if self.vm.proc.poll() is not None:
+            return f"the guest ended (exit {self.vm.proc.returncode}): {self.vm.last_console_line()}"
+        return None
+
+    def close(self) -> None:
+        if self.vm is not None:
+            self.vm.__exit__()
+            self.vm = None
+
+    def remote_pids(self) -> List[str]:
+        """qprof's processes in the guest (ps there, over ssh): `ps` lines."""
+        r = subprocess.run(
+            ["ssh", "-F", str(self.ssh_config), "-o", "BatchMode=yes", self.destination, "ps", "-eo", "pid=,args="],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert r.returncode == 0, r.stderr
+        return [l.strip() for l in r.stdout.splitlines() if "qprof" in l and " ps -eo" not in l and "sshd" not in l]

@@ -218,6 +218,17 @@ SHIPPED = [
         "scheduling",
     ),
     (
+        "qprof-wl;__libc_sendmsg;entry_SYSCALL_64_after_hwframe_[k];do_syscall_64_[k];__sys_sendmsg_[k];"
+        "udp_sendmsg_[k];ip_output_[k];__dev_queue_xmit_[k];dev_hard_start_xmit_[k];start_xmit_[k];"
+        "virtqueue_add_outbuf_[k];_raw_spin_unlock_irqrestore_[k]",
+        "NIC driver",
+    ),
+    (
+        "qprof-wl;[libcrypto.so.3];asm_common_interrupt_[k];common_interrupt_[k];__irq_exit_rcu_[k];"
+        "handle_softirqs_[k];net_rx_action_[k];__napi_poll_[k];virtnet_poll_[k];receive_buf_[k]",
+        "NIC driver",
+    ),
+    (
         "perf;__libc_start_call_main;[perf];__GI___libc_write;entry_SYSCALL_64_after_hwframe_[k];do_syscall_64_[k];"
         "ksys_write_[k];vfs_write_[k];ext4_buffered_write_iter_[k];file_update_time_flags_[k]",
         "other",

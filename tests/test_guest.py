@@ -1,6 +1,8 @@
 # SPDX-License-Identifier: GPL-2.0-only
 """Kernel TLS, proven inside a QEMU guest running Debian's kernel: the
-host here has none. Transfers are short: the guest is emulated (TCG)."""
+host here has none; and the guest as another host, with a kernel of its
+own, for a run's server (issue 26). Transfers are short: the guest is
+emulated (TCG)."""
 
 import json
 import subprocess
@@ -11,6 +13,7 @@ from qprof.collectors import guest
 
 from conftest import needs_build, qprof, run_json
 from test_bad_input import one_sentence, run_statuses
+from test_run_hosts import hosts_run
 
 pytestmark = [pytest.mark.guest, needs_build]
 GUEST_BOOT_FAILED, GUEST_MISSING = 18, 20
@@ -143,3 +146,37 @@ def test_guest_boot_failure_says_where(runs_dir, tmp_path):
     assert "QEMU failed" in one_sentence(r.stderr)
     assert run_statuses(runs_dir) == ["incomplete"]
     assert qemu_processes() == []
+
+
+@needs_guest
+def test_a_run_with_its_server_in_the_guest(guest_ssh_host, runs_dir):
+    """The server on a host with a kernel of its own: the QEMU guest
+    (Debian's kernel, TCG) reached over a tap device. Its environment is
+    its own kernel's, its clock is not ours, and its machine-wide figures
+    are its own, added to this machine's."""
+    host = guest_ssh_host
+    rec = hosts_run(runs_dir, host, "--stack", "quic", "-d", "2s", "--warmup", "1s", timeout=600)
+    assert rec["status"] == "complete" and rec["verified"] is True and rec["bytes"] > 0
+    hosts = rec["hosts"]
+    assert hosts["same_kernel"] is False
+    there, here = hosts["server"]["environment"], hosts["client"]["environment"]
+    assert there["kernel_release"] == guest.artifacts().kernel_release != here["kernel_release"]
+    assert there["boot_id"] != here["boot_id"]
+    clock = hosts["server"]["clock"]
+    assert clock["uncertainty_ns"] * 2 >= clock["rtt_ns"] > 0
+    for name, probe in rec["probes"].items():
+        assert probe["status"] == "present", (name, probe)
+    assert rec["probes"]["packets"]["hosts"]["server"]["build"] == "portable"  # Debian's 6.1
+    flame = rec["flame"]
+    for side in ("client", "server"):
+        assert rec["cpu"][side]["oncpu_schedstat_s"] > 0
+        assert flame["samples"][side] > 0
+    # Each kernel's CPUs in the capture's coverage, each against its own window.
+    assert {c.split("/")[0] for c in flame["coverage_per_cpu"]} == {"client", "server"}
+    # The machine: both kernels' CPU together.
+    for role in ("client", "server"):
+        assert hosts[role]["cpu"]["total_s"] > 0
+    assert rec["cpu"]["system"]["total_s"] == pytest.approx(
+        hosts["client"]["cpu"]["total_s"] + hosts["server"]["cpu"]["total_s"], rel=1e-9
+    )
+    assert host.wait_idle() == []

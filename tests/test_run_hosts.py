@@ -101,6 +101,27 @@ def test_a_run_with_its_server_on_another_host(ssh_host, runs_dir, stack, extra)
     assert validate_records(runs_dir) == 1
 
 
+@pytest.mark.parametrize("fault", ["unreachable", "not built"])
+def test_a_host_that_cannot_serve_is_refused_before_the_run(ssh_host_factory, runs_dir, tmp_path, fault):
+    """What `qprof remote check` refuses, `qprof run --server` refuses the
+    same way, before a run directory exists, leaving nothing on either host."""
+    if fault == "unreachable":
+        host = ssh_host_factory()
+        dest, code, words = f"{host.destination}:2222", errors.SshUnreachable.exit_code, ["cannot reach", "2222"]
+    else:
+        empty = tmp_path / "empty-build"
+        empty.mkdir()
+        host = ssh_host_factory(env={"QPROF_BUILD_DIR": str(empty)})
+        dest, code, words = host.destination, errors.RemoteNotBuilt.exit_code, [f"lacks its build in {empty}"]
+    before = leftovers()
+    r = qprof("run", "--stack", "quic", "--server", dest, "--ssh-config", str(host.ssh_config), runs_dir=runs_dir)
+    assert r.returncode == code, r.stderr
+    line = one_sentence(r.stderr)
+    assert all(w in line for w in words), line
+    assert not runs_dir.exists()
+    assert host.wait_idle() == [] and leftovers() == before
+
+
 def test_the_server_killed_there(ssh_host, runs_dir):
     """qprof-wl killed with -9 on the server's host mid-run: the run says
     the server died there, and nothing is left on either host."""

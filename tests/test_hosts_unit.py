@@ -1,0 +1,108 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""A run on two hosts, the parts that need no machine: a NIC's readings
+(ethtool -S, /proc/interrupts, /proc/softirqs) parsed and turned into the
+window's figures, each host's probe windows merged, and the clocks'
+offset from round trips."""
+
+import pytest
+
+from qprof.collectors.probes import merge_windows
+from qprof.collectors.ssh import best_offset
+from qprof.describe import nic
+
+pytestmark = pytest.mark.unit
+
+INTERRUPTS = """\
+           CPU0       CPU1
+ 24:          1          0  IO-APIC   5-edge      ACPI:Ged
+ 38:          0     142458 PCI-MSIX-0000:00:03.0   1-edge      virtio2-input.0
+ 39:      94024          0 PCI-MSIX-0000:00:03.0   2-edge      virtio2-output.0
+ 40:          3          0 PCI-MSIX-0000:00:04.0   0-edge      virtio12-config
+ 51:          5          6 PCI-MSIX-0000:3b:00.0  4-edge      mlx5_comp0@pci:0000:3b:00.0
+NMI:          0          0   Non-maskable interrupts
+LOC:    1234567    1234568   Local timer interrupts
+"""
+
+
+def test_a_nics_interrupts_are_its_queues_lines_only():
+    got = nic.parse_interrupts(INTERRUPTS, ["eth0", "virtio2"])
+    assert got == {"virtio2-input.0": [0, 142458], "virtio2-output.0": [94024, 0]}  # not virtio12, not LOC
+    assert nic.parse_interrupts(INTERRUPTS, ["0000:3b:00.0"]) == {"mlx5_comp0@pci:0000:3b:00.0": [5, 6]}
+    assert nic.parse_interrupts(INTERRUPTS, ["veth0"]) == {}
+
+
+def test_ethtool_and_softirqs_parse():
+    text = "NIC statistics:\n     rx_drops: 0\n     tx_kicks: 94293\n     rx_queue_0_packets: 12\n"
+    assert nic.parse_ethtool_stats(text) == {"rx_drops": 0, "tx_kicks": 94293, "rx_queue_0_packets": 12}
+    soft = "                    CPU0       CPU1\n      NET_TX:    4472429    4639698\n      NET_RX:  3625  3723\n"
+    soft += "       TIMER:    1226319    1420725\n"
+    assert nic.parse_softirqs(soft) == {"NET_TX": [4472429, 4639698], "NET_RX": [3625, 3723]}
+
+
+def test_the_windows_nic_figures():
+    start = {
+        "device": "eth0",
+        "ethtool": {"tx_kicks": 10, "rx_drops": 1},
+        "interrupts": {"virtio2-input.0": [0, 100], "virtio2-output.0": [50, 0]},
+        "softirqs": {"NET_RX": [5, 5], "NET_TX": [1, 1]},
+        "drops": {"rx_dropped": 2, "tx_dropped": 0},
+        "qdisc": {"drops": 0, "overlimits": 0, "requeues": 1},
+        "absent_reason": {},
+    }
+    end = {
+        **start,
+        "ethtool": {"tx_kicks": 30, "rx_drops": 1},
+        "interrupts": {"virtio2-input.0": [0, 400], "virtio2-output.0": [150, 0]},
+        "softirqs": {"NET_RX": [5, 9], "NET_TX": [3, 1]},
+        "drops": {"rx_dropped": 5, "tx_dropped": 0},
+    }
+    f = nic.figures(start, end, 2_000_000)
+    assert f["ethtool_stats"] == {"tx_kicks": 20}  # what moved only
+    irq = f["interrupts"]
+    assert irq["total"] == 400 and irq["per_mb"] == 200.0
+    assert irq["by_cpu"] == {"0": 100, "1": 300}
+    assert irq["by_queue"] == {"virtio2-input.0": 300, "virtio2-output.0": 100}
+    assert f["softirqs_by_cpu"] == {"NET_RX": {"1": 4}, "NET_TX": {"0": 2}}
+    assert f["drops"]["device"] == {"rx_dropped": 3, "tx_dropped": 0}
+    assert f["drops"]["qdisc"] == {"drops": 0, "overlimits": 0, "requeues": 0}
+    # A virtual device has no interrupt line: zero interrupts, and the reason why.
+    virtual = nic.figures({**start, "interrupts": {}}, {**end, "interrupts": {}}, 1)
+    assert virtual["interrupts"]["total"] == 0 and "interrupts" in virtual["absent_reason"]
+    # ethtool unreadable: absent, not zero.
+    none = nic.figures({**start, "ethtool": None}, end, 1)
+    assert none["ethtool_stats"] is None
+
+
+def test_each_hosts_probe_window_merged():
+    client = {
+        "threads": [{"tgid": 7, "tid": 7, "oncpu_ns": 5}],
+        "softirq": [{"vec": "NET_RX", "count": 3, "time_ns": 30, "in_target_ns": {"7": 4}}],
+        "hardirq_ns": 2,
+        "bpf_stats_on_ns": 100,
+        "progs": [{"name": "sys_exit", "run_time_ns": 10, "run_cnt": 2}],
+    }
+    server = {
+        "threads": [{"tgid": 9, "tid": 9, "oncpu_ns": 6}],
+        "softirq": [{"vec": "NET_RX", "count": 1, "time_ns": 10, "in_target_ns": {"9": 2}}],
+        "hardirq_ns": 3,
+        "bpf_stats_on_ns": 90,
+        "progs": [{"name": "sys_exit", "run_time_ns": 20, "run_cnt": 4}],
+    }
+    two = merge_windows({"client": client, "server": server}, same_kernel=False)
+    assert [(t["tgid"], t["role"]) for t in two["threads"]] == [(7, "client"), (9, "server")]
+    assert [(p["name"], p["role"], p["run_time_ns"]) for p in two["progs"]] == [
+        ("sys_exit", "client", 10),
+        ("sys_exit", "server", 20),
+    ]
+    assert two["softirq"] == [{"vec": "NET_RX", "count": 4, "time_ns": 40, "in_target_ns": {"7": 4, "9": 2}}]
+    assert two["hardirq_ns"] == 5 and two["bpf_stats_on_ns"] == 100  # a count summed; a clock's span not
+    # One kernel: each host's probe saw the whole machine's softirqs; counted once.
+    one = merge_windows({"client": client, "server": server}, same_kernel=True)
+    assert one["softirq"] == client["softirq"] and one["hardirq_ns"] == 2
+
+
+def test_the_clock_offset_is_the_shortest_round_trips():
+    # (send, remote reading, receive): the remote clock runs 1000 ns ahead.
+    samples = [(0, 1200, 400), (1000, 2100, 1200), (5000, 6300, 5600)]
+    off = best_offset(samples)
+    assert (off.offset_ns, off.uncertainty_ns, off.rtt_ns, off.rounds) == (1000, 100, 200, 3)
