@@ -7,11 +7,23 @@ import os
 import click
 
 from qprof import errors, remains
+from qprof.collectors import ssh
+
+CLEAN_TIMEOUT_S = 120.0
 
 
 @click.command()
 @click.option("--dry-run", "-n", is_flag=True, help="Say what would be removed, remove nothing.")
-def clean(dry_run):
+@click.option(
+    "--host",
+    default=None,
+    metavar="HOST",
+    help="Clean another host instead, over SSH as `qprof run --server` reaches it: `qprof clean` runs there.",
+)
+@click.option(
+    "--ssh-config", type=click.Path(dir_okay=False), default=None, help="ssh's configuration file for --host."
+)
+def clean(dry_run, host, ssh_config):
     """Remove a dead qprof's namespaces, processes and temporary paths.
 
     Every qprof that measures keeps a ledger of what it made
@@ -22,10 +34,18 @@ def clean(dry_run):
     qprof's ledger is never touched.
 
     \b
+    On another host (--host) the same is done there: what a qprof that
+    died there left (an agent killed with -9 leaves its directory, with
+    a run's key in it). A run's agent also does it when it starts there.
+
+    \b
     EXAMPLES:
       qprof clean            # remove, and list what was removed
       qprof clean -n         # only list
+      qprof clean --host root@10.0.0.2
     """
+    if host is not None:
+        return _clean_there(host, ssh_config, dry_run)
     if os.geteuid() != 0:
         raise errors.NotRoot("qprof clean needs root (it kills processes and deletes namespaces); run it as root.")
     if dry_run:
@@ -38,3 +58,15 @@ def clean(dry_run):
     verb = "would remove" if dry_run else "removed"
     for item in items:
         click.echo(f"{verb} {item}")
+
+
+def _clean_there(host: str, ssh_config, dry_run: bool) -> None:
+    """`qprof clean` on HOST, its lines prefixed with where; its failure as its own."""
+    with ssh.SshHost(host, ssh_config=ssh_config) as h:
+        r = h.run(h.qprof_argv("clean", *(["-n"] if dry_run else [])), CLEAN_TIMEOUT_S)
+    if r.returncode != 0:
+        lines = [line for line in r.stderr.splitlines() if line.strip()]
+        sentence = lines[-1].removeprefix("qprof: ") if lines else f"qprof clean exited {r.returncode} there"
+        raise errors.by_exit_code(r.returncode, f"on {host}: {sentence}")
+    for line in r.stdout.splitlines():
+        click.echo(f"{host}: {line}")

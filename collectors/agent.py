@@ -3,10 +3,12 @@
 JSON lines on its stdin and stdout (the SSH channel's), and opening no
 port of its own.
 
-On start it says who it is, one line:
+On start it reclaims what qprof processes that died on its host left
+(their ledgers, core/remains.py; its own directory is in its ledger),
+then says who it is, one line:
 
     {"event": "hello", "qprof_version": ..., "qprof_commit": ...,
-     "euid": 0, "build_dir": ..., "missing": [...]}
+     "euid": 0, "build_dir": ..., "missing": [...], "reclaimed": [...]}
 
 `missing` names what `make build` makes and this host lacks. Then it
 answers one request a line, {"op": NAME, "id": N, ...}, with {"id": N,
@@ -50,7 +52,7 @@ import time
 from pathlib import Path
 from typing import Callable, Dict
 
-from qprof import __version__, paths
+from qprof import __version__, interrupts, paths, remains
 from qprof.collectors import environment, procfs
 from qprof.collectors.perf import PerfRecorder
 
@@ -58,9 +60,10 @@ from qprof.collectors.perf import PerfRecorder
 NEEDED = ("bin/qprof-wl", "bin/qprof-syscalls", "bin/qprof-packets", "bin/qprof-cputhread")
 
 
-def hello() -> dict:
+def hello(reclaimed=()) -> dict:
     build = paths.build_dir()
     return {
+        "reclaimed": list(reclaimed),
         "event": "hello",
         "qprof_version": __version__,
         "qprof_commit": environment.qprof_commit(),
@@ -102,7 +105,9 @@ class Scratch:
 
     def path(self) -> str:
         if self.dir is None:
-            self.dir = tempfile.mkdtemp(prefix="qprof-agent-")
+            with interrupts.deferred():  # made and in this host's ledger as one step
+                self.dir = tempfile.mkdtemp(prefix="qprof-agent-")
+                remains.ledger().claim("paths", self.dir)
         return self.dir
 
     def files(self, req: dict) -> dict:
@@ -157,25 +162,32 @@ class Scratch:
             self.perf = None
         if self.dir is not None:
             shutil.rmtree(self.dir, ignore_errors=True)
+            remains.ledger().release("paths", self.dir)
+            self.dir = None
 
 
 def serve(inp=None, out=None) -> int:
-    """The agent's loop until "exit" or EOF; 0."""
+    """The agent's loop until "exit" or EOF; 0. First it reclaims what
+    qprof processes that died on this host left (core/remains.py: an
+    agent killed with -9 leaves its directory, with a run's key in it),
+    as a run does here; its hello says what."""
     inp, out = inp or sys.stdin, out or sys.stdout
+    reclaimed = remains.reclaim() if os.geteuid() == 0 else []
     scratch = Scratch()
     try:
-        return _serve(inp, out, {**OPS, "files": scratch.files, "read": scratch.read, "perf": scratch.perf_op})
+        ops = {**OPS, "files": scratch.files, "read": scratch.read, "perf": scratch.perf_op}
+        return _serve(inp, out, ops, reclaimed)
     finally:
         scratch.remove()
 
 
-def _serve(inp, out, ops: Dict[str, Callable[[dict], dict]]) -> int:
+def _serve(inp, out, ops: Dict[str, Callable[[dict], dict]], reclaimed=()) -> int:
 
     def say(obj: dict) -> None:
         out.write(json.dumps(obj) + "\n")
         out.flush()
 
-    say(hello())
+    say(hello(reclaimed))
     for line in inp:
         if not line.strip():
             continue

@@ -19,6 +19,7 @@
 """
 
 import json
+import sys
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Dict, Optional
@@ -134,6 +135,8 @@ class Hosts:
         try:
             self.host = ssh.SshHost(self.server, self.ssh_config).__enter__()
             agent = self.host.open_agent()
+            for item in agent.hello.get("reclaimed") or []:
+                print(f"qprof: warning: removed on {self.server} {item}", file=sys.stderr, flush=True)
             self.side = RemoteSide(self.host, agent, peer=self.host.local_address, clock=agent.clock_offset())
         except BaseException:
             self.close()

@@ -19,10 +19,11 @@ import json
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
-from qprof import errors
+from qprof import errors, remains
 
 from conftest import impossible_figures, leftovers, needs_build, qprof, started, validate_records
 from test_bad_input import one_sentence
@@ -134,6 +135,35 @@ def test_the_server_killed_there(ssh_host, runs_dir):
     assert p.returncode == errors.PeerDied.exit_code, err
     line = one_sentence(err)
     assert "server" in line and "SIGKILL" in line and ssh_host.destination in line, line
+    assert ssh_host.wait_idle() == [] and leftovers() == before
+
+
+def test_the_agent_killed_there(ssh_host, runs_dir):
+    """qprof's agent (the remote qprof) killed with -9 mid-run: the run
+    says it lost it there. The agent's directory (with the run's key in
+    it) stays there, in that host's ledger, until `qprof clean --host`
+    removes it (or the next run's agent does, when it starts); nothing
+    else is left on either host."""
+    before = leftovers()
+    args = ["--stack", "quic", "-d", "20s", "--server", ssh_host.destination]
+    with started("run", *args, "--ssh-config", str(ssh_host.ssh_config), runs_dir=runs_dir) as p:
+        _wait_there(ssh_host, runs_dir)
+        agent = [line.split()[0] for line in ssh_host.remote_pids() if "qprof agent" in line]
+        assert len(agent) == 1, ssh_host.remote_pids()
+        ledger = json.loads((remains.state_dir() / f"{agent[0]}.json").read_text())
+        subprocess.run(["kill", "-9", agent[0]], check=True)
+        out, err = p.communicate(timeout=120)
+    assert p.returncode == errors.RemoteLost.exit_code, err
+    line = one_sentence(err)
+    assert "agent" in line and ssh_host.destination in line, line
+    assert ssh_host.wait_idle() == []
+    (scratch,) = [p for p in ledger["paths"] if "qprof-agent-" in p]  # beside it, perf's fifos
+    assert Path(scratch, "server-key.pem").exists()
+    r = qprof("clean", "--host", ssh_host.destination, "--ssh-config", str(ssh_host.ssh_config))
+    assert r.returncode == 0, r.stderr
+    for left in ledger["paths"]:
+        assert f"{ssh_host.destination}: removed path {left} of qprof pid {agent[0]}" in r.stdout.splitlines()
+        assert not Path(left).exists()
     assert ssh_host.wait_idle() == [] and leftovers() == before
 
 
