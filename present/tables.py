@@ -692,6 +692,9 @@ def _list_note(row: dict) -> str:
         said.append(f"link {row['link']}")
     if row["guest"]:
         said.append("guest")
+    server = (row["options"] or {}).get("server")
+    if server:
+        said.append(f"server on {server}")
     return ", ".join(said)
 
 

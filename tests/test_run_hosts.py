@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from qprof import errors, remains
+from qprof import errors, files, remains
 
 from conftest import impossible_figures, leftovers, needs_build, qprof, started, validate_records
 from test_bad_input import one_sentence
@@ -100,6 +100,29 @@ def test_a_run_with_its_server_on_another_host(ssh_host, runs_dir, stack, extra)
         assert len(samples) >= 3 and all(s["server_cpus"] > 0 and s["client_cpus"] > 0 for s in samples)
     assert ssh_host.wait_idle() == []
     assert validate_records(runs_dir) == 1
+
+
+def test_compare_and_the_history_take_runs_on_hosts(ssh_host, runs_dir, tmp_path):
+    """compare runs each configuration with its server there, and the
+    history, export and the report read those runs as any other."""
+    host = ["--server", ssh_host.destination, "--ssh-config", str(ssh_host.ssh_config)]
+    r = qprof(
+        "compare", "--json", "--stack", "tcp", "--vary", "streams=1,2", "--repeat", "1", "-d", "1s",
+        "--warmup", "0.5s", *host, runs_dir=runs_dir, timeout=300,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    comp = json.loads(r.stdout)
+    assert len(comp["runs"]) == 2
+    for run in comp["runs"]:
+        rec = files.load(runs_dir, run["id"])
+        assert rec["hosts"]["server"]["host"] == ssh_host.destination and rec["verified"] is True
+    listed = qprof("ls", runs_dir=runs_dir)
+    assert listed.returncode == 0 and listed.stdout.count(f"server on {ssh_host.destination}") == 2, listed.stdout
+    exported = qprof("export", comp["runs"][0]["id"], "--format", "openmetrics", runs_dir=runs_dir)
+    assert exported.returncode == 0 and "qprof_cpu_nanoseconds_per_byte" in exported.stdout, exported.stderr
+    report = qprof("report", comp["runs"][1]["id"], "--output", str(tmp_path / "r.html"), runs_dir=runs_dir)
+    assert report.returncode == 0 and (tmp_path / "r.html").stat().st_size > 0, report.stderr
+    assert ssh_host.wait_idle() == []
 
 
 @pytest.mark.parametrize("fault", ["unreachable", "not built"])
