@@ -51,8 +51,16 @@ class ProcessEnded(Exception):
 REPORT_EVENTS = ("connected", "download", "served", "rr")
 
 
+# How long a process on another host may take to say its pid there.
+SPAWN_TIMEOUT_S = 30.0
+
+
 class ControlledProcess:
-    def __init__(self, name: str, argv: List[str], log_path: Path):
+    """spawned: argv runs it on another host (collectors/remote.py
+    RemoteEndpoint), whose shell says its pid there first, in a "spawned"
+    event: that is its pid."""
+
+    def __init__(self, name: str, argv: List[str], log_path: Path, spawned: bool = False):
         self.name = name
         self.argv = list(argv)
         self.log_path = log_path
@@ -67,7 +75,9 @@ class ControlledProcess:
         self._claim = None  # the ledger's entry for the process
         # Its pid on another host, where it runs through ssh (proc is then
         # the local ssh client); None: proc's own.
+        self.spawned = spawned
         self.pid_there: Optional[int] = None
+        self._spawned = threading.Event()
 
     def __enter__(self):
         self._log = open(self.log_path, "wb")
@@ -86,7 +96,14 @@ class ControlledProcess:
     @property
     def pid(self) -> int:
         """Its pid on the host it runs on."""
-        return self.pid_there if self.pid_there is not None else self.proc.pid
+        if not self.spawned:
+            return self.proc.pid
+        if not self._spawned.wait(SPAWN_TIMEOUT_S) or self.pid_there is None:
+            raise errors.Timeout(
+                f"the {self.name} did not say its pid on its host within {SPAWN_TIMEOUT_S:.0f} s "
+                f"({self.how_it_ended()}); see {self.log_path}."
+            )
+        return self.pid_there
 
     def _read_events(self) -> None:
         for line in self.proc.stdout:
@@ -94,11 +111,16 @@ class ControlledProcess:
                 ev = json.loads(line)
             except json.JSONDecodeError:
                 continue
+            if ev.get("event") == "spawned" and self.spawned and self.pid_there is None:
+                self.pid_there = int(ev["pid"])
+                self._spawned.set()
+                continue
             if ev.get("event") == "done":
                 self.done = ev
             if ev.get("event") in REPORT_EVENTS:
                 self.reports.append(ev)
             self.events.put(ev)
+        self._spawned.set()  # an end before it said its pid: pid says so
         self.events.put({"event": "eof"})
 
     def send(self, command: str) -> None:

@@ -167,9 +167,7 @@ class Endpoints:
                 WorkloadProcess("server", argv, self.topo.server, self._log(fp, "server"))
             )
         for fp in self.plan.flows:
-            ready = self.servers[fp.index].wait_event("ready", READY_TIMEOUT_S)
-            if self.sides and self.sides["server"].name != LOCAL:
-                self.servers[fp.index].pid_there = int(ready["pid"])  # its pid on its host
+            self.servers[fp.index].wait_event("ready", READY_TIMEOUT_S)
             port = fp.port + 1 if f.handshake else fp.port
             argv = self._argv(fp, "client", port) + ["--wait-start"]
             if f.tls_mismatch:

@@ -106,13 +106,15 @@ def nic(peer: str) -> dict:
     out: dict = {"peer": peer, "device": None, "absent_reason": {}}
     try:
         r = subprocess.run(["ip", "-j", "route", "get", peer], capture_output=True, text=True, timeout=5)
-        dev = json.loads(r.stdout)[0]["dev"] if r.returncode == 0 else None
+        route = json.loads(r.stdout)[0] if r.returncode == 0 else {}
+        dev, source = route.get("dev"), route.get("prefsrc")
     except (OSError, subprocess.SubprocessError, ValueError, IndexError, KeyError):
-        dev = None
+        dev = source = None
     if dev is None:
         out["absent_reason"]["device"] = f"`ip route get {peer}` gave no device"
         return out
     out["device"] = dev
+    out["source"] = source  # this host's address toward peer
     sysfs = Path("/sys/class/net") / dev
     for key, name in (("mtu", "mtu"), ("speed_mbit", "speed")):
         try:

@@ -22,7 +22,7 @@ import json
 import sys
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Dict, List, Optional
 
 from qprof import errors
 from qprof.collectors import devices, emulation, environment, floor, guest, ssh, windows
@@ -119,46 +119,85 @@ HOSTS_FLOOR_ABSENT = (
 
 class Hosts:
     """The server on another host reached over SSH (--server), the client
-    here: prepare() logs in (one master connection), starts qprof's agent
-    there (root, this commit, its build: each refused in its own sentence,
-    collectors/ssh.py) and measures the clocks' offset; each side's
-    workload, probes, perf and edges then run on its own host. close()
-    ends the agent and the connection, and with them whatever still runs
+    here or on another host too (--client): prepare() logs in to each (one
+    master connection), starts qprof's agent there (root, this commit, its
+    build: each refused in its own sentence, collectors/ssh.py) and
+    measures its clock's offset to this machine's; each side's workload,
+    probes, perf and edges then run on its own host. The server listens on
+    --server-addr, by default the address its host was reached at. close()
+    ends the agents and the connections, and with them whatever still runs
     there."""
 
-    def __init__(self, binary: Path, server: str, ssh_config: Optional[str]):
+    def __init__(
+        self,
+        binary: Path,
+        server: str,
+        ssh_config: Optional[str],
+        client: Optional[str] = None,
+        server_addr: Optional[str] = None,
+    ):
         self.binary, self.server, self.ssh_config = binary, server, ssh_config
-        self.host: Optional[ssh.SshHost] = None
-        self.side: Optional[RemoteSide] = None
+        self.client, self.server_addr = client, server_addr
+        self.hosts: List[ssh.SshHost] = []
+        self.sides: Dict[str, object] = {}
+
+    def _reach(self, name: str):
+        """The host logged in to, its agent started and checked, and what
+        it reclaimed said; (host, agent)."""
+        host = ssh.SshHost(name, self.ssh_config)
+        self.hosts.append(host)
+        host.__enter__()
+        agent = host.open_agent()
+        for item in agent.hello.get("reclaimed") or []:
+            print(f"qprof: warning: removed on {name} {item}", file=sys.stderr, flush=True)
+        return host, agent
 
     def prepare(self) -> None:
         try:
-            self.host = ssh.SshHost(self.server, self.ssh_config).__enter__()
-            agent = self.host.open_agent()
-            for item in agent.hello.get("reclaimed") or []:
-                print(f"qprof: warning: removed on {self.server} {item}", file=sys.stderr, flush=True)
-            self.side = RemoteSide(self.host, agent, peer=self.host.local_address, clock=agent.clock_offset())
+            server_host, server_agent = self._reach(self.server)
+            addr = self.server_addr or server_host.address
+            if self.client is None:
+                client = LocalSide(addr)
+            else:
+                host, agent = self._reach(self.client)
+                client = RemoteSide(host, agent, peer=addr, clock=agent.clock_offset())
+                source = client.environment["nic"].get("source")
+                if source is None:
+                    raise errors.BadValue(
+                        f"{self.client} has no route to the server's address {addr} (`ip route get {addr}` there); "
+                        f"give --server-addr an address of {self.server} that {self.client} reaches."
+                    )
+                client.endpoint.addr = source
+            server = RemoteSide(
+                server_host, server_agent, peer=client.endpoint.addr, clock=server_agent.clock_offset(), addr=addr
+            )
+            self.sides = {"client": client, "server": server}
         except BaseException:
             self.close()
             raise
 
     def close(self) -> None:
-        if self.host is not None:
-            self.host.close()
-            self.host = None
+        for host in reversed(self.hosts):
+            host.close()
+        self.hosts.clear()
 
     def measure(self, plan: Plan, rundir, on_progress, faults: Faults, on_interval=None):
         opts = plan.options
         cert, key = make_certificate(rundir.path)
-        sides = {"client": LocalSide(self.side.endpoint.addr, rundir.path), "server": self.side}
-        topo = HostsTopology(sides)
-        clock = self.side.clock
-        on_progress(
-            f"run {rundir.id}: {opts.stack}, client here ({sides['client'].endpoint.addr}), server on {self.side.name} "
-            f"({self.side.endpoint.addr}; clock {clock.offset_ns / 1e3:+.1f} ± {clock.uncertainty_ns / 1e3:.1f} us), "
-            f"output in {rundir.path}"
-        )
-        ep = Endpoints(plan, self.binary, topo, rundir.path, cert, key, faults, sides=sides)
+        sides = self.sides
+        if isinstance(sides["client"], LocalSide):
+            sides["client"].files_dir = rundir.path
+        where = []
+        for role, side in sides.items():
+            on = "here" if side.clock is None else f"on {side.name}"
+            clock = (
+                f"; clock {side.clock.offset_ns / 1e3:+.1f} ± {side.clock.uncertainty_ns / 1e3:.1f} us"
+                if side.clock
+                else ""
+            )
+            where.append(f"{role} {on} ({side.endpoint.addr}{clock})")
+        on_progress(f"run {rundir.id}: {opts.stack}, {', '.join(where)}, output in {rundir.path}")
+        ep = Endpoints(plan, self.binary, HostsTopology(sides), rundir.path, cert, key, faults, sides=sides)
         return measure_endpoints(plan, ep, None, on_progress, faults, on_interval, {"absent": HOSTS_FLOOR_ABSENT})
 
 

@@ -40,24 +40,35 @@ class RemoteEndpoint(Endpoint):
     host: Optional[SshHost] = None
 
     def command(self, argv: List[str]) -> List[str]:
-        """argv there, under a shell that says how it ended: ssh reports a
-        command killed by a signal only as its own exit 255, which is also
-        how it reports a lost connection; the shell exits 128 + the signal."""
-        return self.host.command(["sh", "-c", SAY_SIGNAL, "qprof", *argv])
+        return self.host.command(list(argv))
+
+    def controlled(self, argv: List[str]) -> List[str]:
+        """argv there, for a ControlledProcess, under a shell that says its
+        pid there and how it ended: first {"event": "spawned", "pid": PID}
+        on stdout (what ControlledProcess.pid is, for a process there); ssh
+        reports a command killed by a signal only as its own exit 255,
+        which is also how it reports a lost connection, so the shell exits
+        128 + the signal and says so on stderr."""
+        return self.host.command(["sh", "-c", SPAWN, "qprof", *argv])
 
 
-# sh -c SAY_SIGNAL qprof ARGV...: ARGV run, and its end passed on (128 + N when killed by signal N).
-SAY_SIGNAL = '"$@"; s=$?; if [ "$s" -gt 128 ]; then echo "killed by signal $((s - 128))" >&2; fi; exit "$s"'
+# sh -c SPAWN qprof ARGV...: ARGV run with the shell's stdin (through fd 3:
+# a background job's stdin is /dev/null before its own redirections), its pid said,
+# its end passed on (128 + N when killed by signal N).
+SPAWN = (
+    'exec 3<&0; "$@" 0<&3 3<&- & p=$!; exec 3<&-; echo "{\\"event\\": \\"spawned\\", \\"pid\\": $p}"; wait "$p"; s=$?; '
+    'if [ "$s" -gt 128 ]; then echo "killed by signal $((s - 128))" >&2; fi; exit "$s"'
+)
 
 
 class LocalSide:
     """A side on this machine, in its own network namespace, toward `peer`;
-    its files go in `files_dir` (the run directory)."""
+    its files go in `files_dir` (the run directory, once there is one)."""
 
     name = LOCAL
     clock: Optional[ClockOffset] = None
 
-    def __init__(self, peer: str, files_dir: Path):
+    def __init__(self, peer: str, files_dir: Optional[Path] = None):
         self.environment = {**environment.describe(), "nic": environment.nic(peer)}
         self.endpoint = Endpoint(netns=None, addr=_source_address(peer), ifname=self.environment["nic"]["device"])
         self.build_dir = paths.build_dir()
@@ -94,13 +105,17 @@ class RemoteSide:
     """One host's side of a run: its endpoint toward `peer` (the address
     the other side is reached at), its build, and what its agent reads."""
 
-    def __init__(self, host: SshHost, agent: Agent, peer: str, clock: Optional[ClockOffset] = None):
+    def __init__(
+        self, host: SshHost, agent: Agent, peer: str, clock: Optional[ClockOffset] = None, addr: Optional[str] = None
+    ):
+        """addr: the side's address for the run's data (its server listens
+        there); by default the one the host was reached at over SSH."""
         self.host, self.agent = host, agent
         self.name = host.name
         self.clock = clock
         self.environment = self._ask("environment", peer=peer)
         self.endpoint = RemoteEndpoint(
-            netns=None, addr=host.address, ifname=self.environment["nic"]["device"], host=host
+            netns=None, addr=addr or host.address, ifname=self.environment["nic"]["device"], host=host
         )
         self.build_dir = Path(agent.hello["build_dir"])
         self._dir: Optional[str] = None

@@ -63,7 +63,7 @@ def run(
     if opts.guest:
         where = placement.Guest(on_guest)
     elif opts.server:
-        where = placement.Hosts(binary, opts.server, opts.ssh_config)
+        where = placement.Hosts(binary, opts.server, opts.ssh_config, opts.client, opts.server_addr)
     else:
         where = placement.Local(binary)
     with remains.exclusive("run"):

@@ -38,6 +38,10 @@ class Endpoint:
             return list(argv)
         return ["ip", "netns", "exec", self.netns] + list(argv)
 
+    def controlled(self, argv: List[str]) -> List[str]:
+        """argv wrapped for a ControlledProcess there (here: command's)."""
+        return self.command(argv)
+
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return subprocess.run(["ip", *args], capture_output=True, text=True, check=check)

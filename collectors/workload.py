@@ -34,10 +34,10 @@ SSH_FAILED = 255  # ssh's exit when it, not the command, failed
 
 class WorkloadProcess(ControlledProcess):
     def __init__(self, role: str, argv: List[str], endpoint: Endpoint, log_path: Path):
-        super().__init__(role, endpoint.command(argv), log_path)
-        self.role = role
         # Another host's (collectors/remote.py RemoteEndpoint): it runs there through ssh.
         self.host = getattr(endpoint, "host", None)
+        super().__init__(role, endpoint.controlled(argv), log_path, spawned=self.host is not None)
+        self.role = role
 
     def wait_event(self, name: str, timeout_s: float) -> dict:
         try:

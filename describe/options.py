@@ -475,6 +475,23 @@ OPTIONS: List[Option] = [
         show_default=False,
     ),
     Option(
+        "client",
+        "text",
+        None,
+        "With --server: run the client on another host too, reached over SSH as --server is; this machine then "
+        "only drives the run, and the data flows between the two hosts.",
+        metavar="HOST",
+        show_default=False,
+    ),
+    Option(
+        "server-addr",
+        "text",
+        None,
+        "With --server: the address the server listens on and the client connects to, on the server's host",
+        default_text="the address --server was reached at over SSH",
+        metavar="ADDR",
+    ),
+    Option(
         "ssh-config",
         "text",
         None,

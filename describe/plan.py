@@ -208,8 +208,15 @@ def _hosts(opts: RunOptions) -> None:
     """--server places the server on another host over SSH: the rest of the
     run must be one that can be placed there."""
     if opts.server is None:
-        if opts.ssh_config is not None:
-            raise errors.BadValue("--ssh-config is for reaching --server HOST; add --server or drop --ssh-config.")
+        for given, flag in (
+            (opts.ssh_config, "--ssh-config"),
+            (opts.client, "--client"),
+            (opts.server_addr, "--server-addr"),
+        ):
+            if given is not None:
+                raise errors.BadValue(
+                    f"{flag} goes with a server on another host (--server HOST); add --server or drop {flag}."
+                )
         return
     refuse = [
         (opts.guest, "--guest runs both sides in a QEMU guest here", "--guest"),

@@ -267,6 +267,20 @@ class SshTestHost:
         return left
 
 
+def joint_config(path: Path, hosts: List["SshTestHost"]) -> Path:
+    """One ssh config (ssh -F) naming every host by its alias, each with
+    its own key and known_hosts: what a run that reaches two needs."""
+    text = ""
+    for h in hosts:
+        text += (
+            f"Host {h.alias}\n    HostName {h.addr}\n    IdentityFile {h.client_key}\n"
+            f"    UserKnownHostsFile {h.known_hosts}\n"
+        )
+    text += "Host *\n    User root\n    IdentitiesOnly yes\n    GlobalKnownHostsFile /dev/null\n"
+    path.write_text(text)
+    return path
+
+
 # A guest boots under TCG in tens of seconds before its sshd listens.
 GUEST_START_TIMEOUT_S = 240.0
 GUEST_SCRIPT = """set -e

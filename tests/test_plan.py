@@ -128,7 +128,19 @@ def test_a_server_elsewhere_refuses_what_cannot_be_placed_there(kw, flag):
     assert str(e.value).startswith("--server places the server on another host") and f"drop {flag}" in str(e.value)
 
 
+@pytest.mark.parametrize(
+    "kw, flag",
+    [
+        ({"ssh_config": "/etc/ssh/ssh_config"}, "--ssh-config"),
+        ({"client": "b"}, "--client"),
+        ({"server_addr": "10.0.0.2"}, "--server-addr"),
+    ],
+)
+def test_what_goes_with_a_server_elsewhere_needs_one(kw, flag):
+    with pytest.raises(errors.BadValue) as e:
+        plan.resolve(replace(BASE, **kw))
+    assert str(e.value) == f"{flag} goes with a server on another host (--server HOST); add --server or drop {flag}."
+
+
 def test_an_ssh_config_needs_a_server():
-    with pytest.raises(errors.BadValue, match="--ssh-config is for reaching --server"):
-        plan.resolve(replace(BASE, ssh_config="/etc/ssh/ssh_config"))
     assert plan.resolve(replace(BASE, server="bench2", ssh_config="/etc/ssh/ssh_config")).options.server == "bench2"

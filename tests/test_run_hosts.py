@@ -24,8 +24,10 @@ from pathlib import Path
 import pytest
 
 from qprof import errors, files, remains
+from qprof.collectors.topology import TCP_CC_AVAILABLE
 
 from conftest import impossible_figures, leftovers, needs_build, qprof, started, validate_records
+from sshhosts import joint_config
 from test_bad_input import one_sentence
 
 pytestmark = [pytest.mark.system, needs_build]
@@ -100,6 +102,42 @@ def test_a_run_with_its_server_on_another_host(ssh_host, runs_dir, stack, extra)
         assert len(samples) >= 3 and all(s["server_cpus"] > 0 and s["client_cpus"] > 0 for s in samples)
     assert ssh_host.wait_idle() == []
     assert validate_records(runs_dir) == 1
+
+
+@pytest.mark.parametrize("stack", ["quic", "tcp-tls"])
+def test_both_ends_on_other_hosts(ssh_host_factory, runs_dir, tmp_path, stack):
+    """--client too: the client on one host, the server on another, the
+    data on a link of their own between them (it flows through no other
+    namespace), this machine only driving the run. Each side is measured
+    on its own host, and the server listens on --server-addr."""
+    server, client = ssh_host_factory(), ssh_host_factory()
+    server_addr, client_addr = server.join(client)
+    config = joint_config(tmp_path / "ssh_config", [server, client])
+    r = qprof(
+        "run", "--json", "--stack", stack, "-d", "2s", "--server", server.alias, "--client", client.alias,
+        "--server-addr", server_addr, "--ssh-config", str(config), runs_dir=runs_dir, timeout=300,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    rec = json.loads(r.stdout)
+    assert impossible_figures(rec) == [] and rec["verified"] is True and rec["bytes"] > 0
+    topo, hosts = rec["environment"]["topology"], rec["hosts"]
+    assert (topo["server"]["host"], topo["server"]["addr"]) == (server.alias, server_addr)
+    assert (topo["client"]["host"], topo["client"]["addr"]) == (client.alias, client_addr)
+    for role in ("client", "server"):
+        assert topo[role]["tcp_congestion_control"] in Path(TCP_CC_AVAILABLE).read_text().split()  # read there
+        clock = hosts[role]["clock"]
+        assert clock is not None and abs(clock["offset_ns"]) <= clock["uncertainty_ns"]  # one kernel here
+        assert rec["cpu"][role]["oncpu_schedstat_s"] > 0 and rec["flame"]["samples"][role] > 0
+        assert 0.9 < rec["cpu_threads"][role]["oncpu_check"]["ratio"] < 1.1
+    for name, probe in rec["probes"].items():
+        assert probe["status"] == "present", (name, probe)
+    # The data went over their own link: its veths counted it, in each host.
+    devices = {d["role"]: d for d in rec["probes"]["packets"]["window"]["devices"]}
+    assert (
+        devices["client"]["dev"] == f"{topo['client']['ifname']}@host" and topo["client"]["ifname"] != client.links[1]
+    )
+    assert devices["client"]["tx"]["wire_packets"] > 0 and devices["server"]["tx"]["wire_packets"] > 0
+    assert server.wait_idle() == [] and client.wait_idle() == []
 
 
 def test_compare_and_the_history_take_runs_on_hosts(ssh_host, runs_dir, tmp_path):
