@@ -32,6 +32,12 @@ answers one request a line, {"op": NAME, "id": N, ...}, with {"id": N,
     read    {"name": NAME}: {"text": ...} of a file in that directory (what
             a side wrote there: the QUIC server's bind report), or
             {"text": null} when there is none
+    link    {"do": "claim"|"release", "dev": DEV}: the measuring qprof put
+            a --link on this host's DEV (its root qdisc, through tc over
+            ssh) and hands it to this agent, which keeps it in this host's
+            ledger and, if it is still claimed when the agent ends (EOF:
+            the connection lost), deletes it; an agent killed with -9
+            leaves it to the next agent's or `qprof clean`'s reclaim
     perf    {"do": "start", "sample_hz": N, "call_graph": G}, then "enable"
             and "disable" at the window's edges, then {"do": "fold",
             "pids": {ROLE: PID}}: collectors/perf.py's PerfRecorder on this
@@ -46,11 +52,12 @@ An unknown op is answered with an error and the agent goes on.
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable, Dict
+from typing import Callable, Dict, List
 
 from qprof import __version__, interrupts, paths, remains
 from qprof.collectors import environment, procfs
@@ -102,6 +109,20 @@ class Scratch:
     def __init__(self):
         self.dir = None
         self.perf = None
+        self.qdiscs: List[str] = []
+
+    def link_op(self, req: dict) -> dict:
+        dev = req["dev"]
+        if not isinstance(dev, str) or not dev or "/" in dev:
+            raise ValueError(f"{dev!r} is not a device name")
+        with interrupts.deferred():
+            if req.get("do") == "claim" and dev not in self.qdiscs:
+                remains.ledger().claim("qdiscs", dev)
+                self.qdiscs.append(dev)
+            elif req.get("do") == "release" and dev in self.qdiscs:
+                remains.ledger().release("qdiscs", dev)
+                self.qdiscs.remove(dev)
+        return {"claimed": list(self.qdiscs)}
 
     def path(self) -> str:
         if self.dir is None:
@@ -157,6 +178,10 @@ class Scratch:
         raise ValueError(f"perf knows start, enable, disable and fold, not {do!r}")
 
     def remove(self) -> None:
+        for dev in list(self.qdiscs):  # a link still on: the run could not take it off
+            subprocess.run(["tc", "qdisc", "del", "dev", dev, "root"], capture_output=True)
+            remains.ledger().release("qdiscs", dev)
+        self.qdiscs.clear()
         if self.perf is not None:
             self.perf.close()
             self.perf = None
@@ -175,7 +200,7 @@ def serve(inp=None, out=None) -> int:
     reclaimed = remains.reclaim() if os.geteuid() == 0 else []
     scratch = Scratch()
     try:
-        ops = {**OPS, "files": scratch.files, "read": scratch.read, "perf": scratch.perf_op}
+        ops = {**OPS, "files": scratch.files, "read": scratch.read, "perf": scratch.perf_op, "link": scratch.link_op}
         return _serve(inp, out, ops, reclaimed)
     finally:
         scratch.remove()

@@ -79,6 +79,7 @@ def take(
         except errors.QprofError:
             _raise_ended(pairs)  # a side's host could not read a process that has gone: its end says why
             raise
+        reading.qdiscs = emulation.read_counters(emulated.endpoints) if emulated else None
         _collect_marks(name, reading.flows, pairs, probes)
         return reading
     t_ns = time.monotonic_ns()

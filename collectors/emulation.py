@@ -1,7 +1,9 @@
 # SPDX-License-Identifier: GPL-2.0-only
 """A --link in place: the plan of describe/link.py built with `tc` on
-each veth's egress, read back from the kernel, its counters read at a
-window's edges, and a bulk window's wait for the link to fill."""
+each veth's egress (on hosts: each named device's, --link-dev), read back
+from the kernel, its counters read at a window's edges, a bulk window's
+wait for the link to fill, and (on hosts, where no namespace takes it
+away) the link removed."""
 
 import json
 import subprocess
@@ -21,8 +23,20 @@ from qprof.describe.link import (
 from qprof.errors import BadLink, LinkUnsupported
 
 
-def _tc(netns: str, args: List[str]) -> subprocess.CompletedProcess:
-    return subprocess.run(["tc", "-n", netns, *args], capture_output=True, text=True, timeout=TC_TIMEOUT_S)
+def _tc(ep, args: List[str]) -> subprocess.CompletedProcess:
+    """tc where the endpoint is: its namespace here, or its host (through its command)."""
+    argv = ["tc", "-n", ep.netns, *args] if ep.netns else ep.command(["tc", *args])
+    return subprocess.run(argv, capture_output=True, text=True, timeout=TC_TIMEOUT_S)
+
+
+def remove(endpoints: Dict[str, "object"]) -> None:
+    """The link taken off each endpoint's device (its root qdisc deleted:
+    the device's default comes back); what is already gone is no error."""
+    for ep in endpoints.values():
+        try:
+            _tc(ep, ["qdisc", "del", "dev", ep.ifname, "root"])
+        except (OSError, subprocess.TimeoutExpired):
+            pass
 
 
 @dataclass
@@ -42,15 +56,23 @@ def apply(link: Link, endpoints: Dict[str, "object"], mtu: int) -> Emulated:
     p = plan(link, mtu)
     for side, ep in endpoints.items():
         for args in p.commands(ep.ifname):
-            r = _tc(ep.netns, args)
+            r = _tc(ep, args)
             if r.returncode != 0:
                 why = (r.stderr.strip().splitlines() or [f"exit {r.returncode}"])[-1].removeprefix("Error: ")
+                host = getattr(ep, "host", None)
+                kind = args[args.index("handle") + 2] if "handle" in args else "?"
+                if "qdisc kind is unknown" in why and host is not None:
+                    raise LinkUnsupported(
+                        f"the kernel of {host.name} has no sch_{kind}, which --link needs; load it there "
+                        f"(modprobe sch_{kind}) or drop --link."
+                    )
                 if "qdisc kind is unknown" in why:
                     raise LinkUnsupported(
-                        f"this kernel has no sch_{args[args.index('handle') + 2]}, which --link needs; "
+                        f"this kernel has no sch_{kind}, which --link needs; "
                         "run it in the guest with --guest (Debian's kernel has it)."
                     )
-                raise BadLink(f"the kernel refused the link on the {side}'s veth: `tc {' '.join(args)}`: {why}.")
+                dev = f"{ep.ifname} on {host.name}" if host is not None else f"{side}'s veth"
+                raise BadLink(f"the kernel refused the link on {dev}: `tc {' '.join(args)}`: {why}.")
     qdiscs = {side: read_qdiscs(ep) for side, ep in endpoints.items()}
     return Emulated(link, endpoints, {"plan": asdict(p), "qdiscs": qdiscs, "before_window": None})
 
@@ -58,7 +80,7 @@ def apply(link: Link, endpoints: Dict[str, "object"], mtu: int) -> Emulated:
 def read_qdiscs(ep) -> Optional[List[dict]]:
     """`tc -s -j qdisc show` of the endpoint's veth, as the kernel gives it."""
     try:
-        r = _tc(ep.netns, ["-s", "-j", "qdisc", "show", "dev", ep.ifname])
+        r = _tc(ep, ["-s", "-j", "qdisc", "show", "dev", ep.ifname])
     except (OSError, subprocess.TimeoutExpired):
         return None
     if r.returncode != 0:

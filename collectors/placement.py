@@ -20,6 +20,7 @@
 
 import json
 import sys
+from contextlib import ExitStack
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Dict, List, Optional
@@ -31,7 +32,7 @@ from qprof.collectors.faults import Faults
 from qprof.collectors.remote import HostsTopology, LocalSide, RemoteSide
 from qprof.collectors.topology import Topology
 from qprof.describe import link, measurement, options
-from qprof.describe.plan import Plan
+from qprof.describe.plan import Plan, link_devices
 
 # A guest run without a --duration (--bytes, downloads) may take this long, plus boot and set-up.
 GUEST_UNTIMED_S = 600
@@ -197,8 +198,26 @@ class Hosts:
             )
             where.append(f"{role} {on} ({side.endpoint.addr}{clock})")
         on_progress(f"run {rundir.id}: {opts.stack}, {', '.join(where)}, output in {rundir.path}")
-        ep = Endpoints(plan, self.binary, HostsTopology(sides), rundir.path, cert, key, faults, sides=sides)
-        return measure_endpoints(plan, ep, None, on_progress, faults, on_interval, {"absent": HOSTS_FLOOR_ABSENT})
+        with ExitStack() as undo:
+            emulated = self._link(opts, undo, on_progress) if opts.link else None
+            ep = Endpoints(plan, self.binary, HostsTopology(sides), rundir.path, cert, key, faults, sides=sides)
+            m = measure_endpoints(plan, ep, emulated, on_progress, faults, on_interval, {"absent": HOSTS_FLOOR_ABSENT})
+            m.link = emulated.applied if emulated else None
+        return m
+
+    def _link(self, opts, undo: ExitStack, on_progress):
+        """--link on each --link-dev device, each side's on its host: in
+        that host's ledger first (a qprof or agent killed meanwhile leaves
+        it to the next reclaim), taken off again on every way out."""
+        endpoints = {role: self.sides[role].device(dev) for role, (_, dev) in link_devices(opts).items()}
+        for role, ep in endpoints.items():
+            self.sides[role].claim_link(ep.ifname)
+            undo.callback(self.sides[role].release_link, ep.ifname)
+        undo.callback(emulation.remove, endpoints)
+        mtus = [(s.environment.get("nic") or {}).get("mtu") for s in self.sides.values()]
+        mtu = min([m for m in mtus if m] or [options.BY_NAME["mtu"].default])
+        on_progress(f"link {opts.link} on " + ", ".join(f"{e.ifname} ({r})" for r, e in endpoints.items()))
+        return emulation.apply(link.parse(opts.link), endpoints, mtu)
 
 
 def set_up(topo: Topology, opts, features: dict, what: str, run_path: Path, on_progress):

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from qprof import errors, paths
+from qprof import errors, interrupts, paths, remains
 from qprof.collectors import environment, procfs
 from qprof.collectors.perf import EVENT, THREADS_FILE, PerfRecorder
 from qprof.collectors.ssh import Agent, ClockOffset, SshHost
@@ -100,6 +100,19 @@ class LocalSide:
     def perf(self, run_path: Path, sample_hz: int, call_graph: Optional[str], keep_data: bool = False) -> "Perf":
         return LocalPerf(PerfRecorder(run_path, sample_hz, keep_data, call_graph))
 
+    def device(self, dev: str) -> Endpoint:
+        """Another device of this host, as an endpoint (a --link's, --link-dev)."""
+        return Endpoint(netns=None, addr=self.endpoint.addr, ifname=dev)
+
+    def claim_link(self, dev: str) -> None:
+        """A --link on dev is this run's: in this machine's ledger, so a
+        qprof killed before it takes it off leaves it to the next reclaim."""
+        with interrupts.deferred():
+            remains.ledger().claim("qdiscs", dev)
+
+    def release_link(self, dev: str) -> None:
+        remains.ledger().release("qdiscs", dev)
+
 
 class RemoteSide:
     """One host's side of a run: its endpoint toward `peer` (the address
@@ -153,6 +166,20 @@ class RemoteSide:
 
     def perf(self, run_path: Path, sample_hz: int, call_graph: Optional[str], keep_data: bool = False) -> "Perf":
         return RemotePerf(self, sample_hz, call_graph)
+
+    def device(self, dev: str) -> "RemoteEndpoint":
+        return RemoteEndpoint(netns=None, addr=self.endpoint.addr, ifname=dev, host=self.host)
+
+    def claim_link(self, dev: str) -> None:
+        """A --link on dev is this run's: handed to the agent, which keeps
+        it in its host's ledger and takes it off if the run cannot (agent.py's link)."""
+        self._ask("link", do="claim", dev=dev)
+
+    def release_link(self, dev: str) -> None:
+        try:
+            self._ask("link", do="release", dev=dev)
+        except errors.QprofError:
+            pass  # the agent has gone: it took the link off as it ended, or left it to its host's reclaim
 
 
 class Perf:

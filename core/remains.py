@@ -36,7 +36,7 @@ from typing import Dict, List, Optional
 from . import errors
 from .files import write_json_atomic
 
-KINDS = ("netns", "pids", "paths", "runs")
+KINDS = ("netns", "pids", "paths", "runs", "qdiscs")
 
 
 def state_dir() -> Path:
@@ -201,6 +201,7 @@ def describe(data: dict) -> List[str]:
     items = [f"namespace {ns}" for ns in data.get("netns", [])]
     items += [f"process {e['pid']}" for e in data.get("pids", []) if alive(e["pid"], e.get("start_time"))]
     items += [f"path {p}" for p in data.get("paths", []) if os.path.lexists(p)]
+    items += [f"the link (root qdisc) on {dev}" for dev in data.get("qdiscs", [])]
     items += [f"run {Path(r).parent.name} (marked abandoned)" for r in data.get("runs", []) if _running(r)]
     return items
 
@@ -230,6 +231,12 @@ def reclaim() -> List[str]:
                 removed.append(f"namespace {ns} of {owner}")
             elif ns in _netns_list():
                 removed.append(f"namespace {ns} of {owner} could NOT be removed")
+        for dev in data.get("qdiscs", []):
+            # A --link on a real device (--link-dev): its root qdisc, whose
+            # deletion brings the device's default back.
+            r = subprocess.run(["tc", "qdisc", "del", "dev", dev, "root"], capture_output=True, text=True)
+            if r.returncode == 0:
+                removed.append(f"the link (root qdisc) on {dev} of {owner}")
         for p in data.get("paths", []):
             if os.path.lexists(p):
                 shutil.rmtree(p, ignore_errors=True) if os.path.isdir(p) else Path(p).unlink(missing_ok=True)

@@ -492,6 +492,16 @@ OPTIONS: List[Option] = [
         metavar="ADDR",
     ),
     Option(
+        "link-dev",
+        "text",
+        None,
+        "With --server and --link: the device of each side the link goes on, as HOST:DEV,HOST:DEV (HOST as given "
+        "to --server or --client, or local for this machine): emulating a link changes a real NIC's qdisc, which "
+        "qprof does only where named, and undoes on every exit",
+        default_text="none: --link is refused on hosts",
+        metavar="HOST:DEV,HOST:DEV",
+    ),
+    Option(
         "ssh-config",
         "text",
         None,

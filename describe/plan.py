@@ -15,7 +15,7 @@ GSO/GRO plan. The runner measures any Plan the same way.
 """
 
 from dataclasses import dataclass, replace
-from typing import Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 from qprof import errors
 from qprof.describe import link, mix, offload, options, transports
@@ -212,6 +212,7 @@ def _hosts(opts: RunOptions) -> None:
             (opts.ssh_config, "--ssh-config"),
             (opts.client, "--client"),
             (opts.server_addr, "--server-addr"),
+            (opts.link_dev, "--link-dev"),
         ):
             if given is not None:
                 raise errors.BadValue(
@@ -223,9 +224,10 @@ def _hosts(opts: RunOptions) -> None:
         (opts.mix is not None, "--mix runs its flows between two namespaces here", "--mix"),
         (opts.topology == "loopback", "--topology loopback runs both sides on this host's loopback", "--topology"),
         (
-            opts.link is not None,
-            "--link would change a qdisc on a real NIC another host shares (naming that device is not built yet)",
-            "--link",
+            opts.link is not None and opts.link_dev is None,
+            "--link would change the qdisc of a real NIC, which qprof does only on devices named with "
+            "--link-dev HOST:DEV,HOST:DEV",
+            "--link (or name the devices)",
         ),
         (
             opts.gso is not None or opts.gro is not None,
@@ -237,6 +239,40 @@ def _hosts(opts: RunOptions) -> None:
     for bad, why, flag in refuse:
         if bad:
             raise errors.BadValue(f"--server places the server on another host, and {why}; drop {flag} or --server.")
+    if opts.link_dev is not None:
+        link_devices(opts)
+
+
+LOCAL_HOST = "local"
+
+
+def link_devices(opts: RunOptions) -> Dict[str, Tuple[str, str]]:
+    """--link-dev as role -> (host, device): one device on each side's
+    host, HOST as given to --server or --client, or "local" for this
+    machine's side; BadLink otherwise."""
+    if opts.link is None:
+        raise errors.BadLink("--link-dev names where --link goes; add --link or drop --link-dev.")
+    hosts = {opts.server: "server", opts.client or LOCAL_HOST: "client"}
+    out: Dict[str, Tuple[str, str]] = {}
+    for part in opts.link_dev.split(","):
+        host, sep, dev = part.strip().rpartition(":")
+        if not sep or not host or not dev:
+            raise errors.BadLink(f"--link-dev {part!r} is not HOST:DEV; name a device of each side, e.g. local:eth1.")
+        role = hosts.get(host)
+        if role is None:
+            raise errors.BadLink(
+                f"--link-dev names {host!r}, which is not a host of this run ({', '.join(hosts)}); name those."
+            )
+        if role in out:
+            raise errors.BadLink(f"--link-dev names two devices of the {role} ({host}); name one on each side.")
+        out[role] = (host, dev)
+    missing = [f"{role} ({h})" for h, role in hosts.items() if role not in out]
+    if missing:
+        raise errors.BadLink(
+            f"--link-dev names no device of the {' or '.join(missing)}: a link goes on each side's egress, "
+            "as between namespaces; name one on each side."
+        )
+    return out
 
 
 def _tcp_cc(opts: RunOptions) -> None:
@@ -260,6 +296,11 @@ def _link(opts: RunOptions) -> RunOptions:
             "drop --topology loopback or --link."
         )
     if spec.needs_wire_packets:
+        if opts.server is not None:
+            raise errors.BadLink(
+                f"--link '{opts.link}' has loss or jitter but no rate, which needs GSO off, and a run on hosts "
+                "does not change its sides' offloads; add a rate to the link (tbf splits GSO packets)."
+            )
         if opts.gso == "on":
             raise errors.BadLink(
                 f"--link '{opts.link}' has loss or jitter but no rate, and netem would then drop or delay "

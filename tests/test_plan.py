@@ -144,3 +144,32 @@ def test_what_goes_with_a_server_elsewhere_needs_one(kw, flag):
 
 def test_an_ssh_config_needs_a_server():
     assert plan.resolve(replace(BASE, server="bench2", ssh_config="/etc/ssh/ssh_config")).options.server == "bench2"
+
+
+SERVED = replace(BASE, server="root@h:2222", link="rate=10mbit")
+
+
+def test_a_link_on_hosts_goes_on_the_devices_named_on_each_side():
+    got = plan.link_devices(replace(SERVED, link_dev="local:eth1,root@h:2222:eth2"))
+    assert got == {"client": ("local", "eth1"), "server": ("root@h:2222", "eth2")}
+    both = replace(SERVED, client="b", link_dev="b:ens5,root@h:2222:ens6")
+    assert plan.link_devices(both) == {"client": ("b", "ens5"), "server": ("root@h:2222", "ens6")}
+    assert plan.resolve(replace(SERVED, link_dev="local:eth1,root@h:2222:eth2")).options.link == "rate=10mbit"
+
+
+@pytest.mark.parametrize(
+    "kw, words",
+    [
+        ({}, "--link-dev HOST:DEV,HOST:DEV"),  # a link on hosts, no device named: refused (BadValue)
+        ({"link_dev": "local:eth1"}, "names no device of the server (root@h:2222)"),
+        ({"link_dev": "local:eth1,other:eth2"}, "'other', which is not a host of this run"),
+        ({"link_dev": "local:eth1,local:eth2"}, "two devices of the client"),
+        ({"link_dev": "eth1,root@h:2222:eth2"}, "is not HOST:DEV"),
+        ({"link": None, "link_dev": "local:eth1,root@h:2222:eth2"}, "add --link or drop --link-dev"),
+        ({"link": "loss=1%", "link_dev": "local:eth1,root@h:2222:eth2"}, "add a rate to the link"),
+    ],
+)
+def test_a_link_on_hosts_refused_in_one_sentence(kw, words):
+    with pytest.raises((errors.BadLink, errors.BadValue)) as e:
+        plan.resolve(replace(SERVED, **kw))
+    assert words in str(e.value)

@@ -140,6 +140,57 @@ def test_both_ends_on_other_hosts(ssh_host_factory, runs_dir, tmp_path, stack):
     assert server.wait_idle() == [] and client.wait_idle() == []
 
 
+def _root_qdisc(dev: str, netns=None) -> str:
+    ns = ["-n", netns] if netns else []
+    r = subprocess.run(["tc", *ns, "-j", "qdisc", "show", "dev", dev], capture_output=True, text=True, check=True)
+    return next((q["kind"] for q in json.loads(r.stdout) if q.get("root")), "none")
+
+
+def test_a_link_on_named_devices_of_two_hosts(ssh_host, runs_dir):
+    """--link on hosts goes only on the devices --link-dev names, one on
+    each side, and comes off again: the rate caps the transfer, both
+    directions' qdiscs counted it, and afterwards each device has its own
+    root qdisc back."""
+    here, there = ssh_host.links
+    before = {"here": _root_qdisc(here), "there": _root_qdisc(there, ssh_host.netns)}
+    rec = hosts_run(
+        runs_dir, ssh_host, "--stack", "tcp", "-d", "2s", "--link", "rate=200mbit",
+        "--link-dev", f"local:{here},{ssh_host.destination}:{there}",
+    )  # fmt: skip
+    assert rec["throughput_gbps"] <= 0.2 * 1.05, rec["throughput_gbps"]  # the shaper's rate, whatever the CPU
+    directions = rec["link"]["directions"]
+    assert [d["applied"]["kinds"] for d in directions.values()] == [["tbf"], ["tbf"]]  # read back there and here
+    assert all(d["window"]["tbf"]["bytes"] > 0 for d in directions.values()), directions
+    assert rec["link"]["saturation"]["limited_by"] == "link"
+    assert {"here": _root_qdisc(here), "there": _root_qdisc(there, ssh_host.netns)} == before
+    assert ssh_host.wait_idle() == []
+
+
+def test_a_link_left_by_a_killed_qprof_is_taken_off(ssh_host, runs_dir):
+    """qprof killed with -9 mid-run, its link on both hosts' devices: the
+    agent there takes its side off as its connection ends; this side's is
+    in this machine's ledger, and `qprof clean` takes it off."""
+    here, there = ssh_host.links
+    before = {"here": _root_qdisc(here), "there": _root_qdisc(there, ssh_host.netns)}
+    args = ["--stack", "tcp", "-d", "30s", "--link", "rate=200mbit", "--server", ssh_host.destination]
+    args += ["--ssh-config", str(ssh_host.ssh_config), "--link-dev", f"local:{here},{ssh_host.destination}:{there}"]
+    with started("run", *args, runs_dir=runs_dir) as p:
+        _wait_there(ssh_host, runs_dir)
+        assert _root_qdisc(here) == "tbf" and _root_qdisc(there, ssh_host.netns) == "tbf"
+        p.kill()
+        p.communicate(timeout=60)
+        # Its children die with it (PR_SET_PDEATHSIG), and are reaped on the init's time.
+        deadline = time.monotonic() + 10
+        while [x for x in leftovers() if x.startswith("process")] and time.monotonic() < deadline:
+            time.sleep(0.1)
+    assert ssh_host.wait_idle() == []
+    assert _root_qdisc(there, ssh_host.netns) == before["there"]  # the agent's doing, at EOF
+    assert _root_qdisc(here) == "tbf"
+    r = qprof("clean")
+    assert r.returncode == 0 and f"the link (root qdisc) on {here}" in r.stdout, r.stdout
+    assert _root_qdisc(here) == before["here"]
+
+
 def test_compare_and_the_history_take_runs_on_hosts(ssh_host, runs_dir, tmp_path):
     """compare runs each configuration with its server there, and the
     history, export and the report read those runs as any other."""
