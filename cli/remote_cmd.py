@@ -7,7 +7,8 @@ import json
 
 import click
 
-from qprof.collectors import ssh
+from qprof import paths
+from qprof.collectors import install, ssh
 
 
 @click.group()
@@ -80,3 +81,44 @@ def check(host, ssh_config, rounds, as_json):
     width = max(len(k) for k, _ in rows)
     for k, v in rows:
         click.echo(f"{k:<{width}}  {v}")
+
+
+@remote.command("setup")
+@click.argument("host")
+@click.option(
+    "--ssh-config",
+    type=click.Path(dir_okay=False),
+    help="ssh's configuration file, as `ssh -F FILE` (replaces ~/.ssh/config and /etc/ssh/ssh_config).",
+)
+@click.option(
+    "--path",
+    default=None,
+    metavar="DIR",
+    help="Where to install it there [default: this checkout's path, where a run starts qprof there].",
+)
+@click.option("--no-build", is_flag=True, help="Install the commit only; leave `make deps build` there to you.")
+def setup(host, ssh_config, path, no_build):
+    """Install this qprof on HOST over SSH: this commit, at this path, built.
+
+    This checkout's commit goes to HOST as a git bundle over the SSH
+    connection (nothing of qprof's is fetched from anywhere else), is
+    cloned there at the same path (or fetched into the unchanged qprof
+    checkout already there) and checked out; then the README's set-up
+    runs there (`make deps build`: Debian's packages, the venv and the
+    build, from the package registries), its lines shown as they come,
+    and HOST is checked as `qprof remote check` does. HOST needs git and
+    make; log in as root (docs/remote.md).
+
+    \b
+    EXAMPLES:
+      qprof remote setup root@server.lab
+      qprof remote setup bench2 --ssh-config ~/lab/ssh_config
+    """
+    with ssh.SshHost(host, ssh_config=ssh_config) as h:
+        done = install.setup(h, path, not no_build, click.echo)
+        if no_build or done["path"] != str(paths.REPO_ROOT):
+            click.echo(f"{host}: commit {done['commit'][:12]} at {done['path']}; not checked (not built, or not here)")
+            return
+        with h.open_agent() as agent:  # root, this version and commit, its build: each refused in its sentence
+            hello = agent.hello
+    click.echo(f"{host}: ready: qprof {hello['qprof_version']} at {hello['qprof_commit'][:12]}, {hello['build_dir']}")
