@@ -32,6 +32,10 @@ answers one request a line, {"op": NAME, "id": N, ...}, with {"id": N,
     read    {"name": NAME}: {"text": ...} of a file in that directory (what
             a side wrote there: the QUIC server's bind report), or
             {"text": null} when there is none
+    stat    {"do": "start", "pid": PID, "tag": ROLE}, then "enable" and
+            "disable" at the window's edges, then "output": perf stat's
+            cycles and instructions of that process (collectors/perf.py
+            PerfStat), {"output": its CSV}
     link    {"do": "claim"|"release", "dev": DEV}: the measuring qprof put
             a --link on this host's DEV (its root qdisc, through tc over
             ssh) and hands it to this agent, which keeps it in this host's
@@ -61,7 +65,7 @@ from typing import Callable, Dict, List
 
 from qprof import __version__, interrupts, paths, remains
 from qprof.collectors import environment, procfs
-from qprof.collectors.perf import PerfRecorder
+from qprof.collectors.perf import PerfRecorder, PerfStat
 
 # What `make build` makes that a side of a run needs on its host.
 NEEDED = ("bin/qprof-wl", "bin/qprof-syscalls", "bin/qprof-packets", "bin/qprof-cputhread")
@@ -109,7 +113,29 @@ class Scratch:
     def __init__(self):
         self.dir = None
         self.perf = None
+        self.stats: Dict[str, PerfStat] = {}
         self.qdiscs: List[str] = []
+
+    def stat_op(self, req: dict) -> dict:
+        do, tag = req.get("do"), _file_name(req.get("tag", ""))
+        if do == "start":
+            if tag in self.stats:
+                raise ValueError(f"perf stat {tag!r} is already started")
+            st = PerfStat(Path(self.path()), int(req["pid"]), tag)
+            st.__enter__()
+            self.stats[tag] = st
+            return {}
+        if tag not in self.stats:
+            raise ValueError(f"perf stat {tag!r} is not started")
+        if do == "enable":
+            self.stats[tag].enable()
+            return {}
+        if do == "disable":
+            self.stats[tag].disable()
+            return {}
+        if do == "output":
+            return {"output": self.stats[tag].output()}
+        raise ValueError(f"stat knows start, enable, disable and output, not {do!r}")
 
     def link_op(self, req: dict) -> dict:
         dev = req["dev"]
@@ -182,6 +208,9 @@ class Scratch:
             subprocess.run(["tc", "qdisc", "del", "dev", dev, "root"], capture_output=True)
             remains.ledger().release("qdiscs", dev)
         self.qdiscs.clear()
+        for st in self.stats.values():
+            st.close()
+        self.stats.clear()
         if self.perf is not None:
             self.perf.close()
             self.perf = None
@@ -201,6 +230,7 @@ def serve(inp=None, out=None) -> int:
     scratch = Scratch()
     try:
         ops = {**OPS, "files": scratch.files, "read": scratch.read, "perf": scratch.perf_op, "link": scratch.link_op}
+        ops["stat"] = scratch.stat_op
         return _serve(inp, out, ops, reclaimed)
     finally:
         scratch.remove()

@@ -99,6 +99,7 @@ class Endpoints:
         self.plan, self.binary, self.topo, self.run_path = plan, binary, topo, run_path
         self.cert, self.key, self.faults = cert, key, faults
         self.sides = sides
+        self.counted: Optional[Dict[str, str]] = None  # a run on hosts: each side's perf stat output
         self.single = not plan.is_mix
         self.servers: Dict[int, WorkloadProcess] = {}
         self.clients: Dict[int, WorkloadProcess] = {}
@@ -202,15 +203,17 @@ class Endpoints:
                 ProbeSet(list(opts.probes), target, self.run_path, opts, side=remote, tag=role)
             )
         self.probes = HostProbes(sets, self.topo.same_kernel)
+        perfs = {}
         if opts.sample_hz:
-            self.perf = HostsPerf(
-                {
-                    role: self._stack.enter_context(
-                        side.perf(self.run_path, opts.sample_hz, opts.call_graph, opts.keep_perf_data)
-                    )
-                    for role, side in self.sides.items()
-                }
-            )
+            for role, side in self.sides.items():
+                perfs[role] = self._stack.enter_context(
+                    side.perf(self.run_path, opts.sample_hz, opts.call_graph, opts.keep_perf_data)
+                )
+        counters = {}
+        for role, side in self.sides.items():  # hardware counters: each side's process, on its host
+            pid = (self.server if role == "server" else self.client).pid
+            counters[role] = self._stack.enter_context(side.stat(self.run_path, pid, role))
+        self.perf = HostsPerf(perfs, counters)
 
     @property
     def server(self) -> WorkloadProcess:
@@ -237,10 +240,12 @@ class Endpoints:
         }
 
     def stacks(self) -> Optional[dict]:
-        """perf stopped and its samples folded per side: the capture."""
+        """perf stopped and its samples folded per side: the capture (on
+        hosts, each side's hardware counters read too)."""
         if self.perf is None:
             return None
         if self.sides:
+            self.counted = self.perf.counted()  # each side's hardware counters, while their perf stats are ours
             return self.perf.capture(
                 {"client": self.client.pid, "server": self.server.pid}, self.run_path / "stacks", self.topo.same_kernel
             )
@@ -360,12 +365,14 @@ def hosts_measured(ep: Endpoints) -> Optional[dict]:
     environment and its clock against ours (Measurement.hosts)."""
     if not ep.sides:
         return None
+    counted = ep.counted or {}
     out = {
         role: {
             "host": side.name,
             "address": side.endpoint.addr,
             "environment": side.environment,
             "clock": asdict(side.clock) if side.clock is not None else None,
+            "perf_stat": {"output": counted[role]} if role in counted else None,
         }
         for role, side in ep.sides.items()
     }

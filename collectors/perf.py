@@ -34,11 +34,12 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Dict, List, Optional
 
 from qprof import errors, interrupts, paths, remains
 from qprof.collectors.controlled import start_owned
 from qprof.describe import options
+from qprof.describe.hosts import STAT_EVENTS
 
 EVENT = "cpu-clock"
 ACK_TIMEOUT_S = 10.0
@@ -72,21 +73,26 @@ DEFAULT_CALL_GRAPH = "dwarf"
 DWARF_STACK_BYTES = 8192
 
 
-class PerfRecorder:
-    def __init__(self, run_path: Path, sample_hz: int, keep_data: bool = False, call_graph: Optional[str] = None):
-        self.call_graph = call_graph or DEFAULT_CALL_GRAPH
-        if self.call_graph not in CALL_GRAPHS:
-            raise errors.BadValue(f"call graph '{self.call_graph}' is not one of {', '.join(CALL_GRAPHS)}.")
-        self.period_ns = int(round(1e9 / sample_hz))
-        self.sample_hz = sample_hz
+class PerfControl:
+    """A perf command started disabled (`-D -1`) and switched on and off
+    through its control fifo (`--control fifo:ctl,ack`): its process, its
+    fifos, its log (log_path) and its output (data), owned here."""
+
+    name = "perf"
+
+    def __init__(self, run_path: Path, data: Path, log_path: Path, keep_data: bool):
         self.run_path = run_path
+        self.data = data
+        self.log_path = log_path
         self.keep_data = keep_data
-        self.data = run_path / "perf.data"
         self.proc: Optional[subprocess.Popen] = None
         self._tmp: Optional[tempfile.TemporaryDirectory] = None
         self._ctl = self._ack = None
 
-    def __enter__(self) -> "PerfRecorder":
+    def argv(self, ctl: Path, ack: Path) -> List[str]:
+        raise NotImplementedError
+
+    def __enter__(self):
         try:
             with interrupts.deferred():  # made and claimed as one step; close() removes both
                 self._tmp = tempfile.TemporaryDirectory(prefix="qprof-perf-")
@@ -94,30 +100,8 @@ class PerfRecorder:
             ctl, ack = Path(self._tmp.name) / "ctl", Path(self._tmp.name) / "ack"
             os.mkfifo(ctl)
             os.mkfifo(ack)
-            self._log = open(self.run_path / "perf.log", "wb")
-            start_owned(
-                self,
-                [
-                    "perf",
-                    "record",
-                    "-q",
-                    "-a",
-                    *record_call_graph(self.call_graph),
-                    "-e",
-                    EVENT,
-                    "-c",
-                    str(self.period_ns),
-                    "-D",
-                    "-1",
-                    "--control",
-                    f"fifo:{ctl},{ack}",
-                    "-o",
-                    str(self.data),
-                ],
-                stdin=subprocess.DEVNULL,
-                stdout=self._log,
-                stderr=self._log,
-            )
+            self._log = open(self.log_path, "wb")
+            start_owned(self, self.argv(ctl, ack), stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log)
             self._ctl = self._open_ctl(ctl)
             self._ack = os.fdopen(os.open(ack, os.O_RDONLY | os.O_NONBLOCK), "r")
         except BaseException:
@@ -137,15 +121,12 @@ class PerfRecorder:
                 return os.fdopen(os.open(ctl, os.O_WRONLY | os.O_NONBLOCK), "w")
             except OSError:  # ENXIO: no reader yet
                 if self.proc.poll() is not None or time.monotonic() > deadline:
-                    raise errors.Timeout(
-                        f"perf record did not start ({self._why()}); run `qprof doctor` "
-                        "or pass --sample-hz 0 to run without stacks."
-                    )
+                    raise errors.Timeout(f"{self.name} did not start ({self._why()}); {self.without}")
                 time.sleep(0.02)
 
     def _why(self) -> str:
         self._log.flush()
-        lines = (self.run_path / "perf.log").read_text(errors="replace").strip().splitlines()
+        lines = self.log_path.read_text(errors="replace").strip().splitlines()
         return lines[-1] if lines else f"exit {self.proc.poll()}"
 
     def _ended(self, within_s: float = 1.0) -> bool:
@@ -169,13 +150,10 @@ class PerfRecorder:
             else f"exit {code}"
         )
         self._log.flush()
-        lines = (self.run_path / "perf.log").read_text(errors="replace").strip().splitlines()
+        lines = self.log_path.read_text(errors="replace").strip().splitlines()
         said = f": {lines[-1].strip()}" if lines else ""
         verb = "stopped answering" if code is None else "ended"
-        return errors.InstrumentFailed(
-            f"perf record {verb} mid-run ({how}{said}), so the run has no complete "
-            "stack samples; run again, or pass --sample-hz 0 to run without stacks."
-        )
+        return errors.InstrumentFailed(f"{self.name} {verb} mid-run ({how}{said}), {self.lost}")
 
     def _command(self, cmd: str) -> None:
         if self.proc.poll() is not None:
@@ -188,18 +166,14 @@ class PerfRecorder:
         if not select.select([self._ack], [], [], ACK_TIMEOUT_S)[0]:
             if self.proc.poll() is not None:
                 raise self.died()
-            raise errors.Timeout(
-                f"perf did not acknowledge '{cmd}' within {ACK_TIMEOUT_S:.0f} s; see {self.run_path / 'perf.log'}."
-            )
+            raise errors.Timeout(f"perf did not acknowledge '{cmd}' within {ACK_TIMEOUT_S:.0f} s; see {self.log_path}.")
         # perf writes "ack\n" with its terminating NUL, which lands at the
         # front of the next reply.
         reply = self._ack.readline().replace("\0", "").strip()
         if reply != "ack" and (not reply or self._ended()):  # "": perf closed the fifo, as on its exit
             raise self.died()
         if reply != "ack":
-            raise errors.Timeout(
-                f"perf did not acknowledge '{cmd}' (said '{reply}'); see {self.run_path / 'perf.log'}."
-            )
+            raise errors.Timeout(f"perf did not acknowledge '{cmd}' (said '{reply}'); see {self.log_path}.")
 
     def enable(self) -> None:
         self._command("enable")
@@ -241,6 +215,41 @@ class PerfRecorder:
             if not self.keep_data:
                 self.data.unlink(missing_ok=True)
                 Path(str(self.data) + ".old").unlink(missing_ok=True)
+
+
+class PerfRecorder(PerfControl):
+    """`perf record -a` on cpu-clock over the window, folded after."""
+
+    name = "perf record"
+    without = "run `qprof doctor` or pass --sample-hz 0 to run without stacks."
+    lost = "so the run has no complete stack samples; run again, or pass --sample-hz 0 to run without stacks."
+
+    def __init__(self, run_path: Path, sample_hz: int, keep_data: bool = False, call_graph: Optional[str] = None):
+        self.call_graph = call_graph or DEFAULT_CALL_GRAPH
+        if self.call_graph not in CALL_GRAPHS:
+            raise errors.BadValue(f"call graph '{self.call_graph}' is not one of {', '.join(CALL_GRAPHS)}.")
+        self.period_ns = int(round(1e9 / sample_hz))
+        self.sample_hz = sample_hz
+        super().__init__(run_path, run_path / "perf.data", run_path / "perf.log", keep_data)
+
+    def argv(self, ctl: Path, ack: Path) -> List[str]:
+        return [
+            "perf",
+            "record",
+            "-q",
+            "-a",
+            *record_call_graph(self.call_graph),
+            "-e",
+            EVENT,
+            "-c",
+            str(self.period_ns),
+            "-D",
+            "-1",
+            "--control",
+            f"fifo:{ctl},{ack}",
+            "-o",
+            str(self.data),
+        ]
 
     def fold(self, pids: Dict[str, int], out_dir: Path) -> Dict[str, int]:
         """perf.data -> out_dir/{client,server,others}.folded and
@@ -323,3 +332,42 @@ def split_folded(folded: str, pids: Dict[str, int], out_dir: Path) -> Dict[str, 
         (out_dir / f"{side}.folded").write_text("".join(l + "\n" for l in lines[side]))
     (out_dir / THREADS_FILE).write_text("".join(l + "\n" for l in threads))
     return samples
+
+
+# Hardware counters per side (issue 26): one process's cycles and
+# instructions over the window, `perf stat -p PID` switched on and off at
+# the window's edges as the sampler is. It ends by itself once its process
+# has, writing what it counted. Where the machine has no hardware PMU (this
+# VM, the TCG guest) perf says "<not supported>": the figures are absent,
+# in perf's words (describe/hosts.py parse_perf_stat).
+class PerfStat(PerfControl):
+    name = "perf stat"
+    without = "run `qprof doctor`."
+    lost = "so the run has no hardware counters; run again."
+
+    def __init__(self, run_path: Path, pid: int, tag: str):
+        self.pid = pid
+        super().__init__(run_path, run_path / f"perf-stat-{tag}.csv", run_path / f"perf-stat-{tag}.log", True)
+
+    def argv(self, ctl: Path, ack: Path) -> List[str]:
+        return ["perf", "stat", "-e", ",".join(STAT_EVENTS), "-x,", "-p", str(self.pid), "-D", "-1"] + [
+            "--control",
+            f"fifo:{ctl},{ack}",
+            "-o",
+            str(self.data),
+        ]
+
+    def output(self) -> str:
+        """What it counted: stopped if it still runs (its process ended
+        first: it already wrote it); "" when it wrote nothing."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        try:
+            return self.data.read_text()
+        except OSError:
+            return ""

@@ -10,7 +10,10 @@ endpoints, the edges and the instruments ask a side, never where it is:
     environment, clock  the host (with the NIC toward the peer) and its
                         CLOCK_MONOTONIC against ours (None here)
     build_dir, binary   what of the host's own build it runs
-    put, file_path, read_file   the run's files on that host
+    file_path           where a process of the side writes a file the run reads
+    put, read_file      the run's files on another host (a server's there;
+                        the side on this machine is a client's, whose
+                        files are the run directory's)
     edge(pids, kernel)  the host's part of a window's edge, in its clock
                         (collectors/procfs.py read_edge, there by the agent)
     perf(...)           stack samples on that host, folded there (Perf)
@@ -24,7 +27,7 @@ from typing import Dict, List, Optional
 
 from qprof import errors, interrupts, paths, remains
 from qprof.collectors import environment, procfs
-from qprof.collectors.perf import EVENT, THREADS_FILE, PerfRecorder
+from qprof.collectors.perf import EVENT, THREADS_FILE, PerfRecorder, PerfStat
 from qprof.collectors.ssh import Agent, ClockOffset, SshHost
 from qprof.collectors.topology import Endpoint, tcp_congestion_control
 
@@ -77,28 +80,17 @@ class LocalSide:
     def binary(self, name: str) -> Path:
         return self.build_dir / "bin" / name
 
-    def put(self, files: Dict[str, str]) -> Dict[str, str]:
-        out = {}
-        for name, text in files.items():
-            path = self.files_dir / name
-            path.write_text(text)
-            out[name] = str(path)
-        return out
-
     def file_path(self, name: str) -> str:
         return str(self.files_dir / name)
-
-    def read_file(self, name: str) -> Optional[str]:
-        try:
-            return (self.files_dir / name).read_text()
-        except OSError:
-            return None
 
     def edge(self, pids: Dict[str, int], kernel: bool = True, nic: Optional[str] = None) -> dict:
         return procfs.read_edge(pids, kernel, nic)
 
     def perf(self, run_path: Path, sample_hz: int, call_graph: Optional[str], keep_data: bool = False) -> "Perf":
         return LocalPerf(PerfRecorder(run_path, sample_hz, keep_data, call_graph))
+
+    def stat(self, run_path: Path, pid: int, tag: str) -> "Counter":
+        return LocalCounter(PerfStat(run_path, pid, tag))
 
     def device(self, dev: str) -> Endpoint:
         """Another device of this host, as an endpoint (a --link's, --link-dev)."""
@@ -166,6 +158,9 @@ class RemoteSide:
 
     def perf(self, run_path: Path, sample_hz: int, call_graph: Optional[str], keep_data: bool = False) -> "Perf":
         return RemotePerf(self, sample_hz, call_graph)
+
+    def stat(self, run_path: Path, pid: int, tag: str) -> "Counter":
+        return RemoteCounter(self, pid, tag)
 
     def device(self, dev: str) -> "RemoteEndpoint":
         return RemoteEndpoint(netns=None, addr=self.endpoint.addr, ifname=dev, host=self.host)
@@ -247,6 +242,59 @@ class RemotePerf(Perf):
         return {k: got[k] for k in ("samples", "samples_per_cpu", "period_ns")}
 
 
+class Counter:
+    """A side's hardware counters (perf stat of its process) on its host:
+    entered (armed, not counting), enabled and disabled with the sampler,
+    then output(): perf stat's CSV (describe/hosts.py parses it)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+
+class LocalCounter(Counter):
+    def __init__(self, st: PerfStat):
+        self.st = st
+
+    def __enter__(self) -> "LocalCounter":
+        self.st.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.st.close()
+
+    def enable(self) -> None:
+        self.st.enable()
+
+    def disable(self) -> None:
+        self.st.disable()
+
+    def output(self) -> str:
+        return self.st.output()
+
+
+class RemoteCounter(Counter):
+    """perf stat on another host, run by its agent (agent.py's stat op); it ends with the agent."""
+
+    def __init__(self, side: "RemoteSide", pid: int, tag: str):
+        self.side, self.pid, self.tag = side, pid, tag
+
+    def __enter__(self) -> "RemoteCounter":
+        self.side._ask("stat", do="start", pid=self.pid, tag=self.tag)
+        return self
+
+    def enable(self) -> None:
+        self.side._ask("stat", do="enable", tag=self.tag)
+
+    def disable(self) -> None:
+        self.side._ask("stat", do="disable", tag=self.tag)
+
+    def output(self) -> str:
+        return self.side._ask("stat", do="output", tag=self.tag)["output"]
+
+
 class HostsPerf:
     """perf on each side's host (role -> Perf), switched together; the
     capture merges what each host folded: a side's stacks from its own
@@ -254,20 +302,27 @@ class HostsPerf:
     whose perfs then each saw both sides), each host's files kept under
     stacks/hosts/ROLE."""
 
-    def __init__(self, perfs: Dict[str, Perf]):
-        self.perfs = perfs
-        first = next(iter(perfs.values()))
-        self.period_ns, self.call_graph, self.sample_hz = first.period_ns, first.call_graph, first.sample_hz
+    def __init__(self, perfs: Dict[str, Perf], counters: Dict[str, Counter]):
+        self.perfs, self.counters = perfs, counters
+        first = next(iter(perfs.values()), None)
+        if first is not None:
+            self.period_ns, self.call_graph, self.sample_hz = first.period_ns, first.call_graph, first.sample_hz
 
     def enable(self) -> None:
-        for p in self.perfs.values():
+        for p in [*self.perfs.values(), *self.counters.values()]:
             p.enable()
 
     def disable(self) -> None:
-        for p in self.perfs.values():
+        for p in [*self.perfs.values(), *self.counters.values()]:
             p.disable()
 
-    def capture(self, pids: Dict[str, int], out_dir: Path, same_kernel: bool) -> dict:
+    def counted(self) -> Dict[str, str]:
+        """Each side's perf stat output (once its process has ended, perf stat has too)."""
+        return {role: c.output() for role, c in self.counters.items()}
+
+    def capture(self, pids: Dict[str, int], out_dir: Path, same_kernel: bool) -> Optional[dict]:
+        if not self.perfs:
+            return None
         parts = {}
         for role, perf in self.perfs.items():
             (out_dir / "hosts" / role).mkdir(parents=True, exist_ok=True)

@@ -22,6 +22,9 @@ from typing import Dict, Optional
 
 from qprof.describe import cpu, nic
 
+# Each side's hardware counters (collectors/perf.py PerfStat).
+STAT_EVENTS = ("cycles", "instructions")
+
 
 def kernels(hosts: dict) -> list:
     """The roles whose hosts' machine-wide counters count: one where the hosts are one kernel."""
@@ -52,15 +55,9 @@ def describe(m, nbytes: int) -> dict:
             "nic": nic.figures(start[role]["nic"], end[role]["nic"], nbytes)
             if start[role].get("nic") and end[role].get("nic")
             else None,
-            "hardware_counters": None,
-            "hardware_counters_absent_reason": (
-                "this host has no hardware PMU (no /sys/bus/event_source/devices/cpu): cycles and instructions "
-                "cannot be counted, as in most VMs"
-                if not h["environment"].get("pmu")
-                else f"not measured: this host has a PMU ({h['environment']['pmu']}), but counting cycles and "
-                "instructions per side with perf stat is not built yet"
-            ),
         }
+        hw, why = hardware_figures(h.get("perf_stat"), h["environment"], nbytes)
+        out[role]["hardware_counters"], out[role]["hardware_counters_absent_reason"] = hw, why
     local_s = m.window.cpu_seconds
     out["skew_s"] = max(abs(out[r]["window_s"] - local_s) for r in ("client", "server"))
     out["source"] = (
@@ -113,3 +110,44 @@ def sample_coverage(flame: dict, rec: dict, coverage_of) -> Optional[dict]:
         "complete": not short,
         "incomplete_reason": "; ".join(short) if short else None,
     }
+
+
+def parse_perf_stat(text: str) -> dict:
+    """`perf stat -x,` output: {"counts": {event: n or None}, "absent_reason"}:
+    an event perf could not count ("<not supported>", "<not counted>") is
+    None, in perf's words."""
+    counts: Dict[str, Optional[int]] = {}
+    why = []
+    for line in text.splitlines():
+        fields = line.split(",")
+        if line.startswith("#") or len(fields) < 3 or fields[2] not in STAT_EVENTS:
+            continue
+        counts[fields[2]] = int(fields[0]) if fields[0].isdigit() else None
+        if counts[fields[2]] is None:
+            why.append(f"{fields[2]} {fields[0]}")
+    for event in STAT_EVENTS:
+        if event not in counts:
+            counts[event] = None
+            why.append(f"{event} not in perf stat's output")
+    return {"counts": counts, "absent_reason": "; ".join(why) or None}
+
+
+def hardware_figures(stat: Optional[dict], environment: dict, nbytes: int) -> tuple:
+    """A side's cycles and instructions per byte and IPC from its perf stat
+    output, or (None, why): no PMU on its host, or perf's own words."""
+    if stat is None:
+        return None, "not measured: this side's perf stat did not run"
+    parsed = parse_perf_stat(stat.get("output") or "")
+    c, i = parsed["counts"]["cycles"], parsed["counts"]["instructions"]
+    if c is None or i is None:
+        pmu = environment.get("pmu")
+        where = "no hardware PMU on this host (no /sys/bus/event_source/devices/cpu)" if not pmu else f"PMU {pmu}"
+        return None, f"perf stat could not count them ({parsed['absent_reason']}): {where}"
+    return {
+        "cycles": c,
+        "instructions": i,
+        "cycles_per_byte": c / nbytes if nbytes else None,
+        "instructions_per_byte": i / nbytes if nbytes else None,
+        "ipc": i / c if c else None,
+        "source": "perf stat -e cycles,instructions -p PID over the window, per byte the window verified",
+    }, None

@@ -8,7 +8,7 @@ import pytest
 
 from qprof.collectors.probes import merge_windows
 from qprof.collectors.ssh import best_offset
-from qprof.describe import nic
+from qprof.describe import hosts, nic
 
 pytestmark = pytest.mark.unit
 
@@ -106,3 +106,18 @@ def test_the_clock_offset_is_the_shortest_round_trips():
     samples = [(0, 1200, 400), (1000, 2100, 1200), (5000, 6300, 5600)]
     off = best_offset(samples)
     assert (off.offset_ns, off.uncertainty_ns, off.rtt_ns, off.rounds) == (1000, 100, 200, 3)
+
+
+def test_hardware_counters_per_byte_or_perfs_own_words():
+    counted = (
+        "# started on Tue Nov 24 15:36:19 2026\n\n3000000,,cycles,1000,100.00,,\n4500000,,instructions,1000,100.00,,\n"
+    )
+    got, why = hosts.hardware_figures({"output": counted}, {"pmu": "cpu"}, 1_000_000)
+    assert why is None
+    assert (got["cycles_per_byte"], got["instructions_per_byte"], got["ipc"]) == (3.0, 4.5, 1.5)
+    none = "<not supported>,,cycles,0,100.00,,\n<not supported>,,instructions,0,100.00,,\n"
+    got, why = hosts.hardware_figures({"output": none}, {"pmu": None}, 1_000_000)
+    assert got is None and "cycles <not supported>" in why and "no hardware PMU" in why
+    got, why = hosts.hardware_figures({"output": ""}, {"pmu": "cpu"}, 1)
+    assert got is None and "not in perf stat's output" in why
+    assert hosts.hardware_figures(None, {}, 1) == (None, "not measured: this side's perf stat did not run")

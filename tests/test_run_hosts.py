@@ -65,6 +65,12 @@ def test_a_run_with_its_server_on_another_host(ssh_host, runs_dir, stack, extra)
         assert env["kernel_release"] and env["cpu_count"] >= 1 and env["boot_id"]
         assert env["nic"]["device"] == topo[role]["ifname"]
         assert hosts[role]["cpu"]["total_s"] > 0
+        # Each side's cycles and instructions where its host has a PMU; perf's own "no" where not.
+        hw, why = hosts[role]["hardware_counters"], hosts[role]["hardware_counters_absent_reason"]
+        if env["pmu"]:
+            assert hw["cycles"] > 0 and hw["instructions"] > 0 and hw["ipc"] > 0, why
+        else:
+            assert hw is None and "<not supported>" in why, why
     # The same kernel read on both sides of one window: one window, twice.
     assert hosts["skew_s"] < rec["cpu_window_s"] / 2
 
