@@ -7,6 +7,7 @@ import os
 import click
 
 from qprof import errors, remains
+from qprof.cli.run_options import click_option
 from qprof.collectors import ssh
 
 CLEAN_TIMEOUT_S = 120.0
@@ -20,9 +21,7 @@ CLEAN_TIMEOUT_S = 120.0
     metavar="HOST",
     help="Clean another host instead, over SSH as `qprof run --server` reaches it: `qprof clean` runs there.",
 )
-@click.option(
-    "--ssh-config", type=click.Path(dir_okay=False), default=None, help="ssh's configuration file for --host."
-)
+@click_option("ssh-config")
 def clean(dry_run, host, ssh_config):
     """Remove a dead qprof's namespaces, processes and temporary paths.
 

@@ -8,6 +8,7 @@ import json
 import click
 
 from qprof import paths
+from qprof.cli.run_options import click_option
 from qprof.collectors import install, ssh
 
 
@@ -18,11 +19,7 @@ def remote():
 
 @remote.command("check")
 @click.argument("host")
-@click.option(
-    "--ssh-config",
-    type=click.Path(dir_okay=False),
-    help="ssh's configuration file, as `ssh -F FILE` (replaces ~/.ssh/config and /etc/ssh/ssh_config).",
-)
+@click_option("ssh-config")
 @click.option(
     "--rounds",
     type=click.IntRange(1, 1000),
@@ -85,11 +82,7 @@ def check(host, ssh_config, rounds, as_json):
 
 @remote.command("setup")
 @click.argument("host")
-@click.option(
-    "--ssh-config",
-    type=click.Path(dir_okay=False),
-    help="ssh's configuration file, as `ssh -F FILE` (replaces ~/.ssh/config and /etc/ssh/ssh_config).",
-)
+@click_option("ssh-config")
 @click.option(
     "--path",
     default=None,

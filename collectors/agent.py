@@ -21,8 +21,9 @@ answers one request a line, {"op": NAME, "id": N, ...}, with {"id": N,
             window's edge, read at one instant as collectors/edges.py reads
             the local one: its clock, /proc/stat, each process's CPU, and
             (kernel: true, the default) every task's schedstat and each
-            process's TLS and namespace counters and softnet; with
-            "nic": DEV, what that NIC adds (procfs.read_nic)
+            process's TLS and namespace counters and softnet
+    nic     {"dev": DEV}: what that NIC adds (procfs.read_nic), read apart
+            from an edge, outside the window (collectors/edges.py)
     environment  {"peer": ADDR}: collectors/environment.py's description of
             this host, with the NIC it reaches ADDR through
     files   {"files": {NAME: TEXT}}: each written (0600) into the agent's
@@ -90,14 +91,18 @@ def _clock(req: dict) -> dict:
 
 def _edge(req: dict) -> dict:
     pids = {role: int(pid) for role, pid in req["pids"].items()}
-    return procfs.read_edge(pids, req.get("kernel", True), req.get("nic"))
+    return procfs.read_edge(pids, req.get("kernel", True))
 
 
 def _environment(req: dict) -> dict:
     return {**environment.describe(), "nic": environment.nic(req["peer"])}
 
 
-OPS: Dict[str, Callable[[dict], dict]] = {"clock": _clock, "edge": _edge, "environment": _environment}
+def _nic(req: dict) -> dict:
+    return procfs.read_nic(req["dev"])
+
+
+OPS: Dict[str, Callable[[dict], dict]] = {"clock": _clock, "edge": _edge, "environment": _environment, "nic": _nic}
 
 
 def _file_name(name: str) -> str:
@@ -192,15 +197,11 @@ class Scratch:
             self.perf.disable()
             return {}
         if do == "fold":
-            self.perf.stop()
             stacks = Path(self.path()) / "stacks"
-            samples = self.perf.fold({role: int(pid) for role, pid in req["pids"].items()}, stacks)
-            per_cpu = self.perf.samples_per_cpu()
-            period_ns = self.perf.period_ns
+            got = self.perf.capture({role: int(pid) for role, pid in req["pids"].items()}, stacks)
             self.perf.close()
             self.perf = None
-            files = {p.name: p.read_text() for p in sorted(stacks.iterdir()) if p.is_file()}
-            return {"samples": samples, "samples_per_cpu": per_cpu, "period_ns": period_ns, "files": files}
+            return {**got, "files": {p.name: p.read_text() for p in sorted(stacks.iterdir()) if p.is_file()}}
         raise ValueError(f"perf knows start, enable, disable and fold, not {do!r}")
 
     def remove(self) -> None:

@@ -67,7 +67,15 @@ def take(
     pairs: each flow's (server, client); kernel: read every task's
     schedstat and each side's TLS and loss counters (a run of one flow);
     sides: a run on hosts, each role's part read by its side on its host
-    (host_reading)."""
+    (host_reading).
+
+    A run on hosts' NICs (ethtool and tc, processes of their own, there or
+    here) are read outside the window: before the start edge's instant,
+    after any other edge's, so that their CPU is not the window's. The
+    --link's qdisc counters stay inside the edge, after the marks are asked
+    for: what a server verified by its mark has crossed the qdisc by then
+    (tests/test_mix.py holds the bytes to that)."""
+    before = _nics(sides, kernel) if name == START else None
     if probes is not None:
         probes.request_mark(name)
     for server, client in pairs:
@@ -79,19 +87,32 @@ def take(
         except errors.QprofError:
             _raise_ended(pairs)  # a side's host could not read a process that has gone: its end says why
             raise
-        reading.qdiscs = emulation.read_counters(emulated.endpoints) if emulated else None
-        _collect_marks(name, reading.flows, pairs, probes)
-        return reading
-    t_ns = time.monotonic_ns()
-    system = procfs.read_system()
-    flows = [{"server": procfs.read_process(s.pid), "client": procfs.read_process(c.pid)} for s, c in pairs]
-    tasks = tls_stat = net = None
-    if kernel:
-        server, client = pairs[0]
-        tasks, tls_stat, net = procfs.read_kernel({"server": server.pid, "client": client.pid})
-    qdiscs = emulation.read_counters(emulated.endpoints) if emulated else None
-    _collect_marks(name, flows, pairs, probes)
-    return Reading(t_ns, system, flows, qdiscs, tasks, tls_stat, net)
+    else:
+        t_ns = time.monotonic_ns()
+        system = procfs.read_system()
+        flows = [{"server": procfs.read_process(s.pid), "client": procfs.read_process(c.pid)} for s, c in pairs]
+        tasks = tls_stat = net = None
+        if kernel:
+            server, client = pairs[0]
+            tasks, tls_stat, net = procfs.read_kernel({"server": server.pid, "client": client.pid})
+        reading = Reading(t_ns, system, flows, None, tasks, tls_stat, net)
+    reading.qdiscs = emulation.read_counters(emulated.endpoints) if emulated else None
+    _collect_marks(name, reading.flows, pairs, probes)
+    for role, nic in (before if name == START else _nics(sides, kernel)).items():
+        reading.hosts[role]["nic"] = nic
+    return reading
+
+
+START = "start"  # the edge whose outside is before it (windows.py names its edges so)
+
+
+def _nics(sides: Optional[dict], kernel: bool) -> dict:
+    """A run on hosts (kernel): each side's NIC read on its host, all hosts at once."""
+    if sides is None or not kernel:
+        return {}
+    with ThreadPoolExecutor(len(sides)) as pool:
+        asked = {role: pool.submit(side.nic, side.endpoint.ifname) for role, side in sides.items()}
+        return {role: f.result() for role, f in asked.items()}
 
 
 def _raise_ended(pairs, within_s: float = 2.0) -> None:
@@ -117,7 +138,7 @@ def _collect_marks(name: str, flows: List[dict], pairs, probes) -> None:
 
 def host_reading(sides: dict, pids: Dict[str, int], kernel: bool, same_kernel: bool) -> Reading:
     """An edge of a run on hosts: each role's part read on its host, in its
-    own clock (its side's edge), t_ns ours, with what its NIC adds. The machine's CPU and softnet
+    own clock (its side's edge), t_ns ours. The machine's CPU and softnet
     are every kernel's summed (once where the hosts are one kernel); a
     side's CPU, TLS and namespace counters are its own host's; the task
     table holds each side's own threads, and each host keeps its whole
@@ -127,10 +148,7 @@ def host_reading(sides: dict, pids: Dict[str, int], kernel: bool, same_kernel: b
     # Every host at once: one read after another would put each later
     # host's reading a whole round trip (a slow host's read) after the marks.
     with ThreadPoolExecutor(len(pids)) as pool:
-        asked = {
-            role: pool.submit(sides[role].edge, {role: pid}, kernel, sides[role].endpoint.ifname if kernel else None)
-            for role, pid in pids.items()
-        }
+        asked = {role: pool.submit(sides[role].edge, {role: pid}, kernel) for role, pid in pids.items()}
         parts = {role: f.result() for role, f in asked.items()}
     kernels = [next(iter(parts))] if same_kernel else list(parts)
     system = sum(
@@ -145,7 +163,6 @@ def host_reading(sides: dict, pids: Dict[str, int], kernel: bool, same_kernel: b
         host_tasks = {tuple(int(x) for x in k.split("/")): ns for k, ns in p["tasks"].items()}
         tasks.update({k: ns for k, ns in host_tasks.items() if k[0] == pids[role]})
         hosts[role]["tasks"] = p["tasks"]
-        hosts[role]["nic"] = p.get("nic")
         tls_stat[role] = p["tls_stat"][role]
         net[role] = p["net"][role]
     softnets = [parts[r]["net"]["softnet"] for r in kernels]

@@ -19,7 +19,7 @@ from qprof import errors
 from qprof.collectors import devices, environment, listen, procfs
 from qprof.collectors.edges import Reading, host_reading
 from qprof.collectors.faults import NO_FAULTS, Faults
-from qprof.collectors.perf import PerfRecorder
+from qprof.collectors.perf import STACKS_DIR, PerfRecorder, capture_record
 from qprof.collectors.probes import HostProbes, ProbeSet, Target, target_for
 from qprof.collectors.remote import LOCAL, HostsPerf
 from qprof.collectors.topology import Topology
@@ -244,23 +244,12 @@ class Endpoints:
         hosts, each side's hardware counters read too)."""
         if self.perf is None:
             return None
+        pids, out_dir = {"client": self.client.pid, "server": self.server.pid}, self.run_path / STACKS_DIR
         if self.sides:
             self.counted = self.perf.counted()  # each side's hardware counters, while their perf stats are ours
-            return self.perf.capture(
-                {"client": self.client.pid, "server": self.server.pid}, self.run_path / "stacks", self.topo.same_kernel
-            )
-        perf = self.perf
-        perf.stop()
-        samples = perf.fold({"client": self.client.pid, "server": self.server.pid}, self.run_path / "stacks")
-        return {
-            "event": "cpu-clock",
-            "sample_period_ns": perf.period_ns,
-            "sample_hz": perf.sample_hz,
-            "call_graph": perf.call_graph,
-            "samples": samples,
-            "samples_per_cpu": perf.samples_per_cpu(),
-            "stacks_dir": "stacks",
-        }
+            return self.perf.capture(pids, out_dir, self.topo.same_kernel)
+        got = self.perf.capture(pids, out_dir)
+        return capture_record(self.perf, got["samples"], got["samples_per_cpu"])
 
     def endpoint_pairs(self):
         return (("client", self.topo.client), ("server", self.topo.server))

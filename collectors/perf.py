@@ -69,6 +69,7 @@ WEIGHED_SIDES = ("client", "server")
 # a quarter of the data; the few stacks left short stop in msquic, not at
 # the copy's end.
 CALL_GRAPHS = options.CALL_GRAPHS
+STACKS_DIR = "stacks"  # the folded stacks, in the run directory
 DEFAULT_CALL_GRAPH = "dwarf"
 DWARF_STACK_BYTES = 8192
 
@@ -185,6 +186,10 @@ class PerfControl:
         """Let perf write perf.data and exit."""
         if self.proc and self.proc.poll() is not None:
             raise self.died()
+        self._interrupt()
+
+    def _interrupt(self) -> None:
+        """SIGINT, on which perf writes what it has and exits (killed if it does not)."""
         if self.proc and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGINT)
             try:
@@ -251,6 +256,14 @@ class PerfRecorder(PerfControl):
             str(self.data),
         ]
 
+    def capture(self, pids: Dict[str, int], out_dir: Path) -> dict:
+        """Stopped, folded into out_dir per side, and counted per CPU:
+        {"samples", "samples_per_cpu", "period_ns"} (what a host's perf
+        gives for capture_record)."""
+        self.stop()
+        samples = self.fold(pids, out_dir)
+        return {"samples": samples, "samples_per_cpu": self.samples_per_cpu(), "period_ns": self.period_ns}
+
     def fold(self, pids: Dict[str, int], out_dir: Path) -> Dict[str, int]:
         """perf.data -> out_dir/{client,server,others}.folded and
         out_dir/threads.folded; samples per side."""
@@ -290,6 +303,20 @@ class PerfRecorder(PerfControl):
             if cpu.isdigit():
                 counts[str(int(cpu))] = counts.get(str(int(cpu)), 0) + 1
         return dict(sorted(counts.items(), key=lambda kv: int(kv[0])))
+
+
+def capture_record(perf, samples: Dict[str, int], samples_per_cpu: Dict[str, int]) -> dict:
+    """The measurement's capture: what perf (a PerfRecorder, or each host's
+    together) sampled, and where its folded stacks are in the run directory."""
+    return {
+        "event": EVENT,
+        "sample_period_ns": perf.period_ns,
+        "sample_hz": perf.sample_hz,
+        "call_graph": perf.call_graph,
+        "samples": samples,
+        "samples_per_cpu": samples_per_cpu,
+        "stacks_dir": STACKS_DIR,
+    }
 
 
 def record_call_graph(call_graph: str) -> list:
@@ -360,13 +387,7 @@ class PerfStat(PerfControl):
     def output(self) -> str:
         """What it counted: stopped if it still runs (its process ended
         first: it already wrote it); "" when it wrote nothing."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        self._interrupt()
         try:
             return self.data.read_text()
         except OSError:

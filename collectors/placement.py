@@ -29,7 +29,7 @@ from qprof import errors
 from qprof.collectors import devices, emulation, environment, floor, guest, ssh, windows
 from qprof.collectors.endpoints import Endpoints, make_certificate, mix_measurement, now_text, run_measurement
 from qprof.collectors.faults import Faults
-from qprof.collectors.remote import HostsTopology, LocalSide, RemoteSide
+from qprof.collectors.remote import HostsTopology, LocalSide, RemoteSide, source_address
 from qprof.collectors.topology import Topology
 from qprof.describe import link, measurement, options
 from qprof.describe.plan import Plan, link_devices
@@ -162,13 +162,7 @@ class Hosts:
             else:
                 host, agent = self._reach(self.client)
                 client = RemoteSide(host, agent, peer=addr, clock=agent.clock_offset())
-                source = client.environment["nic"].get("source")
-                if source is None:
-                    raise errors.BadValue(
-                        f"{self.client} has no route to the server's address {addr} (`ip route get {addr}` there); "
-                        f"give --server-addr an address of {self.server} that {self.client} reaches."
-                    )
-                client.endpoint.addr = source
+                client.endpoint.addr = source_address(self.client, client.environment, addr)
             server = RemoteSide(
                 server_host, server_agent, peer=client.endpoint.addr, clock=server_agent.clock_offset(), addr=addr
             )

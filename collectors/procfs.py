@@ -70,12 +70,11 @@ def read_kernel(pids: Dict[str, int]) -> tuple:
     return tasks, tls_stat, net
 
 
-def read_edge(pids: Dict[str, int], kernel: bool = True, nic_dev: Optional[str] = None) -> dict:
+def read_edge(pids: Dict[str, int], kernel: bool = True) -> dict:
     """This machine's part of a window's edge for its processes (role ->
     pid), as JSON: its clock, /proc/stat, each process's CPU and (kernel)
-    read_kernel's counters, every task's schedstat keyed "pid/tid", and
-    (nic_dev) what that NIC adds (read_nic). What an agent answers for
-    its host (collectors/agent.py)."""
+    read_kernel's counters, every task's schedstat keyed "pid/tid". What
+    an agent answers for its host (collectors/agent.py)."""
     t_ns = time.monotonic_ns()
     out = {
         "t_ns": t_ns,
@@ -85,8 +84,6 @@ def read_edge(pids: Dict[str, int], kernel: bool = True, nic_dev: Optional[str] 
     if kernel:
         tasks, tls_stat, net = read_kernel(pids)
         out.update(tasks=measurement.tasks_out(tasks), tls_stat=tls_stat, net=net)
-    if nic_dev:
-        out["nic"] = read_nic(nic_dev)
     return out
 
 

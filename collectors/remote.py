@@ -16,19 +16,21 @@ endpoints, the edges and the instruments ask a side, never where it is:
                         files are the run directory's)
     edge(pids, kernel)  the host's part of a window's edge, in its clock
                         (collectors/procfs.py read_edge, there by the agent)
-    perf(...)           stack samples on that host, folded there (Perf)
+    nic(dev)            what its NIC adds (procfs.read_nic), read outside
+                        the window
+    perf(...), stat(...)  stack samples and its process's hardware counters
+                        on that host: a PerfRecorder and a PerfStat here,
+                        a RemotePerf and a RemoteCounter there (the agent's)
 """
 
-import json
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional
 
 from qprof import errors, interrupts, paths, remains
 from qprof.collectors import environment, procfs
-from qprof.collectors.perf import EVENT, THREADS_FILE, PerfRecorder, PerfStat
-from qprof.collectors.ssh import Agent, ClockOffset, SshHost
+from qprof.collectors.perf import THREADS_FILE, PerfRecorder, PerfStat, capture_record
+from qprof.collectors.ssh import REQUEST_TIMEOUT_S, Agent, ClockOffset, SshHost
 from qprof.collectors.topology import Endpoint, tcp_congestion_control
 
 LOCAL = "local"
@@ -73,7 +75,8 @@ class LocalSide:
 
     def __init__(self, peer: str, files_dir: Optional[Path] = None):
         self.environment = {**environment.describe(), "nic": environment.nic(peer)}
-        self.endpoint = Endpoint(netns=None, addr=_source_address(peer), ifname=self.environment["nic"]["device"])
+        addr = source_address("this machine", self.environment, peer)
+        self.endpoint = Endpoint(netns=None, addr=addr, ifname=self.environment["nic"]["device"])
         self.build_dir = paths.build_dir()
         self.files_dir = files_dir
 
@@ -83,14 +86,17 @@ class LocalSide:
     def file_path(self, name: str) -> str:
         return str(self.files_dir / name)
 
-    def edge(self, pids: Dict[str, int], kernel: bool = True, nic: Optional[str] = None) -> dict:
-        return procfs.read_edge(pids, kernel, nic)
+    def edge(self, pids: Dict[str, int], kernel: bool = True) -> dict:
+        return procfs.read_edge(pids, kernel)
 
-    def perf(self, run_path: Path, sample_hz: int, call_graph: Optional[str], keep_data: bool = False) -> "Perf":
-        return LocalPerf(PerfRecorder(run_path, sample_hz, keep_data, call_graph))
+    def nic(self, dev: str) -> dict:
+        return procfs.read_nic(dev)
 
-    def stat(self, run_path: Path, pid: int, tag: str) -> "Counter":
-        return LocalCounter(PerfStat(run_path, pid, tag))
+    def perf(self, run_path: Path, sample_hz: int, call_graph: Optional[str], keep_data: bool = False):
+        return PerfRecorder(run_path, sample_hz, keep_data, call_graph)
+
+    def stat(self, run_path: Path, pid: int, tag: str):
+        return PerfStat(run_path, pid, tag)
 
     def device(self, dev: str) -> Endpoint:
         """Another device of this host, as an endpoint (a --link's, --link-dev)."""
@@ -152,14 +158,18 @@ class RemoteSide:
     def read_file(self, name: str) -> Optional[str]:
         return self._ask("read", name=name)["text"]
 
-    def edge(self, pids: Dict[str, int], kernel: bool = True, nic: Optional[str] = None) -> dict:
+    def edge(self, pids: Dict[str, int], kernel: bool = True) -> dict:
         """That host's part of an edge for its processes (procfs.read_edge, read there)."""
-        return self._ask("edge", pids=pids, kernel=kernel, nic=nic)
+        return self._ask("edge", pids=pids, kernel=kernel)
 
-    def perf(self, run_path: Path, sample_hz: int, call_graph: Optional[str], keep_data: bool = False) -> "Perf":
+    def nic(self, dev: str) -> dict:
+        """What that host's NIC dev adds (procfs.read_nic, read there)."""
+        return self._ask("nic", dev=dev)
+
+    def perf(self, run_path: Path, sample_hz: int, call_graph: Optional[str], keep_data: bool = False):
         return RemotePerf(self, sample_hz, call_graph)
 
-    def stat(self, run_path: Path, pid: int, tag: str) -> "Counter":
+    def stat(self, run_path: Path, pid: int, tag: str):
         return RemoteCounter(self, pid, tag)
 
     def device(self, dev: str) -> "RemoteEndpoint":
@@ -177,132 +187,71 @@ class RemoteSide:
             pass  # the agent has gone: it took the link off as it ended, or left it to its host's reclaim
 
 
-class Perf:
-    """Stack samples on one host: entered (armed, not sampling), enabled
-    and disabled at the window's edges, then capture(pids, out_dir): the
-    samples folded into out_dir per side (collectors/perf.py's files),
-    {"samples", "samples_per_cpu", "period_ns", "call_graph"}."""
+class AgentControl:
+    """A perf of another host's, run by its agent (agent.py's perf and stat
+    ops), which it ends with: started on entering, then enabled and
+    disabled at the window's edges as a PerfControl here is."""
 
-    period_ns: int
-    call_graph: str
+    def __init__(self, side: "RemoteSide", op: str, **ident):
+        self.side, self.op, self.ident = side, op, ident
 
-    def __enter__(self):
-        return self
+    def _do(self, do: str, timeout_s: float = REQUEST_TIMEOUT_S, **kw) -> dict:
+        return self.side._ask(self.op, timeout_s=timeout_s, do=do, **self.ident, **kw)
 
     def __exit__(self, *exc) -> None:
         pass
 
-
-class LocalPerf(Perf):
-    def __init__(self, rec: PerfRecorder):
-        self.rec = rec
-        self.period_ns, self.call_graph, self.sample_hz = rec.period_ns, rec.call_graph, rec.sample_hz
-
-    def __enter__(self) -> "LocalPerf":
-        self.rec.__enter__()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.rec.close()
-
     def enable(self) -> None:
-        self.rec.enable()
+        self._do("enable")
 
     def disable(self) -> None:
-        self.rec.disable()
-
-    def capture(self, pids: Dict[str, int], out_dir: Path) -> dict:
-        self.rec.stop()
-        samples = self.rec.fold(pids, out_dir)
-        return {"samples": samples, "samples_per_cpu": self.rec.samples_per_cpu(), "period_ns": self.period_ns}
+        self._do("disable")
 
 
-class RemotePerf(Perf):
-    """perf on another host, run by its agent (agent.py's perf op); it ends with the agent."""
+class RemotePerf(AgentControl):
+    """perf record there; capture() as PerfRecorder.capture, the folded files brought here."""
 
     def __init__(self, side: "RemoteSide", sample_hz: int, call_graph: Optional[str]):
-        self.side, self.sample_hz, self.call_graph = side, sample_hz, call_graph
+        super().__init__(side, "perf")
+        self.sample_hz, self.call_graph = sample_hz, call_graph
 
     def __enter__(self) -> "RemotePerf":
-        got = self.side._ask("perf", do="start", sample_hz=self.sample_hz, call_graph=self.call_graph)
+        got = self._do("start", sample_hz=self.sample_hz, call_graph=self.call_graph)
         self.period_ns, self.call_graph = got["period_ns"], got["call_graph"]
         return self
 
-    def enable(self) -> None:
-        self.side._ask("perf", do="enable")
-
-    def disable(self) -> None:
-        self.side._ask("perf", do="disable")
-
     def capture(self, pids: Dict[str, int], out_dir: Path) -> dict:
-        got = self.side._ask("perf", timeout_s=FOLD_TIMEOUT_S, do="fold", pids=pids)
+        got = self._do("fold", timeout_s=FOLD_TIMEOUT_S, pids=pids)
         out_dir.mkdir(parents=True, exist_ok=True)
         for name, text in got["files"].items():
             (out_dir / Path(name).name).write_text(text)
         return {k: got[k] for k in ("samples", "samples_per_cpu", "period_ns")}
 
 
-class Counter:
-    """A side's hardware counters (perf stat of its process) on its host:
-    entered (armed, not counting), enabled and disabled with the sampler,
-    then output(): perf stat's CSV (describe/hosts.py parses it)."""
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        pass
-
-
-class LocalCounter(Counter):
-    def __init__(self, st: PerfStat):
-        self.st = st
-
-    def __enter__(self) -> "LocalCounter":
-        self.st.__enter__()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.st.close()
-
-    def enable(self) -> None:
-        self.st.enable()
-
-    def disable(self) -> None:
-        self.st.disable()
-
-    def output(self) -> str:
-        return self.st.output()
-
-
-class RemoteCounter(Counter):
-    """perf stat on another host, run by its agent (agent.py's stat op); it ends with the agent."""
+class RemoteCounter(AgentControl):
+    """perf stat of a process there; output() as PerfStat.output."""
 
     def __init__(self, side: "RemoteSide", pid: int, tag: str):
-        self.side, self.pid, self.tag = side, pid, tag
+        super().__init__(side, "stat", tag=tag)
+        self.pid = pid
 
     def __enter__(self) -> "RemoteCounter":
-        self.side._ask("stat", do="start", pid=self.pid, tag=self.tag)
+        self._do("start", pid=self.pid)
         return self
 
-    def enable(self) -> None:
-        self.side._ask("stat", do="enable", tag=self.tag)
-
-    def disable(self) -> None:
-        self.side._ask("stat", do="disable", tag=self.tag)
-
     def output(self) -> str:
-        return self.side._ask("stat", do="output", tag=self.tag)["output"]
+        return self._do("output")["output"]
 
 
 class HostsPerf:
-    """perf on each side's host (role -> Perf), switched together; the
+    """perf on each side's host (role -> its side's perf(...)), and each
+    side's hardware counters (its stat(...)), switched together; the
     capture merges what each host folded: a side's stacks from its own
     host, the others of every kernel (once where the hosts are one kernel,
     whose perfs then each saw both sides), each host's files kept under
     stacks/hosts/ROLE."""
 
-    def __init__(self, perfs: Dict[str, Perf], counters: Dict[str, Counter]):
+    def __init__(self, perfs: Dict[str, object], counters: Dict[str, object]):
         self.perfs, self.counters = perfs, counters
         first = next(iter(perfs.values()), None)
         if first is not None:
@@ -342,13 +291,7 @@ class HostsPerf:
         samples = {role: parts[role]["samples"][role] for role in self.perfs}
         samples["others"] = sum(parts[r]["samples"]["others"] for r in kernels)
         return {
-            "event": EVENT,
-            "sample_period_ns": self.period_ns,
-            "sample_hz": self.sample_hz,
-            "call_graph": self.call_graph,
-            "samples": samples,
-            "samples_per_cpu": parts[kernels[0]]["samples_per_cpu"],
-            "stacks_dir": "stacks",
+            **capture_record(self, samples, parts[kernels[0]]["samples_per_cpu"]),
             "hosts": {role: {"samples_per_cpu": p["samples_per_cpu"]} for role, p in parts.items()},
         }
 
@@ -391,10 +334,14 @@ class HostsTopology:
 FOLD_TIMEOUT_S = 600.0
 
 
-def _source_address(peer: str) -> str:
-    """This machine's address toward peer (`ip route get`)."""
-    r = subprocess.run(["ip", "-j", "route", "get", peer], capture_output=True, text=True)
-    try:
-        return json.loads(r.stdout)[0]["prefsrc"]
-    except (ValueError, IndexError, KeyError):
-        raise errors.SshFailed(f"this machine has no route to {peer} (`ip route get {peer}`); check the network.")
+def source_address(where: str, environment: dict, peer: str) -> str:
+    """A side's address toward peer: where its route to it leaves from
+    (environment.nic's source, `ip route get PEER` on its host); refused
+    where there is no route."""
+    source = (environment.get("nic") or {}).get("source")
+    if source is None:
+        raise errors.BadValue(
+            f"{where} has no route to the server's address {peer} (`ip route get {peer}` there); "
+            "give --server-addr an address of the server's host that the client's host reaches."
+        )
+    return source

@@ -505,7 +505,7 @@ OPTIONS: List[Option] = [
         "ssh-config",
         "text",
         None,
-        "ssh's configuration file for --server, as `ssh -F FILE`.",
+        "ssh's configuration file for the hosts, as `ssh -F FILE` (it replaces ~/.ssh/config and /etc/ssh/ssh_config).",
         metavar="FILE",
         show_default=False,
     ),

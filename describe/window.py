@@ -28,7 +28,8 @@ class Edge:
     qdiscs: Optional[dict] = None  # with --link: side -> qdisc kind -> counters (link.read_counters)
     # A run on hosts: role -> its host's part, in that host's clock: {"host",
     # "t_ns", "system" (its /proc/stat), "tasks" (its every task, "pid/tid"),
-    # "nic" (procfs.read_nic of the side's NIC)}.
+    # "nic" (procfs.read_nic of the side's NIC, read just outside the window:
+    # before the start edge, after the end edge)}.
     # Then system is every kernel's summed, and tasks each side's own threads.
     hosts: Optional[dict] = None
 
