@@ -14,6 +14,9 @@ each tool once, in an order that rotates from round to round.
 Both use AES-128-GCM (secnetperf's -cipher:1; its default lets quictls
 choose AES-256-GCM).
 
+--direction down turns every pair round: qprof run --direction down
+against secnetperf -down:Ns (its download scenario) and iperf3 -R.
+
 secnetperf is msquic's own perf tool. It is not in the crates.io crate
 and qprof never downloads it: build it from msquic's repository at the
 tag of qprof's msquic (v2.5.1) and pass --secnetperf PATH. By default it
@@ -32,7 +35,7 @@ build) to every round: a change to qprof's own code must leave its
 figures where they were, measured side by side, interleaved.
 
 USAGE: .venv/bin/python benchmarks/fidelity.py [--rounds N] [--duration S] [--secnetperf PATH] [--stacks LIST]
-       [--qprof-before CMD]
+       [--qprof-before CMD] [--direction up|down]
 (the venv's Python: it makes the namespaces with qprof's own Topology)
 """
 
@@ -59,12 +62,14 @@ def busy_s(a, b) -> float:
     return d.user_s + d.nice_s + d.system_s + d.irq_s + d.softirq_s + d.steal_s
 
 
-def run_qprof(stack: str, duration: float, runs_dir: str, qprof: str = QPROF) -> tuple:
+def run_qprof(stack: str, duration: float, runs_dir: str, qprof: str = QPROF, direction: str = "up") -> tuple:
+    way = ["--direction", direction] if direction != "up" else []
     r = subprocess.run(
         [
             *qprof.split(),
             "run",
             "--json",
+            *way,
             "--stack",
             stack,
             "--duration",
@@ -103,15 +108,18 @@ def _served(topo, server_argv, client_argv, env=None, settle_s=0.5):
     return r.stdout, busy_s(before, after)
 
 
-def run_iperf3(topo, duration: float) -> tuple:
-    out, busy = _served(topo, ["iperf3", "-s", "-1"], ["iperf3", "-c", topo.server.addr, "-t", str(duration), "-J"])
+def run_iperf3(topo, duration: float, direction: str = "up") -> tuple:
+    reverse = ["-R"] if direction == "down" else []
+    out, busy = _served(
+        topo, ["iperf3", "-s", "-1"], ["iperf3", "-c", topo.server.addr, "-t", str(duration), "-J", *reverse]
+    )
     j = json.loads(out)
     nbytes = sum(i["sum"]["bytes"] for i in j["intervals"])
     gbps = j["end"]["sum_received"]["bits_per_second"] / 1e9
     return gbps, busy * 1e9 / nbytes
 
 
-def run_secnetperf(topo, duration: float, path: str, env, tcp: bool) -> tuple:
+def run_secnetperf(topo, duration: float, path: str, env, tcp: bool, direction: str = "up") -> tuple:
     # The server's -cipher:1 = QUIC_ALLOWED_CIPHER_SUITE_AES_128_GCM_SHA256,
     # qprof's AEAD (a client given it prints nothing); left alone, quictls
     # prefers AES-256-GCM.
@@ -119,10 +127,10 @@ def run_secnetperf(topo, duration: float, path: str, env, tcp: bool) -> tuple:
     out, busy = _served(
         topo,
         [path, *common, "-cipher:1"],
-        [path, f"-target:{topo.server.addr}", *common, f"-up:{duration:g}s", "-pctput:1"],
+        [path, f"-target:{topo.server.addr}", *common, f"-{direction}:{duration:g}s", "-pctput:1"],
         env=env,
     )
-    m = re.search(r"Upload (\d+) bytes @ (\d+) kbps", out)
+    m = re.search(rf"{'Upload' if direction == 'up' else 'Download'} (\d+) bytes @ (\d+) kbps", out)
     if not m:
         sys.exit(f"secnetperf printed no result: {out.strip()[-300:]}")
     nbytes, kbps = int(m.group(1)), int(m.group(2))
@@ -153,6 +161,7 @@ def main():
         "--secnetperf-own-msquic", action="store_true", help="run secnetperf on the libmsquic beside it, not qprof's"
     )
     ap.add_argument("--qprof-before", metavar="CMD", help="another qprof to run beside this one, interleaved")
+    ap.add_argument("--direction", choices=("up", "down"), default="up", help="down: the server sends, in every tool")
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("needs root (namespaces)")
@@ -176,22 +185,27 @@ def main():
             order = jobs[rnd % len(jobs) :] + jobs[: rnd % len(jobs)]
             for stack, who in order:
                 if who == "qprof":
-                    res = run_qprof(stack, args.duration, runs_dir)
+                    res = run_qprof(stack, args.duration, runs_dir, direction=args.direction)
                 elif who == "before":
-                    res = run_qprof(stack, args.duration, runs_dir, args.qprof_before)
+                    res = run_qprof(stack, args.duration, runs_dir, args.qprof_before, args.direction)
                 else:
                     with Topology("netns", f"fd{os.getpid() % 10000}") as topo:
                         if stack == "tcp":
-                            res = run_iperf3(topo, args.duration)
+                            res = run_iperf3(topo, args.duration, args.direction)
                         else:
-                            res = run_secnetperf(topo, args.duration, args.secnetperf, env, tcp=stack == "tcp-tls")
+                            res = run_secnetperf(
+                                topo, args.duration, args.secnetperf, env, stack == "tcp-tls", args.direction
+                            )
                 got[stack][who].append(res)
                 print(
                     f"round {rnd + 1}: {stack:8} {refs[stack] if who == 'ref' else who:18} "
                     f"{res[0]:6.2f} Gbit/s {res[1]:.3f} ns/B",
                     flush=True,
                 )
-    print(f"\n{args.rounds} rounds of {args.duration:g} s, netns + veth, interleaved; median (min-max)")
+    print(
+        f"\n{args.rounds} rounds of {args.duration:g} s, direction {args.direction}, netns + veth, interleaved; "
+        "median (min-max)"
+    )
     print(
         f"{'stack':8} {'reference':18} {'qprof Gbit/s':>20} {'ref Gbit/s':>20} {'ratio':>6}"
         f" {'qprof ns/B':>20} {'ref ns/B':>20} {'ratio':>6}"

@@ -14,7 +14,7 @@ from qprof import errors
 from qprof.collectors import emulation, procfs
 from qprof.collectors.workload import WorkloadProcess
 from qprof.describe import cpu
-from qprof.describe.window import Edge, edge_sample
+from qprof.describe.window import Edge, edge_sample, receiver_sample
 
 MARK_TIMEOUT_S = 5.0
 
@@ -174,21 +174,23 @@ def sample_intervals(
     start: Edge,
     end_ns: int,
     interval_s: float,
-    receiver: WorkloadProcess,
+    receiver: str,
     server: WorkloadProcess,
     client: WorkloadProcess,
     on_sample: Callable[[dict, dict], None],
     cpu_now: Optional[Callable[[], dict]] = None,
 ) -> List[dict]:
     """Inside the window, every interval_s until end_ns: the receiver's
-    verified bytes (a mark) and both processes' on-CPU time (schedstat),
+    (a role, or "both") verified bytes (a mark each) and both processes'
+    on-CPU time (schedstat),
     and /proc/stat. Each sample goes to on_sample(previous, this) as it is
     taken (the live lines); the list is the measurement's. cpu_now: the
     machine's and both sides' CPU now, as {"system", "server_oncpu_s",
     "client_oncpu_s"} (Endpoints.cpu_now; by default read here)."""
     procs = (server, client)
+    marked = [p for p in procs if receiver in ("both", p.role)]
     samples: List[dict] = []
-    prev = edge_sample(start, receiver.role)
+    prev = edge_sample(start, receiver)
     k = 1
     while True:
         due = start.t_ns + int(k * interval_s * 1e9)
@@ -196,7 +198,8 @@ def sample_intervals(
             sleep_watching(end_ns, procs)
             return samples
         sleep_watching(due, procs)
-        receiver.request_mark(f"interval-{k}")
+        for p in marked:
+            p.request_mark(f"interval-{k}")
         t_ns = time.monotonic_ns()
         if cpu_now is not None:
             sample = {"t_ns": t_ns, **cpu_now()}
@@ -207,8 +210,7 @@ def sample_intervals(
                 "server_oncpu_s": procfs.read_process(server.pid).oncpu_s,
                 "client_oncpu_s": procfs.read_process(client.pid).oncpu_s,
             }
-        mark = receiver.wait_event("mark", MARK_TIMEOUT_S)
-        sample.update(receiver_app_bytes=mark["app_bytes"], receiver_t_ns=mark["t_ns"])
+        sample.update(receiver_sample({p.role: p.wait_event("mark", MARK_TIMEOUT_S) for p in marked}, receiver))
         samples.append(sample)
         on_sample(prev, sample)
         prev, k = sample, k + 1

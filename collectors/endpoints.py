@@ -24,7 +24,7 @@ from qprof.collectors.probes import HostProbes, ProbeSet, Target, target_for
 from qprof.collectors.remote import LOCAL, HostsPerf
 from qprof.collectors.topology import Topology
 from qprof.collectors.workload import WorkloadProcess
-from qprof.describe import mix, offload, options, transports
+from qprof.describe import direction, mix, offload, options, transports
 from qprof.describe.measurement import Measurement
 from qprof.describe.plan import FlowPlan, Plan
 from qprof.describe.window import Window
@@ -67,8 +67,9 @@ def workload_argv(
     stack = transports.STACKS[opts.stack]
     argv = [str(binary), "--stack", opts.stack, "--role", role, "--addr", addr, "--port", str(port), "--control"]
     argv += options.workload_args(opts, role)
-    sender = "server" if opts.pattern == "download" else "client"
-    argv += transports.workload_args(stack, role, opts.tls_version, opts.cipher, opts.sendfile, sender)
+    argv += transports.workload_args(
+        stack, role, opts.tls_version, opts.cipher, opts.sendfile, role in direction.senders(opts)
+    )
     role_env = listen.server_env(stack.name, addr, port, run_path, build_dir) if role == "server" else {}
     if plan is not None:
         role_env = listen.merge((env or {}).get(role, {}), role_env)
@@ -164,6 +165,8 @@ class Endpoints:
             if f.verify:  # the server expects another pattern period than the client sends
                 period = max(fp.options.io_size, PATTERN_PERIOD_MIN)
                 argv += ["--io-size", str(period * 2 if period < 1 << 20 else period // 2)]
+            if f.encrypt_one_side:  # the last --encrypt wins: the server does not ask
+                argv += ["--encrypt", "on"]
             self.servers[fp.index] = self._stack.enter_context(
                 WorkloadProcess("server", argv, self.topo.server, self._log(fp, "server"))
             )

@@ -5,7 +5,8 @@ runner.run takes it beside the RunOptions. Each one makes a real part
 fail (a wrong port, a broken certificate, a killed server, a TLS version
 the server refuses, the GSO/GRO interposer left out, a server checking
 against another pattern, a frozen sender, a kernel without netem, a
-workload claiming kTLS it never enabled, a guest out of time), so the
+workload claiming kTLS it never enabled, a guest out of time, a quic
+server that keeps encryption on), so the
 tests see qprof's real handling of it."""
 
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ FAULTS = (
     "no-netem",
     "ktls-claim",
     "guest-deadline",
+    "encrypt-one-side",
 )
 
 
@@ -72,6 +74,10 @@ class Faults:
     @property
     def guest_deadline(self) -> bool:  # the guest run's deadline is too short for any run
         return self.name == "guest-deadline"
+
+    @property
+    def encrypt_one_side(self) -> bool:  # the quic server is not told --encrypt off (only the client asks)
+        return self.name == "encrypt-one-side"
 
     def argv(self) -> List[str]:
         """The same faults for a qprof started elsewhere (the guest)."""

@@ -5,7 +5,7 @@
   passes (a bulk transfer also waits for a rate-limited link to fill),
   the window runs for --duration, and the clients send on past its end;
 - bytes (bulk --bytes): the transfer measured whole, from before the
-  client connects to the server's last byte;
+  client connects to the receiver's last byte (each receiver's, both ways);
 - download: the --count downloads, from the client's start to its last byte.
 
 Every edge is collectors/edges.py's `take` over all of the endpoints'
@@ -22,6 +22,7 @@ from qprof.collectors import emulation
 from qprof.collectors.edges import Reading, sample_intervals, sleep_watching, take
 from qprof.collectors.endpoints import Endpoints
 from qprof.collectors.faults import Faults
+from qprof.describe import direction
 from qprof.describe.plan import Plan
 from qprof.describe.window import edge_sample, interval_figures
 
@@ -91,8 +92,8 @@ def _downloads(plan: Plan, ep: Endpoints, emulated, on_progress, faults: Faults,
 
 def _fixed_size(plan: Plan, ep: Endpoints, emulated, on_progress, faults: Faults, on_interval=None) -> Taken:
     """--bytes: the transfer measured whole, from before the client
-    connects until the server has the last byte."""
-    opts, server, client = plan.options, ep.server, ep.client
+    connects until the receiver (each, both ways) has the last byte."""
+    opts, client = plan.options, ep.client
     tls_before = _tls_stat(ep)
     if ep.perf is not None:
         ep.perf.enable()
@@ -100,19 +101,25 @@ def _fixed_size(plan: Plan, ep: Endpoints, emulated, on_progress, faults: Faults
     client.send("start")
     connected = client.wait_event("connected", CONNECT_TIMEOUT_S)
     if faults.stall:  # the sender freezes; the watchdog below must end the run
-        os.kill(client.pid, signal.SIGSTOP)
+        os.kill(_role(ep, direction.senders(opts)[0]).pid, signal.SIGSTOP)
     on_progress("measuring until the last byte arrives")
-    _wait_for_done(
-        server,
-        lambda got: (
-            f"the fixed-size transfer stalled: the server received no byte for {STALL_S:.0f} s "
-            f"({got} of {opts.bytes * opts.streams} bytes arrived); see {server.log_path}."
-        ),
-    )
+    for role in direction.receivers(opts):
+        receiver = _role(ep, role)
+        _wait_for_done(
+            receiver,
+            lambda got, role=role, receiver=receiver: (
+                f"the fixed-size transfer stalled: the {role} received no byte for {STALL_S:.0f} s "
+                f"({got} of {opts.bytes * opts.streams} bytes arrived); see {receiver.log_path}."
+            ),
+        )
     end = _edge("end", ep, emulated)
     if ep.perf is not None:
         ep.perf.disable()
-    return Taken(start, end, {0: connected}, "server", tls_before)
+    return Taken(start, end, {0: connected}, direction.window_receiver(opts), tls_before)
+
+
+def _role(ep: Endpoints, role: str, index: int = 0):
+    return (ep.servers if role == "server" else ep.clients)[index]
 
 
 def _timed(plan: Plan, ep: Endpoints, emulated, on_progress, faults: Faults, on_interval=None) -> Taken:
@@ -143,13 +150,14 @@ def _timed(plan: Plan, ep: Endpoints, emulated, on_progress, faults: Faults, on_
         ep.server.proc.kill()
     end_ns = start.t_ns + int(opts.duration_s * 1e9)
     intervals = None
+    receiver = direction.window_receiver(opts)
     if ep.single and opts.interval_s and opts.pattern == "bulk":
         first = start.edge()
         intervals = sample_intervals(
             first,
             end_ns,
             opts.interval_s,
-            ep.server,
+            receiver,
             ep.server,
             ep.client,
             lambda a, b: on_interval(interval_line(a, b, start.t_ns)) if on_interval else None,
@@ -161,12 +169,14 @@ def _timed(plan: Plan, ep: Endpoints, emulated, on_progress, faults: Faults, on_
     if ep.perf is not None:
         ep.perf.disable()
     sleep_watching(end.t_ns + int(TAIL_S * 1e9), procs)
-    for c in ep.clients.values():
-        c.send("stop")
+    # The senders stop (bulk down: the server, which then ends each stream with its FIN).
+    for fp in plan.flows:
+        for role in direction.senders(fp.options) if fp.options.pattern == "bulk" else ("client",):
+            _role(ep, role, fp.index).send("stop")
     if intervals is not None and on_interval:
-        last = intervals[-1] if intervals else edge_sample(start.edge(), "server")
-        on_interval(interval_line(last, edge_sample(end.edge(), "server"), start.t_ns))
-    return Taken(start, end, connected, "server", tls_before, intervals)
+        last = intervals[-1] if intervals else edge_sample(start.edge(), receiver)
+        on_interval(interval_line(last, edge_sample(end.edge(), receiver), start.t_ns))
+    return Taken(start, end, connected, receiver, tls_before, intervals)
 
 
 WINDOWS = {"download": _downloads, "bytes": _fixed_size, "timed": _timed}

@@ -186,6 +186,14 @@ class NoPerfData(QprofError):
     exit_code = 34
 
 
+class SettingUnproven(QprofError):
+    """A knob the run asked for (--encrypt off, --pacing, --quic-cc, --ecn)
+    that msquic's own settings, read back after the run, say did not take
+    effect: the run measured something else and is not recorded."""
+
+    exit_code = 35
+
+
 class Regression(QprofError):
     """`qprof check`: a figure regressed beyond the baseline's spread and
     the threshold; the sentence names each."""

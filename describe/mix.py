@@ -103,6 +103,8 @@ def check(opts, cpus: int) -> List[Flow]:
         )
     if opts.bytes is not None:
         raise errors.BadMix("--mix runs for --duration, so its flows share one window; drop --bytes.")
+    if opts.direction is not None:
+        raise errors.BadMix("--mix's bulk flows upload through the one bottleneck; drop --direction.")
     if opts.streams != 1:
         raise errors.BadMix(
             "--mix's flows are one connection of one stream each (more flows: raise the counts); drop --streams."

@@ -22,6 +22,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from qprof import errors
 from qprof.describe import link
+from qprof.describe.direction import DIRECTIONS
 from qprof.units import parse_duration_s, parse_size_bytes
 
 STACK_NAMES = ("quic", "udp", "tcp", "tcp-tls", "tcp-ktls")
@@ -214,7 +215,6 @@ OPTIONS: List[Option] = [
         "window is then the whole transfer, handshake included.",
         short="-b",
         workload="--bytes",
-        roles=("client",),
     ),
     Option(
         "size",
@@ -306,6 +306,20 @@ OPTIONS: List[Option] = [
         "streams", "int", 1, "Streams in the one connection.", short="-n", lo=1, hi=64, vary=True, workload="--streams"
     ),
     Option(
+        "direction",
+        "choice",
+        None,
+        "bulk: who sends: up (the client, as iperf3), down (the server, as iperf3 -R and secnetperf's "
+        "download) or both (--streams each way at once, as iperf3 --bidir; each direction's goodput)",
+        choices=DIRECTIONS,
+        fill="up",
+        fill_note="bulk",
+        stacks=("quic", "tcp", "tcp-tls", "tcp-ktls"),
+        vary=True,
+        workload="--direction",
+        metavar="up|down|both",
+    ),
+    Option(
         "topology",
         "choice",
         "netns",
@@ -350,7 +364,16 @@ OPTIONS: List[Option] = [
         "a line each on a terminal (as iperf3 -i) and in the record; 0 for none.",
         field_name="interval_s",
     ),
-    Option("mtu", "int", 1500, "veth MTU.", lo=576, hi=9000, cli=False),
+    Option(
+        "mtu",
+        "int",
+        1500,
+        "The veths' MTU, e.g. 9000 for jumbo frames (TCP's segments grow with it; msquic 2.5.1 "
+        "caps its own packets at 1500, and the record's quic conn_settings say so).",
+        lo=576,
+        hi=9000,
+        vary=True,
+    ),
     Option("port", "int", 4433, "Server port.", short="-p", lo=1, hi=65535),
     Option(
         "io-size",
@@ -373,6 +396,56 @@ OPTIONS: List[Option] = [
         stacks=("quic",),
         vary=True,
         workload="--exec-profile",
+    ),
+    Option(
+        "pacing",
+        "choice",
+        None,
+        "quic: msquic's send pacing (PacingEnabled, as secnetperf -pacing); the record says what ran",
+        default_text="msquic's: on",
+        choices=ONOFF,
+        stacks=("quic",),
+        vary=True,
+        workload="--pacing",
+        metavar="on|off",
+    ),
+    Option(
+        "quic-cc",
+        "choice",
+        None,
+        "quic: msquic's congestion control (CongestionControlAlgorithm, as secnetperf -cc)",
+        default_text="msquic's: cubic",
+        choices=("cubic", "bbr"),
+        stacks=("quic",),
+        vary=True,
+        workload="--quic-cc",
+        metavar="cubic|bbr",
+    ),
+    Option(
+        "ecn",
+        "choice",
+        None,
+        "quic: msquic's ECN marking and feedback (EcnEnabled, as secnetperf -ecn)",
+        default_text="msquic's: off",
+        choices=ONOFF,
+        stacks=("quic",),
+        vary=True,
+        workload="--ecn",
+        metavar="on|off",
+    ),
+    Option(
+        "encrypt",
+        "choice",
+        None,
+        "quic: off sends 1-RTT packets unencrypted, both ends asking "
+        "(QUIC_PARAM_CONN_DISABLE_1RTT_ENCRYPTION, as secnetperf -encrypt:0), so crypto's share is "
+        "measured, not inferred; the record proves what ran. TLS over TCP: compare tcp-tls against tcp.",
+        default_text="on",
+        choices=ONOFF,
+        stacks=("quic",),
+        vary=True,
+        workload="--encrypt",
+        metavar="on|off",
     ),
     Option(
         "tls",

@@ -23,6 +23,7 @@ from qprof.describe.options import RunOptions
 from qprof.describe.transports import UDP_IP_HEADERS
 
 MIN_RR_PERIOD_S = 100e-6  # qprof-wl's --period-us floor
+MAX_STREAMS_EACH_WAY = 32  # qprof-wl's WL_MAX_STREAMS / 2 (--direction both)
 
 
 @dataclass(frozen=True)
@@ -143,10 +144,33 @@ def _pattern(opts: RunOptions) -> RunOptions:
         ):
             if value is not None:
                 raise errors.BadValue(f"--{name} applies to --pattern rr only; add it, or drop --{name}.")
+    if opts.pattern != "bulk" and opts.direction is not None:
+        raise errors.BadValue(
+            "--direction applies to --pattern bulk only (a download goes down, rr both ways); drop --direction."
+        )
     if opts.pattern == "rr":
         return _rr(opts)
     if opts.pattern == "download":
         return _download(opts)
+    return _direction(opts)
+
+
+def _direction(opts: RunOptions) -> RunOptions:
+    """Bulk's --direction: udp's receiver counts loss at the server only;
+    both ways opens --streams each way."""
+    if opts.stack == "udp" and opts.direction not in (None, "up"):
+        raise errors.BadValue(
+            f"--direction {opts.direction}: udp sends from the client only (the server counts what is lost); "
+            "use quic or a TCP stack, or drop --direction."
+        )
+    if opts.stack == "udp":
+        return opts
+    opts = options.filled(opts, "direction")
+    if opts.direction == "both" and opts.streams > MAX_STREAMS_EACH_WAY:
+        raise errors.BadValue(
+            f"--direction both opens --streams each way, at most {MAX_STREAMS_EACH_WAY}, not {opts.streams}; "
+            "lower --streams."
+        )
     return opts
 
 
@@ -223,6 +247,7 @@ def _hosts(opts: RunOptions) -> None:
         (opts.guest, "--guest runs both sides in a QEMU guest here", "--guest"),
         (opts.mix is not None, "--mix runs its flows between two namespaces here", "--mix"),
         (opts.topology == "loopback", "--topology loopback runs both sides on this host's loopback", "--topology"),
+        (opts.mtu != options.BY_NAME["mtu"].default, "--mtu sets the veths' MTU; a host's NIC keeps its own", "--mtu"),
         (
             opts.link is not None and opts.link_dev is None,
             "--link would change the qdisc of a real NIC, which qprof does only on devices named with "
@@ -276,12 +301,22 @@ def link_devices(opts: RunOptions) -> Dict[str, Tuple[str, str]]:
 
 
 def _tcp_cc(opts: RunOptions) -> None:
-    """--tcp-cc is TCP's (whether this kernel has it is preflight's)."""
+    """--tcp-cc is TCP's (whether this kernel has it is preflight's); the
+    quic knobs are msquic's."""
     if opts.tcp_cc is not None and opts.stack not in options.TCP_STACKS:
-        raise errors.BadValue(
-            f"--tcp-cc sets TCP's congestion control, and {opts.stack} does not use TCP "
-            "(msquic has its own, cubic); drop --tcp-cc or use a TCP stack."
-        )
+        fix = "use --quic-cc" if opts.stack == "quic" else "drop --tcp-cc or use a TCP stack"
+        raise errors.BadValue(f"--tcp-cc sets TCP's congestion control, and {opts.stack} does not use TCP; {fix}.")
+    if opts.stack == "quic":
+        return
+    why = {
+        "pacing": "TCP's pacing is the kernel's (fq or bbr's own: --tcp-cc bbr)",
+        "quic-cc": "TCP's congestion control is --tcp-cc",
+        "ecn": "TCP's ECN is the namespace's net.ipv4.tcp_ecn",
+        "encrypt": "for TLS over TCP, compare tcp-tls against tcp (qprof compare --stacks tcp,tcp-tls)",
+    }
+    for name, reason in why.items():
+        if getattr(opts, options.BY_NAME[name].field) is not None:
+            raise errors.BadValue(f"--{name} is msquic's, for --stack quic; {reason}. Drop --{name}.")
 
 
 def _link(opts: RunOptions) -> RunOptions:

@@ -14,7 +14,21 @@ from pathlib import Path
 from typing import Optional
 
 from qprof import errors
-from qprof.describe import cpu, derive, downloads, floor, hosts, link, mix, netstat, offload, options, rr, transports
+from qprof.describe import (
+    cpu,
+    derive,
+    direction,
+    downloads,
+    floor,
+    hosts,
+    link,
+    mix,
+    netstat,
+    offload,
+    options,
+    rr,
+    transports,
+)
 from qprof.describe.measurement import Measurement
 from qprof.describe.transports import UDP_IP_HEADERS
 from qprof.describe.window import Window, counter_delta, edge_sample, interval_figures
@@ -118,7 +132,8 @@ def intervals_record(opts: options.RunOptions, m: Measurement) -> Optional[dict]
     if m.intervals is None:
         return None
     start = m.window.start.t_ns
-    points = [edge_sample(m.window.start, "server"), *m.intervals, edge_sample(m.window.end, "server")]
+    r = m.window.receiver
+    points = [edge_sample(m.window.start, r), *m.intervals, edge_sample(m.window.end, r)]
     samples = [
         {"start_s": (a["t_ns"] - start) / 1e9, "end_s": (b["t_ns"] - start) / 1e9, **interval_figures(a, b)}
         for a, b in zip(points, points[1:])
@@ -130,14 +145,17 @@ def intervals_record(opts: options.RunOptions, m: Measurement) -> Optional[dict]
 
 def streams_record(window: Window, streams: int) -> Optional[dict]:
     """Each stream's (QUIC) or connection's (TCP) verified bytes over the
-    window, as the receiver counted them, its goodput, and Jain's index
+    window, as its receiver counted them, its goodput, and Jain's index
     over them; None when the receiver does not report them. A stream the
     receiver has not seen yet (msquic opens a stream at its peer with its
-    first byte) moved nothing: 0."""
-    a = window.start.server_mark.get("stream_bytes")
-    b = window.end.server_mark.get("stream_bytes")
+    first byte) moved nothing: 0. Both ways: up streams first, then down,
+    each counted by the side that receives it (the other's entry is 0)."""
+    a = _stream_bytes(window.start, window.receivers)
+    b = _stream_bytes(window.end, window.receivers)
     if a is None or b is None:
         return None
+    if window.receiver == "both":
+        streams *= 2
     n = max(streams, len(b))
     a, b = list(a) + [0] * (n - len(a)), list(b) + [0] * (n - len(b))
     got = [y - x for x, y in zip(a, b)]
@@ -148,6 +166,15 @@ def streams_record(window: Window, streams: int) -> Optional[dict]:
         "jain_index": derive.jain_index(got),
         "min_share": min(got) / sum(got) if sum(got) else None,
     }
+
+
+def _stream_bytes(e, roles) -> Optional[list]:
+    """The receivers' stream_bytes at an edge, added entry by entry."""
+    got = [getattr(e, f"{r}_mark").get("stream_bytes") for r in roles]
+    if any(g is None for g in got):
+        return None
+    n = max(len(g) for g in got)
+    return [sum(g[i] if i < len(g) else 0 for g in got) for i in range(n)]
 
 
 def rr_record(opts: options.RunOptions, m: Measurement, rec: dict) -> dict:
@@ -253,12 +280,29 @@ def build_record(opts, m: Measurement) -> dict:
             "server": server_done.get("recv_coalescing"),
         }
 
-    # Bulk: the client sends; a download: the server sends, once per connection.
+    # Bulk: the sender by --direction (both ways: each side checks what the
+    # other sent, on --streams each way); a download: the server sends, once per connection.
     receiver, sender = window.receiver, window.sender
-    got, gave = m.done[receiver], m.done[sender]
     what = "streams" if opts.pattern == "bulk" else "downloads"
     expected = opts.streams if opts.pattern == "bulk" else opts.count
-    if opts.pattern == "rr":
+    if receiver != "both":
+        got, gave = m.done[receiver], m.done[sender]
+    if receiver == "both":
+        for got_role in window.receivers:
+            got, gave = m.done[got_role], m.done[direction.other(got_role)]
+            if not (
+                got.get("verified") is True
+                and got["app_bytes"] == gave["sent_bytes"]
+                and got["streams_completed"] == 2 * expected
+            ):
+                raise errors.VerifyFailed(
+                    f"the {got_role} verified {got['app_bytes']} bytes, {got['streams_completed']} streams done "
+                    f"of {2 * expected}, but the {direction.other(got_role)} sent {gave.get('sent_bytes')}; "
+                    "see the run's logs."
+                )
+        got = {"app_bytes": window.end.client_mark["app_bytes"] + window.end.server_mark["app_bytes"]}
+        verified = True
+    elif opts.pattern == "rr":
         # Each side checked what it received (requests, responses) and
         # matched responses to requests; a request still unanswered is a figure.
         verified = got.get("verified") is True and gave.get("verified") is True
@@ -272,24 +316,29 @@ def build_record(opts, m: Measurement) -> dict:
             and got["app_bytes"] == gave["app_bytes"]
             and got["streams_completed"] == expected
         )
-    if not verified:
+    if receiver != "both" and not verified:
         raise errors.VerifyFailed(
             f"the {receiver} verified {got['app_bytes']} bytes on {got['streams_completed']} {what} "
             f"but the {sender} sent {gave['app_bytes']} on {expected}; see the run's logs."
         )
 
     # The sender's CPU is per byte it sent; for reliable stacks that is the
-    # bytes received, for raw UDP it includes what was lost.
-    sent = window.mark_delta(sender, "app_bytes")
+    # bytes received, for raw UDP it includes what was lost. Both ways, each
+    # side's CPU is per byte moved either way.
+    sent = window.sent
     client_bytes = sent if stack.name == "udp" else nbytes
+    transport = transport_record(stack, client_done, server_done, tls_before, window)
+    if stack.name == "quic":
+        prove_quic_settings(opts, transport)
     return {
         "stack": opts.stack,
         "config": asdict(opts),
         "environment": env,
-        "transport": transport_record(stack, client_done, server_done, tls_before, window),
+        "transport": transport,
         "bytes": nbytes,
         "bytes_total": got["app_bytes"],
         "bytes_sent": sent,
+        "direction": direction_record(opts, window),
         "verified": verified,
         "window_s": window.seconds,
         "cpu_window_s": window.cpu_seconds,
@@ -309,6 +358,27 @@ def build_record(opts, m: Measurement) -> dict:
         },
         "measured_at": m.measured_at,
     }
+
+
+def direction_record(opts, window: Window) -> Optional[dict]:
+    """Bulk: which side sent, and each direction's verified bytes and
+    goodput over the window (up: client to server). Each side's CPU per
+    byte (cpu.*) is per byte moved, both ways together with --direction both."""
+    if opts.pattern != "bulk":
+        return None
+    seconds = window.seconds
+    out = {
+        "direction": direction.bulk_direction(opts),
+        "senders": list(direction.senders(opts)),
+        "receivers": list(window.receivers),
+    }
+    for way, role in (("up", "server"), ("down", "client")):
+        if role in window.receivers:
+            b = window.direction_bytes(role)
+            out[way] = {"bytes": b, "gbps": b * 8 / seconds / 1e9 if seconds > 0 else None}
+        else:
+            out[way] = None
+    return out
 
 
 # The raw UDP workload's counters (workloads/wl_udp.c).
@@ -331,6 +401,9 @@ def _mark_delta(a: dict, b: dict) -> dict:
 def transport_record(stack, client_done: dict, server_done: dict, tls_before: dict, window: Window) -> dict:
     """TLS as the sockets reported it, and the kernel's proof for kTLS."""
     rec = {"protocol": stack.transport, "tls": stack.tls}
+    if stack.name == "quic":
+        # What each side's reported connection ran with, read back from msquic.
+        rec["quic_settings"] = {"client": client_done.get("conn_settings"), "server": server_done.get("conn_settings")}
     if not stack.configurable_tls:
         return rec
     ktls = {
@@ -356,6 +429,30 @@ def transport_record(stack, client_done: dict, server_done: dict, tls_before: di
     if stack.tls == "kernel":
         _prove_ktls(ktls, tls_stat)
     return rec
+
+
+# The quic knobs, and the key msquic's settings read back give each.
+QUIC_KNOBS = {"pacing": "pacing", "quic_cc": "congestion_control", "ecn": "ecn", "encrypt": "encryption"}
+
+
+def prove_quic_settings(opts, transport: dict) -> None:
+    """Each quic knob the run set is what both sides' connections ran with
+    (msquic's own settings, read back after the run); else the run measured
+    something else (e.g. --encrypt off that one side did not ask for)."""
+    ran = transport.get("quic_settings") or {}
+    for field, key in QUIC_KNOBS.items():
+        asked = getattr(opts, field, None)
+        if asked is None:
+            continue
+        want = asked if field == "quic_cc" else asked == "on"
+        for side in ("client", "server"):
+            got = (ran.get(side) or {}).get(key)
+            if got != want:
+                flag = options.BY_FIELD[field].flag
+                raise errors.SettingUnproven(
+                    f"{flag} {asked} did not take effect on the {side}: msquic says its connection ran with "
+                    f"{key} {got}, so the run is not recorded; check that both sides got {flag}."
+                )
 
 
 def _prove_ktls(ktls: dict, tls_stat: dict) -> None:

@@ -69,15 +69,15 @@ def validate(stack_name: str, tls_version: Optional[str], cipher: Optional[str],
 
 
 def workload_args(
-    stack: Stack, role: str, tls_version: Optional[str], cipher: Optional[str], sendfile: bool, sender: str = "client"
+    stack: Stack, role: str, tls_version: Optional[str], cipher: Optional[str], sendfile: bool, sends: bool
 ) -> List[str]:
-    """sender: the role that sends the data (the server, for downloads)."""
+    """sends: the role sends the data (describe/direction.py)."""
     args = []
     if stack.configurable_tls:
         args += ["--tls", tls_version or "1.3"]
         if cipher:
             args += ["--cipher", cipher]
-    if sendfile and role == sender:
+    if sendfile and sends:
         args += ["--sendfile"]
     return args
 

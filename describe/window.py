@@ -38,24 +38,49 @@ class Edge:
 class Window:
     start: Edge
     end: Edge
-    receiver: str = "server"  # whose verified bytes the window counts: the client's for downloads
+    # Whose verified bytes the window counts (describe/direction.py): the
+    # server's, the client's (downloads, bulk down), or "both" (bulk both
+    # ways: the two receivers' added, each direction its own).
+    receiver: str = "server"
 
     @property
     def sender(self) -> str:
-        return "client" if self.receiver == "server" else "server"
+        return "both" if self.receiver == "both" else "client" if self.receiver == "server" else "server"
+
+    @property
+    def receivers(self) -> tuple:
+        return ("client", "server") if self.receiver == "both" else (self.receiver,)
 
     def mark_delta(self, side: str, key: str) -> int:
+        """A workload counter over the window; side "both": the two sides' added."""
+        if side == "both":
+            return sum(self.mark_delta(s, key) for s in ("client", "server"))
         return getattr(self.end, f"{side}_mark")[key] - getattr(self.start, f"{side}_mark")[key]
 
     @property
     def bytes(self) -> int:
-        """Bytes the receiver verified inside the window."""
+        """Bytes the receiver (both: the receivers) verified inside the window."""
         return self.mark_delta(self.receiver, "app_bytes")
+
+    def direction_bytes(self, receiver: str) -> int:
+        """The bytes one receiver verified: one direction's."""
+        return self.mark_delta(receiver, "app_bytes")
+
+    @property
+    def sent(self) -> int:
+        """Bytes the sender handed to its transport (both ways: each side's sent_bytes)."""
+        if self.receiver == "both":
+            return self.mark_delta("both", "sent_bytes")
+        return self.mark_delta(self.sender, "app_bytes")
 
     @property
     def seconds(self) -> float:
-        """The window by the receiver's own clock, which brackets `bytes`."""
-        return self.mark_delta(self.receiver, "t_ns") / 1e9
+        """The window by the receiver's own clock (both: the server's), which brackets `bytes`."""
+        return self.mark_delta(self._clock, "t_ns") / 1e9
+
+    @property
+    def _clock(self) -> str:
+        return "server" if self.receiver == "both" else self.receiver
 
     @property
     def cpu_seconds(self) -> float:
@@ -63,16 +88,25 @@ class Window:
         return (self.end.t_ns - self.start.t_ns) / 1e9
 
 
+def receiver_sample(marks: dict, receiver: str) -> dict:
+    """The receiver's verified bytes and clock from role -> its mark
+    (both: the two sides' bytes added, the server's clock)."""
+    roles = ("client", "server") if receiver == "both" else (receiver,)
+    clock = "server" if receiver == "both" else receiver
+    return {
+        "receiver_app_bytes": sum(marks[r]["app_bytes"] for r in roles),
+        "receiver_t_ns": marks[clock]["t_ns"],
+    }
+
+
 def edge_sample(e: Edge, receiver: str) -> dict:
     """An edge in the form of an interval sample."""
-    mark = getattr(e, f"{receiver}_mark")
     return {
         "t_ns": e.t_ns,
         "system": asdict(e.system),
         "server_oncpu_s": e.server.oncpu_s,
         "client_oncpu_s": e.client.oncpu_s,
-        "receiver_app_bytes": mark["app_bytes"],
-        "receiver_t_ns": mark["t_ns"],
+        **receiver_sample({"client": e.client_mark, "server": e.server_mark}, receiver),
     }
 
 

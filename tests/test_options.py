@@ -83,8 +83,14 @@ def test_workload_gets_only_its_stacks_options():
         "--exec-profile",
         "lowlat",
     ]
+    # --bytes to both roles: the sender of --direction down is the server.
     assert options.workload_args(quic, "server") == [
-        *("--pattern", "bulk", "--streams", "1", "--io-size", "65536", "--exec-profile", "lowlat")
+        *("--pattern", "bulk", "--bytes", "1048576", "--streams", "1", "--io-size", "65536"),
+        *("--exec-profile", "lowlat"),
+    ]
+    down = options.RunOptions(stack="tcp", io_size=131072, direction="down")
+    assert options.workload_args(down, "server") == [
+        *("--pattern", "bulk", "--streams", "1", "--direction", "down", "--io-size", "131072")
     ]
     assert options.workload_args(tcp, "client") == ["--pattern", "bulk", "--streams", "1", "--io-size", "131072"]
     # A download: its size and count to both roles, --resume as a bare flag where the stack resumes.

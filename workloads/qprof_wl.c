@@ -30,10 +30,14 @@ static const char usage[] =
 	"                           download (--count connections, the server sends) or\n"
 	"                           rr (requests on a schedule, each answered; see below)\n"
 	"  -n, --streams N          bulk: quic: streams in the one connection; tcp, tcp-tls,\n"
-	"                           tcp-ktls: connections, a thread each (default 1)\n"
-	"  -t, --duration-ms MS     client: send for MS after the handshake (rr: requests fall\n"
-	"                           due for MS)\n"
-	"  -b, --bytes N            client: send N bytes per stream, then FIN\n"
+	"                           tcp-ktls: connections, a thread each (default 1); with\n"
+	"                           --direction both, N each way (at most 32)\n"
+	"      --direction D        bulk: up (default: the client sends), down (the server\n"
+	"                           sends; give both roles the same D) or both (N streams\n"
+	"                           each way, as iperf3 --bidir)\n"
+	"  -t, --duration-ms MS     the sender: send for MS after the handshake (rr: requests\n"
+	"                           fall due for MS)\n"
+	"  -b, --bytes N            the sender: send N bytes per stream, then FIN\n"
 	"      --size N             download: bytes the server sends per connection\n"
 	"      --count N            download: connections, one after another (default 1)\n"
 	"      --resume             download, quic, tcp-tls, tcp-ktls: the client resumes each\n"
@@ -59,6 +63,13 @@ static const char usage[] =
 	"                           read (tcp); both roles: the payload pattern's period\n"
 	"                           is max(N, 64K), so give both roles the same N\n"
 	"      --exec-profile P     msquic execution profile: lowlat (default) or maxtput\n"
+	"      --pacing on|off      quic: msquic's send pacing (PacingEnabled; default: msquic's, on)\n"
+	"      --quic-cc C          quic: congestion control, cubic (msquic's default) or bbr\n"
+	"      --ecn on|off         quic: msquic's ECN (EcnEnabled; default: msquic's, off)\n"
+	"      --encrypt on|off     quic: off asks for 1-RTT packets without encryption\n"
+	"                           (QUIC_PARAM_CONN_DISABLE_1RTT_ENCRYPTION, as secnetperf\n"
+	"                           -encrypt:0); it takes effect only if both roles ask\n"
+
 	"      --tls V              tcp-tls, tcp-ktls: TLS version 1.2 or 1.3 (default)\n"
 	"      --cipher NAME        tcp-tls, tcp-ktls: OpenSSL cipher name (default AES-128-GCM:\n"
 	"                           TLS_AES_128_GCM_SHA256, or ECDHE-ECDSA-AES128-GCM-SHA256 for 1.2)\n"
@@ -79,9 +90,13 @@ static const char usage[] =
 	"  -h, --help\n"
 	"\n"
 	"With neither --duration-ms nor --bytes the client sends until told \"stop\".\n"
-	"In bulk the server's marks and \"done\" carry stream_bytes: the bytes it\n"
-	"verified on each stream (quic) or connection (tcp stacks), as a JSON array\n"
-	"in the order they started or were accepted, one entry per one seen so far.\n"
+	"In bulk the receiving role's marks and \"done\" carry stream_bytes: the bytes\n"
+	"it verified on each stream (quic) or connection (tcp stacks), as a JSON array\n"
+	"in the order they started or were accepted, one entry per one seen so far;\n"
+	"with --direction both, up streams first, each role's entries for the streams\n"
+	"it sends 0, and each role's marks and \"done\" add sent_bytes. A down stream\n"
+	"starts with the client's 8-byte request (wl_bulk.c); with quic, both ways\n"
+	"take two connections, the up streams on one and the down streams on the other.\n"
 	"\n"
 	"download: on each connection the client sends an 8-byte request (--size,\n"
 	"little-endian), the server answers with --size bytes of the pattern from\n"
@@ -191,6 +206,8 @@ static const struct flag flags[] = {
 	{FLAG("key", 0, F_STR, key)},
 	{FLAG("pattern", 0, F_CHOICE, pattern), .choices = "bulk|download|rr"},
 	{FLAG("streams", 'n', F_NUM, streams), .lo = 1, .hi = 64},
+	{FLAG("direction", 0, F_CHOICE, direction), .choices = "up|down|both",
+	 .stacks = "quic|tcp|tcp-tls|tcp-ktls", .patterns = P_BULK},
 	{FLAG("duration-ms", 't', F_NUM, duration_ms), .lo = 1, .hi = UINT64_MAX,
 	 .patterns = P_BULK | P_RR},
 	{FLAG("bytes", 'b', F_NUM, bytes), .lo = 1, .hi = UINT64_MAX, .patterns = P_BULK},
@@ -210,6 +227,10 @@ static const struct flag flags[] = {
 	{FLAG("io-size", 0, F_NUM, io_size), .lo = 1024, .hi = 1u << 20, .pow2 = true,
 	 .unit = " bytes"},
 	{FLAG("exec-profile", 0, F_CHOICE, exec_profile), .choices = "lowlat|maxtput"},
+	{FLAG("pacing", 0, F_CHOICE, pacing), .choices = "on|off", .stacks = "quic"},
+	{FLAG("quic-cc", 0, F_CHOICE, quic_cc), .choices = "cubic|bbr", .stacks = "quic"},
+	{FLAG("ecn", 0, F_CHOICE, ecn), .choices = "on|off", .stacks = "quic"},
+	{FLAG("encrypt", 0, F_CHOICE, encrypt), .choices = "on|off", .stacks = "quic"},
 	{FLAG("tls", 0, F_STR, tls_version)}, /* wl_tcp.c's check: exit 9, as for a cipher */
 	{FLAG("cipher", 0, F_STR, cipher)},
 	{FLAG("sendfile", 0, F_BOOL, sendfile), .patterns = P_BULK | P_DOWNLOAD},
@@ -377,6 +398,12 @@ static int check_scope(const struct wl_opts *o)
 	return 0;
 }
 
+/* bulk --direction down: the client only receives, until the server's FIN. */
+static bool sends_down_only(const struct wl_opts *o)
+{
+	return !o->rr && o->direction && !strcmp(o->direction, "down");
+}
+
 /* The rules between flags that one flag's row cannot say; one sentence each. */
 static int check_rules(struct wl_opts *o)
 {
@@ -416,8 +443,21 @@ static int check_rules(struct wl_opts *o)
 		wl_warn("--pattern rr: the client needs --duration-ms, or --control to send until \"stop\"");
 		return WL_EXIT_USAGE;
 	}
-	if (client && !o->download && !o->duration_ms && !o->bytes && !o->control) {
+	if (!o->download && !o->rr && o->direction && !strcmp(o->direction, "both") &&
+	    o->streams > WL_MAX_STREAMS / 2) {
+		wl_warn("--direction both opens --streams each way: at most %d, not %d",
+			WL_MAX_STREAMS / 2, o->streams);
+		return WL_EXIT_USAGE;
+	}
+	if (client && !o->download && !sends_down_only(o) && !o->duration_ms && !o->bytes &&
+	    !o->control) {
 		wl_warn("the client needs --duration-ms, --bytes or --control");
+		return WL_EXIT_USAGE;
+	}
+	if (!client && !o->download && !o->rr && o->direction && strcmp(o->direction, "up") &&
+	    strcmp(o->stack, "udp") && !o->duration_ms && !o->bytes && !o->control) {
+		wl_warn("--direction %s: the server sends, and needs --duration-ms, --bytes or --control",
+			o->direction);
 		return WL_EXIT_USAGE;
 	}
 	if (o->wait_start && !o->control) {

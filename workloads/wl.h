@@ -52,6 +52,9 @@ struct wl_opts {
 	const char *cert;
 	const char *key;
 	int streams;
+	const char *direction; /* bulk: up, down or both (wl_bulk.c); NULL: up */
+	/* quic: msquic's settings, "on"/"off" or a name; NULL or 0: msquic's default */
+	const char *pacing, *quic_cc, *ecn, *encrypt;
 	uint64_t duration_ms; /* 0: send until bytes */
 	uint64_t bytes;	      /* 0: send for duration */
 	uint32_t io_size;     /* bytes per send request */

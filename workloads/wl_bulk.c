@@ -1,12 +1,28 @@
 // SPDX-License-Identifier: GPL-2.0-only
 /*
- * --pattern bulk: the client uploads, the server checks every byte.
- * --streams N: N unidirectional streams on one connection of a
- * multistream transport (QUIC), else N connections, each with a thread
- * and blocking I/O (TCP, as iperf3 -P). The sender keeps the transport's
- * room filled straight out of the pattern region; it sends for
- * --duration-ms from the handshake (the last connection's, with many),
- * or --bytes per stream, or until "stop".
+ * --pattern bulk: one side sends, the other checks every byte.
+ * --streams N: N streams on one connection of a multistream transport
+ * (QUIC), else N connections, each with a thread and blocking I/O (TCP,
+ * as iperf3 -P). The sender keeps the transport's room filled straight
+ * out of the pattern region; it sends for --duration-ms from the
+ * handshake (the last connection's, with many), or --bytes per stream,
+ * or until "stop".
+ *
+ * --direction: up (the client sends on N unidirectional streams), down
+ * (the server sends: as secnetperf's download and iperf3 -R) or both (N
+ * streams each way, as iperf3 --bidir). The client opens every stream; a
+ * down stream (QUIC: bidirectional; TCP: its connection) starts with the
+ * client's 8-byte request, WL_BULK_DOWN, and the server answers with the
+ * pattern from offset 0 until --duration-ms, --bytes or "stop" (the
+ * sender's), then FIN; the client ends its side on that FIN. An up
+ * stream's first word is the pattern's, WL_PAT_SEED, never the request,
+ * so with both a server tells the two apart by the first 8 bytes.
+ * Streams are numbered up first (0..N-1), then down (N..2N-1); each side
+ * counts in stream_bytes the streams it receives, at their numbers.
+ * QUIC both ways opens two connections, the up streams on one and the
+ * down streams on the other, as iperf3 --bidir gives each direction its
+ * own sockets: on one connection (one msquic worker a side) the down
+ * direction starved, 3.6 MB against 3.4 GB up in 2 s on loopback.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -18,41 +34,77 @@
 
 #include "wl_role.h"
 
+/* A down stream's request, the client's first 8 bytes on it (little-endian): "qwl-down". */
+#define WL_BULK_DOWN 0x6e776f642d6c7771ull
+
 struct bconn {
 	struct wl_conn *c;
 	int idx;
-	int nstreams;	    /* streams it carries */
-	int streams_closed; /* client: ... closed, gracefully or not */
-	int streams_fin;    /* server: ... the peer ended */
+	int first;	    /* client: the number of its first stream */
+	int nstreams;	    /* streams it carries (server, QUIC both ways: seen so far) */
+	int streams_closed; /* closed, gracefully or not */
+	int streams_fin;    /* the peer ended */
 	bool connected;
 };
 
 struct bstream {
 	struct bconn *bc;
 	struct wl_stream *s;
-	int idx;
+	int idx;      /* its number: up streams first (stream_bytes, messages) */
+	bool down;    /* the server sends on it */
+	bool known;   /* server, --direction down or both: its request (or first word) came */
 	uint64_t off; /* sender: bytes handed to the transport; receiver: checked */
 	bool fin;     /* sender: FIN sent; receiver: the peer's came */
 	bool bad;     /* receiver: failed the check; the rest is dropped */
+	bool req;     /* client, down: the request is sent */
+	uint8_t word[8];
+	uint32_t nword; /* server, not yet known: the first bytes so far */
 };
 
 static struct {
 	int nconns;
+	int up, down, total; /* streams each way; total = up + down */
+	bool learn;	     /* server: a stream's way comes with its first bytes */
 	struct bconn conns[WL_MAX_STREAMS];
 	struct bstream streams[WL_MAX_STREAMS];
-	_Atomic int accepted, started, next_stream, connected, closed;
-	_Atomic int streams_done;  /* client: closed after its FIN; server: FIN received */
-	_Atomic int streams_ended; /* client: closed at all */
+	_Atomic int accepted, started, next_slot, next_up, next_down, connected, closed;
+	_Atomic int streams_done; /* sent: closed after its FIN; received: its FIN came */
 	/* TCP client: every connection sends only once all are up (the barrier). */
 	pthread_mutex_t lock;
 	pthread_cond_t all_up;
 	bool released;
-	int timer; /* client --duration-ms */
+	int timer; /* the sender's --duration-ms */
 } bulk = {.lock = PTHREAD_MUTEX_INITIALIZER, .all_up = PTHREAD_COND_INITIALIZER, .timer = -1};
 
 static const char *unit(void)
 {
 	return wl_role.t->multistream ? "stream" : "connection";
+}
+
+/* Does this role send on any stream, receive on any? */
+static bool sends(void)
+{
+	return wl_role.server ? bulk.down > 0 : bulk.up > 0;
+}
+
+static bool receives(void)
+{
+	return wl_role.server ? bulk.up > 0 : bulk.down > 0;
+}
+
+static void set_ways(void)
+{
+	const char *d = wl_role.o->direction ? wl_role.o->direction : "up";
+	const int n = wl_role.o->streams;
+
+	bulk.up = strcmp(d, "down") ? n : 0;
+	bulk.down = strcmp(d, "up") ? n : 0;
+	bulk.total = bulk.up + bulk.down;
+	/* QUIC both ways: a connection each way, as iperf3 --bidir's sockets (see the header). */
+	bulk.nconns = !wl_role.t->multistream ? bulk.total : bulk.up && bulk.down ? 2 : 1;
+	bulk.learn = wl_role.server && bulk.down > 0;
+	/* A role that receives counts its streams' bytes at their numbers (wl_role.c). */
+	wl_role.per_stream = receives();
 }
 
 static void release(void)
@@ -98,19 +150,31 @@ static void send_more(struct wl_stream *s, void *ctx)
 	}
 }
 
+/* A stream is done on this side (sent and closed, or received whole); the last ends the transfer. */
+static void stream_done(void)
+{
+	if (atomic_fetch_add(&bulk.streams_done, 1) + 1 == bulk.total)
+		wl_role.t_transfer_done_ns = wl_now_ns();
+}
+
+/* Client: a stream is over both ways; the connection closes after its last. */
+static void client_stream_closed(struct bstream *bs)
+{
+	struct bconn *bc = bs->bc;
+
+	if (++bc->streams_closed == bc->nstreams)
+		wl_role.t->close(bc->c, WL_CLOSE_OK);
+}
+
 static void sender_closed(struct wl_stream *s, void *ctx, bool graceful)
 {
 	struct bstream *bs = ctx;
-	struct bconn *bc = bs->bc;
 
 	(void)s, (void)graceful;
 	/* As before: a stream that sent its FIN counts (msquic's refused one too). */
 	if (bs->fin)
-		atomic_fetch_add(&bulk.streams_done, 1);
-	if (atomic_fetch_add(&bulk.streams_ended, 1) + 1 == wl_role.o->streams)
-		wl_role.t_transfer_done_ns = wl_now_ns();
-	if (++bc->streams_closed == bc->nstreams)
-		wl_role.t->close(bc->c, WL_CLOSE_OK);
+		stream_done();
+	client_stream_closed(bs);
 }
 
 static const struct wl_stream_handlers sender = {
@@ -121,151 +185,9 @@ static const struct wl_stream_handlers sender = {
 	.closed = sender_closed,
 };
 
-static void arm_timer(void)
+/* Receiver: check every byte at its offset; the first failure fails the run. */
+static void check(struct bstream *bs, const uint8_t *p, size_t len)
 {
-	uint64_t end = wl_role.t_connected_ns + wl_role.o->duration_ms * 1000000ull;
-	struct itimerspec its = {.it_value = {.tv_sec = (time_t)(end / 1000000000ull),
-					      .tv_nsec = (long)(end % 1000000000ull)}};
-
-	if (bulk.timer >= 0 && timerfd_settime(bulk.timer, TFD_TIMER_ABSTIME, &its, NULL))
-		wl_role_fail(WL_EXIT_INTERNAL, "cannot arm the duration timer: %s",
-			     strerror(errno));
-}
-
-static void client_connected(struct wl_conn *c, void *ctx)
-{
-	struct bconn *bc = ctx;
-	int i, code;
-
-	bc->connected = true;
-	if (atomic_fetch_add(&bulk.connected, 1) + 1 == bulk.nconns) {
-		if (!wl_role.failure.code) {
-			/* The clock starts at the handshake, not at the process. */
-			wl_role_connected(wl_now_ns());
-			if (wl_role.o->duration_ms)
-				arm_timer();
-		}
-		release();
-	} else {
-		/* Only with a connection per stream: its own thread may wait. */
-		pthread_mutex_lock(&bulk.lock);
-		while (!bulk.released)
-			pthread_cond_wait(&bulk.all_up, &bulk.lock);
-		pthread_mutex_unlock(&bulk.lock);
-	}
-	for (i = 0; i < bc->nstreams; i++) {
-		struct bstream *bs = &bulk.streams[bc->idx + i];
-
-		bs->bc = bc;
-		bs->idx = bc->idx + i;
-		code = wl_role.t->open(c, &sender, bs, WL_STREAM_UNI, &bs->s);
-		if (code) {
-			wl_role_fail(code, "opening %s %d failed", unit(), bs->idx);
-			wl_role.t->close(c, WL_CLOSE_ERROR);
-			return;
-		}
-	}
-}
-
-/* Server: the bytes checked so far, on every stream. */
-static uint64_t received(void)
-{
-	uint64_t sum = 0;
-	int i;
-
-	for (i = 0; i < wl_role.o->streams; i++)
-		sum += atomic_load_explicit(&wl_role.stream_bytes[i], memory_order_relaxed);
-	return sum;
-}
-
-static void client_closed(struct wl_conn *c, void *ctx, const struct wl_end *e)
-{
-	struct bconn *bc = ctx;
-	int fins = 0, i;
-
-	(void)c;
-	wl_role.end = *e;
-	for (i = 0; i < bc->nstreams; i++)
-		fins += bulk.streams[bc->idx + i].fin;
-	if (e->exit_code)
-		wl_role_fail_end(e);
-	else if (!e->connected)
-		wl_role_handshake_failed(e, "");
-	else if (bc->streams_closed == bc->nstreams && fins == bc->nstreams)
-		;
-	else if (wl_role.t->multistream)
-		wl_role_fail(WL_EXIT_CONN_LOST,
-			     "connection ended after %llu bytes, before the transfer finished: %s",
-			     (unsigned long long)atomic_load(&wl_role.app_bytes), wl_end_why(e));
-	else
-		wl_role_fail(WL_EXIT_CONN_LOST,
-			     "sending on connection %d failed after %llu bytes: %s", bc->idx,
-			     (unsigned long long)bulk.streams[bc->idx].off, wl_end_why(e));
-	if (!bc->connected)
-		release();
-	atomic_fetch_add(&bulk.closed, 1);
-	wl_loop_wake();
-}
-
-static const struct wl_conn_handlers client_conn = {
-	.connected = client_connected,
-	.closed = client_closed,
-};
-
-static void on_timer(int fd, uint32_t events, void *arg)
-{
-	uint64_t v;
-
-	(void)events, (void)arg;
-	if (read(fd, &v, sizeof(v)) > 0)
-		atomic_store(&wl_role.stopping, true);
-}
-
-static bool all_closed(void *arg)
-{
-	(void)arg;
-	return atomic_load(&bulk.closed) == atomic_load(&bulk.started);
-}
-
-static int bulk_client(void)
-{
-	const bool multi = wl_role.t->multistream;
-	const unsigned flags = WL_CONN_SENDER | WL_CONN_STATS | (multi ? 0 : WL_CONN_DEDICATED);
-	int i, code = 0;
-
-	bulk.nconns = multi ? 1 : wl_role.o->streams;
-	if (wl_role.o->duration_ms) {
-		bulk.timer = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
-		if (bulk.timer < 0 || wl_loop_add(bulk.timer, EPOLLIN, on_timer, NULL)) {
-			wl_warn("cannot make the duration timer: %s", strerror(errno));
-			return WL_EXIT_INTERNAL;
-		}
-	}
-	if (!wl_role_wait_start())
-		return WL_EXIT_OK;
-	for (i = 0; i < bulk.nconns; i++) {
-		struct bconn *bc = &bulk.conns[i];
-
-		bc->idx = i;
-		bc->nstreams = multi ? wl_role.o->streams : 1;
-		atomic_fetch_add(&bulk.started, 1);
-		code = wl_role.t->connect(&client_conn, bc, flags, &bc->c);
-		if (code) {
-			atomic_fetch_sub(&bulk.started, 1);
-			wl_role_fail_said(code);
-			release();
-			break;
-		}
-	}
-	wl_role_loop(all_closed, NULL);
-	return wl_role.failure.code;
-}
-
-static void receive(struct wl_stream *s, void *ctx, const uint8_t *p, size_t len)
-{
-	struct bstream *bs = ctx;
-
-	(void)s;
 	if (bs->bad)
 		return;
 	if (!wl_pattern_check(bs->off, p, len)) {
@@ -282,21 +204,327 @@ static void receive(struct wl_stream *s, void *ctx, const uint8_t *p, size_t len
 	atomic_store_explicit(&wl_role.stream_bytes[bs->idx], bs->off, memory_order_relaxed);
 }
 
+static void receive(struct wl_stream *s, void *ctx, const uint8_t *p, size_t len)
+{
+	(void)s;
+	check(ctx, p, len);
+}
+
+/* The received side of a stream is whole; with every stream's, the transfer is. */
+static void received_fin(struct bstream *bs)
+{
+	bs->fin = true;
+	bs->bc->streams_fin++;
+	stream_done();
+}
+
+/* Client, a down stream: its request, then the server's bytes. */
+static void request_down(struct wl_stream *s, void *ctx)
+{
+	struct bstream *bs = ctx;
+	uint8_t req[8];
+
+	if (bs->req)
+		return;
+	bs->req = true;
+	wl_put_le64(req, WL_BULK_DOWN);
+	if (wl_send(s, req, sizeof(req), NULL, 0, 0, NULL))
+		wl_role.t->close(bs->bc->c, WL_CLOSE_ERROR);
+}
+
+/* The server's FIN: ours follows (TCP: the orderly close's, sent here already). */
+static void down_fin(struct wl_stream *s, void *ctx)
+{
+	struct bstream *bs = ctx;
+
+	received_fin(bs);
+	if (wl_send(s, NULL, 0, NULL, 0, WL_SEND_FIN, NULL))
+		wl_role.t->close(bs->bc->c, WL_CLOSE_ERROR);
+}
+
+static void down_closed(struct wl_stream *s, void *ctx, bool graceful)
+{
+	(void)s, (void)graceful;
+	client_stream_closed(ctx);
+}
+
+static const struct wl_stream_handlers down_receiver = {
+	.writable = request_down,
+	.data = receive,
+	.fin = down_fin,
+	.aborted = wl_ignore,
+	.closed = down_closed,
+};
+
+static void on_timer(int fd, uint32_t events, void *arg)
+{
+	uint64_t v;
+
+	(void)events, (void)arg;
+	if (read(fd, &v, sizeof(v)) > 0) {
+		atomic_store(&wl_role.stopping, true);
+		wl_loop_wake();
+	}
+}
+
+/* The sender's --duration-ms, on the loop; an exit code. */
+static int make_timer(void)
+{
+	if (!wl_role.o->duration_ms || !sends())
+		return WL_EXIT_OK;
+	bulk.timer = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+	if (bulk.timer < 0 || wl_loop_add(bulk.timer, EPOLLIN, on_timer, NULL)) {
+		wl_warn("cannot make the duration timer: %s", strerror(errno));
+		return WL_EXIT_INTERNAL;
+	}
+	return WL_EXIT_OK;
+}
+
+static void arm_timer(void)
+{
+	uint64_t end = wl_role.t_connected_ns + wl_role.o->duration_ms * 1000000ull;
+	struct itimerspec its = {.it_value = {.tv_sec = (time_t)(end / 1000000000ull),
+					      .tv_nsec = (long)(end % 1000000000ull)}};
+
+	if (bulk.timer >= 0 && timerfd_settime(bulk.timer, TFD_TIMER_ABSTIME, &its, NULL))
+		wl_role_fail(WL_EXIT_INTERNAL, "cannot arm the duration timer: %s",
+			     strerror(errno));
+}
+
+/* Every connection is up: the run's "connected", and the sender's clock starts. */
+static void all_connected(void)
+{
+	if (wl_role.failure.code)
+		return;
+	/* The clock starts at the handshake, not at the process. */
+	wl_role_connected(wl_now_ns());
+	arm_timer();
+}
+
+static void client_connected(struct wl_conn *c, void *ctx)
+{
+	struct bconn *bc = ctx;
+	int i, code;
+
+	bc->connected = true;
+	if (atomic_fetch_add(&bulk.connected, 1) + 1 == bulk.nconns) {
+		all_connected();
+		release();
+	} else if (!wl_role.t->multistream) {
+		/* Only with a connection per stream: its own thread may wait (not msquic's worker). */
+		pthread_mutex_lock(&bulk.lock);
+		while (!bulk.released)
+			pthread_cond_wait(&bulk.all_up, &bulk.lock);
+		pthread_mutex_unlock(&bulk.lock);
+	}
+	for (i = 0; i < bc->nstreams; i++) {
+		struct bstream *bs = &bulk.streams[bc->first + i];
+
+		bs->bc = bc;
+		bs->idx = bc->first + i;
+		bs->down = bs->idx >= bulk.up;
+		code = bs->down ? wl_role.t->open(c, &down_receiver, bs, 0, &bs->s)
+				: wl_role.t->open(c, &sender, bs, WL_STREAM_UNI, &bs->s);
+		if (code) {
+			wl_role_fail(code, "opening %s %d failed", unit(), bs->idx);
+			wl_role.t->close(c, WL_CLOSE_ERROR);
+			return;
+		}
+	}
+}
+
+/* Server: the bytes checked so far, on every stream. */
+static uint64_t received(void)
+{
+	uint64_t sum = 0;
+	int i;
+
+	for (i = 0; i < bulk.total; i++)
+		sum += atomic_load_explicit(&wl_role.stream_bytes[i], memory_order_relaxed);
+	return sum;
+}
+
+static void client_closed(struct wl_conn *c, void *ctx, const struct wl_end *e)
+{
+	struct bconn *bc = ctx;
+	int fins = 0, i;
+
+	(void)c;
+	wl_role.end = *e;
+	/* An up stream's FIN is ours; a down one's, the server's. */
+	for (i = 0; i < bc->nstreams; i++)
+		fins += bulk.streams[bc->first + i].fin;
+	if (e->exit_code)
+		wl_role_fail_end(e);
+	else if (!e->connected)
+		wl_role_handshake_failed(e, "");
+	else if (bc->streams_closed == bc->nstreams && fins == bc->nstreams)
+		;
+	else if (wl_role.t->multistream)
+		wl_role_fail(WL_EXIT_CONN_LOST,
+			     "connection ended after %llu bytes, before the transfer finished: %s",
+			     (unsigned long long)(bulk.up ? atomic_load(&wl_role.app_bytes)
+							  : received()),
+			     wl_end_why(e));
+	else
+		wl_role_fail(WL_EXIT_CONN_LOST, "%s on connection %d failed after %llu bytes: %s",
+			     bulk.streams[bc->first].down ? "receiving" : "sending", bc->idx,
+			     (unsigned long long)bulk.streams[bc->first].off, wl_end_why(e));
+	if (!bc->connected)
+		release();
+	atomic_fetch_add(&bulk.closed, 1);
+	wl_loop_wake();
+}
+
+static const struct wl_conn_handlers client_conn = {
+	.connected = client_connected,
+	.closed = client_closed,
+};
+
+static bool all_closed(void *arg)
+{
+	(void)arg;
+	return atomic_load(&bulk.closed) == atomic_load(&bulk.started);
+}
+
+static int bulk_client(void)
+{
+	const bool multi = wl_role.t->multistream;
+	int i, code;
+
+	set_ways();
+	/* The streams it receives are all there from the start. */
+	if (receives())
+		atomic_store(&wl_role.streams_seen, bulk.total);
+	code = make_timer();
+	if (code)
+		return code;
+	if (!wl_role_wait_start())
+		return WL_EXIT_OK;
+	for (i = 0; i < bulk.nconns; i++) {
+		struct bconn *bc = &bulk.conns[i];
+
+		bc->idx = i;
+		/* QUIC: the up streams on one, the down streams on the other; TCP: one each. */
+		bc->first = !multi ? i : i ? bulk.up : 0;
+		bc->nstreams = !multi ? 1 : bulk.nconns == 1 ? bulk.total : i ? bulk.down : bulk.up;
+		atomic_fetch_add(&bulk.started, 1);
+		code = wl_role.t->connect(&client_conn, bc,
+					  (bc->first < bulk.up ? WL_CONN_SENDER : 0) |
+						  WL_CONN_STATS | (multi ? 0 : WL_CONN_DEDICATED),
+					  &bc->c);
+		if (code) {
+			atomic_fetch_sub(&bulk.started, 1);
+			wl_role_fail_said(code);
+			release();
+			break;
+		}
+	}
+	wl_role_loop(all_closed, NULL);
+	return wl_role.failure.code;
+}
+
 static void receive_fin(struct wl_stream *s, void *ctx)
 {
 	struct bstream *bs = ctx;
 
-	bs->fin = true;
-	bs->bc->streams_fin++;
-	if (atomic_fetch_add(&bulk.streams_done, 1) + 1 == wl_role.o->streams)
-		wl_role.t_transfer_done_ns = wl_now_ns();
-	/* Ours needs no ending: QUIC's stream is the peer's alone, a dedicated TCP one ends itself. */
+	if (!bs->known && bulk.learn && !bs->bad) {
+		/* Ended before its first 8 bytes: neither a request nor the pattern. */
+		bs->bad = true;
+		wl_role_verify_failed(0, (uint64_t)bs->idx, "verify_fail_stream");
+		wl_role_fail(WL_EXIT_VERIFY, "%s %d ended after %u bytes, before its first 8",
+			     unit(), bs->idx, bs->nword);
+		wl_role.t->close(bs->bc->c, WL_CLOSE_VERIFY);
+	}
+	received_fin(bs);
+	/* Ours needs no ending: an up stream is the peer's alone, a dedicated TCP one ends itself. */
 	(void)s;
 }
 
 static void receive_closed(struct wl_stream *s, void *ctx, bool graceful)
 {
 	(void)s, (void)ctx, (void)graceful;
+}
+
+/* Server, a stream whose way is known: its number, and it is seen. */
+static void number(struct bstream *bs, bool down)
+{
+	int n;
+
+	bs->known = true;
+	bs->down = down;
+	bs->idx = down ? bulk.up + atomic_fetch_add(&bulk.next_down, 1)
+		       : atomic_fetch_add(&bulk.next_up, 1);
+	n = atomic_load(&wl_role.streams_seen);
+	while (n < bs->idx + 1 &&
+	       !atomic_compare_exchange_weak(&wl_role.streams_seen, &n, bs->idx + 1))
+		;
+}
+
+/*
+ * Server, --direction down or both: a stream's first 8 bytes say its way.
+ * The request (WL_BULK_DOWN): answer with the pattern, and nothing more
+ * may come on it but the FIN. Else (both) an up stream, its first word
+ * the pattern's. Anything else, or more than each allows, fails the check.
+ */
+static void learn(struct wl_stream *s, void *ctx, const uint8_t *p, size_t len)
+{
+	struct bstream *bs = ctx;
+	size_t k;
+
+	if (bs->bad)
+		return;
+	if (bs->known && !bs->down) {
+		check(bs, p, len);
+		return;
+	}
+	if (!bs->known) {
+		k = sizeof(bs->word) - bs->nword < len ? sizeof(bs->word) - bs->nword : len;
+		memcpy(bs->word + bs->nword, p, k);
+		bs->nword += (uint32_t)k;
+		p += k;
+		len -= k;
+		if (bs->nword < sizeof(bs->word))
+			return;
+		if (wl_get_le64(bs->word) == WL_BULK_DOWN &&
+		    atomic_load(&bulk.next_down) < bulk.down) {
+			number(bs, true);
+		} else if (bulk.up && atomic_load(&bulk.next_up) < bulk.up) {
+			number(bs, false);
+			check(bs, bs->word, sizeof(bs->word));
+			if (len)
+				check(bs, p, len);
+			return;
+		} else {
+			bs->known = true;
+			bs->bad = true;
+			wl_role_verify_failed(0, (uint64_t)bs->idx, "verify_fail_stream");
+			wl_role_fail(
+				WL_EXIT_VERIFY,
+				"%s %d began with 0x%016llx, neither the download request nor the pattern",
+				unit(), bs->idx, (unsigned long long)wl_get_le64(bs->word));
+			wl_role.t->close(bs->bc->c, WL_CLOSE_VERIFY);
+			return;
+		}
+		if (!len) {
+			send_more(s, bs);
+			return;
+		}
+	}
+	bs->bad = true;
+	wl_role_verify_failed(0, (uint64_t)bs->idx, "verify_fail_stream");
+	wl_role_fail(WL_EXIT_VERIFY, "the client sent %zu bytes after its request on %s %d", len,
+		     unit(), bs->idx);
+	wl_role.t->close(bs->bc->c, WL_CLOSE_VERIFY);
+}
+
+/* Server, down or both: more may be sent once the request made it a down stream. */
+static void server_writable(struct wl_stream *s, void *ctx)
+{
+	struct bstream *bs = ctx;
+
+	if (bs->known && bs->down)
+		send_more(s, bs);
 }
 
 static const struct wl_stream_handlers receiver = {
@@ -307,12 +535,20 @@ static const struct wl_stream_handlers receiver = {
 	.closed = receive_closed,
 };
 
+static const struct wl_stream_handlers learner = {
+	.writable = server_writable,
+	.data = learn,
+	.fin = receive_fin,
+	.aborted = wl_ignore,
+	.closed = receive_closed,
+};
+
 static void server_connected(struct wl_conn *c, void *ctx)
 {
 	(void)c;
 	((struct bconn *)ctx)->connected = true;
-	if (atomic_fetch_add(&bulk.connected, 1) + 1 == bulk.nconns && !wl_role.failure.code)
-		wl_role_connected(wl_now_ns());
+	if (atomic_fetch_add(&bulk.connected, 1) + 1 == bulk.nconns)
+		all_connected();
 }
 
 static const struct wl_stream_handlers *server_stream(struct wl_conn *c, void *ctx,
@@ -324,17 +560,20 @@ static const struct wl_stream_handlers *server_stream(struct wl_conn *c, void *c
 
 	(void)c;
 	if (wl_role.t->multistream) {
-		i = atomic_fetch_add(&bulk.next_stream, 1);
-		if (i >= wl_role.o->streams)
+		i = atomic_fetch_add(&bulk.next_slot, 1);
+		if (i >= bulk.total)
 			return NULL;
-		atomic_store(&wl_role.streams_seen, i + 1);
+		if (bulk.nconns > 1)
+			bc->nstreams++;
+		if (!bulk.learn)
+			atomic_store(&wl_role.streams_seen, i + 1);
 	}
 	bs = &bulk.streams[i];
 	bs->bc = bc;
 	bs->s = s;
 	bs->idx = i;
 	*sctx = bs;
-	return &receiver;
+	return bulk.learn ? &learner : &receiver;
 }
 
 static void server_closed(struct wl_conn *c, void *ctx, const struct wl_end *e)
@@ -350,7 +589,9 @@ static void server_closed(struct wl_conn *c, void *ctx, const struct wl_end *e)
 	else if (bc->streams_fin < bc->nstreams && wl_role.t->multistream)
 		wl_role_fail(WL_EXIT_CONN_LOST,
 			     "connection ended after %llu bytes, before the transfer finished: %s",
-			     (unsigned long long)received(), wl_end_why(e));
+			     (unsigned long long)(bulk.up ? received()
+							  : atomic_load(&wl_role.app_bytes)),
+			     wl_end_why(e));
 	else if (bc->streams_fin < bc->nstreams)
 		wl_role_fail(WL_EXIT_CONN_LOST, "connection %d ended after %llu bytes: %s", bc->idx,
 			     (unsigned long long)bulk.streams[bc->idx].off, wl_end_why(e));
@@ -379,9 +620,9 @@ static const struct wl_conn_handlers *accept_conn(void *arg, struct wl_conn *c, 
 	bc = &bulk.conns[i];
 	bc->c = c;
 	bc->idx = i;
-	bc->nstreams = wl_role.t->multistream ? wl_role.o->streams : 1;
-	/* TCP: stream_bytes[i] is the i-th connection accepted. */
-	if (!wl_role.t->multistream)
+	bc->nstreams = !wl_role.t->multistream ? 1 : bulk.nconns > 1 ? 0 : bulk.total;
+	/* TCP, up: stream_bytes[i] is the i-th connection accepted (else numbered as it learns). */
+	if (!wl_role.t->multistream && !bulk.learn)
 		atomic_store(&wl_role.streams_seen, i + 1);
 	*ctx = bc;
 	return &server_conn;
@@ -395,26 +636,36 @@ static bool server_over(void *arg)
 
 static int bulk_server(void)
 {
-	const struct wl_accept a = {
-		.accept = accept_conn,
-		.flags = WL_CONN_STATS | (wl_role.t->multistream ? 0 : WL_CONN_DEDICATED),
-		.peer_uni_streams = (uint16_t)wl_role.o->streams,
-	};
+	struct wl_accept a = {.accept = accept_conn};
+	int code;
 
-	bulk.nconns = wl_role.t->multistream ? 1 : wl_role.o->streams;
-	wl_role.per_stream = true;
-	return wl_role_serve(&a, server_over, NULL, NULL);
+	set_ways();
+	a.flags = WL_CONN_STATS | (sends() ? WL_CONN_SENDER : 0) |
+		  (wl_role.t->multistream ? 0 : WL_CONN_DEDICATED);
+	a.peer_uni_streams = (uint16_t)bulk.up;
+	a.peer_bidi_streams = (uint16_t)bulk.down;
+	code = make_timer();
+	return code ? code : wl_role_serve(&a, server_over, NULL, NULL);
+}
+
+static void bulk_json_mark(struct wl_json *j)
+{
+	/* Both ways: app_bytes are what it checked, these what it sent. */
+	if (bulk.up && bulk.down)
+		wl_json_u64(j, "sent_bytes", atomic_load(&wl_role.app_bytes));
 }
 
 static void bulk_json_done(struct wl_json *j, int code)
 {
 	(void)code;
 	wl_json_u64(j, "streams_completed", (uint64_t)atomic_load(&bulk.streams_done));
+	bulk_json_mark(j);
 }
 
 const struct wl_pattern wl_bulk = {
 	.name = "bulk",
 	.server = bulk_server,
 	.client = bulk_client,
+	.json_mark = bulk_json_mark,
 	.json_done = bulk_json_done,
 };

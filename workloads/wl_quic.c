@@ -13,6 +13,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+/*
+ * msquic's own library is built with both (src/core/precomp.h): BBR is a
+ * preview value of QUIC_CONGESTION_CONTROL_ALGORITHM, and turning 1-RTT
+ * encryption off (--encrypt off, as secnetperf -encrypt:0) an insecure one.
+ */
+#define QUIC_API_ENABLE_PREVIEW_FEATURES 1
+#define QUIC_API_ENABLE_INSECURE_FEATURES 1
 #include <msquic.h>
 
 #include "wl.h"
@@ -230,6 +237,38 @@ static void q_json_mark(struct wl_json *j)
 	json_conn_stats(j);
 }
 
+/* What the reported connection ran with, read back from msquic: the knobs qprof sets. */
+static void json_conn_settings(struct wl_json *j)
+{
+	QUIC_SETTINGS set = {0};
+	uint32_t len = sizeof(set), blen = sizeof(BOOLEAN);
+	BOOLEAN off = 0;
+	struct wl_json p;
+	bool ok, ok_enc;
+	HQUIC h;
+
+	pthread_mutex_lock(&q.lock);
+	h = atomic_load(&q.stats_conn);
+	ok = h && QUIC_SUCCEEDED(q.api->GetParam(h, QUIC_PARAM_CONN_SETTINGS, &len, &set));
+	ok_enc = h && QUIC_SUCCEEDED(q.api->GetParam(h, QUIC_PARAM_CONN_DISABLE_1RTT_ENCRYPTION,
+						     &blen, &off));
+	pthread_mutex_unlock(&q.lock);
+	if (!ok)
+		return;
+	wl_json_begin(&p);
+	wl_json_bool(&p, "pacing", set.PacingEnabled);
+	wl_json_str(&p, "congestion_control",
+		    set.CongestionControlAlgorithm == QUIC_CONGESTION_CONTROL_ALGORITHM_BBR
+			    ? "bbr"
+			    : "cubic");
+	wl_json_bool(&p, "ecn", set.EcnEnabled);
+	wl_json_u64(&p, "maximum_mtu", set.MaximumMtu);
+	/* After the handshake: off only if both ends asked (msquic's connection.c). */
+	if (ok_enc)
+		wl_json_bool(&p, "encryption", !off);
+	wl_json_raw(j, "conn_settings", wl_json_end(&p));
+}
+
 static void q_json_done(struct wl_json *j, const struct wl_end *last)
 {
 	if (last && last->closed_by_transport)
@@ -239,6 +278,7 @@ static void q_json_done(struct wl_json *j, const struct wl_end *last)
 	json_datapath(j);
 	json_perf_counters(j);
 	json_conn_stats(j);
+	json_conn_settings(j);
 }
 
 static void writable(struct wl_stream *s)
@@ -508,6 +548,22 @@ static int open_config(const struct wl_accept *a, unsigned flags)
 		set.SendBufferingEnabled = 0;
 		set.IsSet.SendBufferingEnabled = 1;
 	}
+	/* The knobs that isolate a cost (secnetperf's -pacing, -cc, -ecn); unset: msquic's defaults. */
+	if (q.o->pacing) {
+		set.PacingEnabled = !strcmp(q.o->pacing, "on");
+		set.IsSet.PacingEnabled = 1;
+	}
+	if (q.o->quic_cc) {
+		set.CongestionControlAlgorithm = !strcmp(q.o->quic_cc, "bbr")
+							 ? QUIC_CONGESTION_CONTROL_ALGORITHM_BBR
+							 : QUIC_CONGESTION_CONTROL_ALGORITHM_CUBIC;
+		set.IsSet.CongestionControlAlgorithm = 1;
+	}
+	if (q.o->ecn) {
+		set.EcnEnabled = !strcmp(q.o->ecn, "on");
+		set.IsSet.EcnEnabled = 1;
+	}
+
 	st = q.api->ConfigurationOpen(q.reg, &alpn, 1, &set, sizeof(set), NULL, &q.cfg[sender]);
 	if (QUIC_FAILED(st)) {
 		wl_warn("ConfigurationOpen failed: %s", status_name(st));
@@ -535,6 +591,25 @@ static int open_config(const struct wl_accept *a, unsigned flags)
 	return WL_EXIT_OK;
 }
 
+/*
+ * --encrypt off: ask for 1-RTT packets without encryption, on each end
+ * before its handshake; only if both ask does the connection run so
+ * (conn_settings' "encryption" says what it ran). False after saying why.
+ */
+static bool encrypt_off(HQUIC h)
+{
+	BOOLEAN v = 1;
+	QUIC_STATUS st;
+
+	if (!q.o->encrypt || strcmp(q.o->encrypt, "off"))
+		return true;
+	st = q.api->SetParam(h, QUIC_PARAM_CONN_DISABLE_1RTT_ENCRYPTION, sizeof(v), &v);
+	if (QUIC_SUCCEEDED(st))
+		return true;
+	wl_warn("msquic refused to turn 1-RTT encryption off: %s", status_name(st));
+	return false;
+}
+
 static QUIC_STATUS QUIC_API listener_cb(HQUIC h, void *ctx, QUIC_LISTENER_EVENT *ev)
 {
 	struct wl_conn *c;
@@ -557,6 +632,11 @@ static QUIC_STATUS QUIC_API listener_cb(HQUIC h, void *ctx, QUIC_LISTENER_EVENT 
 		return QUIC_STATUS_CONNECTION_REFUSED;
 	}
 	q.api->SetCallbackHandler(ch, (void *)conn_cb, c);
+	if (!encrypt_off(ch)) {
+		c->hd->closed(c, c->ctx, &c->end);
+		free(c);
+		return QUIC_STATUS_INTERNAL_ERROR;
+	}
 	st = q.api->ConnectionSetConfiguration(ch, q.cfg[!!(c->flags & WL_CONN_SENDER)]);
 	if (QUIC_FAILED(st)) {
 		/* Refused: msquic closes it and calls us no more; the pattern took it, so it hears. */
@@ -654,6 +734,11 @@ static int q_connect(const struct wl_conn_handlers *h, void *ctx, unsigned flags
 	st = q.api->ConnectionOpen(q.reg, conn_cb, c, &c->h);
 	if (QUIC_FAILED(st)) {
 		wl_warn("ConnectionOpen failed: %s", status_name(st));
+		free(c);
+		return WL_EXIT_LIB_OPEN;
+	}
+	if (!encrypt_off(c->h)) {
+		q.api->ConnectionClose(c->h);
 		free(c);
 		return WL_EXIT_LIB_OPEN;
 	}

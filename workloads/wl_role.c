@@ -240,12 +240,15 @@ static const struct wl_control_ops control_ops = {
 	.exit = on_exit_cmd,
 };
 
-/* The receiver checks what it gets: bulk's server (udp's too), download's client, both in rr. */
+/*
+ * The receiver checks what it gets: bulk's receiving roles (by --direction:
+ * per_stream, wl_bulk.c), udp's server, download's client, both in rr.
+ */
 static bool receiver(void)
 {
-	const bool bulk = wl_role.p == &wl_bulk || wl_role.p == &wl_udp_bulk;
-
-	return wl_role.p == &wl_rr_pattern || wl_role.server == bulk;
+	if (wl_role.p == &wl_bulk)
+		return wl_role.per_stream;
+	return wl_role.p == &wl_rr_pattern || wl_role.server == (wl_role.p == &wl_udp_bulk);
 }
 
 static void emit_done(int code)

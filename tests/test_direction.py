@@ -1,0 +1,189 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""bulk --direction: up (the client sends), down (the server: iperf3 -R,
+secnetperf's download) and both (--streams each way, iperf3 --bidir).
+Real transfers whose receivers verified every byte; which way the bytes
+went is checked against instruments the workload does not write: the
+packets probe's bytes on each veth and the syscalls probe's send calls."""
+
+import pytest
+
+from qprof import errors
+from qprof.describe import direction, options, plan, record
+from qprof.describe.window import Edge, Window
+
+from conftest import needs_build, qprof, run_json
+
+
+def mark(t_ns, app_bytes, stream_bytes=None, sent_bytes=None):
+    m = {"t_ns": t_ns, "app_bytes": app_bytes}
+    if stream_bytes is not None:
+        m["stream_bytes"] = stream_bytes
+    if sent_bytes is not None:
+        m["sent_bytes"] = sent_bytes
+    return m
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    "pattern, way, senders, receivers, window",
+    [
+        ("bulk", None, ("client",), ("server",), "server"),
+        ("bulk", "up", ("client",), ("server",), "server"),
+        ("bulk", "down", ("server",), ("client",), "client"),
+        ("bulk", "both", ("client", "server"), ("client", "server"), "both"),
+        ("download", None, ("server",), ("client",), "client"),
+        ("rr", None, ("client", "server"), ("client", "server"), "server"),
+    ],
+)
+def test_who_sends_is_said_once(pattern, way, senders, receivers, window):
+    o = options.RunOptions(pattern=pattern, direction=way)
+    assert direction.senders(o) == senders
+    assert direction.receivers(o) == receivers
+    assert direction.window_receiver(o) == window
+
+
+@pytest.mark.unit
+def test_both_ways_adds_the_receivers_and_keeps_each_direction():
+    """Both ways: the window's bytes are the two receivers' verified bytes
+    added, each direction its own, per-stream counts up first then down."""
+    start = Edge(
+        0,
+        None,
+        None,
+        None,
+        mark(10, 100, [100, 0, 0, 0], sent_bytes=50),
+        mark(0, 50, [0, 0, 20, 30], sent_bytes=100),
+        {},
+        {},
+        {},
+    )
+    end = Edge(
+        2 * 10**9,
+        None,
+        None,
+        None,
+        mark(2 * 10**9 + 10, 1100, [600, 500, 0, 0], sent_bytes=2050),
+        mark(2 * 10**9, 2050, [0, 0, 1020, 1030], sent_bytes=1100),
+        {},
+        {},
+        {},
+    )
+    w = Window(start, end, receiver="both")
+    assert w.bytes == 1000 + 2000 and w.sent == 1000 + 2000 and w.seconds == pytest.approx(2.0)
+    rec = record.direction_record(options.RunOptions(direction="both"), w)
+    assert rec["up"] == {"bytes": 1000, "gbps": pytest.approx(1000 * 8 / 2 / 1e9)}
+    assert rec["down"] == {"bytes": 2000, "gbps": pytest.approx(2000 * 8 / 2 / 1e9)}
+    s = record.streams_record(w, 2)
+    assert s["bytes"] == [500, 500, 1000, 1000]
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    "kw, needle",
+    [
+        ({"pattern": "rr", "direction": "down"}, "--direction applies to --pattern bulk only"),
+        ({"pattern": "download", "direction": "up"}, "--direction applies to --pattern bulk only"),
+        ({"stack": "udp", "direction": "down"}, "udp sends from the client only"),
+        ({"direction": "both", "streams": 33}, "at most 32, not 33"),
+        ({"mix": "quic:1,tcp:1", "link": "rate=100mbit", "direction": "down"}, "drop --direction"),
+    ],
+)
+def test_refused_in_one_sentence(kw, needle):
+    with pytest.raises(errors.QprofError, match=needle):
+        plan.resolve(options.RunOptions(**kw), cpus=8)
+
+
+@pytest.mark.unit
+def test_bulk_fills_up_and_the_workload_hears_it():
+    p = plan.resolve(options.RunOptions(stack="quic"))
+    assert p.options.direction == "up"
+    assert "--direction" not in options.workload_args(plan.resolve(options.RunOptions(pattern="rr")).options, "client")
+
+
+@pytest.mark.system
+@needs_build
+@pytest.mark.parametrize("stack", ["quic", "tcp", "tcp-tls"])
+def test_down_goes_from_the_server(runs_dir, stack):
+    """The server sends, the client verifies every byte, and the wire
+    agrees: the server's veth transmitted about the window's bytes, the
+    client's a small fraction of that (its acknowledgements)."""
+    rec = run_json(
+        runs_dir, "--stack", stack, "--direction", "down", "-d", "1s", "--warmup", "0.3s", "--sample-hz", "0"
+    )
+    d = rec["direction"]
+    assert d["direction"] == "down" and d["senders"] == ["server"] and d["receivers"] == ["client"]
+    assert d["up"] is None and d["down"]["bytes"] == rec["bytes"] > 0
+    assert rec["workload"]["client"]["report"]["verified"] is True
+    assert rec["config"]["direction"] == "down"
+    dev = record.derive.packets_devices(rec)
+    server_tx, client_tx = dev["server"]["tx"]["bytes"], dev["client"]["tx"]["bytes"]
+    assert server_tx == pytest.approx(rec["bytes"], rel=0.05), (server_tx, rec["bytes"])
+    assert client_tx < 0.2 * server_tx, (client_tx, server_tx)
+    # The server's send calls carried the bytes (the syscalls probe, not the workload).
+    sys_server, sys_client = rec["syscalls"]["server"], rec["syscalls"]["client"]
+    assert sys_server["send_calls"] > 0
+    # What was sent inside the window arrives in it but for what is in flight
+    # at its edges; QUIC's send calls also carry its headers and AEAD tags (~2%).
+    assert 0.98 * rec["bytes"] < sys_server["send_bytes"] < 1.1 * rec["bytes"]
+    assert sys_client["send_bytes"] < 0.01 * rec["bytes"]
+
+
+@pytest.mark.system
+@needs_build
+@pytest.mark.parametrize("stack", ["quic", "tcp"])
+def test_both_ways_each_direction_moves_and_is_verified(runs_dir, stack):
+    """Two streams each way: both receivers verified, each direction's bytes
+    add up to the window's, each veth carried about its direction's bytes,
+    and every stream has its receiver's count."""
+    rec = run_json(
+        runs_dir,
+        "--stack",
+        stack,
+        "--direction",
+        "both",
+        "-n",
+        "2",
+        "-d",
+        "1s",
+        "--warmup",
+        "0.3s",
+        "--sample-hz",
+        "0",
+    )
+    d = rec["direction"]
+    assert d["senders"] == ["client", "server"] and d["receivers"] == ["client", "server"]
+    up, down = d["up"]["bytes"], d["down"]["bytes"]
+    assert up > 0 and down > 0 and up + down == rec["bytes"]
+    for side in ("client", "server"):
+        assert rec["workload"][side]["report"]["verified"] is True
+        assert rec["workload"][side]["report"]["streams_completed"] == 4
+    dev = record.derive.packets_devices(rec)
+    # Each veth carried its direction's bytes and their headers (with GSO, a
+    # header per super-packet), give or take what was in flight at the edges.
+    assert dev["client"]["tx"]["bytes"] == pytest.approx(up, rel=0.05)
+    assert dev["server"]["tx"]["bytes"] == pytest.approx(down, rel=0.05)
+    s = rec["streams"]
+    assert len(s["bytes"]) == 4 and sum(s["bytes"]) == pytest.approx(rec["bytes"], rel=0.02)
+    # Up streams are numbered first: their sum is the up direction's.
+    assert sum(s["bytes"][:2]) == pytest.approx(up, rel=0.02)
+    if stack == "tcp":
+        assert all(x > 0 for x in s["bytes"])
+
+
+@pytest.mark.system
+@needs_build
+@pytest.mark.parametrize("way", ["down", "both"])
+def test_bytes_arrive_whole(runs_dir, way):
+    """--bytes per stream: each direction moves exactly streams x bytes."""
+    rec = run_json(runs_dir, "--stack", "quic", "--direction", way, "-n", "2", "--bytes", "3M", "--sample-hz", "0")
+    d = rec["direction"]
+    assert d["down"]["bytes"] == 2 * 3 * 2**20
+    assert d["up"] is None if way == "down" else d["up"]["bytes"] == 2 * 3 * 2**20
+
+
+@pytest.mark.system
+@needs_build
+def test_bad_direction_is_refused(runs_dir):
+    r = qprof("run", "--stack", "quic", "--direction", "sideways", runs_dir=runs_dir)
+    assert r.returncode == errors.BadValue.exit_code
+    assert "--direction takes up, down or both, not 'sideways'" in r.stderr

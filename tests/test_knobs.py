@@ -1,0 +1,118 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""The knobs that isolate a cost (secnetperf's -encrypt, -pacing, -cc,
+-ecn; the veth MTU): each set on both sides, and proved from what ran
+rather than from what was asked. msquic's settings are read back from
+each side's connection after the run; encryption's share from the flame
+graph's crypto category; the MTU from the packets probe's wire sizes."""
+
+import pytest
+from test_exit_codes import failed_run
+
+from qprof import errors
+from qprof.describe import derive, options, plan
+
+from conftest import needs_build, qprof, run_json
+
+QUICK = ("--duration", "1s", "--warmup", "0.3s")
+ETH_HEADER = 14
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    "kw, needle",
+    [
+        ({"stack": "tcp", "pacing": "off"}, "--pacing is msquic's, for --stack quic; TCP's pacing is the kernel's"),
+        ({"stack": "tcp-tls", "encrypt": "off"}, "compare tcp-tls against tcp"),
+        ({"stack": "tcp", "quic_cc": "bbr"}, "TCP's congestion control is --tcp-cc"),
+        ({"stack": "quic", "tcp_cc": "bbr"}, "use --quic-cc"),
+        ({"stack": "quic", "server": "h", "mtu": 9000}, "a host's NIC keeps its own"),
+    ],
+)
+def test_knobs_of_another_stack_are_refused(kw, needle):
+    with pytest.raises(errors.BadValue, match=needle):
+        plan.resolve(options.RunOptions(**kw))
+
+
+def crypto_ns_per_byte(rec, side):
+    return rec["flame"]["sides"][side]["categories_ns_per_byte"].get("crypto", 0.0)
+
+
+@pytest.mark.system
+@needs_build
+def test_encrypt_off_takes_crypto_away(runs_dir):
+    """The same quic upload with and without 1-RTT encryption: both sides'
+    connections say what ran, and the crypto category of each side falls
+    below 10% of the encrypted run's (the handshake's keys remain)."""
+    hz = ("--sample-hz", "999", "--probes", "none")
+    on = run_json(runs_dir, "--stack", "quic", *QUICK, *hz)
+    off = run_json(runs_dir, "--stack", "quic", "--encrypt", "off", *QUICK, *hz)
+    for side in ("client", "server"):
+        assert on["transport"]["quic_settings"][side]["encryption"] is True
+        assert off["transport"]["quic_settings"][side]["encryption"] is False
+        assert crypto_ns_per_byte(on, side) > 0
+        assert crypto_ns_per_byte(off, side) < 0.10 * crypto_ns_per_byte(on, side), side
+    assert off["config"]["encrypt"] == "off" and off["verified"] is True
+
+
+@pytest.mark.system
+@needs_build
+def test_msquic_knobs_are_what_ran(runs_dir):
+    rec = run_json(
+        runs_dir, "--stack", "quic", "--pacing", "off", "--quic-cc", "bbr", "--ecn", "on", *QUICK, "--sample-hz", "0"
+    )
+    for side in ("client", "server"):
+        ran = rec["transport"]["quic_settings"][side]
+        assert ran["pacing"] is False and ran["congestion_control"] == "bbr" and ran["ecn"] is True
+    assert rec["verified"] is True and rec["bytes"] > 0
+    default = run_json(runs_dir, "--stack", "quic", *QUICK, "--sample-hz", "0", "--probes", "none")
+    ran = default["transport"]["quic_settings"]["client"]
+    assert ran["pacing"] is True and ran["congestion_control"] == "cubic" and ran["ecn"] is False
+
+
+@pytest.mark.system
+@needs_build
+def test_encryption_left_on_by_one_side_is_not_recorded(runs_dir):
+    """Only the client asks to turn encryption off (the hidden fault keeps
+    the server's on): msquic negotiates it away, and the run says so."""
+    code, line, rec = failed_run(
+        runs_dir,
+        "--stack",
+        "quic",
+        "--encrypt",
+        "off",
+        *QUICK,
+        "--probes",
+        "none",
+        "--sample-hz",
+        "0",
+        "--inject-fault",
+        "encrypt-one-side",
+    )
+    assert code == errors.SettingUnproven.exit_code
+    assert "--encrypt off did not take effect on the client" in line and "encryption True" in line
+
+
+@pytest.mark.system
+@needs_build
+@pytest.mark.parametrize("stack", ["tcp", "quic"])
+def test_jumbo_mtu(runs_dir, stack):
+    """A 9000-byte veth MTU: TCP's wire packets grow past 1500 bytes;
+    msquic 2.5.1 keeps its packets at 1500 (CXPLAT_MAX_MTU) and says so."""
+    rec = run_json(runs_dir, "--stack", stack, "--mtu", "9000", *QUICK, "--sample-hz", "0")
+    assert rec["environment"]["topology"]["mtu"] == 9000
+    tx = derive.packets_devices(rec)["client"]["tx"]
+    per_packet = tx["wire_bytes"] / tx["wire_packets"]  # a frame: the 14-byte Ethernet header too
+    if stack == "tcp":
+        assert per_packet > 1500 + ETH_HEADER, per_packet
+    else:
+        assert per_packet <= 1500 + ETH_HEADER, per_packet
+        assert rec["transport"]["quic_settings"]["client"]["maximum_mtu"] == 1500
+        assert rec["workload"]["client"]["window"]["conn_stats"]["send_path_mtu"] <= 1500
+
+
+@pytest.mark.system
+@needs_build
+def test_bad_knob_value(runs_dir):
+    r = qprof("run", "--stack", "quic", "--pacing", "maybe", runs_dir=runs_dir)
+    assert r.returncode == errors.BadValue.exit_code
+    assert "--pacing takes on or off, not 'maybe'" in r.stderr
