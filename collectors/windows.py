@@ -109,7 +109,7 @@ def _fixed_size(plan: Plan, ep: Endpoints, emulated, on_progress, faults: Faults
             receiver,
             lambda got, role=role, receiver=receiver: (
                 f"the fixed-size transfer stalled: the {role} received no byte for {STALL_S:.0f} s "
-                f"({got} of {opts.bytes * opts.streams} bytes arrived); see {receiver.log_path}."
+                f"({got} of {opts.bytes * opts.streams * (opts.conns or 1)} bytes arrived); see {receiver.log_path}."
             ),
         )
     end = _edge("end", ep, emulated)

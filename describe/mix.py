@@ -105,6 +105,8 @@ def check(opts, cpus: int) -> List[Flow]:
         raise errors.BadMix("--mix runs for --duration, so its flows share one window; drop --bytes.")
     if opts.direction is not None:
         raise errors.BadMix("--mix's bulk flows upload through the one bottleneck; drop --direction.")
+    if opts.conns is not None:
+        raise errors.BadMix("--mix's flows are one connection each (more flows: raise the counts); drop --conns.")
     if opts.streams != 1:
         raise errors.BadMix(
             "--mix's flows are one connection of one stream each (more flows: raise the counts); drop --streams."

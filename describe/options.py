@@ -190,7 +190,7 @@ OPTIONS: List[Option] = [
         "pattern",
         "choice",
         "bulk",
-        "What moves: bulk (the client sends, for --duration or --bytes), download (the server "
+        "What moves: bulk (one side sends, by --direction, for --duration or --bytes), download (the server "
         "sends --size bytes on a new connection, --count times, one after another) or rr (the client "
         "sends a --payload request every --period, open loop, and the server answers each).",
         choices=PATTERNS,
@@ -304,6 +304,19 @@ OPTIONS: List[Option] = [
     ),
     Option(
         "streams", "int", 1, "Streams in the one connection.", short="-n", lo=1, hi=64, vary=True, workload="--streams"
+    ),
+    Option(
+        "conns",
+        "int",
+        None,
+        "bulk: connections (as secnetperf -conns, iperf3 -P), each with its --streams on quic; "
+        "TCP stacks carry a stream per connection, so --conns C --streams S opens C x S",
+        fill=1,
+        fill_note="bulk",
+        lo=1,
+        hi=64,
+        vary=True,
+        workload="--conns",
     ),
     Option(
         "direction",

@@ -23,7 +23,7 @@ from qprof.describe.options import RunOptions
 from qprof.describe.transports import UDP_IP_HEADERS
 
 MIN_RR_PERIOD_S = 100e-6  # qprof-wl's --period-us floor
-MAX_STREAMS_EACH_WAY = 32  # qprof-wl's WL_MAX_STREAMS / 2 (--direction both)
+MAX_STREAMS = 64  # qprof-wl's WL_MAX_STREAMS: --conns x --streams, x 2 with --direction both
 
 
 @dataclass(frozen=True)
@@ -148,6 +148,8 @@ def _pattern(opts: RunOptions) -> RunOptions:
         raise errors.BadValue(
             "--direction applies to --pattern bulk only (a download goes down, rr both ways); drop --direction."
         )
+    if opts.pattern != "bulk" and opts.conns is not None:
+        raise errors.BadValue(f"--conns applies to --pattern bulk only, not {opts.pattern}; drop --conns.")
     if opts.pattern == "rr":
         return _rr(opts)
     if opts.pattern == "download":
@@ -163,13 +165,17 @@ def _direction(opts: RunOptions) -> RunOptions:
             f"--direction {opts.direction}: udp sends from the client only (the server counts what is lost); "
             "use quic or a TCP stack, or drop --direction."
         )
+    if opts.stack == "udp" and opts.conns not in (None, 1):
+        raise errors.BadValue("--conns: udp sends one flow of datagrams; use quic or a TCP stack, or drop --conns.")
     if opts.stack == "udp":
         return opts
-    opts = options.filled(opts, "direction")
-    if opts.direction == "both" and opts.streams > MAX_STREAMS_EACH_WAY:
+    opts = options.filled(opts, "direction", "conns")
+    ways = 2 if opts.direction == "both" else 1
+    if opts.conns * opts.streams * ways > MAX_STREAMS:
         raise errors.BadValue(
-            f"--direction both opens --streams each way, at most {MAX_STREAMS_EACH_WAY}, not {opts.streams}; "
-            "lower --streams."
+            f"--conns {opts.conns} x --streams {opts.streams}{' x 2 ways' if ways == 2 else ''} is "
+            f"{opts.conns * opts.streams * ways} streams, more than the {MAX_STREAMS} the workload runs; "
+            "lower --conns or --streams."
         )
     return opts
 

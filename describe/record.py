@@ -11,7 +11,7 @@ import copy
 import statistics
 from dataclasses import asdict, fields
 from pathlib import Path
-from typing import Optional
+from typing import Dict, List, Optional
 
 from qprof import errors
 from qprof.describe import (
@@ -119,7 +119,9 @@ def describe_run(m: Measurement, run_path: Path) -> dict:
         downloads.describe(m.reports, opts.size, opts.count, opts.resume, rec) if opts.pattern == "download" else None
     )
     rec["rr"] = rr_record(opts, m, rec) if opts.pattern == "rr" else None
-    rec["streams"] = streams_record(m.window, opts.streams) if opts.pattern == "bulk" else None
+    per_way = opts.streams * (opts.conns or 1)
+    rec["streams"] = streams_record(m.window, per_way) if opts.pattern == "bulk" else None
+    rec["connections"] = connections_record(m.window, m.done, per_way) if opts.pattern == "bulk" else None
     rec["intervals"] = intervals_record(opts, m)
     return rec
 
@@ -159,6 +161,40 @@ def streams_record(window: Window, streams: int) -> Optional[dict]:
     n = max(streams, len(b))
     a, b = list(a) + [0] * (n - len(a)), list(b) + [0] * (n - len(b))
     got = [y - x for x, y in zip(a, b)]
+    seconds = window.seconds
+    return {
+        "bytes": got,
+        "gbps": [g * 8 / seconds / 1e9 if seconds > 0 else None for g in got],
+        "jain_index": derive.jain_index(got),
+        "min_share": min(got) / sum(got) if sum(got) else None,
+    }
+
+
+def connections_record(window: Window, done: dict, per_way: int) -> Optional[dict]:
+    """Each connection's verified bytes over the window, its goodput and
+    Jain's index over them (as iperf3 -P's per-stream lines, secnetperf
+    -conns): the receiver's per-stream counts grouped by the connection
+    each stream went on (its "done" says which: stream_conn, numbered in
+    its own order). Both ways: the server's connections (up) first, then
+    the client's (down). None when a receiver does not say."""
+    ways = {"server": range(0, per_way), "client": range(per_way if window.receiver == "both" else 0, 2 * per_way)}
+    got: List[int] = []
+    for role in ("server", "client"):
+        if role not in window.receivers:
+            continue
+        conn_of = (done.get(role) or {}).get("stream_conn")
+        a = getattr(window.start, f"{role}_mark").get("stream_bytes")
+        b = getattr(window.end, f"{role}_mark").get("stream_bytes")
+        if conn_of is None or a is None or b is None:
+            return None
+        by_conn: Dict[int, int] = {}
+        for i in ways[role]:
+            if i < len(conn_of) and conn_of[i] >= 0:
+                moved = (b[i] if i < len(b) else 0) - (a[i] if i < len(a) else 0)
+                by_conn[conn_of[i]] = by_conn.get(conn_of[i], 0) + moved
+        got += [by_conn[c] for c in sorted(by_conn)]
+    if not got:
+        return None
     seconds = window.seconds
     return {
         "bytes": got,
@@ -284,7 +320,7 @@ def build_record(opts, m: Measurement) -> dict:
     # other sent, on --streams each way); a download: the server sends, once per connection.
     receiver, sender = window.receiver, window.sender
     what = "streams" if opts.pattern == "bulk" else "downloads"
-    expected = opts.streams if opts.pattern == "bulk" else opts.count
+    expected = opts.streams * (opts.conns or 1) if opts.pattern == "bulk" else opts.count
     if receiver != "both":
         got, gave = m.done[receiver], m.done[sender]
     if receiver == "both":

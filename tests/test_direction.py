@@ -84,7 +84,7 @@ def test_both_ways_adds_the_receivers_and_keeps_each_direction():
         ({"pattern": "rr", "direction": "down"}, "--direction applies to --pattern bulk only"),
         ({"pattern": "download", "direction": "up"}, "--direction applies to --pattern bulk only"),
         ({"stack": "udp", "direction": "down"}, "udp sends from the client only"),
-        ({"direction": "both", "streams": 33}, "at most 32, not 33"),
+        ({"direction": "both", "streams": 33}, "is 66 streams, more than the 64"),
         ({"mix": "quic:1,tcp:1", "link": "rate=100mbit", "direction": "down"}, "drop --direction"),
     ],
 )

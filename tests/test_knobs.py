@@ -6,12 +6,12 @@ each side's connection after the run; encryption's share from the flame
 graph's crypto category; the MTU from the packets probe's wire sizes."""
 
 import pytest
-from test_exit_codes import failed_run
 
 from qprof import errors
 from qprof.describe import derive, options, plan
 
 from conftest import needs_build, qprof, run_json
+from test_exit_codes import failed_run
 
 QUICK = ("--duration", "1s", "--warmup", "0.3s")
 ETH_HEADER = 14

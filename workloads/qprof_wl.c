@@ -32,6 +32,8 @@ static const char usage[] =
 	"  -n, --streams N          bulk: quic: streams in the one connection; tcp, tcp-tls,\n"
 	"                           tcp-ktls: connections, a thread each (default 1); with\n"
 	"                           --direction both, N each way (at most 32)\n"
+	"      --conns N            bulk: connections, each with --streams (quic); tcp stacks:\n"
+	"                           N x --streams connections (default 1; at most 64 streams)\n"
 	"      --direction D        bulk: up (default: the client sends), down (the server\n"
 	"                           sends; give both roles the same D) or both (N streams\n"
 	"                           each way, as iperf3 --bidir)\n"
@@ -206,6 +208,7 @@ static const struct flag flags[] = {
 	{FLAG("key", 0, F_STR, key)},
 	{FLAG("pattern", 0, F_CHOICE, pattern), .choices = "bulk|download|rr"},
 	{FLAG("streams", 'n', F_NUM, streams), .lo = 1, .hi = 64},
+	{FLAG("conns", 0, F_NUM, conns), .lo = 1, .hi = 64, .patterns = P_BULK},
 	{FLAG("direction", 0, F_CHOICE, direction), .choices = "up|down|both",
 	 .stacks = "quic|tcp|tcp-tls|tcp-ktls", .patterns = P_BULK},
 	{FLAG("duration-ms", 't', F_NUM, duration_ms), .lo = 1, .hi = UINT64_MAX,
@@ -443,10 +446,12 @@ static int check_rules(struct wl_opts *o)
 		wl_warn("--pattern rr: the client needs --duration-ms, or --control to send until \"stop\"");
 		return WL_EXIT_USAGE;
 	}
-	if (!o->download && !o->rr && o->direction && !strcmp(o->direction, "both") &&
-	    o->streams > WL_MAX_STREAMS / 2) {
-		wl_warn("--direction both opens --streams each way: at most %d, not %d",
-			WL_MAX_STREAMS / 2, o->streams);
+	if (!o->download && !o->rr &&
+	    (o->conns ? o->conns : 1) * o->streams *
+			    (o->direction && !strcmp(o->direction, "both") ? 2 : 1) >
+		    WL_MAX_STREAMS) {
+		wl_warn("--conns x --streams (x 2 with --direction both) is at most %d streams in all",
+			WL_MAX_STREAMS);
 		return WL_EXIT_USAGE;
 	}
 	if (client && !o->download && !sends_down_only(o) && !o->duration_ms && !o->bytes &&

@@ -52,6 +52,7 @@ struct wl_opts {
 	const char *cert;
 	const char *key;
 	int streams;
+	int conns; /* bulk: connections (QUIC, each with --streams; TCP: x --streams); 0: 1 */
 	const char *direction; /* bulk: up, down or both (wl_bulk.c); NULL: up */
 	/* quic: msquic's settings, "on"/"off" or a name; NULL or 0: msquic's default */
 	const char *pacing, *quic_cc, *ecn, *encrypt;

@@ -41,7 +41,7 @@ struct bconn {
 	struct wl_conn *c;
 	int idx;
 	int first;	    /* client: the number of its first stream */
-	int nstreams;	    /* streams it carries (server, QUIC both ways: seen so far) */
+	int nstreams;	    /* streams it carries */
 	int streams_closed; /* closed, gracefully or not */
 	int streams_fin;    /* the peer ended */
 	bool connected;
@@ -62,11 +62,13 @@ struct bstream {
 };
 
 static struct {
-	int nconns;
-	int up, down, total; /* streams each way; total = up + down */
-	bool learn;	     /* server: a stream's way comes with its first bytes */
+	int nconns, per_conn; /* connections; streams on each */
+	int up, down, total;  /* streams each way; total = up + down */
+	bool learn;	      /* server: a stream's way comes with its first bytes */
 	struct bconn conns[WL_MAX_STREAMS];
 	struct bstream streams[WL_MAX_STREAMS];
+	/* Stream number -> its connection's index (server: accepted order), for "done": -1 unknown. */
+	_Atomic int stream_conn[WL_MAX_STREAMS];
 	_Atomic int accepted, started, next_slot, next_up, next_down, connected, closed;
 	_Atomic int streams_done; /* sent: closed after its FIN; received: its FIN came */
 	/* TCP client: every connection sends only once all are up (the barrier). */
@@ -94,14 +96,24 @@ static bool receives(void)
 
 static void set_ways(void)
 {
+	int i;
+
+	for (i = 0; i < WL_MAX_STREAMS; i++)
+		atomic_store(&bulk.stream_conn[i], -1);
 	const char *d = wl_role.o->direction ? wl_role.o->direction : "up";
-	const int n = wl_role.o->streams;
+	const int n = wl_role.o->streams * (wl_role.o->conns ? wl_role.o->conns : 1);
 
 	bulk.up = strcmp(d, "down") ? n : 0;
 	bulk.down = strcmp(d, "up") ? n : 0;
 	bulk.total = bulk.up + bulk.down;
-	/* QUIC both ways: a connection each way, as iperf3 --bidir's sockets (see the header). */
-	bulk.nconns = !wl_role.t->multistream ? bulk.total : bulk.up && bulk.down ? 2 : 1;
+	/*
+	 * QUIC: --conns connections each way, --streams on each (both ways: a
+	 * connection carries one way only, as iperf3 --bidir's sockets; see
+	 * the header). TCP: a connection per stream. Connection k carries
+	 * streams k * per_conn onwards: the up ones first.
+	 */
+	bulk.per_conn = wl_role.t->multistream ? wl_role.o->streams : 1;
+	bulk.nconns = bulk.total / bulk.per_conn;
 	bulk.learn = wl_role.server && bulk.down > 0;
 	/* A role that receives counts its streams' bytes at their numbers (wl_role.c). */
 	wl_role.per_stream = receives();
@@ -322,6 +334,7 @@ static void client_connected(struct wl_conn *c, void *ctx)
 
 		bs->bc = bc;
 		bs->idx = bc->first + i;
+		atomic_store(&bulk.stream_conn[bs->idx], bc->idx);
 		bs->down = bs->idx >= bulk.up;
 		code = bs->down ? wl_role.t->open(c, &down_receiver, bs, 0, &bs->s)
 				: wl_role.t->open(c, &sender, bs, WL_STREAM_UNI, &bs->s);
@@ -406,8 +419,8 @@ static int bulk_client(void)
 
 		bc->idx = i;
 		/* QUIC: the up streams on one, the down streams on the other; TCP: one each. */
-		bc->first = !multi ? i : i ? bulk.up : 0;
-		bc->nstreams = !multi ? 1 : bulk.nconns == 1 ? bulk.total : i ? bulk.down : bulk.up;
+		bc->first = i * bulk.per_conn;
+		bc->nstreams = bulk.per_conn;
 		atomic_fetch_add(&bulk.started, 1);
 		code = wl_role.t->connect(&client_conn, bc,
 					  (bc->first < bulk.up ? WL_CONN_SENDER : 0) |
@@ -455,6 +468,7 @@ static void number(struct bstream *bs, bool down)
 	bs->down = down;
 	bs->idx = down ? bulk.up + atomic_fetch_add(&bulk.next_down, 1)
 		       : atomic_fetch_add(&bulk.next_up, 1);
+	atomic_store(&bulk.stream_conn[bs->idx], bs->bc->idx);
 	n = atomic_load(&wl_role.streams_seen);
 	while (n < bs->idx + 1 &&
 	       !atomic_compare_exchange_weak(&wl_role.streams_seen, &n, bs->idx + 1))
@@ -563,8 +577,6 @@ static const struct wl_stream_handlers *server_stream(struct wl_conn *c, void *c
 		i = atomic_fetch_add(&bulk.next_slot, 1);
 		if (i >= bulk.total)
 			return NULL;
-		if (bulk.nconns > 1)
-			bc->nstreams++;
 		if (!bulk.learn)
 			atomic_store(&wl_role.streams_seen, i + 1);
 	}
@@ -572,6 +584,8 @@ static const struct wl_stream_handlers *server_stream(struct wl_conn *c, void *c
 	bs->bc = bc;
 	bs->s = s;
 	bs->idx = i;
+	if (!bulk.learn)
+		atomic_store(&bulk.stream_conn[i], bc->idx);
 	*sctx = bs;
 	return bulk.learn ? &learner : &receiver;
 }
@@ -620,7 +634,7 @@ static const struct wl_conn_handlers *accept_conn(void *arg, struct wl_conn *c, 
 	bc = &bulk.conns[i];
 	bc->c = c;
 	bc->idx = i;
-	bc->nstreams = !wl_role.t->multistream ? 1 : bulk.nconns > 1 ? 0 : bulk.total;
+	bc->nstreams = bulk.per_conn;
 	/* TCP, up: stream_bytes[i] is the i-th connection accepted (else numbered as it learns). */
 	if (!wl_role.t->multistream && !bulk.learn)
 		atomic_store(&wl_role.streams_seen, i + 1);
@@ -657,9 +671,23 @@ static void bulk_json_mark(struct wl_json *j)
 
 static void bulk_json_done(struct wl_json *j, int code)
 {
+	char buf[WL_MAX_STREAMS * 4 + 4];
+	size_t k = 0;
+	int i;
+
 	(void)code;
 	wl_json_u64(j, "streams_completed", (uint64_t)atomic_load(&bulk.streams_done));
 	bulk_json_mark(j);
+	/* Which connection each stream went on: the receiver's per-connection goodput. */
+	if (wl_role.per_stream) {
+		buf[k++] = '[';
+		for (i = 0; i < bulk.total; i++)
+			k += (size_t)snprintf(buf + k, sizeof(buf) - k, "%s%d", i ? "," : "",
+					      atomic_load(&bulk.stream_conn[i]));
+		buf[k++] = ']';
+		buf[k] = 0;
+		wl_json_raw(j, "stream_conn", buf);
+	}
 }
 
 const struct wl_pattern wl_bulk = {
