@@ -139,6 +139,8 @@ def _pattern(opts: RunOptions) -> RunOptions:
         for name, value in (
             ("period", opts.period_s),
             ("payload", opts.payload),
+            ("request", opts.request),
+            ("response", opts.response),
             ("rr-streams", opts.rr_streams),
             ("tcp-conns", opts.tcp_conns),
         ):

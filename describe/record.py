@@ -227,6 +227,8 @@ def rr_record(opts: options.RunOptions, m: Measurement, rec: dict) -> dict:
         m.done["client"],
         rec,
         wire,
+        opts.request,
+        opts.response,
     )
 
 

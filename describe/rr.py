@@ -23,7 +23,7 @@ from hdrh.histogram import HdrHistogram
 
 from qprof.perbyte import side_bytes
 
-PERCENTILES = (5, 25, 50, 75, 95, 99, 99.9)
+PERCENTILES = (5, 25, 50, 75, 95, 99, 99.9, 99.99)
 LOWEST_NS, HIGHEST_NS, SIGNIFICANT_DIGITS = 1_000, 60_000_000_000, 3
 
 
@@ -78,6 +78,8 @@ def describe(
     client_done: dict,
     rec: dict,
     wire: Optional[Dict[str, dict]],
+    request: Optional[int] = None,
+    response: Optional[int] = None,
 ) -> dict:
     """From the client's rr events, the window's edges (the client's clock),
     its done report and the record's core (CPU, syscalls)."""
@@ -88,9 +90,14 @@ def describe(
     h = histogram(delays)
     late = sum(1 for d in delays if d > period_s * 1e9)
     n = len(window)
+    request = request or payload
+    response = response or payload
     out = {
         "period_s": period_s,
-        "payload": payload,
+        # Both messages' size when they are one; else request and response say each.
+        "payload": payload if request == response == payload else None,
+        "request": request,
+        "response": response,
         "requests_due": due,
         "responses": n,
         "late": late,

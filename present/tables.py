@@ -174,6 +174,12 @@ def _print_downloads(rec: dict, console: Console) -> None:
     console.print("; ".join(said))
 
 
+def _rr_sizes(r: dict) -> str:
+    """ "256 B each way", or "512 B up, 4,000 B down" (a record from before the two sizes: its payload)."""
+    req, resp = r.get("request", r.get("payload")), r.get("response", r.get("payload"))
+    return f"{req:,} B each way" if req == resp else f"{req:,} B up, {resp:,} B down"
+
+
 def _print_rr(rec: dict, console: Console) -> None:
     """Response delays (from each request's due time) and what a request cost."""
     r = rec.get("rr")
@@ -183,13 +189,13 @@ def _print_rr(rec: dict, console: Console) -> None:
     how = cfg.get("rr_streams") or cfg.get("tcp_conns") or ("per-request" if rec["stack"] == "quic" else "one")
     t = Table(
         title=f"{r['responses']:,} of {r['requests_due']:,} requests due in the window answered "
-        f"({r['payload']} B each way every {r['period_s'] * 1e3:g} ms, {how}); response delay in ms",
+        f"({_rr_sizes(r)} every {r['period_s'] * 1e3:g} ms, {how}); response delay in ms",
         title_justify="left",
     )
-    keys = ("p5", "p25", "p50", "p75", "p95", "p99", "p99.9", "max")
+    keys = ("p5", "p25", "p50", "p75", "p95", "p99", "p99.9", "p99.99", "max")
     for k in keys:
         t.add_column(k, justify="right")
-    t.add_row(*(num(r["delay_ns"][k] and r["delay_ns"][k] / 1e6, "{:.3f}") for k in keys))
+    t.add_row(*(num(r["delay_ns"].get(k) and r["delay_ns"][k] / 1e6, "{:.3f}") for k in keys))
     console.print(t)
     line = f"jitter {num(r['jitter_percent'], '{:.1f}')}% of the mean delay; late {r['late']:,}"
     lag = r["send_lag_ns_max"]

@@ -73,6 +73,27 @@ def test_bad_rr_options(runs_dir, args, words):
 
 
 @needs_build
+@pytest.mark.parametrize("stack", ["quic", "tcp-tls"])
+def test_request_and_response_sizes(runs_dir, stack):
+    """secnetperf rps's 512-byte requests and 4000-byte responses: the record
+    says both, the wire carried each way at least its message per request
+    (the packets probe: headers and ACKs on top), and the request side less
+    than the response's 4000, and the percentiles run to p99.99 in order."""
+    rec = run_json(
+        runs_dir,
+        *("--stack", stack, "--pattern", "rr", "--period", "2ms", "--request", "512", "--response", "4000"),
+        *("--duration", "1s", "--warmup", "0.3s", "--sample-hz", "0"),
+    )
+    r = rec["rr"]
+    assert (r["request"], r["response"], r["payload"]) == (512, 4000, None)
+    wire = r["per_request"]["wire"]
+    assert wire["server_to_client"]["bytes"] >= 4000
+    assert 512 <= wire["client_to_server"]["bytes"] < 4000
+    d = r["delay_ns"]
+    assert 0 < d["p99"] <= d["p99.9"] <= d["p99.99"] <= d["max"] * 1.001
+
+
+@needs_build
 @pytest.mark.parametrize(
     "stack, extra",
     [("quic", []), ("quic", ["--rr-streams", "one"]), ("tcp", []), ("tcp-tls", ["--tcp-conns", "on-demand"])],

@@ -174,6 +174,33 @@ def test_rr_payload_mismatch_fails_the_check(mode, server_payload, cert):
     assert events(server.stdout, "done")[0]["verified"] is False
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_rr_request_and_response_sizes_apart(mode, cert):
+    """secnetperf's rps sizes: 512-byte requests, 4000-byte responses. Each
+    role checks what it receives at its own size; the client counts the
+    response bytes it verified, the server the request bytes."""
+    stack, args = MODES[mode]
+    sizes = ["--request", "512", "--response", "4000"]
+    client, server, _ = rr(stack, cert, [*args, *sizes], server_args=sizes)
+    assert client.returncode == 0 and server.returncode == 0, client.stderr + server.stderr
+    done = events(client.stdout, "done")[0]
+    served = events(server.stdout, "done")[0]
+    assert done["request"] == served["request"] == 512 and done["response"] == served["response"] == 4000
+    assert "payload" not in done and done["verified"] is True
+    assert done["app_bytes"] == done["responses"] * 4000, done
+    assert served["app_bytes"] == served["requests_served"] * 512, served
+
+
+@pytest.mark.parametrize("mode", ["quic-per-request", "tcp-tls-one"])
+def test_rr_response_size_mismatch_fails_the_check(mode, cert):
+    """The server answers with 3000 bytes where the client expects 4000."""
+    stack, args = MODES[mode]
+    expects = [*args, "--request", "512", "--response", "4000"]
+    client, server, _ = rr(stack, cert, expects, server_args=["--request", "512", "--response", "3000"])
+    assert client.returncode == WorkloadExit.VERIFY, client.stderr
+    assert "--response" in client.stderr
+
+
 def test_rr_ignores_io_size(cert):
     """qprof run passes --io-size to every pattern; rr's messages are --payload bytes."""
     io = ["--io-size", "131072"]

@@ -51,6 +51,9 @@ static const char usage[] =
 	"                           next, at least 100\n"
 	"      --payload N          rr: bytes of each request and of each response, 16 to\n"
 	"                           1048576; give both roles the same N\n"
+	"      --request N          rr: bytes of each request (default --payload), 16 to 1048576\n"
+	"      --response N         rr: bytes of each response (default --payload); give both\n"
+	"                           roles the same --request and --response\n"
 	"      --rr-streams S       rr, quic client: per-request (default: a new bidirectional\n"
 	"                           stream for each request, as HTTP/3) or one (one stream\n"
 	"                           carries every request and response, back to back)\n"
@@ -221,6 +224,10 @@ static const struct flag flags[] = {
 	{FLAG("period-us", 0, F_NUM, period_us), .lo = WL_RR_PERIOD_MIN_US,
 	 .hi = WL_RR_PERIOD_MAX_US, .unit = " microseconds", .patterns = P_RR},
 	{FLAG("payload", 0, F_NUM, payload), .lo = WL_RR_PAYLOAD_MIN, .hi = WL_RR_PAYLOAD_MAX,
+	 .unit = " bytes", .patterns = P_RR},
+	{FLAG("request", 0, F_NUM, request), .lo = WL_RR_PAYLOAD_MIN, .hi = WL_RR_PAYLOAD_MAX,
+	 .unit = " bytes", .patterns = P_RR},
+	{FLAG("response", 0, F_NUM, response), .lo = WL_RR_PAYLOAD_MIN, .hi = WL_RR_PAYLOAD_MAX,
 	 .unit = " bytes", .patterns = P_RR},
 	{FLAG("rr-streams", 0, F_CHOICE, rr_streams), .choices = "per-request|one",
 	 .stacks = "quic", .patterns = P_RR},
@@ -417,8 +424,8 @@ static int check_rules(struct wl_opts *o)
 			o->pattern);
 		return WL_EXIT_USAGE;
 	}
-	if (o->rr && !o->payload) {
-		wl_warn("--pattern rr needs --payload N, the bytes of each request and each response, on both roles");
+	if (o->rr && !o->payload && (!o->request || !o->response)) {
+		wl_warn("--pattern rr needs --payload N, the bytes of each request and each response, or --request and --response, on both roles");
 		return WL_EXIT_USAGE;
 	}
 	if (o->rr && client && !o->period_us) {
@@ -475,7 +482,7 @@ static int check_rules(struct wl_opts *o)
 int main(int argc, char **argv)
 {
 	struct wl_opts o = defaults;
-	uint32_t period;
+	uint32_t period, most;
 	int code;
 
 	code = parse_flags(argc, argv, &o);
@@ -497,10 +504,11 @@ int main(int argc, char **argv)
 	if (o.download && !o.count)
 		o.count = 1;
 	if (o.rr) {
-		/* A period of at least 2 --payload: a message's pattern is one piece. */
-		for (period = 1024; period < 2 * o.payload; period <<= 1)
-			;
 		wl_rr_init(&o);
+		/* A period of at least twice the larger message: a message's pattern is one piece. */
+		most = wl_rr.request > wl_rr.response ? wl_rr.request : wl_rr.response;
+		for (period = 1024; period < 2 * most; period <<= 1)
+			;
 		wl_pattern_init(period);
 	} else {
 		wl_pattern_init(o.io_size);

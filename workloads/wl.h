@@ -60,25 +60,26 @@ struct wl_opts {
 	uint64_t bytes;	      /* 0: send for duration */
 	uint32_t io_size;     /* bytes per send request */
 	const char *exec_profile;
-	bool control;		 /* commands on stdin, see wl_control_start */
-	bool wait_start;	 /* client: connect only on "start" */
-	const char *tls_version; /* tcp-tls, tcp-ktls: "1.2" or "1.3" */
-	const char *cipher;	 /* OpenSSL name; NULL: AES-128-GCM */
-	const char *tcp_cc;	 /* tcp stacks: TCP_CONGESTION per socket; NULL: the netns's */
-	bool sendfile;		 /* tcp, tcp-ktls client: sendfile() from a memfd */
-	const char *send_mode;	 /* udp client: sendmsg, sendmmsg or gso; NULL: gso */
-	uint32_t batch;		 /* udp client: datagrams per call; 0: wl_udp.c's default */
-	uint32_t dgram_size;	 /* udp client: UDP payload bytes; 0: 1472 */
-	const char *gro;	 /* udp server: UDP_GRO "on" or "off"; NULL: on */
-	bool download;		 /* --pattern download: see below */
-	uint64_t size;		 /* download: bytes the server sends per connection */
-	uint64_t count;		 /* download: connections, one after another */
-	bool resume;		 /* download, TLS stacks: resume sessions (QUIC: 0-RTT) */
-	bool rr;		 /* --pattern rr: see below */
-	uint64_t period_us;	 /* rr client: between two requests' due times */
-	uint32_t payload;	 /* rr: bytes of each request and of each response */
-	bool rr_one_stream;	 /* rr, quic client: every request on one stream */
-	bool tcp_on_demand;	 /* rr, TCP stacks client: a connection per overlapping request */
+	bool control;		    /* commands on stdin, see wl_control_start */
+	bool wait_start;	    /* client: connect only on "start" */
+	const char *tls_version;    /* tcp-tls, tcp-ktls: "1.2" or "1.3" */
+	const char *cipher;	    /* OpenSSL name; NULL: AES-128-GCM */
+	const char *tcp_cc;	    /* tcp stacks: TCP_CONGESTION per socket; NULL: the netns's */
+	bool sendfile;		    /* tcp, tcp-ktls client: sendfile() from a memfd */
+	const char *send_mode;	    /* udp client: sendmsg, sendmmsg or gso; NULL: gso */
+	uint32_t batch;		    /* udp client: datagrams per call; 0: wl_udp.c's default */
+	uint32_t dgram_size;	    /* udp client: UDP payload bytes; 0: 1472 */
+	const char *gro;	    /* udp server: UDP_GRO "on" or "off"; NULL: on */
+	bool download;		    /* --pattern download: see below */
+	uint64_t size;		    /* download: bytes the server sends per connection */
+	uint64_t count;		    /* download: connections, one after another */
+	bool resume;		    /* download, TLS stacks: resume sessions (QUIC: 0-RTT) */
+	bool rr;		    /* --pattern rr: see below */
+	uint64_t period_us;	    /* rr client: between two requests' due times */
+	uint32_t payload;	    /* rr: bytes of each request and of each response */
+	uint32_t request, response; /* rr: ... each apart (0: --payload) */
+	bool rr_one_stream;	    /* rr, quic client: every request on one stream */
+	bool tcp_on_demand; /* rr, TCP stacks client: a connection per overlapping request */
 };
 
 /*
@@ -104,10 +105,10 @@ uint64_t wl_get_le64(const uint8_t *p);
  * as its reference, so its latency counts the wait (no coordinated
  * omission).
  *
- * A request and a response are each N = --payload bytes: the request's
- * sequence number (8 bytes, little-endian; a response repeats its
- * request's), then byte q of the message (8 <= q < N) is the pattern byte
- * at offset N + q. So every message can be checked alone, on any
+ * A request is N = --request bytes and a response M = --response bytes
+ * (each --payload unless given): the request's sequence number (8 bytes,
+ * little-endian; a response repeats its request's), then byte q of a
+ * message of N bytes (8 <= q < N) is the pattern byte at offset N + q. So every message can be checked alone, on any
  * connection or stream, in any order; a peer with another --payload fails
  * the check at its first pattern byte, whatever the framing; and with a
  * pattern period of at least 2N, a message's pattern bytes go out of the
@@ -142,7 +143,9 @@ uint64_t wl_now_ns(void);
 
 /* --pattern rr, the part every stack shares (wl_rr.c) */
 struct wl_rr {
-	uint32_t payload;
+	uint32_t request,
+		response; /* each message's bytes (--request, --response; --payload both) */
+	uint32_t rx_size, tx_size; /* this role's: the server receives requests, sends responses */
 	uint64_t period_ns;
 	uint64_t t0_ns;			/* client: request 0's due time */
 	_Atomic uint64_t due;		/* client: requests that fell due */
@@ -180,18 +183,18 @@ static inline uint64_t wl_rr_due(uint64_t seq)
 	return wl_rr.t0_ns + seq * wl_rr.period_ns;
 }
 uint64_t wl_rr_drain_ns(void);
-/* A message's bytes after its header, in the pattern region. */
-const uint8_t *wl_rr_body(void);
-/* Takes what belongs to the message (up to --payload in all); returns its length. */
+/* The bytes after the header of a message of size bytes, in the pattern region. */
+const uint8_t *wl_rr_body(uint32_t size);
+/* Takes what belongs to the message (up to rx_size in all); returns its length. */
 size_t wl_rr_rx_feed(struct wl_rr_rx *m, const uint8_t *p, size_t len);
 static inline bool wl_rr_rx_whole(const struct wl_rr_rx *m)
 {
-	return m->got == wl_rr.payload;
+	return m->got == wl_rr.rx_size;
 }
 /* Whole, or already failed its check: either way it is to be acted on now. */
 static inline bool wl_rr_rx_ready(const struct wl_rr_rx *m)
 {
-	return m->got == wl_rr.payload || m->bad;
+	return m->got == wl_rr.rx_size || m->bad;
 }
 int wl_rr_fifo_push(struct wl_rr_fifo *f, uint64_t seq); /* -1: out of memory */
 static inline struct wl_rr_req *wl_rr_fifo_at(struct wl_rr_fifo *f, uint32_t i)

@@ -21,7 +21,12 @@ struct wl_rr wl_rr;
 
 void wl_rr_init(const struct wl_opts *o)
 {
-	wl_rr.payload = o->payload;
+	const bool server = !strcmp(o->role, "server");
+
+	wl_rr.request = o->request ? o->request : o->payload;
+	wl_rr.response = o->response ? o->response : o->payload;
+	wl_rr.rx_size = server ? wl_rr.request : wl_rr.response;
+	wl_rr.tx_size = server ? wl_rr.response : wl_rr.request;
 	wl_rr.period_ns = o->period_us * 1000;
 }
 
@@ -32,14 +37,14 @@ uint64_t wl_rr_drain_ns(void)
 	return periods > WL_RR_DRAIN_MIN_NS ? periods : WL_RR_DRAIN_MIN_NS;
 }
 
-const uint8_t *wl_rr_body(void)
+const uint8_t *wl_rr_body(uint32_t size)
 {
-	return wl_pattern_region() + wl_rr.payload + WL_RR_HDR;
+	return wl_pattern_region() + size + WL_RR_HDR;
 }
 
 size_t wl_rr_rx_feed(struct wl_rr_rx *m, const uint8_t *p, size_t len)
 {
-	size_t n = wl_rr.payload - m->got, h = 0;
+	size_t n = wl_rr.rx_size - m->got, h = 0;
 
 	if (n > len)
 		n = len;
@@ -47,7 +52,7 @@ size_t wl_rr_rx_feed(struct wl_rr_rx *m, const uint8_t *p, size_t len)
 		h = WL_RR_HDR - m->got < n ? WL_RR_HDR - m->got : n;
 		memcpy(m->hdr + m->got, p, h);
 	}
-	if (n > h && !wl_pattern_check(wl_rr.payload + m->got + h, p + h, n - h))
+	if (n > h && !wl_pattern_check(wl_rr.rx_size + m->got + h, p + h, n - h))
 		m->bad = true;
 	m->got += (uint32_t)n;
 	return n;
@@ -108,7 +113,7 @@ int wl_rr_answer(const struct wl_rr_req *req, const struct wl_rr_rx *m, uint64_t
 	if (m->bad) {
 		snprintf(
 			why, why_len,
-			"the response to request %llu failed the content check (is --payload the same on both roles?)",
+			"the response to request %llu failed the content check (are --request and --response the same on both roles?)",
 			(unsigned long long)req->seq);
 		return WL_EXIT_VERIFY;
 	}
@@ -213,7 +218,10 @@ void wl_rr_json_done(struct wl_json *j, bool server)
 	uint64_t sent = atomic_load(&wl_rr.sent), responses = atomic_load(&wl_rr.responses);
 
 	wl_json_str(j, "pattern", "rr");
-	wl_json_u64(j, "payload", wl_rr.payload);
+	wl_json_u64(j, "request", wl_rr.request);
+	wl_json_u64(j, "response", wl_rr.response);
+	if (wl_rr.request == wl_rr.response)
+		wl_json_u64(j, "payload", wl_rr.request);
 	if (server) {
 		wl_json_u64(j, "requests_served", atomic_load(&wl_rr.served));
 		wl_json_u64(j, "connections_accepted", atomic_load(&wl_rr.connections));

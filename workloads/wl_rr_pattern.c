@@ -131,7 +131,8 @@ static int send_msg(struct wl_stream *s, uint64_t seq, unsigned flags, void *tag
 	uint8_t hdr[WL_RR_HDR];
 
 	wl_put_le64(hdr, seq);
-	return wl_send(s, hdr, WL_RR_HDR, wl_rr_body(), wl_rr.payload - WL_RR_HDR, flags, tag);
+	return wl_send(s, hdr, WL_RR_HDR, wl_rr_body(wl_rr.tx_size), wl_rr.tx_size - WL_RR_HDR,
+		       flags, tag);
 }
 
 /* Client */
@@ -157,7 +158,7 @@ static bool answered(const struct wl_rr_req *req, const struct wl_rr_rx *rx, uin
 		client_failed(code, why, rc);
 		return false;
 	}
-	atomic_fetch_add(&wl_role.app_bytes, wl_rr.payload);
+	atomic_fetch_add(&wl_role.app_bytes, wl_rr.rx_size);
 	if (atomic_load(&rr.draining) && atomic_load(&wl_rr.responses) == atomic_load(&wl_rr.sent))
 		wl_loop_wake();
 	return true;
@@ -314,8 +315,8 @@ static void req_data(struct wl_stream *s, void *ctx, const uint8_t *p, size_t le
 		r->failed = true;
 		snprintf(
 			why, sizeof(why),
-			"the response to request %llu is longer than --payload's %u bytes (is --payload the same on both roles?)",
-			(unsigned long long)r->req.seq, wl_rr.payload);
+			"the response to request %llu is longer than --response's %u bytes (is --response the same on both roles?)",
+			(unsigned long long)r->req.seq, wl_rr.rx_size);
 		client_failed(WL_EXIT_VERIFY, why, NULL);
 	} else if (wl_rr_rx_whole(&r->rx) && !r->t_answer) {
 		r->t_answer = wl_now_ns();
@@ -334,8 +335,8 @@ static void req_fin(struct wl_stream *s, void *ctx)
 		r->failed = true;
 		snprintf(
 			why, sizeof(why),
-			"the response to request %llu is shorter than --payload's %u bytes (is --payload the same on both roles?)",
-			(unsigned long long)r->req.seq, wl_rr.payload);
+			"the response to request %llu is shorter than --response's %u bytes (is --response the same on both roles?)",
+			(unsigned long long)r->req.seq, wl_rr.rx_size);
 		client_failed(WL_EXIT_VERIFY, why, NULL);
 		return;
 	}
@@ -611,14 +612,14 @@ static void respond(struct wl_stream *s, struct rstream *st, bool fin)
 			if (wl_role.t->multistream)
 				wl_role_fail_later(
 					WL_EXIT_VERIFY,
-					"request %llu %s (is --payload the same on both roles?); answered at once, for the client to see, and the stream ended",
+					"request %llu %s (is --request the same on both roles?); answered at once, for the client to see, and the stream ended",
 					(unsigned long long)seq,
 					st->rx.bad ? "failed the content check"
-						   : "is shorter than --payload");
+						   : "is shorter than --request");
 			else
 				wl_role_fail_later(
 					WL_EXIT_VERIFY,
-					"request %llu on connection %d failed the content check (is --payload the same on both roles?); answered at once, for the client to see, and the connection ended",
+					"request %llu on connection %d failed the content check (is --request the same on both roles?); answered at once, for the client to see, and the connection ended",
 					(unsigned long long)seq, st->rc->idx);
 		}
 	}
