@@ -29,8 +29,10 @@ def senders(opts) -> Tuple[str, ...]:
 
 def receivers(opts) -> Tuple[str, ...]:
     """The roles that verify what arrives."""
-    if opts.pattern in ("download", "rr"):
-        return ("client",) if opts.pattern == "download" else ROLES
+    if opts.pattern == "download":
+        return ("client",)
+    if opts.pattern == "rr":
+        return ROLES
     return {"up": ("server",), "down": ("client",), "both": ROLES}[bulk_direction(opts)]
 
 

@@ -73,7 +73,7 @@ def resolve_one(opts: RunOptions) -> Tuple[RunOptions, transports.Stack]:
     if opts.pattern in ("bulk", "rr"):
         opts = _bulk_length(opts)
     opts = _link(opts)
-    _tcp_cc(opts)
+    _stack_knobs(opts)
     if opts.interval_s and opts.interval_s < options.MIN_INTERVAL_S:
         raise errors.BadValue(
             f"--interval {opts.interval_s * 1e3:g}ms is below {options.MIN_INTERVAL_S * 1e3:g}ms, finer than "
@@ -308,7 +308,7 @@ def link_devices(opts: RunOptions) -> Dict[str, Tuple[str, str]]:
     return out
 
 
-def _tcp_cc(opts: RunOptions) -> None:
+def _stack_knobs(opts: RunOptions) -> None:
     """--tcp-cc is TCP's (whether this kernel has it is preflight's); the
     quic knobs are msquic's."""
     if opts.tcp_cc is not None and opts.stack not in options.TCP_STACKS:

@@ -160,8 +160,12 @@ def streams_record(window: Window, streams: int) -> Optional[dict]:
         streams *= 2
     n = max(streams, len(b))
     a, b = list(a) + [0] * (n - len(a)), list(b) + [0] * (n - len(b))
-    got = [y - x for x, y in zip(a, b)]
-    seconds = window.seconds
+    return _shares([y - x for x, y in zip(a, b)], window.seconds)
+
+
+def _shares(got: List[int], seconds: float) -> dict:
+    """Bytes per stream or connection over the window: each one's goodput,
+    Jain's index over them and the smallest share."""
     return {
         "bytes": got,
         "gbps": [g * 8 / seconds / 1e9 if seconds > 0 else None for g in got],
@@ -177,7 +181,9 @@ def connections_record(window: Window, done: dict, per_way: int) -> Optional[dic
     each stream went on (its "done" says which: stream_conn, numbered in
     its own order). Both ways: the server's connections (up) first, then
     the client's (down). None when a receiver does not say."""
-    ways = {"server": range(0, per_way), "client": range(per_way if window.receiver == "both" else 0, 2 * per_way)}
+    # The streams each receiver gets: up ones first, then the down ones.
+    down_first = per_way if window.receiver == "both" else 0
+    ways = {"server": range(0, per_way), "client": range(down_first, down_first + per_way)}
     got: List[int] = []
     for role in ("server", "client"):
         if role not in window.receivers:
@@ -193,15 +199,7 @@ def connections_record(window: Window, done: dict, per_way: int) -> Optional[dic
                 moved = (b[i] if i < len(b) else 0) - (a[i] if i < len(a) else 0)
                 by_conn[conn_of[i]] = by_conn.get(conn_of[i], 0) + moved
         got += [by_conn[c] for c in sorted(by_conn)]
-    if not got:
-        return None
-    seconds = window.seconds
-    return {
-        "bytes": got,
-        "gbps": [g * 8 / seconds / 1e9 if seconds > 0 else None for g in got],
-        "jain_index": derive.jain_index(got),
-        "min_share": min(got) / sum(got) if sum(got) else None,
-    }
+    return _shares(got, window.seconds) if got else None
 
 
 def _stream_bytes(e, roles) -> Optional[list]:
@@ -412,7 +410,7 @@ def direction_record(opts, window: Window) -> Optional[dict]:
     }
     for way, role in (("up", "server"), ("down", "client")):
         if role in window.receivers:
-            b = window.direction_bytes(role)
+            b = window.mark_delta(role, "app_bytes")
             out[way] = {"bytes": b, "gbps": b * 8 / seconds / 1e9 if seconds > 0 else None}
         else:
             out[way] = None

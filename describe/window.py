@@ -62,10 +62,6 @@ class Window:
         """Bytes the receiver (both: the receivers) verified inside the window."""
         return self.mark_delta(self.receiver, "app_bytes")
 
-    def direction_bytes(self, receiver: str) -> int:
-        """The bytes one receiver verified: one direction's."""
-        return self.mark_delta(receiver, "app_bytes")
-
     @property
     def sent(self) -> int:
         """Bytes the sender handed to its transport (both ways: each side's sent_bytes)."""

@@ -31,7 +31,7 @@ static const char usage[] =
 	"                           rr (requests on a schedule, each answered; see below)\n"
 	"  -n, --streams N          bulk: quic: streams in the one connection; tcp, tcp-tls,\n"
 	"                           tcp-ktls: connections, a thread each (default 1); with\n"
-	"                           --direction both, N each way (at most 32)\n"
+	"                           --direction both, N each way (--conns x N x 2 at most 64)\n"
 	"      --conns N            bulk: connections, each with --streams (quic); tcp stacks:\n"
 	"                           N x --streams connections (default 1; at most 64 streams)\n"
 	"      --direction D        bulk: up (default: the client sends), down (the server\n"

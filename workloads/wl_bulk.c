@@ -27,6 +27,8 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/timerfd.h>
@@ -197,18 +199,32 @@ static const struct wl_stream_handlers sender = {
 	.closed = sender_closed,
 };
 
+/* What arrived on bs failed its check at off: the rest is dropped, the run fails, the connection closes. */
+static void stream_failed(struct bstream *bs, uint64_t off, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static void stream_failed(struct bstream *bs, uint64_t off, const char *fmt, ...)
+{
+	char why[256];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof(why), fmt, ap);
+	va_end(ap);
+	bs->bad = true;
+	wl_role_verify_failed(off, (uint64_t)bs->idx, "verify_fail_stream");
+	wl_role_fail(WL_EXIT_VERIFY, "%s", why);
+	wl_role.t->close(bs->bc->c, WL_CLOSE_VERIFY);
+}
+
 /* Receiver: check every byte at its offset; the first failure fails the run. */
 static void check(struct bstream *bs, const uint8_t *p, size_t len)
 {
 	if (bs->bad)
 		return;
 	if (!wl_pattern_check(bs->off, p, len)) {
-		bs->bad = true;
-		wl_role_verify_failed(bs->off, (uint64_t)bs->idx, "verify_fail_stream");
-		wl_role_fail(WL_EXIT_VERIFY,
-			     "received data failed the content check on %s %d at offset %llu",
-			     unit(), bs->idx, (unsigned long long)bs->off);
-		wl_role.t->close(bs->bc->c, WL_CLOSE_VERIFY);
+		stream_failed(bs, bs->off,
+			      "received data failed the content check on %s %d at offset %llu",
+			      unit(), bs->idx, (unsigned long long)bs->off);
 		return;
 	}
 	bs->off += len;
@@ -443,11 +459,8 @@ static void receive_fin(struct wl_stream *s, void *ctx)
 
 	if (!bs->known && bulk.learn && !bs->bad) {
 		/* Ended before its first 8 bytes: neither a request nor the pattern. */
-		bs->bad = true;
-		wl_role_verify_failed(0, (uint64_t)bs->idx, "verify_fail_stream");
-		wl_role_fail(WL_EXIT_VERIFY, "%s %d ended after %u bytes, before its first 8",
-			     unit(), bs->idx, bs->nword);
-		wl_role.t->close(bs->bc->c, WL_CLOSE_VERIFY);
+		stream_failed(bs, 0, "%s %d ended after %u bytes, before its first 8", unit(),
+			      bs->idx, bs->nword);
 	}
 	received_fin(bs);
 	/* Ours needs no ending: an up stream is the peer's alone, a dedicated TCP one ends itself. */
@@ -511,13 +524,10 @@ static void learn(struct wl_stream *s, void *ctx, const uint8_t *p, size_t len)
 			return;
 		} else {
 			bs->known = true;
-			bs->bad = true;
-			wl_role_verify_failed(0, (uint64_t)bs->idx, "verify_fail_stream");
-			wl_role_fail(
-				WL_EXIT_VERIFY,
+			stream_failed(
+				bs, 0,
 				"%s %d began with 0x%016llx, neither the download request nor the pattern",
 				unit(), bs->idx, (unsigned long long)wl_get_le64(bs->word));
-			wl_role.t->close(bs->bc->c, WL_CLOSE_VERIFY);
 			return;
 		}
 		if (!len) {
@@ -525,11 +535,8 @@ static void learn(struct wl_stream *s, void *ctx, const uint8_t *p, size_t len)
 			return;
 		}
 	}
-	bs->bad = true;
-	wl_role_verify_failed(0, (uint64_t)bs->idx, "verify_fail_stream");
-	wl_role_fail(WL_EXIT_VERIFY, "the client sent %zu bytes after its request on %s %d", len,
-		     unit(), bs->idx);
-	wl_role.t->close(bs->bc->c, WL_CLOSE_VERIFY);
+	stream_failed(bs, 0, "the client sent %zu bytes after its request on %s %d", len, unit(),
+		      bs->idx);
 }
 
 /* Server, down or both: more may be sent once the request made it a down stream. */

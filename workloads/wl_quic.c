@@ -632,12 +632,9 @@ static QUIC_STATUS QUIC_API listener_cb(HQUIC h, void *ctx, QUIC_LISTENER_EVENT 
 		return QUIC_STATUS_CONNECTION_REFUSED;
 	}
 	q.api->SetCallbackHandler(ch, (void *)conn_cb, c);
-	if (!encrypt_off(ch)) {
-		c->hd->closed(c, c->ctx, &c->end);
-		free(c);
-		return QUIC_STATUS_INTERNAL_ERROR;
-	}
-	st = q.api->ConnectionSetConfiguration(ch, q.cfg[!!(c->flags & WL_CONN_SENDER)]);
+	st = encrypt_off(ch)
+		     ? q.api->ConnectionSetConfiguration(ch, q.cfg[!!(c->flags & WL_CONN_SENDER)])
+		     : QUIC_STATUS_INTERNAL_ERROR;
 	if (QUIC_FAILED(st)) {
 		/* Refused: msquic closes it and calls us no more; the pattern took it, so it hears. */
 		c->hd->closed(c, c->ctx, &c->end);
