@@ -9,9 +9,12 @@ actually sent), so a stalled client or connection shows in the figures
 instead of hiding them (no coordinated omission). The window's requests
 are those due inside it.
 
-The delays go into an HDR histogram (HdrHistogram_py: 1 us to 60 s, three
-significant digits, so every percentile is within 0.1%), kept encoded in
-the record so it can be read again. Jitter is the seed's: the mean of the
+The delays go into an HDR histogram (HdrHistogram_py: 1 ns units up to
+60 s, three significant digits, so every percentile is within 0.1% at any
+delay; a coarser unit would be a fixed step, 0.8% of a 65 us delay), kept
+encoded in the record so it can be read again. A percentile is the top of
+its bucket, so it is capped at the exact largest delay, which it can
+never exceed. Jitter is the seed's: the mean of the
 absolute differences between consecutive delays, as a percentage of the
 mean delay.
 """
@@ -24,7 +27,7 @@ from hdrh.histogram import HdrHistogram
 from qprof.perbyte import side_bytes
 
 PERCENTILES = (5, 25, 50, 75, 95, 99, 99.9, 99.99)
-LOWEST_NS, HIGHEST_NS, SIGNIFICANT_DIGITS = 1_000, 60_000_000_000, 3
+LOWEST_NS, HIGHEST_NS, SIGNIFICANT_DIGITS = 1, 60_000_000_000, 3
 
 
 def in_window(events: List[dict], start_ns: int, end_ns: int) -> List[dict]:
@@ -103,7 +106,7 @@ def describe(
         "late": late,
         "send_lag_ns_max": max((e["sent_ns"] - e["due_ns"] for e in window), default=None),
         "delay_ns": {
-            **{f"p{p:g}": h.get_value_at_percentile(p) if n else None for p in PERCENTILES},
+            **{f"p{p:g}": min(h.get_value_at_percentile(p), max(delays)) if n else None for p in PERCENTILES},
             "min": min(delays, default=None),
             "max": max(delays, default=None),
             "mean": statistics.fmean(delays) if delays else None,
