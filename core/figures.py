@@ -176,9 +176,10 @@ TABLE: Tuple[Figure, ...] = (
             _ns_to_ms,
             column="rr_delay_p50_ms" if q == "p50" else None,
         )
-        for q in ("p50", "p95", "p99")
+        for q in ("p50", "p95", "p99", "p99.9", "p99.99")
     ),
     Figure("rr_jitter_percent", "jitter", "%", ("rr", "jitter_percent")),
+    Figure("rr_requests_per_s", "requests per second", "/s", ("rr", "requests_per_s"), lower_is_better=False),
     *(
         Figure(f"rr_{s}_cpu_us", f"{s} CPU per request", "us", ("rr", "per_request", "cpu_s", s), _s_to_us)
         for s in ("client", "server")

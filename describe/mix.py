@@ -34,7 +34,7 @@ MAX_FLOWS_PER_CPU = 16
 MIX_PATTERNS = ("bulk", "rr")
 _ENTRY = re.compile(r"^([a-z-]+)(?::(\d+))?(?::([a-z]+))?$")
 # Options a flow takes only when it is of the pattern (check_pattern refuses them otherwise).
-RR_FIELDS = ("period_s", "payload", "rr_streams", "tcp_conns")
+RR_FIELDS = ("period_s", "payload", "rr_streams", "tcp_conns", "rr_mode")
 RETRANSMITS_SOURCE = {
     "quic": "msquic SendSuspectedLostPackets (packets)",
     "tcp": "TCP_INFO tcpi_total_retrans (segments)",
@@ -235,6 +235,7 @@ def describe_flow(m: FlowMeasurement, cpu_window_s: float) -> dict:
             m.done["client"],
             rec,
             None,
+            in_flight=o.get("streams", 1) if o.get("rr_mode") == "closed" else None,
         )
     return out
 

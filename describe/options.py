@@ -249,7 +249,7 @@ OPTIONS: List[Option] = [
         "period",
         "duration",
         None,
-        "rr: time between requests, on a fixed schedule whatever the replies do",
+        "rr: time between requests, on a fixed schedule whatever the replies do (--rr-mode open)",
         field_name="period_s",
         fill=0.010,
         lo=0.0,
@@ -316,6 +316,20 @@ OPTIONS: List[Option] = [
         metavar="one|on-demand",
     ),
     Option(
+        "rr-mode",
+        "choice",
+        None,
+        "rr: open (requests every --period, whatever the replies do) or closed (the next request goes "
+        "when an answer comes, --streams in flight per connection, as secnetperf's rps and latency and "
+        "netperf's TCP_RR)",
+        fill="open",
+        fill_note="rr",
+        choices=("open", "closed"),
+        vary=True,
+        workload="--rr-mode",
+        metavar="open|closed",
+    ),
+    Option(
         "warmup",
         "duration",
         None,
@@ -325,16 +339,25 @@ OPTIONS: List[Option] = [
         fill_note="bulk and rr, not with --bytes",
     ),
     Option(
-        "streams", "int", 1, "Streams in the one connection.", short="-n", lo=1, hi=64, vary=True, workload="--streams"
+        "streams",
+        "int",
+        1,
+        "Streams in each connection (rr --rr-mode closed: requests in flight on each).",
+        short="-n",
+        lo=1,
+        hi=64,
+        vary=True,
+        workload="--streams",
     ),
     Option(
         "conns",
         "int",
         None,
-        "bulk: connections (as secnetperf -conns, iperf3 -P), each with its --streams on quic; "
-        "TCP stacks carry a stream per connection, so --conns C --streams S opens C x S",
+        "bulk and rr: connections (as secnetperf -conns, iperf3 -P), each with its --streams on quic; "
+        "TCP stacks carry a stream (rr: a request in flight) per connection, so --conns C --streams S "
+        "opens C x S",
         fill=1,
-        fill_note="bulk",
+        fill_note="bulk and rr",
         lo=1,
         hi=64,
         vary=True,

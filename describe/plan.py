@@ -24,6 +24,7 @@ from qprof.describe.transports import UDP_IP_HEADERS
 
 MIN_RR_PERIOD_S = 100e-6  # qprof-wl's --period-us floor
 MAX_STREAMS = 64  # qprof-wl's WL_MAX_STREAMS: --conns x --streams, x 2 with --direction both
+MAX_RR_TCP_CONNS = 128  # qprof-wl's WL_RR_MAX_CONNS: rr on a TCP stack, --conns x --streams
 
 
 @dataclass(frozen=True)
@@ -143,6 +144,7 @@ def _pattern(opts: RunOptions) -> RunOptions:
             ("response", opts.response),
             ("rr-streams", opts.rr_streams),
             ("tcp-conns", opts.tcp_conns),
+            ("rr-mode", opts.rr_mode),
         ):
             if value is not None:
                 raise errors.BadValue(f"--{name} applies to --pattern rr only; add it, or drop --{name}.")
@@ -150,8 +152,8 @@ def _pattern(opts: RunOptions) -> RunOptions:
         raise errors.BadValue(
             "--direction applies to --pattern bulk only (a download goes down, rr both ways); drop --direction."
         )
-    if opts.pattern != "bulk" and opts.conns is not None:
-        raise errors.BadValue(f"--conns applies to --pattern bulk only, not {opts.pattern}; drop --conns.")
+    if opts.pattern not in ("bulk", "rr") and opts.conns is not None:
+        raise errors.BadValue(f"--conns applies to --pattern bulk and rr, not {opts.pattern}; drop --conns.")
     if opts.pattern == "rr":
         return _rr(opts)
     if opts.pattern == "download":
@@ -207,7 +209,8 @@ def _download(opts: RunOptions) -> RunOptions:
 
 def _rr(opts: RunOptions) -> RunOptions:
     """Requests and responses: a connection's stack, the stack's own
-    choice of streams or connections, a timed window."""
+    choice of streams or connections, an open loop at --period or a closed
+    loop with --streams in flight on each of --conns, a timed window."""
     if opts.stack == "udp":
         raise errors.BadValue(
             "--pattern rr matches each response to its request on a connection, and udp has none; "
@@ -217,9 +220,18 @@ def _rr(opts: RunOptions) -> RunOptions:
         raise errors.BadValue("--rr-streams chooses QUIC's streams; for TCP stacks use --tcp-conns.")
     if opts.tcp_conns is not None and opts.stack not in options.TCP_STACKS:
         raise errors.BadValue("--tcp-conns chooses TCP connections; for quic use --rr-streams.")
-    for name, given in (("bytes", opts.bytes is not None), ("streams", opts.streams != 1)):
-        if given:
-            raise errors.BadValue(f"--{name} does not apply to --pattern rr, which runs for --duration; drop --{name}.")
+    if opts.bytes is not None:
+        raise errors.BadValue("--bytes does not apply to --pattern rr, which runs for --duration; drop --bytes.")
+    opts = options.filled(opts, "rr-mode", "conns")
+    if opts.rr_mode == "closed":
+        return _rr_closed(opts)
+    if opts.streams != 1:
+        raise errors.BadValue(
+            "--streams sets the requests in flight on each connection of --rr-mode closed; an open loop's "
+            "--period sets how many are in flight. Add --rr-mode closed, or drop --streams."
+        )
+    if opts.tcp_conns == "on-demand" and opts.conns != 1:
+        raise errors.BadValue("--tcp-conns on-demand opens connections as requests wait; drop --conns.")
     opts = options.filled(opts, "period", "payload")
     # In nanoseconds: 100us parses to 9.999999999999999e-05 s, which is not below the floor.
     if round(opts.period_s * 1e9) < round(MIN_RR_PERIOD_S * 1e9):
@@ -234,6 +246,27 @@ def _rr(opts: RunOptions) -> RunOptions:
             "would be due inside it; lower --period or raise --duration."
         )
     return opts
+
+
+def _rr_closed(opts: RunOptions) -> RunOptions:
+    """The closed loop: no schedule to set, and the connections fixed."""
+    if opts.period_s is not None:
+        raise errors.BadValue(
+            "--period sets an open loop's schedule; --rr-mode closed sends each request when an answer "
+            "comes. Drop --period, or use --rr-mode open."
+        )
+    if opts.tcp_conns == "on-demand":
+        raise errors.BadValue(
+            "--tcp-conns on-demand opens connections as an open loop's requests wait; --rr-mode closed "
+            "keeps --conns x --streams. Drop --tcp-conns, or use --rr-mode open."
+        )
+    if opts.stack != "quic" and opts.conns * opts.streams > MAX_RR_TCP_CONNS:
+        raise errors.BadValue(
+            f"--conns {opts.conns} x --streams {opts.streams} is {opts.conns * opts.streams} TCP connections "
+            f"(one request in flight on each), more than the {MAX_RR_TCP_CONNS} the workload opens; "
+            "lower --conns or --streams."
+        )
+    return options.filled(opts, "payload")
 
 
 def _hosts(opts: RunOptions) -> None:

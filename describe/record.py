@@ -227,6 +227,7 @@ def rr_record(opts: options.RunOptions, m: Measurement, rec: dict) -> dict:
         wire,
         opts.request,
         opts.response,
+        in_flight=opts.conns * opts.streams if opts.rr_mode == "closed" else None,
     )
 
 

@@ -9,6 +9,11 @@ actually sent), so a stalled client or connection shows in the figures
 instead of hiding them (no coordinated omission). The window's requests
 are those due inside it.
 
+Closed loop (--rr-mode closed, secnetperf's rps and latency): each
+connection keeps its requests in flight and sends the next when an answer
+comes; a request is due when it went, so its delay is the round trip,
+none is late, and the rate is what the transport gives (requests_per_s).
+
 The delays go into an HDR histogram (HdrHistogram_py: 1 ns units up to
 60 s, three significant digits, so every percentile is within 0.1% at any
 delay; a coarser unit would be a fixed step, 0.8% of a 65 us delay), kept
@@ -24,6 +29,7 @@ from typing import Dict, List, Optional, Tuple
 
 from hdrh.histogram import HdrHistogram
 
+from qprof.describe.derive import jain_index
 from qprof.perbyte import side_bytes
 
 PERCENTILES = (5, 25, 50, 75, 95, 99, 99.9, 99.99)
@@ -83,28 +89,35 @@ def describe(
     wire: Optional[Dict[str, dict]],
     request: Optional[int] = None,
     response: Optional[int] = None,
+    in_flight: Optional[int] = None,
 ) -> dict:
     """From the client's rr events, the window's edges (the client's clock),
-    its done report and the record's core (CPU, syscalls)."""
+    its done report and the record's core (CPU, syscalls). No period_s: a
+    closed loop, with in_flight requests kept in flight in all."""
     answered = [e for e in events if e["event"] == "rr"]
     window = in_window(answered, start_ns, end_ns)
-    due = int((end_ns - start_ns) / (period_s * 1e9))
+    seconds = (end_ns - start_ns) / 1e9
+    closed = period_s is None
+    due = None if closed else int((end_ns - start_ns) / (period_s * 1e9))
     delays = [e["answered_ns"] - e["due_ns"] for e in window]
     h = histogram(delays)
-    late = sum(1 for d in delays if d > period_s * 1e9)
+    late = None if closed else sum(1 for d in delays if d > period_s * 1e9)
     n = len(window)
     request = request or payload
     response = response or payload
     out = {
+        "mode": "closed" if closed else "open",
         "period_s": period_s,
+        "in_flight": in_flight if closed else None,
         # Both messages' size when they are one; else request and response say each.
         "payload": payload if request == response == payload else None,
         "request": request,
         "response": response,
         "requests_due": due,
         "responses": n,
+        "requests_per_s": n / seconds if seconds > 0 else None,
         "late": late,
-        "send_lag_ns_max": max((e["sent_ns"] - e["due_ns"] for e in window), default=None),
+        "send_lag_ns_max": None if closed else max((e["sent_ns"] - e["due_ns"] for e in window), default=None),
         "delay_ns": {
             **{f"p{p:g}": min(h.get_value_at_percentile(p), max(delays)) if n else None for p in PERCENTILES},
             "min": min(delays, default=None),
@@ -112,6 +125,7 @@ def describe(
             "mean": statistics.fmean(delays) if delays else None,
         },
         "jitter_percent": jitter_percent(delays),
+        "connections": _per_connection(window, client_done.get("connections_opened")),
         "histogram": h.encode().decode() if n else None,
         "connections_opened": client_done.get("connections_opened"),
         "connections_per_1000_requests": (
@@ -120,12 +134,34 @@ def describe(
             else None
         ),
         "whole_run": {
-            k: client_done.get(k) for k in ("requests_due", "requests_sent", "responses", "late", "outstanding")
+            k: client_done.get(k) if not (closed and k == "late") else None
+            for k in ("requests_due", "requests_sent", "responses", "late", "outstanding")
         },
         "per_request": _per_request(rec, n, wire),
         "flame_ns_per_request": _flame(rec, n),
     }
     return out
+
+
+def _per_connection(window: List[dict], opened: Optional[int]) -> Optional[dict]:
+    """The window's answers on each connection the client opened (the
+    events' conn, numbered from 0) and Jain's index over them, as bulk's
+    connections block does for bytes. None with one connection, or a
+    client that does not say how many it opened."""
+    if not opened or opened < 2:
+        return None
+    counts = [0] * opened
+    for e in window:
+        c = e.get("conn")
+        if c is None or not 0 <= c < opened:
+            return None
+        counts[c] += 1
+    total = sum(counts)
+    return {
+        "responses": counts,
+        "jain_index": jain_index(counts),
+        "min_share": min(counts) / total if total else None,
+    }
 
 
 def _flame(rec: dict, n: int) -> Optional[dict]:

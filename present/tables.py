@@ -180,6 +180,25 @@ def _rr_sizes(r: dict) -> str:
     return f"{req:,} B each way" if req == resp else f"{req:,} B up, {resp:,} B down"
 
 
+def _rr_load(r: dict) -> str:
+    """What was asked and answered: an open loop's schedule, or a closed
+    loop's requests in flight and the rate it gave."""
+    if r.get("mode") == "closed":
+        rate = num(r["requests_per_s"], "{:,.0f}")
+        return (
+            f"{r['responses']:,} requests answered in the window, {rate}/s "
+            f"({_rr_sizes(r)}, closed loop, {num(r['in_flight'], '{}')} in flight"
+        )
+    return (
+        f"{r['responses']:,} of {r['requests_due']:,} requests due in the window answered "
+        f"({_rr_sizes(r)} every {r['period_s'] * 1e3:g} ms"
+    )
+
+
+def _late(r: dict) -> str:
+    return f"late {ABSENT} (a closed loop has no schedule)" if r["late"] is None else f"late {r['late']:,}"
+
+
 def _print_rr(rec: dict, console: Console) -> None:
     """Response delays (from each request's due time) and what a request cost."""
     r = rec.get("rr")
@@ -188,8 +207,7 @@ def _print_rr(rec: dict, console: Console) -> None:
     cfg = rec["config"]
     how = cfg.get("rr_streams") or cfg.get("tcp_conns") or ("per-request" if rec["stack"] == "quic" else "one")
     t = Table(
-        title=f"{r['responses']:,} of {r['requests_due']:,} requests due in the window answered "
-        f"({_rr_sizes(r)} every {r['period_s'] * 1e3:g} ms, {how}); response delay in ms",
+        title=f"{_rr_load(r)}, {how}); response delay in ms",
         title_justify="left",
     )
     keys = ("p5", "p25", "p50", "p75", "p95", "p99", "p99.9", "p99.99", "max")
@@ -197,11 +215,14 @@ def _print_rr(rec: dict, console: Console) -> None:
         t.add_column(k, justify="right")
     t.add_row(*(num(r["delay_ns"].get(k) and r["delay_ns"][k] / 1e6, "{:.3f}") for k in keys))
     console.print(t)
-    line = f"jitter {num(r['jitter_percent'], '{:.1f}')}% of the mean delay; late {r['late']:,}"
+    line = f"jitter {num(r['jitter_percent'], '{:.1f}')}% of the mean delay; {_late(r)}"
     lag = r["send_lag_ns_max"]
-    line += f"; the client sent at most {num(lag and lag / 1e6, '{:.3f}')} ms after a request was due"
+    if r.get("mode") != "closed":
+        line += f"; the client sent at most {num(lag and lag / 1e6, '{:.3f}')} ms after a request was due"
     if r["connections_opened"] is not None:
         line += f"; connections opened {r['connections_opened']:,}"
+    if r.get("connections"):
+        line += f" (answers Jain's index {num(r['connections']['jain_index'], '{:.3f}')})"
     console.print(line)
     per = r["per_request"]
     if per:
@@ -279,10 +300,9 @@ def print_mix(rec: dict, console: Optional[Console] = None) -> None:
         if r:
             d = r["delay_ns"]
             console.print(
-                f"flow {f['flow']} ({f['stack']} rr, {r['payload']} B every {r['period_s'] * 1e3:g} ms): "
-                f"{r['responses']:,} of {r['requests_due']:,} answered; delay ms p50 "
+                f"flow {f['flow']} ({f['stack']} rr): {_rr_load(r)}); delay ms p50 "
                 f"{num(d['p50'] and d['p50'] / 1e6)}, p95 {num(d['p95'] and d['p95'] / 1e6)}, "
-                f"p99 {num(d['p99'] and d['p99'] / 1e6)}; late {r['late']:,}"
+                f"p99 {num(d['p99'] and d['p99'] / 1e6)}; {_late(r)}"
             )
     b = m["bottleneck"]
     if b:

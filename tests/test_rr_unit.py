@@ -134,3 +134,26 @@ def test_delay_cdf_pools_histograms_as_one():
 def test_delay_cdf_of_no_delays_is_empty():
     assert rr.delay_cdf_ms() == []
     assert rr.delay_cdf_ms(rr.histogram([]).encode().decode()) == []
+
+
+def test_a_closed_loop_has_no_schedule_and_counts_its_connections():
+    """No period: a closed loop. Each request is due when it went, so none
+    is late, none is due by a schedule and no send lags; the rate is the
+    window's answers over its length; the answers on each connection (the
+    events' conn) give Jain's index."""
+    ev = events([0.2] * 90)
+    for e in ev:
+        e["sent_ns"] = e["due_ns"]
+        e["conn"] = e["seq"] % 3 if e["seq"] < 60 else 0
+    start, end = ev[0]["due_ns"], ev[-1]["due_ns"] + 1
+    got = rr.describe(ev, start, end, None, 256, DONE, REC, None, in_flight=6)
+    assert (got["mode"], got["period_s"], got["in_flight"]) == ("closed", None, 6)
+    assert got["requests_due"] is None and got["late"] is None and got["send_lag_ns_max"] is None
+    assert got["whole_run"]["late"] is None and got["whole_run"]["responses"] == DONE["responses"]
+    assert got["requests_per_s"] == pytest.approx(90 / ((end - start) / 1e9))
+    c = got["connections"]
+    assert c["responses"] == [50, 20, 20] and c["min_share"] == pytest.approx(20 / 90)
+    assert c["jain_index"] == pytest.approx(90**2 / (3 * (50**2 + 2 * 20**2)))
+    # Open: the schedule's figures, and no connection block for one connection.
+    got = rr.describe(ev, start, end, PERIOD, 256, {**DONE, "connections_opened": 1}, REC, None)
+    assert got["mode"] == "open" and got["in_flight"] is None and got["late"] == 0 and got["connections"] is None

@@ -31,9 +31,11 @@ static const char usage[] =
 	"                           rr (requests on a schedule, each answered; see below)\n"
 	"  -n, --streams N          bulk: quic: streams in the one connection; tcp, tcp-tls,\n"
 	"                           tcp-ktls: connections, a thread each (default 1); with\n"
-	"                           --direction both, N each way (--conns x N x 2 at most 64)\n"
-	"      --conns N            bulk: connections, each with --streams (quic); tcp stacks:\n"
-	"                           N x --streams connections (default 1; at most 64 streams)\n"
+	"                           --direction both, N each way (--conns x N x 2 at most 64);\n"
+	"                           rr --rr-mode closed: requests in flight per connection\n"
+	"      --conns N            bulk, rr: connections, each with --streams (quic); tcp\n"
+	"                           stacks: N x --streams connections (default 1; bulk: at\n"
+	"                           most 64 streams; rr: at most 128 tcp connections)\n"
 	"      --direction D        bulk: up (default: the client sends), down (the server\n"
 	"                           sends; give both roles the same D) or both (N streams\n"
 	"                           each way, as iperf3 --bidir)\n"
@@ -57,6 +59,9 @@ static const char usage[] =
 	"      --rr-streams S       rr, quic client: per-request (default: a new bidirectional\n"
 	"                           stream for each request, as HTTP/3) or one (one stream\n"
 	"                           carries every request and response, back to back)\n"
+	"      --rr-mode M          rr client: open (default: requests on the --period-us\n"
+	"                           schedule) or closed (the next request goes when an\n"
+	"                           answer comes, as secnetperf rps/latency, netperf TCP_RR)\n"
 	"      --tcp-cc NAME        tcp stacks: each socket's TCP congestion control\n"
 	"                           (TCP_CONGESTION, as iperf3 -C); default: the namespace's\n"
 	"      --tcp-conns C        rr, tcp stacks client: one (default: one connection,\n"
@@ -130,7 +135,7 @@ static const char usage[] =
 	"reordering within the last 65536 sequence numbers. --io-size is ignored.\n"
 	"\n"
 	"rr: request/response, open loop. Request k falls due at t0 + k * period\n"
-	"(t0: the client starts sending, once its first connection is up) and goes\n"
+	"(t0: the client starts sending, once its connections are up) and goes\n"
 	"out then, whatever the replies do; a client that falls behind (a send that\n"
 	"would block, a new connection still opening) sends late, and the request\n"
 	"keeps its due time as its reference. A request is N = --payload bytes: its\n"
@@ -144,10 +149,13 @@ static const char usage[] =
 	"request waits for the first to fall idle. The client reports each answer\n"
 	"in an \"rr\" event: seq; due_ns; sent_ns (its first write call, quic:\n"
 	"StreamSend); answered_ns (its last byte read), all CLOCK_MONOTONIC ns;\n"
-	"conn (tcp on-demand: the connection's index from 0, otherwise 0). After\n"
-	"--duration-ms or \"stop\" no request falls due; the client waits up to max(2\n"
-	"s, 10 periods) for the replies, and its \"done\" adds pattern, payload,\n"
-	"period_us, requests_due, requests_sent, responses, late (answered more\n"
+	"conn (the connection's index from 0). --rr-mode closed has no schedule:\n"
+	"each connection keeps its requests in flight (quic: --streams, tcp: one, on\n"
+	"--conns x --streams connections), an answer sends the next at once, and a\n"
+	"request's due_ns is its sent_ns. After --duration-ms or \"stop\" no request\n"
+	"falls due; the client waits up to max(2 s, 10 periods) for the replies,\n"
+	"and its \"done\" adds pattern, payload, rr_mode, period_us (open),\n"
+	"requests_due, requests_sent, responses, late (open: answered more\n"
 	"than a period after due), outstanding (sent, never answered) and\n"
 	"connections_opened. The server answers every request it frames with its\n"
 	"own --payload until the client's connections have all closed, or on\n"
@@ -211,7 +219,7 @@ static const struct flag flags[] = {
 	{FLAG("key", 0, F_STR, key)},
 	{FLAG("pattern", 0, F_CHOICE, pattern), .choices = "bulk|download|rr"},
 	{FLAG("streams", 'n', F_NUM, streams), .lo = 1, .hi = 64},
-	{FLAG("conns", 0, F_NUM, conns), .lo = 1, .hi = 64, .patterns = P_BULK},
+	{FLAG("conns", 0, F_NUM, conns), .lo = 1, .hi = 64, .patterns = P_BULK | P_RR},
 	{FLAG("direction", 0, F_CHOICE, direction), .choices = "up|down|both",
 	 .stacks = "quic|tcp|tcp-tls|tcp-ktls", .patterns = P_BULK},
 	{FLAG("duration-ms", 't', F_NUM, duration_ms), .lo = 1, .hi = UINT64_MAX,
@@ -233,6 +241,7 @@ static const struct flag flags[] = {
 	 .stacks = "quic", .patterns = P_RR},
 	{FLAG("tcp-conns", 0, F_CHOICE, tcp_conns), .choices = "one|on-demand",
 	 .stacks = TCP_STACKS, .patterns = P_RR},
+	{FLAG("rr-mode", 0, F_CHOICE, rr_mode), .choices = "open|closed", .patterns = P_RR},
 	{FLAG("tcp-cc", 0, F_STR, tcp_cc), .stacks = TCP_STACKS},
 	{FLAG("io-size", 0, F_NUM, io_size), .lo = 1024, .hi = 1u << 20, .pow2 = true,
 	 .unit = " bytes"},
@@ -428,12 +437,30 @@ static int check_rules(struct wl_opts *o)
 		wl_warn("--pattern rr needs --payload N, the bytes of each request and each response, or --request and --response, on both roles");
 		return WL_EXIT_USAGE;
 	}
-	if (o->rr && client && !o->period_us) {
-		wl_warn("--pattern rr needs --period-us N on the client, the microseconds between requests");
+	if (o->rr && client && !o->rr_closed && !o->period_us) {
+		wl_warn("--pattern rr needs --period-us N on the client, the microseconds between requests, or --rr-mode closed");
 		return WL_EXIT_USAGE;
 	}
-	if ((o->rr || o->download) && o->streams != 1) {
-		wl_warn("--streams is for --pattern bulk: a download or a request goes on one stream");
+	if (o->rr_closed && o->period_us) {
+		wl_warn("--period-us is for --rr-mode open: a closed loop sends each request when an answer comes");
+		return WL_EXIT_USAGE;
+	}
+	if (o->rr_closed && o->tcp_on_demand) {
+		wl_warn("--tcp-conns on-demand is for --rr-mode open: a closed loop keeps its --conns x --streams connections");
+		return WL_EXIT_USAGE;
+	}
+	if (o->tcp_on_demand && o->conns > 1) {
+		wl_warn("--tcp-conns on-demand opens its own connections: drop --conns");
+		return WL_EXIT_USAGE;
+	}
+	if ((o->download || (o->rr && !o->rr_closed)) && o->streams != 1) {
+		wl_warn("--streams is for --pattern bulk and rr --rr-mode closed: a download, or an open loop's request, goes on one stream");
+		return WL_EXIT_USAGE;
+	}
+	if (o->rr && strcmp(o->stack, "quic") &&
+	    (o->conns ? o->conns : 1) * o->streams > WL_RR_MAX_CONNS) {
+		wl_warn("--conns x --streams is at most %d tcp connections for --pattern rr",
+			WL_RR_MAX_CONNS);
 		return WL_EXIT_USAGE;
 	}
 	if (o->download && !o->size) {
@@ -496,6 +523,7 @@ int main(int argc, char **argv)
 	o.rr = !strcmp(o.pattern, "rr");
 	o.rr_one_stream = o.rr_streams && !strcmp(o.rr_streams, "one");
 	o.tcp_on_demand = o.tcp_conns && !strcmp(o.tcp_conns, "on-demand");
+	o.rr_closed = o.rr_mode && !strcmp(o.rr_mode, "closed");
 	code = check_scope(&o);
 	if (!code)
 		code = check_rules(&o);

@@ -46,13 +46,14 @@ struct wl_opts {
 	const char *pattern;	/* bulk, download or rr; sets download or rr */
 	const char *rr_streams; /* rr, quic: per-request or one; sets rr_one_stream */
 	const char *tcp_conns;	/* rr, TCP stacks: one or on-demand; sets tcp_on_demand */
+	const char *rr_mode;	/* rr: open or closed; sets rr_closed */
 	const char *fault;	/* the tests' hidden --fault */
 	const char *addr;
 	int port;
 	const char *cert;
 	const char *key;
 	int streams;
-	int conns; /* bulk: connections (QUIC, each with --streams; TCP: x --streams); 0: 1 */
+	int conns; /* bulk, rr: connections (QUIC, each with --streams; TCP: x --streams); 0: 1 */
 	const char *direction; /* bulk: up, down or both (wl_bulk.c); NULL: up */
 	/* quic: msquic's settings, "on"/"off" or a name; NULL or 0: msquic's default */
 	const char *pacing, *quic_cc, *ecn, *encrypt;
@@ -80,6 +81,7 @@ struct wl_opts {
 	uint32_t request, response; /* rr: ... each apart (0: --payload) */
 	bool rr_one_stream;	    /* rr, quic client: every request on one stream */
 	bool tcp_on_demand; /* rr, TCP stacks client: a connection per overlapping request */
+	bool rr_closed;	    /* rr client: --rr-mode closed, see below */
 };
 
 /*
@@ -123,6 +125,16 @@ uint64_t wl_get_le64(const uint8_t *p);
  * thus fails the run at once: a response that does not answer the oldest
  * request waiting on its connection or stream, or whose bytes or length
  * are wrong, is WL_EXIT_VERIFY.
+ *
+ * --rr-mode closed (secnetperf's rps and latency, netperf's TCP_RR): no
+ * schedule. The client opens --conns connections (TCP stacks: --conns x
+ * --streams, a request in flight on each), keeps --streams requests in
+ * flight on each QUIC connection, and sends the next request on a
+ * connection the moment an answer comes on it, for --duration-ms. A
+ * request's due time is when it went (sent_ns), so its delay is the round
+ * trip, and none is late. Open or closed, with several connections the
+ * schedule starts once all are up, and an open loop's requests go to them
+ * in turn.
  */
 #define WL_RR_HDR 8
 #define WL_RR_PAYLOAD_MIN 16
@@ -131,6 +143,7 @@ uint64_t wl_get_le64(const uint8_t *p);
 #define WL_RR_PERIOD_MAX_US 1000000000ull
 #define WL_RR_DRAIN_MIN_NS 2000000000ull /* the wait for replies after the last request */
 #define WL_RR_DRAIN_PERIODS 10		 /* ... or this many periods, if longer */
+#define WL_RR_MAX_CONNS 128 /* TCP: a client's connections at most, a server's open at once */
 
 /* Pattern */
 void wl_pattern_init(uint32_t io_size); /* once, before any other call */
@@ -145,14 +158,16 @@ uint64_t wl_now_ns(void);
 struct wl_rr {
 	uint32_t request,
 		response; /* each message's bytes (--request, --response; --payload both) */
-	uint32_t rx_size, tx_size; /* this role's: the server receives requests, sends responses */
-	uint64_t period_ns;
-	uint64_t t0_ns;			/* client: request 0's due time */
-	_Atomic uint64_t due;		/* client: requests that fell due */
-	_Atomic uint64_t sent;		/* client: requests handed to the transport */
-	_Atomic uint64_t served;	/* server: responses handed to the transport */
-	_Atomic uint64_t responses;	/* client: answers checked */
-	_Atomic uint64_t late;		/* client: answered after the next request fell due */
+	uint32_t rx_size, tx_size;  /* this role's: the server receives requests, sends responses */
+	uint64_t period_ns;	    /* 0: closed loop */
+	bool closed;		    /* client: --rr-mode closed; a request is due when sent */
+	uint64_t t0_ns;		    /* client: request 0's due time */
+	_Atomic uint64_t next_seq;  /* closed-loop client: the next request's number */
+	_Atomic uint64_t due;	    /* client: requests that fell due */
+	_Atomic uint64_t sent;	    /* client: requests handed to the transport */
+	_Atomic uint64_t served;    /* server: responses handed to the transport */
+	_Atomic uint64_t responses; /* client: answers checked */
+	_Atomic uint64_t late;	    /* client: answered after the next request fell due */
 	_Atomic uint64_t connections;	/* client: opened; server: accepted */
 	_Atomic uint64_t t_last_answer; /* client: the last answer's time */
 };
@@ -235,7 +250,7 @@ struct wl_rr_sched {
 };
 int wl_rr_sched_open(struct wl_rr_sched *s); /* -1: errno says why */
 void wl_rr_sched_close(struct wl_rr_sched *s);
-/* t0 is now; -1 if the timer cannot be armed. */
+/* t0 is now (closed loop: the timer fires at the end only); -1 if the timer cannot be armed. */
 int wl_rr_sched_start(struct wl_rr_sched *s, uint64_t duration_ms);
 /*
  * The timer fired: send(seq, arg) for each request due by now, unless f

@@ -27,7 +27,8 @@ void wl_rr_init(const struct wl_opts *o)
 	wl_rr.response = o->response ? o->response : o->payload;
 	wl_rr.rx_size = server ? wl_rr.request : wl_rr.response;
 	wl_rr.tx_size = server ? wl_rr.response : wl_rr.request;
-	wl_rr.period_ns = o->period_us * 1000;
+	wl_rr.closed = o->rr_closed;
+	wl_rr.period_ns = o->rr_closed ? 0 : o->period_us * 1000;
 }
 
 uint64_t wl_rr_drain_ns(void)
@@ -117,13 +118,13 @@ int wl_rr_answer(const struct wl_rr_req *req, const struct wl_rr_rx *m, uint64_t
 			(unsigned long long)req->seq);
 		return WL_EXIT_VERIFY;
 	}
-	due = wl_rr_due(req->seq);
+	due = wl_rr.closed ? req->sent_ns : wl_rr_due(req->seq);
 	wl_emit_defer(
 		"{\"event\":\"rr\",\"seq\":%llu,\"due_ns\":%llu,\"sent_ns\":%llu,\"answered_ns\":%llu,\"conn\":%llu}",
 		(unsigned long long)req->seq, (unsigned long long)due,
 		(unsigned long long)req->sent_ns, (unsigned long long)t_ns,
 		(unsigned long long)conn);
-	if (t_ns > due + wl_rr.period_ns)
+	if (!wl_rr.closed && t_ns > due + wl_rr.period_ns)
 		atomic_fetch_add(&wl_rr.late, 1);
 	atomic_store(&wl_rr.t_last_answer, t_ns);
 	atomic_fetch_add(&wl_rr.responses, 1);
@@ -162,6 +163,8 @@ int wl_rr_sched_start(struct wl_rr_sched *s, uint64_t duration_ms)
 	if (duration_ms)
 		s->t_end = wl_rr.t0_ns + duration_ms * 1000000ull;
 	s->phase = WL_RR_SENDING;
+	if (wl_rr.closed) /* answers send the requests; the timer says when to stop */
+		return s->t_end ? timer_arm(s->timer, s->t_end) : 0;
 	return timer_arm(s->timer, wl_rr.t0_ns);
 }
 
@@ -182,6 +185,8 @@ int wl_rr_sched_tick(struct wl_rr_sched *s, void (*send)(uint64_t seq, void *arg
 		wl_warn("reading the request timer failed: %s", strerror(errno));
 	if (s->phase != WL_RR_SENDING)
 		return 0;
+	if (wl_rr.closed)
+		return now >= s->t_end ? sched_drain(s, s->t_end) : timer_arm(s->timer, s->t_end);
 	/* Late or not, each request keeps its due time: the answer's latency counts the wait. */
 	while (wl_rr_due(s->next) <= now && !f->code &&
 	       !(s->t_end && wl_rr_due(s->next) >= s->t_end)) {
@@ -227,7 +232,9 @@ void wl_rr_json_done(struct wl_json *j, bool server)
 		wl_json_u64(j, "connections_accepted", atomic_load(&wl_rr.connections));
 		return;
 	}
-	wl_json_u64(j, "period_us", wl_rr.period_ns / 1000);
+	wl_json_str(j, "rr_mode", wl_rr.closed ? "closed" : "open");
+	if (!wl_rr.closed)
+		wl_json_u64(j, "period_us", wl_rr.period_ns / 1000);
 	wl_json_u64(j, "requests_due", atomic_load(&wl_rr.due));
 	wl_json_u64(j, "requests_sent", sent);
 	wl_json_u64(j, "responses", responses);

@@ -5,7 +5,9 @@
  * schedule on the loop and hands each request to the transport as it falls
  * due: on its own stream (multistream, --rr-streams per-request), on the
  * one stream of its one connection, or (--tcp-conns on-demand) on an idle
- * connection, a new one, or else it waits for the first to fall idle. A
+ * connection, a new one, or else it waits for the first to fall idle;
+ * with --conns, on each connection in turn. Closed loop (--rr-mode
+ * closed), an answer sends the next request on its connection at once. A
  * byte-stream transport takes a request only with room (wl_room), so one
  * that cannot go yet waits here, due time and all, and its sent_ns is its
  * first write; msquic queues every request itself, as before.
@@ -18,7 +20,6 @@
 
 #include "wl_role.h"
 
-#define RR_MAX_CONNS 128     /* on-demand client: connections at most; server: open at once */
 #define RR_PEER_STREAMS 1024 /* the server's limit on the client's open streams */
 
 /* A connection and (but for per-request streams) its one stream. */
@@ -39,6 +40,7 @@ struct rconn {
 
 /* Client, per-request streams: a request and its stream. */
 struct rreq {
+	struct rconn *rc;
 	struct wl_rr_req req;
 	struct wl_rr_rx rx;
 	uint64_t t_answer; /* the response's last byte came */
@@ -59,7 +61,12 @@ static struct {
 	int nconns;
 	_Atomic int live;
 	struct wl_rr_sched sched;  /* client */
-	_Atomic bool up;	   /* client: a connection is up; the schedule may start */
+	int want;		   /* client: connections to open at the start */
+	int in_flight;		   /* closed-loop client: requests kept in flight per connection */
+	_Atomic int nup;	   /* client: connections up */
+	_Atomic bool up;	   /* client: all are up; the schedule may start */
+	_Atomic int issuing;	   /* closed-loop client: answers sending the next request */
+	struct rconn *turn;	   /* open-loop client: the connection the next request goes on */
 	_Atomic bool closing;	   /* client: it closes its connections itself */
 	_Atomic bool draining;	   /* client: no more requests fall due */
 	struct wl_rr_fifo pending; /* on-demand client: due, with no connection to go on */
@@ -148,8 +155,11 @@ static void client_failed(int code, const char *why, const struct rconn *rc)
 		wl_role_fail(code, "%s", why);
 }
 
+static void issue(struct rconn *rc);
+
+/* rc: the connection it came on; closed loop, the next request goes on it. */
 static bool answered(const struct wl_rr_req *req, const struct wl_rr_rx *rx, uint64_t t,
-		     const struct rconn *rc)
+		     struct rconn *rc)
 {
 	char why[256];
 	int code = wl_rr_answer(req, rx, t, rc ? (uint64_t)rc->idx : 0, why, sizeof(why));
@@ -159,6 +169,13 @@ static bool answered(const struct wl_rr_req *req, const struct wl_rr_rx *rx, uin
 		return false;
 	}
 	atomic_fetch_add(&wl_role.app_bytes, wl_rr.rx_size);
+	/* issuing first: the loop, once draining, waits for it (idle()). */
+	if (wl_rr.closed && rc) {
+		atomic_fetch_add(&rr.issuing, 1);
+		if (!atomic_load(&rr.draining) && !wl_role.failure.code && !rc->gone)
+			issue(rc);
+		atomic_fetch_sub(&rr.issuing, 1);
+	}
 	if (atomic_load(&rr.draining) && atomic_load(&wl_rr.responses) == atomic_load(&wl_rr.sent))
 		wl_loop_wake();
 	return true;
@@ -310,7 +327,7 @@ static void req_data(struct wl_stream *s, void *ctx, const uint8_t *p, size_t le
 	const bool overrun = wl_rr_rx_feed(&r->rx, p, len) < len;
 
 	if (r->rx.bad) { /* fails now, not at the FIN */
-		r->failed = !answered(&r->req, &r->rx, wl_now_ns(), NULL);
+		r->failed = !answered(&r->req, &r->rx, wl_now_ns(), r->rc);
 	} else if (overrun) {
 		r->failed = true;
 		snprintf(
@@ -340,7 +357,7 @@ static void req_fin(struct wl_stream *s, void *ctx)
 		client_failed(WL_EXIT_VERIFY, why, NULL);
 		return;
 	}
-	answered(&r->req, &r->rx, r->t_answer, NULL);
+	answered(&r->req, &r->rx, r->t_answer, r->rc);
 }
 
 static void req_aborted(struct wl_stream *s, void *ctx)
@@ -381,6 +398,7 @@ static void send_on_stream(struct rconn *rc, uint64_t seq)
 		client_failed(WL_EXIT_INTERNAL, "out of memory for a request", NULL);
 		return;
 	}
+	r->rc = rc;
 	r->req.seq = seq;
 	if (wl_role.t->open(rc->c, &req_h, r, WL_STREAM_LAZY, &s)) {
 		free(r);
@@ -399,7 +417,7 @@ failed:
 
 static const struct wl_conn_handlers client_conn;
 
-/* On-demand: a new connection, the request waiting on it until it is up. */
+/* A new connection (on-demand: the request waits on it until it is up). */
 static struct rconn *open_conn(void)
 {
 	struct rconn *rc = rconn_new();
@@ -423,6 +441,22 @@ static struct rconn *open_conn(void)
 	return rc;
 }
 
+/* Request seq goes on rc: on its one stream, or on a stream of its own. */
+static void send_on(struct rconn *rc, uint64_t seq)
+{
+	if (one_stream())
+		queue_on(rc, seq);
+	else
+		send_on_stream(rc, seq);
+}
+
+/* Closed loop: the next request, on rc. */
+static void issue(struct rconn *rc)
+{
+	atomic_fetch_add(&wl_rr.due, 1);
+	send_on(rc, atomic_fetch_add(&wl_rr.next_seq, 1));
+}
+
 /* Request seq fell due (the schedule calls, on the loop's thread). */
 static void dispatch(uint64_t seq, void *arg)
 {
@@ -430,19 +464,18 @@ static void dispatch(uint64_t seq, void *arg)
 
 	(void)arg;
 	if (!wl_role.o->tcp_on_demand) {
-		rc = rr.conns;
+		/* Each connection in turn (the list changes only as the run ends). */
+		rc = rr.turn ? rr.turn : rr.conns;
+		rr.turn = rc ? rc->next : NULL;
 		if (!rc || rc->gone)
 			return;
-		if (one_stream())
-			queue_on(rc, seq);
-		else
-			send_on_stream(rc, seq);
+		send_on(rc, seq);
 		return;
 	}
 	for (it = rr.conns; it && !rc; it = it->next)
 		if (it->up && !it->q.len && !it->held.len)
 			rc = it;
-	if (!rc && rr.nconns < RR_MAX_CONNS && !(rc = open_conn()))
+	if (!rc && rr.nconns < WL_RR_MAX_CONNS && !(rc = open_conn()))
 		return;
 	if (!rc) {
 		if (wl_rr_fifo_push(&rr.pending, seq))
@@ -466,7 +499,8 @@ static void client_connected(struct wl_conn *c, void *ctx)
 		}
 	}
 	rc->up = true;
-	atomic_store(&rr.up, true);
+	if (atomic_fetch_add(&rr.nup, 1) + 1 >= rr.want)
+		atomic_store(&rr.up, true);
 	wl_loop_wake();
 	if (one_stream())
 		flush(rc);
@@ -516,12 +550,24 @@ static bool idle(void)
 {
 	struct rconn *rc;
 
-	if (atomic_load(&wl_rr.responses) != atomic_load(&wl_rr.sent) || rr.pending.len)
+	if (atomic_load(&rr.issuing) || atomic_load(&wl_rr.responses) != atomic_load(&wl_rr.sent) ||
+	    rr.pending.len)
 		return false;
 	for (rc = rr.conns; rc; rc = rc->next)
 		if (rc->held.len)
 			return false;
 	return true;
+}
+
+/* Closed loop: every connection's first requests; each answer sends the next. */
+static void start_closed(void)
+{
+	struct rconn *rc;
+	int k;
+
+	for (rc = rr.conns; rc; rc = rc->next)
+		for (k = 0; k < rr.in_flight && !wl_role.failure.code && !rc->gone; k++)
+			issue(rc);
 }
 
 static bool client_over(void *arg)
@@ -532,10 +578,13 @@ static bool client_over(void *arg)
 	wl_emit_tick();
 	if (wl_role.failure.code || !atomic_load(&rr.live))
 		return true;
-	if (rr.sched.phase == WL_RR_WAIT_CONN && atomic_load(&rr.up) &&
-	    wl_rr_sched_start(&rr.sched, wl_role.o->duration_ms)) {
-		client_failed(WL_EXIT_INTERNAL, "cannot arm the request timer", NULL);
-		return true;
+	if (rr.sched.phase == WL_RR_WAIT_CONN && atomic_load(&rr.up)) {
+		if (wl_rr_sched_start(&rr.sched, wl_role.o->duration_ms)) {
+			client_failed(WL_EXIT_INTERNAL, "cannot arm the request timer", NULL);
+			return true;
+		}
+		if (wl_rr.closed)
+			start_closed();
 	}
 	if (wl_role_stopping() && wl_rr_sched_stop(&rr.sched, now)) {
 		client_failed(WL_EXIT_INTERNAL, "cannot arm the request timer", NULL);
@@ -556,7 +605,7 @@ static bool all_closed(void *arg)
 static int rr_client(void)
 {
 	struct rconn *rc;
-	int code;
+	int k;
 
 	if (wl_rr_sched_open(&rr.sched) || wl_loop_add(rr.sched.timer, EPOLLIN, tick, NULL)) {
 		wl_warn("cannot make the request timer: %s", strerror(errno));
@@ -564,19 +613,18 @@ static int rr_client(void)
 	}
 	if (!wl_role_wait_start())
 		return WL_EXIT_OK;
-	rc = rconn_new();
-	if (!rc)
-		return WL_EXIT_INTERNAL;
-	list_add(rc);
-	atomic_store(&rr.live, 1);
-	code = wl_role.t->connect(&client_conn, rc, WL_CONN_NODELAY | WL_CONN_STATS, &rc->c);
-	if (code) {
-		list_del(rc);
-		rconn_free(rc);
-		return code;
-	}
-	atomic_store(&wl_rr.connections, 1);
-	wl_role_loop(client_over, NULL);
+	/* --conns connections; a TCP connection carries one request in flight, so x --streams closed. */
+	rr.want = wl_role.o->conns ? wl_role.o->conns : 1;
+	rr.in_flight = 1;
+	if (wl_rr.closed && wl_role.t->multistream)
+		rr.in_flight = wl_role.o->streams;
+	else if (wl_rr.closed)
+		rr.want *= wl_role.o->streams;
+	for (k = 0; k < rr.want; k++)
+		if (!open_conn())
+			break;
+	if (!wl_role.failure.code)
+		wl_role_loop(client_over, NULL);
 	wl_role.t_transfer_done_ns = atomic_load(&wl_rr.t_last_answer);
 	atomic_store(&rr.closing, true);
 	close_all(atomic_load(&wl_role.verify_failed) ? WL_CLOSE_VERIFY
@@ -776,9 +824,9 @@ static const struct wl_conn_handlers *accept_conn(void *arg, struct wl_conn *c, 
 	(void)arg;
 	if (wl_role_stopping())
 		return NULL;
-	if (!wl_role.t->multistream && atomic_load(&rr.live) >= RR_MAX_CONNS) {
+	if (!wl_role.t->multistream && atomic_load(&rr.live) >= WL_RR_MAX_CONNS) {
 		if (!rr.refused)
-			wl_warn("refused a connection: %d are open already", RR_MAX_CONNS);
+			wl_warn("refused a connection: %d are open already", WL_RR_MAX_CONNS);
 		rr.refused = true;
 		return NULL;
 	}
