@@ -48,7 +48,7 @@ class ProcessEnded(Exception):
 
 
 # qprof-wl's "connected", per-download and per-request events (workloads/wl.h).
-REPORT_EVENTS = ("connected", "download", "served", "rr")
+REPORT_EVENTS = ("connected", "download", "served", "rr", "handshake")
 
 
 # How long a process on another host may take to say its pid there.

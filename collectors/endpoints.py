@@ -236,11 +236,17 @@ class Endpoints:
 
     def finish(self) -> Dict[int, Dict[str, dict]]:
         """Each flow's final reports, clients first (a workload that failed
-        is raised by the placement, once every process has stopped)."""
-        return {
-            i: {"client": self.clients[i].finish(FINISH_TIMEOUT_S), "server": self.servers[i].finish(FINISH_TIMEOUT_S)}
-            for i in self.clients
-        }
+        is raised by the placement, once every process has stopped). A
+        server that cannot tell the client's last connection is told, once
+        the client is done (direction.server_told)."""
+        out = {}
+        for fp in self.plan.flows:
+            i = fp.index
+            client = self.clients[i].finish(FINISH_TIMEOUT_S)
+            if direction.server_told(fp.options):
+                self.servers[i].send("stop")
+            out[i] = {"client": client, "server": self.servers[i].finish(FINISH_TIMEOUT_S)}
+        return out
 
     def stacks(self) -> Optional[dict]:
         """perf stopped and its samples folded per side: the capture (on
@@ -393,7 +399,7 @@ def mix_measurement(
                     for e, r in (("start", start), ("end", end))
                 },
                 done=done[i],
-                reports=list(ep.clients[i].reports) if fp.options.pattern == "rr" else None,
+                reports=list(ep.clients[i].reports) if fp.options.pattern in ("rr", "handshakes") else None,
             )
         )
     if not any(fm.marks["end"]["server"]["app_bytes"] > fm.marks["start"]["server"]["app_bytes"] for fm in measured):

@@ -185,6 +185,21 @@ TABLE: Tuple[Figure, ...] = (
         for s in ("client", "server")
     ),
     Figure("rr_connections_per_1000", "connections per 1000 requests", "", ("rr", "connections_per_1000_requests")),
+    Figure("handshakes_per_s", "handshakes per second", "/s", ("handshakes", "per_s"), lower_is_better=False),
+    *(
+        Figure(
+            f"handshake_{s}_cpu_us",
+            f"{s} CPU per handshake",
+            "us",
+            ("handshakes", "per_handshake", "cpu_s", s),
+            _s_to_us,
+        )
+        for s in ("client", "server", "machine")
+    ),
+    *(
+        Figure(f"handshake_time_{q}", f"handshake time {q}", "ms", ("handshakes", "handshake_ns", q), _ns_to_ms)
+        for q in ("p50", "p99")
+    ),
     Figure("streams_jain_index", "streams' fairness (Jain)", "", ("streams", "jain_index"), lower_is_better=False),
     Figure(
         "link_utilisation",

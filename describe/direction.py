@@ -22,7 +22,7 @@ def senders(opts) -> Tuple[str, ...]:
     """The roles that send the measured bytes."""
     if opts.pattern == "download":
         return ("server",)
-    if opts.pattern == "rr":
+    if opts.pattern in ("rr", "handshakes"):
         return ROLES
     return {"up": ("client",), "down": ("server",), "both": ROLES}[bulk_direction(opts)]
 
@@ -31,17 +31,23 @@ def receivers(opts) -> Tuple[str, ...]:
     """The roles that verify what arrives."""
     if opts.pattern == "download":
         return ("client",)
-    if opts.pattern == "rr":
+    if opts.pattern in ("rr", "handshakes"):
         return ROLES
     return {"up": ("server",), "down": ("client",), "both": ROLES}[bulk_direction(opts)]
 
 
 def window_receiver(opts) -> str:
     """Whose verified bytes a window counts: a role, or "both"."""
-    if opts.pattern == "rr":
+    if opts.pattern in ("rr", "handshakes"):
         return "server"
     got = receivers(opts)
     return got[0] if len(got) == 1 else "both"
+
+
+def server_told(opts) -> bool:
+    """Whether the server serves until told: handshakes come on new
+    connections, so it cannot know the client's last one."""
+    return opts.pattern == "handshakes"
 
 
 def other(role: str) -> str:

@@ -32,7 +32,7 @@ EXEC_PROFILES = ("lowlat", "maxtput")
 ONOFF = ("on", "off")
 UDP_SEND_MODES = ("sendmsg", "sendmmsg", "gso")
 CALL_GRAPHS = ("dwarf", "fp")
-PATTERNS = ("bulk", "download", "rr")
+PATTERNS = ("bulk", "download", "rr", "handshakes")
 TCP_STACKS = ("tcp", "tcp-tls", "tcp-ktls")
 MIN_INTERVAL_S = 0.1
 
@@ -191,8 +191,9 @@ OPTIONS: List[Option] = [
         "choice",
         "bulk",
         "What moves: bulk (one side sends, by --direction, for --duration or --bytes), download (the server "
-        "sends --size bytes on a new connection, --count times, one after another) or rr (the client "
-        "sends a --payload request every --period, open loop, and the server answers each).",
+        "sends --size bytes on a new connection, --count times, one after another), rr (the client "
+        "sends a --payload request every --period, open loop, and the server answers each) or handshakes "
+        "(new connections, --conns at once, each echoing 8 bytes, as secnetperf's hps and netperf's TCP_CRR).",
         choices=PATTERNS,
         workload="--pattern",
     ),
@@ -205,7 +206,7 @@ OPTIONS: List[Option] = [
         short="-d",
         lo=0.0,
         fill=10.0,
-        fill_note="bulk and rr, not with --bytes",
+        fill_note="bulk, rr and handshakes, not with --bytes",
     ),
     Option(
         "bytes",
@@ -240,7 +241,7 @@ OPTIONS: List[Option] = [
         "resume",
         "flag",
         False,
-        "download: the second and later connections resume the first's session (QUIC 0-RTT, "
+        "download and handshakes: each connection resumes an earlier one's session (QUIC 0-RTT, "
         "TLS 1.3 resumption); the record says which did.",
         stacks=("quic", "tcp-tls", "tcp-ktls"),
         workload="--resume",
@@ -355,9 +356,9 @@ OPTIONS: List[Option] = [
         None,
         "bulk and rr: connections (as secnetperf -conns, iperf3 -P), each with its --streams on quic; "
         "TCP stacks carry a stream (rr: a request in flight) per connection, so --conns C --streams S "
-        "opens C x S",
+        "opens C x S; handshakes: connections opening at once",
         fill=1,
-        fill_note="bulk and rr",
+        fill_note="bulk, rr and handshakes",
         lo=1,
         hi=64,
         vary=True,

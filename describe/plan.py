@@ -71,7 +71,7 @@ def resolve_one(opts: RunOptions) -> Tuple[RunOptions, transports.Stack]:
     if opts.io_size is None:
         opts = replace(opts, io_size=stack.io_size)
     opts = _pattern(opts)
-    if opts.pattern in ("bulk", "rr"):
+    if opts.pattern in ("bulk", "rr", "handshakes"):
         opts = _bulk_length(opts)
     opts = _link(opts)
     _stack_knobs(opts)
@@ -133,9 +133,11 @@ def _pattern(opts: RunOptions) -> RunOptions:
     bulk transfer's length and warm-up do not apply; --size, --count and
     --resume apply to downloads only, --period and its kin to rr only."""
     if opts.pattern != "download":
-        for name, value in (("size", opts.size), ("count", opts.count), ("resume", opts.resume or None)):
+        for name, value in (("size", opts.size), ("count", opts.count)):
             if value is not None:
                 raise errors.BadValue(f"--{name} applies to --pattern download only; add it, or drop --{name}.")
+    if opts.pattern not in ("download", "handshakes") and opts.resume:
+        raise errors.BadValue("--resume applies to --pattern download and handshakes; drop --resume.")
     if opts.pattern != "rr":
         for name, value in (
             ("period", opts.period_s),
@@ -152,10 +154,12 @@ def _pattern(opts: RunOptions) -> RunOptions:
         raise errors.BadValue(
             "--direction applies to --pattern bulk only (a download goes down, rr both ways); drop --direction."
         )
-    if opts.pattern not in ("bulk", "rr") and opts.conns is not None:
-        raise errors.BadValue(f"--conns applies to --pattern bulk and rr, not {opts.pattern}; drop --conns.")
+    if opts.pattern == "download" and opts.conns is not None:
+        raise errors.BadValue("--conns applies to --pattern bulk, rr and handshakes, not download; drop --conns.")
     if opts.pattern == "rr":
         return _rr(opts)
+    if opts.pattern == "handshakes":
+        return _handshakes(opts)
     if opts.pattern == "download":
         return _download(opts)
     return _direction(opts)
@@ -205,6 +209,25 @@ def _download(opts: RunOptions) -> RunOptions:
     if opts.resume and opts.stack == "tcp":
         raise errors.BadValue("--resume resumes a TLS or QUIC session, and tcp has none; use quic or tcp-tls.")
     return replace(options.filled(opts, "size", "count"), warmup_s=0.0)
+
+
+def _handshakes(opts: RunOptions) -> RunOptions:
+    """New connections, --conns at once, for a timed window."""
+    if opts.stack == "udp":
+        raise errors.BadValue(
+            "--pattern handshakes opens connections, and udp has none; use quic, tcp, tcp-tls or tcp-ktls."
+        )
+    if opts.bytes is not None:
+        raise errors.BadValue(
+            "--bytes does not apply to --pattern handshakes, which runs for --duration; drop --bytes."
+        )
+    if opts.streams != 1:
+        raise errors.BadValue(
+            "--pattern handshakes opens one stream per connection; for more at once raise --conns, and drop --streams."
+        )
+    if opts.resume and opts.stack == "tcp":
+        raise errors.BadValue("--resume resumes a TLS or QUIC session, and tcp has none; use quic or tcp-tls.")
+    return options.filled(opts, "conns")
 
 
 def _rr(opts: RunOptions) -> RunOptions:

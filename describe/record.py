@@ -20,6 +20,7 @@ from qprof.describe import (
     direction,
     downloads,
     floor,
+    handshakes,
     hosts,
     link,
     mix,
@@ -119,6 +120,7 @@ def describe_run(m: Measurement, run_path: Path) -> dict:
         downloads.describe(m.reports, opts.size, opts.count, opts.resume, rec) if opts.pattern == "download" else None
     )
     rec["rr"] = rr_record(opts, m, rec) if opts.pattern == "rr" else None
+    rec["handshakes"] = handshakes_record(opts, m, rec) if opts.pattern == "handshakes" else None
     per_way = opts.streams * (opts.conns or 1)
     rec["streams"] = streams_record(m.window, per_way) if opts.pattern == "bulk" else None
     rec["connections"] = connections_record(m.window, m.done, per_way) if opts.pattern == "bulk" else None
@@ -211,11 +213,34 @@ def _stream_bytes(e, roles) -> Optional[list]:
     return [sum(g[i] if i < len(g) else 0 for g in got) for i in range(n)]
 
 
-def rr_record(opts: options.RunOptions, m: Measurement, rec: dict) -> dict:
+def _wire(rec: dict) -> Optional[dict]:
+    """Each way's wire bytes and packets (the packets probe), or None."""
     dev = derive.packets_devices(rec)
-    wire = None
     if dev.get("client") and dev.get("server"):
-        wire = {"client_to_server": dev["client"]["tx"], "server_to_client": dev["server"]["tx"]}
+        return {"client_to_server": dev["client"]["tx"], "server_to_client": dev["server"]["tx"]}
+    return None
+
+
+def handshakes_record(opts: options.RunOptions, m: Measurement, rec: dict) -> dict:
+    edges = {
+        e: {"client": w.client_mark, "server": w.server_mark}
+        for e, w in (("start", m.window.start), ("end", m.window.end))
+    }
+    return handshakes.describe(
+        m.reports["client"],
+        m.window.start.client_mark["t_ns"],
+        m.window.end.client_mark["t_ns"],
+        opts.conns,
+        opts.resume,
+        m.done["client"],
+        edges,
+        rec,
+        _wire(rec),
+    )
+
+
+def rr_record(opts: options.RunOptions, m: Measurement, rec: dict) -> dict:
+    wire = _wire(rec)
     return rr.describe(
         m.reports["client"],
         m.window.start.client_mark["t_ns"],
@@ -339,8 +364,8 @@ def build_record(opts, m: Measurement) -> dict:
                 )
         got = {"app_bytes": window.end.client_mark["app_bytes"] + window.end.server_mark["app_bytes"]}
         verified = True
-    elif opts.pattern == "rr":
-        # Each side checked what it received (requests, responses) and
+    elif opts.pattern in ("rr", "handshakes"):
+        # Each side checked what it received (requests, responses, echoes) and
         # matched responses to requests; a request still unanswered is a figure.
         verified = got.get("verified") is True and gave.get("verified") is True
     elif stack.name == "udp":

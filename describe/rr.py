@@ -29,8 +29,8 @@ from typing import Dict, List, Optional, Tuple
 
 from hdrh.histogram import HdrHistogram
 
+from qprof.describe import per_unit
 from qprof.describe.derive import jain_index
-from qprof.perbyte import side_bytes
 
 PERCENTILES = (5, 25, 50, 75, 95, 99, 99.9, 99.99)
 LOWEST_NS, HIGHEST_NS, SIGNIFICANT_DIGITS = 1, 60_000_000_000, 3
@@ -137,8 +137,8 @@ def describe(
             k: client_done.get(k) if not (closed and k == "late") else None
             for k in ("requests_due", "requests_sent", "responses", "late", "outstanding")
         },
-        "per_request": _per_request(rec, n, wire),
-        "flame_ns_per_request": _flame(rec, n),
+        "per_request": per_unit.costs(rec, n, wire),
+        "flame_ns_per_request": per_unit.flame(rec, n),
     }
     return out
 
@@ -162,40 +162,3 @@ def _per_connection(window: List[dict], opened: Optional[int]) -> Optional[dict]
         "jain_index": jain_index(counts),
         "min_share": min(counts) / total if total else None,
     }
-
-
-def _flame(rec: dict, n: int) -> Optional[dict]:
-    """The stack samples per request instead of per byte: each side's
-    graph total and its categories, samples x period / requests answered
-    in the window (the flame's per-byte figures times the side's bytes)."""
-    flame = rec.get("flame") or {}
-    if not n or not flame.get("sides"):
-        return None
-    out = {}
-    for side, fig in flame["sides"].items():
-        nbytes = side_bytes(rec, side)
-        if fig["ns_per_byte"] is None:  # the side moved no bytes
-            out[side] = {"total": fig["samples"] * rec["flame"]["sample_period_ns"] / n, "categories": None}
-            continue
-        out[side] = {
-            "total": fig["ns_per_byte"] * nbytes / n,
-            "categories": {c: v * nbytes / n for c, v in (fig.get("categories_ns_per_byte") or {}).items()},
-        }
-    return out
-
-
-def _per_request(rec: dict, n: int, wire: Optional[Dict[str, dict]]) -> Optional[dict]:
-    """What each request cost: on-CPU time (schedstat) and system calls
-    per side, and wire bytes and packets each way (the packets probe:
-    headers, ACKs and control frames included)."""
-    if not n:
-        return None
-    out = {"cpu_s": {}, "syscalls": {}, "wire": None}
-    for side in ("client", "server"):
-        on = rec["cpu"][side].get("oncpu_schedstat_s")
-        out["cpu_s"][side] = on / n if on is not None else None
-        by = ((rec.get("syscalls") or {}).get(side) or {}).get("by_syscall")
-        out["syscalls"][side] = sum(c["calls"] for c in by.values()) / n if by is not None else None
-    if wire:
-        out["wire"] = {d: {"bytes": w["wire_bytes"] / n, "packets": w["wire_packets"] / n} for d, w in wire.items()}
-    return out

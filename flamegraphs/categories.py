@@ -22,6 +22,7 @@ from qprof.errors import BadValue
 from . import folded
 
 CATEGORIES = (
+    "handshake",  # key exchange, signatures, certificates and the handshake's messages
     "crypto",
     "protocol",
     "copies",

@@ -28,12 +28,10 @@ def check_compatible(run_a: sides.Run, run_b: sides.Run) -> None:
     if run_a.path == run_b.path:
         raise BadValue(f"--diff needs two different runs; both name run {run_a.id}.")
     if run_a.unit != run_b.unit:
-        rr_run, other = (run_a, run_b) if run_a.unit == normalize.REQUEST else (run_b, run_a)
-        pattern = (other.record.get("config") or {}).get("pattern") or "bulk"
+        a, b = ((r.record.get("config") or {}).get("pattern") or "bulk" for r in (run_a, run_b))
         raise IncompatibleRuns(
-            f"run {rr_run.id} is request/response, drawn in CPU per request, and run {other.id} is "
-            f"{pattern}, drawn in CPU per byte, so they cannot share one graph; diff two --pattern rr "
-            "runs, or two runs of the other patterns."
+            f"run {run_a.id} is {a}, drawn in CPU per {run_a.unit.name}, and run {run_b.id} is {b}, drawn in "
+            f"CPU per {run_b.unit.name}, so they cannot share one graph; diff two runs drawn in the same unit."
         )
     emulated = [bool((r.record.get("environment") or {}).get("emulated")) for r in (run_a, run_b)]
     if emulated[0] != emulated[1]:

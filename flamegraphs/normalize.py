@@ -53,6 +53,8 @@ BYTE = Unit("byte", "bytes", "ns/B", 1, "fs/B", FS_PER_NS, "ps/B")
 # Per request: CPU per request is microseconds (tens of them on loopback),
 # so us/request printed, ns/request labels, ps/request counts.
 REQUEST = Unit("request", "requests", "us/request", 1_000, "ps/request", PS_PER_NS, "ns/request")
+# Per handshake: hundreds of microseconds (key exchange, signatures), printed as us.
+HANDSHAKE = Unit("handshake", "handshakes", "us/handshake", 1_000, "ps/handshake", PS_PER_NS, "ns/handshake")
 
 # The outermost real frame of a complete stack: where a thread starts in
 # user space, or where a kernel thread or idle starts. Names as seen in

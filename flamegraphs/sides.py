@@ -7,7 +7,7 @@ the collectors measured for the same side, to hold the graph against."""
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, NamedTuple, Optional, Tuple
 
 from qprof import files
 from qprof.errors import BadStacks, NoStacks, RunNotFound
@@ -51,11 +51,11 @@ class Run:
     def divisor(self, side: str) -> int:
         """What the side's CPU is divided by: its bytes, or the requests
         answered in the window."""
-        return requests(self.record) if self.unit == normalize.REQUEST else self.bytes_for(side)
+        return units_done(self.record) if self.unit != normalize.BYTE else self.bytes_for(side)
 
     def measured_ns_per_unit(self, side: str) -> Optional[float]:
-        if self.unit == normalize.REQUEST:
-            return measured_ns_per_request(self.record, side)
+        if self.unit != normalize.BYTE:
+            return measured_ns_per_unit_of_work(self.record, side)
         return measured_ns_per_byte(self.record, side)
 
     def stacks_file(self, side: str) -> Path:
@@ -103,11 +103,13 @@ def load_run(runs_dir: Path, run_id: str = "latest") -> Run:
             f"run {rid} sampled '{flame.get('event')}' without a fixed period, which cannot be "
             f"expressed as CPU time per byte; qprof draws {EVENT} samples only."
         )
-    if unit_of(record) == normalize.REQUEST:
-        if not requests(record):
+    unit = unit_of(record)
+    if unit != normalize.BYTE:
+        if not units_done(record):
+            pattern = record["config"]["pattern"]
             raise BadStacks(
-                f"run {rid} answered no requests in its window, so there is no per-request figure to "
-                "draw; make a new run with `qprof run --pattern rr`."
+                f"run {rid} {PER_UNIT[pattern].done} no {unit.divisor_key} in its window, so there is no "
+                f"per-{unit.name} figure to draw; make a new run with `qprof run --pattern {pattern}`."
             )
     elif not record.get("bytes") or record["bytes"] <= 0:
         raise BadStacks(
@@ -169,28 +171,59 @@ def measured_ns_per_byte(record: dict, side: str) -> Optional[float]:
         return None
 
 
+class PerUnit(NamedTuple):
+    """A pattern drawn per unit of work: the unit, where the record counts
+    the window's units, where it keeps their measured CPU, and the verb."""
+
+    unit: normalize.Unit
+    count: Tuple[str, ...]
+    cpu_s: Tuple[str, ...]
+    done: str  # "answered", "completed"
+
+
+PER_UNIT = {
+    "rr": PerUnit(normalize.REQUEST, ("rr", "responses"), ("rr", "per_request", "cpu_s"), "answered"),
+    "handshakes": PerUnit(
+        normalize.HANDSHAKE, ("handshakes", "handshakes"), ("handshakes", "per_handshake", "cpu_s"), "completed"
+    ),
+}
+
+
+def _per_unit(record: dict) -> Optional[PerUnit]:
+    return PER_UNIT.get((record.get("config") or {}).get("pattern"))
+
+
 def unit_of(record: dict) -> normalize.Unit:
-    """Request/response runs are drawn per request, all others per byte."""
-    return normalize.REQUEST if (record.get("config") or {}).get("pattern") == "rr" else normalize.BYTE
+    """Request/response runs are drawn per request, handshake runs per
+    handshake, all others per byte."""
+    p = _per_unit(record)
+    return p.unit if p else normalize.BYTE
 
 
-def requests(record: dict) -> int:
-    """The requests answered in the window (rr.responses), 0 if none."""
-    return int((record.get("rr") or {}).get("responses") or 0)
+def _get(record: dict, path: Tuple[str, ...]):
+    for key in path:
+        record = (record or {}).get(key)
+    return record
 
 
-def measured_ns_per_request(record: dict, side: str) -> Optional[float]:
-    """The measured CPU per request answered: the record's
-    rr.per_request.cpu_s (each process's schedstat on-CPU time over the
-    window's requests). The `others` side has no per-request figure of its
-    own: its per-byte one (cpu.others) times the bytes per request, or
-    absent with it."""
-    n = requests(record)
+def units_done(record: dict) -> int:
+    """The window's units of work (rr.responses, handshakes.handshakes), 0 if none."""
+    p = _per_unit(record)
+    return int(_get(record, p.count) or 0) if p else 0
+
+
+def measured_ns_per_unit_of_work(record: dict, side: str) -> Optional[float]:
+    """The measured CPU per unit: the record's per-unit cpu_s
+    (rr.per_request, handshakes.per_handshake: each process's schedstat
+    on-CPU time over the window's units). The `others` side has no
+    per-unit figure of its own: its per-byte one (cpu.others) times the
+    bytes per unit, or absent with it."""
+    n = units_done(record)
     if not n:
         return None
     if side != "others":
         try:
-            return float(record["rr"]["per_request"]["cpu_s"][side]) * 1e9
+            return float(_get(record, _per_unit(record).cpu_s)[side]) * 1e9
         except (KeyError, TypeError):
             return None
     per_byte = measured_ns_per_byte(record, side)

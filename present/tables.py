@@ -85,6 +85,7 @@ def print_run(rec: dict, console: Optional[Console] = None) -> None:
     _print_streams(rec, console)
     _print_downloads(rec, console)
     _print_rr(rec, console)
+    _print_handshakes(rec, console)
     console.print(_own_counters(rec))
     _print_link(rec, console)
     _print_loss(rec, console)
@@ -172,6 +173,35 @@ def _print_downloads(rec: dict, console: Console) -> None:
         said.append(f"resumed {count(d['resumed'])} of {d['count']}, 0-RTT/early data {count(d['early_data'])}")
     said.append(f"server retransmissions {count(d['server_retransmits'])}")
     console.print("; ".join(said))
+
+
+def _print_handshakes(rec: dict, console: Console) -> None:
+    """The handshake rate, its times as percentiles, and what one cost."""
+    h = rec.get("handshakes")
+    if not h:
+        return
+    t = Table(
+        title=f"{h['handshakes']:,} handshakes in the window, {num(h['per_s'], '{:,.0f}')}/s, "
+        f"{h['conns']} at once, each a new connection (ms from connect)",
+        title_justify="left",
+    )
+    keys = ("p5", "p50", "p95", "p99", "p99.9", "max")
+    t.add_column("")
+    for k in keys:
+        t.add_column(k, justify="right")
+    for key, label in (("tcp_handshake_ns", "TCP handshake"), ("handshake_ns", "handshake"), ("complete_ns", "echo")):
+        p = h.get(key)
+        if p:
+            t.add_row(label, *(num(p[k] / 1e6, "{:.3f}") for k in keys))
+    console.print(t)
+    per = h["per_handshake"]
+    if per:
+        cpu = ", ".join(f"{s} {num(v and v * 1e6, '{:.1f}')} us" for s, v in per["cpu_s"].items())
+        console.print(f"per handshake: CPU {cpu}")
+    if h["resume"]:
+        console.print(
+            f"resumed {count(h['resumed'])} of {h['handshakes']:,}, 0-RTT/early data {count(h['early_data'])}"
+        )
 
 
 def _rr_sizes(r: dict) -> str:

@@ -59,7 +59,7 @@ def test_no_mapping_is_absent():
 @pytest.mark.parametrize(
     "kw, needle",
     [
-        ({"pattern": "download", "conns": 2}, "--conns applies to --pattern bulk and rr"),
+        ({"pattern": "download", "conns": 2}, "--conns applies to --pattern bulk, rr and handshakes"),
         ({"stack": "udp", "conns": 2}, "udp sends one flow"),
         ({"conns": 8, "streams": 9}, "is 72 streams, more than the 64"),
         ({"conns": 20, "streams": 2, "direction": "both"}, "x 2 ways is 80 streams"),

@@ -20,7 +20,7 @@ BAD_VALUE = 4
         (["--pattern", "download", "--bytes", "1M"], ["--bytes does not apply"]),
         (["--pattern", "download", "--warmup", "1s"], ["--warmup does not apply"]),
         (["--pattern", "download", "--streams", "2"], ["one stream per connection"]),
-        (["--resume"], ["--resume applies to --pattern download only"]),
+        (["--resume"], ["--resume applies to --pattern download and handshakes"]),
         (["--size", "1M"], ["--size applies to --pattern download only"]),
         (["--count", "3"], ["--count applies to --pattern download only"]),
         (["--pattern", "download", "--stack", "udp"], ["udp has no connection"]),

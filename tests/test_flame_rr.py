@@ -117,10 +117,10 @@ def test_others_measured_per_request_is_its_per_byte_figure_converted():
         "rr": {"responses": REQUESTS, "per_request": {"cpu_s": {"client": None, "server": 4e-5}}},
     }
     per_byte = sides.measured_ns_per_byte(rec, "others")
-    assert sides.measured_ns_per_request(rec, "others") == pytest.approx(per_byte * 102_400 / REQUESTS)
-    assert sides.measured_ns_per_request(rec, "others") == pytest.approx(0.06e9 / REQUESTS)
-    assert sides.measured_ns_per_request(rec, "client") is None  # not measured: absent
-    assert sides.measured_ns_per_request(rec, "server") == pytest.approx(40_000)
+    assert sides.measured_ns_per_unit_of_work(rec, "others") == pytest.approx(per_byte * 102_400 / REQUESTS)
+    assert sides.measured_ns_per_unit_of_work(rec, "others") == pytest.approx(0.06e9 / REQUESTS)
+    assert sides.measured_ns_per_unit_of_work(rec, "client") is None  # not measured: absent
+    assert sides.measured_ns_per_unit_of_work(rec, "server") == pytest.approx(40_000)
 
 
 @pytest.mark.unit

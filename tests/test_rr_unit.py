@@ -23,7 +23,10 @@ def events(delays_ms, lag_ms=0.0, t0=10**9):
     return out
 
 
-REC = {"cpu": {"client": {"oncpu_schedstat_s": 0.1}, "server": {"oncpu_schedstat_s": 0.05}}, "syscalls": None}
+REC = {
+    "cpu": {"client": {"oncpu_schedstat_s": 0.1}, "server": {"oncpu_schedstat_s": 0.05}, "system": {"total_s": 0.2}},
+    "syscalls": None,
+}
 DONE = {"requests_sent": 120, "responses": 118, "late": 3, "outstanding": 2, "connections_opened": 3}
 
 
@@ -92,7 +95,8 @@ def test_costs_per_request_and_connections_per_thousand():
     ev = events([1.0] * 100)
     wire = {"client_to_server": {"wire_bytes": 40_000, "wire_packets": 200}}
     got = rr.describe(ev, ev[0]["due_ns"], ev[-1]["due_ns"] + 1, PERIOD, 256, DONE, REC, wire)
-    assert got["per_request"]["cpu_s"] == {"client": pytest.approx(1e-3), "server": pytest.approx(5e-4)}
+    cpu = {"client": pytest.approx(1e-3), "server": pytest.approx(5e-4), "machine": pytest.approx(2e-3)}
+    assert got["per_request"]["cpu_s"] == cpu
     assert got["per_request"]["wire"]["client_to_server"] == {"bytes": 400.0, "packets": 2.0}
     assert got["connections_per_1000_requests"] == pytest.approx(25.0)
     assert got["whole_run"]["outstanding"] == 2

@@ -27,13 +27,15 @@ static const char usage[] =
 	"      --cert FILE          server certificate (PEM): quic, tcp-tls, tcp-ktls\n"
 	"      --key FILE           server private key (PEM): quic, tcp-tls, tcp-ktls\n"
 	"      --pattern P          bulk (default: one connection, the client uploads),\n"
-	"                           download (--count connections, the server sends) or\n"
+	"                           download (--count connections, the server sends),\n"
 	"                           rr (requests on a schedule, each answered; see below)\n"
+	"                           or handshakes (new connections, --conns at once, each\n"
+	"                           echoing 8 bytes, as secnetperf hps and netperf TCP_CRR)\n"
 	"  -n, --streams N          bulk: quic: streams in the one connection; tcp, tcp-tls,\n"
 	"                           tcp-ktls: connections, a thread each (default 1); with\n"
 	"                           --direction both, N each way (--conns x N x 2 at most 64);\n"
 	"                           rr --rr-mode closed: requests in flight per connection\n"
-	"      --conns N            bulk, rr: connections, each with --streams (quic); tcp\n"
+	"      --conns N            bulk, rr, handshakes: connections, each with --streams (quic); tcp\n"
 	"                           stacks: N x --streams connections (default 1; bulk: at\n"
 	"                           most 64 streams; rr: at most 128 tcp connections)\n"
 	"      --direction D        bulk: up (default: the client sends), down (the server\n"
@@ -44,7 +46,8 @@ static const char usage[] =
 	"  -b, --bytes N            the sender: send N bytes per stream, then FIN\n"
 	"      --size N             download: bytes the server sends per connection\n"
 	"      --count N            download: connections, one after another (default 1)\n"
-	"      --resume             download, quic, tcp-tls, tcp-ktls: the client resumes each\n"
+	"      --resume             download, handshakes; quic, tcp-tls, tcp-ktls: the client\n"
+	"                           resumes each\n"
 	"                           connection after the first with the session ticket the\n"
 	"                           previous one got (quic: and sends its request as 0-RTT);\n"
 	"                           the quic server issues tickets and takes 0-RTT (OpenSSL\n"
@@ -178,7 +181,7 @@ static const char usage[] =
 /* clang-format on */
 
 /* The patterns a flag belongs to; 0: every one. */
-enum { P_BULK = 1, P_DOWNLOAD = 2, P_RR = 4 };
+enum { P_BULK = 1, P_DOWNLOAD = 2, P_RR = 4, P_HS = 8 };
 
 enum flag_kind { F_STR, F_BOOL, F_NUM, F_CHOICE };
 
@@ -217,18 +220,18 @@ static const struct flag flags[] = {
 	{FLAG("port", 'p', F_NUM, port), .lo = 1, .hi = 65535},
 	{FLAG("cert", 0, F_STR, cert)},
 	{FLAG("key", 0, F_STR, key)},
-	{FLAG("pattern", 0, F_CHOICE, pattern), .choices = "bulk|download|rr"},
+	{FLAG("pattern", 0, F_CHOICE, pattern), .choices = "bulk|download|rr|handshakes"},
 	{FLAG("streams", 'n', F_NUM, streams), .lo = 1, .hi = 64},
-	{FLAG("conns", 0, F_NUM, conns), .lo = 1, .hi = 64, .patterns = P_BULK | P_RR},
+	{FLAG("conns", 0, F_NUM, conns), .lo = 1, .hi = 64, .patterns = P_BULK | P_RR | P_HS},
 	{FLAG("direction", 0, F_CHOICE, direction), .choices = "up|down|both",
 	 .stacks = "quic|tcp|tcp-tls|tcp-ktls", .patterns = P_BULK},
 	{FLAG("duration-ms", 't', F_NUM, duration_ms), .lo = 1, .hi = UINT64_MAX,
-	 .patterns = P_BULK | P_RR},
+	 .patterns = P_BULK | P_RR | P_HS},
 	{FLAG("bytes", 'b', F_NUM, bytes), .lo = 1, .hi = UINT64_MAX, .patterns = P_BULK},
 	{FLAG("size", 0, F_NUM, size), .lo = 1, .hi = UINT64_MAX, .patterns = P_DOWNLOAD},
 	{FLAG("count", 0, F_NUM, count), .lo = 1, .hi = UINT64_MAX, .patterns = P_DOWNLOAD},
 	{FLAG("resume", 0, F_BOOL, resume), .stacks = "quic|tcp-tls|tcp-ktls",
-	 .patterns = P_DOWNLOAD},
+	 .patterns = P_DOWNLOAD | P_HS},
 	{FLAG("period-us", 0, F_NUM, period_us), .lo = WL_RR_PERIOD_MIN_US,
 	 .hi = WL_RR_PERIOD_MAX_US, .unit = " microseconds", .patterns = P_RR},
 	{FLAG("payload", 0, F_NUM, payload), .lo = WL_RR_PAYLOAD_MIN, .hi = WL_RR_PAYLOAD_MAX,
@@ -390,7 +393,10 @@ static int parse_flags(int argc, char **argv, struct wl_opts *o)
 
 static unsigned pattern_bit(const char *pattern)
 {
-	return !strcmp(pattern, "download") ? P_DOWNLOAD : !strcmp(pattern, "rr") ? P_RR : P_BULK;
+	return !strcmp(pattern, "download")	? P_DOWNLOAD
+	       : !strcmp(pattern, "rr")		? P_RR
+	       : !strcmp(pattern, "handshakes") ? P_HS
+						: P_BULK;
 }
 
 /* A flag given outside the stacks or patterns it is for; 0 if none. */
@@ -428,7 +434,7 @@ static int check_rules(struct wl_opts *o)
 {
 	const bool client = !strcmp(o->role, "client");
 
-	if ((o->rr || o->download) && !strcmp(o->stack, "udp")) {
+	if ((o->rr || o->download || o->hs) && !strcmp(o->stack, "udp")) {
 		wl_warn("--pattern %s is for quic, tcp, tcp-tls and tcp-ktls: udp has no stream to answer a request on",
 			o->pattern);
 		return WL_EXIT_USAGE;
@@ -453,7 +459,7 @@ static int check_rules(struct wl_opts *o)
 		wl_warn("--tcp-conns on-demand opens its own connections: drop --conns");
 		return WL_EXIT_USAGE;
 	}
-	if ((o->download || (o->rr && !o->rr_closed)) && o->streams != 1) {
+	if ((o->download || o->hs || (o->rr && !o->rr_closed)) && o->streams != 1) {
 		wl_warn("--streams is for --pattern bulk and rr --rr-mode closed: a download, or an open loop's request, goes on one stream");
 		return WL_EXIT_USAGE;
 	}
@@ -476,11 +482,12 @@ static int check_rules(struct wl_opts *o)
 		wl_warn("the server needs --cert and --key");
 		return WL_EXIT_USAGE;
 	}
-	if (client && o->rr && !o->duration_ms && !o->control) {
-		wl_warn("--pattern rr: the client needs --duration-ms, or --control to send until \"stop\"");
+	if (client && (o->rr || o->hs) && !o->duration_ms && !o->control) {
+		wl_warn("--pattern %s: the client needs --duration-ms, or --control to go on until \"stop\"",
+			o->pattern);
 		return WL_EXIT_USAGE;
 	}
-	if (!o->download && !o->rr &&
+	if (!o->download && !o->rr && !o->hs &&
 	    (o->conns ? o->conns : 1) * o->streams *
 			    (o->direction && !strcmp(o->direction, "both") ? 2 : 1) >
 		    WL_MAX_STREAMS) {
@@ -488,8 +495,8 @@ static int check_rules(struct wl_opts *o)
 			WL_MAX_STREAMS);
 		return WL_EXIT_USAGE;
 	}
-	if (client && !o->download && !sends_down_only(o) && !o->duration_ms && !o->bytes &&
-	    !o->control) {
+	if (client && !o->download && !o->hs && !sends_down_only(o) && !o->duration_ms &&
+	    !o->bytes && !o->control) {
 		wl_warn("the client needs --duration-ms, --bytes or --control");
 		return WL_EXIT_USAGE;
 	}
@@ -521,6 +528,7 @@ int main(int argc, char **argv)
 	}
 	o.download = !strcmp(o.pattern, "download");
 	o.rr = !strcmp(o.pattern, "rr");
+	o.hs = !strcmp(o.pattern, "handshakes");
 	o.rr_one_stream = o.rr_streams && !strcmp(o.rr_streams, "one");
 	o.tcp_on_demand = o.tcp_conns && !strcmp(o.tcp_conns, "on-demand");
 	o.rr_closed = o.rr_mode && !strcmp(o.rr_mode, "closed");

@@ -43,7 +43,7 @@ enum wl_exit {
 struct wl_opts {
 	const char *stack;
 	const char *role;
-	const char *pattern;	/* bulk, download or rr; sets download or rr */
+	const char *pattern;	/* bulk, download, rr or handshakes; sets download, rr or hs */
 	const char *rr_streams; /* rr, quic: per-request or one; sets rr_one_stream */
 	const char *tcp_conns;	/* rr, TCP stacks: one or on-demand; sets tcp_on_demand */
 	const char *rr_mode;	/* rr: open or closed; sets rr_closed */
@@ -82,7 +82,22 @@ struct wl_opts {
 	bool rr_one_stream;	    /* rr, quic client: every request on one stream */
 	bool tcp_on_demand; /* rr, TCP stacks client: a connection per overlapping request */
 	bool rr_closed;	    /* rr client: --rr-mode closed, see below */
+	bool hs;	    /* --pattern handshakes: see below */
 };
+
+/*
+ * --pattern handshakes (wl_hs.c): the client keeps --conns connections
+ * opening at once (default 1), each a new handshake (with --resume: the
+ * last session's, QUIC sending its request as 0-RTT). On each it sends
+ * an 8-byte word (its index, as the pattern's seed scrambles it), which
+ * the server echoes and ends; the client checks the echo, closes the
+ * connection and opens the next, until "stop" or --duration-ms (checked
+ * as connections end). The client reports each connection in a
+ * {"event":"handshake"} line as a download's; marks and "done" add
+ * handshakes (client: checked; server: echoed and closed cleanly) and
+ * connections_opened, the client's "done" resumed and early_data.
+ */
+#define WL_HS_MSG 8
 
 /*
  * --pattern download: the client makes --count connections strictly one

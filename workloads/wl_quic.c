@@ -111,9 +111,11 @@ static struct {
 	 */
 	_Atomic(HQUIC) stats_conn;
 	pthread_mutex_t lock;
+	/* ticket_lock: taken for a copy, never around a call into msquic. */
+	pthread_mutex_t ticket_lock;
 	uint8_t *ticket; /* WL_CONN_RESUME: the last connection's ticket */
 	uint32_t ticket_len;
-} q = {.lock = PTHREAD_MUTEX_INITIALIZER};
+} q = {.lock = PTHREAD_MUTEX_INITIALIZER, .ticket_lock = PTHREAD_MUTEX_INITIALIZER};
 
 static const QUIC_BUFFER alpn = {sizeof("qprof") - 1, (uint8_t *)"qprof"};
 
@@ -487,9 +489,12 @@ static QUIC_STATUS QUIC_API conn_cb(HQUIC h, void *ctx, QUIC_CONNECTION_EVENT *e
 		if (!(c->flags & WL_CONN_RESUME) || !(t = malloc(len)))
 			break;
 		memcpy(t, ev->RESUMPTION_TICKET_RECEIVED.ResumptionTicket, len);
+		/* Handshakes in flight: another worker may be offering the last one. */
+		pthread_mutex_lock(&q.ticket_lock);
 		free(q.ticket);
 		q.ticket = t;
 		q.ticket_len = len;
+		pthread_mutex_unlock(&q.ticket_lock);
 		break;
 	}
 	case QUIC_CONNECTION_EVENT_SHUTDOWN_COMPLETE:
@@ -714,6 +719,8 @@ static int q_connect(const struct wl_conn_handlers *h, void *ctx, unsigned flags
 		     struct wl_conn **out)
 {
 	const bool sender = flags & WL_CONN_SENDER;
+	uint8_t *ticket = NULL;
+	uint32_t ticket_len = 0;
 	struct wl_conn *c;
 	QUIC_STATUS st;
 	int code;
@@ -746,9 +753,19 @@ static int q_connect(const struct wl_conn_handlers *h, void *ctx, unsigned flags
 	 * one, the early request is queued before the start, as it was, so
 	 * it goes in the first flight whatever the threads do.
 	 */
-	if ((flags & WL_CONN_RESUME) && q.ticket) {
-		st = q.api->SetParam(c->h, QUIC_PARAM_CONN_RESUMPTION_TICKET, q.ticket_len,
-				     q.ticket);
+	/*
+	 * A copy: another worker may replace the ticket meanwhile, and
+	 * SetParam may wait on a worker that waits on the lock.
+	 */
+	pthread_mutex_lock(&q.ticket_lock);
+	if ((flags & WL_CONN_RESUME) && q.ticket && (ticket = malloc(q.ticket_len))) {
+		memcpy(ticket, q.ticket, q.ticket_len);
+		ticket_len = q.ticket_len;
+	}
+	pthread_mutex_unlock(&q.ticket_lock);
+	if (ticket) {
+		st = q.api->SetParam(c->h, QUIC_PARAM_CONN_RESUMPTION_TICKET, ticket_len, ticket);
+		free(ticket);
 		if (QUIC_SUCCEEDED(st)) {
 			c->start_at_send = true;
 			return WL_EXIT_OK;

@@ -55,6 +55,11 @@ void wl_ignore(struct wl_stream *s, void *ctx)
 	(void)s, (void)ctx;
 }
 
+void wl_ignore_closed(struct wl_stream *s, void *ctx, bool graceful)
+{
+	(void)s, (void)ctx, (void)graceful;
+}
+
 void wl_ignore_data(struct wl_stream *s, void *ctx, const uint8_t *p, size_t len)
 {
 	(void)s, (void)ctx, (void)p, (void)len;
@@ -248,7 +253,8 @@ static bool receiver(void)
 {
 	if (wl_role.p == &wl_bulk)
 		return wl_role.per_stream;
-	return wl_role.p == &wl_rr_pattern || wl_role.server == (wl_role.p == &wl_udp_bulk);
+	return wl_role.p == &wl_rr_pattern || wl_role.p == &wl_hs ||
+	       wl_role.server == (wl_role.p == &wl_udp_bulk);
 }
 
 static void emit_done(int code)
@@ -297,7 +303,10 @@ int wl_role_run(const struct wl_opts *o)
 		wl_role.label = !strcmp(o->stack, "quic")  ? "QUIC"
 				: !strcmp(o->stack, "tcp") ? "TCP"
 							   : "TLS";
-		wl_role.p = o->download ? &wl_download : o->rr ? &wl_rr_pattern : &wl_bulk;
+		wl_role.p = o->download ? &wl_download
+			    : o->rr	? &wl_rr_pattern
+			    : o->hs	? &wl_hs
+					: &wl_bulk;
 	}
 	sem_init(&wl_role.may_start, 0, 0);
 	sem_init(&wl_role.may_exit, 0, 0);

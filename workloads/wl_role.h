@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0-only
 /*
  * The role (wl_role.c) and the patterns it runs (wl_bulk.c,
- * wl_download.c, wl_rr_pattern.c), written once over wl_transport.h. The
+ * wl_download.c, wl_rr_pattern.c, wl_hs.c), written once over wl_transport.h. The
  * role picks the transport by --stack, runs the control channel, and
  * gives the events every pattern shares: "ready", "connected" (once a
  * run), the marks and "done", each with the pattern's fields and then the
@@ -45,7 +45,7 @@ struct wl_pattern {
 	void (*stop)(void);
 };
 
-extern const struct wl_pattern wl_bulk, wl_download, wl_rr_pattern, wl_udp_bulk;
+extern const struct wl_pattern wl_bulk, wl_download, wl_rr_pattern, wl_hs, wl_udp_bulk;
 
 struct wl_role {
 	const struct wl_opts *o;
@@ -82,6 +82,7 @@ extern struct wl_role wl_role;
 /* Handlers for what a pattern does not act on (a transport calls every one but sent). */
 void wl_ignore(struct wl_stream *s, void *ctx);
 void wl_ignore_data(struct wl_stream *s, void *ctx, const uint8_t *p, size_t len);
+void wl_ignore_closed(struct wl_stream *s, void *ctx, bool graceful);
 
 /* qprof_wl.c: every stack. */
 int wl_role_run(const struct wl_opts *o);

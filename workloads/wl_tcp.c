@@ -841,6 +841,9 @@ static void tcp_close(struct wl_conn *c, uint64_t code)
 	if (c->state == DEAD)
 		return;
 	c->busy++;
+	/* TLS 1.3 tickets come after the handshake: the session as the connection ends. */
+	if (!code && c->state == READY && !c->server && (c->flags & WL_CONN_RESUME))
+		wl_tls_keep_session(&c->io);
 	if (!code && c->state == READY)
 		send_fin(c); /* close_notify first, if there is room for it */
 	loop_kill(c, code != 0, 0);

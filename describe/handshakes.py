@@ -1,0 +1,100 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""The record's `handshakes` for `--pattern handshakes` (secnetperf's hps,
+netperf's TCP_CRR): new connections, --conns at once, each a handshake and
+an 8-byte echo, from the client's per-connection reports (workloads/wl.h,
+the "handshake" event, as a download's).
+
+The window's handshakes are the connections whose echo came back inside
+it (by the client's clock), so the rate is theirs over the window's
+length and the CPU per handshake is the window's CPU over them. The
+times run from the connect call: `handshake` to the transport's handshake
+done (QUIC CONNECTED, SSL_connect, or TCP's connect), `complete` to the
+echo checked, `tcp_handshake` (TLS over TCP) to TCP's connect. Each goes
+into an HDR histogram as rr's delays do (1 ns units, within 0.1%).
+Resumption and 0-RTT are counted as they happened; a stack without
+sessions (tcp) has none to count (None).
+"""
+
+import statistics
+from typing import Dict, List, Optional
+
+from qprof.describe import per_unit, rr
+
+TIMES = ("tcp_handshake", "handshake", "complete")
+
+
+def completed_ns(e: dict) -> int:
+    return e["t_connect_ns"] + e["complete_ns"]
+
+
+def in_window(events: List[dict], start_ns: int, end_ns: int) -> List[dict]:
+    """The handshakes whose echo came back inside [start, end), in order."""
+    done = (e for e in events if e["event"] == "handshake" and "complete_ns" in e)
+    return sorted((e for e in done if start_ns <= completed_ns(e) < end_ns), key=lambda e: e["i"])
+
+
+def percentiles(values: List[int]) -> Optional[Dict[str, Optional[float]]]:
+    """As rr's delay_ns: HDR percentiles capped at the exact max, min, max, mean."""
+    if not values:
+        return None
+    h = rr.histogram(values)
+    top = max(values)
+    return {
+        **{f"p{p:g}": min(h.get_value_at_percentile(p), top) for p in rr.PERCENTILES},
+        "min": min(values),
+        "max": top,
+        "mean": statistics.fmean(values),
+    }
+
+
+def _count(window: List[dict], key: str) -> Optional[int]:
+    """How many did it (resumed, early_data); None where no report says either way."""
+    said = [e[key] for e in window if key in e]
+    return sum(1 for v in said if v) if said else None
+
+
+def describe(
+    events: List[dict],
+    start_ns: int,
+    end_ns: int,
+    conns: int,
+    resume: bool,
+    client_done: dict,
+    marks: Dict[str, dict],
+    rec: dict,
+    wire: Optional[Dict[str, dict]],
+) -> dict:
+    """From the client's handshake events, the window's edges (the client's
+    clock), its done report, the marks at the edges (each role's count)
+    and the record's core (CPU, syscalls)."""
+    window = in_window(events, start_ns, end_ns)
+    n = len(window)
+    sessions = any("resumed" in e for e in events if e["event"] == "handshake")
+    seconds = (end_ns - start_ns) / 1e9
+    by_marks = {
+        role: marks["end"][role].get("handshakes", 0) - marks["start"][role].get("handshakes", 0)
+        for role in ("client", "server")
+    }
+    return {
+        "conns": conns,
+        "resume": resume,
+        "handshakes": n,
+        "per_s": n / seconds if seconds > 0 else None,
+        # Each role's own count over the window (the client's marks count a
+        # connection as it closes, the events as its echo came: at most
+        # --conns apart at each edge).
+        "counted": by_marks,
+        "resumed": _count(window, "resumed"),
+        "early_data": _count(window, "early_data"),
+        **{f"{t}_ns": percentiles([e[f"{t}_ns"] for e in window if f"{t}_ns" in e]) for t in TIMES},
+        "histogram": rr.histogram([e["handshake_ns"] for e in window if "handshake_ns" in e]).encode().decode()
+        if n
+        else None,
+        # A stack without sessions (tcp) resumes none: not counted, not zero.
+        "whole_run": {
+            k: client_done.get(k) if sessions or k not in ("resumed", "early_data") else None
+            for k in ("handshakes", "connections_opened", "resumed", "early_data")
+        },
+        "per_handshake": per_unit.costs(rec, n, wire),
+        "flame_ns_per_handshake": per_unit.flame(rec, n),
+    }
