@@ -61,7 +61,7 @@ def test_guest_hand_over_refuses_unknown_fields_and_bad_values():
     with pytest.raises(errors.BadValue, match="unknown fields"):
         options.from_json(json.dumps({**data, "fault": "handshake"}))
     with pytest.raises(errors.BadValue, match="--streams"):
-        options.from_json(json.dumps({**data, "streams": 65}))
+        options.from_json(json.dumps({**data, "streams": 1001}))
 
 
 def test_faults_are_not_options():
@@ -103,7 +103,7 @@ def test_workload_gets_only_its_stacks_options():
 
 @pytest.mark.parametrize(
     "args, needle",
-    [(["--topology", "x"], "--topology"), (["--streams", "65"], "--streams"), (["--no-such-flag"], "--no-such-flag")],
+    [(["--topology", "x"], "--topology"), (["--streams", "1001"], "--streams"), (["--no-such-flag"], "--no-such-flag")],
 )
 def test_usage_errors_are_one_sentence(args, needle, tmp_path):
     r = qprof("run", *args, runs_dir=tmp_path / "runs")

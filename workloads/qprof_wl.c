@@ -221,7 +221,7 @@ static const struct flag flags[] = {
 	{FLAG("cert", 0, F_STR, cert)},
 	{FLAG("key", 0, F_STR, key)},
 	{FLAG("pattern", 0, F_CHOICE, pattern), .choices = "bulk|download|rr|handshakes"},
-	{FLAG("streams", 'n', F_NUM, streams), .lo = 1, .hi = 64},
+	{FLAG("streams", 'n', F_NUM, streams), .lo = 1, .hi = 1000}, /* bulk: check_rules */
 	{FLAG("conns", 0, F_NUM, conns), .lo = 1, .hi = 64, .patterns = P_BULK | P_RR | P_HS},
 	{FLAG("direction", 0, F_CHOICE, direction), .choices = "up|down|both",
 	 .stacks = "quic|tcp|tcp-tls|tcp-ktls", .patterns = P_BULK},
