@@ -30,6 +30,21 @@ the bytes the tool reports (iperf3: every interval, none omitted;
 secnetperf: the connection's acknowledged bytes), so they include the
 handshake and slow start, a small handicap at 10 s.
 
+--scenario hps|rps|latency runs secnetperf's scenario of that name
+beside qprof's pattern for it, per unit of work instead of per byte (quic,
+and tcp-tls against secnetperf -tcp:1):
+
+  hps      qprof --pattern handshakes --conns C           vs  -scenario:hps -conns:C
+  rps      qprof --pattern rr --rr-mode closed --streams 100
+           --request 512 --response 4000                  vs  -scenario:rps
+  latency  the same with --streams 1                      vs  -scenario:latency
+
+each for --duration (secnetperf's -runtime). The figures are the rate
+(handshakes or requests a second) and the machine's CPU per unit (qprof:
+its record's, over the window; secnetperf: /proc/stat's busy time over
+the client's run over rate x runtime), and for rps and latency the
+response time's p50 and p99 (secnetperf's -platency figures).
+
 --qprof-before CMD adds a second qprof (another checkout's, on the same
 build) to every round: a change to qprof's own code must leave its
 figures where they were, measured side by side, interleaved.
@@ -152,6 +167,81 @@ def run_secnetperf(topo, duration: float, path: str, env, tcp: bool, direction: 
     return kbps / 1e6, busy * 1e9 / nbytes
 
 
+# secnetperf's scenario -> qprof's options for the same work.
+UNIT_SCENARIOS = {
+    "hps": lambda conns: ["--pattern", "handshakes", "--conns", str(conns)],
+    "rps": lambda conns: (
+        [*("--pattern", "rr", "--rr-mode", "closed", "--conns", "1", "--streams", "100")]
+        + ["--request", "512", "--response", "4000"]
+    ),
+    "latency": lambda conns: (
+        [*("--pattern", "rr", "--rr-mode", "closed", "--conns", "1", "--streams", "1")]
+        + ["--request", "512", "--response", "4000"]
+    ),
+}
+
+
+def run_qprof_units(stack: str, scenario: str, duration: float, runs_dir: str, conns: int) -> tuple:
+    """(units/s, machine us/unit, p50 us, p99 us) from qprof's record."""
+    r = subprocess.run(
+        [QPROF, "run", "--json", "--stack", stack, *UNIT_SCENARIOS[scenario](conns)]
+        + ["--duration", f"{duration}s", "--probes", "none", "--sample-hz", "0"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "QPROF_RUNS_DIR": runs_dir},
+    )
+    if r.returncode != 0:
+        sys.exit(f"qprof run --stack {stack} ({scenario}) failed: {r.stderr.strip()}")
+    rec = json.loads(r.stdout)
+    if scenario == "hps":
+        h = rec["handshakes"]
+        return h["per_s"], h["per_handshake"]["cpu_s"]["machine"] * 1e6, None, None
+    x = rec["rr"]
+    d = x["delay_ns"]
+    return x["requests_per_s"], x["per_request"]["cpu_s"]["machine"] * 1e6, d["p50"] / 1e3, d["p99"] / 1e3
+
+
+def run_secnetperf_units(topo, scenario: str, duration: float, path: str, env, tcp: bool, conns: int) -> tuple:
+    common = ["-exec:lowlat"] + (["-tcp:1"] if tcp else [])
+    extra = [f"-conns:{conns}"] if scenario == "hps" else []
+    out, busy = _served(
+        topo,
+        [path, *common, "-cipher:1"],
+        [path, f"-target:{topo.server.addr}", *common, f"-scenario:{scenario}", f"-runtime:{duration:g}s", *extra],
+        env=env,
+        timeout_s=duration + 60,
+    )
+    if out is None:
+        return None
+    m = re.search(r"Result: (\d+) (HPS|RPS)", out)
+    if not m:
+        sys.exit(f"secnetperf printed no result: {out.strip()[-300:]}")
+    rate = int(m.group(1))
+    p50 = re.search(r"50th: (\d+)", out)
+    p99 = re.search(r"99th: (\d+)", out)
+    return (
+        rate,
+        busy * 1e6 / (rate * duration),
+        int(p50.group(1)) if p50 else None,
+        int(p99.group(1)) if p99 else None,
+    )
+
+
+def units_row(a, b) -> str:
+    """Rate and machine CPU per unit of a against b, median (min-max) and ratio; then p50 and p99 medians."""
+    out = []
+    for k, fmt in ((0, "{:9.0f}"), (1, "{:8.1f}")):
+        sa, sb = summary([x[k] for x in a]), summary([x[k] for x in b])
+        out.append(
+            f"{fmt.format(sa[0])} ({fmt.format(sa[1]).strip()}-{fmt.format(sa[2]).strip()}) "
+            f"{fmt.format(sb[0])} ({fmt.format(sb[1]).strip()}-{fmt.format(sb[2]).strip()}) {sa[0] / sb[0]:6.3f}"
+        )
+    for k in (2, 3):
+        va, vb = [x[k] for x in a if x[k] is not None], [x[k] for x in b if x[k] is not None]
+        out.append(f"{statistics.median(va):7.0f} {statistics.median(vb):7.0f}" if va and vb else f"{'-':>7} {'-':>7}")
+    return " ".join(out)
+
+
 def summary(values):
     return statistics.median(values), min(values), max(values)
 
@@ -177,9 +267,15 @@ def main():
     )
     ap.add_argument("--qprof-before", metavar="CMD", help="another qprof to run beside this one, interleaved")
     ap.add_argument("--direction", choices=("up", "down"), default="up", help="down: the server sends, in every tool")
+    ap.add_argument(
+        "--scenario", choices=("bulk", *UNIT_SCENARIOS), default="bulk", help="secnetperf's scenario, per unit of work"
+    )
+    ap.add_argument("--conns", type=int, default=32, help="hps: connections at once (secnetperf's default here: 32)")
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("needs root (namespaces)")
+    if args.scenario != "bulk":
+        return units_main(args)
     stacks = [s for s in args.stacks.split(",") if s]
     if args.secnetperf is None:
         skipped = [s for s in stacks if s != "tcp"]
@@ -237,6 +333,49 @@ def main():
         )
         for s in stacks:
             print(f"{s:8} {pair_row(got[s]['qprof'], got[s]['before'])}")
+
+
+def units_main(args) -> None:
+    """--scenario hps|rps|latency: qprof's pattern against secnetperf's scenario, interleaved."""
+    if args.secnetperf is None:
+        sys.exit(f"--scenario {args.scenario} compares against secnetperf: give --secnetperf PATH")
+    stacks = [s for s in args.stacks.split(",") if s in ("quic", "tcp-tls")]
+    env = dict(os.environ)
+    if not args.secnetperf_own_msquic:
+        env["LD_LIBRARY_PATH"] = str(REPO / "build" / "msquic" / "lib")
+    got = {s: {"qprof": [], "ref": []} for s in stacks}
+    jobs = [(s, who) for s in stacks for who in ("qprof", "ref")]
+    unit = "handshake" if args.scenario == "hps" else "request"
+    with tempfile.TemporaryDirectory() as runs_dir:
+        for rnd in range(args.rounds):
+            order = jobs[rnd % len(jobs) :] + jobs[: rnd % len(jobs)]
+            for stack, who in order:
+                if who == "qprof":
+                    res = run_qprof_units(stack, args.scenario, args.duration, runs_dir, args.conns)
+                else:
+                    with Topology("netns", f"fd{os.getpid() % 10000}") as topo:
+                        res = run_secnetperf_units(
+                            topo, args.scenario, args.duration, args.secnetperf, env, stack == "tcp-tls", args.conns
+                        )
+                if res is None:
+                    continue
+                got[stack][who].append(res)
+                lat = f" p50 {res[2]:.0f} us p99 {res[3]:.0f} us" if res[2] is not None else ""
+                print(
+                    f"round {rnd + 1}: {stack:8} {who:6} {res[0]:9.0f} {unit}s/s {res[1]:8.1f} us/{unit}{lat}",
+                    flush=True,
+                )
+    print(
+        f"\n{args.rounds} rounds of {args.duration:g} s, secnetperf -scenario:{args.scenario}, netns + veth, "
+        "interleaved; median (min-max); CPU is the machine's"
+    )
+    print(
+        f"{'stack':8} {'qprof /s':>24} {'secnetperf /s':>24} {'ratio':>6} {'qprof us':>20} {'secnetperf us':>20}"
+        f" {'ratio':>6} {'p50 q':>7} {'p50 s':>7} {'p99 q':>7} {'p99 s':>7}"
+    )
+    for s in stacks:
+        if got[s]["qprof"] and got[s]["ref"]:
+            print(f"{s:8} {units_row(got[s]['qprof'], got[s]['ref'])}")
 
 
 if __name__ == "__main__":

@@ -8,10 +8,12 @@ process: on every exit path the process is killed and reaped, and it
 dies with qprof (PR_SET_PDEATHSIG) if qprof itself is killed outright.
 """
 
+import base64
 import ctypes
 import json
 import queue
 import signal
+import struct
 import subprocess
 import threading
 import time
@@ -53,7 +55,21 @@ REPORT_EVENTS = ("connected", "download", "served", "rr", "handshake")
 # requests a second): kept as they came and parsed once read, after the
 # run, so that the reader costs the measured machine as little as it can
 # (parsing each as it came took 40% of a CPU in a closed-loop rr run).
-RAW_EVENTS = tuple(f'{{"event":"{e}",'.encode() for e in ("rr", "handshake"))
+RAW_EVENTS = tuple(f'{{"event":"{e}",'.encode() for e in ("rr_batch", "handshake"))
+
+
+def unpacked(line: bytes) -> List[dict]:
+    """A report line as events: qprof-wl's packed batch (wl.h,
+    wl_emit_packed: little-endian u64 records named by its fields, in
+    base64) as one event a record, or the one event a line holds."""
+    ev = json.loads(line)
+    if not ev["event"].endswith("_batch"):
+        return [ev]
+    event, names = ev["event"][: -len("_batch")], ev["fields"].split(",")
+    return [
+        {"event": event, **dict(zip(names, rec))}
+        for rec in struct.iter_unpack(f"<{len(names)}Q", base64.b64decode(ev["b64"]))
+    ]
 
 
 # How long a process on another host may take to say its pid there.
@@ -118,7 +134,8 @@ class ControlledProcess:
         """The report events, in order within each kind."""
         with self._raw_lock:
             raw, self._raw = self._raw, []
-        self._reports.extend(json.loads(line) for line in raw)
+        for line in raw:
+            self._reports.extend(unpacked(line))
         return self._reports
 
     def _read_events(self) -> None:

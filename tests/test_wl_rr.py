@@ -2,7 +2,7 @@
 """qprof-wl --pattern rr, run directly on 127.0.0.1: the client sends a
 request every --period-us (open loop: each is due at t0 + k * period), the
 server answers each with --payload bytes that repeat its sequence number,
-and both check every byte. One "rr" event per answered request on the
+and both check every byte. One "rr" record per answered request on the
 client; a server with another --payload fails the client's check (exit 5);
 udp and a period under 100 us are refused (exit 2); tcp on-demand opens a
 connection when every open one waits for a reply."""
@@ -14,6 +14,7 @@ from contextlib import contextmanager
 
 import pytest
 
+from qprof.collectors.controlled import unpacked
 from qprof.collectors.workload import WorkloadExit
 
 from conftest import REPO, free_port, needs_build
@@ -54,7 +55,8 @@ def launched(argv, control=False):
 
 
 def events(out: str, name: str) -> list:
-    return [e for e in map(json.loads, out.splitlines()) if e["event"] == name]
+    """The events called name, packed records unpacked as qprof reads them."""
+    return [e for line in out.splitlines() for e in unpacked(line.encode()) if e["event"] == name]
 
 
 def rr(
@@ -271,8 +273,8 @@ def test_rr_control_marks_stop_and_exit(mode, cert):
         until(client, "connected")
         answers = 0
         for line in client.stdout:  # some answers, then stop
-            answers += json.loads(line)["event"] == "rr"
-            if answers == 20:
+            answers += sum(e["event"] == "rr" for e in unpacked(line.encode()))
+            if answers >= 20:
                 break
         send(client, "stop")
         done = until(client, "done")

@@ -236,7 +236,7 @@ void wl_rr_fifo_free(struct wl_rr_fifo *f);
 /*
  * The client's account of the response m (whole, or failed its check
  * already), received at t_ns, which must answer req (NULL: none waits on
- * its connection or stream): 0 after its "rr" event, or WL_EXIT_VERIFY
+ * its connection or stream): 0 after its "rr" record, or WL_EXIT_VERIFY
  * after saying why in why.
  */
 int wl_rr_answer(const struct wl_rr_req *req, const struct wl_rr_rx *m, uint64_t t_ns,
@@ -307,15 +307,20 @@ int wl_bind(int fd, const struct sockaddr_in *a, const char *proto, const struct
 
 void wl_emit(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /*
- * A line that may wait: lines are gathered and written in one go once
- * WL_DEFER_BYTES are waiting, the oldest is WL_DEFER_NS old (checked here
- * and by wl_emit_tick) or before any wl_emit line, so output stays in
- * order. For per-request events: a write per request would be CPU that
- * qprof's measurement then charges to the workload.
+ * A record that may wait: n 64-bit values, named by fields ("seq,due_ns"),
+ * gathered and written in one go, as one line
+ * {"event":"<event>_batch","fields":"<fields>","b64":"..."} holding the
+ * records back to back as little-endian u64s in base64 (OpenSSL's
+ * EVP_EncodeBlock), once WL_DEFER_BYTES are waiting, the oldest is
+ * WL_DEFER_NS old (checked here and by wl_emit_tick), another event's
+ * record comes, or before any wl_emit line, so output stays in order. For
+ * per-request events: a line per request, formatted and then parsed, was
+ * CPU that qprof's measurement charged to the run (collectors/controlled.py
+ * unpacks them). event and fields must be string constants.
  */
 #define WL_DEFER_BYTES (32u << 10)
 #define WL_DEFER_NS 20000000ull
-void wl_emit_defer(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void wl_emit_packed(const char *event, const char *fields, const uint64_t *v, unsigned n);
 void wl_emit_tick(void);
 void wl_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

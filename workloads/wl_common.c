@@ -10,6 +10,8 @@
 #include <sys/socket.h>
 #include <time.h>
 
+#include <openssl/evp.h>
+
 #include "wl.h"
 
 static uint8_t *pattern;
@@ -106,42 +108,45 @@ uint64_t wl_now_ns(void)
 
 static pthread_mutex_t out_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* wl_emit_defer's lines, under out_lock; the buffer holds any line. */
+/* wl_emit_packed's records, under out_lock: one event at a time. */
 static struct {
-	char buf[WL_DEFER_BYTES + 512];
+	uint8_t buf[WL_DEFER_BYTES];
 	size_t len;
-	uint64_t t_first; /* when the oldest waiting line came */
+	const char *event, *fields;
+	uint64_t t_first; /* when the oldest waiting record came */
 } deferred;
 
 static void defer_flush_locked(void)
 {
+	static char b64[4 * ((WL_DEFER_BYTES + 2) / 3) + 1];
+
 	if (!deferred.len)
 		return;
-	fwrite(deferred.buf, 1, deferred.len, stdout);
+	EVP_EncodeBlock((unsigned char *)b64, deferred.buf, (int)deferred.len);
+	fprintf(stdout, "{\"event\":\"%s_batch\",\"fields\":\"%s\",\"b64\":\"%s\"}\n",
+		deferred.event, deferred.fields, b64);
 	fflush(stdout);
 	deferred.len = 0;
 }
 
-void wl_emit_defer(const char *fmt, ...)
+void wl_emit_packed(const char *event, const char *fields, const uint64_t *v, unsigned n)
 {
-	const size_t room = sizeof(deferred.buf) - 1; /* and the newline */
+	const size_t bytes = (size_t)n * 8;
 	uint64_t now = wl_now_ns();
-	va_list ap;
-	int n;
+	unsigned i;
 
 	pthread_mutex_lock(&out_lock);
-	if (!deferred.len)
+	if (deferred.len &&
+	    (deferred.event != event || deferred.len + bytes > sizeof(deferred.buf)))
+		defer_flush_locked();
+	if (!deferred.len) {
 		deferred.t_first = now;
-	va_start(ap, fmt);
-	n = vsnprintf(deferred.buf + deferred.len, room - deferred.len, fmt, ap);
-	va_end(ap);
-	if (n >= 0 && (size_t)n < room - deferred.len) {
-		deferred.len += (size_t)n;
-		deferred.buf[deferred.len++] = '\n';
-	} else {
-		wl_warn("an event line did not fit its buffer and was dropped");
+		deferred.event = event;
+		deferred.fields = fields;
 	}
-	if (deferred.len >= WL_DEFER_BYTES || now - deferred.t_first >= WL_DEFER_NS)
+	for (i = 0; i < n; i++, deferred.len += 8)
+		wl_put_le64(deferred.buf + deferred.len, v[i]);
+	if (deferred.len + bytes > sizeof(deferred.buf) || now - deferred.t_first >= WL_DEFER_NS)
 		defer_flush_locked();
 	pthread_mutex_unlock(&out_lock);
 }

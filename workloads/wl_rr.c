@@ -119,11 +119,8 @@ int wl_rr_answer(const struct wl_rr_req *req, const struct wl_rr_rx *m, uint64_t
 		return WL_EXIT_VERIFY;
 	}
 	due = wl_rr.closed ? req->sent_ns : wl_rr_due(req->seq);
-	wl_emit_defer(
-		"{\"event\":\"rr\",\"seq\":%llu,\"due_ns\":%llu,\"sent_ns\":%llu,\"answered_ns\":%llu,\"conn\":%llu}",
-		(unsigned long long)req->seq, (unsigned long long)due,
-		(unsigned long long)req->sent_ns, (unsigned long long)t_ns,
-		(unsigned long long)conn);
+	wl_emit_packed("rr", "seq,due_ns,sent_ns,answered_ns,conn",
+		       (const uint64_t[]){req->seq, due, req->sent_ns, t_ns, conn}, 5);
 	if (!wl_rr.closed && t_ns > due + wl_rr.period_ns)
 		atomic_fetch_add(&wl_rr.late, 1);
 	atomic_store(&wl_rr.t_last_answer, t_ns);

@@ -1,0 +1,35 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""qprof-wl's packed per-request records (wl.h, wl_emit_packed) as qprof
+reads them: each little-endian u64 record one event, named by the line's
+fields, in order; any other line its one event."""
+
+import base64
+import json
+import struct
+
+import pytest
+
+from qprof.collectors.controlled import RAW_EVENTS, unpacked
+
+pytestmark = pytest.mark.unit
+
+
+def batch(event, fields, records):
+    blob = b"".join(struct.pack(f"<{len(fields)}Q", *r) for r in records)
+    line = {"event": f"{event}_batch", "fields": ",".join(fields), "b64": base64.b64encode(blob).decode()}
+    return json.dumps(line, separators=(",", ":")).encode() + b"\n"
+
+
+def test_a_batch_is_its_records_in_order():
+    fields = ("seq", "due_ns", "sent_ns", "answered_ns", "conn")
+    recs = [(k, 10**9 + k, 10**9 + k + 5, 10**9 + k + 2**40, k % 3) for k in range(7)]  # 7 x 40 B: base64 padded
+    line = batch("rr", fields, recs)
+    assert line.startswith(RAW_EVENTS)  # kept raw by the reader, parsed after the run
+    got = unpacked(line)
+    assert got == [{"event": "rr", **dict(zip(fields, r))} for r in recs]
+
+
+def test_any_other_line_is_its_one_event():
+    line = b'{"event":"handshake","i":3,"bytes":8}\n'
+    assert line.startswith(RAW_EVENTS) and unpacked(line) == [{"event": "handshake", "i": 3, "bytes": 8}]
+    assert unpacked(b'{"event":"mark","t_ns":1}') == [{"event": "mark", "t_ns": 1}]
