@@ -23,6 +23,7 @@ import io
 import json
 import re
 import shutil
+import statistics
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -699,9 +700,69 @@ def comparison_category_chart(rec: dict) -> Optional[Chart]:
     )
 
 
+LOAD_PERCENTILES = ("p50", "p99", "p99.9")
+
+
+def rr_load_points(rec: dict, records: Dict[str, dict]) -> List[dict]:
+    """The latency against load curve of an rr comparison (a --vary of the
+    period, the streams in flight, ...): per configuration, the median
+    over its runs of the requests answered a second and of each delay
+    percentile. Fewer than two configurations with requests: none."""
+    axes = _config_axes(rec)
+    per: Dict[int, List[dict]] = {}
+    for r in rec.get("runs") or []:
+        rr = _get(records.get(r.get("id")) or {}, "rr")
+        i = r.get("config")
+        if rr and isinstance(i, int) and i < len(axes) and _num(rr.get("requests_per_s")) is not None:
+            per.setdefault(i, []).append(rr)
+    if len(per) < 2:
+        return []
+    out = []
+    for i, rrs in sorted(per.items()):
+        load = statistics.median(x["requests_per_s"] for x in rrs)
+        for p in LOAD_PERCENTILES:
+            vals = [x["delay_ns"][p] for x in rrs if _num((x.get("delay_ns") or {}).get(p)) is not None]
+            if vals:
+                out.append(
+                    {
+                        "configuration": axes[i]["label"],
+                        "requests_per_s": load,
+                        "percentile": p,
+                        "delay_ms": statistics.median(vals) / 1e6,
+                    }
+                )
+    return out
+
+
+def rr_load_chart(points: List[dict]) -> Chart:
+    return Chart(
+        "rr_load",
+        "Response delay against load: each configuration's median requests/s and delay percentiles (ms)",
+        {
+            "data": {"values": points},
+            "mark": {"type": "line", "point": True},
+            "encoding": {
+                "x": {"field": "requests_per_s", "type": "quantitative", "title": "requests answered per second"},
+                "y": {"field": "delay_ms", "type": "quantitative", "title": "delay (ms)", "scale": {"type": "log"}},
+                "color": {"field": "percentile", "type": "nominal", "title": None, "sort": list(LOAD_PERCENTILES)},
+                "order": {"field": "requests_per_s", "type": "quantitative"},
+                "tooltip": [
+                    {"field": "configuration"},
+                    {"field": "percentile"},
+                    {"field": "requests_per_s", "format": ",.0f"},
+                    {"field": "delay_ms", "format": ".3f"},
+                ],
+            },
+            "width": CHART_WIDTH,
+            "height": CHART_HEIGHT,
+        },
+    )
+
+
 def comparison_distribution_charts(rec: dict, records: Dict[str, dict]) -> List[Chart]:
     """Latency and download-time CDFs per configuration, pooled over its
-    runs (read from their run directories)."""
+    runs (read from their run directories), and an rr comparison's delay
+    against its load."""
     axes = _config_axes(rec)
     rr_points, downloads = [], {}
     histograms: Dict[str, List[str]] = {}
@@ -720,6 +781,9 @@ def comparison_distribution_charts(rec: dict, records: Dict[str, dict]) -> List[
     for label, encoded in histograms.items():
         rr_points += hdr_cdf(*encoded, series=label)
     out = []
+    load = rr_load_points(rec, records)
+    if load:
+        out.append(rr_load_chart(load))
     if rr_points:
         out.append(
             cdf_chart("rr_cdf", "Response delay per configuration, CDF over its runs (ms)", {}, "delay (ms)", rr_points)

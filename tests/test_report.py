@@ -32,6 +32,8 @@ from urllib.parse import urlparse
 
 import pytest
 
+from qprof.present import html as report_html
+
 from conftest import REPO, qprof, validate_records
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -598,3 +600,29 @@ def test_incomplete_report_in_browser(root, browser):
     report(root, INCOMPLETE)
     got = load(browser, root / INCOMPLETE / "report.html", "run-incomplete")
     check(got, 0, 0)
+
+
+@pytest.mark.unit
+def test_rr_load_curve_is_each_configurations_medians():
+    """An rr comparison over the load (here --vary period): per
+    configuration, the median of its runs' requests/s and of each delay
+    percentile; one configuration alone draws no curve."""
+    rec = {
+        "configs": [{"label": "period=1ms"}, {"label": "period=200us"}],
+        "runs": [{"id": f"r{k}", "config": k % 2} for k in range(6)],
+    }
+
+    def rr(k):
+        load = 1000 if k % 2 == 0 else 5000
+        delays = {"p50": 1e5 * (1 + k), "p99": 1e6 * (1 + k), "p99.9": None}
+        return {"rr": {"requests_per_s": load + k, "delay_ns": delays}}
+
+    records = {f"r{k}": rr(k) for k in range(6)}
+    points = report_html.rr_load_points(rec, records)
+    got = {(p["configuration"], p["percentile"]): (p["requests_per_s"], p["delay_ms"]) for p in points}
+    assert got[("period=1ms", "p50")] == (1002, 0.3)  # runs 0, 2, 4: medians of 1000..1004 and 0.1..0.5 ms
+    assert got[("period=200us", "p99")] == (5003, 4.0)  # runs 1, 3, 5
+    assert ("period=1ms", "p99.9") not in got  # not measured: absent, not zero
+    assert report_html.rr_load_chart(points).name == "rr_load"
+    one = {"configs": rec["configs"][:1], "runs": [r for r in rec["runs"] if r["config"] == 0]}
+    assert report_html.rr_load_points(one, records) == []
