@@ -79,15 +79,23 @@ def render_diff(
 
 
 def describe_run(record: dict) -> str:
-    """The stack, msquic's GSO state for quic, and the throughput, or for
-    request/response the requests' size and schedule."""
+    """The stack, msquic's GSO state for quic, and the throughput; for
+    request/response the messages' sizes and the schedule (or the closed
+    loop's requests in flight); for handshakes those at once."""
     what = record.get("stack", "?")
     if what == "quic":
         gso = (record.get("environment") or {}).get("msquic_send_segmentation", {}).get("client")
         what += " (GSO " + ("on" if gso else "off" if gso is False else "unknown") + ")"
     rr = record.get("rr")
     if rr:
-        return what + f", a {rr['payload']} B request every {rr['period_s'] * 1e3:g} ms"
+        req, resp = rr.get("request", rr.get("payload")), rr.get("response", rr.get("payload"))
+        size = f"{req} B request" if req == resp else f"{req} B request, {resp} B response"
+        if rr.get("mode") == "closed":
+            return what + f", {size}, {rr.get('in_flight')} in flight (closed loop)"
+        return what + f", a {size} every {rr['period_s'] * 1e3:g} ms"
+    hs = record.get("handshakes")
+    if hs:
+        return what + f", handshakes, {hs['conns']} at once" + (", resuming" if hs.get("resume") else "")
     gbps = record.get("throughput_gbps")
     return what + (f", {gbps:.2f} Gbit/s" if gbps is not None else "")
 

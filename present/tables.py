@@ -410,12 +410,10 @@ def print_comparison(rec: dict, console: Optional[Console] = None) -> None:
     if fd.get("sides"):
         for side, d in fd["sides"].items():
             where = d["svg"] or "nothing drawn (no samples)"
-            # Two rr runs are diffed per request (ns, shown in us), others per byte.
-            a, b, unit = (
-                (d["a_ns_per_request"] / 1e3, d["b_ns_per_request"] / 1e3, "us/request")
-                if "a_ns_per_request" in d
-                else (d["a_ns_per_byte"], d["b_ns_per_byte"], "ns/B")
-            )
+            # Diffed per byte, or per unit of work (ns, shown in us): the keys say which.
+            per = next(k for k in d if k.startswith("a_ns_per_"))[len("a_ns_per_") :]
+            a, b = d[f"a_ns_per_{per}"], d[f"b_ns_per_{per}"]
+            a, b, unit = (a, b, "ns/B") if per == "byte" else (a / 1e3, b / 1e3, f"us/{per}")
             console.print(
                 f"flame diff {side}: {labels[0]} (run {fd['a']}) {a:.3f} {unit} -> "
                 f"{labels[1]} (run {fd['b']}) {b:.3f} {unit}: {cdir / where if d['svg'] else where}"

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from conftest import needs_build, run_json
+from conftest import needs_build, qprof, run_json
 from test_bad_input import refused_run
 
 pytestmark = pytest.mark.system
@@ -122,3 +122,22 @@ def test_the_handshake_has_a_category_of_its_own(runs_dir):
         cats = f[side]["categories"]
         assert sum(cats.values()) == pytest.approx(f[side]["total"])
         assert cats["handshake"] > 0, (side, cats)
+
+
+@needs_build
+def test_compare_carries_the_handshake_figures_and_diffs_per_handshake(runs_dir):
+    """compare over the stacks, printed as a person reads it: each
+    configuration's handshakes/s and CPU per handshake, and the flame
+    diff drawn and printed per handshake."""
+    r = qprof(
+        *("compare", "--stacks", "quic,tcp", "--pattern", "handshakes", "--conns", "2"),
+        *("-d", "1s", "--warmup", "0.3s", "--repeat", "1"),
+        runs_dir=runs_dir,
+    )
+    assert r.returncode == 0, r.stderr
+    assert "us/handshake" in r.stdout and "flame diff client" in r.stdout, r.stdout
+    (path,) = [p for p in (runs_dir / "comparisons").glob("*/comparison.json") if not p.parent.is_symlink()]
+    comp = json.loads(path.read_text())
+    for key in ("handshakes_per_s", "handshake_client_cpu_us", "handshake_server_cpu_us"):
+        assert [row["n"] for row in comp["metrics"][key]] == [1, 1], key
+    assert all("a_ns_per_handshake" in d for d in comp["flame_diff"]["sides"].values())

@@ -8,7 +8,7 @@ import math
 import pytest
 from hdrh.histogram import HdrHistogram
 
-from conftest import needs_build, run_json
+from conftest import needs_build, qprof, run_json
 from test_bad_input import refused_run
 
 pytestmark = pytest.mark.system
@@ -220,3 +220,21 @@ def test_requests_answered_on_schedule(runs_dir, stack, extra):
         assert sum(f["client"]["categories"].values()) == pytest.approx(f["client"]["total"])
     else:
         assert r["flame_ns_per_request"] is None
+
+
+@needs_build
+def test_compare_of_closed_loops_carries_the_rate_and_diffs_per_request(runs_dir):
+    """compare over the stacks of a closed loop, printed: requests/s per
+    configuration, and the flame diff per request (its subtitle says the
+    requests in flight, which a closed loop has instead of a period)."""
+    r = qprof(
+        *("compare", "--stacks", "quic,tcp-tls", "--pattern", "rr", "--rr-mode", "closed", "--streams", "4"),
+        *("--request", "512", "--response", "4000", "-d", "1s", "--warmup", "0.3s", "--repeat", "1"),
+        runs_dir=runs_dir,
+    )
+    assert r.returncode == 0, r.stderr
+    assert "us/request" in r.stdout and "flame diff client" in r.stdout, r.stdout
+    (path,) = [p for p in (runs_dir / "comparisons").glob("*/comparison.json") if not p.parent.is_symlink()]
+    comp = json.loads(path.read_text())
+    assert [row["n"] for row in comp["metrics"]["rr_requests_per_s"]] == [1, 1]
+    assert all("a_ns_per_request" in d for d in comp["flame_diff"]["sides"].values())
