@@ -182,7 +182,7 @@ TABLE: Tuple[Figure, ...] = (
     Figure("rr_requests_per_s", "requests per second", "/s", ("rr", "requests_per_s"), lower_is_better=False),
     *(
         Figure(f"rr_{s}_cpu_us", f"{s} CPU per request", "us", ("rr", "per_request", "cpu_s", s), _s_to_us)
-        for s in ("client", "server")
+        for s in ("client", "server", "machine")
     ),
     Figure("rr_connections_per_1000", "connections per 1000 requests", "", ("rr", "connections_per_1000_requests")),
     Figure("handshakes_per_s", "handshakes per second", "/s", ("handshakes", "per_s"), lower_is_better=False),
