@@ -293,12 +293,6 @@ static const struct wl_stream_handlers server_stream_h = {
 	.closed = server_stream_closed,
 };
 
-static void server_connected(struct wl_conn *c, void *ctx)
-{
-	(void)c, (void)ctx;
-	wl_role_connected(wl_now_ns());
-}
-
 static const struct wl_stream_handlers *server_stream(struct wl_conn *c, void *ctx,
 						      struct wl_stream *s, void **sctx)
 {
@@ -360,7 +354,7 @@ static void server_closed(struct wl_conn *c, void *ctx, const struct wl_end *e)
 }
 
 static const struct wl_conn_handlers server_conn = {
-	.connected = server_connected,
+	.connected = wl_role_conn_up,
 	.stream = server_stream,
 	.closed = server_closed,
 };

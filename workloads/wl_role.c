@@ -55,6 +55,12 @@ void wl_ignore(struct wl_stream *s, void *ctx)
 	(void)s, (void)ctx;
 }
 
+void wl_role_conn_up(struct wl_conn *c, void *ctx)
+{
+	(void)c, (void)ctx;
+	wl_role_connected(wl_now_ns());
+}
+
 void wl_ignore_closed(struct wl_stream *s, void *ctx, bool graceful)
 {
 	(void)s, (void)ctx, (void)graceful;

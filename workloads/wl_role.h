@@ -83,6 +83,8 @@ extern struct wl_role wl_role;
 void wl_ignore(struct wl_stream *s, void *ctx);
 void wl_ignore_data(struct wl_stream *s, void *ctx, const uint8_t *p, size_t len);
 void wl_ignore_closed(struct wl_stream *s, void *ctx, bool graceful);
+/* A connection's connected handler that only says the run's "connected" (once, now). */
+void wl_role_conn_up(struct wl_conn *c, void *ctx);
 
 /* qprof_wl.c: every stack. */
 int wl_role_run(const struct wl_opts *o);
