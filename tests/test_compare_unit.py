@@ -212,3 +212,19 @@ def test_categories_of_an_incomplete_capture_are_absent():
     t = comparison.table([0, 1], runs, comparison.metrics([good, short]))
     assert t["client_crypto_ns_per_byte"][0]["n"] == 1
     assert t["client_crypto_ns_per_byte"][1]["n"] == 0 and t["client_crypto_ns_per_byte"][1]["median"] is None
+
+
+def test_a_receive_torn_at_the_edges_is_not_coalescing():
+    """The syscalls probe adds a call's count, then its bytes; an edge can
+    read between the two, at each edge. One datagram's bytes more than the
+    messages is such a tear (a CI run was refused for it), not GRO; three
+    more is coalescing."""
+
+    def rec(nbytes, msgs):
+        calls = {"recvmsg": {"bytes": nbytes, "calls": msgs, "errors": 0}}
+        return {"stack": "udp", "config": {}, "syscalls": {"server": {"by_syscall": calls}}}
+
+    assert offload.observe(rec(1001 * 1472, 1000), 1472)["gro"] == "off"
+    assert offload.observe(rec(1002 * 1472, 1000), 1472)["gro"] == "off"
+    assert offload.observe(rec(1003 * 1472, 1000), 1472)["gro"] == "on"
+    assert offload.observe(rec(1000 * 1472, 1000), 1472)["gro"] == "off"

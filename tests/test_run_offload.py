@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from qprof.describe import offload
+
 from conftest import leftovers, needs_build, qprof, run_json
 from test_bad_input import one_sentence, run_statuses
 
@@ -177,8 +179,9 @@ def test_quic_gro_off_keeps_gso(runs_dir):
     obs = rec["offload"]["observed"]
     assert obs["stack_reports"] == {"gso": "on", "gro": "off"}
     assert obs["gso"] == "on" and obs["gro"] == "off"
-    # Super-packets arrive, and the socket splits them back into datagrams.
-    assert tx(rec)["recv_bytes_per_message"] <= 1472
+    # Super-packets arrive, and the socket splits them back into datagrams
+    # (an edge can tear a call's count from its bytes: 0.1% for thousands).
+    assert tx(rec)["recv_bytes_per_message"] <= 1472 * 1.001
     on = run_json(runs_dir, "--stack", "quic", *SHORT, *QUIC_PROBES)
     assert tx(on)["recv_bytes_per_message"] > 10 * 1472
 
@@ -243,9 +246,10 @@ def test_udp_without_gso(runs_dir, mode):
     assert tx(rec)["client_tx_gso_skbs"] == 0
     calls = c["by_syscall"]
     if mode == "sendmsg":
-        # One datagram a call: each call that did not fail sent 1472 bytes.
+        # One datagram a call: each call that did not fail sent 1472 bytes
+        # (but for a call torn from its bytes at each edge: EDGE_TORN_CALLS).
         sent = calls["sendmsg"]
-        assert sent["bytes"] == (sent["calls"] - sent["errors"]) * 1472, sent
+        assert abs(sent["bytes"] - (sent["calls"] - sent["errors"]) * 1472) <= offload.EDGE_TORN_CALLS * 1472, sent
         assert "sendmmsg" not in calls
     else:
         batch = rec["workload"]["client"]["report"]["batch"]
