@@ -77,30 +77,23 @@ def busy_s(a, b) -> float:
     return d.user_s + d.nice_s + d.system_s + d.irq_s + d.softirq_s + d.steal_s
 
 
-def run_qprof(stack: str, duration: float, runs_dir: str, qprof: str = QPROF, direction: str = "up") -> tuple:
-    way = ["--direction", direction] if direction != "up" else []
+def qprof_record(stack: str, args: list, duration: float, runs_dir: str, qprof: str = QPROF) -> dict:
+    """qprof's record of one run, probes and sampling off."""
     r = subprocess.run(
-        [
-            *qprof.split(),
-            "run",
-            "--json",
-            *way,
-            "--stack",
-            stack,
-            "--duration",
-            f"{duration}s",
-            "--probes",
-            "none",
-            "--sample-hz",
-            "0",
-        ],
+        [*qprof.split(), "run", "--json", "--stack", stack, *args]
+        + ["--duration", f"{duration}s", "--probes", "none", "--sample-hz", "0"],
         capture_output=True,
         text=True,
         env={**os.environ, "QPROF_RUNS_DIR": runs_dir},
     )
     if r.returncode != 0:
-        sys.exit(f"qprof run --stack {stack} failed: {r.stderr.strip()}")
-    rec = json.loads(r.stdout)
+        sys.exit(f"qprof run --stack {stack} {' '.join(args)} failed: {r.stderr.strip()}")
+    return json.loads(r.stdout)
+
+
+def run_qprof(stack: str, duration: float, runs_dir: str, qprof: str = QPROF, direction: str = "up") -> tuple:
+    way = ["--direction", direction] if direction != "up" else []
+    rec = qprof_record(stack, way, duration, runs_dir, qprof)
     return rec["throughput_gbps"], rec["cpu"]["system"]["ns_per_byte"]["total"]
 
 
@@ -183,16 +176,7 @@ UNIT_SCENARIOS = {
 
 def run_qprof_units(stack: str, scenario: str, duration: float, runs_dir: str, conns: int) -> tuple:
     """(units/s, machine us/unit, p50 us, p99 us) from qprof's record."""
-    r = subprocess.run(
-        [QPROF, "run", "--json", "--stack", stack, *UNIT_SCENARIOS[scenario](conns)]
-        + ["--duration", f"{duration}s", "--probes", "none", "--sample-hz", "0"],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "QPROF_RUNS_DIR": runs_dir},
-    )
-    if r.returncode != 0:
-        sys.exit(f"qprof run --stack {stack} ({scenario}) failed: {r.stderr.strip()}")
-    rec = json.loads(r.stdout)
+    rec = qprof_record(stack, UNIT_SCENARIOS[scenario](conns), duration, runs_dir)
     if scenario == "hps":
         h = rec["handshakes"]
         return h["per_s"], h["per_handshake"]["cpu_s"]["machine"] * 1e6, None, None

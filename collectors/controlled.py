@@ -49,25 +49,28 @@ class ProcessEnded(Exception):
     """The process ended (or reported its end) while we waited on it."""
 
 
-# qprof-wl's "connected", per-download and per-request events (workloads/wl.h).
-REPORT_EVENTS = ("connected", "download", "served", "rr", "handshake")
+# qprof-wl's "connected" and per-download events (workloads/wl.h); the
+# per-request and per-handshake ones come packed (RAW_EVENTS).
+REPORT_EVENTS = ("connected", "download", "served")
 # The ones that come at the rate of the work (a closed loop answers 100k+
 # requests a second): kept as they came and parsed once read, after the
 # run, so that the reader costs the measured machine as little as it can
 # (parsing each as it came took 40% of a CPU in a closed-loop rr run).
-RAW_EVENTS = tuple(f'{{"event":"{e}",'.encode() for e in ("rr_batch", "handshake"))
+RAW_EVENTS = tuple(f'{{"event":"{e}_batch",'.encode() for e in ("rr", "handshake"))
+ABSENT = 2**64 - 1  # wl.h's WL_ABSENT: a field the stack did not measure
 
 
 def unpacked(line: bytes) -> List[dict]:
     """A report line as events: qprof-wl's packed batch (wl.h,
     wl_emit_packed: little-endian u64 records named by its fields, in
-    base64) as one event a record, or the one event a line holds."""
+    base64) as one event a record, a WL_ABSENT field left out, or the one
+    event a line holds."""
     ev = json.loads(line)
     if not ev["event"].endswith("_batch"):
         return [ev]
     event, names = ev["event"][: -len("_batch")], ev["fields"].split(",")
     return [
-        {"event": event, **dict(zip(names, rec))}
+        {"event": event, **{k: v for k, v in zip(names, rec) if v != ABSENT}}
         for rec in struct.iter_unpack(f"<{len(names)}Q", base64.b64decode(ev["b64"]))
     ]
 

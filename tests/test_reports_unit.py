@@ -9,7 +9,7 @@ import struct
 
 import pytest
 
-from qprof.collectors.controlled import RAW_EVENTS, unpacked
+from qprof.collectors.controlled import ABSENT, RAW_EVENTS, unpacked
 
 pytestmark = pytest.mark.unit
 
@@ -29,7 +29,19 @@ def test_a_batch_is_its_records_in_order():
     assert got == [{"event": "rr", **dict(zip(fields, r))} for r in recs]
 
 
+def test_a_field_not_measured_is_left_out():
+    """A handshake over plain TCP has no TLS step and no session: those
+    fields come as WL_ABSENT and the event has no such key, not a zero."""
+    fields = ("i", "bytes", "tcp_handshake_ns", "resumed")
+    line = batch("handshake", fields, [(3, 8, ABSENT, ABSENT), (4, 8, 250_000, 1)])
+    assert line.startswith(RAW_EVENTS)
+    assert unpacked(line) == [
+        {"event": "handshake", "i": 3, "bytes": 8},
+        {"event": "handshake", "i": 4, "bytes": 8, "tcp_handshake_ns": 250_000, "resumed": 1},
+    ]
+
+
 def test_any_other_line_is_its_one_event():
-    line = b'{"event":"handshake","i":3,"bytes":8}\n'
-    assert line.startswith(RAW_EVENTS) and unpacked(line) == [{"event": "handshake", "i": 3, "bytes": 8}]
+    line = b'{"event":"download","i":3,"bytes":8}\n'
+    assert not line.startswith(RAW_EVENTS) and unpacked(line) == [{"event": "download", "i": 3, "bytes": 8}]
     assert unpacked(b'{"event":"mark","t_ns":1}') == [{"event": "mark", "t_ns": 1}]

@@ -92,8 +92,10 @@ struct wl_opts {
  * an 8-byte word (its index, as the pattern's seed scrambles it), which
  * the server echoes and ends; the client checks the echo, closes the
  * connection and opens the next, until "stop" or --duration-ms (checked
- * as connections end). The client reports each connection in a
- * {"event":"handshake"} line as a download's; marks and "done" add
+ * as connections end). The client reports each connection as a packed
+ * "handshake" record (wl_emit_packed: i, bytes, t_connect_ns and, from
+ * it, tcp_handshake_ns, handshake_ns, complete_ns; resumed, early_data
+ * as 0 or 1; WL_ABSENT where the stack has none); marks and "done" add
  * handshakes (client: checked; server: echoed and closed cleanly) and
  * connections_opened, the client's "done" resumed and early_data.
  */
@@ -321,6 +323,8 @@ void wl_emit(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 #define WL_DEFER_BYTES (32u << 10)
 #define WL_DEFER_NS 20000000ull
 void wl_emit_packed(const char *event, const char *fields, const uint64_t *v, unsigned n);
+/* A packed field not measured: the reader leaves it out of the event. */
+#define WL_ABSENT UINT64_MAX
 void wl_emit_tick(void);
 void wl_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

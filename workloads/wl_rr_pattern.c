@@ -464,7 +464,7 @@ static void dispatch(uint64_t seq, void *arg)
 
 	(void)arg;
 	if (!wl_role.o->tcp_on_demand) {
-		/* Each connection in turn (the list changes only as the run ends). */
+		/* Each connection in turn (client_closed moves the turn past one it frees). */
 		rc = rr.turn ? rr.turn : rr.conns;
 		rr.turn = rc ? rc->next : NULL;
 		if (!rc || rc->gone)
@@ -527,6 +527,8 @@ static void client_closed(struct wl_conn *c, void *ctx, const struct wl_end *e)
 	rc->gone = true;
 	/* TCP's handlers run on the loop's thread, which alone looks at the list. */
 	if (!wl_role.t->multistream) {
+		if (rr.turn == rc)
+			rr.turn = rc->next;
 		list_del(rc);
 		rconn_free(rc);
 	}
