@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from qprof import figures
-from qprof.describe import check, comparison
+from qprof.describe import check, comparison, record
 from qprof.flamegraphs import categories, folded, summary, weighting
 
 pytestmark = pytest.mark.unit
@@ -209,3 +209,41 @@ def test_the_fold_keeps_the_workloads_threads_apart(tmp_path):
         "client": {12: {"qprof-wl;start_thread;worker;f": 3}, 13: {"qprof-wl;start_thread;worker;f": 2}},
         "server": {11: {"qprof-wl;main;g": 1}},
     }
+
+
+def _capture_of(samples: dict, oncpu_s: dict) -> tuple:
+    """A capture whose every CPU recorded its share, and a record whose
+    probe timed each side's one thread (pid PID for the client, PID+1 for
+    the server) at oncpu_s."""
+    flame = {"sample_period_ns": PERIOD_NS, "samples": samples, "complete": True, "incomplete_reason": None}
+    threads = [
+        {"tgid": PID + i, "tid": 500 + i, "comm": "qprof-wl", "oncpu_ns": int(oncpu_s[side] * 1e9)}
+        for i, side in enumerate(("client", "server"))
+    ]
+    rec = {"probes": {"cputhread": {"status": "present", "window": {"threads": threads}}}}
+    return flame, rec
+
+
+def test_a_side_sampled_short_of_its_on_cpu_time_makes_the_capture_incomplete():
+    pids = {"client": PID, "server": PID + 1}
+    # Within sampling: 1,500 periods expected, 1,440 sampled (4% and 1.5 sigma short).
+    flame, rec = _capture_of({"client": 1980, "server": 1440}, {"client": 1.98, "server": 1.5})
+    got = record.sides_sampled(flame, rec, pids)
+    assert got == {"sampled_share": {"client": 1.0, "server": pytest.approx(0.96)}}
+    # The run this rule was written for: every CPU complete, the server at 84%.
+    flame, rec = _capture_of({"client": 1974, "server": 1462}, {"client": 1.955, "server": 1.733})
+    got = record.sides_sampled(flame, rec, pids)
+    assert got["complete"] is False
+    assert got["sampled_share"]["server"] == pytest.approx(1462 / 1733)
+    assert got["incomplete_reason"].startswith("the server's samples came to 84% of its threads' on-CPU time")
+    # Short by more than 5% but within 3 sigma of a small count is sampling, not loss.
+    flame, rec = _capture_of({"client": 90, "server": 90}, {"client": 0.1, "server": 0.1})
+    assert "complete" not in record.sides_sampled(flame, rec, pids)
+    # A CPU's shortfall and a side's are both said.
+    flame, rec = _capture_of({"client": 1000, "server": 500}, {"client": 1.0, "server": 1.0})
+    flame.update(complete=False, incomplete_reason="CPU 1 recorded 60% of its expected samples")
+    reason = record.sides_sampled(flame, rec, pids)["incomplete_reason"]
+    assert reason.startswith("CPU 1 recorded 60%") and "the server's samples came to 50%" in reason
+    # Without the probe there is nothing to hold a side to.
+    rec["probes"]["cputhread"]["status"] = "absent"
+    assert record.sides_sampled(flame, rec, pids) == {"sampled_share": {"client": None, "server": None}}
