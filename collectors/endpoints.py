@@ -24,7 +24,7 @@ from qprof.collectors.probes import HostProbes, ProbeSet, Target, target_for
 from qprof.collectors.remote import LOCAL, HostsPerf
 from qprof.collectors.topology import Topology
 from qprof.collectors.workload import WorkloadProcess
-from qprof.describe import direction, mix, offload, options, transports
+from qprof.describe import direction, mix, offload, options, pinning, transports
 from qprof.describe.measurement import Measurement
 from qprof.describe.plan import FlowPlan, Plan
 from qprof.describe.window import Window
@@ -74,7 +74,8 @@ def workload_argv(
     if plan is not None:
         role_env = listen.merge((env or {}).get(role, {}), role_env)
         argv += plan.args[role]
-    return offload.argv_with_env(role_env, argv)
+    pinned = pinning.parse(opts.cpus).get(role) if opts.cpus else None
+    return offload.argv_with_env(role_env, pinning.wrapped(argv, pinned))
 
 
 class Endpoints:

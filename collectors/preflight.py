@@ -11,7 +11,7 @@ from pathlib import Path
 from qprof import errors, paths
 from qprof.collectors import capabilities, procfs, topology
 from qprof.collectors.faults import NO_FAULTS, Faults
-from qprof.describe import link
+from qprof.describe import link, pinning
 from qprof.describe.plan import Plan
 
 
@@ -24,6 +24,9 @@ def check(plan: Plan, faults: Faults = NO_FAULTS) -> Path:
     if os.geteuid() != 0:
         raise errors.NotRoot("qprof run needs root (network namespaces, perf, eBPF); run it as root, e.g. with sudo.")
     binary = paths.workload_binary()
+    if opts.cpus is not None and not opts.guest:
+        # The guest's own qprof checks its CPUs.
+        pinning.check_host(pinning.parse(opts.cpus), os.sched_getaffinity(0))
     if opts.link is not None and not opts.guest:
         for kind in link.parse(opts.link).qdisc_kinds:
             why = capabilities.qdisc_missing(kind, no_netem=faults.no_netem)

@@ -194,6 +194,13 @@ class SettingUnproven(QprofError):
     exit_code = 35
 
 
+class BadCpus(QprofError):
+    """--cpus names a role other than client and server, a CPU list that is
+    not one, or a CPU this host cannot run the workload on."""
+
+    exit_code = 36
+
+
 class Regression(QprofError):
     """`qprof check`: a figure regressed beyond the baseline's spread and
     the threshold; the sentence names each."""

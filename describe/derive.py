@@ -185,6 +185,19 @@ def crosscheck(
     return out
 
 
+def _by_cpu(threads: list) -> Optional[Dict[str, float]]:
+    """The threads' on-CPU seconds on each CPU they ran on, by CPU number;
+    None if any thread's entry does not say (the bpftrace probe)."""
+    if any("oncpu_ns_by_cpu" not in t for t in threads):
+        return None
+    out: Dict[str, float] = {}
+    for t in threads:
+        for c, ns in t["oncpu_ns_by_cpu"].items():
+            if ns > 0:
+                out[c] = out.get(c, 0.0) + ns / 1e9
+    return dict(sorted(out.items(), key=lambda kv: int(kv[0])))
+
+
 def thread_figures(cpu_window: dict, pids: Dict[str, int], side_bytes: Dict[str, int], nbytes: int) -> dict:
     """From the cputhread probe: each side's on-CPU time by thread, the
     softirq work served on its stack (which /proc cannot separate on this
@@ -202,6 +215,8 @@ def thread_figures(cpu_window: dict, pids: Dict[str, int], side_bytes: Dict[str,
         softirq_ns = sum(v["in_target_ns"].get(str(pid), 0) for v in cpu_window["softirq"]) if timed else None
         out[side] = {
             "oncpu_s": oncpu_ns / 1e9,
+            # where its threads ran: seconds on each CPU (None from a probe that did not say)
+            "cpus": _by_cpu(threads),
             # woken and waiting for a CPU, from the sched_wakeup to the switch-in
             "runq_s": sum(t["runq_ns"] for t in threads) / 1e9,
             "softirq_in_context_s": softirq_ns / 1e9 if timed else None,
@@ -218,6 +233,7 @@ def thread_figures(cpu_window: dict, pids: Dict[str, int], side_bytes: Dict[str,
                     "share": _ratio(t["oncpu_ns"], oncpu_ns),
                     "switches": t["switches"],
                     "involuntary": t["involuntary"],
+                    "cpus": _by_cpu([t]),
                 }
                 for t in threads
             ],

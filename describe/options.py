@@ -21,7 +21,7 @@ from dataclasses import asdict, field, fields, make_dataclass, replace
 from typing import Callable, Dict, List, Optional, Tuple
 
 from qprof import errors
-from qprof.describe import link
+from qprof.describe import link, pinning
 from qprof.describe.direction import DIRECTIONS
 from qprof.units import parse_duration_s, parse_size_bytes
 
@@ -154,6 +154,8 @@ class Option:
             raise self.error(f"{self.flag} takes {', '.join(self.choices[:-1])} or {self.choices[-1]}, not '{value}'.")
         if self.kind == "link":
             link.parse(value)
+        if self.kind == "cpus":
+            pinning.parse(value)
         if self.kind == "probes":
             unknown = [p for p in value if p not in PROBE_NAMES]
             if unknown:
@@ -493,6 +495,17 @@ OPTIONS: List[Option] = [
         metavar="on|off",
     ),
     Option(
+        "cpus",
+        "cpus",
+        None,
+        "Hold each side's workload to CPUs, as iperf3 -A and secnetperf -affinitize: client=LIST,server=LIST, "
+        "LIST as taskset -c takes it (0,2-3); a side left out runs anywhere. The record's placement says where "
+        "each side's threads ran.",
+        default_text="anywhere",
+        metavar="client=LIST,server=LIST",
+        error=errors.BadCpus,
+    ),
+    Option(
         "encrypt",
         "choice",
         None,
@@ -702,6 +715,7 @@ _PYTYPES = {
     "text": Optional[str],
     "probes": tuple,
     "link": Optional[str],
+    "cpus": Optional[str],
 }
 
 # The value object runner.run takes: one field per option, its default the table's.

@@ -312,6 +312,7 @@ def _hosts(opts: RunOptions) -> None:
         (opts.mix is not None, "--mix runs its flows between two namespaces here", "--mix"),
         (opts.topology == "loopback", "--topology loopback runs both sides on this host's loopback", "--topology"),
         (opts.mtu != options.BY_NAME["mtu"].default, "--mtu sets the veths' MTU; a host's NIC keeps its own", "--mtu"),
+        (opts.cpus is not None, "--cpus names this machine's CPUs, which the hosts need not have", "--cpus"),
         (
             opts.link is not None and opts.link_dev is None,
             "--link would change the qdisc of a real NIC, which qprof does only on devices named with "

@@ -27,6 +27,7 @@ from qprof.describe import (
     netstat,
     offload,
     options,
+    pinning,
     rr,
     transports,
 )
@@ -126,6 +127,7 @@ def describe_run(m: Measurement, run_path: Path) -> dict:
     rec["streams"] = streams_record(m.window, per_way) if opts.pattern == "bulk" else None
     rec["connections"] = connections_record(m.window, m.done, per_way) if opts.pattern == "bulk" else None
     rec["intervals"] = intervals_record(opts, m)
+    rec["placement"] = pinning.record(opts.cpus, rec["cpu_threads"])
     return rec
 
 

@@ -41,6 +41,19 @@ struct {
 	__type(value, __u32);
 } slots SEC(".maps");
 
+/*
+ * Each thread's on-CPU time per CPU, at its slot: the finished slices, each
+ * added on the CPU it ran on as it ends (where each thread ran, for
+ * --cpus). Per CPU, so the add needs no atomic and the map grows with the
+ * CPUs, not with a bitmask's width.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, QP_MAX_THREADS);
+	__type(key, __u32);
+	__type(value, __u64);
+} thread_cpu_ns SEC(".maps");
+
 /* Each thread's entry, at its slot; user space reads [0, nr_slots). */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -91,7 +104,8 @@ struct {
  * slot number comes from one fetch-and-add (-mcpu=v3); tid is written
  * last, so user space skips a slot whose tid is still 0.
  */
-static __always_inline struct thread_cpu *thread_get(struct task_struct *task, bool *created)
+static __always_inline struct thread_cpu *thread_get(struct task_struct *task, bool *created,
+						     __u32 *slotp)
 {
 	struct thread_cpu *t;
 	__u32 *slot, n;
@@ -101,6 +115,8 @@ static __always_inline struct thread_cpu *thread_get(struct task_struct *task, b
 		return NULL;
 	if (*slot) {
 		n = *slot - 1;
+		if (slotp)
+			*slotp = n;
 		return bpf_map_lookup_elem(&threads, &n);
 	}
 	n = __sync_fetch_and_add(&nr_slots, 1);
@@ -111,6 +127,8 @@ static __always_inline struct thread_cpu *thread_get(struct task_struct *task, b
 		return NULL;
 	}
 	*slot = n + 1;
+	if (slotp)
+		*slotp = n;
 	t->tgid = task->tgid;
 	t->sum_exec_ns = task->se.sum_exec_runtime;
 	asm volatile("" ::: "memory");
@@ -154,14 +172,15 @@ int BPF_PROG(sched_switch, bool preempt, struct task_struct *prev, struct task_s
 	     unsigned int prev_state)
 {
 	bool created = false, prev_ours = is_target(prev->tgid), next_ours = is_target(next->tgid);
-	__u64 now, sum_exec, slice = 0;
+	__u64 now, sum_exec, slice = 0, *on_this_cpu;
 	struct thread_cpu *t;
+	__u32 slot = 0;
 
 	if (!prev_ours && !next_ours)
 		return 0;
 	now = bpf_ktime_get_ns();
 	if (prev_ours) {
-		t = thread_get(prev, &created);
+		t = thread_get(prev, &created, &slot);
 		if (t) {
 			sum_exec = prev->se.sum_exec_runtime;
 			seq_begin(t);
@@ -191,13 +210,17 @@ int BPF_PROG(sched_switch, bool preempt, struct task_struct *prev, struct task_s
 				t->involuntary++;
 			copy_comm(t, prev);
 			seq_end(t);
+			on_this_cpu = bpf_map_lookup_elem(&thread_cpu_ns, &slot);
+			if (on_this_cpu)
+				*on_this_cpu += slice;
 		}
 	}
 	if (next_ours) {
-		t = thread_get(next, NULL);
+		t = thread_get(next, NULL, NULL);
 		if (t) {
 			seq_begin(t);
 			t->since_ns = now;
+			t->cpu = bpf_get_smp_processor_id();
 			if (t->woken_ns && now > t->woken_ns) {
 				t->wakeups++;
 				t->runq_ns += now - t->woken_ns;
@@ -220,7 +243,7 @@ static __always_inline void wakeup(struct task_struct *p)
 
 	if (!is_target(p->tgid))
 		return;
-	t = thread_get(p, NULL);
+	t = thread_get(p, NULL, NULL);
 	if (!t || t->since_ns)
 		return;
 	seq_begin(t);
@@ -250,7 +273,7 @@ int BPF_PROG(sched_process_exit, struct task_struct *p, bool group_dead)
 
 	if (!is_target(p->tgid))
 		return 0;
-	t = thread_get(p, NULL);
+	t = thread_get(p, NULL, NULL);
 	if (!t)
 		return 0;
 	seq_begin(t);

@@ -187,7 +187,22 @@ struct thread_row {
 	__u32 slot;
 	struct thread_cpu t;
 	__u64 oncpu_ns; /* with the running slice */
+	__u64 *cpu_ns;	/* the same by CPU: ncpu entries in the rows' cpu block */
 };
+
+/* read_threads' answer: n rows, and the block their cpu_ns point into. */
+struct thread_rows {
+	struct thread_row *rows;
+	__u64 *cpu_block;
+	int n;
+	int ncpu;
+};
+
+static void free_threads(struct thread_rows *r)
+{
+	free(r->rows);
+	free(r->cpu_block);
+}
 
 /* By tgid and tid, and a reused tid's slots oldest first. */
 static int cmp_rows(const void *pa, const void *pb)
@@ -202,8 +217,12 @@ static int cmp_rows(const void *pa, const void *pb)
 }
 
 /* A later thread with the same tid: its totals added, its name and state kept. */
-static void merge_row(struct thread_row *to, const struct thread_row *r)
+static void merge_row(struct thread_row *to, const struct thread_row *r, int ncpu)
 {
+	int cpu;
+
+	for (cpu = 0; cpu < ncpu; cpu++)
+		to->cpu_ns[cpu] += r->cpu_ns[cpu];
 	to->oncpu_ns += r->oncpu_ns;
 	to->t.switches += r->t.switches;
 	to->t.involuntary += r->t.involuntary;
@@ -216,33 +235,44 @@ static void merge_row(struct thread_row *to, const struct thread_row *r)
 }
 
 /*
- * Every thread seen, sorted by tgid and tid; *n rows, caller frees. A
- * thread on-CPU now has since_ns set (the snapshot's touch_every_cpu just
- * switched it out and in, both seen) and its slice counts up to the read.
- * The exception: one switched back in straight from a task whose switches
- * raise no event, between that visit and the read; its slice from then on
- * is counted at its next switch-out. A tid the kernel reused for a new
+ * Every thread seen, sorted by tgid and tid, into *out (free_threads); 0
+ * or -errno, having said why. A thread on-CPU now has since_ns set (the
+ * snapshot's touch_every_cpu just switched it out and in, both seen) and
+ * its slice counts up to the read, on the CPU it runs on. The exception:
+ * one switched back in straight from a task whose switches raise no
+ * event, between that visit and the read; its slice from then on is
+ * counted at its next switch-out. A tid the kernel reused for a new
  * thread got a slot of its own; its rows are merged into one, as the tid
- * always was.
+ * always was. The time by CPU is read after the entries, so a slice that
+ * ends between the two reads can count on its CPU twice, at most a
+ * slice's worth.
  */
-static struct thread_row *read_threads(struct cputhread_bpf *skel, int *n)
+static int read_threads(struct cputhread_bpf *skel, struct thread_rows *out)
 {
-	int fd = bpf_map__fd(skel->maps.threads), m = 0, i, err;
+	int fd = bpf_map__fd(skel->maps.threads), ncpu = libbpf_num_possible_cpus(), m = 0, i;
 	__u32 slot, nslots = skel->bss->nr_slots;
 	struct thread_cpu *a, *b, *c;
 	struct thread_row *rows;
+	__u64 *cpu_block;
+	int err;
 	__u64 now;
 
-	*n = 0;
+	memset(out, 0, sizeof(*out));
+	if (ncpu < 0) {
+		fprintf(stderr, "qprof-cputhread: counting the CPUs failed: %s\n", strerror(-ncpu));
+		return ncpu;
+	}
 	if (nslots > QP_MAX_THREADS)
 		nslots = QP_MAX_THREADS;
 	rows = calloc(nslots + 1, sizeof(*rows));
 	a = calloc(3 * ((size_t)nslots + 1), sizeof(*a));
-	if (!rows || !a) {
+	cpu_block = calloc(((size_t)nslots + 1) * ncpu, sizeof(*cpu_block));
+	if (!rows || !a || !cpu_block) {
 		free(rows);
 		free(a);
+		free(cpu_block);
 		fprintf(stderr, "qprof-cputhread: out of memory\n");
-		return NULL;
+		return -ENOMEM;
 	}
 	b = a + nslots + 1;
 	c = b + nslots + 1;
@@ -257,12 +287,16 @@ static struct thread_row *read_threads(struct cputhread_bpf *skel, int *n)
 	now = probe_now_ns();
 	if (!err)
 		err = probe_read_array(fd, nslots, c, sizeof(*c));
+	if (!err)
+		err = probe_read_array(bpf_map__fd(skel->maps.thread_cpu_ns), nslots, cpu_block,
+				       ncpu * sizeof(*cpu_block));
 	if (err) {
 		fprintf(stderr, "qprof-cputhread: reading the threads failed: %s\n",
 			strerror(-err));
 		free(rows);
 		free(a);
-		return NULL;
+		free(cpu_block);
+		return err;
 	}
 	for (slot = 0; slot < nslots; slot++) {
 		struct thread_row *r = &rows[m];
@@ -277,21 +311,28 @@ static struct thread_row *read_threads(struct cputhread_bpf *skel, int *n)
 		if (!r->t.tid || !r->t.tgid)
 			continue;
 		r->slot = slot;
+		r->cpu_ns = cpu_block + (size_t)slot * ncpu;
 		r->oncpu_ns = r->t.oncpu_ns;
-		if (r->t.since_ns && read_ns > r->t.since_ns)
+		if (r->t.since_ns && read_ns > r->t.since_ns) {
 			r->oncpu_ns += read_ns - r->t.since_ns;
+			if (r->t.cpu < (__u32)ncpu)
+				r->cpu_ns[r->t.cpu] += read_ns - r->t.since_ns;
+		}
 		m++;
 	}
 	free(a);
 	qsort(rows, m, sizeof(*rows), cmp_rows);
 	for (i = 0; i < m; i++) {
-		if (*n && rows[*n - 1].t.tgid == rows[i].t.tgid &&
-		    rows[*n - 1].t.tid == rows[i].t.tid)
-			merge_row(&rows[*n - 1], &rows[i]);
+		if (out->n && rows[out->n - 1].t.tgid == rows[i].t.tgid &&
+		    rows[out->n - 1].t.tid == rows[i].t.tid)
+			merge_row(&rows[out->n - 1], &rows[i], ncpu);
 		else
-			rows[(*n)++] = rows[i];
+			rows[out->n++] = rows[i];
 	}
-	return rows;
+	out->rows = rows;
+	out->cpu_block = cpu_block;
+	out->ncpu = ncpu;
+	return 0;
 }
 
 struct irq_totals {
@@ -400,15 +441,18 @@ static void print_json_irqs(const struct irq_totals *tot)
 static int print_json(const char *name, struct cputhread_bpf *skel)
 {
 	__u64 t_ns = probe_now_ns();
+	struct thread_rows tr;
 	struct thread_row *rows;
 	struct irq_totals tot;
-	int n, i;
+	int n, i, cpu;
+	bool first;
 
-	rows = read_threads(skel, &n);
-	if (!rows)
+	if (read_threads(skel, &tr))
 		return -EIO;
+	rows = tr.rows;
+	n = tr.n;
 	if (softirqs && read_irqs(skel, &tot)) {
-		free(rows);
+		free_threads(&tr);
 		return -EIO;
 	}
 	printf("{\"event\":\"mark\",\"name\":");
@@ -420,10 +464,19 @@ static int print_json(const char *name, struct cputhread_bpf *skel)
 		       rows[i].t.tid);
 		print_json_str(rows[i].t.comm);
 		printf(",\"oncpu_ns\":%llu,\"switches\":%llu,\"involuntary\":%llu,\"wakeups\":%llu,"
-		       "\"runq_ns\":%llu,\"untraced_slices\":%llu,\"untraced_ns\":%llu,\"exited\":%s}",
+		       "\"runq_ns\":%llu,\"untraced_slices\":%llu,\"untraced_ns\":%llu,\"exited\":%s",
 		       rows[i].oncpu_ns, rows[i].t.switches, rows[i].t.involuntary,
 		       rows[i].t.wakeups, rows[i].t.runq_ns, rows[i].t.untraced_slices,
 		       rows[i].t.untraced_ns, rows[i].t.exited ? "true" : "false");
+		/* Where it ran: the CPUs it had time on, by number. */
+		printf(",\"oncpu_ns_by_cpu\":{");
+		for (cpu = 0, first = true; cpu < tr.ncpu; cpu++) {
+			if (!rows[i].cpu_ns[cpu])
+				continue;
+			printf("%s\"%d\":%llu", first ? "" : ",", cpu, rows[i].cpu_ns[cpu]);
+			first = false;
+		}
+		printf("}}");
 	}
 	printf("],\"threads_lost\":%llu,\"softirq\":", skel->bss->lost_threads);
 	/* Not timed is absent, not zero. */
@@ -434,7 +487,7 @@ static int print_json(const char *name, struct cputhread_bpf *skel)
 		       "\"hardirq_ns\":null,\"hardirq_in_softirq_ns\":null");
 	probe_json_progs(stdout, skel->obj);
 	printf("}\n");
-	free(rows);
+	free_threads(&tr);
 	return 0;
 }
 
@@ -458,15 +511,17 @@ static void print_table_irqs(const struct irq_totals *tot)
 
 static int print_table(struct cputhread_bpf *skel)
 {
+	struct thread_rows tr;
 	struct thread_row *rows;
 	struct irq_totals tot;
 	int n, i;
 
-	rows = read_threads(skel, &n);
-	if (!rows)
+	if (read_threads(skel, &tr))
 		return -EIO;
+	rows = tr.rows;
+	n = tr.n;
 	if (softirqs && read_irqs(skel, &tot)) {
-		free(rows);
+		free_threads(&tr);
 		return -EIO;
 	}
 	printf("%-8s %-8s %-16s %12s %10s %10s\n", "PID", "TID", "COMM", "ON-CPU (ms)", "SWITCHES",
@@ -478,7 +533,7 @@ static int print_table(struct cputhread_bpf *skel)
 	if (softirqs)
 		print_table_irqs(&tot);
 	printf("\n");
-	free(rows);
+	free_threads(&tr);
 	return 0;
 }
 

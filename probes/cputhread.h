@@ -33,7 +33,7 @@ struct thread_cpu {
 	__u32 tgid;
 	__u32 exited; /* seen in sched_process_exit */
 	__u32 tid;    /* 0 until the slot's entry is made */
-	__u32 pad;
+	__u32 cpu;    /* where its current slice runs (with since_ns) */
 	char comm[QP_COMM_LEN];
 };
 

@@ -1,0 +1,97 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""--cpus: each side's workload held to a set of CPUs, as iperf3 -A and
+secnetperf -affinitize, and where its threads then ran.
+
+The option reads `client=LIST,server=LIST`, LIST as `taskset -c` takes it
+(`0`, `0,2`, `4-7`); a side left out runs where the scheduler puts it. The
+workload starts under `taskset -c LIST` (util-linux), so every thread it
+makes inherits the mask; a library that set its own threads' affinity
+would leave it, and the record would show that: the cputhread probe times
+each thread's slices on the CPU they ran on. Pure: text and the probe's
+figures in, the plan and the record's `placement` out.
+"""
+
+from typing import Dict, List, Optional
+
+from qprof import errors
+
+ROLES = ("client", "server")
+SYNTAX = "client=LIST,server=LIST, LIST as taskset -c takes it (0,2-3)"
+
+
+def parse(text: str) -> Dict[str, List[int]]:
+    """role -> its CPUs, ascending. A comma starts a new role's list only
+    where the next item has an '=', so `client=0,2,server=1` is 0 and 2
+    for the client."""
+    out: Dict[str, List[int]] = {}
+    role = None
+    for item in (text or "").split(","):
+        item = item.strip()
+        if "=" in item:
+            role, _, item = item.partition("=")
+            role = role.strip()
+            if role not in ROLES:
+                raise errors.BadCpus(f"--cpus names '{role}', which is not client or server; write {SYNTAX}.")
+            if role in out:
+                raise errors.BadCpus(f"--cpus gives the {role} twice; write {SYNTAX}.")
+            out[role] = []
+        if role is None:
+            raise errors.BadCpus(f"--cpus '{text}' names no side; write {SYNTAX}.")
+        out[role] += _cpus(item.strip(), text)
+    return {r: sorted(set(c)) for r, c in out.items()}
+
+
+def _cpus(item: str, text: str) -> List[int]:
+    lo, dash, hi = item.partition("-")
+    if not lo.isdigit() or (dash and not hi.isdigit()) or (dash and int(hi) < int(lo)):
+        raise errors.BadCpus(f"--cpus '{text}' has '{item}', which is not a CPU or a range like 2-3; write {SYNTAX}.")
+    return list(range(int(lo), int(hi if dash else lo) + 1))
+
+
+def check_host(pinned: Dict[str, List[int]], allowed: set, where: str = "this host") -> None:
+    """Refuse a CPU the workload could not run on here (offline, or outside
+    qprof's own affinity, which the workload inherits)."""
+    for role, cpus in pinned.items():
+        missing = [c for c in cpus if c not in allowed]
+        if missing:
+            raise errors.BadCpus(
+                f"--cpus puts the {role} on CPU {', '.join(map(str, missing))}, which {where} cannot run it on "
+                f"(it can: {_list_text(sorted(allowed))}); pick from those."
+            )
+
+
+def _list_text(cpus: List[int]) -> str:
+    """0,1,2,5 -> 0-2,5: as taskset -c takes it."""
+    spans: List[List[int]] = []
+    for c in cpus:
+        if spans and c == spans[-1][1] + 1:
+            spans[-1][1] = c
+        else:
+            spans.append([c, c])
+    return ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in spans)
+
+
+def wrapped(argv: List[str], cpus: Optional[List[int]]) -> List[str]:
+    """The role's command started under taskset, which execs it (its pid
+    stays the workload's)."""
+    return ["taskset", "-c", _list_text(cpus), *argv] if cpus else list(argv)
+
+
+def record(text: Optional[str], threads: Optional[dict]) -> dict:
+    """The record's `placement`: what --cpus asked (None: nothing), and per
+    side where its threads ran (seconds on each CPU, from the cputhread
+    probe; None without it) and, pinned, the share of its on-CPU time on
+    the CPUs asked."""
+    pinned = parse(text) if text else {}
+    out: dict = {"requested": pinned or None, "sides": {}}
+    for side in ROLES:
+        by_cpu = ((threads or {}).get(side) or {}).get("cpus")
+        share = None
+        if by_cpu is not None and side in pinned:
+            total = sum(by_cpu.values())
+            share = sum(s for c, s in by_cpu.items() if int(c) in pinned[side]) / total if total else None
+        out["sides"][side] = {"cpus": by_cpu, "on_requested_share": share}
+    out["source"] = (
+        "the cputhread probe: each thread's slices summed on the CPU they ran on (sched_switch), over the window"
+    )
+    return out
