@@ -13,6 +13,12 @@ echo checked, `tcp_handshake` (TLS over TCP) to TCP's connect. Each goes
 into an HDR histogram as rr's delays do (1 ns units, within 0.1%).
 Resumption and 0-RTT are counted as they happened; a stack without
 sessions (tcp) has none to count (None).
+
+An open loop (--period) offers a connection every period, at most --conns
+at once: `offered_per_s`, each connection's `wait` from its due time to
+its connect call, and `late` (opened after the next one fell due), from
+the window's handshakes and, as the client counted them, the whole run's.
+Without --period these are None: nothing was offered or late.
 """
 
 import statistics
@@ -59,6 +65,7 @@ def describe(
     end_ns: int,
     conns: int,
     resume: bool,
+    period_s: Optional[float],
     client_done: dict,
     marks: Dict[str, dict],
     rec: dict,
@@ -86,6 +93,10 @@ def describe(
         "counted": by_marks,
         "resumed": _count(window, "resumed"),
         "early_data": _count(window, "early_data"),
+        "period_s": period_s,
+        "offered_per_s": 1 / period_s if period_s else None,
+        "late": sum(1 for e in window if e.get("wait_ns", 0) > period_s * 1e9) if period_s else None,
+        "wait_ns": percentiles([e["wait_ns"] for e in window if "wait_ns" in e]) if period_s else None,
         **{f"{t}_ns": percentiles([e[f"{t}_ns"] for e in window if f"{t}_ns" in e]) for t in TIMES},
         "histogram": rr.histogram([e["handshake_ns"] for e in window if "handshake_ns" in e]).encode().decode()
         if n
@@ -93,7 +104,7 @@ def describe(
         # A stack without sessions (tcp) resumes none: not counted, not zero.
         "whole_run": {
             k: client_done.get(k) if sessions or k not in ("resumed", "early_data") else None
-            for k in ("handshakes", "connections_opened", "resumed", "early_data")
+            for k in ("handshakes", "connections_opened", "resumed", "early_data", "connections_due", "late")
         },
         "per_handshake": per_unit.costs(rec, n, wire),
         "flame_ns_per_handshake": per_unit.flame(rec, n),

@@ -252,9 +252,12 @@ OPTIONS: List[Option] = [
         "period",
         "duration",
         None,
-        "rr: time between requests, on a fixed schedule whatever the replies do (--rr-mode open)",
+        "rr: time between requests, on a fixed schedule whatever the replies do (--rr-mode open); "
+        "handshakes: time between new connections, an open loop of at most --conns at once "
+        "(unset: a new connection as each closes)",
         field_name="period_s",
         fill=0.010,
+        fill_note="rr's",
         lo=0.0,
         vary=True,
         workload="--period-us",

@@ -138,9 +138,10 @@ def _pattern(opts: RunOptions) -> RunOptions:
                 raise errors.BadValue(f"--{name} applies to --pattern download only; add it, or drop --{name}.")
     if opts.pattern not in ("download", "handshakes") and opts.resume:
         raise errors.BadValue("--resume applies to --pattern download and handshakes; drop --resume.")
+    if opts.pattern not in ("rr", "handshakes") and opts.period_s is not None:
+        raise errors.BadValue("--period applies to --pattern rr and handshakes; add one, or drop --period.")
     if opts.pattern != "rr":
         for name, value in (
-            ("period", opts.period_s),
             ("payload", opts.payload),
             ("request", opts.request),
             ("response", opts.response),
@@ -212,7 +213,8 @@ def _download(opts: RunOptions) -> RunOptions:
 
 
 def _handshakes(opts: RunOptions) -> RunOptions:
-    """New connections, --conns at once, for a timed window."""
+    """New connections, --conns at once, for a timed window: as fast as
+    the client can, or one every --period (an open loop)."""
     if opts.stack == "udp":
         raise errors.BadValue(
             "--pattern handshakes opens connections, and udp has none; use quic, tcp, tcp-tls or tcp-ktls."
@@ -227,6 +229,8 @@ def _handshakes(opts: RunOptions) -> RunOptions:
         )
     if opts.resume and opts.stack == "tcp":
         raise errors.BadValue("--resume resumes a TLS or QUIC session, and tcp has none; use quic or tcp-tls.")
+    if opts.period_s is not None:
+        _schedule(opts, "connection")
     return options.filled(opts, "conns")
 
 
@@ -256,6 +260,12 @@ def _rr(opts: RunOptions) -> RunOptions:
     if opts.tcp_conns == "on-demand" and opts.conns != 1:
         raise errors.BadValue("--tcp-conns on-demand opens connections as requests wait; drop --conns.")
     opts = options.filled(opts, "period", "payload")
+    _schedule(opts, "request")
+    return opts
+
+
+def _schedule(opts: RunOptions, unit: str) -> None:
+    """An open loop's --period: one client can keep it, and one falls due inside the window."""
     # In nanoseconds: 100us parses to 9.999999999999999e-05 s, which is not below the floor.
     if round(opts.period_s * 1e9) < round(MIN_RR_PERIOD_S * 1e9):
         raise errors.BadValue(
@@ -265,10 +275,9 @@ def _rr(opts: RunOptions) -> RunOptions:
     duration_s = options.filled(opts, "duration").duration_s
     if opts.period_s >= duration_s:
         raise errors.BadValue(
-            f"--period {opts.period_s:g}s is not shorter than the {duration_s:g} s window, so no request "
+            f"--period {opts.period_s:g}s is not shorter than the {duration_s:g} s window, so no {unit} "
             "would be due inside it; lower --period or raise --duration."
         )
-    return opts
 
 
 def _rr_closed(opts: RunOptions) -> RunOptions:

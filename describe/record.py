@@ -235,6 +235,7 @@ def handshakes_record(opts: options.RunOptions, m: Measurement, rec: dict) -> di
         m.window.end.client_mark["t_ns"],
         opts.conns,
         opts.resume,
+        opts.period_s,
         m.done["client"],
         edges,
         rec,

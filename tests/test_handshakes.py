@@ -23,7 +23,8 @@ BAD_VALUE = 4
         (["--streams", "2"], ["one stream per connection", "raise --conns"]),
         (["--bytes", "1M"], ["--bytes does not apply to --pattern handshakes"]),
         (["--stack", "tcp", "--resume"], ["tcp has none"]),
-        (["--period", "1ms"], ["--period applies to --pattern rr only"]),
+        (["--period", "50us"], ["below 100us"]),
+        (["--period", "2s", "--duration", "1s"], ["no connection would be due inside it"]),
         (["--size", "1M"], ["--size applies to --pattern download only"]),
     ],
 )
@@ -105,6 +106,38 @@ def test_handshakes(runs_dir, stack, resume):
             assert h["early_data"] == 0  # qprof offers no TLS early data over TCP
     cpu = h["per_handshake"]["cpu_s"]
     assert cpu["client"] > 0 and cpu["server"] > 0 and cpu["machine"] >= max(cpu["client"], cpu["server"])
+    # As fast as it can: nothing offered, nothing waited, nothing late.
+    assert h["period_s"] is None and h["offered_per_s"] is None and h["late"] is None and h["wait_ns"] is None
+    assert all("wait_ns" not in e for e in events)
+
+
+@needs_build
+@pytest.mark.parametrize("stack", ["quic", "tcp"])
+def test_handshakes_at_an_offered_rate(runs_dir, stack):
+    """--period: connection k falls due at t0 + k x period and opens then,
+    or once one of --conns closes. At any speed: no connection opens
+    before it is due, the window holds at most what fell due in it (plus
+    those open at its start), every one the client opened completed, a
+    late one is one that waited past the next one's due time, and the
+    whole run opened no more than fell due."""
+    period_s, conns = 0.01, 2
+    rec = handshakes_run(runs_dir, stack, "--period", "10ms", conns=conns)
+    h = rec["handshakes"]
+    n = h["handshakes"]
+    assert h["period_s"] == period_s and h["offered_per_s"] == pytest.approx(1 / period_s) and n > 0
+    kept = json.loads((runs_dir / rec["id"] / "measurement.json").read_text())
+    start, end = (kept["window"][x]["client_mark"]["t_ns"] for x in ("start", "end"))
+    assert n <= (end - start) / 1e9 / period_s + conns + 1
+    whole = h["whole_run"]
+    assert whole["handshakes"] == whole["connections_opened"] <= whole["connections_due"]
+    events = sorted((e for e in kept["reports"]["client"] if e["event"] == "handshake"), key=lambda e: e["i"])
+    assert len(events) == whole["handshakes"]
+    assert all(e["wait_ns"] >= 0 for e in events)
+    # Due times are t0 + i x period: each connect call is its due time plus its wait.
+    t0 = {e["t_connect_ns"] - e["wait_ns"] - e["i"] * round(period_s * 1e9) for e in events}
+    assert max(t0) - min(t0) <= 1, t0
+    assert whole["late"] == sum(1 for e in events if e["wait_ns"] > period_s * 1e9)
+    assert h["late"] <= n and h["wait_ns"]["min"] >= 0 and h["wait_ns"]["max"] <= h["wait_ns"]["max"]
 
 
 @needs_build

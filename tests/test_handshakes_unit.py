@@ -40,7 +40,7 @@ def test_the_window_holds_the_echoes_that_came_inside_it():
     start = T0 + 10 * 1_000_000 + 300_000 + 11  # just past handshake 10's echo
     end = T0 + 60 * 1_000_000 + 300_000 + 60  # handshake 60's echo: outside, [start, end)
     done = {"handshakes": 100, "connections_opened": 100, "resumed": 50, "early_data": 0}
-    got = handshakes.describe(ev, start, end, 2, True, done, marks(50, 49), REC, None)
+    got = handshakes.describe(ev, start, end, 2, True, None, done, marks(50, 49), REC, None)
     assert got["handshakes"] == 49  # 11 .. 59
     assert got["per_s"] == pytest.approx(49 / ((end - start) / 1e9))
     assert got["resumed"] == sum(1 for i in range(11, 60) if i % 2) and got["early_data"] == 0
@@ -60,13 +60,27 @@ def test_the_window_holds_the_echoes_that_came_inside_it():
 
 def test_a_stack_without_sessions_counts_no_resumption():
     done = {"handshakes": 5, "connections_opened": 5, "resumed": 0, "early_data": 0}
-    got = handshakes.describe(events(5, sessions=False), 0, 2 * T0, 1, False, done, marks(5, 5), REC, None)
+    got = handshakes.describe(events(5, sessions=False), 0, 2 * T0, 1, False, None, done, marks(5, 5), REC, None)
     assert got["resumed"] is None and got["early_data"] is None
     assert got["whole_run"]["resumed"] is None and got["whole_run"]["handshakes"] == 5
 
 
 def test_no_handshake_in_the_window_is_absent_not_zero():
-    got = handshakes.describe(events(5), 0, T0, 1, False, {}, marks(0, 0), REC, None)
+    got = handshakes.describe(events(5), 0, T0, 1, False, None, {}, marks(0, 0), REC, None)
     assert got["handshakes"] == 0 and got["per_s"] == 0
     assert got["handshake_ns"] is None and got["histogram"] is None
     assert got["per_handshake"] is None and got["flame_ns_per_handshake"] is None
+
+
+def test_an_open_loop_says_what_it_offered_and_who_waited():
+    ev = events(10)
+    for e in ev:
+        e["wait_ns"] = 5_000 if e["i"] != 7 else 3_000_000  # 7 waited past the next one's due time
+    done = {"handshakes": 10, "connections_opened": 10, "connections_due": 10, "late": 1}
+    got = handshakes.describe(ev, 0, 2 * T0, 1, False, 0.002, done, marks(10, 10), REC, None)
+    assert got["period_s"] == 0.002 and got["offered_per_s"] == pytest.approx(500)
+    assert got["late"] == 1 and got["whole_run"]["late"] == 1 and got["whole_run"]["connections_due"] == 10
+    assert got["wait_ns"]["max"] == 3_000_000 and got["wait_ns"]["min"] == 5_000
+    # As fast as it can: nothing offered, nothing late, not zero.
+    closed = handshakes.describe(events(10), 0, 2 * T0, 1, False, None, done, marks(10, 10), REC, None)
+    assert closed["offered_per_s"] is None and closed["late"] is None and closed["wait_ns"] is None

@@ -53,7 +53,9 @@ static const char usage[] =
 	"                           the quic server issues tickets and takes 0-RTT (OpenSSL\n"
 	"                           servers issue tickets anyway)\n"
 	"      --period-us N        rr client: microseconds from one request's due time to the\n"
-	"                           next, at least 100\n"
+	"                           next, at least 100; handshakes client: from one\n"
+	"                           connection's due time to the next (an open loop; without\n"
+	"                           it, a new connection as each closes)\n"
 	"      --payload N          rr: bytes of each request and of each response, 16 to\n"
 	"                           1048576; give both roles the same N\n"
 	"      --request N          rr: bytes of each request (default --payload), 16 to 1048576\n"
@@ -234,7 +236,7 @@ static const struct flag flags[] = {
 	{FLAG("resume", 0, F_BOOL, resume), .stacks = "quic|tcp-tls|tcp-ktls",
 	 .patterns = P_DOWNLOAD | P_HS},
 	{FLAG("period-us", 0, F_NUM, period_us), .lo = WL_RR_PERIOD_MIN_US,
-	 .hi = WL_RR_PERIOD_MAX_US, .unit = " microseconds", .patterns = P_RR},
+	 .hi = WL_RR_PERIOD_MAX_US, .unit = " microseconds", .patterns = P_RR | P_HS},
 	{FLAG("payload", 0, F_NUM, payload), .lo = WL_RR_PAYLOAD_MIN, .hi = WL_RR_PAYLOAD_MAX,
 	 .unit = " bytes", .patterns = P_RR},
 	{FLAG("request", 0, F_NUM, request), .lo = WL_RR_PAYLOAD_MIN, .hi = WL_RR_PAYLOAD_MAX,

@@ -9,10 +9,22 @@
  * client checks it and closes the connection, then opens the next. The
  * echo proves the handshake gave both ends working keys. Each connection
  * is its own in the loop (TCP: non-blocking), so many are in flight.
+ *
+ * With --period-us, an open loop instead: connection k falls due at
+ * t0 + k * period, t0 the client's start, and opens then if fewer than
+ * --conns are open, or as soon as one closes. Each reports its wait
+ * from its due time to its connect call, and one that waited past the
+ * next one's due time is late, so a client that fell behind shows it
+ * rather than a lower rate (no coordinated omission). None falls due from the end of --duration on.
  */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <sys/timerfd.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "wl_role.h"
 
@@ -27,6 +39,7 @@ struct hs {
 	bool echoed;  /* server: the echo and its FIN were handed over */
 	bool aborted; /* the peer reset the stream */
 	_Atomic bool asked;
+	uint64_t due_ns; /* open loop: when it fell due */
 };
 
 static struct {
@@ -36,7 +49,12 @@ static struct {
 	_Atomic int live;
 	_Atomic int owed;    /* client: connections ended whose next the loop opens */
 	_Atomic bool ending; /* client: no more connections; the open ones finish */
-} hs;
+	/* Open loop (--period-us), on the loop's thread. */
+	uint64_t t0, period_ns;
+	uint64_t due;	       /* connections due so far */
+	int timer;	       /* wakes the loop at the next due time */
+	_Atomic uint64_t late; /* connected after the next one fell due */
+} hs = {.timer = -1};
 
 static void put_index(uint8_t *p, uint64_t i)
 {
@@ -158,23 +176,24 @@ static uint64_t since(uint64_t t0, uint64_t t)
 	return t0 && t ? t - t0 : WL_ABSENT;
 }
 
-static void report(const struct wl_dl *r)
+static void report(const struct wl_dl *r, uint64_t wait)
 {
 	const uint64_t t0 = r->t_connect;
 
 	wl_emit_packed(
 		"handshake",
-		"i,bytes,t_connect_ns,tcp_handshake_ns,handshake_ns,complete_ns,resumed,early_data",
+		"i,bytes,t_connect_ns,tcp_handshake_ns,handshake_ns,complete_ns,resumed,early_data,wait_ns",
 		(const uint64_t[]){r->i, r->bytes, t0, since(t0, r->t_tcp),
 				   since(t0, r->t_handshake), since(t0, r->t_complete),
 				   r->has_resumed ? r->resumed : WL_ABSENT,
-				   r->has_early ? r->early_data : WL_ABSENT},
-		8);
+				   r->has_early ? r->early_data : WL_ABSENT, wait},
+		9);
 }
 
 static void client_closed(struct wl_conn *c, void *ctx, const struct wl_end *e)
 {
 	struct hs *d = ctx;
+	uint64_t wait;
 	int code;
 
 	wl_role.t->conn_info(c, &d->r);
@@ -182,7 +201,10 @@ static void client_closed(struct wl_conn *c, void *ctx, const struct wl_end *e)
 	if (!code) {
 		d->r.bytes = d->got;
 		wl_role.t_transfer_done_ns = d->r.t_complete;
-		report(&d->r);
+		/* Open loop: from its due time to its connect call. */
+		wait = hs.period_ns ? d->r.t_connect - d->due_ns : WL_ABSENT;
+		report(&d->r, wait);
+		atomic_fetch_add(&hs.late, hs.period_ns && wait > hs.period_ns);
 		atomic_fetch_add(&hs.done, 1);
 		atomic_fetch_add(&hs.resumed, d->r.has_resumed && d->r.resumed);
 		atomic_fetch_add(&hs.early, d->r.has_early && d->r.early_data);
@@ -193,8 +215,9 @@ static void client_closed(struct wl_conn *c, void *ctx, const struct wl_end *e)
 	/*
 	 * The next connection opens on the loop's thread: msquic's SetParam
 	 * (a resumption ticket) from one of its workers can wait on itself.
+	 * An open loop's schedule says when instead.
 	 */
-	if (!code)
+	if (!code && !hs.period_ns)
 		atomic_fetch_add(&hs.owed, 1);
 	atomic_fetch_sub(&hs.live, 1);
 	wl_loop_wake();
@@ -205,7 +228,7 @@ static const struct wl_conn_handlers client_conn = {
 	.closed = client_closed,
 };
 
-static void open_one(void)
+static void open_one(uint64_t due_ns)
 {
 	const struct wl_opts *o = wl_role.o;
 	struct hs *d = calloc(1, sizeof(*d));
@@ -215,6 +238,7 @@ static void open_one(void)
 		wl_role_fail(WL_EXIT_INTERNAL, "out of memory for a connection");
 		return;
 	}
+	d->due_ns = due_ns;
 	d->r.i = atomic_fetch_add(&hs.opened, 1);
 	atomic_fetch_add(&hs.live, 1);
 	code = wl_role.t->connect(&client_conn, d,
@@ -235,31 +259,94 @@ static void open_one(void)
 
 static uint64_t t_end;
 
+static uint64_t due_at(uint64_t k)
+{
+	return hs.t0 + k * hs.period_ns;
+}
+
+static void arm(uint64_t t_ns)
+{
+	struct itimerspec its = {.it_value = {.tv_sec = (time_t)(t_ns / 1000000000ull),
+					      .tv_nsec = (long)(t_ns % 1000000000ull)}};
+
+	if (timerfd_settime(hs.timer, TFD_TIMER_ABSTIME, &its, NULL))
+		wl_role_fail(WL_EXIT_INTERNAL, "cannot arm the connection timer: %s",
+			     strerror(errno));
+}
+
+/*
+ * Open loop: every connection due by now whose turn has come, while fewer
+ * than --conns are open; the timer then wakes the loop at the next due
+ * time (a close wakes it anyway). Only this thread opens, so opened is
+ * the next connection's number.
+ */
+static void open_due(uint64_t now, int conns)
+{
+	uint64_t opened = atomic_load(&hs.opened);
+
+	while (!(t_end && due_at(hs.due) >= t_end) && due_at(hs.due) <= now)
+		hs.due++;
+	for (; opened < hs.due && atomic_load(&hs.live) < conns && !wl_role.failure.code;
+	     opened++) {
+		open_one(due_at(opened));
+	}
+	if (t_end && due_at(hs.due) >= t_end && opened == hs.due)
+		atomic_store(&hs.ending, true);
+	else if (opened == hs.due)
+		arm(due_at(hs.due));
+}
+
+static void timer_fired(int fd, uint32_t events, void *arg)
+{
+	uint64_t n;
+
+	(void)events, (void)arg;
+	if (read(fd, &n, sizeof(n)) < 0 && errno != EAGAIN)
+		wl_warn("reading the connection timer failed: %s", strerror(errno));
+}
+
 static bool client_over(void *arg)
 {
+	const int conns = wl_role.o->conns ? wl_role.o->conns : 1;
+	const uint64_t now = wl_now_ns();
+
 	(void)arg;
 	wl_emit_tick();
-	if (wl_role_stopping() || (t_end && wl_now_ns() >= t_end))
+	if (wl_role_stopping() || (t_end && now >= t_end && !hs.period_ns))
 		atomic_store(&hs.ending, true);
+	if (hs.period_ns && !atomic_load(&hs.ending))
+		open_due(now, conns);
 	for (; atomic_load(&hs.owed) && !atomic_load(&hs.ending); atomic_fetch_sub(&hs.owed, 1))
-		open_one();
-	return atomic_load(&hs.ending) && !atomic_load(&hs.live);
+		open_one(0);
+	return (atomic_load(&hs.ending) || wl_role.failure.code) && !atomic_load(&hs.live);
 }
 
 static int hs_client(void)
 {
 	const struct wl_opts *o = wl_role.o;
-	int k;
+	int k, code;
 
+	hs.period_ns = o->period_us * 1000ull;
+	if (hs.period_ns) {
+		hs.timer = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+		if (hs.timer < 0 || wl_loop_add(hs.timer, EPOLLIN, timer_fired, NULL)) {
+			wl_warn("cannot make the connection timer: %s", strerror(errno));
+			return WL_EXIT_INTERNAL;
+		}
+	}
 	if (!wl_role_wait_start())
 		return WL_EXIT_OK;
+	hs.t0 = wl_now_ns();
 	if (o->duration_ms)
-		t_end = wl_now_ns() + o->duration_ms * 1000000ull;
-	for (k = 0; k < (o->conns ? o->conns : 1) && !wl_role.failure.code; k++)
-		open_one();
-	if (wl_role_loop(client_over, NULL))
-		return WL_EXIT_INTERNAL;
-	return wl_role.failure.code;
+		t_end = hs.t0 + o->duration_ms * 1000000ull;
+	for (k = 0; !hs.period_ns && k < (o->conns ? o->conns : 1) && !wl_role.failure.code; k++)
+		open_one(0);
+	code = wl_role_loop(client_over, NULL) ? WL_EXIT_INTERNAL : wl_role.failure.code;
+	if (hs.timer >= 0) {
+		wl_loop_del(hs.timer);
+		close(hs.timer);
+	}
+	return code;
 }
 
 /* Server */
@@ -403,6 +490,11 @@ static void hs_json_done(struct wl_json *j, int code)
 	if (!wl_role.server) {
 		wl_json_u64(j, "resumed", atomic_load(&hs.resumed));
 		wl_json_u64(j, "early_data", atomic_load(&hs.early));
+	}
+	if (!wl_role.server && hs.period_ns) {
+		wl_json_u64(j, "period_us", hs.period_ns / 1000);
+		wl_json_u64(j, "connections_due", hs.due);
+		wl_json_u64(j, "late", atomic_load(&hs.late));
 	}
 	wl_json_u64(j, "streams_completed", atomic_load(&hs.done));
 }
