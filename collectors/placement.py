@@ -66,7 +66,8 @@ class Local:
         for fp in plan.flows:
             features.update(fp.offload.devices)
         what = f"run {rundir.id}: " + (f"{len(plan.flows)} flows ({opts.mix})" if plan.is_mix else opts.stack)
-        with Topology(opts.topology, rundir.id[-6:], mtu=opts.mtu) as topo:
+        tcp_ecn = None if opts.ecn is None or opts.stack not in options.TCP_STACKS else int(opts.ecn == "on")
+        with Topology(opts.topology, rundir.id[-6:], mtu=opts.mtu, ecn=tcp_ecn) as topo:
             emulated = set_up(topo, opts, features, what, rundir.path, on_progress)
             ep = Endpoints(plan, self.binary, topo, rundir.path, cert, key, faults)
             m = measure_endpoints(plan, ep, emulated, on_progress, faults, on_interval, floor_parts)

@@ -73,6 +73,16 @@ def choose_subnet(used: List[ipaddress.IPv4Network], pool=ADDRESS_POOL) -> ipadd
     )
 
 
+def tcp_ecn(ep: Endpoint) -> Optional[int]:
+    """The namespace's net.ipv4.tcp_ecn: 1 asks for ECN and takes it, 2 (the
+    kernel's default) only takes it, 0 neither."""
+    r = subprocess.run(ep.command(["cat", TCP_ECN]), capture_output=True, text=True)
+    return int(r.stdout) if r.returncode == 0 and r.stdout.strip().isdigit() else None
+
+
+TCP_ECN = "/proc/sys/net/ipv4/tcp_ecn"
+
+
 def tcp_congestion_control(ep: Endpoint) -> Optional[str]:
     """The namespace's TCP congestion control (each namespace has its own,
     so the host's may differ: this host's is bbr, a new namespace's cubic)."""
@@ -90,6 +100,7 @@ class Topology:
     kind: str  # "netns" or "loopback"
     tag: str  # short unique tag for names (run id suffix)
     mtu: int = 1500
+    ecn: Optional[int] = None  # net.ipv4.tcp_ecn in both namespaces (--ecn on a TCP stack); None: the kernel's
     client: Optional[Endpoint] = None
     server: Optional[Endpoint] = None
     subnet: Optional[str] = None
@@ -121,6 +132,7 @@ class Topology:
                     "addr": ep.addr,
                     "ifname": ep.ifname,
                     "tcp_congestion_control": tcp_congestion_control(ep),
+                    "tcp_ecn": tcp_ecn(ep),
                 }
                 for side, ep in (("client", self.client), ("server", self.server))
             },
@@ -163,6 +175,9 @@ class Topology:
             self._run_ip("-n", ns, "link", "set", link, "mtu", str(self.mtu))
             self._run_ip("-n", ns, "addr", "add", f"{hosts[i]}/30", "dev", link)
             self._run_ip("-n", ns, "link", "set", link, "up")
+            if self.ecn is not None:
+                # Each namespace has its own; it goes with the namespace.
+                self._run_ip("netns", "exec", ns, "sysctl", "-qw", f"net.ipv4.tcp_ecn={self.ecn}")
         self.client = Endpoint(names["client"], str(hosts[0]), links["client"])
         self.server = Endpoint(names["server"], str(hosts[1]), links["server"])
         self._wait_link_up()

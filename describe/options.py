@@ -58,6 +58,7 @@ class Option:
         stacks: Tuple[str, ...] = (),
         vary: bool = False,
         workload: Optional[str] = None,
+        workload_stacks: Tuple[str, ...] = (),
         roles: Tuple[str, ...] = ("client", "server"),
         cli: bool = True,
         metavar: Optional[str] = None,
@@ -81,6 +82,7 @@ class Option:
         self.stacks = stacks  # () = every stack
         self.vary = vary
         self.workload = workload  # qprof-wl's flag when the value is passed straight on
+        self.workload_stacks = workload_stacks or stacks  # ...for these stacks (the rest qprof sets up itself)
         self.roles = roles  # which workload roles get it
         self.cli = cli
         self.metavar = metavar
@@ -489,12 +491,15 @@ OPTIONS: List[Option] = [
         "ecn",
         "choice",
         None,
-        "quic: msquic's ECN marking and feedback (EcnEnabled, as secnetperf -ecn)",
-        default_text="msquic's: off",
+        "quic: msquic's ECN marking and feedback (EcnEnabled, as secnetperf -ecn); TCP stacks: "
+        "net.ipv4.tcp_ecn in both namespaces (1 or 0), each connection's TCP_INFO saying whether it "
+        "negotiated ECN; the record says what ran",
+        default_text="msquic's: off; TCP: the kernel's (2: taken, not asked)",
         choices=ONOFF,
-        stacks=("quic",),
+        stacks=("quic",) + TCP_STACKS,
         vary=True,
         workload="--ecn",
+        workload_stacks=("quic",),
         metavar="on|off",
     ),
     Option(
@@ -748,7 +753,8 @@ def workload_args(opts, role: str) -> List[str]:
     argv = []
     for o in OPTIONS:
         value = getattr(opts, o.field)
-        if not o.workload or role not in o.roles or value is None or (o.stacks and opts.stack not in o.stacks):
+        stacks = o.workload_stacks
+        if not o.workload or role not in o.roles or value is None or (stacks and opts.stack not in stacks):
             continue
         if o.kind == "flag":
             argv += [o.workload] if value else []

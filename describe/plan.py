@@ -323,6 +323,11 @@ def _hosts(opts: RunOptions) -> None:
         (opts.mtu != options.BY_NAME["mtu"].default, "--mtu sets the veths' MTU; a host's NIC keeps its own", "--mtu"),
         (opts.cpus is not None, "--cpus names this machine's CPUs, which the hosts need not have", "--cpus"),
         (
+            opts.ecn is not None and opts.stack in options.TCP_STACKS,
+            "--ecn on a TCP stack sets net.ipv4.tcp_ecn in the run's namespaces, which a host's own does not have",
+            "--ecn",
+        ),
+        (
             opts.link is not None and opts.link_dev is None,
             "--link would change the qdisc of a real NIC, which qprof does only on devices named with "
             "--link-dev HOST:DEV,HOST:DEV",
@@ -380,12 +385,21 @@ def _stack_knobs(opts: RunOptions) -> None:
     if opts.tcp_cc is not None and opts.stack not in options.TCP_STACKS:
         fix = "use --quic-cc" if opts.stack == "quic" else "drop --tcp-cc or use a TCP stack"
         raise errors.BadValue(f"--tcp-cc sets TCP's congestion control, and {opts.stack} does not use TCP; {fix}.")
+    if opts.ecn is not None and opts.stack in options.TCP_STACKS and opts.topology == "loopback":
+        raise errors.BadValue(
+            "--ecn on a TCP stack sets net.ipv4.tcp_ecn in the run's two namespaces, and --topology loopback "
+            "runs in the host's, which qprof does not change; drop --topology loopback or --ecn."
+        )
     if opts.stack == "quic":
         return
+    if opts.stack == "udp" and opts.ecn is not None:
+        raise errors.BadValue(
+            "--ecn is msquic's for quic and net.ipv4.tcp_ecn for the TCP stacks; udp's datagrams get no "
+            "ECN feedback. Drop --ecn."
+        )
     why = {
         "pacing": "TCP's pacing is the kernel's (fq or bbr's own: --tcp-cc bbr)",
         "quic-cc": "TCP's congestion control is --tcp-cc",
-        "ecn": "TCP's ECN is the namespace's net.ipv4.tcp_ecn",
         "encrypt": "for TLS over TCP, compare tcp-tls against tcp (qprof compare --stacks tcp,tcp-tls)",
     }
     for name, reason in why.items():

@@ -432,6 +432,8 @@ def build_record(opts, m: Measurement) -> dict:
     transport = transport_record(stack, client_done, server_done, tls_before, window)
     if stack.name == "quic":
         prove_quic_settings(opts, transport)
+    elif opts.ecn is not None and "tcp_ecn" in transport:
+        prove_tcp_ecn(opts.ecn, transport["tcp_ecn"])
     return {
         "stack": opts.stack,
         "config": asdict(opts),
@@ -506,6 +508,9 @@ def transport_record(stack, client_done: dict, server_done: dict, tls_before: di
     if stack.name == "quic":
         # What each side's reported connection ran with, read back from msquic.
         rec["quic_settings"] = {"client": client_done.get("conn_settings"), "server": server_done.get("conn_settings")}
+    if stack.transport == "tcp":
+        # Each side's connections, and those whose TCP_INFO says they negotiated ECN.
+        rec["tcp_ecn"] = {side: _ecn_counts(done) for side, done in (("client", client_done), ("server", server_done))}
     if not stack.configurable_tls:
         return rec
     ktls = {
@@ -555,6 +560,28 @@ def prove_quic_settings(opts, transport: dict) -> None:
                     f"{flag} {asked} did not take effect on the {side}: msquic says its connection ran with "
                     f"{key} {got}, so the run is not recorded; check that both sides got {flag}."
                 )
+
+
+def _ecn_counts(done: dict) -> Optional[dict]:
+    info = done.get("tcp_info") or {}
+    if "ecn_connections" not in info:
+        return None
+    return {"connections": info["connections"], "ecn_connections": info["ecn_connections"]}
+
+
+def prove_tcp_ecn(asked: str, counts: dict) -> None:
+    """--ecn on a TCP stack: every connection of both sides negotiated ECN
+    (on) or none did (off), as each one's TCP_INFO said; else the run
+    measured something else."""
+    for side in ("client", "server"):
+        c = counts.get(side)
+        want = c["connections"] if c and asked == "on" else 0
+        if c is None or not c["connections"] or c["ecn_connections"] != want:
+            said = f"{c['ecn_connections']} of its {c['connections']} connections" if c else "nothing"
+            raise errors.SettingUnproven(
+                f"--ecn {asked} did not take effect on the {side}: TCP_INFO says {said} negotiated ECN, so the "
+                "run is not recorded; check net.ipv4.tcp_ecn in the run's namespaces."
+            )
 
 
 def _prove_ktls(ktls: dict, tls_stat: dict) -> None:

@@ -8,7 +8,7 @@ graph's crypto category; the MTU from the packets probe's wire sizes."""
 import pytest
 
 from qprof import errors
-from qprof.describe import derive, options, plan
+from qprof.describe import derive, options, plan, record
 
 from conftest import needs_build, qprof, run_json
 from test_exit_codes import failed_run
@@ -26,6 +26,9 @@ ETH_HEADER = 14
         ({"stack": "tcp", "quic_cc": "bbr"}, "TCP's congestion control is --tcp-cc"),
         ({"stack": "quic", "tcp_cc": "bbr"}, "use --quic-cc"),
         ({"stack": "quic", "server": "h", "mtu": 9000}, "a host's NIC keeps its own"),
+        ({"stack": "udp", "ecn": "on"}, "udp's datagrams get no ECN feedback"),
+        ({"stack": "tcp", "ecn": "on", "topology": "loopback"}, "runs in the host's, which qprof does not change"),
+        ({"stack": "tcp", "server": "h", "ecn": "on"}, "which a host's own does not have"),
     ],
 )
 def test_knobs_of_another_stack_are_refused(kw, needle):
@@ -67,6 +70,40 @@ def test_msquic_knobs_are_what_ran(runs_dir):
     default = run_json(runs_dir, "--stack", "quic", *QUICK, "--sample-hz", "0", "--probes", "none")
     ran = default["transport"]["quic_settings"]["client"]
     assert ran["pacing"] is True and ran["congestion_control"] == "cubic" and ran["ecn"] is False
+
+
+@pytest.mark.system
+@needs_build
+@pytest.mark.parametrize("stack, ecn", [("tcp", "on"), ("tcp-tls", "on"), ("tcp", "off")])
+def test_tcp_ecn_is_what_each_connection_negotiated(runs_dir, stack, ecn):
+    """--ecn on a TCP stack sets net.ipv4.tcp_ecn in both namespaces; each
+    connection's TCP_INFO, read at its close or the run's end, says whether
+    it negotiated ECN, and all of both sides' must have (on) or none (off).
+    Four closed-loop rr connections, so more than one is held to it."""
+    rec = run_json(
+        runs_dir, "--stack", stack, "--ecn", ecn, "--pattern", "rr", "--rr-mode", "closed", "--conns", "4", *QUICK
+    )
+    want = 1 if ecn == "on" else 0
+    for side in ("client", "server"):
+        assert rec["environment"]["topology"][side]["tcp_ecn"] == want
+        got = rec["transport"]["tcp_ecn"][side]
+        assert got == {"connections": 4, "ecn_connections": 4 * want}, got
+
+
+@pytest.mark.unit
+def test_a_tcp_ecn_that_did_not_take_is_not_recorded():
+    record.prove_tcp_ecn("on", {s: {"connections": 3, "ecn_connections": 3} for s in ("client", "server")})
+    record.prove_tcp_ecn("off", {s: {"connections": 3, "ecn_connections": 0} for s in ("client", "server")})
+    for asked, server, words in [
+        ("on", {"connections": 3, "ecn_connections": 2}, "2 of its 3 connections"),
+        ("off", {"connections": 3, "ecn_connections": 1}, "1 of its 3 connections"),
+        ("on", {"connections": 0, "ecn_connections": 0}, "0 of its 0 connections"),
+        ("on", None, "says nothing negotiated"),
+    ]:
+        counts = {"client": {"connections": 3, "ecn_connections": 3 if asked == "on" else 0}, "server": server}
+        with pytest.raises(errors.SettingUnproven, match=f"--ecn {asked} did not take effect on the server") as e:
+            record.prove_tcp_ecn(asked, counts)
+        assert words in str(e.value)
 
 
 @pytest.mark.system

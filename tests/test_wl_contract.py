@@ -85,7 +85,7 @@ def test_each_option_table_flag_is_taken_as_qprof_passes_it(opt):
         assert flag["choices"] is not None and set(flag["choices"]) == set(opt.choices), flag
     if flag["stacks"] is not None:
         # the workload refuses the flag on a stack outside its row: qprof must not pass it there
-        assert opt.stacks and set(opt.stacks) <= set(flag["stacks"]), (opt.stacks, flag)
+        assert opt.workload_stacks and set(opt.workload_stacks) <= set(flag["stacks"]), (opt.workload_stacks, flag)
 
 
 def test_the_choices_qprof_knows_are_the_workloads():

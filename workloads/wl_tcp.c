@@ -37,6 +37,7 @@ enum conn_state { CONNECTING, HANDSHAKE, READY, DEAD };
 
 struct tcp_counts {
 	uint64_t segs_out, segs_in, retrans, bytes_acked, bytes_received;
+	uint64_t conns, ecn; /* connections read, and those that negotiated ECN */
 };
 
 /* A message on the loop, queued until the socket has room. */
@@ -111,6 +112,8 @@ static bool tcp_counts_add(int fd, struct tcp_counts *t)
 	t->retrans += ti.tcpi_total_retrans;
 	t->bytes_acked += ti.tcpi_bytes_acked;
 	t->bytes_received += ti.tcpi_bytes_received;
+	t->conns++;
+	t->ecn += !!(ti.tcpi_options & TCPI_OPT_ECN);
 	return true;
 }
 
@@ -133,6 +136,8 @@ static void tcp_json_mark(struct wl_json *j)
 	wl_json_u64(&p, "total_retrans", t.retrans);
 	wl_json_u64(&p, "bytes_acked", t.bytes_acked);
 	wl_json_u64(&p, "bytes_received", t.bytes_received);
+	wl_json_u64(&p, "connections", t.conns);
+	wl_json_u64(&p, "ecn_connections", t.ecn);
 	wl_json_raw(j, "tcp_info", wl_json_end(&p));
 }
 
