@@ -56,7 +56,7 @@ def check_window_schedule(r: dict, start_ns: int, end_ns: int, events: list) -> 
     "args, words",
     [
         (["--pattern", "rr", "--stack", "udp"], ["udp has none"]),
-        (["--period", "5ms"], ["--period applies to --pattern rr only"]),
+        (["--period", "5ms"], ["--period applies to --pattern rr and handshakes"]),
         (["--payload", "256"], ["--payload applies to --pattern rr only"]),
         (["--pattern", "rr", "--stack", "tcp", "--rr-streams", "one"], ["--rr-streams chooses QUIC"]),
         (["--pattern", "rr", "--stack", "quic", "--tcp-conns", "on-demand"], ["--tcp-conns chooses TCP"]),
