@@ -77,6 +77,29 @@ def test_ktls_tls13_offloads_send(runs_dir):
 
 
 @needs_guest
+def test_ktls_handshakes_and_requests_at_load(runs_dir):
+    """Issue 27's patterns on kernel TLS: new connections resuming their
+    sessions, each with its send in the kernel, and a closed loop over
+    four connections, every answer checked."""
+    rec = ktls_run(runs_dir, "--pattern", "handshakes", "--conns", "2", "--resume")
+    h = rec["handshakes"]
+    whole = h["whole_run"]
+    assert h["handshakes"] > 0 and whole["handshakes"] == whole["connections_opened"]
+    assert whole["resumed"] >= whole["handshakes"] - 2 and h["early_data"] == 0
+    assert rec["transport"]["ktls"]["client_send"] is True
+    assert rec["transport"]["tcp_ecn"]["client"]["connections"] == whole["handshakes"]
+    rec = ktls_run(
+        runs_dir,
+        *("--pattern", "rr", "--rr-mode", "closed", "--conns", "2", "--streams", "2"),
+        *("--request", "512", "--response", "4000"),
+    )
+    rr = rec["rr"]
+    assert rr["mode"] == "closed" and rr["in_flight"] == 4 and rr["requests_per_s"] > 0
+    assert rec["transport"]["ktls"]["client_send"] is True
+    assert rec["transport"]["tcp_ecn"]["server"]["connections"] == 4
+
+
+@needs_guest
 def test_ktls_tls12_offloads_both_directions(runs_dir):
     rec = ktls_run(runs_dir, "--tls", "1.2")
     tr = rec["transport"]
