@@ -33,7 +33,9 @@ def assert_tcp_transfer(rec, streams=1):
 def test_tcp_netns(runs_dir):
     rec = run_json(runs_dir, "--stack", "tcp", "--duration", "2s", "--warmup", "0.5s", "--probes", "syscalls")
     assert_tcp_transfer(rec)
-    assert rec["transport"] == {"protocol": "tcp", "tls": "none"}
+    # The kernel's default (net.ipv4.tcp_ecn 2) takes ECN but does not ask: none negotiated it.
+    one = {"connections": 1, "ecn_connections": 0}
+    assert rec["transport"] == {"protocol": "tcp", "tls": "none", "tcp_ecn": {"client": one, "server": one}}
     c, s = rec["syscalls"]["client"], rec["syscalls"]["server"]
     # Plain TCP: bytes through the syscalls are exactly the application's.
     assert c["send_bytes"] == pytest.approx(rec["workload"]["client"]["window"]["app_bytes"], rel=0.01)
