@@ -78,6 +78,23 @@ def workload_argv(
     return offload.argv_with_env(role_env, pinning.wrapped(argv, pinned))
 
 
+# The name qprof-wl's loader looks for (its DT_NEEDED); its RUNPATH gives
+# way to LD_LIBRARY_PATH.
+MSQUIC_SONAME = "libmsquic.so.2"
+
+
+def msquic_dir(run_path: Path, library: str) -> Path:
+    """A directory of the run's holding MSQUIC_SONAME, a link to --msquic's
+    file, for the workloads' LD_LIBRARY_PATH: the user's file may be named
+    anything."""
+    d = run_path / "msquic"
+    d.mkdir(exist_ok=True)
+    link = d / MSQUIC_SONAME
+    if not link.is_symlink():
+        link.symlink_to(Path(library).expanduser().resolve())
+    return d
+
+
 class Endpoints:
     """Every flow's server, then every client waiting for "start" (a run's
     probes attached to both before it connects); perf armed, not yet
@@ -115,6 +132,9 @@ class Endpoints:
         env = devices.interposer_env(fp.offload, self.run_path if self.single else None)
         if self.faults.no_interposer:  # the steering silently not taking effect
             env = {"client": {}, "server": {}}
+        if fp.options.msquic is not None:
+            lib_dir = msquic_dir(self.run_path, fp.options.msquic)
+            env = {role: {**env.get(role, {}), "LD_LIBRARY_PATH": str(lib_dir)} for role in ("client", "server")}
         return env
 
     def _log(self, fp: FlowPlan, role: str) -> Path:

@@ -6,6 +6,8 @@ kernel's questions to the guest's kernel (a refusal there comes back with
 its sentence). describe/plan.py has checked everything else."""
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 from qprof import errors, paths
@@ -24,6 +26,8 @@ def check(plan: Plan, faults: Faults = NO_FAULTS) -> Path:
     if os.geteuid() != 0:
         raise errors.NotRoot("qprof run needs root (network namespaces, perf, eBPF); run it as root, e.g. with sudo.")
     binary = paths.workload_binary()
+    if opts.msquic is not None:
+        msquic_library(opts.msquic)
     if opts.cpus is not None and not opts.guest:
         # The guest's own qprof checks its CPUs.
         pinning.check_host(pinning.parse(opts.cpus), os.sched_getaffinity(0))
@@ -54,3 +58,21 @@ def _kernel(plan: Plan) -> None:
                 f"this kernel has no TCP congestion control '{opts.tcp_cc}' (it has: {', '.join(have)}); "
                 "pick one of those, or load its module (modprobe tcp_NAME)."
             )
+
+
+def msquic_library(path: str) -> Path:
+    """--msquic PATH, resolved, once a throwaway process has loaded it and
+    found msquic's entry point: the loader's own reason otherwise."""
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise errors.MsquicUnusable(
+            f"--msquic {path} is not a file; give the path of a built libmsquic.so (msquic's build/bin/Release/)."
+        )
+    probe = "import ctypes, sys; ctypes.CDLL(sys.argv[1]).MsQuicOpenVersion"
+    r = subprocess.run([sys.executable, "-c", probe, str(p.resolve())], capture_output=True, text=True)
+    if r.returncode != 0:
+        why = (r.stderr.strip().splitlines() or ["it would not load"])[-1]
+        raise errors.MsquicUnusable(
+            f"--msquic {path} cannot be loaded as msquic ({why}); give a libmsquic.so built for this host."
+        )
+    return p.resolve()

@@ -201,6 +201,13 @@ class BadCpus(QprofError):
     exit_code = 36
 
 
+class MsquicUnusable(QprofError):
+    """--msquic names no file, or one this host cannot load as msquic (no
+    MsQuicOpenVersion, or a library it needs is missing)."""
+
+    exit_code = 37
+
+
 class Regression(QprofError):
     """`qprof check`: a figure regressed beyond the baseline's spread and
     the threshold; the sentence names each."""

@@ -503,6 +503,18 @@ OPTIONS: List[Option] = [
         metavar="on|off",
     ),
     Option(
+        "msquic",
+        "text",
+        None,
+        "quic: run both sides on this libmsquic.so (your branch, your build flags) instead of the project's; "
+        "the record names the file each side loaded, its version and git hash",
+        default_text="the project's build/msquic/lib",
+        stacks=("quic",),
+        vary=True,
+        metavar="PATH",
+        error=errors.MsquicUnusable,
+    ),
+    Option(
         "cpus",
         "cpus",
         None,

@@ -322,6 +322,7 @@ def _hosts(opts: RunOptions) -> None:
         (opts.topology == "loopback", "--topology loopback runs both sides on this host's loopback", "--topology"),
         (opts.mtu != options.BY_NAME["mtu"].default, "--mtu sets the veths' MTU; a host's NIC keeps its own", "--mtu"),
         (opts.cpus is not None, "--cpus names this machine's CPUs, which the hosts need not have", "--cpus"),
+        (opts.msquic is not None, "--msquic names a file on this machine", "--msquic"),
         (
             opts.ecn is not None and opts.stack in options.TCP_STACKS,
             "--ecn on a TCP stack sets net.ipv4.tcp_ecn in the run's namespaces, which a host's own does not have",
@@ -385,6 +386,11 @@ def _stack_knobs(opts: RunOptions) -> None:
     if opts.tcp_cc is not None and opts.stack not in options.TCP_STACKS:
         fix = "use --quic-cc" if opts.stack == "quic" else "drop --tcp-cc or use a TCP stack"
         raise errors.BadValue(f"--tcp-cc sets TCP's congestion control, and {opts.stack} does not use TCP; {fix}.")
+    if opts.msquic is not None and opts.guest:
+        raise errors.BadValue(
+            "--msquic names a file on this machine, and --guest runs the workloads in a QEMU guest of their "
+            "own; drop --guest or --msquic."
+        )
     if opts.ecn is not None and opts.stack in options.TCP_STACKS and opts.topology == "loopback":
         raise errors.BadValue(
             "--ecn on a TCP stack sets net.ipv4.tcp_ecn in the run's two namespaces, and --topology loopback "
@@ -401,6 +407,7 @@ def _stack_knobs(opts: RunOptions) -> None:
         "pacing": "TCP's pacing is the kernel's (fq or bbr's own: --tcp-cc bbr)",
         "quic-cc": "TCP's congestion control is --tcp-cc",
         "encrypt": "for TLS over TCP, compare tcp-tls against tcp (qprof compare --stacks tcp,tcp-tls)",
+        "msquic": f"{opts.stack} does not use msquic",
     }
     for name, reason in why.items():
         if getattr(opts, options.BY_NAME[name].field) is not None:

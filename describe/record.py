@@ -373,6 +373,13 @@ def build_record(opts, m: Measurement) -> dict:
     env = copy.deepcopy(m.environment)
     if stack.name == "quic":
         env["msquic_version"] = connected.get("msquic_version")
+        env["msquic_git_hash"] = connected.get("msquic_git_hash")
+        # The file each side's loader took msquic from (--msquic: the user's, proved below).
+        env["msquic_library"] = {
+            side: done.get("msquic_library") for side, done in (("client", client_done), ("server", server_done))
+        }
+        if opts.msquic is not None:
+            prove_msquic_library(opts.msquic, env["msquic_library"])
         env["msquic_send_segmentation"] = {
             "client": client_done.get("send_segmentation"),
             "server": server_done.get("send_segmentation"),
@@ -567,6 +574,17 @@ def _ecn_counts(done: dict) -> Optional[dict]:
     if "ecn_connections" not in info:
         return None
     return {"connections": info["connections"], "ecn_connections": info["ecn_connections"]}
+
+
+def prove_msquic_library(asked: str, loaded: dict) -> None:
+    """--msquic PATH: both sides ran on that file, as their loaders say."""
+    want = str(Path(asked).expanduser().resolve())
+    for side in ("client", "server"):
+        if loaded.get(side) != want:
+            raise errors.SettingUnproven(
+                f"--msquic {asked} did not take effect on the {side}: it loaded msquic from {loaded.get(side)}, "
+                "so the run is not recorded; check that the file is a libmsquic.so the workload can load."
+            )
 
 
 def prove_tcp_ecn(asked: str, counts: dict) -> None:

@@ -8,6 +8,8 @@
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
+#include <dlfcn.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -220,8 +222,9 @@ static void json_datapath(struct wl_json *j)
 {
 	uint32_t f = 0, len = sizeof(f);
 	uint32_t v[4] = {0};
-	uint32_t vlen = sizeof(v);
-	char ver[48];
+	uint32_t vlen = sizeof(v), hlen;
+	char ver[48], hash[65] = {0}, path[PATH_MAX];
+	Dl_info info;
 
 	if (QUIC_SUCCEEDED(q.api->GetParam(NULL, QPROF_PARAM_GLOBAL_DATAPATH_FEATURES, &len, &f))) {
 		wl_json_bool(j, "send_segmentation", f & QPROF_FEATURE_SEND_SEGMENTATION);
@@ -231,6 +234,16 @@ static void json_datapath(struct wl_json *j)
 		snprintf(ver, sizeof(ver), "%u.%u.%u", v[0], v[1], v[2]);
 		wl_json_str(j, "msquic_version", ver);
 	}
+	hlen = sizeof(hash) - 1;
+	if (QUIC_SUCCEEDED(
+		    q.api->GetParam(NULL, QUIC_PARAM_GLOBAL_LIBRARY_GIT_HASH, &hlen, hash))) {
+		hash[sizeof(hash) - 1] = 0;
+		wl_json_str(j, "msquic_git_hash", hash);
+	}
+	/* The file the loader took it from (--msquic: the user's build, proved). */
+	if (dladdr((void *)MsQuicOpenVersion, &info) && info.dli_fname &&
+	    realpath(info.dli_fname, path))
+		wl_json_str(j, "msquic_library", path);
 }
 
 static void q_json_mark(struct wl_json *j)

@@ -1,0 +1,69 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""--msquic PATH (issue 28): the quic stack on a libmsquic of the user's.
+Both sides load that file, and their loaders say so in the record, with
+its version and git hash. A file that is not msquic is refused before
+anything runs, and one the workloads did not load fails the run."""
+
+import shutil
+
+import pytest
+
+from qprof import errors, paths
+from qprof.collectors import preflight
+from qprof.describe import record
+
+from conftest import needs_build, run_json
+from test_bad_input import refused_run
+
+MSQUIC_UNUSABLE, BAD_VALUE = 37, 4
+
+
+def own_library():
+    return (paths.build_dir() / "msquic" / "lib" / "libmsquic.so.2").resolve()
+
+
+@pytest.mark.system
+@needs_build
+def test_both_sides_run_on_the_library_asked(runs_dir, tmp_path):
+    """A copy of the project's library under another name and place: each
+    side's loader took that file, not the one qprof-wl's RUNPATH names."""
+    theirs = tmp_path / "their-build" / "libmsquic-custom.so"
+    theirs.parent.mkdir()
+    shutil.copy(own_library(), theirs)
+    rec = run_json(runs_dir, "--stack", "quic", "--msquic", str(theirs), "--duration", "1s", "--warmup", "0.3s")
+    env = rec["environment"]
+    assert env["msquic_library"] == {"client": str(theirs.resolve()), "server": str(theirs.resolve())}
+    assert env["msquic_version"] == "2.5.1" and len(env["msquic_git_hash"]) >= 7
+    assert rec["config"]["msquic"] == str(theirs) and rec["verified"] is True
+    # Without it, the project's own build, as the RUNPATH says.
+    rec = run_json(runs_dir, "--stack", "quic", "--duration", "1s", "--warmup", "0.3s")
+    assert set(rec["environment"]["msquic_library"].values()) == {str(own_library())}
+
+
+@pytest.mark.system
+@needs_build
+def test_a_file_that_is_not_msquic_is_refused(runs_dir, tmp_path):
+    nothing = tmp_path / "missing.so"
+    refused_run(runs_dir, ["--msquic", str(nothing)], MSQUIC_UNUSABLE, ["is not a file"])
+    text = tmp_path / "libmsquic.so"
+    text.write_text("not a library\n")
+    refused_run(runs_dir, ["--msquic", str(text)], MSQUIC_UNUSABLE, ["cannot be loaded as msquic"])
+    ssl = next(p for p in ("/usr/lib/x86_64-linux-gnu/libssl.so.3", "/lib/x86_64-linux-gnu/libssl.so.3"))
+    refused_run(runs_dir, ["--msquic", ssl], MSQUIC_UNUSABLE, ["MsQuicOpenVersion"])
+    refused_run(runs_dir, ["--stack", "tcp", "--msquic", str(own_library())], BAD_VALUE, ["tcp does not use msquic"])
+    refused_run(runs_dir, ["--msquic", str(own_library()), "--guest"], BAD_VALUE, ["drop --guest or --msquic"])
+
+
+@pytest.mark.unit
+def test_a_library_the_sides_did_not_load_is_not_recorded(tmp_path):
+    lib = tmp_path / "libmsquic.so"
+    lib.write_text("")
+    record.prove_msquic_library(str(lib), {"client": str(lib), "server": str(lib)})
+    with pytest.raises(errors.SettingUnproven, match="did not take effect on the server: it loaded msquic from /x"):
+        record.prove_msquic_library(str(lib), {"client": str(lib), "server": "/x"})
+
+
+@pytest.mark.unit
+def test_the_loader_check_names_the_file():
+    with pytest.raises(errors.MsquicUnusable, match="--msquic /nonexistent/libmsquic.so is not a file"):
+        preflight.msquic_library("/nonexistent/libmsquic.so")
