@@ -373,7 +373,9 @@ def build_record(opts, m: Measurement) -> dict:
     env = copy.deepcopy(m.environment)
     if stack.name == "quic":
         env["msquic_version"] = connected.get("msquic_version")
-        env["msquic_git_hash"] = connected.get("msquic_git_hash")
+        # msquic says "Unknown" where its build embedded no hash (the project's: the crate's source has no git).
+        git_hash = connected.get("msquic_git_hash")
+        env["msquic_git_hash"] = None if git_hash in (None, "", MSQUIC_NO_HASH) else git_hash
         # The file each side's loader took msquic from (--msquic: the user's, proved below).
         env["msquic_library"] = {
             side: done.get("msquic_library") for side, done in (("client", client_done), ("server", server_done))
@@ -574,6 +576,11 @@ def _ecn_counts(done: dict) -> Optional[dict]:
     if "ecn_connections" not in info:
         return None
     return {"connections": info["connections"], "ecn_connections": info["ecn_connections"]}
+
+
+# What msquic's QUIC_PARAM_GLOBAL_LIBRARY_GIT_HASH gives for a build made
+# with QUIC_EMBED_GIT_HASH off (src/inc/msquic.ver, VER_GIT_HASH_STR).
+MSQUIC_NO_HASH = "Unknown"
 
 
 def prove_msquic_library(asked: str, loaded: dict) -> None:
