@@ -60,9 +60,9 @@ def _kernel(plan: Plan) -> None:
             )
 
 
-def msquic_library(path: str) -> Path:
-    """--msquic PATH, resolved, once a throwaway process has loaded it and
-    found msquic's entry point: the loader's own reason otherwise."""
+def msquic_library(path: str) -> None:
+    """--msquic PATH refused unless a throwaway process loads it and finds
+    msquic's entry point, with the loader's own reason."""
     p = Path(path).expanduser()
     if not p.is_file():
         raise errors.MsquicUnusable(
@@ -75,4 +75,3 @@ def msquic_library(path: str) -> Path:
         raise errors.MsquicUnusable(
             f"--msquic {path} cannot be loaded as msquic ({why}); give a libmsquic.so built for this host."
         )
-    return p.resolve()

@@ -78,20 +78,19 @@ def wrapped(argv: List[str], cpus: Optional[List[int]]) -> List[str]:
 
 
 def record(text: Optional[str], threads: Optional[dict]) -> dict:
-    """The record's `placement`: what --cpus asked (None: nothing), and per
-    side where its threads ran (seconds on each CPU, from the cputhread
-    probe; None without it) and, pinned, the share of its on-CPU time on
-    the CPUs asked."""
+    """The record's `placement`: what --cpus asked (None: nothing) and, per
+    pinned side, the share of its on-CPU time on the CPUs asked, from where
+    its threads ran (`cpu_threads.<side>.cpus`; None without the probe or
+    unpinned)."""
     pinned = parse(text) if text else {}
-    out: dict = {"requested": pinned or None, "sides": {}}
+    share: Dict[str, Optional[float]] = {}
     for side in ROLES:
         by_cpu = ((threads or {}).get(side) or {}).get("cpus")
-        share = None
-        if by_cpu is not None and side in pinned:
-            total = sum(by_cpu.values())
-            share = sum(s for c, s in by_cpu.items() if int(c) in pinned[side]) / total if total else None
-        out["sides"][side] = {"cpus": by_cpu, "on_requested_share": share}
-    out["source"] = (
-        "the cputhread probe: each thread's slices summed on the CPU they ran on (sched_switch), over the window"
-    )
-    return out
+        total = sum(by_cpu.values()) if by_cpu else 0
+        on = sum(s for c, s in by_cpu.items() if int(c) in pinned[side]) if total and side in pinned else None
+        share[side] = on / total if on is not None else None
+    return {
+        "requested": pinned or None,
+        "on_requested_share": share,
+        "source": "cpu_threads.<side>.cpus: the cputhread probe's slices summed on the CPU each ran on",
+    }

@@ -79,11 +79,13 @@ def test_placement_is_each_sides_time_by_cpu_and_its_share_where_asked():
     assert [t["cpus"] for t in side["threads"]] == [{"0": 0.9, "1": 0.1}, {"0": 0.5}]
     rec = pinning.record("client=0", threads)
     assert rec["requested"] == {"client": [0]}
-    assert rec["sides"]["client"]["on_requested_share"] == pytest.approx(1.4 / 1.5)
+    assert rec["on_requested_share"]["client"] == pytest.approx(1.4 / 1.5)
     # The server was not pinned, and its time was not given: nothing made up.
-    assert rec["sides"]["server"] == {"cpus": None, "on_requested_share": None}
-    # Unpinned: where it ran, and no share.
-    assert pinning.record(None, threads)["sides"]["client"]["on_requested_share"] is None
+    assert "server" not in threads and rec["on_requested_share"]["server"] is None
+    # Unpinned: where it ran (cpu_threads), and no share.
+    assert pinning.record(None, threads)["on_requested_share"]["client"] is None
+    # Pinned, but no probe said where it ran: no share either.
+    assert pinning.record("client=0", None)["on_requested_share"]["client"] is None
     # A probe that does not say where (bpftrace's) gives None, not an empty map.
     del window["threads"][1]["oncpu_ns_by_cpu"]
     assert derive.thread_figures(window, {"client": 10}, {"client": 1000}, 1000)["client"]["cpus"] is None

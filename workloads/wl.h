@@ -95,9 +95,11 @@ struct wl_opts {
  * as connections end). The client reports each connection as a packed
  * "handshake" record (wl_emit_packed: i, bytes, t_connect_ns and, from
  * it, tcp_handshake_ns, handshake_ns, complete_ns; resumed, early_data
- * as 0 or 1; WL_ABSENT where the stack has none); marks and "done" add
- * handshakes (client: checked; server: echoed and closed cleanly) and
- * connections_opened, the client's "done" resumed and early_data.
+ * as 0 or 1; wait_ns, an open loop's from the due time to the connect
+ * call; WL_ABSENT where the stack or the loop has none); marks and
+ * "done" add handshakes (client: checked; server: echoed and closed
+ * cleanly) and connections_opened, the client's "done" resumed and
+ * early_data, and with --period-us period_us, connections_due and late.
  */
 #define WL_HS_MSG 8
 
@@ -170,6 +172,10 @@ bool wl_pattern_check(uint64_t off, const uint8_t *p, size_t len);
 
 /* Time */
 uint64_t wl_now_ns(void);
+/* A non-blocking CLOCK_MONOTONIC timerfd for the loop: its fd, or -1 (errno). */
+int wl_timer_open(void);
+/* Fire once at t_ns (CLOCK_MONOTONIC); a time already past fires at once. 0, or -1 (errno). */
+int wl_timer_arm(int fd, uint64_t t_ns);
 
 /* --pattern rr, the part every stack shares (wl_rr.c) */
 struct wl_rr {

@@ -31,7 +31,6 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/timerfd.h>
 #include <unistd.h>
 
 #include "wl_role.h"
@@ -300,7 +299,7 @@ static int make_timer(void)
 {
 	if (!wl_role.o->duration_ms || !sends())
 		return WL_EXIT_OK;
-	bulk.timer = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+	bulk.timer = wl_timer_open();
 	if (bulk.timer < 0 || wl_loop_add(bulk.timer, EPOLLIN, on_timer, NULL)) {
 		wl_warn("cannot make the duration timer: %s", strerror(errno));
 		return WL_EXIT_INTERNAL;
@@ -311,10 +310,8 @@ static int make_timer(void)
 static void arm_timer(void)
 {
 	uint64_t end = wl_role.t_connected_ns + wl_role.o->duration_ms * 1000000ull;
-	struct itimerspec its = {.it_value = {.tv_sec = (time_t)(end / 1000000000ull),
-					      .tv_nsec = (long)(end % 1000000000ull)}};
 
-	if (bulk.timer >= 0 && timerfd_settime(bulk.timer, TFD_TIMER_ABSTIME, &its, NULL))
+	if (bulk.timer >= 0 && wl_timer_arm(bulk.timer, end))
 		wl_role_fail(WL_EXIT_INTERNAL, "cannot arm the duration timer: %s",
 			     strerror(errno));
 }

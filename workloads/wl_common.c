@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/timerfd.h>
 #include <time.h>
 
 #include <openssl/evp.h>
@@ -104,6 +105,23 @@ uint64_t wl_now_ns(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+int wl_timer_open(void)
+{
+	return timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+}
+
+int wl_timer_arm(int fd, uint64_t t_ns)
+{
+	struct itimerspec its = {0};
+
+	/* 0 would disarm it. */
+	if (!t_ns)
+		t_ns = 1;
+	its.it_value.tv_sec = (time_t)(t_ns / 1000000000ull);
+	its.it_value.tv_nsec = (long)(t_ns % 1000000000ull);
+	return timerfd_settime(fd, TFD_TIMER_ABSTIME, &its, NULL);
 }
 
 static pthread_mutex_t out_lock = PTHREAD_MUTEX_INITIALIZER;

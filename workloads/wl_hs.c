@@ -15,15 +15,14 @@
  * --conns are open, or as soon as one closes. Each reports its wait
  * from its due time to its connect call, and one that waited past the
  * next one's due time is late, so a client that fell behind shows it
- * rather than a lower rate (no coordinated omission). None falls due from the end of --duration on.
+ * rather than a lower rate (no coordinated omission). None falls due
+ * from the end of --duration on.
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/timerfd.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "wl_role.h"
@@ -264,16 +263,6 @@ static uint64_t due_at(uint64_t k)
 	return hs.t0 + k * hs.period_ns;
 }
 
-static void arm(uint64_t t_ns)
-{
-	struct itimerspec its = {.it_value = {.tv_sec = (time_t)(t_ns / 1000000000ull),
-					      .tv_nsec = (long)(t_ns % 1000000000ull)}};
-
-	if (timerfd_settime(hs.timer, TFD_TIMER_ABSTIME, &its, NULL))
-		wl_role_fail(WL_EXIT_INTERNAL, "cannot arm the connection timer: %s",
-			     strerror(errno));
-}
-
 /*
  * Open loop: every connection due by now whose turn has come, while fewer
  * than --conns are open; the timer then wakes the loop at the next due
@@ -286,14 +275,13 @@ static void open_due(uint64_t now, int conns)
 
 	while (!(t_end && due_at(hs.due) >= t_end) && due_at(hs.due) <= now)
 		hs.due++;
-	for (; opened < hs.due && atomic_load(&hs.live) < conns && !wl_role.failure.code;
-	     opened++) {
+	for (; opened < hs.due && atomic_load(&hs.live) < conns && !wl_role.failure.code; opened++)
 		open_one(due_at(opened));
-	}
 	if (t_end && due_at(hs.due) >= t_end && opened == hs.due)
 		atomic_store(&hs.ending, true);
-	else if (opened == hs.due)
-		arm(due_at(hs.due));
+	else if (opened == hs.due && wl_timer_arm(hs.timer, due_at(hs.due)))
+		wl_role_fail(WL_EXIT_INTERNAL, "cannot arm the connection timer: %s",
+			     strerror(errno));
 }
 
 static void timer_fired(int fd, uint32_t events, void *arg)
@@ -328,7 +316,7 @@ static int hs_client(void)
 
 	hs.period_ns = o->period_us * 1000ull;
 	if (hs.period_ns) {
-		hs.timer = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+		hs.timer = wl_timer_open();
 		if (hs.timer < 0 || wl_loop_add(hs.timer, EPOLLIN, timer_fired, NULL)) {
 			wl_warn("cannot make the connection timer: %s", strerror(errno));
 			return WL_EXIT_INTERNAL;

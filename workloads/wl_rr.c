@@ -11,8 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/timerfd.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "wl.h"
@@ -128,22 +126,10 @@ int wl_rr_answer(const struct wl_rr_req *req, const struct wl_rr_rx *m, uint64_t
 	return 0;
 }
 
-static int timer_arm(int fd, uint64_t t_ns)
-{
-	struct itimerspec its = {0};
-
-	/* 0 would disarm it: a time already past fires at once. */
-	if (!t_ns)
-		t_ns = 1;
-	its.it_value.tv_sec = (time_t)(t_ns / 1000000000ull);
-	its.it_value.tv_nsec = (long)(t_ns % 1000000000ull);
-	return timerfd_settime(fd, TFD_TIMER_ABSTIME, &its, NULL);
-}
-
 int wl_rr_sched_open(struct wl_rr_sched *s)
 {
 	*s = (struct wl_rr_sched){.phase = WL_RR_WAIT_CONN};
-	s->timer = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+	s->timer = wl_timer_open();
 	return s->timer < 0 ? -1 : 0;
 }
 
@@ -161,8 +147,8 @@ int wl_rr_sched_start(struct wl_rr_sched *s, uint64_t duration_ms)
 		s->t_end = wl_rr.t0_ns + duration_ms * 1000000ull;
 	s->phase = WL_RR_SENDING;
 	if (wl_rr.closed) /* answers send the requests; the timer says when to stop */
-		return s->t_end ? timer_arm(s->timer, s->t_end) : 0;
-	return timer_arm(s->timer, wl_rr.t0_ns);
+		return s->t_end ? wl_timer_arm(s->timer, s->t_end) : 0;
+	return wl_timer_arm(s->timer, wl_rr.t0_ns);
 }
 
 /* The timer, idle from now on, wakes the loop at the drain's end. */
@@ -170,7 +156,7 @@ static int sched_drain(struct wl_rr_sched *s, uint64_t from)
 {
 	s->phase = WL_RR_DRAINING;
 	s->drain_end = from + wl_rr_drain_ns();
-	return timer_arm(s->timer, s->drain_end);
+	return wl_timer_arm(s->timer, s->drain_end);
 }
 
 int wl_rr_sched_tick(struct wl_rr_sched *s, void (*send)(uint64_t seq, void *arg), void *arg,
@@ -183,7 +169,8 @@ int wl_rr_sched_tick(struct wl_rr_sched *s, void (*send)(uint64_t seq, void *arg
 	if (s->phase != WL_RR_SENDING)
 		return 0;
 	if (wl_rr.closed)
-		return now >= s->t_end ? sched_drain(s, s->t_end) : timer_arm(s->timer, s->t_end);
+		return now >= s->t_end ? sched_drain(s, s->t_end)
+				       : wl_timer_arm(s->timer, s->t_end);
 	/* Late or not, each request keeps its due time: the answer's latency counts the wait. */
 	while (wl_rr_due(s->next) <= now && !f->code &&
 	       !(s->t_end && wl_rr_due(s->next) >= s->t_end)) {
@@ -192,7 +179,7 @@ int wl_rr_sched_tick(struct wl_rr_sched *s, void (*send)(uint64_t seq, void *arg
 	}
 	if (s->t_end && wl_rr_due(s->next) >= s->t_end)
 		return sched_drain(s, s->t_end);
-	return timer_arm(s->timer, wl_rr_due(s->next));
+	return wl_timer_arm(s->timer, wl_rr_due(s->next));
 }
 
 int wl_rr_sched_stop(struct wl_rr_sched *s, uint64_t now)
