@@ -2,7 +2,8 @@
 # qprof: `make run` and `make test` do all set-up on a fresh machine.
 #   deps      Debian packages, a Python venv with qprof and its PyPI deps
 #   fetch     every crate the build needs (crates.io), so `build` runs offline
-#   build     msquic (from crates.io, with cmake) and the workload
+#   build     msquic (from crates.io, with cmake), the workload, and the Rust
+#             workloads of the other QUIC implementations (quinn)
 #   run       build, then `qprof run --stack quic`
 #   lint      ruff (Python) and clang-format (C) check the style
 #   test-tools  Debian packages only the tests use (Go's pprof reads qprof's pprof export;
@@ -19,7 +20,7 @@ CFLAGS_WL := -O3 -g -fno-omit-frame-pointer -Wall -Wextra -Werror -std=gnu11
 APT_PKGS := iproute2 procps openssl libssl-dev cmake ninja-build gcc make perl python3-venv linux-perf bpftrace ethtool iperf3 \
             clang llvm bpftool libbpf-dev libelf-dev zlib1g-dev pkg-config clang-format
 
-.PHONY: all deps apt venv fetch build msquic workload probes inferno guest test-tools run lint test check bench clean
+.PHONY: all deps apt venv fetch build msquic workload rs-workloads probes inferno guest test-tools run lint test check bench clean
 all: build
 
 deps: apt venv
@@ -40,8 +41,9 @@ $(VENV)/.installed: setup.py
 fetch: apt
 	@workloads/msquic/build.sh --fetch >/dev/null
 	@flamegraphs/inferno/build.sh --fetch >/dev/null
+	@workloads/rs/build.sh --fetch
 
-build: msquic workload probes inferno
+build: msquic workload rs-workloads probes inferno
 
 msquic: fetch
 	workloads/msquic/build.sh $(BUILD)/msquic
@@ -72,6 +74,11 @@ $(BUILD)/bin/qprof-wl: $(WL_SRC) $(WL_HDR) $(BUILD)/msquic/.stamp
 	@mkdir -p $(BUILD)/bin
 	$(CC) $(CFLAGS_WL) -I$(BUILD)/msquic/include -o $@ $(WL_SRC) \
 	    -L$(BUILD)/msquic/lib -lmsquic -lssl -lcrypto -lpthread -Wl,-rpath,'$$ORIGIN/../msquic/lib'
+
+# The other QUIC implementations' workloads (workloads/rs/): cargo decides
+# what is stale.
+rs-workloads: fetch
+	workloads/rs/build.sh $(BUILD)
 
 # eBPF probes: libbpf CO-RE, vmlinux.h generated from this kernel's BTF,
 # one skeleton per probe (probes/NAME.bpf.c + NAME.c + NAME.h).
@@ -142,11 +149,13 @@ run: deps build
 # Style, as ruff.toml and .clang-format say; part of `make test`.
 C_SRC := $(shell git ls-files 'probes/*.c' 'probes/*.h' 'workloads/*.c' 'workloads/*.h' 'workloads/*/*.c' 2>/dev/null)
 lint: deps
+	cargo fmt --manifest-path workloads/rs/Cargo.toml --all -- --check
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	clang-format --dry-run --Werror --style=file $(C_SRC)
 
 test: deps build guest test-tools lint
+	cargo test --locked --offline --quiet --manifest-path workloads/rs/Cargo.toml --target-dir $(BUILD)/rs -p wlproto
 	$(VENV)/bin/python -m pytest -ra tests
 
 # The fast tier (pytest.ini's markers): the venv alone, as any user; `test` runs it too.

@@ -142,7 +142,7 @@ class Endpoints:
 
     def _argv(self, fp: FlowPlan, role: str, port: int) -> List[str]:
         side = self.sides[role] if self.sides else None
-        binary = side.binary("qprof-wl") if side else self.binary
+        binary = side.binary(fp.stack.workload) if side else self.binary.with_name(fp.stack.workload)
         run_path = self.run_path if self.single else None
         if side is not None and run_path is not None:
             run_path = Path(side.file_path(listen.REPORT_NAME)).parent

@@ -26,6 +26,8 @@ def check(plan: Plan, faults: Faults = NO_FAULTS) -> Path:
     if os.geteuid() != 0:
         raise errors.NotRoot("qprof run needs root (network namespaces, perf, eBPF); run it as root, e.g. with sudo.")
     binary = paths.workload_binary()
+    for fp in plan.flows:  # another QUIC implementation's, beside it
+        paths.workload_binary(fp.stack.workload)
     if opts.msquic is not None:
         msquic_library(opts.msquic)
     if opts.cpus is not None and not opts.guest:

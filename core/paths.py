@@ -13,8 +13,9 @@ def build_dir() -> Path:
     return Path(os.environ.get("QPROF_BUILD_DIR", REPO_ROOT / "build"))
 
 
-def workload_binary() -> Path:
-    path = build_dir() / "bin" / "qprof-wl"
+def workload_binary(name: str = "qprof-wl") -> Path:
+    """A workload's program: qprof-wl, or another QUIC implementation's (describe/transports.py)."""
+    path = build_dir() / "bin" / name
     if not os.access(path, os.X_OK):
         raise NotBuilt(f"the workload is not built ({path} is missing); run `make build` in {REPO_ROOT}.")
     return path

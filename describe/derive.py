@@ -174,6 +174,16 @@ def crosscheck(
             "udp_send_datagrams": compare(out_dgrams, pc.get("udp_send")),
             "udp_recv_datagrams": received(pc.get("udp_recv")),
         }
+    if stack_name == "quinn":
+        qs = own.get("quic_stats") or {}
+        return {
+            "source": "quinn's connection stats (UdpStats)",
+            "udp_send_calls": compare(f["send_calls"], qs.get("udp_tx_ios")),
+            # udp_rx.ios is not the receive calls: quinn-proto 0.11 counts a
+            # packet it handles as one (Connection::handle_packet).
+            "udp_send_datagrams": compare(out_dgrams, qs.get("udp_tx_datagrams")),
+            "udp_recv_datagrams": received(qs.get("udp_rx_datagrams")),
+        }
     calls = f["send_calls"] if side == "client" else f["recv_calls"]
     out = {"source": "workload's own call count", "io_calls": compare(calls, own.get("io_calls"))}
     if stack_name == "udp":

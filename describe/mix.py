@@ -66,6 +66,11 @@ def parse(text: str, default_pattern: str, base_port: int, cpus: int) -> List[Fl
             raise errors.UnknownStack(
                 f"--mix names an unknown stack '{stack}'; the stacks are: {', '.join(options.STACK_NAMES)}."
             )
+        if stack == "quinn":
+            raise errors.BadMix(
+                f"--mix entry '{item}': quinn's workload runs a transfer of its own, not a mix's flows "
+                "(whose retransmissions qprof reads from msquic and TCP_INFO); use quic for the QUIC flows."
+            )
         if count == 0:
             raise errors.BadMix(f"--mix entry '{item}' has no flows; give it a count of 1 or more, or drop it.")
         if pattern not in MIX_PATTERNS:

@@ -8,6 +8,8 @@ The knobs are where each stack decides:
   probe fail for the workload process only; msquic is never patched.
   msquic 2.5.1 tests GRO only after its GSO send succeeded, so GSO off
   means GRO off too.
+- quinn: quinn-udp probes UDP_SEGMENT and sets UDP_GRO on each socket, so
+  the same interposer steers it; GSO and GRO are independent there.
 - udp: the workload's own send mode (gso, or sendmmsg of single
   datagrams) and the receiver's UDP_GRO socket option.
 - tcp stacks: TSO/GSO and GRO of the run's veth pair (ethtool in each
@@ -21,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
 from qprof import errors
-from qprof.describe import derive, options
+from qprof.describe import derive, options, transports
 
 ONOFF = ("on", "off")
 UDP_SEND_MODES = options.UDP_SEND_MODES
@@ -83,6 +85,8 @@ def plan(
     p = OffloadPlan(requested={"gso": gso, "gro": gro}, effective={"gso": gso, "gro": gro})
     if stack_name == "quic":
         _plan_quic(p, gso, gro)
+    elif is_quic(stack_name):
+        _interpose(p)
     elif stack_name == "udp":
         _plan_udp(p, gso, gro, send_mode, batch, dgram_size)
     else:
@@ -100,6 +104,17 @@ def _plan_quic(p: OffloadPlan, gso, gro) -> None:
         p.effective["gro"] = "off"
         if gro is None:
             p.notes.append("GRO off follows GSO off: msquic tests GRO only after its GSO probe send succeeds")
+    _interpose(p)
+
+
+def is_quic(stack_name: str) -> bool:
+    stack = transports.STACKS.get(stack_name)
+    return stack is not None and stack.is_quic
+
+
+def _interpose(p: OffloadPlan) -> None:
+    """A QUIC library's own probe for GSO and GRO, failed for its process
+    where the plan turns them off."""
     env = {}
     if p.effective["gso"] == "off":
         env["QPROF_GSO"] = "off"
@@ -174,7 +189,7 @@ def observe(rec: dict, max_datagram: int) -> dict:
     name the side). A state no instrument saw is None, never "off"; a TCP
     receiver's GRO is None, with gro_absent_reason, where the packets probe
     did not count what its veth received (--packets-rx)."""
-    transport = rec["stack"] if rec["stack"] in ("quic", "udp") else "tcp"
+    transport = "quic" if is_quic(rec["stack"]) else "udp" if rec["stack"] == "udp" else "tcp"
     sender, receiver = ("server", "client") if rec["config"].get("pattern") == "download" else ("client", "server")
     dev = derive.packets_devices(rec)
     sender_tx = dev[sender]["tx"] if dev.get(sender) else None
@@ -215,7 +230,12 @@ def observe(rec: dict, max_datagram: int) -> dict:
         gro_absent = derive.RX_ABSENT
     env = rec.get("environment") or {}
     own_view = None
-    if transport == "quic" and "msquic_send_segmentation" in env:
+    if transport == "quic" and "quic_library" in env:
+        own_view = {
+            "gso": onoff(env["quic_library"]["send_segmentation"].get(sender)),
+            "gro": onoff(env["quic_library"]["recv_coalescing"].get(receiver)),
+        }
+    elif transport == "quic" and "msquic_send_segmentation" in env:  # records before quic_library
         own_view = {
             "gso": onoff(env["msquic_send_segmentation"].get(sender)),
             "gro": onoff(env["msquic_recv_coalescing"].get(receiver)),

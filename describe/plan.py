@@ -71,6 +71,7 @@ def resolve_one(opts: RunOptions) -> Tuple[RunOptions, transports.Stack]:
     if opts.io_size is None:
         opts = replace(opts, io_size=stack.io_size)
     opts = _pattern(opts)
+    _implementation(opts, stack)
     if opts.pattern in ("bulk", "rr", "handshakes"):
         opts = _bulk_length(opts)
     opts = _link(opts)
@@ -110,6 +111,22 @@ def _resolve_mix(opts: RunOptions, cpus: int) -> Plan:
     if rr is not None:
         opts = replace(opts, period_s=rr.period_s, payload=rr.payload)
     return Plan(opts, tuple(planned))
+
+
+def _implementation(opts: RunOptions, stack: transports.Stack) -> None:
+    """The QUIC implementations beside msquic run in workloads of their own
+    (workloads/rs/), which take bulk upload on one connection and downloads."""
+    if not stack.is_quic or stack.library == "msquic":
+        return
+    fix = "use --stack quic (msquic) for it"
+    if opts.pattern not in ("bulk", "download"):
+        raise errors.BadValue(f"{stack.name}'s workload runs --pattern bulk and download, not {opts.pattern}; {fix}.")
+    if opts.direction not in (None, "up"):
+        raise errors.BadValue(f"{stack.name}'s workload sends up only (client to server); {fix}, or drop --direction.")
+    if opts.conns not in (None, 1):
+        raise errors.BadValue(f"{stack.name}'s workload opens one connection; {fix}, or use --streams.")
+    if opts.resume:
+        raise errors.BadValue(f"{stack.name}'s workload does not resume sessions; {fix}, or drop --resume.")
 
 
 def _bulk_length(opts: RunOptions) -> RunOptions:
@@ -398,7 +415,12 @@ def _stack_knobs(opts: RunOptions) -> None:
         )
     if opts.stack == "quic":
         return
-    if opts.stack == "udp" and opts.ecn is not None:
+    if opts.stack not in options.TCP_STACKS and opts.ecn is not None:
+        if opts.stack != "udp":
+            raise errors.BadValue(
+                f"--ecn is msquic's for --stack quic and net.ipv4.tcp_ecn for the TCP stacks; {opts.stack}'s "
+                "workload keeps its library's default. Drop --ecn."
+            )
         raise errors.BadValue(
             "--ecn is msquic's for quic and net.ipv4.tcp_ecn for the TCP stacks; udp's datagrams get no "
             "ECN feedback. Drop --ecn."

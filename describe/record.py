@@ -371,6 +371,8 @@ def build_record(opts, m: Measurement) -> dict:
     nbytes = window.bytes
     stack = transports.STACKS[opts.stack]
     env = copy.deepcopy(m.environment)
+    if stack.is_quic:
+        env["quic_library"] = quic_library(opts, stack, connected, client_done, server_done)
     if stack.name == "quic":
         env["msquic_version"] = connected.get("msquic_version")
         # msquic says "Unknown" where its build embedded no hash (the project's: the crate's source has no git).
@@ -439,7 +441,7 @@ def build_record(opts, m: Measurement) -> dict:
     sent = window.sent
     client_bytes = sent if stack.name == "udp" else nbytes
     transport = transport_record(stack, client_done, server_done, tls_before, window)
-    if stack.name == "quic":
+    if stack.name == "quic":  # msquic's knobs, read back
         prove_quic_settings(opts, transport)
     elif opts.ecn is not None and "tcp_ecn" in transport:
         prove_tcp_ecn(opts.ecn, transport["tcp_ecn"])
@@ -473,6 +475,26 @@ def build_record(opts, m: Measurement) -> dict:
     }
 
 
+def quic_library(opts, stack, connected: dict, client_done: dict, server_done: dict) -> dict:
+    """Which QUIC implementation ran, its version and its crypto, as its
+    workload said, and whether each side's library found GSO (sending)
+    and GRO (receiving) on its socket: one shape for every implementation."""
+    if stack.name == "quic":
+        own = {
+            "name": "msquic",
+            "version": connected.get("msquic_version"),
+            # The project's build links quictls; a --msquic build's crypto is its own.
+            "crypto": "quictls, as msquic's build links it" if opts.msquic is None else None,
+        }
+    else:
+        said = connected.get("quic_library") or {}
+        own = {k: said.get(k) for k in ("name", "version", "crypto")}
+    dones = {"client": client_done, "server": server_done}
+    for key in ("send_segmentation", "recv_coalescing"):
+        own[key] = {side: d.get(key) for side, d in dones.items()}
+    return own
+
+
 def direction_record(opts, window: Window) -> Optional[dict]:
     """Bulk: which side sent, and each direction's verified bytes and
     goodput over the window (up: client to server). Each side's CPU per
@@ -500,12 +522,13 @@ UDP_COUNTERS = ("datagrams", "lost", "reordered", "duplicates", "gro_segments")
 
 def _mark_delta(a: dict, b: dict) -> dict:
     """The workload's own counters over the window: every counter group its
-    marks carry (msquic's perf_counters and conn_stats, or TCP_INFO)."""
+    marks carry (msquic's perf_counters and conn_stats, another QUIC
+    implementation's quic_stats, or TCP_INFO)."""
     out = {"app_bytes": b["app_bytes"] - a["app_bytes"]}
     for k in ("io_calls",) + UDP_COUNTERS:
         if k in b and k in a:
             out[k] = b[k] - a[k]
-    for group in ("perf_counters", "conn_stats", "tcp_info"):
+    for group in ("perf_counters", "conn_stats", "quic_stats", "tcp_info"):
         if group in b:
             out[group] = counter_delta(a.get(group), b.get(group))
     return out
@@ -514,9 +537,11 @@ def _mark_delta(a: dict, b: dict) -> dict:
 def transport_record(stack, client_done: dict, server_done: dict, tls_before: dict, window: Window) -> dict:
     """TLS as the sockets reported it, and the kernel's proof for kTLS."""
     rec = {"protocol": stack.transport, "tls": stack.tls}
-    if stack.name == "quic":
-        # What each side's reported connection ran with, read back from msquic.
-        rec["quic_settings"] = {"client": client_done.get("conn_settings"), "server": server_done.get("conn_settings")}
+    if stack.is_quic:
+        # What each side's reported connection ran with, read back from msquic
+        # (conn_settings); another implementation's workload says what it set.
+        key = "conn_settings" if stack.name == "quic" else "quic_settings"
+        rec["quic_settings"] = {"client": client_done.get(key), "server": server_done.get(key)}
     if stack.transport == "tcp":
         # Each side's connections, and those whose TCP_INFO says they negotiated ECN.
         rec["tcp_ecn"] = {side: _ecn_counts(done) for side, done in (("client", client_done), ("server", server_done))}

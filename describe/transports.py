@@ -21,14 +21,32 @@ class Stack:
     sendfile: bool  # the client can sendfile() its data
     rw_is_network: bool  # read()/write() on the socket carry the data
     io_size: int  # default bytes per send: secnetperf's for QUIC, iperf3's for TCP
+    library: str = ""  # a QUIC stack's implementation: msquic, quinn
+    workload: str = "qprof-wl"  # the workload's program (build/bin)
 
     @property
     def configurable_tls(self) -> bool:
         return self.tls in ("user", "kernel")
 
+    @property
+    def is_quic(self) -> bool:
+        return self.tls == "quic"
+
 
 STACKS: Dict[str, Stack] = {
-    "quic": Stack("quic", "udp", "quic", sendfile=False, rw_is_network=False, io_size=64 << 10),
+    "quic": Stack("quic", "udp", "quic", sendfile=False, rw_is_network=False, io_size=64 << 10, library="msquic"),
+    # The other QUIC implementations, each in a workload of its own
+    # (workloads/rs/) speaking qprof-wl's protocol: bulk up and downloads.
+    "quinn": Stack(
+        "quinn",
+        "udp",
+        "quic",
+        sendfile=False,
+        rw_is_network=False,
+        io_size=64 << 10,
+        library="quinn",
+        workload="qprof-wl-quinn",
+    ),
     # Raw UDP, no reliability or crypto: the kernel's floor for a UDP transport.
     "udp": Stack("udp", "udp", "none", sendfile=False, rw_is_network=False, io_size=64 << 10),
     "tcp": Stack("tcp", "tcp", "none", sendfile=True, rw_is_network=True, io_size=128 << 10),
@@ -44,11 +62,7 @@ def validate(stack_name: str, tls_version: Optional[str], cipher: Optional[str],
     if stack is None:
         raise errors.UnknownStack(f"unknown stack '{stack_name}'; valid stacks are: {', '.join(STACKS)}.")
     if (tls_version is not None or cipher is not None) and not stack.configurable_tls:
-        what = (
-            "QUIC's TLS is fixed to TLS 1.3 with AES-128-GCM"
-            if stack.tls == "quic"
-            else f"plain {stack.name} has no TLS"
-        )
+        what = "QUIC's TLS is fixed to TLS 1.3 with AES-128-GCM" if stack.is_quic else f"plain {stack.name} has no TLS"
         raise errors.BadTls(
             f"--tls and --cipher apply to tcp-tls and tcp-ktls only ({what}); drop them or pick one of those stacks."
         )

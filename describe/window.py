@@ -126,7 +126,8 @@ def interval_figures(a: dict, b: dict) -> dict:
 
 # Connection statistics that are levels, not running totals: a window
 # gets their value at its end, not a difference.
-GAUGES = frozenset({"rtt_us", "min_rtt_us", "send_path_mtu", "send_congestion_window"})
+# msquic's conn_stats levels, and quinn's quic_stats ones (workloads/rs/quinn).
+GAUGES = frozenset({"rtt_us", "min_rtt_us", "send_path_mtu", "send_congestion_window", "cwnd", "current_mtu"})
 
 
 def counter_delta(a: Optional[dict], b: Optional[dict]) -> Optional[Dict[str, int]]:

@@ -28,6 +28,13 @@ def _headline(rec: dict) -> str:
     where += f", {cfg['streams']} stream(s)"
     if env.get("emulated"):
         where += ", [yellow]emulated guest: compare stacks within the guest only[/]"
+    lib = env.get("quic_library")
+    if lib is not None and rec["stack"] != "quic":
+        return (
+            where + f"; {lib.get('name')} {lib.get('version') or ABSENT} ({lib.get('crypto') or ABSENT})"
+            f", GSO {offload.onoff(lib['send_segmentation'].get('client')) or ABSENT}"
+            f", GRO {offload.onoff(lib['recv_coalescing'].get('server')) or ABSENT}"
+        )
     if rec["stack"] == "quic":
         return (
             where + f"; msquic {env.get('msquic_version') or ABSENT}"
@@ -135,7 +142,7 @@ def _print_streams(rec: dict, console: Console) -> None:
     s = rec.get("streams")
     if not s or len(s["bytes"]) < 2:
         return
-    what = "stream" if rec["stack"] == "quic" else "connection"
+    what = "stream" if offload.is_quic(rec["stack"]) else "connection"
     each = ", ".join(f"{g:.3f}" for g in s["gbps"])
     console.print(
         f"per {what} Gbit/s: {each}; Jain's index {num(s['jain_index'])}, "
@@ -481,6 +488,10 @@ def _own_counters(rec: dict) -> Table:
     if rec["stack"] == "quic":
         w = Table(title="msquic's own counters over the window (UDP)", title_justify="left")
         cols = ("SIDE", "SEND CALLS", "DGRAMS OUT", "RECV CALLS", "DGRAMS IN", "LOST", "CONG")
+    elif rec["stack"] == "quinn":
+        # quinn counts its send calls, not its receive calls (describe/derive.py crosscheck).
+        w = Table(title="quinn's own counters over the window (UDP)", title_justify="left")
+        cols = ("SIDE", "SEND CALLS", "DGRAMS OUT", "DGRAMS IN", "LOST", "CONG")
     elif rec["stack"] == "udp":
         w = Table(title="the workload's own counters over the window (raw UDP)", title_justify="left")
         cols = ("SIDE", "IO CALLS", "DATAGRAMS", "LOST", "REORDERED", "COALESCED MSGS")
@@ -501,6 +512,21 @@ def _own_counters(rec: dict) -> Table:
                 count(pc.get("udp_recv")),
                 count(cs.get("send_suspected_lost_packets")),
                 count(cs.get("send_congestion_count")),
+            )
+        elif rec["stack"] == "quinn":
+            qs = win.get("quic_stats") or {}
+            w.add_row(
+                side,
+                *(
+                    count(qs.get(k))
+                    for k in (
+                        "udp_tx_ios",
+                        "udp_tx_datagrams",
+                        "udp_rx_datagrams",
+                        "lost_packets",
+                        "congestion_events",
+                    )
+                ),
             )
         elif rec["stack"] == "udp":
             w.add_row(

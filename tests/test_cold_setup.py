@@ -99,6 +99,32 @@ def test_inferno_and_its_locked_dependencies_from_empty_cargo_home(fetched, targ
     assert {"inferno", "quick-xml", "clap"} <= names
 
 
+def test_rust_workloads_and_their_locked_dependencies_from_empty_cargo_home(fetched, target):
+    """The other QUIC implementations' workloads (workloads/rs/): every crate
+    their Cargo.lock pins for this target, found offline after `fetch`."""
+    r = run(
+        [
+            "cargo",
+            "metadata",
+            "--locked",
+            "--offline",
+            "--filter-platform",
+            target,
+            "--format-version",
+            "1",
+            "--manifest-path",
+            str(REPO / "workloads" / "rs" / "Cargo.toml"),
+        ],
+        fetched,
+    )
+    pkgs = json.loads(r.stdout)["packages"]
+    names = {p["name"] for p in pkgs}
+    assert {"wlproto", "qprof-wl-quinn", "quinn", "quinn-udp", "rustls", "aws-lc-rs", "aws-lc-sys"} <= names
+    # Every registry crate's source is in the fetched cargo home.
+    registry = [p for p in pkgs if p["source"] and p["source"].startswith("registry+")]
+    assert registry and all(Path(p["manifest_path"]).is_relative_to(fetched["CARGO_HOME"]) for p in registry)
+
+
 def test_offline_build_step_refuses_what_was_not_fetched(tmp_path, target):
     """The build's offline step on an empty cargo home fails with cargo's
     reason rather than reaching the network: it reads only what `fetch` got."""
