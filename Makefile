@@ -20,7 +20,7 @@ CFLAGS_WL := -O3 -g -fno-omit-frame-pointer -Wall -Wextra -Werror -std=gnu11
 APT_PKGS := iproute2 procps openssl libssl-dev cmake ninja-build gcc make perl python3-venv linux-perf bpftrace ethtool iperf3 \
             clang llvm bpftool libbpf-dev libelf-dev zlib1g-dev pkg-config clang-format
 
-.PHONY: all deps apt venv fetch build msquic workload rs-workloads probes inferno guest test-tools run lint test check bench clean
+.PHONY: all deps apt venv fetch build msquic msquic-variant workload rs-workloads probes inferno guest test-tools run lint test check bench clean
 all: build
 
 deps: apt venv
@@ -74,6 +74,12 @@ $(BUILD)/bin/qprof-wl: $(WL_SRC) $(WL_HDR) $(BUILD)/msquic/.stamp
 	@mkdir -p $(BUILD)/bin
 	$(CC) $(CFLAGS_WL) -I$(BUILD)/msquic/include -o $@ $(WL_SRC) \
 	    -L$(BUILD)/msquic/lib -lmsquic -lssl -lcrypto -lpthread -Wl,-rpath,'$$ORIGIN/../msquic/lib'
+
+# A second msquic, built with another flag, that only the tests run: --msquic
+# PATH on a build of the user's own (tests/test_msquic_path.py).
+MSQUIC_VARIANT := $(BUILD)/msquic-nopool
+msquic-variant: fetch
+	workloads/msquic/build.sh $(MSQUIC_VARIANT) -DQUIC_ENABLE_POOL_ALLOC=OFF
 
 # The other QUIC implementations' workloads (workloads/rs/): cargo decides
 # what is stale.
@@ -154,7 +160,7 @@ lint: deps
 	$(VENV)/bin/ruff format --check .
 	clang-format --dry-run --Werror --style=file $(C_SRC)
 
-test: deps build guest test-tools lint
+test: deps build msquic-variant guest test-tools lint
 	cargo test --locked --offline --quiet --manifest-path workloads/rs/Cargo.toml --target-dir $(BUILD)/rs -p wlproto
 	$(VENV)/bin/python -m pytest -ra tests
 

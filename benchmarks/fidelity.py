@@ -10,6 +10,8 @@ each tool once, in an order that rotates from round to round.
   tcp      qprof run --stack tcp      vs  iperf3 (always)
   quic     qprof run --stack quic     vs  secnetperf -exec:lowlat -cipher:1 -up:Ns
   tcp-tls  qprof run --stack tcp-tls  vs  secnetperf -tcp:1 (TLS 1.3 via quictls, 16 KiB records)
+  quinn    qprof run --stack quinn    vs  quinn's perf tool (quinn-perf client --uni-requests 1
+           --bi-requests 0 --upload-size 1000G --download-size 0; --direction down swaps the sizes)
 
 Both use AES-128-GCM (secnetperf's -cipher:1; its default lets quictls
 choose AES-256-GCM).
@@ -48,6 +50,14 @@ response time's p50 and p99 (secnetperf's -platency figures).
 --qprof-before CMD adds a second qprof (another checkout's, on the same
 build) to every round: a change to qprof's own code must leave its
 figures where they were, measured side by side, interleaved.
+
+quinn's perf tool lives in quinn's repository only (perf/, not on
+crates.io): build it by hand against the quinn, quinn-proto and rustls
+versions workloads/rs/Cargo.lock pins, and pass --quinn-perf PATH. It
+runs rustls on ring with three cipher suites (AES-128-GCM first, so
+chosen), where qprof's quinn workload runs rustls's default provider,
+aws-lc-rs, with AES-128-GCM alone; its figures are the client's sent
+bytes per interval, iperf3's JSON shape.
 
 USAGE: .venv/bin/python benchmarks/fidelity.py [--rounds N] [--duration S] [--secnetperf PATH] [--stacks LIST]
        [--qprof-before CMD] [--direction up|down]
@@ -160,6 +170,26 @@ def run_secnetperf(topo, duration: float, path: str, env, tcp: bool, direction: 
     return kbps / 1e6, busy * 1e9 / nbytes
 
 
+def run_quinn_perf(topo, duration: float, path: str, direction: str = "up") -> tuple:
+    """quinn's perf tool: one unidirectional request that uploads (or, down,
+    a bidirectional one whose answer is the download) for the duration."""
+    sizes = ["--uni-requests", "1", "--bi-requests", "0", "--upload-size", "1000G", "--download-size", "0"]
+    if direction == "down":
+        sizes = ["--uni-requests", "0", "--bi-requests", "1", "--upload-size", "0", "--download-size", "1000G"]
+    out, busy = _served(
+        topo,
+        [path, "server", "--listen", f"{topo.server.addr}:4433"],
+        [path, "client", f"{topo.server.addr}:4433", *sizes, "--duration", f"{duration:g}", "--json", "-"],
+        timeout_s=duration + 60,
+    )
+    if out is None:
+        return None
+    j = json.loads(out[out.index("{") :])
+    nbytes = sum(i["sum"]["bytes"] for i in j["intervals"])
+    seconds = sum(i["sum"]["seconds"] for i in j["intervals"])
+    return nbytes * 8 / seconds / 1e9, busy * 1e9 / nbytes
+
+
 # secnetperf's scenario -> qprof's options for the same work.
 UNIT_SCENARIOS = {
     "hps": lambda conns: ["--pattern", "handshakes", "--conns", str(conns)],
@@ -249,6 +279,7 @@ def main():
     ap.add_argument(
         "--secnetperf-own-msquic", action="store_true", help="run secnetperf on the libmsquic beside it, not qprof's"
     )
+    ap.add_argument("--quinn-perf", help="path of quinn's perf tool, built against workloads/rs/Cargo.lock's quinn")
     ap.add_argument("--qprof-before", metavar="CMD", help="another qprof to run beside this one, interleaved")
     ap.add_argument("--direction", choices=("up", "down"), default="up", help="down: the server sends, in every tool")
     ap.add_argument(
@@ -261,18 +292,24 @@ def main():
     if args.scenario != "bulk":
         return units_main(args)
     stacks = [s for s in args.stacks.split(",") if s]
+    if args.quinn_perf is None and "quinn" in stacks:
+        print("no --quinn-perf: quinn not compared (quinn's perf tool; see the docstring)")
+        if not args.qprof_before:
+            stacks = [s for s in stacks if s != "quinn"]
     if args.secnetperf is None:
-        skipped = [s for s in stacks if s != "tcp"]
+        skipped = [s for s in stacks if s not in ("tcp", "quinn")]
         if skipped:
             print(f"no --secnetperf: {', '.join(skipped)} not compared (secnetperf is msquic's; see the docstring)")
         if not args.qprof_before:
-            stacks = [s for s in stacks if s == "tcp"]
+            stacks = [s for s in stacks if s in ("tcp", "quinn")]
     env = dict(os.environ)
     if args.secnetperf and not args.secnetperf_own_msquic:
         env["LD_LIBRARY_PATH"] = str(REPO / "build" / "msquic" / "lib")
-    refs = {"tcp": "iperf3", "quic": "secnetperf", "tcp-tls": "secnetperf -tcp:1"}
+    refs = {"tcp": "iperf3", "quic": "secnetperf", "tcp-tls": "secnetperf -tcp:1", "quinn": "quinn-perf"}
     got = {s: {"qprof": [], "ref": [], "before": []} for s in stacks}
-    has_ref = {s: s == "tcp" or args.secnetperf is not None for s in stacks}
+    has_ref = {
+        s: s == "tcp" or (args.quinn_perf is not None if s == "quinn" else args.secnetperf is not None) for s in stacks
+    }
     whos = ("qprof", "ref") + (("before",) if args.qprof_before else ())
     jobs = [(s, who) for s in stacks for who in whos if who != "ref" or has_ref[s]]
     with tempfile.TemporaryDirectory() as runs_dir:
@@ -287,6 +324,8 @@ def main():
                     with Topology("netns", f"fd{os.getpid() % 10000}") as topo:
                         if stack == "tcp":
                             res = run_iperf3(topo, args.duration, args.direction)
+                        elif stack == "quinn":
+                            res = run_quinn_perf(topo, args.duration, args.quinn_perf, args.direction)
                         else:
                             res = run_secnetperf(
                                 topo, args.duration, args.secnetperf, env, stack == "tcp-tls", args.direction

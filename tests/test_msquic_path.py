@@ -4,6 +4,8 @@ Both sides load that file, and their loaders say so in the record, with
 its version and git hash. A file that is not msquic is refused before
 anything runs, and one the workloads did not load fails the run."""
 
+import hashlib
+import json
 import shutil
 
 import pytest
@@ -12,7 +14,7 @@ from qprof import errors, paths
 from qprof.collectors import preflight
 from qprof.describe import record
 
-from conftest import needs_build, run_json
+from conftest import needs_build, qprof, run_json
 from test_bad_input import refused_run
 
 MSQUIC_UNUSABLE, BAD_VALUE = 37, 4
@@ -20,6 +22,53 @@ MSQUIC_UNUSABLE, BAD_VALUE = 37, 4
 
 def own_library():
     return (paths.build_dir() / "msquic" / "lib" / "libmsquic.so.2").resolve()
+
+
+# The project's msquic built a second time with another flag (`make
+# msquic-variant`, which `make test` runs): a build of the user's own.
+VARIANT = paths.build_dir() / "msquic-nopool" / "lib" / "libmsquic.so.2"
+
+
+def sha256(path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.mark.system
+@needs_build
+@pytest.mark.skipif(not VARIANT.exists(), reason="the second msquic is not built; `make msquic-variant` builds it")
+def test_compare_two_msquic_builds(runs_dir):
+    """An msquic developer's regression check: `qprof compare --vary
+    msquic=A,B` runs the same transfer on two builds, interleaved, and
+    each run's record names the file both its sides loaded."""
+    a, b = own_library(), VARIANT.resolve()
+    assert sha256(a) != sha256(b)  # another flag, another library
+    r = qprof(
+        "compare",
+        "--stack",
+        "quic",
+        "--vary",
+        f"msquic={a},{b}",
+        "--duration",
+        "1s",
+        "--warmup",
+        "0.3s",
+        "--repeat",
+        "1",
+        "--json",
+        runs_dir=runs_dir,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr
+    comp = json.loads(r.stdout)
+    assert [c["overrides"]["msquic"] for c in comp["configs"]] == [str(a), str(b)]
+    assert len(comp["runs"]) == 2
+    for run in comp["runs"]:
+        rec = json.loads((runs_dir / run["id"] / "run.json").read_text())
+        lib = comp["configs"][run["config"]]["overrides"]["msquic"]
+        assert rec["verified"] is True and rec["config"]["msquic"] == lib
+        assert rec["environment"]["msquic_library"] == {"client": lib, "server": lib}
+        assert rec["environment"]["quic_library"]["name"] == "msquic"
+        assert rec["environment"]["msquic_version"] == "2.5.1"
 
 
 @pytest.mark.system

@@ -3,19 +3,23 @@
 # Fetch msquic's source from crates.io (pinned by Cargo.lock, checksummed)
 # and build its C library with cmake, frame pointers on, into $1.
 # Usage: build.sh --fetch        download the source into $CARGO_HOME (network)
-#        build.sh BUILD_DIR      build offline (BUILD_DIR gets lib/ and include/)
+#        build.sh BUILD_DIR [-DOPTION=VALUE ...]
+#                                build offline (BUILD_DIR gets lib/ and include/);
+#                                the options go to msquic's cmake (the tests' second
+#                                build, for --msquic: -DQUIC_ENABLE_POOL_ALLOC=OFF)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 if [ "$1" = --fetch ]; then
     exec "$here/../../build-aux/crate-src.sh" "$here/Cargo.toml" msquic
 fi
 out=$(mkdir -p "$1" && cd "$1" && pwd)
+shift
 src=$("$here/../../build-aux/crate-src.sh" --offline "$here/Cargo.toml" msquic)
 
 # -O3 because OpenSSL's Configure takes CFLAGS from the environment in
 # place of its own defaults; frame pointers so perf can walk every stack.
 flags="-O3 -fno-omit-frame-pointer"
-stamp="$src|$flags|v1"
+stamp="$src|$flags|v1${*:+|$*}"
 # quictls as msquic built it (headers, static libcrypto): qprof-floor
 # measures QUIC's AEAD through the very library msquic links.
 quictls() {
@@ -32,7 +36,7 @@ rm -rf "$out/cmake" "$out/lib" "$out/include"
 CFLAGS="$flags" CXXFLAGS="$flags" cmake -S "$src" -B "$out/cmake" -G Ninja \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQUIC_TLS_LIB=quictls \
     -DQUIC_BUILD_SHARED=ON -DQUIC_ENABLE_LOGGING=OFF -DQUIC_EMBED_GIT_HASH=OFF \
-    -DQUIC_OUTPUT_DIR="$out/cmake/out" >&2
+    -DQUIC_OUTPUT_DIR="$out/cmake/out" "$@" >&2
 ninja -C "$out/cmake" msquic >&2
 mkdir -p "$out/lib" "$out/include"
 cp -a "$out/cmake/out"/libmsquic.so* "$out/lib/"

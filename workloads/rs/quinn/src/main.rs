@@ -39,6 +39,10 @@ const RECEIVE_WINDOW: VarInt = VarInt::MAX;
 const STREAM_WINDOW: u32 = 16 << 20;
 const SEND_WINDOW: u64 = 64 << 20;
 const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+/// The socket buffers asked for, each way: quinn's perf tool's default.
+const SOCKET_BUFFER: usize = 2 << 20;
+/// What the kernel granted (send, receive).
+static SOCKET_BUFFERS: std::sync::OnceLock<(usize, usize)> = std::sync::OnceLock::new();
 
 type Stop = watch::Receiver<bool>;
 
@@ -297,6 +301,8 @@ impl wlproto::Stack for Quinn {
                 "receive_window": RECEIVE_WINDOW.into_inner(),
                 "stream_receive_window": STREAM_WINDOW,
                 "send_window": SEND_WINDOW,
+                "socket_send_buffer": SOCKET_BUFFERS.get().map(|b| b.0),
+                "socket_recv_buffer": SOCKET_BUFFERS.get().map(|b| b.1),
             }),
         );
     }
@@ -315,17 +321,44 @@ fn offload() -> (usize, usize) {
     }
 }
 
+/// The endpoint's socket, bound, with SOCKET_BUFFER asked of the kernel
+/// each way, as quinn's perf tool asks (the kernel caps it at
+/// net.core.[rw]mem_max; the record gives what it granted).
+fn bind(addr: SocketAddr) -> std::io::Result<std::net::UdpSocket> {
+    let sock = std::net::UdpSocket::bind(addr)?;
+    let state = quinn_udp::UdpSocketState::new((&sock).into())?;
+    state.set_send_buffer_size((&sock).into(), SOCKET_BUFFER)?;
+    state.set_recv_buffer_size((&sock).into(), SOCKET_BUFFER)?;
+    let granted = (
+        state.send_buffer_size((&sock).into())?,
+        state.recv_buffer_size((&sock).into())?,
+    );
+    let _ = SOCKET_BUFFERS.set(granted);
+    Ok(sock)
+}
+
+fn endpoint(sock: std::net::UdpSocket, server: Option<quinn::ServerConfig>) -> Result<Endpoint, Fail> {
+    Endpoint::new(
+        quinn::EndpointConfig::default(),
+        server,
+        sock,
+        Arc::new(quinn::TokioRuntime),
+    )
+    .map_err(|e| (exit::INTERNAL, format!("quinn cannot make its endpoint: {e}")))
+}
+
 // ------------------------------------------------------------ server
 
 async fn server(role: &'static Role, lib: Quinn, addr: SocketAddr, stop: Stop) -> Result<(), Fail> {
     let cfg = server_config(role)?;
-    let ep = Endpoint::server(cfg, addr).map_err(|e| {
+    let sock = bind(addr).map_err(|e| {
         if e.kind() == std::io::ErrorKind::AddrInUse {
             (exit::ADDR_IN_USE, format!("UDP port {addr} is already in use"))
         } else {
             (exit::INTERNAL, format!("cannot listen on UDP {addr}: {e}"))
         }
     })?;
+    let ep = endpoint(sock, Some(cfg))?;
     role.ready();
     let r = if role.opts.download() {
         download_server(role, &lib, &ep, stop).await
@@ -494,15 +527,13 @@ async fn send_pattern(role: &Role, tx: &mut quinn::SendStream, limit: u64, t_end
 // ------------------------------------------------------------ client
 
 async fn client(role: &'static Role, lib: Quinn, addr: SocketAddr, stop: Stop) -> Result<(), Fail> {
-    let mut ep = Endpoint::client(SocketAddr::new(
-        if addr.is_ipv6() {
-            "::".parse().unwrap()
-        } else {
-            "0.0.0.0".parse().unwrap()
-        },
-        0,
-    ))
-    .map_err(|e| (exit::INTERNAL, format!("cannot open a UDP socket: {e}")))?;
+    let any: IpAddr = if addr.is_ipv6() {
+        "::".parse().unwrap()
+    } else {
+        "0.0.0.0".parse().unwrap()
+    };
+    let sock = bind(SocketAddr::new(any, 0)).map_err(|e| (exit::INTERNAL, format!("cannot open a UDP socket: {e}")))?;
+    let mut ep = endpoint(sock, None)?;
     ep.set_default_client_config(client_config()?);
     let r = if role.opts.download() {
         download_client(role, &lib, &ep, addr).await
