@@ -66,7 +66,7 @@ from typing import Callable, Dict, List
 
 from qprof import __version__, interrupts, paths, remains
 from qprof.collectors import environment, procfs
-from qprof.collectors.perf import PerfRecorder, PerfStat
+from qprof.collectors.perf import DWARF_STACK_BYTES, PerfRecorder, PerfStat
 
 # What `make build` makes that a side of a run needs on its host.
 NEEDED = ("bin/qprof-wl", "bin/qprof-syscalls", "bin/qprof-packets", "bin/qprof-cputhread")
@@ -184,7 +184,13 @@ class Scratch:
         if do == "start":
             if self.perf is not None:
                 raise ValueError("perf is already started")
-            rec = PerfRecorder(Path(self.path()), int(req["sample_hz"]), False, req.get("call_graph"))
+            rec = PerfRecorder(
+                Path(self.path()),
+                int(req["sample_hz"]),
+                False,
+                req.get("call_graph"),
+                int(req.get("dwarf_bytes") or DWARF_STACK_BYTES),
+            )
             rec.__enter__()
             self.perf = rec
             return {"period_ns": rec.period_ns, "call_graph": rec.call_graph}

@@ -211,7 +211,13 @@ class Endpoints:
             self.probes = self._stack.enter_context(ProbeSet(list(opts.probes), target, self.run_path, opts))
         if opts.sample_hz:
             self.perf = self._stack.enter_context(
-                PerfRecorder(self.run_path, opts.sample_hz, opts.keep_perf_data, opts.call_graph)
+                PerfRecorder(
+                    self.run_path,
+                    opts.sample_hz,
+                    opts.keep_perf_data,
+                    opts.call_graph,
+                    transports.STACKS[opts.stack].dwarf_stack_bytes,
+                )
             )
 
     def _start_instruments_on_hosts(self) -> None:
@@ -231,7 +237,13 @@ class Endpoints:
         if opts.sample_hz:
             for role, side in self.sides.items():
                 perfs[role] = self._stack.enter_context(
-                    side.perf(self.run_path, opts.sample_hz, opts.call_graph, opts.keep_perf_data)
+                    side.perf(
+                        self.run_path,
+                        opts.sample_hz,
+                        opts.call_graph,
+                        opts.keep_perf_data,
+                        transports.STACKS[opts.stack].dwarf_stack_bytes,
+                    )
                 )
         counters = {}
         for role, side in self.sides.items():  # hardware counters: each side's process, on its host

@@ -29,7 +29,7 @@ from typing import Dict, List, Optional
 
 from qprof import errors, interrupts, paths, remains
 from qprof.collectors import environment, procfs
-from qprof.collectors.perf import THREADS_FILE, PerfRecorder, PerfStat, capture_record
+from qprof.collectors.perf import DWARF_STACK_BYTES, THREADS_FILE, PerfRecorder, PerfStat, capture_record
 from qprof.collectors.ssh import REQUEST_TIMEOUT_S, Agent, ClockOffset, SshHost
 from qprof.collectors.topology import Endpoint, tcp_congestion_control
 
@@ -92,8 +92,10 @@ class LocalSide:
     def nic(self, dev: str) -> dict:
         return procfs.read_nic(dev)
 
-    def perf(self, run_path: Path, sample_hz: int, call_graph: Optional[str], keep_data: bool = False):
-        return PerfRecorder(run_path, sample_hz, keep_data, call_graph)
+    def perf(
+        self, run_path: Path, sample_hz: int, call_graph: Optional[str], keep_data: bool = False, dwarf_bytes=None
+    ):
+        return PerfRecorder(run_path, sample_hz, keep_data, call_graph, dwarf_bytes or DWARF_STACK_BYTES)
 
     def stat(self, run_path: Path, pid: int, tag: str):
         return PerfStat(run_path, pid, tag)
@@ -166,8 +168,10 @@ class RemoteSide:
         """What that host's NIC dev adds (procfs.read_nic, read there)."""
         return self._ask("nic", dev=dev)
 
-    def perf(self, run_path: Path, sample_hz: int, call_graph: Optional[str], keep_data: bool = False):
-        return RemotePerf(self, sample_hz, call_graph)
+    def perf(
+        self, run_path: Path, sample_hz: int, call_graph: Optional[str], keep_data: bool = False, dwarf_bytes=None
+    ):
+        return RemotePerf(self, sample_hz, call_graph, dwarf_bytes or DWARF_STACK_BYTES)
 
     def stat(self, run_path: Path, pid: int, tag: str):
         return RemoteCounter(self, pid, tag)
@@ -211,12 +215,12 @@ class AgentControl:
 class RemotePerf(AgentControl):
     """perf record there; capture() as PerfRecorder.capture, the folded files brought here."""
 
-    def __init__(self, side: "RemoteSide", sample_hz: int, call_graph: Optional[str]):
+    def __init__(self, side: "RemoteSide", sample_hz: int, call_graph: Optional[str], dwarf_bytes: int):
         super().__init__(side, "perf")
-        self.sample_hz, self.call_graph = sample_hz, call_graph
+        self.sample_hz, self.call_graph, self.dwarf_bytes = sample_hz, call_graph, dwarf_bytes
 
     def __enter__(self) -> "RemotePerf":
-        got = self._do("start", sample_hz=self.sample_hz, call_graph=self.call_graph)
+        got = self._do("start", sample_hz=self.sample_hz, call_graph=self.call_graph, dwarf_bytes=self.dwarf_bytes)
         self.period_ns, self.call_graph = got["period_ns"], got["call_graph"]
         return self
 

@@ -23,6 +23,7 @@ class Stack:
     io_size: int  # default bytes per send: secnetperf's for QUIC, iperf3's for TCP
     library: str = ""  # a QUIC stack's implementation: msquic, quinn
     workload: str = "qprof-wl"  # the workload's program (build/bin)
+    dwarf_stack_bytes: int = 8192  # user stack perf copies per sample (collectors/perf.py says why)
 
     @property
     def configurable_tls(self) -> bool:
@@ -46,6 +47,7 @@ STACKS: Dict[str, Stack] = {
         io_size=64 << 10,
         library="quinn",
         workload="qprof-wl-quinn",
+        dwarf_stack_bytes=32768,
     ),
     # Raw UDP, no reliability or crypto: the kernel's floor for a UDP transport.
     "udp": Stack("udp", "udp", "none", sendfile=False, rw_is_network=False, io_size=64 << 10),

@@ -345,14 +345,17 @@ def test_measured_others_side_is_the_rest():
 # --- perf's call graph and the fold -------------------------------------------
 
 
-def test_recorder_call_graph(tmp_path, monkeypatch):
+def test_recorder_call_graph(tmp_path):
     from qprof.collectors import perf
 
     assert perf.PerfRecorder(tmp_path, 99).call_graph == perf.DEFAULT_CALL_GRAPH
     assert perf.PerfRecorder(tmp_path, 99, call_graph="fp").call_graph == "fp"
     assert perf.record_call_graph("fp") == ["--call-graph", "fp"]
-    monkeypatch.setattr(perf, "DWARF_STACK_BYTES", 16384)
-    assert perf.record_call_graph("dwarf") == ["--call-graph", "dwarf,16384"]
+    assert perf.record_call_graph("dwarf") == ["--call-graph", f"dwarf,{perf.DWARF_STACK_BYTES}"]
+    # A stack that needs a deeper copy of the user stack gets it (quinn's).
+    assert perf.record_call_graph("dwarf", 32768) == ["--call-graph", "dwarf,32768"]
+    deep = perf.PerfRecorder(tmp_path, 99, dwarf_bytes=32768).argv(tmp_path / "ctl", tmp_path / "ack")
+    assert "dwarf,32768" in deep
     with pytest.raises(BadValue, match="lbr"):
         perf.PerfRecorder(tmp_path, 99, call_graph="lbr")
 

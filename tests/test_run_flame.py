@@ -193,11 +193,12 @@ def test_perf_that_cannot_start_is_an_error_not_a_hang(runs_dir, tmp_path):
     assert [json.loads(p.read_text())["status"] for p in runs_dir.glob("*/run.json")] == ["incomplete"]
 
 
-@pytest.mark.parametrize("stack", ["quic", "tcp-tls"])
+@pytest.mark.parametrize("stack", ["quic", "tcp-tls", "quinn"])
 def test_stack_quality_of_workload_threads(runs_dir, stack):
     """The default walk (dwarf) reaches a thread entry for nearly every
     workload sample, through msquic's AES assembly and Debian's OpenSSL,
-    neither of which keeps frame pointers."""
+    neither of which keeps frame pointers, and through quinn's deep async
+    stacks (a larger copy of the stack for that stack)."""
     rec = run_json(
         runs_dir, "--stack", stack, "--duration", "1s", "--warmup", "0.3s", "--probes", "none", "--sample-hz", "1000"
     )
