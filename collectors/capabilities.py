@@ -628,6 +628,30 @@ def check_workload_build() -> Result:
     return OK, f"{workload.name} and {lib.name} in {paths.build_dir()}; {workload.name} --help runs", ""
 
 
+@_check("other QUIC implementations")
+def check_other_quic_builds() -> Result:
+    """The workloads of the QUIC implementations beside msquic (workloads/rs/):
+    without one, only its --stack is refused."""
+    from qprof.describe.transports import STACKS
+
+    others = [s for s in STACKS.values() if s.workload != "qprof-wl"]
+    missing, ok = [], []
+    for s in others:
+        try:
+            binary = paths.workload_binary(s.workload)
+        except NotBuilt as e:
+            missing.append(_missing_of(e))
+            continue
+        r = _run([str(binary), "--help"])
+        if r.returncode != 0:
+            return MISSING, f"`{binary} --help` exited {r.returncode}: {_last_line(r.stderr)}", MAKE_BUILD
+        ok.append(s.name)
+    if missing:
+        stacks = ", ".join(s.name for s in others if s.name not in ok)
+        return LIMITED, f"{'; '.join(missing)}: `qprof run --stack {stacks}` refuses to start", MAKE_BUILD
+    return OK, f"{', '.join(s.workload for s in others)} in {paths.build_dir() / 'bin'}; --help runs", ""
+
+
 @_check("probes build")
 def check_probes_build() -> Result:
     from qprof.describe.options import PROBE_NAMES
@@ -710,6 +734,7 @@ CHECKS = (
     check_qdiscs,
     check_offload_switches,
     check_workload_build,
+    check_other_quic_builds,
     check_probes_build,
     check_interposers_build,
     check_inferno_build,
