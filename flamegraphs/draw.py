@@ -79,12 +79,16 @@ def render_diff(
 
 
 def describe_run(record: dict) -> str:
-    """The stack, msquic's GSO state for quic, and the throughput; for
+    """The stack, its QUIC library's GSO state, and the throughput; for
     request/response the messages' sizes and the schedule (or the closed
     loop's requests in flight); for handshakes those at once."""
     what = record.get("stack", "?")
-    if what == "quic":
-        gso = (record.get("environment") or {}).get("msquic_send_segmentation", {}).get("client")
+    env = record.get("environment") or {}
+    lib = env.get("quic_library")
+    if lib is not None or what == "quic":
+        # Records before quic_library said msquic's alone.
+        seg = lib["send_segmentation"] if lib is not None else env.get("msquic_send_segmentation", {})
+        gso = seg.get("client")
         what += " (GSO " + ("on" if gso else "off" if gso is False else "unknown") + ")"
     rr = record.get("rr")
     if rr:
