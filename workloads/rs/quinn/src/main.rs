@@ -300,6 +300,8 @@ impl wlproto::Stack for Quinn {
                 "version": env!("QPROF_QUINN_VERSION"),
                 "crypto": format!("rustls {} on aws-lc-rs {}", env!("QPROF_RUSTLS_VERSION"), env!("QPROF_AWS_LC_RS_VERSION")),
                 "cipher": "TLS13_AES_128_GCM_SHA256",
+                // The provider's key exchange groups, most preferred first (rustls's defaults).
+                "key_exchange": provider().kx_groups.iter().map(|g| format!("{:?}", g.name())).collect::<Vec<_>>(),
             }),
         );
         out.insert(
