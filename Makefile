@@ -3,7 +3,8 @@
 #   deps      Debian packages, a Python venv with qprof and its PyPI deps
 #   fetch     every crate the build needs (crates.io), so `build` runs offline
 #   build     msquic (from crates.io, with cmake), the workload, and the Rust
-#             workloads of the other QUIC implementations (quinn)
+#             workloads of the other QUIC implementations (quinn; quiche, whose
+#             boring-sys builds BoringSSL with cmake, g++ and git)
 #   run       build, then `qprof run --stack quic`
 #   lint      ruff (Python) and clang-format (C) check the style
 #   test-tools  Debian packages only the tests use (Go's pprof reads qprof's pprof export;
@@ -17,8 +18,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 CC ?= cc
 CFLAGS_WL := -O3 -g -fno-omit-frame-pointer -Wall -Wextra -Werror -std=gnu11
-APT_PKGS := iproute2 procps openssl libssl-dev cmake ninja-build gcc make perl python3-venv linux-perf bpftrace ethtool iperf3 \
-            clang llvm bpftool libbpf-dev libelf-dev zlib1g-dev pkg-config clang-format
+APT_PKGS := iproute2 procps openssl libssl-dev cmake ninja-build gcc g++ make perl python3-venv linux-perf bpftrace ethtool iperf3 \
+            clang llvm bpftool libbpf-dev libelf-dev zlib1g-dev pkg-config clang-format git
 
 .PHONY: all deps apt venv fetch build msquic msquic-variant workload rs-workloads probes inferno guest test-tools run lint test check bench clean
 all: build

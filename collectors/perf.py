@@ -76,6 +76,8 @@ DWARF_STACK_BYTES = 8192
 # quinn's async tasks keep their futures on the stack, and 8192 bytes
 # reached a thread entry for 74% of its client's samples and 59% of its
 # server's; 32768 for 99.8% of both (2026-11-25, a 2 s bulk run at 999 Hz).
+# quiche's workload, under its deep frames: 75% and 27% at 8192, 99.6% and
+# 99.5% at 32768.
 
 
 class PerfControl:

@@ -11,6 +11,8 @@ workload's control thread (wl-control) is left out either way.
 
 from typing import Dict, List, Optional
 
+from qprof.describe import transports
+
 SEND = ("sendmsg", "sendmmsg", "sendto", "sendfile", "splice")
 RECV = ("recvmsg", "recvmmsg", "recvfrom")
 SEND_RW = SEND + ("write", "writev")
@@ -174,16 +176,21 @@ def crosscheck(
             "udp_send_datagrams": compare(out_dgrams, pc.get("udp_send")),
             "udp_recv_datagrams": received(pc.get("udp_recv")),
         }
-    if stack_name == "quinn":
+    library = transports.STACKS[stack_name].library if stack_name in transports.STACKS else ""
+    if library in ("quinn", "quiche"):
         qs = own.get("quic_stats") or {}
-        return {
-            "source": "quinn's connection stats (UdpStats)",
+        out = {
+            "source": f"{library}'s own counters (quic_stats)",
             "udp_send_calls": compare(f["send_calls"], qs.get("udp_tx_ios")),
-            # udp_rx.ios is not the receive calls: quinn-proto 0.11 counts a
-            # packet it handles as one (Connection::handle_packet).
             "udp_send_datagrams": compare(out_dgrams, qs.get("udp_tx_datagrams")),
             "udp_recv_datagrams": received(qs.get("udp_rx_datagrams")),
         }
+        # quiche's workload counts its receive calls that returned data;
+        # quinn's udp_rx.ios is not that: quinn-proto 0.11 counts a packet
+        # it handles as one (Connection::handle_packet).
+        if library == "quiche":
+            out["udp_recv_events"] = compare(f["recv_calls_with_data"], qs.get("udp_rx_ios"))
+        return out
     calls = f["send_calls"] if side == "client" else f["recv_calls"]
     out = {"source": "workload's own call count", "io_calls": compare(calls, own.get("io_calls"))}
     if stack_name == "udp":

@@ -66,9 +66,9 @@ def parse(text: str, default_pattern: str, base_port: int, cpus: int) -> List[Fl
             raise errors.UnknownStack(
                 f"--mix names an unknown stack '{stack}'; the stacks are: {', '.join(options.STACK_NAMES)}."
             )
-        if stack == "quinn":
+        if stack in ("quinn", "quiche"):
             raise errors.BadMix(
-                f"--mix entry '{item}': quinn's workload runs a transfer of its own, not a mix's flows "
+                f"--mix entry '{item}': {stack}'s workload runs a transfer of its own, not a mix's flows "
                 "(whose retransmissions qprof reads from msquic and TCP_INFO); use quic for the QUIC flows."
             )
         if count == 0:

@@ -25,7 +25,7 @@ from qprof.describe import link, pinning
 from qprof.describe.direction import DIRECTIONS
 from qprof.units import parse_duration_s, parse_size_bytes
 
-STACK_NAMES = ("quic", "quinn", "udp", "tcp", "tcp-tls", "tcp-ktls")
+STACK_NAMES = ("quic", "quinn", "quiche", "udp", "tcp", "tcp-tls", "tcp-ktls")
 PROBE_NAMES = ("syscalls", "packets", "cputhread")
 TOPOLOGIES = ("netns", "loopback")
 EXEC_PROFILES = ("lowlat", "maxtput")

@@ -49,6 +49,17 @@ STACKS: Dict[str, Stack] = {
         workload="qprof-wl-quinn",
         dwarf_stack_bytes=32768,
     ),
+    "quiche": Stack(
+        "quiche",
+        "udp",
+        "quic",
+        sendfile=False,
+        rw_is_network=False,
+        io_size=64 << 10,
+        library="quiche",
+        workload="qprof-wl-quiche",
+        dwarf_stack_bytes=32768,
+    ),
     # Raw UDP, no reliability or crypto: the kernel's floor for a UDP transport.
     "udp": Stack("udp", "udp", "none", sendfile=False, rw_is_network=False, io_size=64 << 10),
     "tcp": Stack("tcp", "tcp", "none", sendfile=True, rw_is_network=True, io_size=128 << 10),

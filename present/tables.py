@@ -488,9 +488,9 @@ def _own_counters(rec: dict) -> Table:
     if rec["stack"] == "quic":
         w = Table(title="msquic's own counters over the window (UDP)", title_justify="left")
         cols = ("SIDE", "SEND CALLS", "DGRAMS OUT", "RECV CALLS", "DGRAMS IN", "LOST", "CONG")
-    elif rec["stack"] == "quinn":
-        # quinn counts its send calls, not its receive calls (describe/derive.py crosscheck).
-        w = Table(title="quinn's own counters over the window (UDP)", title_justify="left")
+    elif rec["stack"] in ("quinn", "quiche"):
+        # Their send calls; quinn does not count its receive calls (describe/derive.py crosscheck).
+        w = Table(title=f"{rec['stack']}'s own counters over the window (UDP)", title_justify="left")
         cols = ("SIDE", "SEND CALLS", "DGRAMS OUT", "DGRAMS IN", "LOST", "CONG")
     elif rec["stack"] == "udp":
         w = Table(title="the workload's own counters over the window (raw UDP)", title_justify="left")
@@ -513,7 +513,7 @@ def _own_counters(rec: dict) -> Table:
                 count(cs.get("send_suspected_lost_packets")),
                 count(cs.get("send_congestion_count")),
             )
-        elif rec["stack"] == "quinn":
+        elif rec["stack"] in ("quinn", "quiche"):
             qs = win.get("quic_stats") or {}
             w.add_row(
                 side,

@@ -14,6 +14,6 @@ out=$(mkdir -p "$1/bin" && cd "$1" && pwd)
 # frame (the standard library's are as rustup built them).
 RUSTFLAGS="-C force-frame-pointers=yes" cargo build --release --locked --offline \
     --manifest-path "$here/Cargo.toml" --target-dir "$out/rs" --quiet
-for b in qprof-wl-quinn; do
+for b in qprof-wl-quinn qprof-wl-quiche; do
     cp "$out/rs/release/$b" "$out/bin/$b.new" && mv "$out/bin/$b.new" "$out/bin/$b"
 done
