@@ -19,7 +19,8 @@ PY := $(VENV)/bin/python
 CC ?= cc
 CFLAGS_WL := -O3 -g -fno-omit-frame-pointer -Wall -Wextra -Werror -std=gnu11
 APT_PKGS := iproute2 procps openssl libssl-dev cmake ninja-build gcc g++ make perl python3-venv linux-perf bpftrace ethtool iperf3 \
-            clang llvm bpftool libbpf-dev libelf-dev zlib1g-dev pkg-config clang-format git
+            clang llvm bpftool libbpf-dev libelf-dev zlib1g-dev pkg-config clang-format git \
+            libngtcp2-dev libngtcp2-crypto-gnutls-dev libgnutls28-dev
 
 .PHONY: all deps apt venv fetch build msquic msquic-variant workload rs-workloads probes inferno guest test-tools run lint test check bench clean
 all: build
@@ -51,6 +52,10 @@ msquic: fetch
 
 WL_SRC := $(wildcard workloads/*.c)
 WL_HDR := $(wildcard workloads/*.h)
+# --stack ngtcp2: Debian's ngtcp2 and its GnuTLS crypto helper (APT_PKGS).
+NGTCP2_PC := libngtcp2 libngtcp2_crypto_gnutls gnutls
+NGTCP2_CFLAGS = $(shell pkg-config --cflags $(NGTCP2_PC))
+NGTCP2_LIBS = $(shell pkg-config --libs $(NGTCP2_PC))
 # The LD_PRELOAD interposers live in workloads/preload/, out of WL_SRC: GSO/GRO
 # steering (offload) and the QUIC server's listening address (bind).
 PRELOAD_LIB := $(BUILD)/lib/libqprof-offload.so
@@ -73,8 +78,9 @@ $(BUILD)/lib/libqprof-%.so: workloads/preload/%_preload.c
 	$(CC) -O2 -g -fPIC -shared -fvisibility=hidden -Wall -Wextra -Werror -std=gnu11 -o $@ $< -ldl
 $(BUILD)/bin/qprof-wl: $(WL_SRC) $(WL_HDR) $(BUILD)/msquic/.stamp
 	@mkdir -p $(BUILD)/bin
-	$(CC) $(CFLAGS_WL) -I$(BUILD)/msquic/include -o $@ $(WL_SRC) \
-	    -L$(BUILD)/msquic/lib -lmsquic -lssl -lcrypto -lpthread -Wl,-rpath,'$$ORIGIN/../msquic/lib'
+	$(CC) $(CFLAGS_WL) -I$(BUILD)/msquic/include $(NGTCP2_CFLAGS) -o $@ $(WL_SRC) \
+	    -L$(BUILD)/msquic/lib -lmsquic -lssl -lcrypto $(NGTCP2_LIBS) -lpthread \
+	    -Wl,-rpath,'$$ORIGIN/../msquic/lib'
 
 # A second msquic, built with another flag, that only the tests run: --msquic
 # PATH on a build of the user's own (tests/test_msquic_path.py).

@@ -177,7 +177,7 @@ def crosscheck(
             "udp_recv_datagrams": received(pc.get("udp_recv")),
         }
     library = transports.STACKS[stack_name].library if stack_name in transports.STACKS else ""
-    if library in ("quinn", "quiche"):
+    if library in ("quinn", "quiche", "ngtcp2"):
         qs = own.get("quic_stats") or {}
         out = {
             "source": f"{library}'s own counters (quic_stats)",
@@ -185,10 +185,10 @@ def crosscheck(
             "udp_send_datagrams": compare(out_dgrams, qs.get("udp_tx_datagrams")),
             "udp_recv_datagrams": received(qs.get("udp_rx_datagrams")),
         }
-        # quiche's workload counts its receive calls that returned data;
-        # quinn's udp_rx.ios is not that: quinn-proto 0.11 counts a packet
-        # it handles as one (Connection::handle_packet).
-        if library == "quiche":
+        # quiche's and ngtcp2's I/O (the workloads') count their receive
+        # calls that returned data; quinn's udp_rx.ios is not that:
+        # quinn-proto 0.11 counts a packet it handles as one (Connection::handle_packet).
+        if library != "quinn":
             out["udp_recv_events"] = compare(f["recv_calls_with_data"], qs.get("udp_rx_ios"))
         return out
     calls = f["send_calls"] if side == "client" else f["recv_calls"]

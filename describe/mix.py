@@ -32,7 +32,7 @@ from qprof.describe.derive import jain_index
 # past this many flows per CPU they measure the scheduler, not the link.
 MAX_FLOWS_PER_CPU = 16
 MIX_PATTERNS = ("bulk", "rr")
-_ENTRY = re.compile(r"^([a-z-]+)(?::(\d+))?(?::([a-z]+))?$")
+_ENTRY = re.compile(r"^([a-z][a-z0-9-]*)(?::(\d+))?(?::([a-z]+))?$")
 # Options a flow takes only when it is of the pattern (check_pattern refuses them otherwise).
 RR_FIELDS = ("period_s", "payload", "rr_streams", "tcp_conns", "rr_mode")
 RETRANSMITS_SOURCE = {
@@ -66,10 +66,10 @@ def parse(text: str, default_pattern: str, base_port: int, cpus: int) -> List[Fl
             raise errors.UnknownStack(
                 f"--mix names an unknown stack '{stack}'; the stacks are: {', '.join(options.STACK_NAMES)}."
             )
-        if stack in ("quinn", "quiche"):
+        if stack in ("quinn", "quiche", "ngtcp2"):
             raise errors.BadMix(
-                f"--mix entry '{item}': {stack}'s workload runs a transfer of its own, not a mix's flows "
-                "(whose retransmissions qprof reads from msquic and TCP_INFO); use quic for the QUIC flows."
+                f"--mix entry '{item}': a mix reads each flow's retransmissions from msquic or TCP_INFO, "
+                f"and not yet from {stack}; use quic for the QUIC flows."
             )
         if count == 0:
             raise errors.BadMix(f"--mix entry '{item}' has no flows; give it a count of 1 or more, or drop it.")

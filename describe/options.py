@@ -25,7 +25,7 @@ from qprof.describe import link, pinning
 from qprof.describe.direction import DIRECTIONS
 from qprof.units import parse_duration_s, parse_size_bytes
 
-STACK_NAMES = ("quic", "quinn", "quiche", "udp", "tcp", "tcp-tls", "tcp-ktls")
+STACK_NAMES = ("quic", "quinn", "ngtcp2", "quiche", "udp", "tcp", "tcp-tls", "tcp-ktls")
 PROBE_NAMES = ("syscalls", "packets", "cputhread")
 TOPOLOGIES = ("netns", "loopback")
 EXEC_PROFILES = ("lowlat", "maxtput")
@@ -302,10 +302,10 @@ OPTIONS: List[Option] = [
         "rr-streams",
         "choice",
         None,
-        "rr, quic: a new stream per request (as HTTP/3) or one long stream",
+        "rr, quic and ngtcp2: a new stream per request (as HTTP/3) or one long stream",
         default_text="per-request",
         choices=("per-request", "one"),
-        stacks=("quic",),
+        stacks=("quic", "ngtcp2"),
         vary=True,
         workload="--rr-streams",
         metavar="per-request|one",

@@ -114,11 +114,16 @@ def _resolve_mix(opts: RunOptions, cpus: int) -> Plan:
 
 
 def _implementation(opts: RunOptions, stack: transports.Stack) -> None:
-    """The QUIC implementations beside msquic run in workloads of their own
-    (workloads/rs/), which take bulk upload on one connection and downloads."""
+    """The QUIC implementations beside msquic in workloads of their own
+    (workloads/rs/) take bulk upload on one connection and downloads;
+    ngtcp2, a transport of qprof-wl's, every pattern but resumption."""
     if not stack.is_quic or stack.library == "msquic":
         return
     fix = "use --stack quic (msquic) for it"
+    if stack.workload == "qprof-wl":
+        if opts.resume:
+            raise errors.BadValue(f"{stack.name}'s transport does not resume sessions yet; {fix}, or drop --resume.")
+        return
     if opts.pattern not in ("bulk", "download"):
         raise errors.BadValue(f"{stack.name}'s workload runs --pattern bulk and download, not {opts.pattern}; {fix}.")
     if opts.direction not in (None, "up"):
@@ -260,7 +265,7 @@ def _rr(opts: RunOptions) -> RunOptions:
             "--pattern rr matches each response to its request on a connection, and udp has none; "
             "use quic, tcp, tcp-tls or tcp-ktls."
         )
-    if opts.rr_streams is not None and opts.stack != "quic":
+    if opts.rr_streams is not None and opts.stack not in options.BY_NAME["rr-streams"].stacks:
         raise errors.BadValue("--rr-streams chooses QUIC's streams; for TCP stacks use --tcp-conns.")
     if opts.tcp_conns is not None and opts.stack not in options.TCP_STACKS:
         raise errors.BadValue("--tcp-conns chooses TCP connections; for quic use --rr-streams.")
@@ -309,7 +314,7 @@ def _rr_closed(opts: RunOptions) -> RunOptions:
             "--tcp-conns on-demand opens connections as an open loop's requests wait; --rr-mode closed "
             "keeps --conns x --streams. Drop --tcp-conns, or use --rr-mode open."
         )
-    if opts.stack != "quic" and opts.conns * opts.streams > MAX_RR_TCP_CONNS:
+    if not transports.STACKS[opts.stack].is_quic and opts.conns * opts.streams > MAX_RR_TCP_CONNS:
         raise errors.BadValue(
             f"--conns {opts.conns} x --streams {opts.streams} is {opts.conns * opts.streams} TCP connections "
             f"(one request in flight on each), more than the {MAX_RR_TCP_CONNS} the workload opens; "

@@ -49,6 +49,9 @@ STACKS: Dict[str, Stack] = {
         workload="qprof-wl-quinn",
         dwarf_stack_bytes=32768,
     ),
+    # ngtcp2 on its GnuTLS crypto helper (Debian's), a transport of
+    # qprof-wl's beside msquic: every pattern, written once, runs on it.
+    "ngtcp2": Stack("ngtcp2", "udp", "quic", sendfile=False, rw_is_network=False, io_size=64 << 10, library="ngtcp2"),
     "quiche": Stack(
         "quiche",
         "udp",

@@ -6,6 +6,7 @@ library's own, flame graphs whose categories know rustls, aws-lc,
 BoringSSL, quinn's and quiche's code."""
 
 import re
+import subprocess
 
 import pytest
 
@@ -27,14 +28,29 @@ def locked_version(krate: str) -> str:
     return re.search(rf'name = "{krate}"\nversion = "([^"]+)"', RS_LOCK.read_text()).group(1)
 
 
-IMPLEMENTATIONS = ("quinn", "quiche")
+IMPLEMENTATIONS = ("quinn", "quiche", "ngtcp2")
+# In workloads of their own (workloads/rs/): bulk up and downloads alone.
+RUST = ("quinn", "quiche")
+
+
+def debian_version(package: str) -> str:
+    """The upstream version of the Debian package installed (2.5.1 of 2.5.1+dfsg-1)."""
+    out = subprocess.run(["dpkg-query", "-W", "-f", "${Version}", package], capture_output=True, text=True).stdout
+    return re.sub(r"^\d+:", "", out).split("+")[0].split("-")[0]
 
 
 def crypto_of(stack: str) -> str:
     """What the library's workload says it runs on, from the Cargo.lock pins."""
     if stack == "quinn":
         return f"rustls {locked_version('rustls')} on aws-lc-rs {locked_version('aws-lc-rs')}"
+    if stack == "ngtcp2":
+        return f"GnuTLS {debian_version('libgnutls30')}"
     return f"BoringSSL as boring-sys {locked_version('boring-sys')} vendors and builds it"
+
+
+def version_of(stack: str) -> str:
+    """Cargo.lock's pin, or Debian's package for ngtcp2."""
+    return debian_version("libngtcp2-dev") if stack == "ngtcp2" else locked_version(stack)
 
 
 def lib_run(runs_dir, stack, *args):
@@ -73,7 +89,7 @@ def test_bulk_is_verified_and_measured(runs_dir, stack):
     rec = lib_run(runs_dir, stack, "--streams", "2", "--duration", "1.5s", "--warmup", "0.3s")
     assert rec["verified"] is True and rec["stack"] == stack
     lib = rec["environment"]["quic_library"]
-    assert lib["name"] == stack and lib["version"] == locked_version(stack)
+    assert lib["name"] == stack and lib["version"] == version_of(stack)
     assert lib["crypto"].startswith(crypto_of(stack)), lib
     # Both streams carried the window's bytes, counted by the server as it checked them.
     server = rec["workload"]["server"]["report"]
@@ -115,10 +131,9 @@ def test_downloads_each_checked(runs_dir, stack):
     # The server sends: its sends and the library's count of them agree.
     calls = rec["crosscheck"]["server"]["udp_send_calls"]
     assert calls["ebpf"] == pytest.approx(calls["own"], rel=EDGE_SKEW), calls
-    # A download's client has few samples: the work each side must show is asked of bulk.
-    flame = assert_categories(rec, work=())
-    # Eight handshakes in the window: the TLS library's key exchange and signatures.
-    assert sum(flame["sides"][s]["categories_ns_per_byte"]["handshake"] for s in ("client", "server")) > 0
+    # Eight downloads are few samples, however fast the machine: the work
+    # each side must show is asked of bulk (and of handshakes, ngtcp2's, below).
+    assert_categories(rec, work=())
 
 
 @pytest.mark.system
@@ -162,7 +177,7 @@ def resolve(stack="quinn", **kw):
         ({"tls_version": "1.2"}, "QUIC's TLS is fixed"),
     ],
 )
-@pytest.mark.parametrize("stack", IMPLEMENTATIONS)
+@pytest.mark.parametrize("stack", RUST)
 def test_what_the_rust_workloads_do_not_take_is_refused(kw, words, stack):
     with pytest.raises(errors.QprofError, match=re.escape(words.replace("quinn", stack))):
         resolve(stack, **kw)
@@ -170,8 +185,8 @@ def test_what_the_rust_workloads_do_not_take_is_refused(kw, words, stack):
 
 @pytest.mark.unit
 @pytest.mark.parametrize("stack", IMPLEMENTATIONS)
-def test_the_rust_workloads_are_no_flows_of_a_mix(stack):
-    with pytest.raises(errors.BadMix, match="use quic for the QUIC flows"):
+def test_the_other_implementations_are_no_flows_of_a_mix(stack):
+    with pytest.raises(errors.BadMix, match="not yet from"):
         plan.resolve(options.RunOptions(mix=f"{stack}:1,tcp:1"), cpus=8)
 
 
@@ -179,7 +194,7 @@ def test_the_rust_workloads_are_no_flows_of_a_mix(stack):
 @pytest.mark.parametrize(
     "kw", [{}, {"streams": 4, "bytes": 1 << 20}, {"pattern": "download", "size": 1 << 20, "count": 3}, {"gso": "off"}]
 )
-@pytest.mark.parametrize("stack", IMPLEMENTATIONS)
+@pytest.mark.parametrize("stack", RUST)
 def test_every_flag_qprof_passes_is_wlprotos(kw, stack):
     """The Rust workloads' command line (wlproto's Opts) takes every flag
     qprof gives them: clap refuses any other, and the run would fail."""
@@ -197,3 +212,30 @@ def test_the_workloads_exit_codes_are_qprof_wls():
     c = dict(re.findall(r"WL_EXIT_(\w+) = (\d+)", (REPO / "workloads" / "wl.h").read_text()))
     rs = dict(re.findall(r"pub const (\w+): i32 = (\d+);", WLPROTO.read_text()))
     assert c and rs == c
+
+
+@pytest.mark.system
+@needs_build
+def test_ngtcp2_runs_every_pattern_of_qprof_wl(runs_dir):
+    """ngtcp2 is a transport of qprof-wl's: requests and responses, and
+    handshakes, written once over the transports, run on it too."""
+    rec = run_json(runs_dir, "--stack", "ngtcp2", "--pattern", "rr", "--period", "5ms", "--duration", "1s")
+    rr = rec["rr"]
+    assert rec["verified"] is True and rr["responses"] > 0 and rr["responses"] <= rr["requests_due"], rr
+    rec = run_json(runs_dir, "--stack", "ngtcp2", "--pattern", "handshakes", "--duration", "1s", "--sample-hz", "1000")
+    assert rec["verified"] is True and rec["handshakes"]["handshakes"] > 0, rec["handshakes"]
+    assert rec["environment"]["quic_library"]["name"] == "ngtcp2"
+    # A second of nothing but handshakes: GnuTLS's and nettle's key
+    # exchange and signatures are named, on both sides.
+    for side in ("client", "server"):
+        assert rec["flame"]["sides"][side]["categories_ns_per_byte"]["handshake"] > 0, side
+
+
+@pytest.mark.unit
+def test_ngtcp2_takes_what_qprof_wl_takes_but_resumption():
+    resolve("ngtcp2", pattern="rr", rr_streams="one")
+    resolve("ngtcp2", direction="both", conns=2)
+    with pytest.raises(errors.BadValue, match="does not resume sessions yet"):
+        resolve("ngtcp2", pattern="download", resume=True)
+    with pytest.raises(errors.BadValue, match="--pacing is msquic's"):
+        resolve("ngtcp2", pacing="off")

@@ -5,7 +5,11 @@
  * added, changed and removed on that thread (or before wl_loop_run), so
  * the table needs no lock; an fd's slot carries a generation, so an event
  * already fetched for an fd removed (or reused) in the same batch is
- * dropped rather than handed to the wrong callback.
+ * dropped rather than handed to the wrong callback. wl_loop_again calls
+ * an fd's function once more after the batch, without a syscall: a
+ * transport with more to send than one pass may send (ngtcp2's send
+ * quantum) goes on after the other fds' events, as ngtcp2's examples do
+ * on the socket's writability.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -30,6 +34,8 @@ static struct {
 	struct slot *slots; /* by fd */
 	int nslots;
 	uint32_t gen;
+	uint64_t *again, *running; /* wl_loop_again's calls due: (gen << 32 | fd) each */
+	int nagain, cap;
 } loop = {.ep = -1, .wake = -1};
 
 int wl_loop_init(void)
@@ -100,6 +106,44 @@ void wl_loop_del(int fd)
 	loop.slots[fd] = (struct slot){0};
 }
 
+void wl_loop_again(int fd)
+{
+	uint64_t d, *a, *b;
+	int i;
+
+	if (fd < 0 || fd >= loop.nslots || !loop.slots[fd].fn)
+		return;
+	d = (uint64_t)loop.slots[fd].gen << 32 | (uint32_t)fd;
+	for (i = 0; i < loop.nagain; i++)
+		if (loop.again[i] == d)
+			return;
+	if (loop.nagain == loop.cap) {
+		int n = loop.cap ? 2 * loop.cap : 16;
+
+		a = realloc(loop.again, (size_t)n * sizeof(*a));
+		if (a)
+			loop.again = a;
+		b = realloc(loop.running, (size_t)n * sizeof(*b));
+		if (b)
+			loop.running = b;
+		if (!a || !b) {
+			wl_warn("out of memory for the loop's calls again");
+			return;
+		}
+		loop.cap = n;
+	}
+	loop.again[loop.nagain++] = d;
+}
+
+static void call(uint64_t d, uint32_t events)
+{
+	int fd = (int)(uint32_t)d;
+	struct slot *s = fd < loop.nslots ? &loop.slots[fd] : NULL;
+
+	if (s && s->fn && s->gen == (uint32_t)(d >> 32))
+		s->fn(fd, events, s->arg);
+}
+
 void wl_loop_wake(void)
 {
 	uint64_t one = 1;
@@ -113,7 +157,9 @@ int wl_loop_run(bool (*done)(void *arg), void *arg)
 	struct epoll_event evs[LOOP_EVENTS];
 
 	while (!done(arg)) {
-		int n = epoll_wait(loop.ep, evs, LOOP_EVENTS, -1), i;
+		/* Calls due again: the fds' events now, without sleeping. */
+		int n = epoll_wait(loop.ep, evs, LOOP_EVENTS, loop.nagain ? 0 : -1), i, m;
+		uint64_t *due;
 
 		if (n < 0) {
 			if (errno == EINTR)
@@ -122,8 +168,6 @@ int wl_loop_run(bool (*done)(void *arg), void *arg)
 		}
 		for (i = 0; i < n; i++) {
 			uint64_t d = evs[i].data.u64, v;
-			int fd = (int)(uint32_t)d;
-			struct slot *s;
 
 			if (d == UINT64_MAX) {
 				if (read(loop.wake, &v, sizeof(v)) < 0 && errno != EAGAIN)
@@ -131,10 +175,16 @@ int wl_loop_run(bool (*done)(void *arg), void *arg)
 						strerror(errno));
 				continue;
 			}
-			s = fd < loop.nslots ? &loop.slots[fd] : NULL;
-			if (s && s->fn && s->gen == (uint32_t)(d >> 32))
-				s->fn(fd, evs[i].events, s->arg);
+			call(d, evs[i].events);
 		}
+		/* Those asked for meanwhile wait for the next batch. */
+		due = loop.again;
+		m = loop.nagain;
+		loop.again = loop.running;
+		loop.running = due;
+		loop.nagain = 0;
+		for (i = 0; i < m; i++)
+			call(due[i], 0);
 	}
 	return 0;
 }

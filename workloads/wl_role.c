@@ -305,10 +305,12 @@ int wl_role_run(const struct wl_opts *o)
 		wl_role.label = "UDP";
 		wl_role.p = &wl_udp_bulk;
 	} else {
-		wl_role.t = !strcmp(o->stack, "quic") ? &wl_quic : &wl_tcp;
-		wl_role.label = !strcmp(o->stack, "quic")  ? "QUIC"
-				: !strcmp(o->stack, "tcp") ? "TCP"
-							   : "TLS";
+		const bool ngtcp2 = !strcmp(o->stack, "ngtcp2");
+
+		wl_role.t = ngtcp2 ? &wl_ngtcp2 : !strcmp(o->stack, "quic") ? &wl_quic : &wl_tcp;
+		wl_role.label = !strcmp(o->stack, "quic") || ngtcp2 ? "QUIC"
+				: !strcmp(o->stack, "tcp")	    ? "TCP"
+								    : "TLS";
 		wl_role.p = o->download ? &wl_download
 			    : o->rr	? &wl_rr_pattern
 			    : o->hs	? &wl_hs

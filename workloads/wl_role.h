@@ -45,6 +45,9 @@ struct wl_pattern {
 	void (*stop)(void);
 };
 
+/* wl_ngtcp2.c: QUIC in ngtcp2 with GnuTLS, on the loop (--stack ngtcp2). */
+extern const struct wl_transport wl_ngtcp2;
+
 extern const struct wl_pattern wl_bulk, wl_download, wl_rr_pattern, wl_hs, wl_udp_bulk;
 
 struct wl_role {

@@ -32,7 +32,8 @@
  *     connection: its own thread, blocking I/O (as iperf3 -P), because a
  *     thread per bulk connection is what moves TCP fastest. TCP, other
  *     connections: the loop's thread (wl_loop_run), non-blocking sockets
- *     in the loop's epoll set.
+ *     in the loop's epoll set. ngtcp2 (wl_ngtcp2.c): every connection on
+ *     the loop's thread, its UDP socket and expiry timerfd in the epoll set.
  *   - A pattern may call into the transport from a handler of the same
  *     connection, or from the loop's thread (timers, control commands).
  *     For a TCP connection whose handlers run on the loop's thread that
@@ -51,11 +52,14 @@
  *     TCP, on the loop: written now as far as the socket takes it, the
  *       rest queued and written on EPOLLOUT (TLS: SSL_write retried with
  *       the same bytes, as OpenSSL requires).
+ *     ngtcp2: queued (ngtcp2 does not copy stream data) until its bytes
+ *       are acknowledged (acked_stream_data_offset), then freed.
  *   wl_room() says how many more bytes the transport takes before they
  *   would only wait in a queue: msquic, the ideal send buffer (from its
  *   IDEAL_SEND_BUFFER_SIZE event, 2 x --io-size until then) less what is
  *   posted and not completed; TCP dedicated, SIZE_MAX (the send blocks);
- *   TCP on the loop, SIZE_MAX with nothing queued, else 0. A sender keeps
+ *   TCP on the loop, SIZE_MAX with nothing queued, else 0; ngtcp2, 8 MiB
+ *   a stream less what is queued and not acknowledged. A sender keeps
  *   sending while wl_room() > 0 and goes on in its writable handler.
  *   WL_SEND_FIN ends this side of the stream after the message (TCP: TLS
  *   close_notify, then shutdown(SHUT_WR)).
@@ -242,6 +246,8 @@ int wl_loop_add(int fd, uint32_t events, wl_loop_fn fn, void *arg); /* EPOLL* ev
 int wl_loop_mod(int fd, uint32_t events, wl_loop_fn fn, void *arg);
 void wl_loop_del(int fd);
 void wl_loop_wake(void);
+/* Loop's thread: call fd's function again after this batch (events 0), once; dropped if fd goes first. */
+void wl_loop_again(int fd);
 /*
  * Run until done(arg) is true, checking it after every batch of events
  * and every wake (a time to act is a timerfd in the loop). -1 if epoll
