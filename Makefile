@@ -22,7 +22,7 @@ APT_PKGS := iproute2 procps openssl libssl-dev cmake ninja-build gcc g++ make pe
             clang llvm bpftool libbpf-dev libelf-dev zlib1g-dev pkg-config clang-format git \
             libngtcp2-dev libngtcp2-crypto-gnutls-dev libgnutls28-dev
 
-.PHONY: all deps apt venv fetch build msquic msquic-variant workload rs-workloads probes inferno guest test-tools run lint test check bench clean
+.PHONY: all deps apt venv fetch build msquic msquic-variant workload rs-workloads probes inferno guest test-tools bench-tools run lint test check bench clean
 all: build
 
 deps: apt venv
@@ -155,6 +155,12 @@ test-tools: apt
 	build-aux/apt.sh install $(TEST_PKGS) && case "$$had_sshd" in *"ok installed"*) ;; \
 	*) if [ -d /run/systemd/system ]; then systemctl disable --now -q ssh.service ssh.socket; \
 	   else update-rc.d ssh disable >/dev/null && { invoke-rc.d ssh stop >/dev/null 2>&1 || true; }; fi ;; esac
+
+# Reference tools only benchmarks/ runs, from Debian: ngtcp2's examples
+# (gtlsclient, gtlsserver) beside qprof's ngtcp2 (benchmarks/fidelity.py).
+BENCH_PKGS := ngtcp2-client ngtcp2-server
+bench-tools: apt
+	@build-aux/apt.sh install $(BENCH_PKGS)
 
 run: deps build
 	$(VENV)/bin/qprof run --stack quic

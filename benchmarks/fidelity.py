@@ -10,6 +10,10 @@ each tool once, in an order that rotates from round to round.
   tcp      qprof run --stack tcp      vs  iperf3 (always)
   quic     qprof run --stack quic     vs  secnetperf -exec:lowlat -cipher:1 -up:Ns
   tcp-tls  qprof run --stack tcp-tls  vs  secnetperf -tcp:1 (TLS 1.3 via quictls, 16 KiB records)
+  ngtcp2   qprof run --stack ngtcp2 --direction down
+                                      vs  ngtcp2's examples as Debian ships them (gtlsserver,
+           gtlsclient; `make bench-tools`): one HTTP/3 download of a file of the bytes
+           qprof's window moved, the server's from its page cache
   quinn    qprof run --stack quinn    vs  quinn's perf tool (quinn-perf client --uni-requests 1
            --bi-requests 0 --upload-size 1000G --download-size 0; --direction down swaps the sizes)
 
@@ -68,6 +72,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -190,6 +195,35 @@ def run_quinn_perf(topo, duration: float, path: str, direction: str = "up") -> t
     return nbytes * 8 / seconds / 1e9, busy * 1e9 / nbytes
 
 
+def run_ngtcp2_examples(topo, nbytes: int, tmp: str) -> tuple:
+    """ngtcp2's example client downloading nbytes over HTTP/3 from its example
+    server (GnuTLS builds, Debian's): the client's run, handshake included."""
+    d = Path(tmp)
+    key, cert, blob = d / "key.pem", d / "cert.pem", d / "htdocs" / "blob"
+    if not blob.exists() or blob.stat().st_size != nbytes:
+        blob.parent.mkdir(exist_ok=True)
+        with open(blob, "wb") as f:
+            f.truncate(nbytes)  # sparse: read from the page cache, no disk
+        subprocess.run(
+            ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
+            + ["-days", "1", "-subj", "/CN=qprof", "-keyout", str(key), "-out", str(cert)],
+            check=True,
+            capture_output=True,
+        )
+    addr = topo.server.addr
+    t0 = time.monotonic()
+    out, busy = _served(
+        topo,
+        ["gtlsserver", "-q", "-d", str(blob.parent), addr, "4433", str(key), str(cert)],
+        ["gtlsclient", "-q", "--exit-on-all-streams-close", addr, "4433", f"https://{addr}:4433/blob"],
+        timeout_s=120,
+    )
+    if out is None:
+        return None
+    seconds = time.monotonic() - t0 - 0.5  # less _served's settling wait
+    return nbytes * 8 / seconds / 1e9, busy * 1e9 / nbytes
+
+
 # secnetperf's scenario -> qprof's options for the same work.
 UNIT_SCENARIOS = {
     "hps": lambda conns: ["--pattern", "handshakes", "--conns", str(conns)],
@@ -296,27 +330,41 @@ def main():
         print("no --quinn-perf: quinn not compared (quinn's perf tool; see the docstring)")
         if not args.qprof_before:
             stacks = [s for s in stacks if s != "quinn"]
+    if "ngtcp2" in stacks and shutil.which("gtlsclient") is None:
+        print("no gtlsclient: ngtcp2 not compared (`make bench-tools` installs Debian's ngtcp2 examples)")
     if args.secnetperf is None:
-        skipped = [s for s in stacks if s not in ("tcp", "quinn")]
+        skipped = [s for s in stacks if s not in ("tcp", "quinn", "ngtcp2")]
         if skipped:
             print(f"no --secnetperf: {', '.join(skipped)} not compared (secnetperf is msquic's; see the docstring)")
         if not args.qprof_before:
-            stacks = [s for s in stacks if s in ("tcp", "quinn")]
+            stacks = [s for s in stacks if s in ("tcp", "quinn", "ngtcp2")]
     env = dict(os.environ)
     if args.secnetperf and not args.secnetperf_own_msquic:
         env["LD_LIBRARY_PATH"] = str(REPO / "build" / "msquic" / "lib")
-    refs = {"tcp": "iperf3", "quic": "secnetperf", "tcp-tls": "secnetperf -tcp:1", "quinn": "quinn-perf"}
-    got = {s: {"qprof": [], "ref": [], "before": []} for s in stacks}
-    has_ref = {
-        s: s == "tcp" or (args.quinn_perf is not None if s == "quinn" else args.secnetperf is not None) for s in stacks
+    refs = {
+        "tcp": "iperf3",
+        "quic": "secnetperf",
+        "tcp-tls": "secnetperf -tcp:1",
+        "quinn": "quinn-perf",
+        "ngtcp2": "gtlsclient (down)",
     }
+    got = {s: {"qprof": [], "ref": [], "before": []} for s in stacks}
+    refs_there = {"tcp": True, "quinn": args.quinn_perf is not None, "ngtcp2": shutil.which("gtlsclient") is not None}
+    has_ref = {s: refs_there.get(s, args.secnetperf is not None) for s in stacks}
     whos = ("qprof", "ref") + (("before",) if args.qprof_before else ())
     jobs = [(s, who) for s in stacks for who in whos if who != "ref" or has_ref[s]]
-    with tempfile.TemporaryDirectory() as runs_dir:
+    # The examples download: qprof's ngtcp2 runs sent down to match, and the
+    # examples fetch as many bytes as its last window moved.
+    window_bytes = {}
+    with tempfile.TemporaryDirectory() as runs_dir, tempfile.TemporaryDirectory() as examples_dir:
         for rnd in range(args.rounds):
             order = jobs[rnd % len(jobs) :] + jobs[: rnd % len(jobs)]
             for stack, who in order:
-                if who == "qprof":
+                if who == "qprof" and stack == "ngtcp2":
+                    rec = qprof_record(stack, ["--direction", "down"], args.duration, runs_dir)
+                    window_bytes[stack] = rec["bytes"]
+                    res = rec["throughput_gbps"], rec["cpu"]["system"]["ns_per_byte"]["total"]
+                elif who == "qprof":
                     res = run_qprof(stack, args.duration, runs_dir, direction=args.direction)
                 elif who == "before":
                     res = run_qprof(stack, args.duration, runs_dir, args.qprof_before, args.direction)
@@ -326,6 +374,9 @@ def main():
                             res = run_iperf3(topo, args.duration, args.direction)
                         elif stack == "quinn":
                             res = run_quinn_perf(topo, args.duration, args.quinn_perf, args.direction)
+                        elif stack == "ngtcp2":
+                            nbytes = window_bytes.get(stack, int(args.duration * 1e9))
+                            res = run_ngtcp2_examples(topo, nbytes, examples_dir)
                         else:
                             res = run_secnetperf(
                                 topo, args.duration, args.secnetperf, env, stack == "tcp-tls", args.direction
