@@ -281,8 +281,9 @@ int wl_rr_sched_start(struct wl_rr_sched *s, uint64_t duration_ms);
  */
 int wl_rr_sched_tick(struct wl_rr_sched *s, void (*send)(uint64_t seq, void *arg), void *arg,
 		     const struct wl_failure *f);
-/* "stop": no more requests fall due; the replies are waited for from now. -1 as tick. */
-int wl_rr_sched_stop(struct wl_rr_sched *s, uint64_t now);
+/* "stop": what fell due by now goes out (the tick the loop had not run), then none falls due; the replies are waited for from now. -1 as tick. */
+int wl_rr_sched_stop(struct wl_rr_sched *s, uint64_t now, void (*send)(uint64_t seq, void *arg),
+		     void *arg, const struct wl_failure *f);
 /* Draining and past its end: the loop ends. */
 bool wl_rr_sched_over(const struct wl_rr_sched *s, uint64_t now);
 

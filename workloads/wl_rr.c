@@ -159,6 +159,17 @@ static int sched_drain(struct wl_rr_sched *s, uint64_t from)
 	return wl_timer_arm(s->timer, s->drain_end);
 }
 
+/* Sends each request due by now (open loop), late or not, each keeping its due time. */
+static void send_due(struct wl_rr_sched *s, uint64_t now, void (*send)(uint64_t seq, void *arg),
+		     void *arg, const struct wl_failure *f)
+{
+	while (wl_rr_due(s->next) <= now && !f->code &&
+	       !(s->t_end && wl_rr_due(s->next) >= s->t_end)) {
+		atomic_fetch_add(&wl_rr.due, 1);
+		send(s->next++, arg);
+	}
+}
+
 int wl_rr_sched_tick(struct wl_rr_sched *s, void (*send)(uint64_t seq, void *arg), void *arg,
 		     const struct wl_failure *f)
 {
@@ -172,19 +183,26 @@ int wl_rr_sched_tick(struct wl_rr_sched *s, void (*send)(uint64_t seq, void *arg
 		return now >= s->t_end ? sched_drain(s, s->t_end)
 				       : wl_timer_arm(s->timer, s->t_end);
 	/* Late or not, each request keeps its due time: the answer's latency counts the wait. */
-	while (wl_rr_due(s->next) <= now && !f->code &&
-	       !(s->t_end && wl_rr_due(s->next) >= s->t_end)) {
-		atomic_fetch_add(&wl_rr.due, 1);
-		send(s->next++, arg);
-	}
+	send_due(s, now, send, arg, f);
 	if (s->t_end && wl_rr_due(s->next) >= s->t_end)
 		return sched_drain(s, s->t_end);
 	return wl_timer_arm(s->timer, wl_rr_due(s->next));
 }
 
-int wl_rr_sched_stop(struct wl_rr_sched *s, uint64_t now)
+int wl_rr_sched_stop(struct wl_rr_sched *s, uint64_t now, void (*send)(uint64_t seq, void *arg),
+		     void *arg, const struct wl_failure *f)
 {
-	return s->phase == WL_RR_DRAINING ? 0 : sched_drain(s, now);
+	if (s->phase == WL_RR_DRAINING)
+		return 0;
+	/*
+	 * What fell due before "stop" goes out first, as the tick the loop had
+	 * not yet run would have sent it: in a slow guest a TLS handshake held
+	 * the loop past 60 periods, and "stop" dropped those requests unsent
+	 * and uncounted.
+	 */
+	if (s->phase == WL_RR_SENDING && !wl_rr.closed)
+		send_due(s, now, send, arg, f);
+	return sched_drain(s, now);
 }
 
 bool wl_rr_sched_over(const struct wl_rr_sched *s, uint64_t now)

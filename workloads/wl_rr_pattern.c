@@ -588,7 +588,8 @@ static bool client_over(void *arg)
 		if (wl_rr.closed)
 			start_closed();
 	}
-	if (wl_role_stopping() && wl_rr_sched_stop(&rr.sched, now)) {
+	if (wl_role_stopping() &&
+	    wl_rr_sched_stop(&rr.sched, now, dispatch, NULL, &wl_role.failure)) {
 		client_failed(WL_EXIT_INTERNAL, "cannot arm the request timer", NULL);
 		return true;
 	}
