@@ -154,6 +154,10 @@ def test_a_request_flow_beside_a_bulk_flow_over_a_round_trip(runs_dir):
         *("--mix", "quic:1,tcp:1:rr", "--guest", "--link", "rtt=40ms,rate=10mbit", "--period", "20ms"),
         *("--duration", "3s", "--warmup", "1s"),
         timeout=400,
+        # TCG's speed decides whether the bulk flow fills the link (a
+        # fresh-clone CI run carried 87% of it); qprof then says the
+        # emulation held the run back, which none of the figures below needs.
+        allow=(r"the emulation held the run back",),
     )
     assert qemu_processes() == []
     assert rec["status"] == "complete" and rec["stack"] == "mix" and rec["guest_run"]
