@@ -176,8 +176,8 @@ def crosscheck(
             "udp_send_datagrams": compare(out_dgrams, pc.get("udp_send")),
             "udp_recv_datagrams": received(pc.get("udp_recv")),
         }
-    library = transports.STACKS[stack_name].library if stack_name in transports.STACKS else ""
-    if library in ("quinn", "quiche", "ngtcp2"):
+    if transports.has_quic_stats(stack_name):
+        library = transports.STACKS[stack_name].library
         qs = own.get("quic_stats") or {}
         out = {
             "source": f"{library}'s own counters (quic_stats)",

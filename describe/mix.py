@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Dict, List, Optional
 
 from qprof import errors
-from qprof.describe import cpu, link, options, rr
+from qprof.describe import cpu, link, options, rr, transports
 from qprof.describe.derive import jain_index
 
 # Each flow is two processes (and msquic's a worker thread per CPU each):
@@ -66,7 +66,7 @@ def parse(text: str, default_pattern: str, base_port: int, cpus: int) -> List[Fl
             raise errors.UnknownStack(
                 f"--mix names an unknown stack '{stack}'; the stacks are: {', '.join(options.STACK_NAMES)}."
             )
-        if stack in ("quinn", "quiche", "ngtcp2"):
+        if transports.has_quic_stats(stack):
             raise errors.BadMix(
                 f"--mix entry '{item}': a mix reads each flow's retransmissions from msquic or TCP_INFO, "
                 f"and not yet from {stack}; use quic for the QUIC flows."

@@ -33,6 +33,16 @@ class Stack:
     def is_quic(self) -> bool:
         return self.tls == "quic"
 
+    @property
+    def has_quic_stats(self) -> bool:
+        """A QUIC library beside msquic: its workload's counters are quic_stats."""
+        return self.is_quic and self.library != "msquic"
+
+
+def has_quic_stats(stack_name: str) -> bool:
+    stack = STACKS.get(stack_name)
+    return stack is not None and stack.has_quic_stats
+
 
 STACKS: Dict[str, Stack] = {
     "quic": Stack("quic", "udp", "quic", sendfile=False, rw_is_network=False, io_size=64 << 10, library="msquic"),

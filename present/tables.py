@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from qprof import history
-from qprof.describe import offload
+from qprof.describe import offload, transports
 from qprof.files import COMPARISON_RECORD
 from qprof.flamegraphs import categories, diff, normalize
 from qprof.present.format import ABSENT, compact, count, field, num
@@ -488,7 +488,7 @@ def _own_counters(rec: dict) -> Table:
     if rec["stack"] == "quic":
         w = Table(title="msquic's own counters over the window (UDP)", title_justify="left")
         cols = ("SIDE", "SEND CALLS", "DGRAMS OUT", "RECV CALLS", "DGRAMS IN", "LOST", "CONG")
-    elif rec["stack"] in ("quinn", "quiche", "ngtcp2"):
+    elif transports.has_quic_stats(rec["stack"]):
         # Their send calls; quinn does not count its receive calls (describe/derive.py crosscheck).
         w = Table(title=f"{rec['stack']}'s own counters over the window (UDP)", title_justify="left")
         cols = ("SIDE", "SEND CALLS", "DGRAMS OUT", "DGRAMS IN", "LOST", "CONG")
@@ -513,7 +513,7 @@ def _own_counters(rec: dict) -> Table:
                 count(cs.get("send_suspected_lost_packets")),
                 count(cs.get("send_congestion_count")),
             )
-        elif rec["stack"] in ("quinn", "quiche", "ngtcp2"):
+        elif transports.has_quic_stats(rec["stack"]):
             qs = win.get("quic_stats") or {}
             w.add_row(
                 side,

@@ -1,16 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0-only
 //! The versions the build took from Cargo.lock, for the record: quiche and
 //! boring-sys, whose vendored BoringSSL it builds.
+include!("../lock_versions.rs");
+
 fn main() {
-    let lock = std::fs::read_to_string("../Cargo.lock").expect("workloads/rs/Cargo.lock");
-    println!("cargo:rerun-if-changed=../Cargo.lock");
-    for (krate, var) in [("quiche", "QUICHE"), ("boring-sys", "BORING_SYS")] {
-        let needle = format!("name = \"{krate}\"\nversion = \"");
-        let at = lock
-            .find(&needle)
-            .unwrap_or_else(|| panic!("{krate} is not in Cargo.lock"))
-            + needle.len();
-        let version = &lock[at..at + lock[at..].find('"').unwrap()];
-        println!("cargo:rustc-env=QPROF_{var}_VERSION={version}");
-    }
+    emit_lock_versions(&[("quiche", "QUICHE"), ("boring-sys", "BORING_SYS")]);
 }

@@ -67,22 +67,8 @@ const WAKE: Token = Token(1);
 type Fail = (i32, String);
 
 fn main() {
-    let opts = wlproto::parse_opts();
-    if opts.stack != "quiche" {
-        wlproto::warn(&format!(
-            "this is the quiche workload; --stack {} is qprof-wl's",
-            opts.stack
-        ));
-        std::process::exit(exit::USAGE);
-    }
-    let role = Role::new(opts);
     let lib = Quiche::default();
-    role.set_stack(Box::new(lib.clone()));
-    role.control();
-    // --wait-start: "start" comes on the control thread.
-    if !role.server() && !role.wait_start() {
-        std::process::exit(role.done(exit::OK));
-    }
+    let role = Role::begin("quiche", Box::new(lib.clone()));
     let code = match run(role, lib) {
         Ok(()) => exit::OK,
         Err((code, why)) => {

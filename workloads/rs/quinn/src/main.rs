@@ -39,6 +39,13 @@ const RECEIVE_WINDOW: VarInt = VarInt::MAX;
 const STREAM_WINDOW: u32 = 16 << 20;
 const SEND_WINDOW: u64 = 64 << 20;
 const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+/// What the reports say of this process's set-up, found before anything is
+/// measured (main): GSO and GRO segments, rustls's key exchange groups.
+struct Setup {
+    offload: (usize, usize),
+    key_exchange: Vec<String>,
+}
+static SETUP: std::sync::OnceLock<Setup> = std::sync::OnceLock::new();
 /// The socket buffers asked for, each way: quinn's perf tool's default.
 const SOCKET_BUFFER: usize = 2 << 20;
 /// What the kernel granted (send, receive).
@@ -47,29 +54,20 @@ static SOCKET_BUFFERS: std::sync::OnceLock<(usize, usize)> = std::sync::OnceLock
 type Stop = watch::Receiver<bool>;
 
 fn main() {
-    let opts = wlproto::parse_opts();
-    if opts.stack != "quinn" {
-        wlproto::warn(&format!(
-            "this is the quinn workload; --stack {} is qprof-wl's",
-            opts.stack
-        ));
-        std::process::exit(exit::USAGE);
-    }
     // aws-lc seeds its jitter entropy source on the first random draw:
     // ~40 ms of CPU here, which would land in the first handshake. Drawn
-    // now, before anything is measured, as msquic's set-up is.
+    // now, before anything is measured, as msquic's set-up is; so is what
+    // the reports say of GSO, GRO and the key exchange, asked once.
     if provider().secure_random.fill(&mut [0u8; 16]).is_err() {
         wlproto::warn("aws-lc's random source failed");
         std::process::exit(exit::LIB_OPEN);
     }
-    let role = Role::new(opts);
+    let _ = SETUP.set(Setup {
+        offload: offload(),
+        key_exchange: provider().kx_groups.iter().map(|g| format!("{:?}", g.name())).collect(),
+    });
     let lib = Quinn::default();
-    role.set_stack(Box::new(lib.clone()));
-    role.control();
-    // --wait-start: "start" comes on the control thread.
-    if !role.server() && !role.wait_start() {
-        std::process::exit(role.done(exit::OK));
-    }
+    let role = Role::begin("quinn", Box::new(lib.clone()));
     let code = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt.block_on(run(role, lib)),
         Err(e) => {
@@ -290,7 +288,8 @@ impl wlproto::Stack for Quinn {
     }
 
     fn describe(&self, out: &mut Map<String, Value>) {
-        let (gso, gro) = offload();
+        let Some(setup) = SETUP.get() else { return };
+        let (gso, gro) = setup.offload;
         out.insert("send_segmentation".into(), (gso > 1).into());
         out.insert("recv_coalescing".into(), (gro > 1).into());
         out.insert(
@@ -301,7 +300,7 @@ impl wlproto::Stack for Quinn {
                 "crypto": format!("rustls {} on aws-lc-rs {}", env!("QPROF_RUSTLS_VERSION"), env!("QPROF_AWS_LC_RS_VERSION")),
                 "cipher": "TLS13_AES_128_GCM_SHA256",
                 // The provider's key exchange groups, most preferred first (rustls's defaults).
-                "key_exchange": provider().kx_groups.iter().map(|g| format!("{:?}", g.name())).collect::<Vec<_>>(),
+                "key_exchange": setup.key_exchange,
             }),
         );
         out.insert(

@@ -283,6 +283,27 @@ impl Role {
         self.opts.server()
     }
 
+    /// Every workload's start: the command line (for this --stack only), the
+    /// role with the stack's figures, the control channel, and a client's
+    /// wait for "start" (stopped first: its report, and exit).
+    pub fn begin(stack: &str, figures: Box<dyn Stack>) -> &'static Role {
+        let opts = parse_opts();
+        if opts.stack != stack {
+            warn(&format!(
+                "this is the {stack} workload; --stack {} is another's",
+                opts.stack
+            ));
+            std::process::exit(exit::USAGE);
+        }
+        let role = Role::new(opts);
+        role.set_stack(figures);
+        role.control();
+        if !role.server() && !role.wait_start() {
+            std::process::exit(role.done(exit::OK));
+        }
+        role
+    }
+
     /// The stack's counters and self-description, once it has them.
     pub fn set_stack(&self, s: Box<dyn Stack>) {
         let _ = self.stack.set(s);
