@@ -90,6 +90,7 @@ def resolve_one(opts: RunOptions) -> Tuple[RunOptions, transports.Stack]:
             f"--dgram-size {opts.dgram_size} does not fit the veth MTU {opts.mtu} "
             f"(at most {opts.mtu - UDP_IP_HEADERS} bytes of UDP payload); lower it."
         )
+    _option_rows(opts)
     return opts, stack
 
 
@@ -404,7 +405,7 @@ def link_devices(opts: RunOptions) -> Dict[str, Tuple[str, str]]:
 
 def _stack_knobs(opts: RunOptions) -> None:
     """--tcp-cc is TCP's (whether this kernel has it is preflight's); the
-    quic knobs are msquic's."""
+    quic knobs are msquic's (the rest: _option_rows)."""
     if opts.tcp_cc is not None and opts.stack not in options.TCP_STACKS:
         fix = "use --quic-cc" if opts.stack == "quic" else "drop --tcp-cc or use a TCP stack"
         raise errors.BadValue(f"--tcp-cc sets TCP's congestion control, and {opts.stack} does not use TCP; {fix}.")
@@ -418,27 +419,37 @@ def _stack_knobs(opts: RunOptions) -> None:
             "--ecn on a TCP stack sets net.ipv4.tcp_ecn in the run's two namespaces, and --topology loopback "
             "runs in the host's, which qprof does not change; drop --topology loopback or --ecn."
         )
-    if opts.stack == "quic":
-        return
-    if opts.stack not in options.TCP_STACKS and opts.ecn is not None:
-        if opts.stack != "udp":
-            raise errors.BadValue(
-                f"--ecn is msquic's for --stack quic and net.ipv4.tcp_ecn for the TCP stacks; {opts.stack}'s "
-                "workload keeps its library's default. Drop --ecn."
-            )
+    if opts.stack == "udp" and opts.ecn is not None:
         raise errors.BadValue(
             "--ecn is msquic's for quic and net.ipv4.tcp_ecn for the TCP stacks; udp's datagrams get no "
             "ECN feedback. Drop --ecn."
         )
+
+
+def _option_rows(opts: RunOptions) -> None:
+    """Every option whose row names the stacks it applies to is refused on
+    the others (options.Option.stacks): the catch-all behind the rules
+    before it, which say more where there is more to say. A value the plan
+    filled in itself (Option.fill) is no one's choice."""
+    tcp = opts.stack in options.TCP_STACKS
     why = {
         "pacing": "TCP's pacing is the kernel's (fq or bbr's own: --tcp-cc bbr)",
         "quic-cc": "TCP's congestion control is --tcp-cc",
         "encrypt": "for TLS over TCP, compare tcp-tls against tcp (qprof compare --stacks tcp,tcp-tls)",
-        "msquic": f"{opts.stack} does not use msquic",
     }
-    for name, reason in why.items():
-        if getattr(opts, options.BY_NAME[name].field) is not None:
-            raise errors.BadValue(f"--{name} is msquic's, for --stack quic; {reason}. Drop --{name}.")
+    for o in options.OPTIONS:
+        value = getattr(opts, o.field)
+        if not o.stacks or opts.stack in o.stacks or value in (None, False, o.default, o.fill):
+            continue
+        if o.stacks == ("quic",):
+            reason = why[o.name] if tcp and o.name in why else f"{opts.stack}'s workload keeps its library's own"
+            if o.name == "msquic":
+                reason = f"{opts.stack} does not use msquic"
+            raise errors.BadValue(f"--{o.name} is msquic's, for --stack quic; {reason}. Drop --{o.name}.")
+        raise errors.BadValue(
+            f"--{o.name} applies to --stack {', '.join(o.stacks)}, and {opts.stack}'s workload does not take it; "
+            f"drop --{o.name}."
+        )
 
 
 def _link(opts: RunOptions) -> RunOptions:

@@ -97,6 +97,46 @@ def test_a_rule_is_refused_with_its_sentence():
         resolved(stack="quic", size=1024)
 
 
+def _chosen(o: options.Option):
+    """A value of the option that is someone's choice: not its default, not what the plan fills."""
+    if o.kind == "flag":
+        return True
+    if o.choices:
+        return next(c for c in o.choices if c not in (o.default, o.fill))
+    if o.kind == "int":
+        return o.lo + 1
+    return "x"
+
+
+# What an option needs besides itself to get as far as its row.
+NEEDS = {"resume": {"pattern": "download"}, "rr-streams": {"pattern": "rr"}, "tcp-conns": {"pattern": "rr"}}
+
+
+@pytest.mark.parametrize(
+    "name, stack",
+    [
+        (o.name, s)
+        for o in options.OPTIONS
+        if o.stacks
+        for s in options.STACK_NAMES
+        # udp runs bulk only: the pattern such an option needs is refused first.
+        if s not in o.stacks and not (s == "udp" and o.name in NEEDS)
+    ],
+)
+def test_an_option_is_refused_on_a_stack_its_row_does_not_name(name, stack):
+    # The row is what passes the value on (workload_stacks): a stack outside
+    # it would run without the user's choice and say nothing.
+    o = options.BY_NAME[name]
+    with pytest.raises(errors.QprofError, match=f"--{name}|{stack}'s (workload|transport)"):
+        resolved(stack=stack, **NEEDS.get(name, {}), **{o.field: _chosen(o)})
+
+
+@pytest.mark.parametrize("stack", options.STACK_NAMES)
+def test_what_the_plan_fills_is_no_ones_choice(stack):
+    # Each stack's defaults pass its own rows (bulk: every stack runs it).
+    assert resolved(stack=stack).stack == stack
+
+
 def test_every_default_in_the_help_comes_from_the_table():
     """No help text writes its own "[default: ...]": the table makes it,
     from `fill` (what resolve fills) or `default_text` (the stack's or the

@@ -173,7 +173,7 @@ def resolve(stack="quinn", **kw):
         ({"pattern": "download", "resume": True}, "does not resume sessions"),
         ({"pacing": "off"}, "--pacing is msquic's"),
         ({"msquic": "/x.so"}, "quinn does not use msquic"),
-        ({"ecn": "on"}, "keeps its library's default"),
+        ({"ecn": "on"}, "workload does not take it"),
         ({"tls_version": "1.2"}, "QUIC's TLS is fixed"),
     ],
 )
