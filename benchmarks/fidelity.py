@@ -16,6 +16,10 @@ each tool once, in an order that rotates from round to round.
            qprof's window moved, the server's from its page cache
   quinn    qprof run --stack quinn    vs  quinn's perf tool (quinn-perf client --uni-requests 1
            --bi-requests 0 --upload-size 1000G --download-size 0; --direction down swaps the sizes)
+  quiche   qprof run --stack quiche --pattern download --size 1G --count 3
+                                      vs  quiche's apps (quiche-server, quiche-client
+           --http-version HTTP/0.9): three downloads of a 1 GiB file from tmpfs, a process
+           and a connection each, the server up throughout
 
 Both use AES-128-GCM (secnetperf's -cipher:1; its default lets quictls
 choose AES-256-GCM).
@@ -63,8 +67,22 @@ chosen), where qprof's quinn workload runs rustls's default provider,
 aws-lc-rs, with AES-128-GCM alone; its figures are the client's sent
 bytes per interval, iperf3's JSON shape.
 
+quiche's apps live in quiche's repository only (apps/, not on
+crates.io): build them by hand against the quiche and boring versions
+workloads/rs/Cargo.lock pins (copy that Cargo.lock beside apps/ and point
+its quiche dependency at crates.io; quiche 0.30 made PathEvent
+non-exhaustive, so the two matches on it need a `_ => ()` arm), and pass --quiche-apps DIR, the
+directory holding quiche-server and quiche-client. Both sides get qprof's
+quiche windows (64 MiB per connection, 16 MiB per stream); the rest are
+the apps' defaults (cubic, SO_TXTIME pacing, GSO on the server, one
+recvfrom per datagram). quiche-server reads the whole file into memory
+for each request, inside the measured time: a file server's work that
+qprof's workload does not do. Each round measures that read alone (dd
+with one block of the file's size, as std::fs::read does it) and prints
+the apps' figure less it beside the raw one.
+
 USAGE: .venv/bin/python benchmarks/fidelity.py [--rounds N] [--duration S] [--secnetperf PATH] [--stacks LIST]
-       [--qprof-before CMD] [--direction up|down]
+       [--qprof-before CMD] [--direction up|down] [--quinn-perf PATH] [--quiche-apps DIR]
 (the venv's Python: it makes the namespaces with qprof's own Topology)
 """
 
@@ -86,17 +104,21 @@ QPROF = str(REPO / ".venv" / "bin" / "qprof")
 from qprof.collectors import procfs  # noqa: E402
 from qprof.collectors.topology import Topology  # noqa: E402
 
+# The stacks whose reference is not secnetperf.
+OWN_REFERENCE = ("tcp", "quinn", "ngtcp2", "quiche")
+
 
 def busy_s(a, b) -> float:
     d = b - a
     return d.user_s + d.nice_s + d.system_s + d.irq_s + d.softirq_s + d.steal_s
 
 
-def qprof_record(stack: str, args: list, duration: float, runs_dir: str, qprof: str = QPROF) -> dict:
-    """qprof's record of one run, probes and sampling off."""
+def qprof_record(stack: str, args: list, duration, runs_dir: str, qprof: str = QPROF) -> dict:
+    """qprof's record of one run, probes and sampling off (duration None:
+    a pattern whose window is its count, such as downloads)."""
+    timed = ["--duration", f"{duration}s"] if duration is not None else []
     r = subprocess.run(
-        [*qprof.split(), "run", "--json", "--stack", stack, *args]
-        + ["--duration", f"{duration}s", "--probes", "none", "--sample-hz", "0"],
+        [*qprof.split(), "run", "--json", "--stack", stack, *args, *timed, "--probes", "none", "--sample-hz", "0"],
         capture_output=True,
         text=True,
         env={**os.environ, "QPROF_RUNS_DIR": runs_dir},
@@ -195,21 +217,29 @@ def run_quinn_perf(topo, duration: float, path: str, direction: str = "up") -> t
     return nbytes * 8 / seconds / 1e9, busy * 1e9 / nbytes
 
 
-def run_ngtcp2_examples(topo, nbytes: int, tmp: str) -> tuple:
-    """ngtcp2's example client downloading nbytes over HTTP/3 from its example
-    server (GnuTLS builds, Debian's): the client's run, handshake included."""
+def _served_file(tmp: str, nbytes: int) -> tuple:
+    """A sparse file of nbytes (read from the page cache, no disk) in
+    tmp/htdocs, and a throw-away key and certificate for the server."""
     d = Path(tmp)
     key, cert, blob = d / "key.pem", d / "cert.pem", d / "htdocs" / "blob"
     if not blob.exists() or blob.stat().st_size != nbytes:
         blob.parent.mkdir(exist_ok=True)
         with open(blob, "wb") as f:
-            f.truncate(nbytes)  # sparse: read from the page cache, no disk
+            f.truncate(nbytes)
+    if not cert.exists():
         subprocess.run(
             ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
             + ["-days", "1", "-subj", "/CN=qprof", "-keyout", str(key), "-out", str(cert)],
             check=True,
             capture_output=True,
         )
+    return key, cert, blob
+
+
+def run_ngtcp2_examples(topo, nbytes: int, tmp: str) -> tuple:
+    """ngtcp2's example client downloading nbytes over HTTP/3 from its example
+    server (GnuTLS builds, Debian's): the client's run, handshake included."""
+    key, cert, blob = _served_file(tmp, nbytes)
     addr = topo.server.addr
     t0 = time.monotonic()
     out, busy = _served(
@@ -222,6 +252,63 @@ def run_ngtcp2_examples(topo, nbytes: int, tmp: str) -> tuple:
         return None
     seconds = time.monotonic() - t0 - 0.5  # less _served's settling wait
     return nbytes * 8 / seconds / 1e9, busy * 1e9 / nbytes
+
+
+# quiche's pairing: qprof's downloads and the apps' are the same work.
+QUICHE_SIZE, QUICHE_COUNT = 1 << 30, 3
+QUICHE_QPROF_ARGS = ["--pattern", "download", "--size", str(QUICHE_SIZE), "--count", str(QUICHE_COUNT)]
+# qprof's quiche workload's windows (workloads/rs/quiche), given to the apps.
+QUICHE_WINDOWS = [
+    *("--max-data", str(64 << 20), "--max-window", str(64 << 20)),
+    *("--max-stream-data", str(16 << 20), "--max-stream-window", str(16 << 20)),
+]
+
+
+def run_quiche_apps(topo, apps: str, tmp: str) -> tuple:
+    """quiche's apps: QUICHE_COUNT downloads of a QUICHE_SIZE file over
+    HTTP/0.9, a quiche-client process each, from one quiche-server. Returns
+    throughput, machine ns/B, and the ns/B of the server's file reads alone."""
+    key, cert, blob = _served_file(tmp, QUICHE_SIZE)
+    addr = topo.server.addr
+    server = subprocess.Popen(
+        topo.server.command(
+            [f"{apps}/quiche-server", "--listen", f"{addr}:4433", "--root", str(blob.parent)]
+            + ["--cert", str(cert), "--key", str(key), "--no-retry", *QUICHE_WINDOWS]
+        ),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    client = [f"{apps}/quiche-client", "--no-verify", "--http-version", "HTTP/0.9", *QUICHE_WINDOWS]
+    try:
+        time.sleep(0.5)
+        t0, before = time.monotonic(), procfs.read_system()
+        for _ in range(QUICHE_COUNT):
+            # The body goes to stdout: /dev/null, as cheap a sink as there is.
+            r = subprocess.run(
+                topo.client.command([*client, f"https://{addr}:4433/blob"]),
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+                timeout=120,
+            )
+            if r.returncode != 0:
+                sys.exit(f"quiche-client failed: {r.stderr.strip()[-300:]}")
+        seconds, busy = time.monotonic() - t0, busy_s(before, procfs.read_system())
+    finally:
+        server.kill()
+        server.wait()
+    # The server's std::fs::read of the file per request: one buffer of its
+    # size, faulted in and filled by one read, as dd with one block does.
+    before = procfs.read_system()
+    for _ in range(QUICHE_COUNT):
+        subprocess.run(
+            ["dd", f"if={blob}", "of=/dev/null", f"bs={QUICHE_SIZE}", "count=1", "iflag=fullblock"],
+            check=True,
+            capture_output=True,
+        )
+    read = busy_s(before, procfs.read_system())
+    nbytes = QUICHE_SIZE * QUICHE_COUNT
+    return nbytes * 8 / seconds / 1e9, busy * 1e9 / nbytes, read * 1e9 / nbytes
 
 
 # secnetperf's scenario -> qprof's options for the same work.
@@ -314,6 +401,7 @@ def main():
         "--secnetperf-own-msquic", action="store_true", help="run secnetperf on the libmsquic beside it, not qprof's"
     )
     ap.add_argument("--quinn-perf", help="path of quinn's perf tool, built against workloads/rs/Cargo.lock's quinn")
+    ap.add_argument("--quiche-apps", metavar="DIR", help="directory of quiche-server and quiche-client (quiche's apps)")
     ap.add_argument("--qprof-before", metavar="CMD", help="another qprof to run beside this one, interleaved")
     ap.add_argument("--direction", choices=("up", "down"), default="up", help="down: the server sends, in every tool")
     ap.add_argument(
@@ -330,14 +418,18 @@ def main():
         print("no --quinn-perf: quinn not compared (quinn's perf tool; see the docstring)")
         if not args.qprof_before:
             stacks = [s for s in stacks if s != "quinn"]
+    if args.quiche_apps is None and "quiche" in stacks:
+        print("no --quiche-apps: quiche not compared (quiche's apps; see the docstring)")
+        if not args.qprof_before:
+            stacks = [s for s in stacks if s != "quiche"]
     if "ngtcp2" in stacks and shutil.which("gtlsclient") is None:
         print("no gtlsclient: ngtcp2 not compared (`make bench-tools` installs Debian's ngtcp2 examples)")
     if args.secnetperf is None:
-        skipped = [s for s in stacks if s not in ("tcp", "quinn", "ngtcp2")]
+        skipped = [s for s in stacks if s not in OWN_REFERENCE]
         if skipped:
             print(f"no --secnetperf: {', '.join(skipped)} not compared (secnetperf is msquic's; see the docstring)")
         if not args.qprof_before:
-            stacks = [s for s in stacks if s in ("tcp", "quinn", "ngtcp2")]
+            stacks = [s for s in stacks if s in OWN_REFERENCE]
     env = dict(os.environ)
     if args.secnetperf and not args.secnetperf_own_msquic:
         env["LD_LIBRARY_PATH"] = str(REPO / "build" / "msquic" / "lib")
@@ -347,22 +439,33 @@ def main():
         "tcp-tls": "secnetperf -tcp:1",
         "quinn": "quinn-perf",
         "ngtcp2": "gtlsclient (down)",
+        "quiche": "quiche apps (down)",
     }
     got = {s: {"qprof": [], "ref": [], "before": []} for s in stacks}
-    refs_there = {"tcp": True, "quinn": args.quinn_perf is not None, "ngtcp2": shutil.which("gtlsclient") is not None}
+    refs_there = {
+        "tcp": True,
+        "quinn": args.quinn_perf is not None,
+        "ngtcp2": shutil.which("gtlsclient") is not None,
+        "quiche": args.quiche_apps is not None,
+    }
     has_ref = {s: refs_there.get(s, args.secnetperf is not None) for s in stacks}
     whos = ("qprof", "ref") + (("before",) if args.qprof_before else ())
     jobs = [(s, who) for s in stacks for who in whos if who != "ref" or has_ref[s]]
     # The examples download: qprof's ngtcp2 runs sent down to match, and the
     # examples fetch as many bytes as its last window moved.
     window_bytes = {}
-    with tempfile.TemporaryDirectory() as runs_dir, tempfile.TemporaryDirectory() as examples_dir:
+    # The served files on tmpfs where there is one: memory, as the page cache.
+    shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
+    with tempfile.TemporaryDirectory() as runs_dir, tempfile.TemporaryDirectory(dir=shm) as examples_dir:
         for rnd in range(args.rounds):
             order = jobs[rnd % len(jobs) :] + jobs[: rnd % len(jobs)]
             for stack, who in order:
                 if who == "qprof" and stack == "ngtcp2":
                     rec = qprof_record(stack, ["--direction", "down"], args.duration, runs_dir)
                     window_bytes[stack] = rec["bytes"]
+                    res = rec["throughput_gbps"], rec["cpu"]["system"]["ns_per_byte"]["total"]
+                elif who == "qprof" and stack == "quiche":
+                    rec = qprof_record(stack, QUICHE_QPROF_ARGS, None, runs_dir)
                     res = rec["throughput_gbps"], rec["cpu"]["system"]["ns_per_byte"]["total"]
                 elif who == "qprof":
                     res = run_qprof(stack, args.duration, runs_dir, direction=args.direction)
@@ -374,6 +477,8 @@ def main():
                             res = run_iperf3(topo, args.duration, args.direction)
                         elif stack == "quinn":
                             res = run_quinn_perf(topo, args.duration, args.quinn_perf, args.direction)
+                        elif stack == "quiche":
+                            res = run_quiche_apps(topo, args.quiche_apps, examples_dir)
                         elif stack == "ngtcp2":
                             nbytes = window_bytes.get(stack, int(args.duration * 1e9))
                             res = run_ngtcp2_examples(topo, nbytes, examples_dir)
@@ -399,6 +504,11 @@ def main():
     )
     for s in (s for s in stacks if has_ref[s]):
         print(f"{s:8} {refs[s]:18} {pair_row(got[s]['qprof'], got[s]['ref'])}")
+    if has_ref.get("quiche") and got["quiche"]["ref"]:
+        less = [(g, ns - read) for g, ns, read in got["quiche"]["ref"]]
+        reads = summary([x[2] for x in got["quiche"]["ref"]])
+        print(f"quiche-server's file reads alone: {reads[0]:.3f} ({reads[1]:.3f}-{reads[2]:.3f}) ns/B; less them:")
+        print(f"{'quiche':8} {'apps less reads':18} {pair_row(got['quiche']['qprof'], less)}")
     if args.qprof_before:
         print(f"\nthis qprof against --qprof-before ({args.qprof_before}), same rounds")
         print(
