@@ -247,7 +247,7 @@ OPTIONS: List[Option] = [
         False,
         "download and handshakes: each connection resumes an earlier one's session (QUIC 0-RTT, "
         "TLS 1.3 resumption); the record says which did.",
-        stacks=("quic", "tcp-tls", "tcp-ktls"),
+        stacks=("quic", "ngtcp2", "tcp-tls", "tcp-ktls"),
         workload="--resume",
     ),
     Option(

@@ -48,7 +48,7 @@ static const char usage[] =
 	"  -b, --bytes N            the sender: send N bytes per stream, then FIN\n"
 	"      --size N             download: bytes the server sends per connection\n"
 	"      --count N            download: connections, one after another (default 1)\n"
-	"      --resume             download, handshakes; quic, tcp-tls, tcp-ktls: the client\n"
+	"      --resume             download, handshakes; quic, ngtcp2, tcp-tls, tcp-ktls: the client\n"
 	"                           resumes each\n"
 	"                           connection after the first with the session ticket the\n"
 	"                           previous one got (quic: and sends its request as 0-RTT);\n"
@@ -236,7 +236,7 @@ static const struct flag flags[] = {
 	{FLAG("bytes", 'b', F_NUM, bytes), .lo = 1, .hi = UINT64_MAX, .patterns = P_BULK},
 	{FLAG("size", 0, F_NUM, size), .lo = 1, .hi = UINT64_MAX, .patterns = P_DOWNLOAD},
 	{FLAG("count", 0, F_NUM, count), .lo = 1, .hi = UINT64_MAX, .patterns = P_DOWNLOAD},
-	{FLAG("resume", 0, F_BOOL, resume), .stacks = "quic|tcp-tls|tcp-ktls",
+	{FLAG("resume", 0, F_BOOL, resume), .stacks = "quic|ngtcp2|tcp-tls|tcp-ktls",
 	 .patterns = P_DOWNLOAD | P_HS},
 	{FLAG("period-us", 0, F_NUM, period_us), .lo = WL_RR_PERIOD_MIN_US,
 	 .hi = WL_RR_PERIOD_MAX_US, .unit = " microseconds", .patterns = P_RR | P_HS},

@@ -116,6 +116,7 @@ struct wl_conn {
 	bool close_req, more;
 	uint64_t close_code;
 	bool touched, stats;
+	bool resumed;		      /* the handshake resumed a session (GnuTLS says) */
 	struct wl_conn *next, *tnext; /* server: the live ones; touched in a read */
 	ngtcp2_cid cids[MAX_CIDS];    /* server: the DCIDs it is known by */
 	int ncids;
@@ -146,6 +147,12 @@ static struct {
 	ngtcp2_conn_stat stat;
 	uint64_t stat_lost;
 	char cipher[64];
+	/*
+	 * --resume: the server's session ticket key; the client's last
+	 * session, from the ticket the server sent after its handshake
+	 * (resumption without 0-RTT: the transport takes no early data).
+	 */
+	gnutls_datum_t ticket_key, session;
 } N = {.listen_fd = -1, .lock = PTHREAD_MUTEX_INITIALIZER};
 
 static void service(struct wl_conn *c);
@@ -882,6 +889,7 @@ static void service(struct wl_conn *c)
 
 			c->end.connected = true;
 			c->end.t_connected = wl_now_ns();
+			c->resumed = gnutls_session_is_resumed(c->tls);
 			/* The name the other QUIC workloads give, unless GnuTLS ran another. */
 			if (cs && strcmp(cs, "TLS_AES_128_GCM_SHA256") && !N.cipher[0])
 				snprintf(N.cipher, sizeof(N.cipher), "%s", cs);
@@ -1065,6 +1073,20 @@ static struct wl_conn *conn_alloc(bool server, unsigned flags)
 	return c;
 }
 
+/* Client, --resume: a NewSessionTicket came; its session is the one to offer next. */
+static int ticket_hook(gnutls_session_t tls, unsigned htype, unsigned when, unsigned incoming,
+		       const gnutls_datum_t *msg)
+{
+	gnutls_datum_t data;
+
+	(void)htype, (void)when, (void)incoming, (void)msg;
+	if (gnutls_session_get_data2(tls, &data))
+		return 0;
+	gnutls_free(N.session.data);
+	N.session = data;
+	return 0;
+}
+
 static int tls_session(struct wl_conn *c)
 {
 	int rv = gnutls_init(&c->tls, (c->server ? GNUTLS_SERVER : GNUTLS_CLIENT) |
@@ -1084,6 +1106,17 @@ static int tls_session(struct wl_conn *c)
 	/* No verification: as msquic's client with NO_CERTIFICATE_VALIDATION. */
 	if (!c->server)
 		gnutls_server_name_set(c->tls, GNUTLS_NAME_DNS, "localhost", strlen("localhost"));
+	if (N.o->resume && c->server)
+		return gnutls_session_ticket_enable_server(c->tls, &N.ticket_key);
+	if (N.o->resume) {
+		gnutls_handshake_set_hook_function(c->tls, GNUTLS_HANDSHAKE_NEW_SESSION_TICKET,
+						   GNUTLS_HOOK_POST, ticket_hook);
+		/* Without a session yet, a full handshake: "resumed" will say so. */
+		if ((c->flags & WL_CONN_RESUME) && N.session.size &&
+		    (rv = gnutls_session_set_data(c->tls, N.session.data, N.session.size)))
+			wl_warn("cannot offer the last session for resumption: %s",
+				gnutls_strerror(rv));
+	}
 	return 0;
 }
 
@@ -1240,6 +1273,10 @@ static int ng_setup(void)
 								   GNUTLS_X509_FMT_PEM))) {
 		wl_warn("loading the server certificate %s and key %s failed: %s", N.o->cert,
 			N.o->key, gnutls_strerror(rv));
+		return WL_EXIT_LIB_OPEN;
+	}
+	if (N.server && N.o->resume && (rv = gnutls_session_ticket_key_generate(&N.ticket_key))) {
+		wl_warn("making a session ticket key failed: %s", gnutls_strerror(rv));
 		return WL_EXIT_LIB_OPEN;
 	}
 	return WL_EXIT_OK;
@@ -1422,6 +1459,11 @@ static void ng_conn_info(struct wl_conn *c, struct wl_dl *r)
 		r->t_connect = c->t_connect;
 	if (c->end.connected)
 		r->t_handshake = c->end.t_connected;
+	if (c->end.connected) {
+		r->has_resumed = r->has_early = true;
+		r->resumed = c->resumed;
+		r->early_data = false; /* not offered: this transport sends no 0-RTT */
+	}
 	/* Datagrams each way; retransmits: packets with STREAM frames declared lost. */
 	r->has_counters = true;
 	r->retransmits = c->stream_lost;
@@ -1437,6 +1479,11 @@ static void ng_fini(void)
 	}
 	if (N.cred)
 		gnutls_certificate_free_credentials(N.cred);
+	if (N.ticket_key.data) {
+		gnutls_memset(N.ticket_key.data, 0, N.ticket_key.size);
+		gnutls_free(N.ticket_key.data);
+	}
+	gnutls_free(N.session.data);
 	free(N.txbuf);
 	free(N.rxbuf);
 }
