@@ -11,7 +11,8 @@ Where a flow's figures come from:
 - goodput: its receiver's own count of verified bytes, over the window by
   the receiver's clock (as a single run's throughput);
 - retransmissions: its sender's stack's own count, TCP_INFO's
-  tcpi_total_retrans (segments) or msquic's SendSuspectedLostPackets;
+  tcpi_total_retrans (segments), msquic's SendSuspectedLostPackets or
+  the other QUIC libraries' lost packets (RETRANSMITS_SOURCE);
 - CPU: its two processes' on-CPU time by schedstat, per byte it moved.
 The eBPF probes and perf attach to one client and one server process, so
 a mix runs without them (the record says so); a single run profiles a
@@ -25,7 +26,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Dict, List, Optional
 
 from qprof import errors
-from qprof.describe import cpu, link, options, rr, transports
+from qprof.describe import cpu, link, options, rr
 from qprof.describe.derive import jain_index
 
 # Each flow is two processes (and msquic's a worker thread per CPU each):
@@ -35,8 +36,15 @@ MIX_PATTERNS = ("bulk", "rr")
 _ENTRY = re.compile(r"^([a-z][a-z0-9-]*)(?::(\d+))?(?::([a-z]+))?$")
 # Options a flow takes only when it is of the pattern (check_pattern refuses them otherwise).
 RR_FIELDS = ("period_s", "payload", "rr_streams", "tcp_conns", "rr_mode")
+# Where a flow's retransmissions come from, by its sender's stack: the
+# library's own count where it keeps one over the connection's life.
+# ngtcp2's loss count is a closed stream's, and a bulk flow's stream is
+# open until the end: none.
 RETRANSMITS_SOURCE = {
     "quic": "msquic SendSuspectedLostPackets (packets)",
+    "quinn": "quinn PathStats lost_packets (packets)",
+    "quiche": "quiche Stats lost (packets)",
+    "ngtcp2": None,
     "tcp": "TCP_INFO tcpi_total_retrans (segments)",
     "udp": None,
 }
@@ -65,11 +73,6 @@ def parse(text: str, default_pattern: str, base_port: int, cpus: int) -> List[Fl
         if stack not in options.STACK_NAMES:
             raise errors.UnknownStack(
                 f"--mix names an unknown stack '{stack}'; the stacks are: {', '.join(options.STACK_NAMES)}."
-            )
-        if transports.has_quic_stats(stack):
-            raise errors.BadMix(
-                f"--mix entry '{item}': a mix reads each flow's retransmissions from msquic or TCP_INFO, "
-                f"and not yet from {stack}; use quic for the QUIC flows."
             )
         if count == 0:
             raise errors.BadMix(f"--mix entry '{item}' has no flows; give it a count of 1 or more, or drop it.")
@@ -193,6 +196,9 @@ def _retransmits(m: FlowMeasurement, side: str) -> Optional[int]:
         return b["conn_stats"][key] - a["conn_stats"][key]
     if "tcp_info" in a and "tcp_info" in b:
         return b["tcp_info"]["total_retrans"] - a["tcp_info"]["total_retrans"]
+    lost = [mark.get("quic_stats", {}).get("lost_packets") for mark in (a, b)]
+    if None not in lost:
+        return lost[1] - lost[0]
     return None
 
 
@@ -207,7 +213,7 @@ def describe_flow(m: FlowMeasurement, cpu_window_s: float) -> dict:
     nbytes = _delta(m, "server", "app_bytes")
     seconds = _delta(m, "server", "t_ns") / 1e9
     oncpu = {side: _oncpu_s(m, side) for side in ("client", "server")}
-    family = "quic" if f["stack"] == "quic" else ("udp" if f["stack"] == "udp" else "tcp")
+    family = f["stack"] if f["stack"] in RETRANSMITS_SOURCE else "tcp"
     out = {
         "flow": f["index"],
         "stack": f["stack"],

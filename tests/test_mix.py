@@ -18,8 +18,11 @@ BAD_MIX, UNKNOWN_STACK = errors.BadMix.exit_code, errors.UnknownStack.exit_code
 # The most payload a flow's verified bytes can take of a frame on the wire,
 # the Ethernet frame tbf counts: a full TCP segment carries 1448 bytes (MSS
 # 1460 less timestamps) in 1514; a UDP datagram 1472, of which QUIC's
-# stream data is less.
-PAYLOAD_PER_FRAME = {"tcp": 1448 / 1514, "tcp-tls": 1448 / 1514, "quic": 1472 / 1514, "udp": 1472 / 1514}
+# stream data is less (whichever library's).
+PAYLOAD_PER_FRAME = {
+    **{s: 1448 / 1514 for s in ("tcp", "tcp-tls", "tcp-ktls")},
+    **{s: 1472 / 1514 for s in ("quic", "quinn", "quiche", "ngtcp2", "udp")},
+}
 # The most bytes of a frame that are not its transport's payload (Ethernet,
 # IPv4, TCP with timestamps; UDP's 42 is less).
 FRAME_HEADERS = 14 + 20 + 32

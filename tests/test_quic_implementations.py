@@ -9,6 +9,7 @@ import re
 import subprocess
 
 import pytest
+from test_mix import assert_bottleneck_conserves_bytes, assert_jain_and_shares
 
 from qprof import errors
 from qprof.describe import options, plan
@@ -183,16 +184,36 @@ def test_what_the_rust_workloads_do_not_take_is_refused(kw, words, stack):
         resolve(stack, **kw)
 
 
-@pytest.mark.unit
-@pytest.mark.parametrize("stack", IMPLEMENTATIONS)
-def test_the_other_implementations_are_no_flows_of_a_mix(stack):
-    with pytest.raises(errors.BadMix, match="not yet from"):
-        plan.resolve(options.RunOptions(mix=f"{stack}:1,tcp:1"), cpus=8)
+@pytest.mark.system
+@needs_build
+def test_the_four_libraries_share_a_bottleneck(runs_dir):
+    """A mix of one flow of each QUIC library through one 20 Mbit/s link:
+    each receiver verified bytes, the bottleneck conserved them (test_mix's
+    accounting), and each sender's losses come from its library's own
+    count, or are absent where the library keeps none over a connection."""
+    rec = run_json(runs_dir, "--mix", "quic:1,quinn:1,quiche:1,ngtcp2:1", "--link", "rate=20mbit", "--duration", "2s")
+    m = rec["mix"]
+    flows = {f["stack"]: f for f in m["flows"]}
+    assert set(flows) == {"quic", "quinn", "quiche", "ngtcp2"} and len({f["port"] for f in m["flows"]}) == 4
+    for stack, f in flows.items():
+        assert f["bytes"] > 0 and f["oncpu_s"]["client"] > 0 and f["oncpu_s"]["server"] > 0, f
+        if stack == "ngtcp2":
+            assert f["retransmits"] is None and f["retransmits_source"] is None
+        else:
+            assert f["retransmits"] >= 0 and f["retransmits_source"].startswith(("msquic", stack)), f
+    assert_jain_and_shares(m)
+    assert_bottleneck_conserves_bytes(rec, runs_dir)
 
 
 @pytest.mark.unit
 @pytest.mark.parametrize(
-    "kw", [{}, {"streams": 4, "bytes": 1 << 20}, {"pattern": "download", "size": 1 << 20, "count": 3}, {"gso": "off"}]
+    "kw",
+    [
+        {},
+        {"streams": 4, "bytes": 1 << 20},
+        {"pattern": "download", "size": 1 << 20, "count": 3},
+        {"gso": "off"},
+    ],
 )
 @pytest.mark.parametrize("stack", RUST)
 def test_every_flag_qprof_passes_is_wlprotos(kw, stack):
