@@ -116,7 +116,7 @@ def _resolve_mix(opts: RunOptions, cpus: int) -> Plan:
 
 def _implementation(opts: RunOptions, stack: transports.Stack) -> None:
     """The QUIC implementations beside msquic in workloads of their own
-    (workloads/rs/) take bulk upload on one connection and downloads;
+    (workloads/rs/) take bulk upload, downloads and rr on one connection;
     ngtcp2, a transport of qprof-wl's, every pattern (resumption without
     0-RTT)."""
     if not stack.is_quic or stack.library == "msquic":
@@ -124,8 +124,10 @@ def _implementation(opts: RunOptions, stack: transports.Stack) -> None:
     fix = "use --stack quic (msquic) for it"
     if stack.workload == "qprof-wl":
         return
-    if opts.pattern not in ("bulk", "download"):
-        raise errors.BadValue(f"{stack.name}'s workload runs --pattern bulk and download, not {opts.pattern}; {fix}.")
+    if opts.pattern not in ("bulk", "download", "rr"):
+        raise errors.BadValue(
+            f"{stack.name}'s workload runs --pattern bulk, download and rr, not {opts.pattern}; {fix}."
+        )
     if opts.direction not in (None, "up"):
         raise errors.BadValue(f"{stack.name}'s workload sends up only (client to server); {fix}, or drop --direction.")
     if opts.conns not in (None, 1):

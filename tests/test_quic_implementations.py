@@ -30,7 +30,7 @@ def locked_version(krate: str) -> str:
 
 
 IMPLEMENTATIONS = ("quinn", "quiche", "ngtcp2")
-# In workloads of their own (workloads/rs/): bulk up and downloads alone.
+# In workloads of their own (workloads/rs/): bulk up, downloads and rr, one connection.
 RUST = ("quinn", "quiche")
 
 
@@ -167,7 +167,7 @@ def resolve(stack="quinn", **kw):
 @pytest.mark.parametrize(
     "kw, words",
     [
-        ({"pattern": "rr"}, "runs --pattern bulk and download, not rr"),
+        ({"pattern": "handshakes"}, "runs --pattern bulk, download and rr, not handshakes"),
         ({"pattern": "handshakes"}, "not handshakes"),
         ({"direction": "down"}, "sends up only"),
         ({"conns": 2}, "opens one connection"),
@@ -213,6 +213,8 @@ def test_the_four_libraries_share_a_bottleneck(runs_dir):
         {"streams": 4, "bytes": 1 << 20},
         {"pattern": "download", "size": 1 << 20, "count": 3},
         {"gso": "off"},
+        {"pattern": "rr", "period_s": 0.001, "request": 100, "response": 2000, "rr_streams": "one"},
+        {"pattern": "rr", "rr_mode": "closed", "streams": 8, "payload": 512},
     ],
 )
 @pytest.mark.parametrize("stack", RUST)
@@ -242,7 +244,8 @@ def test_ngtcp2_runs_every_pattern_of_qprof_wl(runs_dir):
     handshakes, written once over the transports, run on it too."""
     rec = run_json(runs_dir, "--stack", "ngtcp2", "--pattern", "rr", "--period", "5ms", "--duration", "1s")
     rr = rec["rr"]
-    assert rec["verified"] is True and rr["responses"] > 0 and rr["responses"] <= rr["requests_due"], rr
+    # The window's responses: its requests, or one more by where the schedule's t0 falls (test_rr).
+    assert rec["verified"] is True and 0 < rr["responses"] <= rr["requests_due"] + 1, rr
     rec = run_json(runs_dir, "--stack", "ngtcp2", "--pattern", "handshakes", "--duration", "1s", "--sample-hz", "1000")
     assert rec["verified"] is True and rec["handshakes"]["handshakes"] > 0, rec["handshakes"]
     assert rec["environment"]["quic_library"]["name"] == "ngtcp2"

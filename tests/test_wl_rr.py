@@ -16,6 +16,7 @@ import pytest
 
 from qprof.collectors.controlled import unpacked
 from qprof.collectors.workload import WorkloadExit
+from qprof.describe import transports
 
 from conftest import REPO, free_port, needs_build
 
@@ -32,7 +33,19 @@ MODES = {
     "tcp": ("tcp", []),
     "tcp-tls-one": ("tcp-tls", ["--tcp-conns", "one"]),
     "tcp-tls-on-demand": ("tcp-tls", ["--tcp-conns", "on-demand"]),
+    # The other QUIC implementations: ngtcp2 a transport of qprof-wl's, quinn
+    # and quiche workloads of their own that speak its protocol (wlproto).
+    "ngtcp2-per-request": ("ngtcp2", []),
+    "quinn-per-request": ("quinn", []),
+    "quinn-one": ("quinn", ["--rr-streams", "one"]),
+    "quiche-per-request": ("quiche", []),
+    "quiche-one": ("quiche", ["--rr-streams", "one"]),
 }
+
+
+def wl(stack: str) -> str:
+    """The workload binary of a stack (transports.Stack.workload)."""
+    return str(REPO / "build" / "bin" / transports.STACKS[stack].workload)
 
 
 @contextmanager
@@ -72,13 +85,14 @@ def rr(
     """Server and client of one rr run; both their exit codes and outputs,
     and how often the client blocked (its voluntary context switches)."""
     common = ["--stack", stack, "--addr", "127.0.0.1", "--port", str(free_port()), "--pattern", "rr"]
-    server_argv = [WL, *common, "--role", "server", *cert, "--payload", str(server_payload or payload), *server_args]
+    server_argv = [wl(stack), *common, "--role", "server", *cert, "--payload", str(server_payload or payload)]
+    server_argv += server_args
     with launched(server_argv) as server:
         ready = server.stdout.readline()
         assert '"ready"' in ready, ready + server.stderr.read()
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         client = subprocess.run(
-            [WL, *common, "--role", "client", "--payload", str(payload), "--period-us", str(period_us)]
+            [wl(stack), *common, "--role", "client", "--payload", str(payload), "--period-us", str(period_us)]
             + ["--duration-ms", str(duration_ms), *client_args],
             capture_output=True,
             text=True,

@@ -4,7 +4,8 @@
 //! --streams unidirectional streams of one connection, the server checks
 //! every byte) and download (--count connections one after another, each
 //! a request on one bidirectional stream answered with --size bytes of the
-//! pattern).
+//! pattern) and rr (wlproto::rr on one connection: requests on a stream
+//! each or all on one, open loop on qprof-wl's schedule or closed).
 //!
 //! The configuration, recorded in the "connected" event: TLS 1.3 with
 //! AES-128-GCM only, on the BoringSSL that boring-sys builds for quiche;
@@ -17,7 +18,7 @@
 //! on receive, each as the kernel grants it (qprof's interposer turns
 //! either off, as for msquic and quinn).
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::mem::{size_of, zeroed};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
@@ -31,7 +32,8 @@ use std::time::{Duration, Instant};
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token, Waker};
 use serde_json::{json, Map, Value};
-use wlproto::{exit, now_ns, Download, Role};
+use wlproto::rr::{Rr, RxMsg, Schedule, HDR};
+use wlproto::{exit, now_ns, Download, Role, Timerfd};
 
 const ALPN: &[u8] = b"qprof";
 const SERVER_NAME: &str = "qprof";
@@ -41,6 +43,13 @@ const SERVER_NAME: &str = "qprof";
 const CONN_WINDOW: u64 = 64 << 20;
 const STREAM_WINDOW: u64 = 16 << 20;
 const MAX_STREAMS: u64 = wlproto::MAX_STREAMS as u64;
+/// rr: the client's bidirectional streams open at once that the server
+/// allows (qprof-wl's RR_PEER_STREAMS, msquic's server limit): an open
+/// loop may have many requests outstanding.
+const RR_PEER_STREAMS: u64 = 1024;
+/// qprof-wl's close codes (wl_transport.h, WL_CLOSE_ERROR and _VERIFY).
+const CLOSE_ERROR: u64 = 1;
+const CLOSE_VERIFY: u64 = 2;
 const IDLE_TIMEOUT_MS: u64 = 30_000;
 /// The largest UDP payload each side sends and takes: quiche's own apps'
 /// (apps/src/bin/quiche-server.rs, MAX_DATAGRAM_SIZE); quiche's library
@@ -63,6 +72,7 @@ const CIPHER: u16 = 0x1301;
 
 const SOCK: Token = Token(0);
 const WAKE: Token = Token(1);
+const TIMER: Token = Token(2);
 
 type Fail = (i32, String);
 
@@ -86,6 +96,7 @@ fn run(role: &'static Role, lib: Quiche) -> Result<(), Fail> {
         .parse()
         .map_err(|_| (exit::USAGE, format!("--addr {} is not an IP address", role.opts.addr)))?;
     let addr = SocketAddr::new(ip, role.opts.port);
+    let _ = lib.streams_bidi.set(streams_bidi(role));
     let cfg = config(role)?;
     let mut ep = if role.server() {
         Endpoint::new(role, lib, addr, cfg).map_err(|e| {
@@ -108,17 +119,22 @@ fn run(role: &'static Role, lib: Quiche) -> Result<(), Fail> {
     role.on_stop(Box::new(move || {
         let _ = waker.wake();
     }));
-    let r = match (role.server(), role.opts.download()) {
-        (true, false) => {
+    let r = match (role.server(), role.opts.download(), role.opts.rr()) {
+        (true, _, true) => {
+            role.ready();
+            rr_server(&mut ep)
+        }
+        (false, _, true) => rr_client(&mut ep, addr),
+        (true, false, _) => {
             role.ready();
             bulk_server(&mut ep)
         }
-        (true, true) => {
+        (true, true, _) => {
             role.ready();
             download_server(&mut ep)
         }
-        (false, false) => bulk_client(&mut ep, addr),
-        (false, true) => download_client(&mut ep, addr),
+        (false, false, _) => bulk_client(&mut ep, addr),
+        (false, true, _) => download_client(&mut ep, addr),
     };
     // Every connection closes (code 0, as quinn's endpoint closes them)
     // and drains before the process reports.
@@ -127,6 +143,16 @@ fn run(role: &'static Role, lib: Quiche) -> Result<(), Fail> {
 }
 
 // ------------------------------------------------------------ configuration
+
+/// The peer's bidirectional streams open at once this side allows: an rr
+/// server RR_PEER_STREAMS (each request a stream), otherwise MAX_STREAMS.
+fn streams_bidi(role: &Role) -> u64 {
+    if role.opts.rr() && role.server() {
+        RR_PEER_STREAMS
+    } else {
+        MAX_STREAMS
+    }
+}
 
 /// quiche's configuration on a BoringSSL context of our own, so that TLS
 /// 1.3 offers one suite: BoringSSL's cipher lists leave TLS 1.3 alone, its
@@ -169,7 +195,7 @@ fn config(role: &Role) -> Result<quiche::Config, Fail> {
     c.set_initial_max_stream_data_bidi_remote(STREAM_WINDOW);
     c.set_initial_max_stream_data_uni(STREAM_WINDOW);
     c.set_max_stream_window(STREAM_WINDOW);
-    c.set_initial_max_streams_bidi(MAX_STREAMS);
+    c.set_initial_max_streams_bidi(streams_bidi(role));
     c.set_initial_max_streams_uni(MAX_STREAMS);
     // One path (quiche's apps' default): every packet of a GSO run goes
     // to the one peer address.
@@ -288,6 +314,8 @@ impl Conns {
 struct Quiche {
     conns: Arc<FairMutex<Conns>>,
     io: Arc<Io>,
+    /// initial_max_streams_bidi, as configured.
+    streams_bidi: Arc<OnceLock<u64>>,
 }
 
 impl wlproto::Stack for Quiche {
@@ -354,7 +382,7 @@ impl wlproto::Stack for Quiche {
                 "initial_max_stream_data_bidi": STREAM_WINDOW,
                 "max_stream_window": STREAM_WINDOW,
                 "initial_max_streams_uni": MAX_STREAMS,
-                "initial_max_streams_bidi": MAX_STREAMS,
+                "initial_max_streams_bidi": self.streams_bidi.get().copied().unwrap_or(MAX_STREAMS),
                 "max_send_udp_payload_size": MAX_DATAGRAM,
                 "max_idle_timeout_ms": IDLE_TIMEOUT_MS,
                 "congestion_control": "cubic",
@@ -577,6 +605,10 @@ fn new_cid() -> Vec<u8> {
 enum Flow {
     /// Go on: wait for the socket, quiche's timers or this deadline.
     Continue(Option<Instant>),
+    /// Go on, as Continue, with the deadline a CLOCK_MONOTONIC time in ns
+    /// kept by a timerfd (rr's schedule): the poll's own timeout rounds
+    /// up to whole milliseconds, which a request's latency would count.
+    At(Option<u64>),
     Finished,
 }
 
@@ -613,6 +645,8 @@ struct Endpoint {
     accepting: u64,
     accepted: VecDeque<u64>,
     warned_send: bool,
+    /// Flow::At's timerfd, made on first use.
+    timer: Option<Timerfd>,
 }
 
 impl Endpoint {
@@ -645,6 +679,7 @@ impl Endpoint {
             accepting: 0,
             accepted: VecDeque::new(),
             warned_send: false,
+            timer: None,
         })
     }
 
@@ -691,6 +726,10 @@ impl Endpoint {
             match flow {
                 Flow::Finished => return Ok(()),
                 Flow::Continue(deadline) => self.wait(deadline)?,
+                Flow::At(t_ns) => {
+                    self.arm(t_ns)?;
+                    self.wait(None)?;
+                }
             }
         }
     }
@@ -743,12 +782,16 @@ impl Endpoint {
             }
             return Err((exit::INTERNAL, format!("cannot wait for the socket: {e}")));
         }
-        let (mut readable, mut writable) = (false, false);
+        let (mut readable, mut writable, mut fired) = (false, false, false);
         for ev in self.events.iter() {
             if ev.token() == SOCK {
                 readable |= ev.is_readable() || ev.is_error();
                 writable |= ev.is_writable() || ev.is_error();
             }
+            fired |= ev.token() == TIMER;
+        }
+        if fired {
+            self.fired();
         }
         if writable {
             self.blocked = false;
@@ -764,6 +807,29 @@ impl Endpoint {
             self.receive(&mut c)?;
         }
         Ok(())
+    }
+
+    /// Flow::At: the timer fires at t_ns (None: never); a time past fires
+    /// at once. Re-armed only when the time changes.
+    fn arm(&mut self, t_ns: Option<u64>) -> Result<(), Fail> {
+        let fail = |what: &str, e: io::Error| (exit::INTERNAL, format!("cannot {what} the request timer: {e}"));
+        if self.timer.is_none() {
+            let t = Timerfd::new().map_err(|e| fail("make", e))?;
+            self.poll
+                .registry()
+                .register(&mut SourceFd(&t.as_raw_fd()), TIMER, Interest::READABLE)
+                .map_err(|e| fail("wait for", e))?;
+            self.timer = Some(t);
+        }
+        self.timer.as_mut().unwrap().arm(t_ns).map_err(|e| fail("arm", e))
+    }
+
+    /// The timer fired: it is disarmed (a one-shot); mio's poll is
+    /// edge-triggered, so its count is never read.
+    fn fired(&mut self) {
+        if let Some(t) = self.timer.as_mut() {
+            t.fired();
+        }
     }
 
     /// Every datagram the socket holds, each to its connection (a GRO
@@ -1530,5 +1596,611 @@ fn download_client(ep: &mut Endpoint, addr: SocketAddr) -> Result<(), Fail> {
         // The next connection at once, while this one closes.
         cur = None;
         i += 1;
+    })
+}
+
+// ------------------------------------------------------------ rr
+
+/// A message (or a lone FIN) not yet wholly handed to quiche: its stream,
+/// its sequence number, its length (0: a FIN alone), the bytes quiche has
+/// taken, and whether it ends its stream. quiche takes what its send
+/// capacity (congestion window, flow control) allows; the rest waits here,
+/// in order, and goes as capacity comes back (each wake tries the oldest).
+struct Out {
+    id: u64,
+    seq: u64,
+    len: usize,
+    off: usize,
+    fin: bool,
+}
+
+/// This role's messages, all alike but their header: `msg` holds one
+/// (header and body, out of the pattern); each write puts its header in.
+fn message(role: &Role, rr: &Rr) -> Vec<u8> {
+    let (hdr, body) = rr.message(&role.pattern, 0);
+    [&hdr[..], body].concat()
+}
+
+/// Hands quiche what it takes of `o`: true once all of it, its FIN with
+/// its last byte (quiche sets FIN only on a write it takes whole).
+fn write_out(conn: &mut quiche::Connection, msg: &mut [u8], o: &mut Out) -> Result<bool, quiche::Error> {
+    if o.len > 0 {
+        msg[..HDR].copy_from_slice(&o.seq.to_le_bytes());
+    }
+    match conn.stream_send(o.id, &msg[o.off..o.len], o.fin) {
+        Ok(w) => {
+            o.off += w;
+            Ok(o.off == o.len)
+        }
+        // No capacity now; or (a new stream) the server's stream limit.
+        Err(quiche::Error::Done | quiche::Error::StreamLimit) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// The client's request on a stream of its own, from its first byte handed
+/// to quiche until its answer.
+struct Req {
+    seq: u64,
+    sent_ns: u64,
+    rx: RxMsg,
+    /// When the response's last byte came (it is answered at the FIN).
+    t_answer: u64,
+}
+
+/// The client's per-request streams by index (stream id / 4), oldest first:
+/// they open in order, so a sliding window of them.
+#[derive(Default)]
+struct Reqs {
+    base: u64,
+    v: VecDeque<Option<Req>>,
+}
+
+impl Reqs {
+    fn push(&mut self, k: u64, r: Req) {
+        if self.v.is_empty() {
+            self.base = k;
+        }
+        while self.base + (self.v.len() as u64) < k {
+            self.v.push_back(None);
+        }
+        self.v.push_back(Some(r));
+    }
+
+    fn get(&mut self, k: u64) -> Option<&mut Req> {
+        let i = usize::try_from(k.checked_sub(self.base)?).ok()?;
+        self.v.get_mut(i)?.as_mut()
+    }
+
+    fn take(&mut self, k: u64) -> Option<Req> {
+        let i = usize::try_from(k.checked_sub(self.base)?).ok()?;
+        let r = self.v.get_mut(i)?.take();
+        while matches!(self.v.front(), Some(None)) {
+            self.v.pop_front();
+            self.base += 1;
+        }
+        r
+    }
+}
+
+/// The rr client on one connection (wl_rr_pattern.c's rr_client for one
+/// QUIC connection): the schedule (or the closed loop) hands requests to
+/// quiche; answers are checked and reported as they come.
+struct RrClient {
+    role: &'static Role,
+    rr: &'static Rr,
+    schedule: Schedule,
+    /// Closed loop: the next request's sequence number.
+    next_seq: u64,
+    /// Per-request streams: the next one's id (0, 4, 8, ...).
+    next_id: u64,
+    out: VecDeque<Out>,
+    msg: Vec<u8>,
+    /// Per-request streams: the requests handed to quiche, by stream.
+    reqs: Reqs,
+    /// --rr-streams one: the requests handed to quiche (seq, sent_ns),
+    /// oldest first, and the response coming in.
+    q: VecDeque<(u64, u64)>,
+    rx: RxMsg,
+}
+
+impl RrClient {
+    /// Request seq waits to go: on a new stream, or on stream 0.
+    fn send(&mut self, seq: u64) {
+        let id = if self.rr.per_request {
+            self.next_id += 4;
+            self.next_id - 4
+        } else {
+            0
+        };
+        self.out.push_back(Out {
+            id,
+            seq,
+            len: self.rr.tx_size as usize,
+            off: 0,
+            fin: self.rr.per_request,
+        });
+    }
+
+    /// Closed loop: the next request.
+    fn issue(&mut self) {
+        self.rr.due.fetch_add(1, Relaxed);
+        self.next_seq += 1;
+        self.send(self.next_seq - 1);
+    }
+
+    /// A whole response (or one failed already): checked against the
+    /// request it answers and reported; closed loop, the next goes.
+    fn answered(&mut self, req: Option<(u64, u64)>, rx: &RxMsg, t_ns: u64) -> Result<(), Fail> {
+        self.rr.answer(req, rx, t_ns, 0).map_err(|why| (exit::VERIFY, why))?;
+        self.role.app_bytes.fetch_add(u64::from(self.rr.rx_size), Relaxed);
+        if self.rr.closed && !self.schedule.draining() {
+            self.issue();
+        }
+        Ok(())
+    }
+
+    /// Hands quiche the waiting requests, oldest first, while it takes
+    /// them. A request counts as sent, and its sent_ns is taken, when
+    /// quiche takes its first bytes.
+    fn write(&mut self, conn: &mut quiche::Connection) -> Result<(), Fail> {
+        while let Some(o) = self.out.front_mut() {
+            let first = o.off == 0;
+            let whole = write_out(conn, &mut self.msg, o)
+                .map_err(|e| lost(self.role, &format!("sending request {}", o.seq), e))?;
+            if first && o.off > 0 {
+                let sent_ns = now_ns();
+                self.rr.sent.fetch_add(1, Relaxed);
+                if self.rr.per_request {
+                    self.reqs.push(
+                        o.id >> 2,
+                        Req {
+                            seq: o.seq,
+                            sent_ns,
+                            rx: RxMsg::default(),
+                            t_answer: 0,
+                        },
+                    );
+                } else {
+                    self.q.push_back((o.seq, sent_ns));
+                }
+            }
+            if !whole {
+                break;
+            }
+            self.out.pop_front();
+        }
+        Ok(())
+    }
+
+    /// Reads every response that came: each stream's own (wl_rr_pattern.c's
+    /// req_data, req_fin, req_aborted), or those on the one stream (one_data).
+    fn read(&mut self, conn: &mut quiche::Connection, app: &mut [u8]) -> Result<(), Fail> {
+        let (role, rr) = (self.role, self.rr);
+        while let Some(id) = conn.stream_readable_next() {
+            let k = id >> 2;
+            let ours = id & 3 == 0
+                && if rr.per_request {
+                    self.reqs.get(k).is_some()
+                } else {
+                    id == 0
+                };
+            if !ours {
+                let _ = conn.stream_shutdown(id, quiche::Shutdown::Read, 0);
+                continue;
+            }
+            loop {
+                let (n, fin) = match conn.stream_recv(id, app) {
+                    Ok(r) => r,
+                    Err(quiche::Error::Done) => break,
+                    Err(quiche::Error::StreamReset(_)) if rr.per_request => {
+                        let seq = self.reqs.get(k).map_or(k, |r| r.seq);
+                        return Err((exit::CONN_LOST, format!("the server reset request {seq}'s stream")));
+                    }
+                    Err(quiche::Error::StreamReset(_)) => {
+                        return Err((exit::CONN_LOST, "the server ended the one stream mid-run".into()))
+                    }
+                    Err(e) => return Err(lost(role, "reading a response", e)),
+                };
+                let t = now_ns();
+                if !rr.per_request {
+                    let mut p = &app[..n];
+                    while !p.is_empty() {
+                        let took = self.rx.feed(rr, &role.pattern, p);
+                        p = &p[took..];
+                        if !self.rx.ready(rr) {
+                            break;
+                        }
+                        let rx = std::mem::take(&mut self.rx);
+                        let req = self.q.pop_front();
+                        self.answered(req, &rx, t)?;
+                    }
+                    if fin {
+                        return Err((exit::CONN_LOST, "the server ended the one stream mid-run".into()));
+                    }
+                    continue;
+                }
+                let r = self.reqs.get(k).expect("a request on its stream");
+                let took = r.rx.feed(rr, &role.pattern, &app[..n]);
+                if r.rx.bad {
+                    // Fails now, not at the FIN.
+                    let (req, rx) = (Some((r.seq, r.sent_ns)), r.rx.clone());
+                    return self.answered(req, &rx, t);
+                }
+                if took < n {
+                    return Err((
+                        exit::VERIFY,
+                        format!(
+                            "the response to request {} is longer than --response's {} bytes (is --response the same on both roles?)",
+                            r.seq, rr.rx_size
+                        ),
+                    ));
+                }
+                if r.rx.whole(rr) && r.t_answer == 0 {
+                    r.t_answer = t;
+                }
+                if fin {
+                    if !r.rx.whole(rr) {
+                        return Err((
+                            exit::VERIFY,
+                            format!(
+                                "the response to request {} is shorter than --response's {} bytes (is --response the same on both roles?)",
+                                r.seq, rr.rx_size
+                            ),
+                        ));
+                    }
+                    let r = self.reqs.take(k).expect("a request on its stream");
+                    self.answered(Some((r.seq, r.sent_ns)), &r.rx, r.t_answer)?;
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// One wake of the loop, the connection up: what fell due goes, the
+    /// answers are read; draining, it ends once every request is answered
+    /// or the drain is over.
+    fn step(&mut self, conn: &mut quiche::Connection, app: &mut [u8]) -> Result<Flow, Fail> {
+        let (role, rr) = (self.role, self.rr);
+        if ended(conn) {
+            return Err((
+                exit::CONN_LOST,
+                format!(
+                    "the connection ended after {} responses: {}",
+                    rr.responses.load(Relaxed),
+                    end_reason(conn)
+                ),
+            ));
+        }
+        let now = now_ns();
+        let due = if role.stopping() {
+            self.schedule.stop(rr, now)
+        } else {
+            self.schedule.due(rr, now)
+        };
+        for seq in due {
+            self.send(seq);
+        }
+        self.read(conn, app)?;
+        self.write(conn)?;
+        if self.schedule.draining() {
+            let idle = self.out.is_empty() && rr.sent.load(Relaxed) == rr.responses.load(Relaxed);
+            if idle || self.schedule.over(now_ns()) {
+                role.t_transfer_done_ns.store(rr.t_last_answer.load(Relaxed), SeqCst);
+                let _ = conn.close(true, 0, b"done");
+                return Ok(Flow::Finished);
+            }
+        }
+        Ok(Flow::At(self.schedule.wake_at(rr)))
+    }
+}
+
+fn rr_client(ep: &mut Endpoint, addr: SocketAddr) -> Result<(), Fail> {
+    let role = ep.role;
+    let rr = role.rr.as_ref().expect("--pattern rr");
+    let key = {
+        let conns = ep.lib.conns.clone();
+        let mut c = conns.lock();
+        ep.connect(&mut c, addr)?
+    };
+    rr.connections.fetch_add(1, Relaxed);
+    let mut cl = RrClient {
+        role,
+        rr,
+        schedule: Schedule::default(),
+        next_seq: 0,
+        next_id: 0,
+        out: VecDeque::new(),
+        msg: message(role, rr),
+        reqs: Reqs::default(),
+        q: VecDeque::new(),
+        rx: RxMsg::default(),
+    };
+    let mut established = false;
+    ep.drive(|ep, c| {
+        wlproto::emit_tick();
+        let s = c.find(key).ok_or_else(|| lost(role, "at once", "gone"))?;
+        let conn = &mut s.conn;
+        if !established {
+            if conn.is_established() {
+                established = true;
+                let t0 = now_ns();
+                check_tls(&ep.lib.io, conn)?;
+                s.tracked = true;
+                role.connected(t0);
+                cl.schedule.start(rr, role.opts.duration_ms);
+                if rr.closed {
+                    for _ in 0..role.opts.streams {
+                        cl.issue();
+                    }
+                }
+            } else if ended(conn) {
+                return Err((
+                    exit::HANDSHAKE,
+                    format!("QUIC handshake with {addr} failed: {}", end_reason(conn)),
+                ));
+            } else if role.stopping() {
+                return Ok(Flow::Finished);
+            } else {
+                return Ok(Flow::Continue(None));
+            }
+        }
+        cl.step(conn, &mut ep.app).inspect_err(|(code, _)| {
+            let _ = conn.close(
+                true,
+                if *code == exit::VERIFY {
+                    CLOSE_VERIFY
+                } else {
+                    CLOSE_ERROR
+                },
+                b"",
+            );
+        })
+    })
+}
+
+/// One of the client's streams as the server reads it: the request coming
+/// in; `spent`: a bad one was answered and the stream ended, the rest is
+/// dropped; the client's FIN seen, ours queued, ours handed to quiche.
+#[derive(Default)]
+struct Served {
+    rx: RxMsg,
+    spent: bool,
+    fin_seen: bool,
+    fin_queued: bool,
+    fin_sent: bool,
+}
+
+/// The rr server on one connection (wl_rr_pattern.c's server side): each
+/// request, whole, is answered on its stream (the stream ends when the
+/// client's does); a bad one is answered at once and ends its stream, and
+/// the run fails once the client has gone.
+struct RrServer {
+    role: &'static Role,
+    rr: &'static Rr,
+    streams: HashMap<u64, Served>,
+    out: VecDeque<Out>,
+    msg: Vec<u8>,
+}
+
+impl RrServer {
+    /// Answers the request in st.rx (`fin`: its stream's last); one short
+    /// or failed is answered at once and ends the stream.
+    fn respond(&mut self, id: u64, fin: bool) {
+        let (role, rr) = (self.role, self.rr);
+        let st = self.streams.get_mut(&id).expect("a stream read");
+        let seq = st.rx.seq();
+        let why = rr.request_failed(&st.rx);
+        let bad = why.is_some();
+        if let Some(why) = why {
+            st.spent = true;
+            role.fail_later(exit::VERIFY, why);
+        }
+        let fin = fin || bad;
+        st.fin_queued |= fin;
+        role.app_bytes.fetch_add(u64::from(st.rx.got), Relaxed);
+        st.rx = RxMsg::default();
+        self.out.push_back(Out {
+            id,
+            seq,
+            len: rr.tx_size as usize,
+            off: 0,
+            fin,
+        });
+    }
+
+    /// The client's FIN on stream id: a request cut short is answered as
+    /// bad; otherwise our side ends too.
+    fn client_fin(&mut self, id: u64) {
+        let st = self.streams.get_mut(&id).expect("a stream read");
+        st.fin_seen = true;
+        if st.fin_sent {
+            self.streams.remove(&id);
+        } else if !st.fin_queued {
+            if st.rx.got > 0 {
+                self.respond(id, true);
+            } else {
+                st.fin_queued = true;
+                self.out.push_back(Out {
+                    id,
+                    seq: 0,
+                    len: 0,
+                    off: 0,
+                    fin: true,
+                });
+            }
+        }
+    }
+
+    fn read(&mut self, conn: &mut quiche::Connection, app: &mut [u8]) {
+        let (role, rr) = (self.role, self.rr);
+        while let Some(id) = conn.stream_readable_next() {
+            if id & 3 != 0 {
+                // Not a bidirectional stream of the client's.
+                let _ = conn.stream_shutdown(id, quiche::Shutdown::Read, 0);
+                continue;
+            }
+            self.streams.entry(id).or_default();
+            loop {
+                let (n, fin) = match conn.stream_recv(id, app) {
+                    Ok(r) => r,
+                    Err(quiche::Error::Done) => break,
+                    Err(_) => {
+                        // The client reset it (or it is gone): reset ours,
+                        // and its answers go no more.
+                        let _ = conn.stream_shutdown(id, quiche::Shutdown::Write, 0);
+                        self.streams.remove(&id);
+                        self.out.retain(|o| o.id != id);
+                        break;
+                    }
+                };
+                let mut p = &app[..n];
+                while !p.is_empty() {
+                    let st = self.streams.get_mut(&id).expect("a stream read");
+                    if st.spent {
+                        break;
+                    }
+                    let took = st.rx.feed(rr, &role.pattern, p);
+                    p = &p[took..];
+                    if !st.rx.ready(rr) {
+                        break;
+                    }
+                    // With the client's FIN right after it: FIN with the answer.
+                    let last = fin && p.is_empty() && !st.rx.bad;
+                    if last {
+                        st.fin_seen = true;
+                    }
+                    self.respond(id, last);
+                }
+                if fin {
+                    if !self.streams.get(&id).is_some_and(|st| st.fin_seen && st.fin_queued) {
+                        self.client_fin(id);
+                    }
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Hands quiche the waiting answers, oldest first, while it takes them;
+    /// an answer counts as served once quiche has all of it.
+    fn write(&mut self, conn: &mut quiche::Connection) -> Result<(), Fail> {
+        while let Some(o) = self.out.front_mut() {
+            match write_out(conn, &mut self.msg, o) {
+                Ok(false) => break,
+                Ok(true) => {
+                    if o.len > 0 {
+                        self.rr.served.fetch_add(1, Relaxed);
+                    }
+                    if o.fin {
+                        if let Some(st) = self.streams.get_mut(&o.id) {
+                            st.fin_sent = true;
+                            if st.fin_seen {
+                                self.streams.remove(&o.id);
+                            }
+                        }
+                    }
+                }
+                // The client stopped or reset the stream: its answers go no more.
+                Err(
+                    quiche::Error::StreamStopped(_) | quiche::Error::InvalidStreamState(_) | quiche::Error::FinalSize,
+                ) => {
+                    let id = o.id;
+                    self.streams.remove(&id);
+                    let _ = conn.stream_shutdown(id, quiche::Shutdown::Write, 0);
+                    self.out.retain(|o| o.id != id);
+                    continue;
+                }
+                Err(e) => return Err(lost(self.role, "answering a request", e)),
+            }
+            self.out.pop_front();
+        }
+        Ok(())
+    }
+
+    /// The run's end: the connection's (a bad request's failure is the role's already).
+    fn end(&mut self, conn: Option<&quiche::Connection>) -> Result<Flow, Fail> {
+        self.role.t_transfer_done_ns.store(now_ns(), SeqCst);
+        let Some(conn) = conn else { return Ok(Flow::Finished) };
+        if peer_closed(conn, true) {
+            return Ok(Flow::Finished);
+        }
+        match conn.peer_error() {
+            Some(e) if e.is_app => Err((
+                exit::CONN_LOST,
+                format!(
+                    "the client closed its connection with error {}{}",
+                    e.error_code,
+                    if e.error_code == CLOSE_VERIFY {
+                        " (its content check failed)"
+                    } else {
+                        ""
+                    }
+                ),
+            )),
+            _ => Err(lost(self.role, "mid-run", end_reason(conn))),
+        }
+    }
+}
+
+fn rr_server(ep: &mut Endpoint) -> Result<(), Fail> {
+    let role = ep.role;
+    let rr = role.rr.as_ref().expect("--pattern rr");
+    let mut sv = RrServer {
+        role,
+        rr,
+        streams: HashMap::new(),
+        out: VecDeque::new(),
+        msg: message(role, rr),
+    };
+    let mut conn_key: Option<u64> = None;
+    let mut established = false;
+    // One connection, once (qprof gives the Rust workloads one).
+    ep.accepting = 1;
+    ep.drive(|ep, c| {
+        if conn_key.is_none() {
+            conn_key = ep.accepted.pop_front();
+            if conn_key.is_some() {
+                rr.connections.fetch_add(1, Relaxed);
+            }
+        }
+        let Some(key) = conn_key else {
+            return Ok(if role.stopping() {
+                Flow::Finished
+            } else {
+                Flow::Continue(None)
+            });
+        };
+        let s = c.find(key).ok_or_else(|| lost(role, "at once", "gone"))?;
+        let conn = &mut s.conn;
+        if !established {
+            if conn.is_established() {
+                established = true;
+                let t = now_ns();
+                check_tls(&ep.lib.io, conn)?;
+                s.tracked = true;
+                role.connected(t);
+            } else if ended(conn) {
+                return Err((
+                    exit::HANDSHAKE,
+                    format!("QUIC handshake with a client failed: {}", end_reason(conn)),
+                ));
+            } else if role.stopping() {
+                return Ok(Flow::Finished);
+            } else {
+                return Ok(Flow::Continue(None));
+            }
+        }
+        // "stop", "exit" or EOF: the connection closes (code 0) as the endpoint drains.
+        if role.stopping() {
+            return sv.end(None);
+        }
+        sv.read(conn, &mut ep.app);
+        sv.write(conn)?;
+        if ended(conn) {
+            return sv.end(Some(conn));
+        }
+        Ok(Flow::Continue(None))
     })
 }

@@ -3,7 +3,7 @@
 //! Rust ones: the exit codes, the content pattern and its check, the
 //! command line qprof gives, the control channel on stdin (mark, start,
 //! stop, exit) and the JSON events on stdout (ready, connected, mark,
-//! done, download, served). A workload for one QUIC implementation holds
+//! done, download, served; rr_batch, rr.rs). A workload for one QUIC implementation holds
 //! the transport; this crate holds everything the Python side reads, so
 //! qprof measures every implementation through one protocol.
 
@@ -12,6 +12,8 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering:
 use std::sync::{Condvar, Mutex, OnceLock};
 
 use serde_json::{json, Map, Value};
+
+pub mod rr;
 
 /// Exit codes, as qprof-wl's (wl.h, enum wl_exit; collectors/workload.py).
 pub mod exit {
@@ -125,6 +127,76 @@ pub fn now_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// A one-shot CLOCK_MONOTONIC timerfd, non-blocking, for a workload's own
+/// loop to wait on (mio, tokio's AsyncFd): the rr schedule wakes at its
+/// requests' due times to the microsecond, as qprof-wl's loop does, where
+/// mio's poll timeout and tokio's timer round up to the millisecond.
+pub struct Timerfd {
+    fd: std::os::fd::OwnedFd,
+    armed: Option<u64>,
+}
+
+impl Timerfd {
+    pub fn new() -> std::io::Result<Timerfd> {
+        use std::os::fd::FromRawFd;
+        // SAFETY: no pointers; the fd returned is ours alone.
+        let fd = unsafe { libc::timerfd_create(libc::CLOCK_MONOTONIC, libc::TFD_NONBLOCK | libc::TFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(Timerfd {
+            // SAFETY: fd is a new descriptor no one else owns.
+            fd: unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) },
+            armed: None,
+        })
+    }
+
+    /// Fire once at t_ns (CLOCK_MONOTONIC; a time past fires at once), or
+    /// never (None). A time already armed is left alone: no syscall.
+    pub fn arm(&mut self, t_ns: Option<u64>) -> std::io::Result<()> {
+        use std::os::fd::AsRawFd;
+        // 0 disarms a timerfd: a time at 0 is a time past, 1 ns.
+        let t_ns = t_ns.map(|t| t.max(1));
+        if t_ns == self.armed {
+            return Ok(());
+        }
+        let t = t_ns.unwrap_or(0);
+        let spec = libc::itimerspec {
+            it_interval: libc::timespec { tv_sec: 0, tv_nsec: 0 },
+            it_value: libc::timespec {
+                tv_sec: (t / 1_000_000_000) as libc::time_t,
+                tv_nsec: (t % 1_000_000_000) as libc::c_long,
+            },
+        };
+        // SAFETY: spec is a valid itimerspec; no old value is asked for.
+        if unsafe {
+            libc::timerfd_settime(
+                self.fd.as_raw_fd(),
+                libc::TFD_TIMER_ABSTIME,
+                &spec,
+                std::ptr::null_mut(),
+            )
+        } != 0
+        {
+            return Err(std::io::Error::last_os_error());
+        }
+        self.armed = t_ns;
+        Ok(())
+    }
+
+    /// It fired: disarmed (a one-shot). Its count need not be read: an
+    /// edge-triggered wait wakes once per expiry, and arming resets it.
+    pub fn fired(&mut self) {
+        self.armed = None;
+    }
+}
+
+impl std::os::fd::AsRawFd for Timerfd {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
 // ---------------------------------------------------------------- options
 
 /// qprof-wl's command line, as far as the Rust workloads take it; qprof
@@ -150,7 +222,7 @@ pub struct Opts {
     /// Client: connect only on "start".
     #[arg(long)]
     pub wait_start: bool,
-    #[arg(long, default_value = "bulk", value_parser = ["bulk", "download"])]
+    #[arg(long, default_value = "bulk", value_parser = ["bulk", "download", "rr"])]
     pub pattern: String,
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=MAX_STREAMS as i64))]
     pub streams: u32,
@@ -173,6 +245,34 @@ pub struct Opts {
     /// Download: connections, one after another.
     #[arg(long, default_value_t = 1)]
     pub count: u64,
+    /// rr client: between two requests' due times (open loop).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=1_000_000_000))]
+    pub period_us: u64,
+    /// rr: bytes of each request and of each response.
+    #[arg(long, default_value_t = 0, value_parser = rr_size)]
+    pub payload: u32,
+    /// rr: bytes of each request (0: --payload).
+    #[arg(long, default_value_t = 0, value_parser = rr_size)]
+    pub request: u32,
+    /// rr: bytes of each response (0: --payload).
+    #[arg(long, default_value_t = 0, value_parser = rr_size)]
+    pub response: u32,
+    /// rr: a stream per request, or every request on one stream.
+    #[arg(long, default_value = "per-request", value_parser = ["per-request", "one"])]
+    pub rr_streams: String,
+    /// rr: open (the schedule) or closed (an answer sends the next request).
+    #[arg(long, default_value = "open", value_parser = ["open", "closed"])]
+    pub rr_mode: String,
+}
+
+/// An rr message's size: 16 B to 1 MiB (wl.h, WL_RR_PAYLOAD_MIN/MAX), or 0 (unset).
+fn rr_size(s: &str) -> Result<u32, String> {
+    let n: u32 = s.parse().map_err(|e| format!("{e}"))?;
+    if n == 0 || (16..=1 << 20).contains(&n) {
+        Ok(n)
+    } else {
+        Err("16 to 1048576 bytes".into())
+    }
 }
 
 impl Opts {
@@ -182,31 +282,109 @@ impl Opts {
     pub fn download(&self) -> bool {
         self.pattern == "download"
     }
+    pub fn rr(&self) -> bool {
+        self.pattern == "rr"
+    }
 }
 
-/// The command line, or exit USAGE with clap's reason.
+/// The command line, or exit USAGE with clap's reason (or qprof-wl's).
 pub fn parse_opts() -> Opts {
     use clap::Parser;
-    match Opts::try_parse() {
+    let o = match Opts::try_parse() {
         Ok(o) => o,
         Err(e) => {
             let _ = e.print();
             std::process::exit(if e.use_stderr() { exit::USAGE } else { exit::OK });
         }
+    };
+    if o.rr() && o.payload == 0 && (o.request == 0 || o.response == 0) {
+        warn("--pattern rr needs --payload N, the bytes of each request and each response, or --request and --response, on both roles");
+        std::process::exit(exit::USAGE);
     }
+    if o.rr() && !o.server() && o.rr_mode == "open" && o.period_us < 100 {
+        warn("--pattern rr's open loop needs --period-us, 100 or more");
+        std::process::exit(exit::USAGE);
+    }
+    o
 }
 
 // ---------------------------------------------------------------- output
 
-static OUT: Mutex<()> = Mutex::new(());
+/// wl_emit_packed's records waiting (wl.h: WL_DEFER_BYTES, WL_DEFER_NS).
+struct Deferred {
+    buf: Vec<u8>,
+    event: &'static str,
+    fields: &'static str,
+    t_first: u64,
+}
 
-/// One event: a JSON line on stdout, flushed at once, whole.
+const DEFER_BYTES: usize = 32 << 10;
+const DEFER_NS: u64 = 20_000_000;
+
+static OUT: Mutex<Deferred> = Mutex::new(Deferred {
+    buf: Vec::new(),
+    event: "",
+    fields: "",
+    t_first: 0,
+});
+
+impl Deferred {
+    fn flush(&mut self, out: &mut impl Write) {
+        use base64::Engine;
+        if self.buf.is_empty() {
+            return;
+        }
+        let b64 = base64::engine::general_purpose::STANDARD.encode(&self.buf);
+        let _ = writeln!(
+            out,
+            "{{\"event\":\"{}_batch\",\"fields\":\"{}\",\"b64\":\"{b64}\"}}",
+            self.event, self.fields
+        );
+        let _ = out.flush();
+        self.buf.clear();
+    }
+}
+
+/// One event: a JSON line on stdout, flushed at once, whole, after the
+/// packed records waiting, so output stays in order.
 pub fn emit(v: &Value) {
     let line = v.to_string();
-    let _g = OUT.lock().unwrap();
+    let mut d = OUT.lock().unwrap();
     let mut out = std::io::stdout().lock();
+    d.flush(&mut out);
     let _ = writeln!(out, "{line}");
     let _ = out.flush();
+}
+
+/// A record that may wait (qprof-wl's wl_emit_packed): values named by
+/// fields, gathered into one {"event":"<event>_batch"} line of
+/// little-endian u64s in base64, written once 32 KiB wait, the oldest is
+/// 20 ms old (here or at emit_tick), another event's record comes, or
+/// before any other line.
+pub fn emit_packed(event: &'static str, fields: &'static str, v: &[u64]) {
+    let now = now_ns();
+    let mut d = OUT.lock().unwrap();
+    let mut out = std::io::stdout().lock();
+    if !d.buf.is_empty() && (d.event != event || d.buf.len() + 8 * v.len() > DEFER_BYTES) {
+        d.flush(&mut out);
+    }
+    if d.buf.is_empty() {
+        d.t_first = now;
+        d.event = event;
+        d.fields = fields;
+    }
+    v.iter().for_each(|x| d.buf.extend_from_slice(&x.to_le_bytes()));
+    if d.buf.len() + 8 * v.len() > DEFER_BYTES || now - d.t_first >= DEFER_NS {
+        d.flush(&mut out);
+    }
+}
+
+/// Writes the packed records once the oldest is 20 ms old: the loop calls it.
+pub fn emit_tick() {
+    let mut d = OUT.lock().unwrap();
+    if !d.buf.is_empty() && now_ns() - d.t_first >= DEFER_NS {
+        d.flush(&mut std::io::stdout().lock());
+    }
 }
 
 /// A human message on stderr, as qprof-wl's wl_warn.
@@ -230,6 +408,8 @@ pub trait Stack: Send + Sync {
 pub struct Role {
     pub opts: Opts,
     pub pattern: Pattern,
+    /// --pattern rr's figures (None: another pattern).
+    pub rr: Option<rr::Rr>,
     /// Sender: bytes handed to the transport; a download client: bytes checked.
     pub app_bytes: AtomicU64,
     /// Bulk receiver: each stream's checked bytes, as it saw them start.
@@ -254,10 +434,15 @@ pub struct Role {
 
 impl Role {
     pub fn new(opts: Opts) -> &'static Role {
-        let pattern = Pattern::new(opts.io_size as usize);
+        // rr: a pattern period of at least twice the largest message, so
+        // each message's pattern bytes come out of the region in one piece.
+        let largest = opts.payload.max(opts.request).max(opts.response) as usize;
+        let pattern = Pattern::new((opts.io_size as usize).max(2 * largest));
+        let rr = opts.rr().then(|| rr::Rr::new(&opts));
         Box::leak(Box::new(Role {
             opts,
             pattern,
+            rr,
             app_bytes: AtomicU64::new(0),
             stream_bytes: std::array::from_fn(|_| AtomicU64::new(0)),
             streams_seen: AtomicUsize::new(0),
@@ -311,12 +496,12 @@ impl Role {
 
     /// The bulk receiver counts per stream (the server, --direction up).
     fn per_stream(&self) -> bool {
-        !self.opts.download() && self.server()
+        !self.opts.download() && !self.opts.rr() && self.server()
     }
 
-    /// Does this role check what it receives?
+    /// Does this role check what it receives? (rr: both.)
     fn receiver(&self) -> bool {
-        self.opts.download() != self.server()
+        self.opts.rr() || self.opts.download() != self.server()
     }
 
     /// The receiver's bytes are its streams': one load gives both (wl.h says why).
@@ -360,6 +545,18 @@ impl Role {
         }
         drop(f);
         self.stop();
+    }
+
+    /// The run's failure, said on stderr now but taking effect when the
+    /// role is done: the peer first sees what caused it (qprof-wl's
+    /// wl_role_fail_later; an rr server's answer to a bad request).
+    pub fn fail_later(&self, code: i32, msg: String) {
+        let mut f = self.failure.lock().unwrap();
+        if f.is_none() {
+            warn(&msg);
+            *f = Some((code, msg));
+            self.failure_code.store(code, SeqCst);
+        }
     }
 
     pub fn failed(&self) -> i32 {
@@ -435,6 +632,9 @@ impl Role {
         if self.per_stream() {
             m.insert("stream_bytes".into(), json!(per));
         }
+        if let Some(rr) = &self.rr {
+            rr.mark(self.server(), &mut m);
+        }
         self.counters(&mut m);
         emit(&Value::Object(m));
     }
@@ -457,9 +657,9 @@ impl Role {
                         _ => warn(&format!("ignoring control line: {line}")),
                     }
                 }
-                // "exit" or EOF: a download role ends as on stop; a client still
-                // waiting for "start" never starts (wl_role.c, on_exit_cmd).
-                if self.opts.download() || (self.opts.wait_start && !*self.started.lock().unwrap()) {
+                // "exit" or EOF: a download or rr role ends as on stop; a client
+                // still waiting for "start" never starts (wl_role.c, on_exit_cmd).
+                if self.opts.download() || self.opts.rr() || (self.opts.wait_start && !*self.started.lock().unwrap()) {
                     self.stop();
                 }
                 self.allow_start();
@@ -472,7 +672,11 @@ impl Role {
     /// The "done" report, then (--control) the wait for "exit": the caller
     /// reads this process's CPU before it lets it go.
     pub fn done(&self, code: i32) -> i32 {
-        let code = if code == exit::OK { self.failed() } else { code };
+        // The run's first failure is its code, whatever came after it.
+        let code = match self.failed() {
+            exit::OK => code,
+            first => first,
+        };
         let (bytes, per) = self.app_bytes_now();
         let mut m = Map::new();
         m.insert("event".into(), "done".into());
@@ -482,7 +686,9 @@ impl Role {
         m.insert("t_connected_ns".into(), self.t_connected_ns.load(SeqCst).into());
         m.insert("t_transfer_done_ns".into(), self.t_transfer_done_ns.load(SeqCst).into());
         m.insert("app_bytes".into(), bytes.into());
-        if self.opts.download() {
+        if let Some(rr) = &self.rr {
+            rr.done(self.server(), &mut m);
+        } else if self.opts.download() {
             let n = self.downloads.load(SeqCst);
             m.insert("pattern".into(), "download".into());
             m.insert("downloads".into(), n.into());
