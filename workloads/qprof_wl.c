@@ -70,6 +70,8 @@ static const char usage[] =
 	"      --rr-mode M          rr client: open (default: requests on the --period-us\n"
 	"                           schedule) or closed (the next request goes when an\n"
 	"                           answer comes, as secnetperf rps/latency, netperf TCP_RR)\n"
+	"      --app P              rr, tcp stacks: h1 (each message an HTTP/1.1 message whose\n"
+	"                           body it is: POST and 200, framed by http-parser)\n"
 	"      --tcp-cc NAME        tcp stacks: each socket's TCP congestion control\n"
 	"                           (TCP_CONGESTION, as iperf3 -C); default: the namespace's\n"
 	"      --tcp-conns C        rr, tcp stacks client: one (default: one connection,\n"
@@ -251,6 +253,7 @@ static const struct flag flags[] = {
 	{FLAG("tcp-conns", 0, F_CHOICE, tcp_conns), .choices = "one|on-demand",
 	 .stacks = TCP_STACKS, .patterns = P_RR},
 	{FLAG("rr-mode", 0, F_CHOICE, rr_mode), .choices = "open|closed", .patterns = P_RR},
+	{FLAG("app", 0, F_CHOICE, app), .choices = "h1", .stacks = TCP_STACKS, .patterns = P_RR},
 	{FLAG("tcp-cc", 0, F_STR, tcp_cc), .stacks = TCP_STACKS},
 	{FLAG("io-size", 0, F_NUM, io_size), .lo = 1024, .hi = 1u << 20, .pow2 = true,
 	 .unit = " bytes"},

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "wl_app.h"
 #include "wl_role.h"
 
 struct wl_role wl_role = {.failure = WL_FAILURE_INIT};
@@ -307,7 +308,9 @@ int wl_role_run(const struct wl_opts *o)
 	} else {
 		const bool ngtcp2 = !strcmp(o->stack, "ngtcp2");
 
-		wl_role.t = ngtcp2 ? &wl_ngtcp2 : !strcmp(o->stack, "quic") ? &wl_quic : &wl_tcp;
+		wl_role.t = wl_app_over(o, ngtcp2			 ? &wl_ngtcp2
+					   : !strcmp(o->stack, "quic") ? &wl_quic
+								       : &wl_tcp);
 		wl_role.label = !strcmp(o->stack, "quic") || ngtcp2 ? "QUIC"
 				: !strcmp(o->stack, "tcp")	    ? "TCP"
 								    : "TLS";

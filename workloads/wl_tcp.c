@@ -498,7 +498,8 @@ static void loop_flush(struct wl_conn *c)
 	c->want_out = c->want_in = false;
 	while (c->qlen && c->state == READY && !c->failed) {
 		struct msg *m = &c->q[c->qhead];
-		ssize_t n = wl_tls_write_msg(&c->io, m->hdr, m->hlen, m->body, m->blen);
+		ssize_t n = wl_tls_write_msg(&c->io, m->hdr, m->hlen, m->body, m->blen,
+					     m->flags & WL_SEND_OWNED);
 
 		if (m->hlen + m->blen)
 			atomic_fetch_add(&T.io_calls, 1);

@@ -320,7 +320,7 @@ ssize_t wl_tls_write(struct wl_tls *t, const void *p, size_t len)
 }
 
 ssize_t wl_tls_write_msg(struct wl_tls *t, const uint8_t *hdr, uint32_t hlen, const uint8_t *body,
-			 uint32_t blen)
+			 uint32_t blen, bool owned)
 {
 	const uint32_t len = hlen + blen;
 	ssize_t n;
@@ -336,7 +336,8 @@ ssize_t wl_tls_write_msg(struct wl_tls *t, const uint8_t *hdr, uint32_t hlen, co
 		t->why = strerror(ENOMEM);
 		return WL_IO_FAILED;
 	}
-	if (!t->msg_busy && (t->msg_body != body || t->msg_hlen != hlen || t->msg_blen != blen))
+	if (!t->msg_busy &&
+	    (owned || t->msg_body != body || t->msg_hlen != hlen || t->msg_blen != blen))
 		memcpy(t->msg + hlen, body, blen);
 	if (!t->msg_busy) {
 		memcpy(t->msg, hdr, hlen);

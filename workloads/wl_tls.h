@@ -87,11 +87,12 @@ ssize_t wl_tls_write(struct wl_tls *t, const void *p, size_t len);
  * (TLS: one record) from where the last call left off, so that a retry
  * after would-block sees the same bytes, as OpenSSL requires: 0 once it
  * is all written (an empty one makes no call), > 0 part of it was (call
- * again), else a WL_IO_*. A body the same as the last message's (rr) is
- * not copied again.
+ * again), else a WL_IO_*. A body at the same place as the last message's
+ * (rr, from the read-only pattern region) is not copied again, unless
+ * owned: the caller's own buffer, whose bytes may differ at one address.
  */
 ssize_t wl_tls_write_msg(struct wl_tls *t, const uint8_t *hdr, uint32_t hlen, const uint8_t *body,
-			 uint32_t blen);
+			 uint32_t blen, bool owned);
 /*
  * Blocking: every byte, bytes of the pattern region with --sendfile
  * sendfile()d (kTLS: SSL_sendfile) from its copy in a memfd at the same

@@ -164,6 +164,13 @@ struct wl_accept {
 
 #define WL_SEND_FIN 1u
 #define WL_SEND_EARLY 2u  /* may go before the handshake completes (QUIC 0-RTT) */
+/*
+ * The body is the caller's own buffer (an application layer's framed
+ * message, wl_app.h), alive until its sent handler, not the read-only
+ * pattern region: its bytes may differ from an earlier body's at the
+ * same address, so nothing of an earlier send may stand for it.
+ */
+#define WL_SEND_OWNED 4u
 #define WL_STREAM_UNI 1u  /* open: send-only (QUIC unidirectional stream) */
 #define WL_STREAM_LAZY 2u /* open: the first send follows at once and starts it (QUIC: START) */
 #define WL_HDR_MAX 16
