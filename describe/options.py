@@ -34,6 +34,7 @@ UDP_SEND_MODES = ("sendmsg", "sendmmsg", "gso")
 CALL_GRAPHS = ("dwarf", "fp")
 PATTERNS = ("bulk", "download", "rr", "handshakes")
 TCP_STACKS = ("tcp", "tcp-tls", "tcp-ktls")
+APPS = ("h1",)
 MIN_INTERVAL_S = 0.1
 
 
@@ -322,6 +323,20 @@ OPTIONS: List[Option] = [
         vary=True,
         workload="--tcp-conns",
         metavar="one|on-demand",
+    ),
+    Option(
+        "app",
+        "choice",
+        None,
+        "rr: an application protocol over the stack, each request and response one message of it, "
+        "framed by its own library: h1 (HTTP/1.1 over a TCP stack, POST and 200 with Content-Length, "
+        "http-parser); the record splits the bytes per request into payload, the protocol's framing and "
+        "headers, and the transport's (unset: the bare messages)",
+        choices=APPS,
+        stacks=TCP_STACKS,
+        vary=True,
+        workload="--app",
+        metavar="|".join(APPS),
     ),
     Option(
         "rr-mode",

@@ -172,6 +172,7 @@ def _pattern(opts: RunOptions) -> RunOptions:
             ("rr-streams", opts.rr_streams),
             ("tcp-conns", opts.tcp_conns),
             ("rr-mode", opts.rr_mode),
+            ("app", opts.app),
         ):
             if value is not None:
                 raise errors.BadValue(f"--{name} applies to --pattern rr only; add it, or drop --{name}.")

@@ -518,6 +518,15 @@ def direction_record(opts, window: Window) -> Optional[dict]:
 
 # The raw UDP workload's counters (workloads/wl_udp.c).
 UDP_COUNTERS = ("datagrams", "lost", "reordered", "duplicates", "gro_segments")
+# What --app's layer counted, each way (workloads/wl_app.h), as app_<name> in the marks.
+APP_COUNTERS = (
+    "tx_messages",
+    "rx_messages",
+    "tx_framing_bytes",
+    "rx_framing_bytes",
+    "tx_body_bytes",
+    "rx_body_bytes",
+)
 
 
 def _mark_delta(a: dict, b: dict) -> dict:
@@ -531,6 +540,9 @@ def _mark_delta(a: dict, b: dict) -> dict:
     for group in ("perf_counters", "conn_stats", "quic_stats", "tcp_info"):
         if group in b:
             out[group] = counter_delta(a.get(group), b.get(group))
+    if "app" in b:
+        # --app: the application layer's own counts (workloads/wl_app.h).
+        out["app"] = {"protocol": b["app"], **{k: b[f"app_{k}"] - a.get(f"app_{k}", 0) for k in APP_COUNTERS}}
     return out
 
 

@@ -139,7 +139,50 @@ def describe(
         },
         "per_request": per_unit.costs(rec, n, wire),
         "flame_ns_per_request": per_unit.flame(rec, n),
+        "data_volume": data_volume(rec, n, wire),
     }
+    return out
+
+
+# Each way of a request and its response: who sends it, who checks it.
+WAYS = {"client_to_server": ("client", "server"), "server_to_client": ("server", "client")}
+
+
+def data_volume(rec: dict, n: int, wire: Optional[Dict[str, dict]]) -> Optional[dict]:
+    """Seed 003's data volume per request (what the client sends) and per
+    response (what the server sends), each split by layer, per answered
+    request of the window:
+      - payload: the messages' bytes, as the receiver checked them (its
+        app_bytes over the window);
+      - framing: what --app's protocol added (its start lines, headers and
+        frames, as its own layer counted them; 0 without --app, whose
+        messages go bare);
+      - transport: the rest of the wire's bytes, the wire's total less the
+        two: TLS records, the transport's and IP's headers, ACKs and other
+        control, handshakes;
+      - wire: every byte the sender's device sent (the packets probe), as the
+        seed's "total sent data by the plant" over its requests.
+    None without answers; the wire's figures None without the packets probe."""
+    if not n:
+        return None
+    windows = {side: rec["workload"][side]["window"] for side in ("client", "server")}
+    app = windows["client"].get("app")
+    out = {"app": app["protocol"] if app else None}
+    for way, (sender, receiver) in WAYS.items():
+        payload = windows[receiver]["app_bytes"] / n
+        sent_app = windows[sender].get("app")
+        framing = sent_app["tx_framing_bytes"] / n if sent_app else 0.0
+        w = (wire or {}).get(way)
+        total = w["wire_bytes"] / n if w else None
+        out[way] = {
+            "payload_bytes": payload,
+            "framing_bytes": framing,
+            "message_bytes": payload + framing,
+            "transport_bytes": total - payload - framing if total is not None else None,
+            "wire_bytes": total,
+            "wire_packets": w["wire_packets"] / n if w else None,
+            "messages": sent_app["tx_messages"] / n if sent_app else None,
+        }
     return out
 
 

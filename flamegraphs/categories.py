@@ -25,6 +25,7 @@ CATEGORIES = (
     "handshake",  # key exchange, signatures, certificates and the handshake's messages
     "crypto",
     "protocol",
+    "HTTP framing",  # --app: HTTP/1.1's parser and heads (HTTP/2, HTTP/3 with HPACK and QPACK)
     "copies",
     "send syscalls",
     "receive syscalls",

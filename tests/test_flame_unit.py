@@ -170,6 +170,15 @@ SHIPPED = [
         "verification",
     ),
     ("qprof-wl;start_thread;CxPlatWorkerThread;rr_q_server_stream_cb;wl_rr_rx_feed", "verification"),
+    # --app h1: http-parser and the workload's framing are "HTTP framing"; the
+    # pattern's own work under the layer's hand-on is the workload's, and a
+    # TLS write under the framing's send is still crypto.
+    ("qprof-wl;wl_loop_run;on_conn;wl_h1_data;http_parser_execute", "HTTP framing"),
+    ("qprof-wl;wl_loop_run;on_conn;wl_h1_data;http_parser_execute;h1_on_headers", "HTTP framing"),
+    ("qprof-wl;wl_loop_run;on_conn;wl_h1_data;http_parser_execute;wl_h1_on_body;server_data;respond", "other"),
+    ("qprof-wl;wl_loop_run;on_tick;hand;wl_h1_send;h1_frame;h1_head;__vsnprintf_internal", "HTTP framing"),
+    ("qprof-wl;wl_loop_run;on_tick;hand;wl_h1_send;h1_frame;__memmove_avx_unaligned_erms", "copies"),
+    ("qprof-wl;wl_loop_run;on_tick;hand;wl_h1_send;tcp_send;loop_flush;SSL_write;aesni_gcm_encrypt", "crypto"),
     # A copy the check makes is still a copy.
     ("qprof-wl;start_thread;rr_take;wl_rr_rx_feed;__memmove_avx_unaligned_erms", "copies"),
     (

@@ -26,6 +26,7 @@ def events(delays_ms, lag_ms=0.0, t0=10**9):
 REC = {
     "cpu": {"client": {"oncpu_schedstat_s": 0.1}, "server": {"oncpu_schedstat_s": 0.05}, "system": {"total_s": 0.2}},
     "syscalls": None,
+    "workload": {"client": {"window": {"app_bytes": 25_600}}, "server": {"window": {"app_bytes": 25_600}}},
 }
 DONE = {"requests_sent": 120, "responses": 118, "late": 3, "outstanding": 2, "connections_opened": 3}
 
@@ -161,3 +162,43 @@ def test_a_closed_loop_has_no_schedule_and_counts_its_connections():
     # Open: the schedule's figures, and no connection block for one connection.
     got = rr.describe(ev, start, end, PERIOD, 256, {**DONE, "connections_opened": 1}, REC, None)
     assert got["mode"] == "open" and got["in_flight"] is None and got["late"] == 0 and got["connections"] is None
+
+
+def _app(tx_framing, tx_messages):
+    return {"protocol": "h1", "tx_framing_bytes": tx_framing, "tx_messages": tx_messages}
+
+
+def test_data_volume_splits_the_wire_by_layer():
+    """Per answered request, each way: the payload as its receiver checked
+    it, the framing as the sender's --app layer counted it, and the rest of
+    what the sender's device sent is the transport's."""
+    rec = {
+        "workload": {
+            "client": {"window": {"app_bytes": 100 * 128, "app": _app(100 * 104, 100)}},
+            "server": {"window": {"app_bytes": 100 * 128, "app": _app(100 * 80, 100)}},
+        }
+    }
+    wire = {
+        "client_to_server": {"wire_bytes": 100 * 350, "wire_packets": 150},
+        "server_to_client": {"wire_bytes": 100 * 300, "wire_packets": 120},
+    }
+    got = rr.data_volume(rec, 100, wire)
+    assert got["app"] == "h1"
+    up, down = got["client_to_server"], got["server_to_client"]
+    assert (up["payload_bytes"], up["framing_bytes"], up["transport_bytes"]) == (128, 104, 350 - 128 - 104)
+    assert (down["payload_bytes"], down["framing_bytes"], down["transport_bytes"]) == (128, 80, 300 - 128 - 80)
+    for way in (up, down):
+        assert way["payload_bytes"] + way["framing_bytes"] + way["transport_bytes"] == way["wire_bytes"]
+        assert way["message_bytes"] == way["payload_bytes"] + way["framing_bytes"]
+    assert up["wire_packets"] == 1.5 and up["messages"] == 1.0
+
+
+def test_data_volume_without_an_app_or_a_wire():
+    """Bare messages have no framing; without the packets probe the wire and
+    the transport's share are not measured (None), the payload still is."""
+    got = rr.data_volume(REC, 200, None)
+    assert got["app"] is None
+    for way in ("client_to_server", "server_to_client"):
+        assert got[way]["payload_bytes"] == 128 and got[way]["framing_bytes"] == 0
+        assert got[way]["wire_bytes"] is None and got[way]["transport_bytes"] is None
+    assert rr.data_volume(REC, 0, None) is None

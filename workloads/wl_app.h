@@ -27,7 +27,7 @@
 /* What the application layer moved, both ways, as marks and "done" report it. */
 struct wl_app_counts {
 	_Atomic uint64_t tx_messages, rx_messages; /* whole HTTP messages */
-	_Atomic uint64_t tx_framing, rx_framing;   /* bytes the protocol added: start lines, headers, frames */
+	_Atomic uint64_t tx_framing, rx_framing;   /* start lines, headers, frames */
 	_Atomic uint64_t tx_body, rx_body;	   /* the pattern's bytes inside them */
 };
 extern struct wl_app_counts wl_app;

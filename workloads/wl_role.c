@@ -308,7 +308,7 @@ int wl_role_run(const struct wl_opts *o)
 	} else {
 		const bool ngtcp2 = !strcmp(o->stack, "ngtcp2");
 
-		wl_role.t = wl_app_over(o, ngtcp2			 ? &wl_ngtcp2
+		wl_role.t = wl_app_over(o, ngtcp2		       ? &wl_ngtcp2
 					   : !strcmp(o->stack, "quic") ? &wl_quic
 								       : &wl_tcp);
 		wl_role.label = !strcmp(o->stack, "quic") || ngtcp2 ? "QUIC"

@@ -163,7 +163,7 @@ struct wl_accept {
 };
 
 #define WL_SEND_FIN 1u
-#define WL_SEND_EARLY 2u  /* may go before the handshake completes (QUIC 0-RTT) */
+#define WL_SEND_EARLY 2u /* may go before the handshake completes (QUIC 0-RTT) */
 /*
  * The body is the caller's own buffer (an application layer's framed
  * message, wl_app.h), alive until its sent handler, not the read-only

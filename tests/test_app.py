@@ -1,0 +1,110 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""--app: an application protocol over the stack (HTTP/1.1 over TLS over
+TCP here), each rr request and response one of its messages; the record
+splits what each request put on the wire by layer (seed 003's data volume
+per request), and its CPU by category, HTTP framing among them."""
+
+import pytest
+
+from conftest import needs_build, run_json
+from test_bad_input import refused_run
+
+pytestmark = pytest.mark.system
+
+BAD_VALUE = 4
+PAYLOAD = 128
+
+
+def app_counts(rec: dict, side: str) -> dict:
+    """What a side's --app layer counted over the whole run (its "done")."""
+    report = rec["workload"][side]["report"]
+    return {k[len("app_") :]: v for k, v in report.items() if k.startswith("app_") and k != "app_bytes"}
+
+
+@needs_build
+@pytest.mark.parametrize("conns", ["one", "on-demand"])
+def test_http1_over_tls_splits_each_request_by_layer(runs_dir, conns):
+    """HTTP/1.1 over tcp-tls, keep-alive on one connection or a new one
+    whenever every open one waits (the seed's client): every message
+    verified, and per request, each way, the payload is the message, the
+    headers are on top of it, and the wire carries more again (TLS records,
+    TCP/IP headers, ACKs); what one side's layer framed and sent is what
+    the other's parsed and took."""
+    rec = run_json(
+        runs_dir,
+        *("--stack", "tcp-tls", "--pattern", "rr", "--app", "h1", "--tcp-conns", conns, "--payload", str(PAYLOAD)),
+        *("--period", "2ms", "--duration", "1s", "--warmup", "0.3s", "--sample-hz", "0"),
+    )
+    assert rec["status"] == "complete" and rec["verified"] is True
+    assert rec["config"]["app"] == "h1"
+    r = rec["rr"]
+    assert r["responses"] > 0
+    v = r["data_volume"]
+    assert v["app"] == "h1"
+    for way in ("client_to_server", "server_to_client"):
+        w = v[way]
+        assert w["payload_bytes"] == pytest.approx(PAYLOAD, rel=0.05), w
+        # Each message has a head: a request line or a status line and its
+        # headers, at least "Content-Length: 128" and the blank line.
+        assert w["framing_bytes"] > len("Content-Length: 128\r\n\r\n"), w
+        assert w["message_bytes"] == pytest.approx(w["payload_bytes"] + w["framing_bytes"])
+        assert w["transport_bytes"] > 0 and w["wire_bytes"] > w["message_bytes"], w
+        assert w["wire_packets"] >= 1 * 0.95 and w["messages"] == pytest.approx(1, rel=0.05), w
+    # A request's head names its host, so it is longer than a response's.
+    assert v["client_to_server"]["framing_bytes"] > v["server_to_client"]["framing_bytes"]
+    client, server = app_counts(rec, "client"), app_counts(rec, "server")
+    assert client["tx_messages"] == server["rx_messages"] == server["tx_messages"] == client["rx_messages"] > 0
+    assert client["tx_framing_bytes"] == server["rx_framing_bytes"] > 0
+    assert server["tx_framing_bytes"] == client["rx_framing_bytes"] > 0
+    assert client["tx_body_bytes"] == server["rx_body_bytes"] == PAYLOAD * client["tx_messages"]
+    if conns == "on-demand":
+        assert r["connections_opened"] >= 1 and r["connections_per_1000_requests"] is not None
+
+
+@needs_build
+def test_http_framing_is_a_category_of_cpu_per_request(runs_dir):
+    """A closed loop of HTTP/1.1 requests over plain TCP, sampled densely:
+    the parser and the heads show as their own category of CPU per
+    request, beside the rest, and the categories still sum to the total."""
+    rec = run_json(
+        runs_dir,
+        *("--stack", "tcp", "--pattern", "rr", "--app", "h1", "--rr-mode", "closed", "--conns", "4"),
+        *("--payload", str(PAYLOAD), "--duration", "2s", "--warmup", "0.3s", "--sample-hz", "999"),
+        allow=(r"incomplete|samples|weighted",),
+    )
+    per = rec["rr"]["flame_ns_per_request"]
+    framing = [per[side]["categories"]["HTTP framing"] for side in ("client", "server")]
+    assert all(f >= 0 for f in framing) and sum(framing) > 0, per
+    for side in ("client", "server"):
+        cats = per[side]["categories"]
+        assert sum(cats.values()) == pytest.approx(per[side]["total"], rel=1e-6)
+
+
+@needs_build
+def test_bare_messages_have_no_framing(runs_dir):
+    """Without --app the messages go bare: no framing, and the wire's bytes
+    are the payload's and the transport's."""
+    rec = run_json(
+        runs_dir,
+        *("--stack", "tcp", "--pattern", "rr", "--payload", str(PAYLOAD), "--period", "2ms"),
+        *("--duration", "1s", "--warmup", "0.3s", "--sample-hz", "0"),
+    )
+    v = rec["rr"]["data_volume"]
+    assert v["app"] is None
+    for way in ("client_to_server", "server_to_client"):
+        w = v[way]
+        assert w["framing_bytes"] == 0 and w["messages"] is None
+        assert w["payload_bytes"] + w["transport_bytes"] == pytest.approx(w["wire_bytes"])
+
+
+@needs_build
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--stack", "tcp-tls", "--app", "h1"], ["--app applies to --pattern rr"]),
+        (["--stack", "quic", "--pattern", "rr", "--app", "h1"], ["--app", "quic"]),
+        (["--stack", "tcp", "--pattern", "rr", "--app", "h9"], ["--app", "h9"]),
+    ],
+)
+def test_app_refused_where_it_cannot_run(runs_dir, args, words):
+    refused_run(runs_dir, args, BAD_VALUE, words)
