@@ -34,7 +34,7 @@ UDP_SEND_MODES = ("sendmsg", "sendmmsg", "gso")
 CALL_GRAPHS = ("dwarf", "fp")
 PATTERNS = ("bulk", "download", "rr", "handshakes")
 TCP_STACKS = ("tcp", "tcp-tls", "tcp-ktls")
-APPS = ("h1",)
+APPS = ("h1", "h3")
 MIN_INTERVAL_S = 0.1
 
 
@@ -330,10 +330,11 @@ OPTIONS: List[Option] = [
         None,
         "rr: an application protocol over the stack, each request and response one message of it, "
         "framed by its own library: h1 (HTTP/1.1 over a TCP stack, POST and 200 with Content-Length, "
-        "http-parser); the record splits the bytes per request into payload, the protocol's framing and "
-        "headers, and the transport's (unset: the bare messages)",
+        "http-parser) or h3 (HTTP/3 over quic, a stream per request, nghttp3 and its QPACK); the record "
+        "splits the bytes per request into payload, the protocol's framing and headers, and the "
+        "transport's (unset: the bare messages)",
         choices=APPS,
-        stacks=TCP_STACKS,
+        stacks=("quic",) + TCP_STACKS,
         vary=True,
         workload="--app",
         metavar="|".join(APPS),

@@ -274,6 +274,7 @@ def _rr(opts: RunOptions) -> RunOptions:
         raise errors.BadValue("--tcp-conns chooses TCP connections; for quic use --rr-streams.")
     if opts.bytes is not None:
         raise errors.BadValue("--bytes does not apply to --pattern rr, which runs for --duration; drop --bytes.")
+    _app(opts)
     opts = options.filled(opts, "rr-mode", "conns")
     if opts.rr_mode == "closed":
         return _rr_closed(opts)
@@ -287,6 +288,21 @@ def _rr(opts: RunOptions) -> RunOptions:
     opts = options.filled(opts, "period", "payload")
     _schedule(opts, "request")
     return opts
+
+
+def _app(opts: RunOptions) -> None:
+    """--app's protocol over its transport: HTTP/3 over QUIC, a stream a
+    request; HTTP/1.1 over TCP."""
+    if opts.app is None:
+        return
+    want = "h3" if opts.stack == "quic" else "h1"
+    if opts.app != want:
+        over = "quic" if opts.app == "h3" else "a TCP stack (tcp, tcp-tls, tcp-ktls)"
+        raise errors.BadValue(f"--app {opts.app} runs over {over}; with --stack {opts.stack} use --app {want}.")
+    if opts.rr_streams == "one":
+        raise errors.BadValue(
+            "--app h3 puts each request on a stream of its own, as HTTP/3 does; drop --rr-streams one."
+        )
 
 
 def _schedule(opts: RunOptions, unit: str) -> None:

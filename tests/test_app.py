@@ -22,31 +22,42 @@ def app_counts(rec: dict, side: str) -> dict:
 
 
 @needs_build
-@pytest.mark.parametrize("conns", ["one", "on-demand"])
-def test_http1_over_tls_splits_each_request_by_layer(runs_dir, conns):
+@pytest.mark.parametrize(
+    "stack, app, extra",
+    [
+        ("tcp-tls", "h1", ["--tcp-conns", "one"]),
+        ("tcp-tls", "h1", ["--tcp-conns", "on-demand"]),
+        ("quic", "h3", []),
+    ],
+)
+def test_http_splits_each_request_by_layer(runs_dir, stack, app, extra):
     """HTTP/1.1 over tcp-tls, keep-alive on one connection or a new one
-    whenever every open one waits (the seed's client): every message
-    verified, and per request, each way, the payload is the message, the
-    headers are on top of it, and the wire carries more again (TLS records,
-    TCP/IP headers, ACKs); what one side's layer framed and sent is what
+    whenever every open one waits (the seed's client), and HTTP/3 over
+    msquic, a stream a request: every message verified, and per request,
+    each way, the payload is the message, HTTP's framing and headers are on
+    top of it (h1: its heads; h3: HEADERS and DATA frames, QPACK, and the
+    control streams), and the wire carries more again (TLS records or QUIC
+    packets, headers, ACKs); what one side's layer framed and sent is what
     the other's parsed and took."""
     rec = run_json(
         runs_dir,
-        *("--stack", "tcp-tls", "--pattern", "rr", "--app", "h1", "--tcp-conns", conns, "--payload", str(PAYLOAD)),
+        *("--stack", stack, "--pattern", "rr", "--app", app, *extra, "--payload", str(PAYLOAD)),
         *("--period", "2ms", "--duration", "1s", "--warmup", "0.3s", "--sample-hz", "0"),
     )
     assert rec["status"] == "complete" and rec["verified"] is True
-    assert rec["config"]["app"] == "h1"
+    assert rec["config"]["app"] == app
     r = rec["rr"]
     assert r["responses"] > 0
     v = r["data_volume"]
-    assert v["app"] == "h1"
+    assert v["app"] == app
     for way in ("client_to_server", "server_to_client"):
         w = v[way]
         assert w["payload_bytes"] == pytest.approx(PAYLOAD, rel=0.05), w
-        # Each message has a head: a request line or a status line and its
-        # headers, at least "Content-Length: 128" and the blank line.
-        assert w["framing_bytes"] > len("Content-Length: 128\r\n\r\n"), w
+        # Each message has a head: h1, a request or status line and its headers,
+        # at least "Content-Length: 128" and the blank line; h3, a HEADERS
+        # frame (QPACK's prefix and at least :status or :method) and a DATA
+        # frame's type and length.
+        assert w["framing_bytes"] > (len("Content-Length: 128\r\n\r\n") if app == "h1" else 4), w
         assert w["message_bytes"] == pytest.approx(w["payload_bytes"] + w["framing_bytes"])
         assert w["transport_bytes"] > 0 and w["wire_bytes"] > w["message_bytes"], w
         assert w["wire_packets"] >= 1 * 0.95 and w["messages"] == pytest.approx(1, rel=0.05), w
@@ -57,18 +68,20 @@ def test_http1_over_tls_splits_each_request_by_layer(runs_dir, conns):
     assert client["tx_framing_bytes"] == server["rx_framing_bytes"] > 0
     assert server["tx_framing_bytes"] == client["rx_framing_bytes"] > 0
     assert client["tx_body_bytes"] == server["rx_body_bytes"] == PAYLOAD * client["tx_messages"]
-    if conns == "on-demand":
+    if "on-demand" in extra:
         assert r["connections_opened"] >= 1 and r["connections_per_1000_requests"] is not None
 
 
 @needs_build
-def test_http_framing_is_a_category_of_cpu_per_request(runs_dir):
-    """A closed loop of HTTP/1.1 requests over plain TCP, sampled densely:
-    the parser and the heads show as their own category of CPU per
-    request, beside the rest, and the categories still sum to the total."""
+@pytest.mark.parametrize("stack, app", [("tcp", "h1"), ("quic", "h3")])
+def test_http_framing_is_a_category_of_cpu_per_request(runs_dir, stack, app):
+    """A closed loop of HTTP requests, sampled densely: the protocol's
+    library and the workload's framing show as their own category of CPU
+    per request, beside the rest, and the categories still sum to the
+    total."""
     rec = run_json(
         runs_dir,
-        *("--stack", "tcp", "--pattern", "rr", "--app", "h1", "--rr-mode", "closed", "--conns", "4"),
+        *("--stack", stack, "--pattern", "rr", "--app", app, "--rr-mode", "closed", "--conns", "4"),
         *("--payload", str(PAYLOAD), "--duration", "2s", "--warmup", "0.3s", "--sample-hz", "999"),
         allow=(r"incomplete|samples|weighted",),
     )
@@ -102,7 +115,10 @@ def test_bare_messages_have_no_framing(runs_dir):
     "args, words",
     [
         (["--stack", "tcp-tls", "--app", "h1"], ["--app applies to --pattern rr"]),
-        (["--stack", "quic", "--pattern", "rr", "--app", "h1"], ["--app", "quic"]),
+        (["--stack", "quic", "--pattern", "rr", "--app", "h1"], ["--app h1", "--app h3"]),
+        (["--stack", "tcp", "--pattern", "rr", "--app", "h3"], ["--app h3", "--app h1"]),
+        (["--stack", "quinn", "--pattern", "rr", "--app", "h3"], ["--app", "quinn"]),
+        (["--stack", "quic", "--pattern", "rr", "--app", "h3", "--rr-streams", "one"], ["--rr-streams one"]),
         (["--stack", "tcp", "--pattern", "rr", "--app", "h9"], ["--app", "h9"]),
     ],
 )

@@ -70,8 +70,9 @@ static const char usage[] =
 	"      --rr-mode M          rr client: open (default: requests on the --period-us\n"
 	"                           schedule) or closed (the next request goes when an\n"
 	"                           answer comes, as secnetperf rps/latency, netperf TCP_RR)\n"
-	"      --app P              rr, tcp stacks: h1 (each message an HTTP/1.1 message whose\n"
-	"                           body it is: POST and 200, framed by http-parser)\n"
+	"      --app P              rr: each message an HTTP message whose body it is, a POST\n"
+	"                           and its 200: h1 (tcp stacks: HTTP/1.1, http-parser) or h3\n"
+	"                           (quic: HTTP/3 on a stream per request, nghttp3)\n"
 	"      --tcp-cc NAME        tcp stacks: each socket's TCP congestion control\n"
 	"                           (TCP_CONGESTION, as iperf3 -C); default: the namespace's\n"
 	"      --tcp-conns C        rr, tcp stacks client: one (default: one connection,\n"
@@ -253,7 +254,8 @@ static const struct flag flags[] = {
 	{FLAG("tcp-conns", 0, F_CHOICE, tcp_conns), .choices = "one|on-demand",
 	 .stacks = TCP_STACKS, .patterns = P_RR},
 	{FLAG("rr-mode", 0, F_CHOICE, rr_mode), .choices = "open|closed", .patterns = P_RR},
-	{FLAG("app", 0, F_CHOICE, app), .choices = "h1", .stacks = TCP_STACKS, .patterns = P_RR},
+	{FLAG("app", 0, F_CHOICE, app), .choices = "h1|h3", .stacks = "quic|tcp|tcp-tls|tcp-ktls",
+	 .patterns = P_RR},
 	{FLAG("tcp-cc", 0, F_STR, tcp_cc), .stacks = TCP_STACKS},
 	{FLAG("io-size", 0, F_NUM, io_size), .lo = 1024, .hi = 1u << 20, .pow2 = true,
 	 .unit = " bytes"},
@@ -476,6 +478,16 @@ static int check_rules(struct wl_opts *o)
 	    (o->conns ? o->conns : 1) * o->streams > WL_RR_MAX_CONNS) {
 		wl_warn("--conns x --streams is at most %d tcp connections for --pattern rr",
 			WL_RR_MAX_CONNS);
+		return WL_EXIT_USAGE;
+	}
+	if (o->app && strcmp(o->app, !strcmp(o->stack, "quic") ? "h3" : "h1")) {
+		wl_warn("--app %s is for %s; --stack %s takes --app %s", o->app,
+			!strcmp(o->app, "h3") ? "quic" : "the tcp stacks", o->stack,
+			!strcmp(o->stack, "quic") ? "h3" : "h1");
+		return WL_EXIT_USAGE;
+	}
+	if (o->app && o->rr_one_stream) {
+		wl_warn("--rr-streams one is not HTTP/3, which puts each request on a stream of its own");
 		return WL_EXIT_USAGE;
 	}
 	if (o->download && !o->size) {

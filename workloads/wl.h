@@ -65,7 +65,7 @@ struct wl_opts {
 	bool wait_start;	    /* client: connect only on "start" */
 	const char *tls_version;    /* tcp-tls, tcp-ktls: "1.2" or "1.3" */
 	const char *cipher;	    /* OpenSSL name; NULL: AES-128-GCM */
-	const char *app;	    /* rr: h1 over a TCP stack (wl_app.h); NULL: none */
+	const char *app;	    /* rr: h1 (TCP stacks) or h3 (quic), wl_app.h; NULL: none */
 	const char *tcp_cc;	    /* tcp stacks: TCP_CONGESTION per socket; NULL: the netns's */
 	bool sendfile;		    /* tcp, tcp-ktls client: sendfile() from a memfd */
 	const char *send_mode;	    /* udp client: sendmsg, sendmmsg or gso; NULL: gso */

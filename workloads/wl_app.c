@@ -13,8 +13,8 @@ const struct wl_transport *wl_app_over(const struct wl_opts *o, const struct wl_
 
 	if (!o->app)
 		return lower;
-	/* qprof_wl.c's table allows each only over its stacks. */
-	t = &wl_h1;
+	/* qprof_wl.c's rules allow each only over its stacks: h3 over msquic, h1 over TCP. */
+	t = !strcmp(o->app, "h3") ? &wl_h3 : &wl_h1;
 	wl_app_lower = lower;
 	t->multistream = lower->multistream;
 	t->early_data = lower->early_data;

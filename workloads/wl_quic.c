@@ -732,6 +732,23 @@ static int conn_start(struct wl_conn *c)
 	return WL_EXIT_HANDSHAKE;
 }
 
+/* HTTP/3's three: a control stream and QPACK's encoder and decoder streams (RFC 9114, 9204). */
+#define PEER_UNI_STREAMS 3
+
+/* The client takes none of the server's unidirectional streams unless asked (HTTP/3). */
+static bool peer_uni(HQUIC h)
+{
+	QUIC_SETTINGS set = {0};
+	QUIC_STATUS st;
+
+	set.PeerUnidiStreamCount = PEER_UNI_STREAMS;
+	set.IsSet.PeerUnidiStreamCount = 1;
+	st = q.api->SetParam(h, QUIC_PARAM_CONN_SETTINGS, sizeof(set), &set);
+	if (QUIC_FAILED(st))
+		wl_warn("allowing the server's unidirectional streams failed: %s", status_name(st));
+	return QUIC_SUCCEEDED(st);
+}
+
 static int q_connect(const struct wl_conn_handlers *h, void *ctx, unsigned flags,
 		     struct wl_conn **out)
 {
@@ -757,7 +774,7 @@ static int q_connect(const struct wl_conn_handlers *h, void *ctx, unsigned flags
 		free(c);
 		return WL_EXIT_LIB_OPEN;
 	}
-	if (!encrypt_off(c->h)) {
+	if (!encrypt_off(c->h) || ((flags & WL_CONN_PEER_UNI) && !peer_uni(c->h))) {
 		q.api->ConnectionClose(c->h);
 		free(c);
 		return WL_EXIT_LIB_OPEN;
@@ -794,6 +811,15 @@ static int q_connect(const struct wl_conn_handlers *h, void *ctx, unsigned flags
 		*out = NULL;
 	}
 	return code;
+}
+
+static int64_t q_stream_id(struct wl_stream *s)
+{
+	uint64_t id;
+	uint32_t len = sizeof(id);
+
+	return QUIC_SUCCEEDED(q.api->GetParam(s->h, QUIC_PARAM_STREAM_ID, &len, &id)) ? (int64_t)id
+										      : -1;
 }
 
 static int q_open(struct wl_conn *c, const struct wl_stream_handlers *h, void *ctx, unsigned flags,
@@ -1047,6 +1073,7 @@ const struct wl_transport wl_quic = {
 	/* No pause: msquic's sends never wait on the reader, so nothing to hold back. */
 	.abort = q_abort,
 	.close = q_close,
+	.stream_id = q_stream_id,
 	.conn_info = q_conn_info,
 	.json_connected = json_datapath,
 	.json_mark = q_json_mark,

@@ -149,6 +149,7 @@ struct wl_conn_handlers {
 #define WL_CONN_RESUME 4u    /* client: offer the last connection's session (QUIC: its ticket) */
 #define WL_CONN_NODELAY 8u   /* small messages both ways: TCP_NODELAY (download, rr) */
 #define WL_CONN_STATS 16u    /* the marks and "done" show its statistics (the first such one's) */
+#define WL_CONN_PEER_UNI 32u /* client, QUIC: the peer may open unidirectional streams (HTTP/3's) */
 
 /*
  * Server: a connection arrived. Return its handlers and set *ctx, or NULL
@@ -222,6 +223,8 @@ struct wl_transport {
 	void (*abort)(struct wl_stream *s);
 	/* Close the connection: code 0 gracefully, else abortively (sent to a QUIC peer). */
 	void (*close)(struct wl_conn *c, uint64_t code);
+	/* QUIC: the stream's ID, once started (its writable handler has come); -1 before. NULL: TCP. */
+	int64_t (*stream_id)(struct wl_stream *s);
 	/* A download's figures: handshake times, resumption, early data, counters. */
 	void (*conn_info)(struct wl_conn *c, struct wl_dl *r);
 
