@@ -185,6 +185,16 @@ TABLE: Tuple[Figure, ...] = (
         for s in ("client", "server", "machine")
     ),
     Figure("rr_connections_per_1000", "connections per 1000 requests", "", ("rr", "connections_per_1000_requests")),
+    # Seed 003's data volume: what each request and each response put on the
+    # wire (the sender's device, all of it), and HTTP's share (--app).
+    *(
+        Figure(f"rr_{w}_wire_bytes", f"wire bytes per {n}", "B", ("rr", "data_volume", way, "wire_bytes"))
+        for w, n, way in (("request", "request", "client_to_server"), ("response", "response", "server_to_client"))
+    ),
+    *(
+        Figure(f"rr_{w}_framing_bytes", f"HTTP framing per {n}", "B", ("rr", "data_volume", way, "framing_bytes"))
+        for w, n, way in (("request", "request", "client_to_server"), ("response", "response", "server_to_client"))
+    ),
     Figure("handshakes_per_s", "handshakes per second", "/s", ("handshakes", "per_s"), lower_is_better=False),
     *(
         Figure(

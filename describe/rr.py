@@ -139,7 +139,7 @@ def describe(
         },
         "per_request": per_unit.costs(rec, n, wire),
         "flame_ns_per_request": per_unit.flame(rec, n),
-        "data_volume": data_volume(rec, n, wire),
+        "data_volume": data_volume(rec, n, wire, client_done.get("connections_opened")),
     }
     return out
 
@@ -148,7 +148,7 @@ def describe(
 WAYS = {"client_to_server": ("client", "server"), "server_to_client": ("server", "client")}
 
 
-def data_volume(rec: dict, n: int, wire: Optional[Dict[str, dict]]) -> Optional[dict]:
+def data_volume(rec: dict, n: int, wire: Optional[Dict[str, dict]], connections: Optional[int] = 1) -> Optional[dict]:
     """Seed 003's data volume per request (what the client sends) and per
     response (what the server sends), each split by layer, per answered
     request of the window:
@@ -182,8 +182,31 @@ def data_volume(rec: dict, n: int, wire: Optional[Dict[str, dict]]) -> Optional[
             "wire_bytes": total,
             "wire_packets": w["wire_packets"] / n if w else None,
             "messages": sent_app["tx_messages"] / n if sent_app else None,
+            "ack_only_packets": _per(_ack_only(windows[sender], connections), n),
         }
     return out
+
+
+def _per(v: Optional[float], n: int) -> Optional[float]:
+    return None if v is None else v / n
+
+
+def _ack_only(window: dict, connections: Optional[int]) -> Optional[int]:
+    """The packets a side sent that carried no data, by its transport's own
+    count: TCP_INFO's segments out less its data segments (pure ACKs, and a
+    connection's SYN and FIN), summed over its connections; msquic's
+    datagrams sent (its perf counter) less its ack-eliciting packets (its
+    connection statistics; msquic's own TotalPackets counts only those), so
+    ACK-only packets, and only in a run of one connection, whose statistics
+    the workload reports. None where neither counts."""
+    tcp = window.get("tcp_info") or {}
+    if tcp.get("data_segs_out") is not None and tcp.get("segs_out") is not None:
+        return tcp["segs_out"] - tcp["data_segs_out"]
+    sent = (window.get("perf_counters") or {}).get("udp_send")
+    eliciting = (window.get("conn_stats") or {}).get("send_retransmittable_packets")
+    if sent is not None and eliciting is not None and connections == 1:
+        return max(sent - eliciting, 0)
+    return None
 
 
 def _per_connection(window: List[dict], opened: Optional[int]) -> Optional[dict]:

@@ -61,6 +61,8 @@ def test_http_splits_each_request_by_layer(runs_dir, stack, app, extra):
         assert w["message_bytes"] == pytest.approx(w["payload_bytes"] + w["framing_bytes"])
         assert w["transport_bytes"] > 0 and w["wire_bytes"] > w["message_bytes"], w
         assert w["wire_packets"] >= 1 * 0.95 and w["messages"] == pytest.approx(1, rel=0.05), w
+        # The transport's own count of packets with no data: at most what went.
+        assert w["ack_only_packets"] is not None and 0 <= w["ack_only_packets"] < w["wire_packets"], w
     # A request's head names its host, so it is longer than a response's.
     assert v["client_to_server"]["framing_bytes"] > v["server_to_client"]["framing_bytes"]
     client, server = app_counts(rec, "client"), app_counts(rec, "server")

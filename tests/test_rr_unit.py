@@ -191,6 +191,7 @@ def test_data_volume_splits_the_wire_by_layer():
         assert way["payload_bytes"] + way["framing_bytes"] + way["transport_bytes"] == way["wire_bytes"]
         assert way["message_bytes"] == way["payload_bytes"] + way["framing_bytes"]
     assert up["wire_packets"] == 1.5 and up["messages"] == 1.0
+    assert up["ack_only_packets"] is None  # neither transport counted
 
 
 def test_data_volume_without_an_app_or_a_wire():
@@ -202,3 +203,15 @@ def test_data_volume_without_an_app_or_a_wire():
         assert got[way]["payload_bytes"] == 128 and got[way]["framing_bytes"] == 0
         assert got[way]["wire_bytes"] is None and got[way]["transport_bytes"] is None
     assert rr.data_volume(REC, 0, None) is None
+
+
+def test_ack_only_packets_by_the_transports_own_count():
+    """TCP: TCP_INFO's segments out less its data segments, summed over the
+    connections; msquic: its datagrams less its ack-eliciting packets, and
+    only with one connection (its statistics are one connection's)."""
+    tcp = {"app_bytes": 1280, "tcp_info": {"segs_out": 30, "data_segs_out": 10}}
+    quic = {"app_bytes": 1280, "perf_counters": {"udp_send": 25}, "conn_stats": {"send_retransmittable_packets": 10}}
+    for window, conns, want in ((tcp, 3, 2.0), (quic, 1, 1.5), (quic, 2, None)):
+        rec = {"workload": {"client": {"window": window}, "server": {"window": window}}}
+        got = rr.data_volume(rec, 10, None, conns)
+        assert got["client_to_server"]["ack_only_packets"] == want

@@ -868,9 +868,10 @@ static bool all_served(void *arg)
 /* Serve until the client has gone, or "stop", "exit" or EOF (--control). */
 static int rr_server(void)
 {
+	/* Stats: the first connection's, as the client's, for the packets each way (rr.data_volume). */
 	const struct wl_accept a = {
 		.accept = accept_conn,
-		.flags = WL_CONN_NODELAY,
+		.flags = WL_CONN_NODELAY | WL_CONN_STATS,
 		.peer_bidi_streams = RR_PEER_STREAMS,
 	};
 	return wl_role_serve(&a, client_gone, close_all_ok, all_served);

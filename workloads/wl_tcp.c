@@ -37,6 +37,7 @@ enum conn_state { CONNECTING, HANDSHAKE, READY, DEAD };
 
 struct tcp_counts {
 	uint64_t segs_out, segs_in, retrans, bytes_acked, bytes_received;
+	uint64_t data_segs_out; /* segs_out less those with no data: pure ACKs, SYN, FIN */
 	uint64_t conns, ecn; /* connections read, and those that negotiated ECN */
 };
 
@@ -108,6 +109,7 @@ static bool tcp_counts_add(int fd, struct tcp_counts *t)
 	if (fd < 0 || getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len))
 		return false;
 	t->segs_out += ti.tcpi_segs_out;
+	t->data_segs_out += ti.tcpi_data_segs_out;
 	t->segs_in += ti.tcpi_segs_in;
 	t->retrans += ti.tcpi_total_retrans;
 	t->bytes_acked += ti.tcpi_bytes_acked;
@@ -132,6 +134,7 @@ static void tcp_json_mark(struct wl_json *j)
 	pthread_mutex_unlock(&T.lock);
 	wl_json_begin(&p);
 	wl_json_u64(&p, "segs_out", t.segs_out);
+	wl_json_u64(&p, "data_segs_out", t.data_segs_out);
 	wl_json_u64(&p, "segs_in", t.segs_in);
 	wl_json_u64(&p, "total_retrans", t.retrans);
 	wl_json_u64(&p, "bytes_acked", t.bytes_acked);
