@@ -38,7 +38,7 @@ enum conn_state { CONNECTING, HANDSHAKE, READY, DEAD };
 struct tcp_counts {
 	uint64_t segs_out, segs_in, retrans, bytes_acked, bytes_received;
 	uint64_t data_segs_out; /* segs_out less those with no data: pure ACKs, SYN, FIN */
-	uint64_t conns, ecn; /* connections read, and those that negotiated ECN */
+	uint64_t conns, ecn;	/* connections read, and those that negotiated ECN */
 };
 
 /* A message on the loop, queued until the socket has room. */
