@@ -47,7 +47,8 @@ static const char usage[] =
 	"                           fall due for MS)\n"
 	"  -b, --bytes N            the sender: send N bytes per stream, then FIN\n"
 	"      --size N             download: bytes the server sends per connection\n"
-	"      --count N            download: connections, one after another (default 1)\n"
+	"      --count N            download: connections, one after another (default 1); rr\n"
+	"                           --rr-mode closed: requests in all, then the client ends\n"
 	"      --resume             download, handshakes; quic, ngtcp2, tcp-tls, tcp-ktls: the client\n"
 	"                           resumes each\n"
 	"                           connection after the first with the session ticket the\n"
@@ -59,8 +60,8 @@ static const char usage[] =
 	"                           connection's due time to the next (an open loop; without\n"
 	"                           it, a new connection as each closes)\n"
 	"      --payload N          rr: bytes of each request and of each response, 16 to\n"
-	"                           1048576; give both roles the same N\n"
-	"      --request N          rr: bytes of each request (default --payload), 16 to 1048576\n"
+	"                           16777216; give both roles the same N\n"
+	"      --request N          rr: bytes of each request (default --payload), 16 to 16777216\n"
 	"      --response N         rr: bytes of each response (default --payload); give both\n"
 	"                           roles the same --request and --response\n"
 	"      --rr-streams S       rr, quic, ngtcp2 client: per-request (default: a new\n"
@@ -238,7 +239,7 @@ static const struct flag flags[] = {
 	 .patterns = P_BULK | P_RR | P_HS},
 	{FLAG("bytes", 'b', F_NUM, bytes), .lo = 1, .hi = UINT64_MAX, .patterns = P_BULK},
 	{FLAG("size", 0, F_NUM, size), .lo = 1, .hi = UINT64_MAX, .patterns = P_DOWNLOAD},
-	{FLAG("count", 0, F_NUM, count), .lo = 1, .hi = UINT64_MAX, .patterns = P_DOWNLOAD},
+	{FLAG("count", 0, F_NUM, count), .lo = 1, .hi = UINT64_MAX, .patterns = P_DOWNLOAD | P_RR},
 	{FLAG("resume", 0, F_BOOL, resume), .stacks = "quic|ngtcp2|tcp-tls|tcp-ktls",
 	 .patterns = P_DOWNLOAD | P_HS},
 	{FLAG("period-us", 0, F_NUM, period_us), .lo = WL_RR_PERIOD_MIN_US,
@@ -462,6 +463,10 @@ static int check_rules(struct wl_opts *o)
 		wl_warn("--period-us is for --rr-mode open: a closed loop sends each request when an answer comes");
 		return WL_EXIT_USAGE;
 	}
+	if (o->rr && o->count && !o->rr_closed) {
+		wl_warn("--count is for --rr-mode closed: an open loop's requests fall due for --duration-ms");
+		return WL_EXIT_USAGE;
+	}
 	if (o->rr_closed && o->tcp_on_demand) {
 		wl_warn("--tcp-conns on-demand is for --rr-mode open: a closed loop keeps its --conns x --streams connections");
 		return WL_EXIT_USAGE;
@@ -503,8 +508,8 @@ static int check_rules(struct wl_opts *o)
 		wl_warn("the server needs --cert and --key");
 		return WL_EXIT_USAGE;
 	}
-	if (client && (o->rr || o->hs) && !o->duration_ms && !o->control) {
-		wl_warn("--pattern %s: the client needs --duration-ms, or --control to go on until \"stop\"",
+	if (client && (o->rr || o->hs) && !o->duration_ms && !o->count && !o->control) {
+		wl_warn("--pattern %s: the client needs --duration-ms (or --count, closed), or --control to go on until \"stop\"",
 			o->pattern);
 		return WL_EXIT_USAGE;
 	}
@@ -516,8 +521,8 @@ static int check_rules(struct wl_opts *o)
 			WL_MAX_STREAMS);
 		return WL_EXIT_USAGE;
 	}
-	if (client && !o->download && !o->hs && !sends_down_only(o) && !o->duration_ms &&
-	    !o->bytes && !o->control) {
+	if (client && !o->download && !o->hs && !(o->rr && o->count) && !sends_down_only(o) &&
+	    !o->duration_ms && !o->bytes && !o->control) {
 		wl_warn("the client needs --duration-ms, --bytes or --control");
 		return WL_EXIT_USAGE;
 	}

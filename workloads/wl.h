@@ -158,7 +158,7 @@ uint64_t wl_get_le64(const uint8_t *p);
  */
 #define WL_RR_HDR 8
 #define WL_RR_PAYLOAD_MIN 16
-#define WL_RR_PAYLOAD_MAX (1u << 20)
+#define WL_RR_PAYLOAD_MAX (16u << 20) /* a video segment: 2 s at 64 Mbit/s */
 #define WL_RR_PERIOD_MIN_US 100
 #define WL_RR_PERIOD_MAX_US 1000000000ull
 #define WL_RR_DRAIN_MIN_NS 2000000000ull /* the wait for replies after the last request */

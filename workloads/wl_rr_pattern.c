@@ -7,7 +7,9 @@
  * one stream of its one connection, or (--tcp-conns on-demand) on an idle
  * connection, a new one, or else it waits for the first to fall idle;
  * with --conns, on each connection in turn. Closed loop (--rr-mode
- * closed), an answer sends the next request on its connection at once. A
+ * closed), an answer sends the next request on its connection at once,
+ * until --duration-ms or, with --count, until --count are answered (qprof's
+ * --pattern video: one connection fetching its segments one after another). A
  * byte-stream transport takes a request only with room (wl_room), so one
  * that cannot go yet waits here, due time and all, and its sent_ns is its
  * first write; msquic queues every request itself, as before.
@@ -156,6 +158,7 @@ static void client_failed(int code, const char *why, const struct rconn *rc)
 }
 
 static void issue(struct rconn *rc);
+static bool counted_out(void);
 
 /* rc: the connection it came on; closed loop, the next request goes on it. */
 static bool answered(const struct wl_rr_req *req, const struct wl_rr_rx *rx, uint64_t t,
@@ -176,7 +179,9 @@ static bool answered(const struct wl_rr_req *req, const struct wl_rr_rx *rx, uin
 			issue(rc);
 		atomic_fetch_sub(&rr.issuing, 1);
 	}
-	if (atomic_load(&rr.draining) && atomic_load(&wl_rr.responses) == atomic_load(&wl_rr.sent))
+	if ((atomic_load(&rr.draining) &&
+	     atomic_load(&wl_rr.responses) == atomic_load(&wl_rr.sent)) ||
+	    counted_out())
 		wl_loop_wake();
 	return true;
 }
@@ -450,11 +455,26 @@ static void send_on(struct rconn *rc, uint64_t seq)
 		send_on_stream(rc, seq);
 }
 
-/* Closed loop: the next request, on rc. */
+/* Closed loop: the next request, on rc; none past --count. */
 static void issue(struct rconn *rc)
 {
+	const uint64_t count = wl_role.o->count;
+	uint64_t seq = atomic_load(&wl_rr.next_seq);
+
+	do {
+		if (count && seq >= count)
+			return;
+	} while (!atomic_compare_exchange_weak(&wl_rr.next_seq, &seq, seq + 1));
 	atomic_fetch_add(&wl_rr.due, 1);
-	send_on(rc, atomic_fetch_add(&wl_rr.next_seq, 1));
+	send_on(rc, seq);
+}
+
+/* Closed loop with --count: every request asked for has been answered. */
+static bool counted_out(void)
+{
+	const uint64_t count = wl_role.o->count;
+
+	return wl_rr.closed && count && atomic_load(&wl_rr.responses) >= count;
 }
 
 /* Request seq fell due (the schedule calls, on the loop's thread). */
@@ -592,6 +612,10 @@ static bool client_over(void *arg)
 	    wl_rr_sched_stop(&rr.sched, now, dispatch, NULL, &wl_role.failure)) {
 		client_failed(WL_EXIT_INTERNAL, "cannot arm the request timer", NULL);
 		return true;
+	}
+	if (counted_out()) {
+		atomic_store(&rr.draining, true);
+		return idle();
 	}
 	if (rr.sched.phase != WL_RR_DRAINING)
 		return false;
