@@ -66,6 +66,23 @@ def compare(args, server: str, periods: list, runs_dir: str) -> dict:
     return out
 
 
+def alternate(args, servers, period: str, runs_dir: str) -> dict:
+    """One point for each server, --repeat `qprof run`s each, alternating
+    (A B A B ...: a comparison needs two configurations of one stack)."""
+    out = {s: {period: []} for s in servers}
+    for _ in range(args.repeat):
+        for server in servers:
+            argv = [QPROF, "run", "--json", *SERVERS[server], "--pattern", "rr", "--payload", "128"]
+            argv += ["--duration", args.duration, "--sample-hz", "0", "--period", period]
+            argv += ["--link", f"rtt={args.rtt}", "--runs-dir", runs_dir] + ([] if args.host else ["--guest"])
+            print("#", " ".join(argv[1:]), file=sys.stderr, flush=True)
+            r = subprocess.run(argv, capture_output=True, text=True)
+            if r.returncode != 0:
+                sys.exit(f"qprof run failed (exit {r.returncode}): {r.stderr.strip()}")
+            out[server][period].append(json.loads(r.stdout))
+    return out
+
+
 def get(rec: dict, *path):
     for p in path:
         rec = rec.get(p) if isinstance(rec, dict) else None
@@ -97,8 +114,7 @@ def main():
         "HTTP/1.1": compare(args, "HTTP/1.1", periods, runs_dir),
         "HTTP/3": compare(args, "HTTP/3", periods, runs_dir),
     }
-    for server in ("QUIC", "TCP"):
-        points[server] = compare(args, server, [args.delay_period], runs_dir)
+    points.update(alternate(args, ("QUIC", "TCP"), args.delay_period, runs_dir))
 
     print(f"\n**Fig. 4: HTTP/1.1's connections per 1000 requests** (rtt {args.rtt}, 128 B)\n")
     print("| period | connections per 1000 requests | requests answered |")

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import click
 
-from qprof.cli.units import Duration, Size
+from qprof.cli.units import Duration, Rate, Size
 from qprof.describe import options
 
 
@@ -22,6 +22,8 @@ def _click_option(o: options.Option):
         kw.update(type=Duration())
     elif o.kind == "size":
         kw.update(type=Size())
+    elif o.kind == "rate":
+        kw.update(type=Rate())
     elif o.kind == "int":
         # Out of range on the command line is a usage error (exit 2);
         # the same bounds check --vary values (options.check, exit 4).

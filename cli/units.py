@@ -1,9 +1,9 @@
 # SPDX-License-Identifier: GPL-2.0-only
-"""click option types for durations and sizes (the syntax: core/units.py)."""
+"""click option types for durations, sizes and rates (the syntax: core/units.py)."""
 
 import click
 
-from qprof.units import parse_duration_s, parse_size_bytes
+from qprof.units import parse_duration_s, parse_rate_bit, parse_size_bytes
 
 
 def _flag(param, default: str) -> str:
@@ -26,3 +26,12 @@ class Size(click.ParamType):
         if isinstance(value, int):
             return value
         return parse_size_bytes(value, _flag(param, "size"))
+
+
+class Rate(click.ParamType):
+    name = "rate"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int):
+            return value
+        return parse_rate_bit(value, _flag(param, "rate"))

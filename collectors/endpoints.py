@@ -432,7 +432,7 @@ def mix_measurement(
                     for e, r in (("start", start), ("end", end))
                 },
                 done=done[i],
-                reports=list(ep.clients[i].reports) if fp.options.pattern in ("rr", "handshakes") else None,
+                reports=list(ep.clients[i].reports) if fp.options.pattern in ("rr", "handshakes", "video") else None,
             )
         )
     if not any(fm.marks["end"]["server"]["app_bytes"] > fm.marks["start"]["server"]["app_bytes"] for fm in measured):

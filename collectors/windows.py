@@ -50,7 +50,7 @@ class Taken(NamedTuple):
 def measure(plan: Plan, ep: Endpoints, emulated, on_progress, faults: Faults, on_interval=None) -> Taken:
     """The window of the plan's pattern (WINDOWS), its edges read over every flow."""
     opts = plan.options
-    kind = "download" if opts.pattern == "download" else "bytes" if opts.bytes else "timed"
+    kind = "download" if opts.pattern in ("download", "video") else "bytes" if opts.bytes else "timed"
     return WINDOWS[kind](plan, ep, emulated, on_progress, faults, on_interval)
 
 
@@ -65,8 +65,11 @@ def _tls_stat(ep: Endpoints) -> dict:
 
 def _downloads(plan: Plan, ep: Endpoints, emulated, on_progress, faults: Faults, on_interval=None) -> Taken:
     """--pattern download: the window is the --count downloads, from the
-    client's start to its last byte; the perf samples cover exactly it."""
+    client's start to its last byte; --pattern video: its segments, from
+    the client's start (its connect) to the last segment's last byte. The
+    perf samples cover exactly it."""
     opts, client = plan.options, ep.client
+    video = opts.pattern == "video"
     tls_before = _tls_stat(ep)
     if ep.perf is not None:
         ep.perf.enable()
@@ -74,12 +77,16 @@ def _downloads(plan: Plan, ep: Endpoints, emulated, on_progress, faults: Faults,
     client.send("start")
     if faults.stall:  # the sender freezes; the watchdog below must end the run
         os.kill(ep.server.pid, signal.SIGSTOP)
-    on_progress(f"{opts.count} downloads of {opts.size:,} bytes, each on a new connection")
+    if video:
+        on_progress(f"{opts.count} segments of {opts.response:,} bytes, one after another on one connection")
+    else:
+        on_progress(f"{opts.count} downloads of {opts.size:,} bytes, each on a new connection")
+    unit, event = ("segments", "rr") if video else ("downloads", "download")
     _wait_for_done(
         client,
         lambda got: (
-            f"the downloads stalled: the client received no byte for {STALL_S:.0f} s "
-            f"({sum(e['event'] == 'download' for e in client.reports)} of {opts.count} downloads done); "
+            f"the {unit} stalled: the client received no byte for {STALL_S:.0f} s "
+            f"({sum(e['event'] == event for e in client.reports)} of {opts.count} {unit} done); "
             f"see {client.log_path}."
         ),
     )

@@ -195,6 +195,20 @@ TABLE: Tuple[Figure, ...] = (
         Figure(f"rr_{w}_framing_bytes", f"HTTP framing per {n}", "B", ("rr", "data_volume", way, "framing_bytes"))
         for w, n, way in (("request", "request", "client_to_server"), ("response", "response", "server_to_client"))
     ),
+    # Seed 001's video QoE (--pattern video), and what a second of media cost.
+    Figure("video_startup_delay_ms", "video startup delay", "ms", ("video", "startup_delay_s"), _s_to_ms),
+    Figure("video_stall_s", "video stall time", "s", ("video", "stall_s")),
+    Figure("video_stalls", "video stalls", "", ("video", "stalls")),
+    *(
+        Figure(
+            f"video_{s}_cpu_ms_per_media_s",
+            f"{s} CPU per second of video",
+            "ms",
+            ("video", "cpu_s_per_media_s", s),
+            _s_to_ms,
+        )
+        for s in ("client", "server")
+    ),
     Figure("handshakes_per_s", "handshakes per second", "/s", ("handshakes", "per_s"), lower_is_better=False),
     *(
         Figure(

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: GPL-2.0-only
-"""Durations and sizes as users type them: 10s, 500ms, 250us, 2m; 64K, 1G.
+"""Durations, sizes and rates as users type them: 10s, 500ms, 250us, 2m;
+64K, 1G; 2.5mbit, 800kbit (bits per second, as tc and netem write them).
 
 Sizes use powers of two (K = 1024), as iperf3 and netperf do. Plain
 parsers, for the CLI's option types and for `qprof compare --vary`.
@@ -13,6 +14,8 @@ _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(us|ms|s|m|min)?\s*$")
 _DURATION_UNIT_S = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, None: 1.0}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?B)?\s*$", re.IGNORECASE)
 _SIZE_UNIT = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+_RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(bit|kbit|mbit|gbit)\s*$", re.IGNORECASE)
+_RATE_BIT = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9}
 
 
 def parse_duration_s(text: str, what: str = "duration") -> float:
@@ -30,3 +33,19 @@ def parse_size_bytes(text: str, what: str = "size") -> int:
     if value != int(value):
         raise BadValue(f"{what} '{text}' is not a whole number of bytes.")
     return int(value)
+
+
+def parse_rate_bit(text: str, what: str = "rate") -> int:
+    """Bits per second, written as tc writes them (decimal units)."""
+    m = _RATE.match(str(text))
+    if not m:
+        raise BadValue(f"malformed {what} '{text}'; write it like 2.5mbit, 800kbit or 1gbit.")
+    return int(round(float(m.group(1)) * _RATE_BIT[m.group(2).lower()]))
+
+
+def rate_text(bit: int) -> str:
+    """A rate as a user would write it: 2.5mbit."""
+    for unit, scale in (("gbit", 1e9), ("mbit", 1e6), ("kbit", 1e3)):
+        if bit >= scale:
+            return f"{bit / scale:g}{unit}"
+    return f"{bit}bit"

@@ -23,7 +23,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 from qprof import errors
 from qprof.describe import link, pinning
 from qprof.describe.direction import DIRECTIONS
-from qprof.units import parse_duration_s, parse_size_bytes
+from qprof.units import parse_duration_s, parse_rate_bit, parse_size_bytes, rate_text
 
 STACK_NAMES = ("quic", "quinn", "ngtcp2", "quiche", "udp", "tcp", "tcp-tls", "tcp-ktls")
 PROBE_NAMES = ("syscalls", "packets", "cputhread")
@@ -32,7 +32,7 @@ EXEC_PROFILES = ("lowlat", "maxtput")
 ONOFF = ("on", "off")
 UDP_SEND_MODES = ("sendmsg", "sendmmsg", "gso")
 CALL_GRAPHS = ("dwarf", "fp")
-PATTERNS = ("bulk", "download", "rr", "handshakes")
+PATTERNS = ("bulk", "download", "rr", "handshakes", "video")
 TCP_STACKS = ("tcp", "tcp-tls", "tcp-ktls")
 APPS = ("h1", "h3")
 MIN_INTERVAL_S = 0.1
@@ -40,7 +40,8 @@ MIN_INTERVAL_S = 0.1
 
 class Option:
     """One option. kind: int, size (bytes, 64K syntax), duration (seconds,
-    10s syntax), choice, flag (bool), text, probes (a comma list) or link
+    10s syntax), rate (bits per second, 2.5mbit syntax), choice, flag
+    (bool), text, probes (a comma list) or link
     (a link spec, describe/link.py, kept as the user wrote it)."""
 
     def __init__(
@@ -113,6 +114,8 @@ class Option:
             return f"{value:g}s" if value >= 1 else f"{value * 1e3:g}ms"
         if self.kind == "size":
             return _size_text(value)
+        if self.kind == "rate":
+            return rate_text(value)
         return str(value)
 
     @property
@@ -127,6 +130,8 @@ class Option:
             value = int(text)
         elif self.kind == "size":
             value = parse_size_bytes(text, self.flag)
+        elif self.kind == "rate":
+            value = parse_rate_bit(text, self.flag)
         elif self.kind == "duration":
             value = parse_duration_s(text, self.flag)
         elif self.kind == "flag":
@@ -144,7 +149,7 @@ class Option:
         """Refuse a value outside the option's range or choices (None: unset)."""
         if value is None:
             return
-        if self.kind in ("int", "size") and not isinstance(value, bool):
+        if self.kind in ("int", "size", "rate") and not isinstance(value, bool):
             if (
                 (self.lo is not None and value < self.lo)
                 or (self.hi is not None and value > self.hi)
@@ -197,16 +202,20 @@ OPTIONS: List[Option] = [
         "bulk",
         "What moves: bulk (one side sends, by --direction, for --duration or --bytes), download (the server "
         "sends --size bytes on a new connection, --count times, one after another), rr (the client "
-        "sends a --payload request every --period, open loop, and the server answers each) or handshakes "
-        "(new connections, --conns at once, each echoing 8 bytes, as secnetperf's hps and netperf's TCP_CRR).",
+        "sends a --payload request every --period, open loop, and the server answers each), handshakes "
+        "(new connections, --conns at once, each echoing 8 bytes, as secnetperf's hps and netperf's TCP_CRR) "
+        "or video (a player fetching --duration of media at --bitrate in --segment pieces over one "
+        "connection, one after another, playing once --prebuffer is in: startup delay and stalls).",
         choices=PATTERNS,
         workload="--pattern",
+        # video is rr's closed loop, one segment in flight, for --count segments (describe/plan.py).
+        workload_value=lambda p: "rr" if p == "video" else p,
     ),
     Option(
         "duration",
         "duration",
         None,
-        "Length of the measured window (after warm-up)",
+        "Length of the measured window (after warm-up); video: the media's length",
         field_name="duration_s",
         short="-d",
         lo=0.0,
@@ -338,6 +347,37 @@ OPTIONS: List[Option] = [
         vary=True,
         workload="--app",
         metavar="|".join(APPS),
+    ),
+    Option(
+        "bitrate",
+        "rate",
+        None,
+        "video: the media's bitrate, one rung of a ladder (a segment is bitrate x --segment bytes)",
+        fill=2_500_000,
+        fill_note="video",
+        lo=8_000,
+        hi=256_000_000,
+        vary=True,
+    ),
+    Option(
+        "segment",
+        "duration",
+        None,
+        "video: the media each segment holds, fetched as one request",
+        fill=2.0,
+        fill_note="video",
+        lo=0.0,
+        vary=True,
+    ),
+    Option(
+        "prebuffer",
+        "duration",
+        None,
+        "video: media in the buffer before playback starts (whole segments: rounded up)",
+        fill=2.0,
+        fill_note="video",
+        lo=0.0,
+        vary=True,
     ),
     Option(
         "rr-mode",
@@ -745,6 +785,7 @@ VARY_KEYS: Tuple[str, ...] = tuple(o.name for o in OPTIONS if o.vary) + LINK_PAR
 _PYTYPES = {
     "int": Optional[int],
     "size": Optional[int],
+    "rate": Optional[int],
     "duration": Optional[float],
     "choice": Optional[str],
     "flag": bool,

@@ -14,6 +14,7 @@ N for a `--mix`, each with its stack, its own options, its port and its
 GSO/GRO plan. The runner measures any Plan the same way.
 """
 
+import math
 from dataclasses import dataclass, replace
 from typing import Dict, Optional, Tuple
 
@@ -23,6 +24,7 @@ from qprof.describe.options import RunOptions
 from qprof.describe.transports import UDP_IP_HEADERS
 
 MIN_RR_PERIOD_S = 100e-6  # qprof-wl's --period-us floor
+WL_RR_MIN = 16  # qprof-wl's WL_RR_PAYLOAD_MIN: a message's sequence number and a little pattern
 MAX_STREAMS = 64  # qprof-wl's WL_MAX_STREAMS: --conns x --streams, x 2 with --direction both
 MAX_RR_TCP_CONNS = 128  # qprof-wl's WL_RR_MAX_CONNS: rr on a TCP stack, --conns x --streams
 
@@ -157,7 +159,8 @@ def _pattern(opts: RunOptions) -> RunOptions:
     bulk transfer's length and warm-up do not apply; --size, --count and
     --resume apply to downloads only, --period and its kin to rr only."""
     if opts.pattern != "download":
-        for name, value in (("size", opts.size), ("count", opts.count)):
+        # video sets --count itself (its segments; _video holds it to that).
+        for name, value in (("size", opts.size), ("count", None if opts.pattern == "video" else opts.count)):
             if value is not None:
                 raise errors.BadValue(f"--{name} applies to --pattern download only; add it, or drop --{name}.")
     if opts.pattern not in ("download", "handshakes") and opts.resume:
@@ -165,6 +168,9 @@ def _pattern(opts: RunOptions) -> RunOptions:
     if opts.pattern not in ("rr", "handshakes") and opts.period_s is not None:
         raise errors.BadValue("--period applies to --pattern rr and handshakes; add one, or drop --period.")
     if opts.pattern != "rr":
+        # video is rr's closed loop: it takes the app and QUIC's streams, and
+        # sets the rest itself (_video holds a value given to what it sets).
+        video = ("app", "rr-streams", "request", "response", "rr-mode") if opts.pattern == "video" else ()
         for name, value in (
             ("payload", opts.payload),
             ("request", opts.request),
@@ -174,8 +180,12 @@ def _pattern(opts: RunOptions) -> RunOptions:
             ("rr-mode", opts.rr_mode),
             ("app", opts.app),
         ):
-            if value is not None:
+            if value is not None and name not in video:
                 raise errors.BadValue(f"--{name} applies to --pattern rr only; add it, or drop --{name}.")
+    if opts.pattern != "video":
+        for name, value in (("bitrate", opts.bitrate), ("segment", opts.segment), ("prebuffer", opts.prebuffer)):
+            if value is not None:
+                raise errors.BadValue(f"--{name} applies to --pattern video only; add it, or drop --{name}.")
     if opts.pattern != "bulk" and opts.direction is not None:
         raise errors.BadValue(
             "--direction applies to --pattern bulk only (a download goes down, rr both ways); drop --direction."
@@ -184,6 +194,8 @@ def _pattern(opts: RunOptions) -> RunOptions:
         raise errors.BadValue("--conns applies to --pattern bulk, rr and handshakes, not download; drop --conns.")
     if opts.pattern == "rr":
         return _rr(opts)
+    if opts.pattern == "video":
+        return _video(opts)
     if opts.pattern == "handshakes":
         return _handshakes(opts)
     if opts.pattern == "download":
@@ -303,6 +315,54 @@ def _app(opts: RunOptions) -> None:
         raise errors.BadValue(
             "--app h3 puts each request on a stream of its own, as HTTP/3 does; drop --rr-streams one."
         )
+
+
+def _video(opts: RunOptions) -> RunOptions:
+    """A player over one connection: the media's --duration in --segment
+    pieces of --bitrate x --segment bytes, each a request of rr's closed
+    loop with one in flight (the next asked for when the last is in), for
+    as many segments as the media holds; the window is the whole session,
+    from the connect to the last segment."""
+    if opts.stack == "udp":
+        raise errors.BadValue(
+            "--pattern video fetches segments over a connection, and udp has none; use quic, tcp, tcp-tls or tcp-ktls."
+        )
+    for name, given in (
+        ("bytes", opts.bytes is not None),
+        ("warmup", bool(opts.warmup_s)),
+        ("period", opts.period_s is not None),
+        ("conns", opts.conns not in (None, 1)),
+        ("streams", opts.streams != 1),
+        ("tcp-conns", opts.tcp_conns not in (None, "one")),
+    ):
+        if given:
+            raise errors.BadValue(
+                f"--{name} does not apply to --pattern video, which fetches --duration of media in --segment "
+                f"pieces over one connection, one after another; drop --{name}."
+            )
+    opts = options.filled(opts, "bitrate", "segment", "prebuffer", "duration")
+    _app(opts)
+    segments = math.ceil(opts.duration_s / opts.segment - 1e-9)
+    size = round(opts.bitrate * opts.segment / 8)
+    # What video sets itself; a value given (a resolved plan handed to the guest) must be the same.
+    sets = {"count": segments, "request": WL_RR_MIN, "response": size, "rr-mode": "closed"}
+    for name, value in sets.items():
+        given = getattr(opts, options.BY_NAME[name].field)
+        if given is not None and given != value:
+            raise errors.BadValue(
+                f"--{name} is set by --pattern video from --duration, --segment and --bitrate; drop --{name}."
+            )
+    hi = options.BY_NAME["response"].hi
+    if not WL_RR_MIN <= size <= hi:
+        raise errors.BadValue(
+            f"--bitrate {options.BY_NAME['bitrate'].value_text(opts.bitrate)} x --segment {opts.segment:g}s is "
+            f"{size:,} bytes a segment, outside {WL_RR_MIN} to {hi:,}; change --bitrate or --segment."
+        )
+    if opts.prebuffer > opts.duration_s:
+        raise errors.BadValue(
+            f"--prebuffer {opts.prebuffer:g}s is more than the {opts.duration_s:g} s of media (--duration); lower it."
+        )
+    return replace(opts, rr_mode="closed", conns=1, count=segments, request=WL_RR_MIN, response=size, warmup_s=0.0)
 
 
 def _schedule(opts: RunOptions, unit: str) -> None:

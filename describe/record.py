@@ -30,6 +30,7 @@ from qprof.describe import (
     pinning,
     rr,
     transports,
+    video,
 )
 from qprof.describe.measurement import Measurement
 from qprof.describe.transports import UDP_IP_HEADERS
@@ -75,6 +76,7 @@ def describe_run(m: Measurement, run_path: Path) -> dict:
     9. the emulated link, its counters, and what limited the run (needs 1);
     10. each download, its percentiles and costs (needs 1 and 2);
     11. request/response delays and what each request cost (needs 1 and 4);
+        a video's playback and what each second of it cost (needs 1 and 3);
     12. each stream's share of a bulk transfer (needs 1);
     13. the window's intervals (needs 1)."""
     opts = run_options(m)
@@ -122,6 +124,7 @@ def describe_run(m: Measurement, run_path: Path) -> dict:
         downloads.describe(m.reports, opts.size, opts.count, opts.resume, rec) if opts.pattern == "download" else None
     )
     rec["rr"] = rr_record(opts, m, rec) if opts.pattern == "rr" else None
+    rec["video"] = video_record(opts, m, rec) if opts.pattern == "video" else None
     rec["handshakes"] = handshakes_record(opts, m, rec) if opts.pattern == "handshakes" else None
     per_way = opts.streams * (opts.conns or 1)
     rec["streams"] = streams_record(m.window, per_way) if opts.pattern == "bulk" else None
@@ -257,6 +260,20 @@ def rr_record(opts: options.RunOptions, m: Measurement, rec: dict) -> dict:
         opts.request,
         opts.response,
         in_flight=opts.conns * opts.streams if opts.rr_mode == "closed" else None,
+    )
+
+
+def video_record(opts: options.RunOptions, m: Measurement, rec: dict) -> Optional[dict]:
+    return video.describe(
+        m.reports["client"],
+        m.window.start.client_mark["t_ns"],
+        m.connected.get("t_ns"),
+        opts.segment,
+        opts.prebuffer,
+        opts.bitrate,
+        opts.response,
+        opts.count,
+        rec,
     )
 
 
@@ -396,7 +413,7 @@ def build_record(opts, m: Measurement) -> dict:
     # Bulk: the sender by --direction (both ways: each side checks what the
     # other sent, on --streams each way); a download: the server sends, once per connection.
     receiver, sender = window.receiver, window.sender
-    what = "streams" if opts.pattern == "bulk" else "downloads"
+    what = "streams" if opts.pattern == "bulk" else "segments" if opts.pattern == "video" else "downloads"
     expected = opts.streams * (opts.conns or 1) if opts.pattern == "bulk" else opts.count
     if receiver != "both":
         got, gave = m.done[receiver], m.done[sender]
@@ -419,6 +436,14 @@ def build_record(opts, m: Measurement) -> dict:
         # Each side checked what it received (requests, responses, echoes) and
         # matched responses to requests; a request still unanswered is a figure.
         verified = got.get("verified") is True and gave.get("verified") is True
+    elif opts.pattern == "video":
+        # Every segment asked for came, whole and checked, as did each request.
+        verified = (
+            got.get("verified") is True
+            and gave.get("verified") is True
+            and got.get("responses") == opts.count
+            and got["app_bytes"] == opts.count * opts.response
+        )
     elif stack.name == "udp":
         # No reliability: every datagram that arrived passed the content
         # check, and no more arrived than were sent; loss is a figure.

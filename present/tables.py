@@ -92,6 +92,7 @@ def print_run(rec: dict, console: Optional[Console] = None) -> None:
     _print_streams(rec, console)
     _print_downloads(rec, console)
     _print_rr(rec, console)
+    _print_video(rec, console)
     _print_handshakes(rec, console)
     console.print(_own_counters(rec))
     _print_link(rec, console)
@@ -272,6 +273,42 @@ def _print_rr(rec: dict, console: Console) -> None:
                 for k, w in per["wire"].items()
             )
         console.print(line)
+    dv = r.get("data_volume")
+    if dv and dv["client_to_server"]["wire_bytes"] is not None:
+        app = f"{dv['app']} " if dv["app"] else ""
+        console.print(
+            "data volume, bytes: "
+            + "; ".join(
+                f"per {n} {w['wire_bytes']:,.0f} = payload {w['payload_bytes']:,.0f} + {app}framing "
+                f"{w['framing_bytes']:,.0f} + transport {w['transport_bytes']:,.0f}"
+                for n, w in (("request", dv["client_to_server"]), ("response", dv["server_to_client"]))
+            )
+        )
+
+
+def _print_video(rec: dict, console: Console) -> None:
+    """The player's startup and stalls, the fetch rate, and CPU per second of media."""
+    v = rec.get("video")
+    if not v:
+        return
+    t = Table(
+        title=f"video: {v['segments']} segments of {v['segment_s']:g} s at {v['bitrate'] / 1e6:g} Mbit/s "
+        f"({v['segment_bytes']:,} B), prebuffer {v['prebuffer_s']:g} s",
+        title_justify="left",
+    )
+    for col in ("CONNECT", "PREBUFFERING", "STARTUP DELAY", "STALLS", "STALL TIME", "FETCH RATE"):
+        t.add_column(col, justify="right")
+    t.add_row(
+        num(v["connect_s"] and v["connect_s"] * 1e3, "{:.1f} ms"),
+        num(v["prebuffering_s"] * 1e3, "{:.1f} ms"),
+        num(v["startup_delay_s"] * 1e3, "[bold]{:.1f} ms[/]"),
+        str(v["stalls"]),
+        num(v["stall_s"], "[bold]{:.2f} s[/]"),
+        num(v["download_rate_bit"] and v["download_rate_bit"] / 1e6, "{:.2f} Mbit/s"),
+    )
+    console.print(t)
+    cpu = ", ".join(f"{s} {num(c and c * 1e3, '{:.2f}')} ms" for s, c in v["cpu_s_per_media_s"].items())
+    console.print(f"CPU per second of media: {cpu}")
 
 
 def interval_text(i: dict) -> str:

@@ -1,0 +1,111 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""The record's `video` for `--pattern video`: a player's quality of
+experience as seed 001's YouTube tests measured it (Ahsan et al.'s
+"YouTube test": connect time, prebuffering time, startup delay, stalls,
+download rate), and the CPU each second of video cost.
+
+The client fetches the media's segments one after another over one
+connection (rr's closed loop, one request in flight, as the workload's
+"rr" events record each: when it was asked for, when its last byte was
+in and checked). The player is modelled from those times alone, here,
+pure:
+  - playback starts once the first ceil(prebuffer / segment) segments are
+    in (a segment plays only whole);
+  - it then plays at the media's pace, segment k due at the start plus k
+    segments of media plus every stall so far; a segment not yet in when
+    due is a stall, which lasts until it is in, and playback resumes at
+    once (no rebuffering goal);
+  - the client fetches the next segment as soon as the last is in (no
+    buffer cap: a real player stops fetching when its buffer is full, and
+    picks the next segment's bitrate from what it measured; qprof models
+    neither, at a fixed --bitrate).
+
+Times: the connect starts when the client is told to start (the window's
+start edge, its clock), the handshake ends at its "connected" event.
+"""
+
+import math
+import statistics
+from typing import List, Optional
+
+from qprof.describe import per_unit
+
+
+def playback(arrivals_ns: List[int], segment_ns: int, prebuffer_segments: int) -> dict:
+    """When playback starts and each stall, from the segments' arrival
+    times (in order): {start_ns, stalls: [(at_ns, ns)], end_ns}."""
+    need = max(1, min(prebuffer_segments, len(arrivals_ns)))
+    start = max(arrivals_ns[:need])
+    stalled, stalls = 0, []
+    for k, t in enumerate(arrivals_ns):
+        due = start + k * segment_ns + stalled
+        if t > due:
+            stalls.append((due, t - due))
+            stalled += t - due
+    return {"start_ns": start, "stalls": stalls, "end_ns": start + len(arrivals_ns) * segment_ns + stalled}
+
+
+def describe(
+    events: List[dict],
+    t_start_ns: int,
+    t_connected_ns: Optional[int],
+    segment_s: float,
+    prebuffer_s: float,
+    bitrate: int,
+    segment_bytes: int,
+    count: int,
+    rec: dict,
+) -> Optional[dict]:
+    """From the client's rr events, its start and connected times (its
+    clock), and the plan's media. None if no segment came."""
+    segs = sorted((e for e in events if e["event"] == "rr"), key=lambda e: e["seq"])
+    if not segs:
+        return None
+    arrivals = [e["answered_ns"] for e in segs]
+    prebuffer_segments = math.ceil(prebuffer_s / segment_s - 1e-9)
+    play = playback(arrivals, round(segment_s * 1e9), prebuffer_segments)
+    rates = [segment_bytes * 8 / ((e["answered_ns"] - e["sent_ns"]) / 1e9) for e in segs]
+    fetch_ns = segs[-1]["answered_ns"] - segs[0]["sent_ns"]
+    media_s = len(segs) * segment_s
+    stall_ns = [ns for _, ns in play["stalls"]]
+    cpu = per_unit.costs(rec, 1, None)["cpu_s"]
+    return {
+        "bitrate": bitrate,
+        "segment_s": segment_s,
+        "segment_bytes": segment_bytes,
+        "segments": len(segs),
+        "segments_asked": count,
+        "media_s": media_s,
+        "prebuffer_s": prebuffer_s,
+        "prebuffer_segments": min(prebuffer_segments, len(segs)),
+        "connect_s": (t_connected_ns - t_start_ns) / 1e9 if t_connected_ns else None,
+        "prebuffering_s": (play["start_ns"] - segs[0]["sent_ns"]) / 1e9,
+        "startup_delay_s": (play["start_ns"] - t_start_ns) / 1e9,
+        "stalls": len(stall_ns),
+        "stall_s": sum(stall_ns) / 1e9,
+        "stall_each_s": [ns / 1e9 for ns in stall_ns],
+        "playback_s": (play["end_ns"] - play["start_ns"]) / 1e9,
+        "download_rate_bit": sum(segment_bytes for _ in segs) * 8 / (fetch_ns / 1e9) if fetch_ns > 0 else None,
+        "segment_rate_bit": {
+            "min": min(rates),
+            "median": statistics.median(rates),
+            "max": max(rates),
+        },
+        "segment_rate_each_bit": rates,
+        # The window (connect to the last segment) over the media it fetched.
+        "cpu_s_per_media_s": {k: (v / media_s if v is not None else None) for k, v in cpu.items()},
+        "flame_ns_per_media_s": _per_media_s(per_unit.flame(rec, 1), media_s),
+    }
+
+
+def _per_media_s(flame: Optional[dict], media_s: float) -> Optional[dict]:
+    """The window's flame totals and categories (ns) per second of media."""
+    if flame is None:
+        return None
+    return {
+        side: {
+            "total": f["total"] / media_s,
+            "categories": None if f["categories"] is None else {c: v / media_s for c, v in f["categories"].items()},
+        }
+        for side, f in flame.items()
+    }
