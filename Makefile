@@ -20,7 +20,7 @@ CC ?= cc
 CFLAGS_WL := -O3 -g -fno-omit-frame-pointer -Wall -Wextra -Werror -std=gnu11
 APT_PKGS := iproute2 procps openssl libssl-dev cmake ninja-build gcc g++ make perl python3-venv linux-perf bpftrace ethtool iperf3 \
             clang llvm bpftool libbpf-dev libelf-dev zlib1g-dev pkg-config clang-format git \
-            libngtcp2-dev libngtcp2-crypto-gnutls-dev libgnutls28-dev libhttp-parser-dev libnghttp3-dev
+            libngtcp2-dev libngtcp2-crypto-gnutls-dev libgnutls28-dev libhttp-parser-dev libnghttp2-dev libnghttp3-dev
 
 .PHONY: all deps apt venv fetch build msquic msquic-variant workload rs-workloads probes inferno guest test-tools bench-tools run lint test check bench clean
 all: build
@@ -79,7 +79,7 @@ $(BUILD)/lib/libqprof-%.so: workloads/preload/%_preload.c
 $(BUILD)/bin/qprof-wl: $(WL_SRC) $(WL_HDR) $(BUILD)/msquic/.stamp
 	@mkdir -p $(BUILD)/bin
 	$(CC) $(CFLAGS_WL) -I$(BUILD)/msquic/include $(NGTCP2_CFLAGS) -o $@ $(WL_SRC) \
-	    -L$(BUILD)/msquic/lib -lmsquic -lssl -lcrypto $(NGTCP2_LIBS) -lhttp_parser -lnghttp3 -lpthread \
+	    -L$(BUILD)/msquic/lib -lmsquic -lssl -lcrypto $(NGTCP2_LIBS) -lhttp_parser -lnghttp2 -lnghttp3 -lpthread \
 	    -Wl,-rpath,'$$ORIGIN/../msquic/lib'
 
 # A second msquic, built with another flag, that only the tests run: --msquic

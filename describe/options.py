@@ -34,7 +34,7 @@ UDP_SEND_MODES = ("sendmsg", "sendmmsg", "gso")
 CALL_GRAPHS = ("dwarf", "fp")
 PATTERNS = ("bulk", "download", "rr", "handshakes", "video")
 TCP_STACKS = ("tcp", "tcp-tls", "tcp-ktls")
-APPS = ("h1", "h3")
+APPS = ("h1", "h2", "h3")
 MIN_INTERVAL_S = 0.1
 
 
@@ -337,11 +337,12 @@ OPTIONS: List[Option] = [
         "app",
         "choice",
         None,
-        "rr: an application protocol over the stack, each request and response one message of it, "
-        "framed by its own library: h1 (HTTP/1.1 over a TCP stack, POST and 200 with Content-Length, "
-        "http-parser) or h3 (HTTP/3 over quic, a stream per request, nghttp3 and its QPACK); the record "
-        "splits the bytes per request into payload, the protocol's framing and headers, and the "
-        "transport's (unset: the bare messages)",
+        "rr and video: an application protocol over the stack, each request and response one message of "
+        "it, framed by its own library: h1 (HTTP/1.1 over a TCP stack, POST and 200 with Content-Length, "
+        "http-parser), h2 (HTTP/2 over a TCP stack, a stream per request on one connection, nghttp2 and its "
+        "HPACK) or h3 (HTTP/3 over quic, a stream per request, nghttp3 and its QPACK); the record splits "
+        "the bytes per request into payload, the protocol's framing and headers, and the transport's "
+        "(unset: the bare messages)",
         choices=APPS,
         stacks=("quic",) + TCP_STACKS,
         vary=True,

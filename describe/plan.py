@@ -307,13 +307,19 @@ def _app(opts: RunOptions) -> None:
     request; HTTP/1.1 over TCP."""
     if opts.app is None:
         return
-    want = "h3" if opts.stack == "quic" else "h1"
-    if opts.app != want:
+    quic = opts.stack == "quic"
+    if (opts.app == "h3") != quic:
         over = "quic" if opts.app == "h3" else "a TCP stack (tcp, tcp-tls, tcp-ktls)"
+        want = "h3" if quic else "h1 or --app h2"
         raise errors.BadValue(f"--app {opts.app} runs over {over}; with --stack {opts.stack} use --app {want}.")
     if opts.rr_streams == "one":
         raise errors.BadValue(
             "--app h3 puts each request on a stream of its own, as HTTP/3 does; drop --rr-streams one."
+        )
+    if opts.app == "h2" and opts.tcp_conns == "on-demand":
+        raise errors.BadValue(
+            "--tcp-conns on-demand is HTTP/1.1's way round head-of-line blocking; --app h2 puts every request "
+            "on a stream of one connection. Drop --tcp-conns."
         )
 
 
@@ -393,7 +399,8 @@ def _rr_closed(opts: RunOptions) -> RunOptions:
             "--tcp-conns on-demand opens connections as an open loop's requests wait; --rr-mode closed "
             "keeps --conns x --streams. Drop --tcp-conns, or use --rr-mode open."
         )
-    if not transports.STACKS[opts.stack].is_quic and opts.conns * opts.streams > MAX_RR_TCP_CONNS:
+    multiplexed = transports.STACKS[opts.stack].is_quic or opts.app == "h2"
+    if not multiplexed and opts.conns * opts.streams > MAX_RR_TCP_CONNS:
         raise errors.BadValue(
             f"--conns {opts.conns} x --streams {opts.streams} is {opts.conns * opts.streams} TCP connections "
             f"(one request in flight on each), more than the {MAX_RR_TCP_CONNS} the workload opens; "

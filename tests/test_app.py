@@ -27,13 +27,15 @@ def app_counts(rec: dict, side: str) -> dict:
     [
         ("tcp-tls", "h1", ["--tcp-conns", "one"]),
         ("tcp-tls", "h1", ["--tcp-conns", "on-demand"]),
+        ("tcp-tls", "h2", []),
         ("quic", "h3", []),
     ],
 )
 def test_http_splits_each_request_by_layer(runs_dir, stack, app, extra):
     """HTTP/1.1 over tcp-tls, keep-alive on one connection or a new one
-    whenever every open one waits (the seed's client), and HTTP/3 over
-    msquic, a stream a request: every message verified, and per request,
+    whenever every open one waits (the seed's client), HTTP/2 over tcp-tls,
+    a stream a request on one connection, and HTTP/3 over msquic, a stream
+    a request: every message verified, and per request,
     each way, the payload is the message, HTTP's framing and headers are on
     top of it (h1: its heads; h3: HEADERS and DATA frames, QPACK, and the
     control streams), and the wire carries more again (TLS records or QUIC
@@ -54,9 +56,9 @@ def test_http_splits_each_request_by_layer(runs_dir, stack, app, extra):
         w = v[way]
         assert w["payload_bytes"] == pytest.approx(PAYLOAD, rel=0.05), w
         # Each message has a head: h1, a request or status line and its headers,
-        # at least "Content-Length: 128" and the blank line; h3, a HEADERS
-        # frame (QPACK's prefix and at least :status or :method) and a DATA
-        # frame's type and length.
+        # at least "Content-Length: 128" and the blank line; h2 and h3, a
+        # HEADERS frame (at least :status or :method, HPACK's or QPACK's) and
+        # a DATA frame's header.
         assert w["framing_bytes"] > (len("Content-Length: 128\r\n\r\n") if app == "h1" else 4), w
         assert w["message_bytes"] == pytest.approx(w["payload_bytes"] + w["framing_bytes"])
         assert w["transport_bytes"] > 0 and w["wire_bytes"] > w["message_bytes"], w
@@ -75,7 +77,7 @@ def test_http_splits_each_request_by_layer(runs_dir, stack, app, extra):
 
 
 @needs_build
-@pytest.mark.parametrize("stack, app", [("tcp", "h1"), ("quic", "h3")])
+@pytest.mark.parametrize("stack, app", [("tcp", "h1"), ("tcp", "h2"), ("quic", "h3")])
 def test_http_framing_is_a_category_of_cpu_per_request(runs_dir, stack, app):
     """A closed loop of HTTP requests, sampled densely: the protocol's
     library and the workload's framing show as their own category of CPU
@@ -118,7 +120,9 @@ def test_bare_messages_have_no_framing(runs_dir):
     [
         (["--stack", "tcp-tls", "--app", "h1"], ["--app applies to --pattern rr"]),
         (["--stack", "quic", "--pattern", "rr", "--app", "h1"], ["--app h1", "--app h3"]),
+        (["--stack", "quic", "--pattern", "rr", "--app", "h2"], ["--app h2", "--app h3"]),
         (["--stack", "tcp", "--pattern", "rr", "--app", "h3"], ["--app h3", "--app h1"]),
+        (["--stack", "tcp-tls", "--pattern", "rr", "--app", "h2", "--tcp-conns", "on-demand"], ["--tcp-conns"]),
         (["--stack", "quinn", "--pattern", "rr", "--app", "h3"], ["--app", "quinn"]),
         (["--stack", "quic", "--pattern", "rr", "--app", "h3", "--rr-streams", "one"], ["--rr-streams one"]),
         (["--stack", "tcp", "--pattern", "rr", "--app", "h9"], ["--app", "h9"]),

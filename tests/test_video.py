@@ -34,7 +34,9 @@ def prebuffer_bound_s(v: dict, rate_bit: float) -> float:
 
 
 @needs_build
-@pytest.mark.parametrize("stack, app", [("quic", None), ("quic", "h3"), ("tcp-tls", None), ("tcp-tls", "h1")])
+@pytest.mark.parametrize(
+    "stack, app", [("quic", None), ("quic", "h3"), ("tcp-tls", None), ("tcp-tls", "h1"), ("tcp-tls", "h2")]
+)
 def test_a_link_faster_than_the_bitrate_never_stalls(runs_dir, stack, app):
     """tbf at 20 Mbit/s under 2.5 Mbit/s video: each 2 s segment comes in
     about a quarter of a second, so playback never waits for one; the

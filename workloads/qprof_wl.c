@@ -72,8 +72,9 @@ static const char usage[] =
 	"                           schedule) or closed (the next request goes when an\n"
 	"                           answer comes, as secnetperf rps/latency, netperf TCP_RR)\n"
 	"      --app P              rr: each message an HTTP message whose body it is, a POST\n"
-	"                           and its 200: h1 (tcp stacks: HTTP/1.1, http-parser) or h3\n"
-	"                           (quic: HTTP/3 on a stream per request, nghttp3)\n"
+	"                           and its 200: h1 (tcp stacks: HTTP/1.1, http-parser), h2 (tcp\n"
+	"                           stacks: HTTP/2, a stream per request, nghttp2) or h3 (quic:\n"
+	"                           HTTP/3 on a stream per request, nghttp3)\n"
 	"      --tcp-cc NAME        tcp stacks: each socket's TCP congestion control\n"
 	"                           (TCP_CONGESTION, as iperf3 -C); default: the namespace's\n"
 	"      --tcp-conns C        rr, tcp stacks client: one (default: one connection,\n"
@@ -255,8 +256,8 @@ static const struct flag flags[] = {
 	{FLAG("tcp-conns", 0, F_CHOICE, tcp_conns), .choices = "one|on-demand",
 	 .stacks = TCP_STACKS, .patterns = P_RR},
 	{FLAG("rr-mode", 0, F_CHOICE, rr_mode), .choices = "open|closed", .patterns = P_RR},
-	{FLAG("app", 0, F_CHOICE, app), .choices = "h1|h3", .stacks = "quic|tcp|tcp-tls|tcp-ktls",
-	 .patterns = P_RR},
+	{FLAG("app", 0, F_CHOICE, app), .choices = "h1|h2|h3",
+	 .stacks = "quic|tcp|tcp-tls|tcp-ktls", .patterns = P_RR},
 	{FLAG("tcp-cc", 0, F_STR, tcp_cc), .stacks = TCP_STACKS},
 	{FLAG("io-size", 0, F_NUM, io_size), .lo = 1024, .hi = 1u << 20, .pow2 = true,
 	 .unit = " bytes"},
@@ -485,10 +486,14 @@ static int check_rules(struct wl_opts *o)
 			WL_RR_MAX_CONNS);
 		return WL_EXIT_USAGE;
 	}
-	if (o->app && strcmp(o->app, !strcmp(o->stack, "quic") ? "h3" : "h1")) {
+	if (o->app && (!strcmp(o->app, "h3") != !strcmp(o->stack, "quic"))) {
 		wl_warn("--app %s is for %s; --stack %s takes --app %s", o->app,
 			!strcmp(o->app, "h3") ? "quic" : "the tcp stacks", o->stack,
-			!strcmp(o->stack, "quic") ? "h3" : "h1");
+			!strcmp(o->stack, "quic") ? "h3" : "h1 or h2");
+		return WL_EXIT_USAGE;
+	}
+	if (o->app && !strcmp(o->app, "h2") && o->tcp_on_demand) {
+		wl_warn("--tcp-conns on-demand is HTTP/1.1's: HTTP/2 puts every request on a stream of one connection");
 		return WL_EXIT_USAGE;
 	}
 	if (o->app && o->rr_one_stream) {

@@ -13,11 +13,13 @@ const struct wl_transport *wl_app_over(const struct wl_opts *o, const struct wl_
 
 	if (!o->app)
 		return lower;
-	/* qprof_wl.c's rules allow each only over its stacks: h3 over msquic, h1 over TCP. */
-	t = !strcmp(o->app, "h3") ? &wl_h3 : &wl_h1;
+	/* qprof_wl.c's rules allow each only over its stacks: h3 over msquic, h1 and h2 over TCP. */
+	t = !strcmp(o->app, "h3") ? &wl_h3 : !strcmp(o->app, "h2") ? &wl_h2 : &wl_h1;
 	wl_app_lower = lower;
-	t->multistream = lower->multistream;
-	t->early_data = lower->early_data;
+	/* HTTP/2 multiplexes streams over TCP's one; the others have their transport's. */
+	if (t != &wl_h2)
+		t->multistream = lower->multistream;
+	t->early_data = false;
 	return t;
 }
 
