@@ -38,11 +38,46 @@ extern struct wl_app_counts wl_app;
 /* The transport o->app puts over lower (o->app NULL: lower itself). */
 const struct wl_transport *wl_app_over(const struct wl_opts *o, const struct wl_transport *lower);
 
-/* The application fields of a mark and of "done": "app" and its counts. */
-void wl_app_json(struct wl_json *j, const char *name);
-
 extern struct wl_transport wl_h1, wl_h2, wl_h3;
-/* Set by wl_app_over before init: the transport each protocol runs over. */
+/* Set by wl_app_over before init: the transport each protocol runs over, and the peer's name. */
 extern const struct wl_transport *wl_app_lower;
+extern char wl_app_authority[64]; /* "ADDR:PORT": Host, :authority */
+
+/*
+ * What every layer's table shares: the lower transport's own step, and the
+ * marks' and "done"'s fields, the lower's and then "app" with its counts.
+ */
+int wl_app_init(const struct wl_opts *o, bool server);
+int wl_app_setup(void);
+void wl_app_listen_stop(void);
+void wl_app_json_connected(struct wl_json *j);
+void wl_app_json_mark(struct wl_json *j);
+void wl_app_json_done(struct wl_json *j, const struct wl_end *last);
+void wl_app_fini(void);
+
+/* The peer's bytes were not the protocol this side sends (exit 5), said once. */
+void wl_app_refuse(const char *protocol, const char *why);
+
+/*
+ * A message the pattern handed over, copied (an rr message is a few
+ * hundred bytes), until the protocol's library has taken it: its tag
+ * comes back to the pattern then, or canceled if the stream goes first.
+ */
+struct wl_app_chunk {
+	struct wl_app_chunk *next;
+	void *tag;
+	uint32_t len, out, acked; /* out: handed to the library; acked: the peer has it */
+	uint8_t bytes[];
+};
+struct wl_app_queue {
+	struct wl_app_chunk *head, *tail;
+};
+/* hdr then body, appended; -1 out of memory. */
+int wl_app_queue_push(struct wl_app_queue *q, const uint8_t *hdr, uint32_t hdr_len,
+		      const uint8_t *body, uint32_t body_len, void *tag);
+/* The oldest chunk, taken off (the caller frees it). */
+struct wl_app_chunk *wl_app_queue_pop(struct wl_app_queue *q);
+/* Bytes queued in all. */
+uint32_t wl_app_queue_len(const struct wl_app_queue *q);
 
 #endif

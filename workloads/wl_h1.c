@@ -50,7 +50,6 @@ struct h1_msg {
 
 static struct {
 	const struct wl_accept *a; /* server: the pattern's */
-	char host[64];		   /* client: the Host header's value */
 } h1;
 
 static const struct wl_conn_handlers lower_conn_h;
@@ -68,9 +67,7 @@ static int h1_refuse(struct wl_stream *s, const char *why)
 {
 	if (!s->refused) {
 		s->refused = true;
-		atomic_store(&wl_role.verify_failed, true);
-		wl_role_fail(WL_EXIT_VERIFY, "HTTP/1.1 from the %s: %s",
-			     wl_role.server ? "client" : "server", why);
+		wl_app_refuse("HTTP/1.1", why);
 	}
 	return -1;
 }
@@ -249,17 +246,6 @@ static const struct wl_conn_handlers *wl_h1_accept(void *arg, struct wl_conn *lc
 
 /* The transport */
 
-static int wl_h1_init(const struct wl_opts *o, bool server)
-{
-	snprintf(h1.host, sizeof(h1.host), "%s:%u", o->addr, (unsigned)o->port);
-	return wl_app_lower->init(o, server);
-}
-
-static int wl_h1_setup(void)
-{
-	return wl_app_lower->setup ? wl_app_lower->setup() : 0;
-}
-
 static int wl_h1_listen(const struct wl_accept *a)
 {
 	static struct wl_accept mine;
@@ -269,11 +255,6 @@ static int wl_h1_listen(const struct wl_accept *a)
 	mine.accept = wl_h1_accept;
 	mine.arg = NULL;
 	return wl_app_lower->listen(&mine);
-}
-
-static void wl_h1_listen_stop(void)
-{
-	wl_app_lower->listen_stop();
 }
 
 static int wl_h1_connect(const struct wl_conn_handlers *h, void *ctx, unsigned flags,
@@ -315,7 +296,7 @@ static int h1_head(char *buf, size_t size, uint32_t len)
 		buf, size,
 		"POST /rr HTTP/1.1\r\nHost: %s\r\nContent-Type: application/octet-stream\r\n"
 		"Content-Length: %u\r\n\r\n",
-		h1.host, len);
+		wl_app_authority, len);
 }
 
 /*
@@ -345,6 +326,7 @@ static struct h1_msg *h1_frame(const uint8_t *hdr, uint32_t hdr_len, const uint8
 static int wl_h1_send(struct wl_stream *s, const uint8_t *hdr, uint32_t hdr_len,
 		      const uint8_t *body, uint32_t body_len, unsigned flags, void *tag)
 {
+	const uint32_t len = hdr_len + body_len;
 	uint32_t hlen;
 	struct h1_msg *m = h1_frame(hdr, hdr_len, body, body_len, &hlen);
 	int code;
@@ -352,17 +334,18 @@ static int wl_h1_send(struct wl_stream *s, const uint8_t *hdr, uint32_t hdr_len,
 	if (!m)
 		return WL_EXIT_INTERNAL;
 	m->tag = tag;
-	code = wl_app_lower->send(s->lower, NULL, 0, m->len ? m->bytes : NULL, m->len,
+	/* m is TCP's from here: written at once, it is freed (wl_h1_sent) before send returns. */
+	code = wl_app_lower->send(s->lower, NULL, 0, len ? m->bytes : NULL, m->len,
 				  flags | WL_SEND_OWNED, m);
 	if (code) {
 		free(m);
 		return code;
 	}
-	if (!m->len)
+	if (!len)
 		return 0;
 	atomic_fetch_add(&wl_app.tx_messages, 1);
 	atomic_fetch_add(&wl_app.tx_framing, hlen);
-	atomic_fetch_add(&wl_app.tx_body, hdr_len + body_len);
+	atomic_fetch_add(&wl_app.tx_body, len);
 	return 0;
 }
 
@@ -391,34 +374,12 @@ static void wl_h1_conn_info(struct wl_conn *c, struct wl_dl *r)
 	wl_app_lower->conn_info(c->lower, r);
 }
 
-static void wl_h1_json_connected(struct wl_json *j)
-{
-	wl_app_lower->json_connected(j);
-}
-
-static void wl_h1_json_mark(struct wl_json *j)
-{
-	wl_app_lower->json_mark(j);
-	wl_app_json(j, "h1");
-}
-
-static void wl_h1_json_done(struct wl_json *j, const struct wl_end *last)
-{
-	wl_app_lower->json_done(j, last);
-	wl_app_json(j, "h1");
-}
-
-static void wl_h1_fini(void)
-{
-	wl_app_lower->fini();
-}
-
 struct wl_transport wl_h1 = {
 	.name = "h1",
-	.init = wl_h1_init,
-	.setup = wl_h1_setup,
+	.init = wl_app_init,
+	.setup = wl_app_setup,
 	.listen = wl_h1_listen,
-	.listen_stop = wl_h1_listen_stop,
+	.listen_stop = wl_app_listen_stop,
 	.connect = wl_h1_connect,
 	.open = wl_h1_open,
 	.send = wl_h1_send,
@@ -427,8 +388,8 @@ struct wl_transport wl_h1 = {
 	.abort = wl_h1_abort,
 	.close = wl_h1_close,
 	.conn_info = wl_h1_conn_info,
-	.json_connected = wl_h1_json_connected,
-	.json_mark = wl_h1_json_mark,
-	.json_done = wl_h1_json_done,
-	.fini = wl_h1_fini,
+	.json_connected = wl_app_json_connected,
+	.json_mark = wl_app_json_mark,
+	.json_done = wl_app_json_done,
+	.fini = wl_app_fini,
 };

@@ -39,21 +39,14 @@
 #define H2_STREAM_WINDOW (16 << 20)
 #define H2_CONN_WINDOW (64 << 20)
 
-/* A body the pattern handed over, until nghttp2 has copied it all into frames. */
-struct chunk {
-	struct chunk *next;
-	void *tag; /* the pattern's */
-	uint32_t len, out;
-	uint8_t bytes[];
-};
-
 struct wl_stream {
 	struct wl_stream *next, *prev; /* the connection's streams */
 	struct wl_conn *c;
 	int32_t id; /* 0 until nghttp2 has it */
 	const struct wl_stream_handlers *h;
 	void *ctx;
-	struct chunk *head, *tail;
+	struct wl_app_queue
+		q;	/* the pattern's messages until nghttp2 has copied them into frames */
 	bool fin;	/* the pattern ended its side */
 	bool submitted; /* its request or response is nghttp2's */
 	bool deferred;	/* its data provider ran dry: resume when more comes */
@@ -80,7 +73,6 @@ struct h2_out {
 
 static struct {
 	const struct wl_accept *a; /* server: the pattern's */
-	char authority[64];
 	nghttp2_session_callbacks *callbacks;
 } h2;
 
@@ -104,7 +96,7 @@ static struct wl_stream *stream_new(struct wl_conn *c)
 static void stream_free(struct wl_stream *s)
 {
 	struct wl_conn *c = s->c;
-	struct chunk *k, *next;
+	struct wl_app_chunk *k;
 
 	if (s->prev)
 		s->prev->next = s->next;
@@ -112,8 +104,7 @@ static void stream_free(struct wl_stream *s)
 		c->streams = s->next;
 	if (s->next)
 		s->next->prev = s->prev;
-	for (k = s->head; k; k = next) {
-		next = k->next;
+	while ((k = wl_app_queue_pop(&s->q))) {
 		if (k->tag && s->h && s->h->sent)
 			s->h->sent(s, s->ctx, k->tag, true);
 		free(k);
@@ -124,9 +115,7 @@ static void stream_free(struct wl_stream *s)
 /* The peer's HTTP/2 was not what this side sends: the run fails, once. */
 static int h2_refuse(const char *why)
 {
-	if (!atomic_exchange(&wl_role.verify_failed, true))
-		wl_role_fail(WL_EXIT_VERIFY, "HTTP/2 from the %s: %s",
-			     wl_role.server ? "client" : "server", why);
+	wl_app_refuse("HTTP/2", why);
 	return NGHTTP2_ERR_CALLBACK_FAILURE;
 }
 
@@ -187,8 +176,8 @@ static ssize_t h2_read_data(nghttp2_session *session, int32_t id, uint8_t *buf, 
 	size_t n = 0;
 
 	(void)session, (void)id, (void)user;
-	while (s->head && n < length) {
-		struct chunk *k = s->head;
+	while (s->q.head && n < length) {
+		struct wl_app_chunk *k = s->q.head;
 		size_t take = k->len - k->out < length - n ? k->len - k->out : length - n;
 
 		memcpy(buf + n, k->bytes + k->out, take);
@@ -196,9 +185,7 @@ static ssize_t h2_read_data(nghttp2_session *session, int32_t id, uint8_t *buf, 
 		n += take;
 		if (k->out < k->len)
 			break;
-		s->head = k->next;
-		if (!s->head)
-			s->tail = NULL;
+		wl_app_queue_pop(&s->q);
 		/* Copied into nghttp2's frame: the pattern's message has left its hands. */
 		if (k->tag && s->h->sent)
 			s->h->sent(s, s->ctx, k->tag, false);
@@ -207,7 +194,7 @@ static ssize_t h2_read_data(nghttp2_session *session, int32_t id, uint8_t *buf, 
 	/* The batch's framing is what is left once its bodies are taken out. */
 	atomic_fetch_add(&wl_app.tx_body, n);
 	s->c->body_flushed += n;
-	if (!s->head && s->fin) {
+	if (!s->q.head && s->fin) {
 		*flags |= NGHTTP2_DATA_FLAG_EOF;
 	} else if (!n) {
 		s->deferred = true;
@@ -240,7 +227,7 @@ static int h2_submit(struct wl_stream *s, uint32_t len)
 	} else {
 		const nghttp2_nv nva[] = {NV(":method", "POST"),
 					  NV(":scheme", "https"),
-					  NV(":authority", h2.authority),
+					  NV(":authority", wl_app_authority),
 					  NV(":path", "/rr"),
 					  NV("content-type", "application/octet-stream"),
 					  NV("content-length", clen)};
@@ -541,7 +528,6 @@ static int wl_h2_init(const struct wl_opts *o, bool server)
 {
 	nghttp2_session_callbacks *cb;
 
-	snprintf(h2.authority, sizeof(h2.authority), "%s:%u", o->addr, (unsigned)o->port);
 	if (nghttp2_session_callbacks_new(&cb)) {
 		wl_warn("nghttp2 could not make its callbacks");
 		return WL_EXIT_LIB_OPEN;
@@ -552,12 +538,7 @@ static int wl_h2_init(const struct wl_opts *o, bool server)
 	nghttp2_session_callbacks_set_on_frame_recv_callback(cb, wl_h2_frame);
 	nghttp2_session_callbacks_set_on_stream_close_callback(cb, wl_h2_stream_close);
 	h2.callbacks = cb;
-	return wl_app_lower->init(o, server);
-}
-
-static int wl_h2_setup(void)
-{
-	return wl_app_lower->setup ? wl_app_lower->setup() : 0;
+	return wl_app_init(o, server);
 }
 
 static int wl_h2_listen(const struct wl_accept *a)
@@ -569,11 +550,6 @@ static int wl_h2_listen(const struct wl_accept *a)
 	mine.accept = wl_h2_accept;
 	mine.arg = NULL;
 	return wl_app_lower->listen(&mine);
-}
-
-static void wl_h2_listen_stop(void)
-{
-	wl_app_lower->listen_stop();
 }
 
 static int wl_h2_connect(const struct wl_conn_handlers *h, void *ctx, unsigned flags,
@@ -624,20 +600,8 @@ static int wl_h2_send(struct wl_stream *s, const uint8_t *hdr, uint32_t hdr_len,
 
 	if (c->dead || s->closed)
 		return WL_EXIT_CONN_LOST;
-	if (len) {
-		struct chunk *k = malloc(sizeof(*k) + len);
-
-		if (!k)
-			return WL_EXIT_INTERNAL;
-		*k = (struct chunk){.tag = tag, .len = len};
-		memcpy(k->bytes, hdr, hdr_len);
-		memcpy(k->bytes + hdr_len, body, body_len);
-		if (s->tail)
-			s->tail->next = k;
-		else
-			s->head = k;
-		s->tail = k;
-	}
+	if (len && wl_app_queue_push(&s->q, hdr, hdr_len, body, body_len, tag))
+		return WL_EXIT_INTERNAL;
 	s->fin = s->fin || (flags & WL_SEND_FIN);
 	if (!s->submitted && len)
 		rv = h2_submit(s, len);
@@ -679,26 +643,9 @@ static void wl_h2_conn_info(struct wl_conn *c, struct wl_dl *r)
 	wl_app_lower->conn_info(c->lower, r);
 }
 
-static void wl_h2_json_connected(struct wl_json *j)
-{
-	wl_app_lower->json_connected(j);
-}
-
-static void wl_h2_json_mark(struct wl_json *j)
-{
-	wl_app_lower->json_mark(j);
-	wl_app_json(j, "h2");
-}
-
-static void wl_h2_json_done(struct wl_json *j, const struct wl_end *last)
-{
-	wl_app_lower->json_done(j, last);
-	wl_app_json(j, "h2");
-}
-
 static void wl_h2_fini(void)
 {
-	wl_app_lower->fini();
+	wl_app_fini();
 	nghttp2_session_callbacks_del(h2.callbacks);
 }
 
@@ -706,9 +653,9 @@ struct wl_transport wl_h2 = {
 	.name = "h2",
 	.multistream = true,
 	.init = wl_h2_init,
-	.setup = wl_h2_setup,
+	.setup = wl_app_setup,
 	.listen = wl_h2_listen,
-	.listen_stop = wl_h2_listen_stop,
+	.listen_stop = wl_app_listen_stop,
 	.connect = wl_h2_connect,
 	.open = wl_h2_open,
 	.send = wl_h2_send,
@@ -716,8 +663,8 @@ struct wl_transport wl_h2 = {
 	.abort = wl_h2_abort,
 	.close = wl_h2_close,
 	.conn_info = wl_h2_conn_info,
-	.json_connected = wl_h2_json_connected,
-	.json_mark = wl_h2_json_mark,
-	.json_done = wl_h2_json_done,
+	.json_connected = wl_app_json_connected,
+	.json_mark = wl_app_json_mark,
+	.json_done = wl_app_json_done,
 	.fini = wl_h2_fini,
 };

@@ -43,14 +43,6 @@
 
 enum kind { REQUEST, LOCAL_UNI, PEER_UNI };
 
-/* A body the pattern handed over: its bytes until nghttp3 says the peer has them all. */
-struct chunk {
-	struct chunk *next;
-	void *tag; /* the pattern's */
-	uint32_t len, out, acked;
-	uint8_t bytes[];
-};
-
 struct wl_stream {
 	struct wl_stream *next, *prev; /* the connection's streams */
 	struct wl_conn *c;
@@ -59,8 +51,8 @@ struct wl_stream {
 	int64_t id; /* -1 until msquic has started it */
 	const struct wl_stream_handlers *h;
 	void *ctx;
-	/* Sending: chunks not yet wholly acknowledged, oldest first; out marks what nghttp3 took. */
-	struct chunk *head, *tail;
+	/* Sending: the pattern's messages until the peer has them all (nghttp3's word). */
+	struct wl_app_queue q;
 	bool fin;	/* the pattern ended its side */
 	bool submitted; /* its request or response is nghttp3's */
 	bool bad_status;
@@ -82,7 +74,6 @@ struct wl_conn {
 
 static struct {
 	const struct wl_accept *a; /* server: the pattern's */
-	char authority[64];
 	nghttp3_settings settings;
 } h3;
 
@@ -118,7 +109,7 @@ static struct wl_stream *stream_new(struct wl_conn *c, enum kind kind)
 static void stream_free(struct wl_stream *s)
 {
 	struct wl_conn *c = s->c;
-	struct chunk *k, *next;
+	struct wl_app_chunk *k;
 
 	if (s->prev)
 		s->prev->next = s->next;
@@ -126,8 +117,7 @@ static void stream_free(struct wl_stream *s)
 		c->streams = s->next;
 	if (s->next)
 		s->next->prev = s->prev;
-	for (k = s->head; k; k = next) {
-		next = k->next;
+	while ((k = wl_app_queue_pop(&s->q))) {
 		if (k->tag && s->h && s->h->sent)
 			s->h->sent(s, s->ctx, k->tag, true);
 		free(k);
@@ -146,9 +136,7 @@ static struct wl_stream *by_id(struct wl_conn *c, int64_t id)
 /* The peer's HTTP/3 was not what this side sends: the run fails, once. */
 static int h3_refuse(const char *why)
 {
-	if (!atomic_exchange(&wl_role.verify_failed, true))
-		wl_role_fail(WL_EXIT_VERIFY, "HTTP/3 from the %s: %s",
-			     wl_role.server ? "client" : "server", why);
+	wl_app_refuse("HTTP/3", why);
 	return NGHTTP3_ERR_CALLBACK_FAILURE;
 }
 
@@ -162,7 +150,7 @@ static void *len_tag(size_t len)
 
 static bool is_body(const struct wl_stream *s, const uint8_t *p)
 {
-	for (const struct chunk *k = s->head; k; k = k->next)
+	for (const struct wl_app_chunk *k = s->q.head; k; k = k->next)
 		if (p >= k->bytes && p < k->bytes + k->len)
 			return true;
 	return false;
@@ -235,7 +223,7 @@ static nghttp3_ssize h3_read_data(nghttp3_conn *conn, int64_t id, nghttp3_vec *v
 	size_t n = 0;
 
 	(void)conn, (void)id, (void)cu;
-	for (struct chunk *k = s->head; k && n < veccnt; k = k->next) {
+	for (struct wl_app_chunk *k = s->q.head; k && n < veccnt; k = k->next) {
 		if (k->out == k->len)
 			continue;
 		vec[n++] = (nghttp3_vec){.base = k->bytes + k->out, .len = k->len - k->out};
@@ -272,7 +260,7 @@ static int h3_submit(struct wl_stream *s, uint32_t len)
 	} else {
 		const nghttp3_nv nva[] = {NV(":method", "POST"),
 					  NV(":scheme", "https"),
-					  NV(":authority", h3.authority),
+					  NV(":authority", wl_app_authority),
 					  NV(":path", "/rr"),
 					  NV("content-type", "application/octet-stream"),
 					  NV("content-length", clen)};
@@ -292,13 +280,9 @@ static int h3_submit(struct wl_stream *s, uint32_t len)
 /* A request stream of the client's with its ID and its message: submitted. */
 static void try_submit(struct wl_stream *s)
 {
-	uint32_t len = 0;
-
-	if (s->submitted || s->id < 0 || !s->head || !s->c->bound)
+	if (s->submitted || s->id < 0 || !s->q.head || !s->c->bound)
 		return;
-	for (struct chunk *k = s->head; k; k = k->next)
-		len += k->len;
-	if (!h3_submit(s, len))
+	if (!h3_submit(s, wl_app_queue_len(&s->q)))
 		h3_flush(s->c);
 }
 
@@ -309,17 +293,15 @@ static int wl_h3_acked(nghttp3_conn *conn, int64_t id, uint64_t n, void *cu, voi
 	struct wl_stream *s = su;
 
 	(void)conn, (void)id, (void)cu;
-	while (s && n && s->head) {
-		struct chunk *k = s->head;
+	while (s && n && s->q.head) {
+		struct wl_app_chunk *k = s->q.head;
 		uint64_t take = k->len - k->acked < n ? k->len - k->acked : n;
 
 		k->acked += (uint32_t)take;
 		n -= take;
 		if (k->acked < k->len)
 			break;
-		s->head = k->next;
-		if (!s->head)
-			s->tail = NULL;
+		wl_app_queue_pop(&s->q);
 		if (k->tag && s->h->sent)
 			s->h->sent(s, s->ctx, k->tag, false);
 		free(k);
@@ -661,14 +643,8 @@ static const struct wl_conn_handlers *wl_h3_accept(void *arg, struct wl_conn *lc
 
 static int wl_h3_init(const struct wl_opts *o, bool server)
 {
-	snprintf(h3.authority, sizeof(h3.authority), "%s:%u", o->addr, (unsigned)o->port);
 	nghttp3_settings_default(&h3.settings);
-	return wl_app_lower->init(o, server);
-}
-
-static int wl_h3_setup(void)
-{
-	return wl_app_lower->setup ? wl_app_lower->setup() : 0;
+	return wl_app_init(o, server);
 }
 
 static int wl_h3_listen(const struct wl_accept *a)
@@ -683,11 +659,6 @@ static int wl_h3_listen(const struct wl_accept *a)
 	if (mine.peer_uni_streams < H3_UNI)
 		mine.peer_uni_streams = H3_UNI;
 	return wl_app_lower->listen(&mine);
-}
-
-static void wl_h3_listen_stop(void)
-{
-	wl_app_lower->listen_stop();
 }
 
 static int wl_h3_connect(const struct wl_conn_handlers *h, void *ctx, unsigned flags,
@@ -744,22 +715,11 @@ static int wl_h3_send(struct wl_stream *s, const uint8_t *hdr, uint32_t hdr_len,
 {
 	struct wl_conn *c = s->c;
 	const uint32_t len = hdr_len + body_len;
-	struct chunk *k = NULL;
 
 	lock(c);
-	if (len) {
-		if (!(k = malloc(sizeof(*k) + len))) {
-			unlock(c);
-			return WL_EXIT_INTERNAL;
-		}
-		*k = (struct chunk){.tag = tag, .len = len};
-		memcpy(k->bytes, hdr, hdr_len);
-		memcpy(k->bytes + hdr_len, body, body_len);
-		if (s->tail)
-			s->tail->next = k;
-		else
-			s->head = k;
-		s->tail = k;
+	if (len && wl_app_queue_push(&s->q, hdr, hdr_len, body, body_len, tag)) {
+		unlock(c);
+		return WL_EXIT_INTERNAL;
 	}
 	s->fin = s->fin || (flags & WL_SEND_FIN);
 	if (!s->submitted) {
@@ -801,34 +761,12 @@ static void wl_h3_conn_info(struct wl_conn *c, struct wl_dl *r)
 	wl_app_lower->conn_info(c->lower, r);
 }
 
-static void wl_h3_json_connected(struct wl_json *j)
-{
-	wl_app_lower->json_connected(j);
-}
-
-static void wl_h3_json_mark(struct wl_json *j)
-{
-	wl_app_lower->json_mark(j);
-	wl_app_json(j, "h3");
-}
-
-static void wl_h3_json_done(struct wl_json *j, const struct wl_end *last)
-{
-	wl_app_lower->json_done(j, last);
-	wl_app_json(j, "h3");
-}
-
-static void wl_h3_fini(void)
-{
-	wl_app_lower->fini();
-}
-
 struct wl_transport wl_h3 = {
 	.name = "h3",
 	.init = wl_h3_init,
-	.setup = wl_h3_setup,
+	.setup = wl_app_setup,
 	.listen = wl_h3_listen,
-	.listen_stop = wl_h3_listen_stop,
+	.listen_stop = wl_app_listen_stop,
 	.connect = wl_h3_connect,
 	.open = wl_h3_open,
 	.send = wl_h3_send,
@@ -837,8 +775,8 @@ struct wl_transport wl_h3 = {
 	.close = wl_h3_close,
 	.stream_id = wl_h3_stream_id,
 	.conn_info = wl_h3_conn_info,
-	.json_connected = wl_h3_json_connected,
-	.json_mark = wl_h3_json_mark,
-	.json_done = wl_h3_json_done,
-	.fini = wl_h3_fini,
+	.json_connected = wl_app_json_connected,
+	.json_mark = wl_app_json_mark,
+	.json_done = wl_app_json_done,
+	.fini = wl_app_fini,
 };
