@@ -333,6 +333,11 @@ def _video(opts: RunOptions) -> RunOptions:
         raise errors.BadValue(
             "--pattern video fetches segments over a connection, and udp has none; use quic, tcp, tcp-tls or tcp-ktls."
         )
+    if transports.STACKS[opts.stack].workload != "qprof-wl":
+        raise errors.BadValue(
+            f"--pattern video runs in qprof-wl (quic, ngtcp2 and the TCP stacks); {opts.stack}'s workload does "
+            "not count its requests yet. Use one of those."
+        )
     for name, given in (
         ("bytes", opts.bytes is not None),
         ("warmup", bool(opts.warmup_s)),

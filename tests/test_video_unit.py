@@ -83,6 +83,12 @@ def test_video_refuses_what_it_sets_or_cannot_do(kw, words):
         resolved(stack="quic", pattern="video", **kw)
 
 
+@pytest.mark.parametrize("stack", ["quinn", "quiche", "udp"])
+def test_video_runs_where_requests_are_counted(stack):
+    with pytest.raises(errors.QprofError, match="--pattern video"):
+        resolved(stack=stack, pattern="video")
+
+
 def test_video_options_belong_to_video():
     with pytest.raises(errors.QprofError, match="--bitrate applies to --pattern video only"):
         resolved(stack="quic", pattern="rr", bitrate=1_000_000)
