@@ -89,7 +89,7 @@ def spread(recs, *path, scale=1.0, spec="{:,.0f}") -> str:
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--links", default="wifi,lte,3g,2g")
+    ap.add_argument("--links", default="wifi,lte,3g,2g", help="the presets ('' for none: the sweeps alone)")
     ap.add_argument("--bitrates", default="wifi=1.5mbit,lte=1.5mbit,3g=0.75mbit,2g=0.15mbit")
     ap.add_argument("--duration", default="20s", help="the media's length")
     ap.add_argument("--repeat", type=int, default=3)
@@ -104,9 +104,11 @@ def main():
     bitrates = dict(kv.split("=") for kv in args.bitrates.split(","))
     runs_dir = args.runs_dir or tempfile.mkdtemp(prefix="qprof-seed001-")
     print(f"\n**Video over seed 002's links** ({args.duration} of media in 2 s segments; ms unless said)\n")
-    print("| link | bitrate | stack " + HEAD)
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for link in args.links.split(","):
+    links = [k for k in args.links.split(",") if k]
+    if links:
+        print("| link | bitrate | stack " + HEAD)
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for link in links:
         points = compare(args, link, bitrates[link], runs_dir)
         for stack in STACKS:
             print(f"| {link} | {bitrates[link]} | {stack} | " + " | ".join(cells(points.get(stack, []))) + " |")
