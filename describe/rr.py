@@ -162,8 +162,10 @@ def data_volume(rec: dict, n: int, wire: Optional[Dict[str, dict]], connections:
         control, handshakes;
       - wire: every byte the sender's device sent (the packets probe), as the
         seed's "total sent data by the plant" over its requests.
-    None without answers; the wire's figures None without the packets probe."""
-    if not n:
+    None without answers, and for a request flow of --mix, whose flows share
+    one device and whose workloads report no window of their own; the wire's
+    figures None without the packets probe."""
+    if not n or "workload" not in rec:
         return None
     windows = {side: rec["workload"][side]["window"] for side in ("client", "server")}
     app = windows["client"].get("app")

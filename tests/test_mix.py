@@ -328,6 +328,8 @@ def test_a_request_flow_beside_bulk_flows_of_two_stacks(runs_dir):
     assert abs(r["requests_due"] - 2 / 0.02) <= 2
     assert r["requests_due"] - 2 <= r["responses"] <= r["requests_due"] + 1
     assert 0 < r["delay_ns"]["p50"] <= r["delay_ns"]["max"] * 1.001
+    # The flows share one device: no flow's data volume is its own.
+    assert r["data_volume"] is None
     whole = r["whole_run"]
     assert whole["requests_sent"] == whole["responses"] + whole["outstanding"]
     assert_jain_and_shares(m)
