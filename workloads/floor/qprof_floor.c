@@ -140,8 +140,8 @@ int main(int argc, char **argv)
 		die("cipher init");
 
 	for (size_t i = 0; i + 1 < ncipher; i++)
-		seal(enc, region + (i * size) % (region_bytes - size + 1), cipher + (size_t)i * (size + TAG), (int)size,
-		     (unsigned long long)i);
+		seal(enc, region + (i * size) % (region_bytes - size + 1),
+		     cipher + (size_t)i * (size + TAG), (int)size, (unsigned long long)i);
 
 	/*
 	 * ROUNDS rounds of the three operations, interleaved, each for its
@@ -199,8 +199,8 @@ int main(int argc, char **argv)
 	printf("{\"library\":\"%s\",\"aead\":\"AES-128-GCM\",\"record_bytes\":%ld,\"seconds\":%g,"
 	       "\"rounds\":%d,\"seal_ns_per_byte\":%.5f,\"open_ns_per_byte\":%.5f,\"copy_ns_per_byte\":%.5f,"
 	       "\"check\":%u}\n",
-	       OpenSSL_version(OPENSSL_VERSION), size, seconds, ROUNDS, seal_nspb, open_nspb, copy_nspb,
-	       (unsigned)dst[region_bytes / 3]);
+	       OpenSSL_version(OPENSSL_VERSION), size, seconds, ROUNDS, seal_nspb, open_nspb,
+	       copy_nspb, (unsigned)dst[region_bytes / 3]);
 	EVP_CIPHER_CTX_free(enc);
 	EVP_CIPHER_CTX_free(dec);
 	free(region);
