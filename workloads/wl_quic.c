@@ -8,32 +8,14 @@
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
-#include <dlfcn.h>
-#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
-/*
- * msquic's own library is built with both (src/core/precomp.h): BBR is a
- * preview value of QUIC_CONGESTION_CONTROL_ALGORITHM, and turning 1-RTT
- * encryption off (--encrypt off, as secnetperf -encrypt:0) an insecure one.
- */
-#define QUIC_API_ENABLE_PREVIEW_FEATURES 1
-#define QUIC_API_ENABLE_INSECURE_FEATURES 1
-#include <msquic.h>
-
+#include "wl_quic.h"
 #include "wl.h"
 #include "wl_transport.h"
-
-/*
- * From msquicp.h (private, but answered by release builds): which offloads
- * msquic's datapath found when it probed the kernel at start-up.
- */
-#define QPROF_PARAM_GLOBAL_DATAPATH_FEATURES 0x81000005
-#define QPROF_FEATURE_RECV_COALESCING 0x00000002
-#define QPROF_FEATURE_SEND_SEGMENTATION 0x00000004
 
 #define IDLE_TIMEOUT_MS 10000
 #define HANDSHAKE_TIMEOUT_MS 5000
@@ -121,179 +103,41 @@ static struct {
 
 static const QUIC_BUFFER alpn = {sizeof("qprof") - 1, (uint8_t *)"qprof"};
 
-/* clang-format off */
-#define S(x) {QUIC_STATUS_##x, "QUIC_STATUS_" #x}
-static const struct {
-	QUIC_STATUS st;
-	const char *name;
-} status_names[] = {
-	S(SUCCESS), S(OUT_OF_MEMORY), S(INVALID_PARAMETER), S(INVALID_STATE), S(NOT_SUPPORTED),
-	S(NOT_FOUND), S(BUFFER_TOO_SMALL), S(HANDSHAKE_FAILURE), S(ABORTED), S(ADDRESS_IN_USE),
-	S(INVALID_ADDRESS), S(CONNECTION_TIMEOUT), S(CONNECTION_IDLE), S(INTERNAL_ERROR),
-	S(CONNECTION_REFUSED), S(PROTOCOL_ERROR), S(VER_NEG_ERROR), S(UNREACHABLE), S(TLS_ERROR),
-	S(USER_CANCELED), S(ALPN_NEG_FAILURE), S(STREAM_LIMIT_REACHED), S(ADDRESS_NOT_AVAILABLE),
-	S(BAD_CERTIFICATE), S(UNKNOWN_CERTIFICATE), S(REQUIRED_CERTIFICATE), S(CERT_EXPIRED),
-	S(CERT_UNTRUSTED_ROOT), S(CERT_NO_CERT),
-};
-#undef S
-/* clang-format on */
-
-static const char *status_name(QUIC_STATUS st)
-{
-	size_t i;
-
-	for (i = 0; i < sizeof(status_names) / sizeof(status_names[0]); i++)
-		if (status_names[i].st == st)
-			return status_names[i].name;
-	return "QUIC_STATUS_UNKNOWN";
-}
-
-/* clang-format off */
-#define P(x, name) [QUIC_PERF_COUNTER_##x] = name
-static const char *const perf_names[QUIC_PERF_COUNTER_MAX] = {
-	P(CONN_CREATED, "conn_created"), P(CONN_HANDSHAKE_FAIL, "conn_handshake_fail"),
-	P(CONN_PROTOCOL_ERRORS, "conn_protocol_errors"), P(PKTS_SUSPECTED_LOST, "pkts_suspected_lost"),
-	P(PKTS_DROPPED, "pkts_dropped"), P(PKTS_DECRYPTION_FAIL, "pkts_decryption_fail"),
-	P(UDP_RECV, "udp_recv"), P(UDP_SEND, "udp_send"), P(UDP_RECV_BYTES, "udp_recv_bytes"),
-	P(UDP_SEND_BYTES, "udp_send_bytes"), P(UDP_RECV_EVENTS, "udp_recv_events"),
-	P(UDP_SEND_CALLS, "udp_send_calls"), P(APP_SEND_BYTES, "app_send_bytes"),
-	P(APP_RECV_BYTES, "app_recv_bytes"), P(CONN_OPER_QUEUED, "conn_oper_queued"),
-	P(CONN_OPER_COMPLETED, "conn_oper_completed"), P(WORK_OPER_QUEUED, "work_oper_queued"),
-	P(WORK_OPER_COMPLETED, "work_oper_completed"),
-};
-#undef P
-/* clang-format on */
-
-static void json_perf_counters(struct wl_json *j)
-{
-	uint64_t c[QUIC_PERF_COUNTER_MAX];
-	uint32_t len = sizeof(c);
-	struct wl_json p;
-	int i;
-
-	if (QUIC_FAILED(q.api->GetParam(NULL, QUIC_PARAM_GLOBAL_PERF_COUNTERS, &len, c)))
-		return;
-	wl_json_begin(&p);
-	for (i = 0; i < QUIC_PERF_COUNTER_MAX; i++)
-		if (perf_names[i])
-			wl_json_u64(&p, perf_names[i], c[i]);
-	wl_json_raw(j, "perf_counters", wl_json_end(&p));
-}
-
-static void json_conn_stats(struct wl_json *j)
-{
-	QUIC_STATISTICS_V2 st;
-	uint32_t len = sizeof(st);
-	struct wl_json p;
-	HQUIC h;
-	bool ok;
-
-	pthread_mutex_lock(&q.lock);
-	h = atomic_load(&q.stats_conn);
-	ok = h && QUIC_SUCCEEDED(q.api->GetParam(h, QUIC_PARAM_CONN_STATISTICS_V2, &len, &st));
-	pthread_mutex_unlock(&q.lock);
-	if (!ok)
-		return;
-	wl_json_begin(&p);
-	wl_json_u64(&p, "rtt_us", st.Rtt);
-	wl_json_u64(&p, "min_rtt_us", st.MinRtt);
-	wl_json_u64(&p, "send_path_mtu", st.SendPathMtu);
-	wl_json_u64(&p, "send_total_packets", st.SendTotalPackets);
-	wl_json_u64(&p, "send_retransmittable_packets", st.SendRetransmittablePackets);
-	wl_json_u64(&p, "send_suspected_lost_packets", st.SendSuspectedLostPackets);
-	wl_json_u64(&p, "send_spurious_lost_packets", st.SendSpuriousLostPackets);
-	wl_json_u64(&p, "send_total_bytes", st.SendTotalBytes);
-	wl_json_u64(&p, "send_total_stream_bytes", st.SendTotalStreamBytes);
-	wl_json_u64(&p, "send_congestion_count", st.SendCongestionCount);
-	wl_json_u64(&p, "send_persistent_congestion_count", st.SendPersistentCongestionCount);
-	wl_json_u64(&p, "send_congestion_window", st.SendCongestionWindow);
-	wl_json_u64(&p, "recv_total_packets", st.RecvTotalPackets);
-	wl_json_u64(&p, "recv_reordered_packets", st.RecvReorderedPackets);
-	wl_json_u64(&p, "recv_dropped_packets", st.RecvDroppedPackets);
-	wl_json_u64(&p, "recv_duplicate_packets", st.RecvDuplicatePackets);
-	wl_json_u64(&p, "recv_total_bytes", st.RecvTotalBytes);
-	wl_json_u64(&p, "recv_total_stream_bytes", st.RecvTotalStreamBytes);
-	wl_json_u64(&p, "recv_decryption_failures", st.RecvDecryptionFailures);
-	wl_json_u64(&p, "recv_valid_ack_frames", st.RecvValidAckFrames);
-	wl_json_raw(j, "conn_stats", wl_json_end(&p));
-}
-
-static void json_datapath(struct wl_json *j)
-{
-	uint32_t f = 0, len = sizeof(f);
-	uint32_t v[4] = {0};
-	uint32_t vlen = sizeof(v), hlen;
-	char ver[48], hash[65] = {0}, path[PATH_MAX];
-	Dl_info info;
-
-	if (QUIC_SUCCEEDED(q.api->GetParam(NULL, QPROF_PARAM_GLOBAL_DATAPATH_FEATURES, &len, &f))) {
-		wl_json_bool(j, "send_segmentation", f & QPROF_FEATURE_SEND_SEGMENTATION);
-		wl_json_bool(j, "recv_coalescing", f & QPROF_FEATURE_RECV_COALESCING);
-	}
-	if (QUIC_SUCCEEDED(q.api->GetParam(NULL, QUIC_PARAM_GLOBAL_LIBRARY_VERSION, &vlen, v))) {
-		snprintf(ver, sizeof(ver), "%u.%u.%u", v[0], v[1], v[2]);
-		wl_json_str(j, "msquic_version", ver);
-	}
-	hlen = sizeof(hash) - 1;
-	if (QUIC_SUCCEEDED(
-		    q.api->GetParam(NULL, QUIC_PARAM_GLOBAL_LIBRARY_GIT_HASH, &hlen, hash))) {
-		hash[sizeof(hash) - 1] = 0;
-		wl_json_str(j, "msquic_git_hash", hash);
-	}
-	/* The file the loader took it from (--msquic: the user's build, proved). */
-	if (dladdr((void *)MsQuicOpenVersion, &info) && info.dli_fname &&
-	    realpath(info.dli_fname, path))
-		wl_json_str(j, "msquic_library", path);
-}
-
 static void q_json_mark(struct wl_json *j)
 {
-	json_perf_counters(j);
-	json_conn_stats(j);
-}
-
-/* What the reported connection ran with, read back from msquic: the knobs qprof sets. */
-static void json_conn_settings(struct wl_json *j)
-{
-	QUIC_SETTINGS set = {0};
-	uint32_t len = sizeof(set), blen = sizeof(BOOLEAN);
-	BOOLEAN off = 0;
-	struct wl_json p;
-	bool ok, ok_enc;
 	HQUIC h;
 
+	wlq_json_perf_counters(q.api, j);
+	/* The lock holds the reported connection against fini's close. */
 	pthread_mutex_lock(&q.lock);
 	h = atomic_load(&q.stats_conn);
-	ok = h && QUIC_SUCCEEDED(q.api->GetParam(h, QUIC_PARAM_CONN_SETTINGS, &len, &set));
-	ok_enc = h && QUIC_SUCCEEDED(q.api->GetParam(h, QUIC_PARAM_CONN_DISABLE_1RTT_ENCRYPTION,
-						     &blen, &off));
+	if (h)
+		wlq_json_conn_stats(q.api, h, j);
 	pthread_mutex_unlock(&q.lock);
-	if (!ok)
-		return;
-	wl_json_begin(&p);
-	wl_json_bool(&p, "pacing", set.PacingEnabled);
-	wl_json_str(&p, "congestion_control",
-		    set.CongestionControlAlgorithm == QUIC_CONGESTION_CONTROL_ALGORITHM_BBR
-			    ? "bbr"
-			    : "cubic");
-	wl_json_bool(&p, "ecn", set.EcnEnabled);
-	wl_json_u64(&p, "maximum_mtu", set.MaximumMtu);
-	/* After the handshake: off only if both ends asked (msquic's connection.c). */
-	if (ok_enc)
-		wl_json_bool(&p, "encryption", !off);
-	wl_json_raw(j, "conn_settings", wl_json_end(&p));
 }
 
 static void q_json_done(struct wl_json *j, const struct wl_end *last)
 {
+	HQUIC h;
+
 	if (last && last->closed_by_transport)
 		wl_json_str(j, "transport_status", last->transport_status);
 	if (last && last->closed_by_peer)
 		wl_json_u64(j, "peer_error_code", last->peer_error);
-	json_datapath(j);
-	json_perf_counters(j);
-	json_conn_stats(j);
-	json_conn_settings(j);
+	wlq_json_datapath(q.api, j);
+	wlq_json_perf_counters(q.api, j);
+	pthread_mutex_lock(&q.lock);
+	h = atomic_load(&q.stats_conn);
+	if (h) {
+		wlq_json_conn_stats(q.api, h, j);
+		wlq_json_conn_settings(q.api, h, j);
+	}
+	pthread_mutex_unlock(&q.lock);
+}
+
+static void json_datapath(struct wl_json *j)
+{
+	wlq_json_datapath(q.api, j);
 }
 
 static void writable(struct wl_stream *s)
@@ -342,7 +186,7 @@ static int post(struct wl_stream *s, const struct qpost *p)
 	atomic_fetch_sub_explicit(&s->outstanding, p->len, memory_order_relaxed);
 	if (!((uintptr_t)p->cc & 1))
 		free(p->cc);
-	wl_warn("StreamSend failed: %s", status_name(st));
+	wl_warn("StreamSend failed: %s", wlq_status_name(st));
 	return WL_EXIT_CONN_LOST;
 }
 
@@ -373,7 +217,7 @@ static QUIC_STATUS QUIC_API stream_cb(HQUIC h, void *ctx, QUIC_STREAM_EVENT *ev)
 		/* ABORTED: the connection is going, and its end says why. */
 		else if (ev->START_COMPLETE.Status != QUIC_STATUS_ABORTED)
 			wl_warn("opening a stream failed: %s",
-				status_name(ev->START_COMPLETE.Status));
+				wlq_status_name(ev->START_COMPLETE.Status));
 		break;
 	case QUIC_STREAM_EVENT_RECEIVE:
 		if (ev->RECEIVE.Flags & QUIC_RECEIVE_FLAG_0_RTT)
@@ -484,7 +328,7 @@ static QUIC_STATUS QUIC_API conn_cb(HQUIC h, void *ctx, QUIC_CONNECTION_EVENT *e
 		break;
 	case QUIC_CONNECTION_EVENT_SHUTDOWN_INITIATED_BY_TRANSPORT:
 		e->closed_by_transport = true;
-		e->transport_status = status_name(ev->SHUTDOWN_INITIATED_BY_TRANSPORT.Status);
+		e->transport_status = wlq_status_name(ev->SHUTDOWN_INITIATED_BY_TRANSPORT.Status);
 		break;
 	case QUIC_CONNECTION_EVENT_SHUTDOWN_INITIATED_BY_PEER:
 		e->closed_by_peer = true;
@@ -589,7 +433,7 @@ static int open_config(const struct wl_accept *a)
 
 	st = q.api->ConfigurationOpen(q.reg, &alpn, 1, &set, sizeof(set), NULL, &q.cfg);
 	if (QUIC_FAILED(st)) {
-		wl_warn("ConfigurationOpen failed: %s", status_name(st));
+		wl_warn("ConfigurationOpen failed: %s", wlq_status_name(st));
 		return WL_EXIT_LIB_OPEN;
 	}
 	/* AES-128-GCM only: the AEAD the TCP+TLS stacks use by default too. */
@@ -608,7 +452,7 @@ static int open_config(const struct wl_accept *a)
 	st = q.api->ConfigurationLoadCredential(q.cfg, &cred);
 	if (QUIC_FAILED(st)) {
 		wl_warn("loading the %s credential failed: %s",
-			server ? "server certificate" : "client", status_name(st));
+			server ? "server certificate" : "client", wlq_status_name(st));
 		return WL_EXIT_LIB_OPEN;
 	}
 	return WL_EXIT_OK;
@@ -629,7 +473,7 @@ static bool encrypt_off(HQUIC h)
 	st = q.api->SetParam(h, QUIC_PARAM_CONN_DISABLE_1RTT_ENCRYPTION, sizeof(v), &v);
 	if (QUIC_SUCCEEDED(st))
 		return true;
-	wl_warn("msquic refused to turn 1-RTT encryption off: %s", status_name(st));
+	wl_warn("msquic refused to turn 1-RTT encryption off: %s", wlq_status_name(st));
 	return false;
 }
 
@@ -693,7 +537,7 @@ static int q_listen(const struct wl_accept *a)
 		return code;
 	st = q.api->ListenerOpen(q.reg, listener_cb, NULL, &q.listener);
 	if (QUIC_FAILED(st)) {
-		wl_warn("ListenerOpen failed: %s", status_name(st));
+		wl_warn("ListenerOpen failed: %s", wlq_status_name(st));
 		return WL_EXIT_LIB_OPEN;
 	}
 	st = q.api->ListenerStart(q.listener, &alpn, 1, &addr);
@@ -702,7 +546,7 @@ static int q_listen(const struct wl_accept *a)
 			wl_warn("UDP port %s:%d is already in use", o->addr, o->port);
 			return WL_EXIT_ADDR_IN_USE;
 		}
-		wl_warn("ListenerStart on %s:%d failed: %s", o->addr, o->port, status_name(st));
+		wl_warn("ListenerStart on %s:%d failed: %s", o->addr, o->port, wlq_status_name(st));
 		return WL_EXIT_LIB_OPEN;
 	}
 	return WL_EXIT_OK;
@@ -725,7 +569,7 @@ static int conn_start(struct wl_conn *c)
 				    (uint16_t)o->port);
 	if (QUIC_SUCCEEDED(st))
 		return WL_EXIT_OK;
-	wl_warn("ConnectionStart to %s:%d failed: %s", o->addr, o->port, status_name(st));
+	wl_warn("ConnectionStart to %s:%d failed: %s", o->addr, o->port, wlq_status_name(st));
 	q.api->SetCallbackHandler(c->h, (void *)quiet_conn_cb, NULL);
 	if (!c->reported)
 		q.api->ConnectionClose(c->h);
@@ -745,7 +589,8 @@ static bool peer_uni(HQUIC h)
 	set.IsSet.PeerUnidiStreamCount = 1;
 	st = q.api->SetParam(h, QUIC_PARAM_CONN_SETTINGS, sizeof(set), &set);
 	if (QUIC_FAILED(st))
-		wl_warn("allowing the server's unidirectional streams failed: %s", status_name(st));
+		wl_warn("allowing the server's unidirectional streams failed: %s",
+			wlq_status_name(st));
 	return QUIC_SUCCEEDED(st);
 }
 
@@ -770,7 +615,7 @@ static int q_connect(const struct wl_conn_handlers *h, void *ctx, unsigned flags
 	c->flags = flags;
 	st = q.api->ConnectionOpen(q.reg, conn_cb, c, &c->h);
 	if (QUIC_FAILED(st)) {
-		wl_warn("ConnectionOpen failed: %s", status_name(st));
+		wl_warn("ConnectionOpen failed: %s", wlq_status_name(st));
 		free(c);
 		return WL_EXIT_LIB_OPEN;
 	}
@@ -803,7 +648,7 @@ static int q_connect(const struct wl_conn_handlers *h, void *ctx, unsigned flags
 			c->start_at_send = true;
 			return WL_EXIT_OK;
 		}
-		wl_warn("msquic refused the resumption ticket: %s", status_name(st));
+		wl_warn("msquic refused the resumption ticket: %s", wlq_status_name(st));
 	}
 	code = conn_start(c);
 	if (code) {
@@ -858,7 +703,7 @@ static int q_open(struct wl_conn *c, const struct wl_stream_handlers *h, void *c
 		return WL_EXIT_OK;
 	q.api->StreamClose(s->h);
 failed:
-	wl_warn("opening a stream failed: %s", status_name(st));
+	wl_warn("opening a stream failed: %s", wlq_status_name(st));
 	free(s);
 	*out = NULL;
 	return WL_EXIT_LIB_OPEN;
@@ -1023,12 +868,12 @@ static int q_init(const struct wl_opts *o, bool server)
 	}
 	st = MsQuicOpen2(&q.api);
 	if (QUIC_FAILED(st)) {
-		wl_warn("MsQuicOpen2 failed: %s", status_name(st));
+		wl_warn("MsQuicOpen2 failed: %s", wlq_status_name(st));
 		return WL_EXIT_LIB_OPEN;
 	}
 	st = q.api->RegistrationOpen(&rc, &q.reg);
 	if (QUIC_FAILED(st)) {
-		wl_warn("RegistrationOpen failed: %s", status_name(st));
+		wl_warn("RegistrationOpen failed: %s", wlq_status_name(st));
 		MsQuicClose(q.api);
 		q.api = NULL;
 		return WL_EXIT_LIB_OPEN;
