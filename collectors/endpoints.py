@@ -202,6 +202,9 @@ class Endpoints:
             self.clients[fp.index] = self._stack.enter_context(
                 WorkloadProcess("client", argv, self.topo.client, self._log(fp, "client"))
             )
+            # Each side's end is read beside its peer's (WorkloadProcess.raise_exit).
+            self.clients[fp.index].peer = self.servers[fp.index]
+            self.servers[fp.index].peer = self.clients[fp.index]
         opts = self.plan.options
         if self.sides:
             self._start_instruments_on_hosts()

@@ -5,8 +5,9 @@ means as a QprofError."""
 
 import signal
 import subprocess
+import time
 from pathlib import Path
-from typing import List
+from typing import List, Optional
 
 from qprof import errors
 from qprof.collectors.controlled import ControlledProcess, ProcessEnded
@@ -31,6 +32,21 @@ class WorkloadExit:
 
 SSH_FAILED = 255  # ssh's exit when it, not the command, failed
 
+# The ends that explain themselves. A side that fails on its own (its
+# content check, TLS, its port, its options) takes its peer down with it,
+# and the peer then ends with a lost connection; the run's error is the
+# first side's. PEER_GRACE_S: how long a side that ended otherwise waits
+# for its peer to end with one of these.
+OWN_CAUSES = (
+    WorkloadExit.USAGE,
+    WorkloadExit.LIB_OPEN,
+    WorkloadExit.HANDSHAKE,
+    WorkloadExit.VERIFY,
+    WorkloadExit.ADDR_IN_USE,
+    WorkloadExit.TLS_CONFIG,
+)
+PEER_GRACE_S = 1.0
+
 
 class WorkloadProcess(ControlledProcess):
     def __init__(self, role: str, argv: List[str], endpoint: Endpoint, log_path: Path):
@@ -38,6 +54,7 @@ class WorkloadProcess(ControlledProcess):
         self.host = getattr(endpoint, "host", None)
         super().__init__(role, endpoint.controlled(argv), log_path, spawned=self.host is not None)
         self.role = role
+        self.peer: Optional["WorkloadProcess"] = None  # the other side of its flow, once it runs
 
     def wait_event(self, name: str, timeout_s: float) -> dict:
         try:
@@ -79,6 +96,8 @@ class WorkloadProcess(ControlledProcess):
         where = f"; see {self.log_path}"
         if self.host is not None:
             code = self._there(code, msg)
+        if code not in OWN_CAUSES and self.peer is not None and self.peer._ends_with_own_cause(PEER_GRACE_S):
+            self.peer.raise_exit()
         if code == WorkloadExit.ADDR_IN_USE:
             raise errors.PortInUse(f"{msg}: pick a free one with --port{where}.")
         if code == WorkloadExit.TLS_CONFIG:
@@ -100,6 +119,14 @@ class WorkloadProcess(ControlledProcess):
             on = f" on {self.host.name}" if self.host is not None else ""
             raise errors.PeerDied(f"the {self.role}{on} was killed by {_signal_name(-code)} mid-run{where}.")
         raise errors.PeerDied(f"the {self.role} ended mid-run (exit {code}: {msg}){where}.")
+
+    def _ends_with_own_cause(self, within_s: float) -> bool:
+        """Whether the process ends, within within_s, with an end that
+        explains itself (OWN_CAUSES)."""
+        deadline = time.monotonic() + within_s
+        while (code := self.exited()) is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return code in OWN_CAUSES  # another host's: its shell passes the code on
 
 
 def _signal_name(n: int) -> str:

@@ -89,6 +89,45 @@ def test_openssl_credential_failure_names_its_reason(runs_dir):
     assert rec["error"] in line
 
 
+class _Here:
+    """An endpoint that runs a command as it is (collectors/topology's
+    endpoints wrap it in their namespace)."""
+
+    def controlled(self, argv):
+        return argv
+
+
+@pytest.mark.system
+def test_a_side_that_fails_on_its_own_is_the_runs_error_not_the_peer_it_took_down(tmp_path):
+    """The server fails its content check and exits; the client, whose
+    connection it took down, ends first with a lost connection. The run's
+    error is the server's (VerifyFailed), whichever side is read first: a
+    race that once gave PeerDied in CI."""
+    from qprof.collectors.workload import WorkloadExit, WorkloadProcess
+
+    client_argv = ["sh", "-c", f"echo 'qprof-wl: the connection was lost' >&2; exit {WorkloadExit.CONN_LOST}"]
+    server_argv = [
+        "sh",
+        "-c",
+        f"sleep 0.3; echo 'qprof-wl: stream failed the content check' >&2; exit {WorkloadExit.VERIFY}",
+    ]
+    with WorkloadProcess("server", server_argv, _Here(), tmp_path / "server.log") as server:
+        with WorkloadProcess("client", client_argv, _Here(), tmp_path / "client.log") as client:
+            client.peer, server.peer = server, client
+            while client.exited() is None:
+                time.sleep(0.01)
+            assert server.exited() is None  # the client ended first
+            with pytest.raises(errors.VerifyFailed, match="failed the content check"):
+                client.raise_exit()
+    # A peer that keeps running, or ends lost too: each side's own end.
+    with WorkloadProcess("client", client_argv, _Here(), tmp_path / "client2.log") as client:
+        client.peer = None
+        while client.exited() is None:
+            time.sleep(0.01)
+        with pytest.raises(errors.PeerDied, match="connection was lost"):
+            client.raise_exit()
+
+
 @pytest.mark.system
 @needs_build
 @pytest.mark.parametrize("stack", ["tcp", "quic"])
