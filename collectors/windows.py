@@ -26,7 +26,9 @@ from qprof.describe import direction
 from qprof.describe.plan import Plan
 from qprof.describe.window import edge_sample, interval_figures
 
-CONNECT_TIMEOUT_S = 10.0
+# The workloads give a handshake 10 s (msquic's default, wl_quic.c and
+# wl_ngtcp2.c): past that, the workload's own failure says why.
+CONNECT_TIMEOUT_S = 15.0
 # The client keeps sending this long past the window's end, so the end
 # edge is taken while the transfer is still in its steady state.
 TAIL_S = 0.3

@@ -115,7 +115,8 @@ def assert_jain_and_shares(m):
     for stack, s in m["by_stack"].items():
         mine = [f["bytes"] for f in bulk if f["stack"] == stack]
         assert s["flows"] == len(mine) and s["share"] == pytest.approx(sum(mine) / sum(xs)), stack
-        assert s["jain_index"] == pytest.approx(jain(mine)), stack
+        # A stack whose flows were all starved has no index (derive.jain_index).
+        assert s["jain_index"] == (pytest.approx(jain(mine)) if any(mine) else None), stack
 
 
 @pytest.mark.unit

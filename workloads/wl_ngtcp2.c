@@ -63,7 +63,7 @@
 #define MAX_STREAMS 128		      /* initial_max_streams_*: at least WL_MAX_STREAMS */
 #define SEND_WINDOW (8ull << 20)      /* a stream's bytes queued and not acknowledged */
 #define IDLE_TIMEOUT_NS (30ull * NGTCP2_SECONDS)
-#define HANDSHAKE_TIMEOUT_NS (5ull * NGTCP2_SECONDS)
+#define HANDSHAKE_TIMEOUT_NS (10ull * NGTCP2_SECONDS) /* as msquic's (wl_quic.c) */
 #define CIPHER "TLS13_AES_128_GCM_SHA256"
 
 /* TLS 1.3 and AES-128-GCM only, as the other stacks; groups and compat mode as ngtcp2's examples. */
