@@ -23,7 +23,9 @@ use std::io;
 use std::mem::{size_of, zeroed};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
+use std::sync::atomic::{
+    fence, AtomicBool, AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release, Ordering::SeqCst,
+};
 use std::sync::{Arc, OnceLock};
 
 use parking_lot::FairMutex;
@@ -228,6 +230,10 @@ fn check_tls(io: &Io, conn: &mut quiche::Connection) -> Result<(), Fail> {
 /// The socket's own counts and what it found (GSO, GRO, buffers).
 #[derive(Default)]
 struct Io {
+    /// Odd while the loop's thread (the counts' one writer) updates them:
+    /// a seqlock, so that a mark reads every count as of one moment, a
+    /// call's datagrams with the call (`count`, `counts`).
+    seq: AtomicU64,
     tx_datagrams: AtomicU64,
     tx_bytes: AtomicU64,
     tx_ios: AtomicU64,
@@ -318,19 +324,44 @@ struct Quiche {
     streams_bidi: Arc<OnceLock<u64>>,
 }
 
+impl Io {
+    /// One update of the counts, by the loop's thread.
+    fn count(&self, update: impl FnOnce(&Io)) {
+        self.seq.fetch_add(1, Relaxed);
+        fence(Release);
+        update(self);
+        self.seq.fetch_add(1, Release);
+    }
+
+    /// The counts as of one moment, by any thread.
+    fn counts(&self) -> [(&'static str, u64); 6] {
+        loop {
+            let before = self.seq.load(Acquire);
+            if before & 1 == 0 {
+                let v = [
+                    ("udp_tx_datagrams", self.tx_datagrams.load(Relaxed)),
+                    ("udp_tx_bytes", self.tx_bytes.load(Relaxed)),
+                    ("udp_tx_ios", self.tx_ios.load(Relaxed)),
+                    ("udp_rx_datagrams", self.rx_datagrams.load(Relaxed)),
+                    ("udp_rx_bytes", self.rx_bytes.load(Relaxed)),
+                    ("udp_rx_ios", self.rx_ios.load(Relaxed)),
+                ];
+                fence(Acquire);
+                if self.seq.load(Relaxed) == before {
+                    return v;
+                }
+            }
+            std::hint::spin_loop();
+        }
+    }
+}
+
 impl wlproto::Stack for Quiche {
     fn counters(&self, out: &mut Map<String, Value>) {
         let io = &self.io;
         let mut m = Map::new();
-        for (k, v) in [
-            ("udp_tx_datagrams", &io.tx_datagrams),
-            ("udp_tx_bytes", &io.tx_bytes),
-            ("udp_tx_ios", &io.tx_ios),
-            ("udp_rx_datagrams", &io.rx_datagrams),
-            ("udp_rx_bytes", &io.rx_bytes),
-            ("udp_rx_ios", &io.rx_ios),
-        ] {
-            m.insert(k.into(), v.load(Relaxed).into());
+        for (k, v) in io.counts() {
+            m.insert(k.into(), v.into());
         }
         let g = self.conns.lock();
         let mut sum = g.gone;
@@ -853,16 +884,18 @@ impl Endpoint {
                 }
                 Err(e) => return Err((exit::INTERNAL, format!("cannot receive from the UDP socket: {e}"))),
             };
-            io.rx_ios.fetch_add(1, Relaxed);
-            io.rx_bytes.fetch_add(n as u64, Relaxed);
+            let seg = segment.unwrap_or(n).max(1);
+            io.count(|io| {
+                io.rx_ios.fetch_add(1, Relaxed);
+                io.rx_bytes.fetch_add(n as u64, Relaxed);
+                io.rx_datagrams.fetch_add(n.div_ceil(seg) as u64, Relaxed);
+            });
             if segment.is_some() && !io.gro_seen.load(Relaxed) {
                 io.gro_seen.store(true, SeqCst);
             }
-            let seg = segment.unwrap_or(n).max(1);
             let mut off = 0;
             while off < n {
                 let end = (off + seg).min(n);
-                io.rx_datagrams.fetch_add(1, Relaxed);
                 self.dispatch(c, off, end, from)?;
                 off = end;
             }
@@ -977,11 +1010,16 @@ impl Endpoint {
         };
         let io = self.lib.io.clone();
         if self.gso && len - start > seg {
-            io.tx_ios.fetch_add(1, Relaxed);
-            match send_msg(self.fd, &self.out[start..len], &to, Some(seg as u16)) {
-                Ok(_) => {
+            let sent = send_msg(self.fd, &self.out[start..len], &to, Some(seg as u16));
+            io.count(|io| {
+                io.tx_ios.fetch_add(1, Relaxed);
+                if sent.is_ok() {
                     io.tx_datagrams.fetch_add((len - start).div_ceil(seg) as u64, Relaxed);
                     io.tx_bytes.fetch_add((len - start) as u64, Relaxed);
+                }
+            });
+            match sent {
+                Ok(_) => {
                     self.pending = None;
                     return Ok(true);
                 }
@@ -1002,12 +1040,16 @@ impl Endpoint {
         }
         while start < len {
             let end = (start + seg).min(len);
-            io.tx_ios.fetch_add(1, Relaxed);
-            match send_msg(self.fd, &self.out[start..end], &to, None) {
-                Ok(_) => {
+            let sent = send_msg(self.fd, &self.out[start..end], &to, None);
+            io.count(|io| {
+                io.tx_ios.fetch_add(1, Relaxed);
+                if sent.is_ok() {
                     io.tx_datagrams.fetch_add(1, Relaxed);
                     io.tx_bytes.fetch_add((end - start) as u64, Relaxed);
                 }
+            });
+            match sent {
+                Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     self.pending = Some((start, len, seg, to));
                     return Ok(false);
