@@ -23,11 +23,12 @@ USAGE: .venv/bin/python benchmarks/http_cost.py [--repeat 5] [--duration 5s] [--
 
 import argparse
 import json
-import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from median_range import spread
 
 REPO = Path(__file__).resolve().parent.parent
 QPROF = str(REPO / ".venv" / "bin" / "qprof")
@@ -49,20 +50,6 @@ def run(args, name: str, runs_dir: str) -> dict:
     if r.returncode != 0:
         sys.exit(f"qprof run failed (exit {r.returncode}): {r.stderr.strip()}")
     return json.loads(r.stdout)
-
-
-def get(rec, *path):
-    for p in path:
-        rec = rec.get(p) if isinstance(rec, dict) else None
-    return rec
-
-
-def spread(recs, *path, scale=1.0, spec="{:,.1f}") -> str:
-    xs = [v * scale for v in (get(r, *path) for r in recs) if isinstance(v, (int, float))]
-    if not xs:
-        return "—"
-    m = spec.format(statistics.median(xs))
-    return m if len(xs) == 1 else f"{m} ({spec.format(min(xs))}-{spec.format(max(xs))})"
 
 
 def main():

@@ -21,12 +21,14 @@ USAGE: .venv/bin/python benchmarks/seed001.py [--links wifi,lte,3g,2g]
 """
 
 import argparse
+import functools
 import json
-import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+import median_range
 
 REPO = Path(__file__).resolve().parent.parent
 QPROF = str(REPO / ".venv" / "bin" / "qprof")
@@ -73,18 +75,7 @@ HEAD = (
 )
 
 
-def spread(recs, *path, scale=1.0, spec="{:,.0f}") -> str:
-    xs = []
-    for r in recs:
-        v = r
-        for p in path:
-            v = v.get(p) if isinstance(v, dict) else None
-        if isinstance(v, (int, float)):
-            xs.append(v * scale)
-    if not xs:
-        return "—"
-    m = spec.format(statistics.median(xs))
-    return m if len(xs) == 1 else f"{m} ({spec.format(min(xs))}-{spec.format(max(xs))})"
+spread = functools.partial(median_range.spread, spec="{:,.0f}")
 
 
 def main():

@@ -30,11 +30,12 @@ USAGE: .venv/bin/python benchmarks/seed003.py [--periods 5ms,10ms,25ms] [--delay
 
 import argparse
 import json
-import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from median_range import spread
 
 REPO = Path(__file__).resolve().parent.parent
 QPROF = str(REPO / ".venv" / "bin" / "qprof")
@@ -81,21 +82,6 @@ def alternate(args, servers, period: str, runs_dir: str) -> dict:
                 sys.exit(f"qprof run failed (exit {r.returncode}): {r.stderr.strip()}")
             out[server][period].append(json.loads(r.stdout))
     return out
-
-
-def get(rec: dict, *path):
-    for p in path:
-        rec = rec.get(p) if isinstance(rec, dict) else None
-    return rec
-
-
-def spread(recs, *path, scale=1.0, spec="{:,.1f}") -> str:
-    """The median (min-max) of a figure over a point's runs."""
-    xs = [v * scale for v in (get(r, *path) for r in recs) if isinstance(v, (int, float))]
-    if not xs:
-        return "—"
-    m = spec.format(statistics.median(xs))
-    return m if len(xs) == 1 else f"{m} ({spec.format(min(xs))}-{spec.format(max(xs))})"
 
 
 def main():
