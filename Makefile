@@ -175,7 +175,7 @@ lint: deps
 
 test: deps build msquic-variant guest test-tools lint
 	cargo test --locked --offline --quiet --manifest-path workloads/rs/Cargo.toml --target-dir $(BUILD)/rs -p wlproto
-	$(VENV)/bin/python -m pytest -ra tests
+	$(VENV)/bin/python -m pytest -ra --durations=30 tests
 
 # The fast tier (pytest.ini's markers): the venv alone, as any user; `test` runs it too.
 check: venv

@@ -42,6 +42,8 @@ setup(
             "ruff==0.17.6",
             "prometheus-client>=0.17,<1",  # its OpenMetrics parser reads `qprof export --format openmetrics` back
             "selenium>=4.20,<5",  # drives Debian's chromium for tests/test_report.py
+            "hypothesis>=6.100,<7",  # tests/test_fuzz.py: what qprof reads from outside, mutated
+            "pytest-timeout>=2.3,<3",  # every test's time limit (pytest.ini's timeout, or its own mark)
         ]
     },
     entry_points={"console_scripts": ["qprof = qprof.cli.main:main"]},

@@ -5,6 +5,7 @@ Logs and errors go to stderr, data to stdout. Every failure is a
 QprofError: one sentence on stderr and its own exit code.
 """
 
+import importlib
 import os
 import signal
 import sys
@@ -25,8 +26,41 @@ import click  # noqa: E402  (after the handlers: importing takes most of start-u
 from qprof import __version__, interrupts, remains  # noqa: E402
 from qprof.errors import Interrupted, QprofError  # noqa: E402
 
+# name -> (module under qprof.cli, its click command): each imported only
+# when its command runs (`qprof --help` imports them all), so a command
+# does not pay for the others' imports: a tenth of a second here, and
+# seconds inside the TCG guest, on every start.
+COMMANDS = {
+    "run": ("run_cmd", "run"),
+    "doctor": ("doctor_cmd", "doctor"),
+    "flame": ("flame_cmd", "flame"),
+    "compare": ("compare_cmd", "compare_cmd"),
+    "ls": ("ls_cmd", "ls"),
+    "show": ("show_cmd", "show"),
+    "report": ("report_cmd", "report_cmd"),
+    "check": ("check_cmd", "check_cmd"),
+    "export": ("export_cmd", "export_cmd"),
+    "clean": ("clean_cmd", "clean"),
+    "agent": ("agent_cmd", "agent_cmd"),
+    "remote": ("remote_cmd", "remote"),
+    "guest": ("guest_cmd", "guest"),
+}
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+
+class LazyGroup(click.Group):
+    """click's lazily loading group (click's docs, "Lazily Loading Subcommands")."""
+
+    def list_commands(self, ctx):
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx, name):
+        if name not in COMMANDS:
+            return None
+        module, attr = COMMANDS[name]
+        return getattr(importlib.import_module(f"qprof.cli.{module}"), attr)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="qprof")
 def cli():
     """Where the CPU goes when bulk data moves over QUIC and TCP with kernel TLS.
@@ -37,6 +71,7 @@ def cli():
       qprof run --stack quic            10 s msquic upload between two netns
       qprof run --stack quic -d 5s -n 4 --json
       qprof run --stack tcp-ktls --guest          kernel TLS, in a QEMU guest
+      qprof guest start                 keep a guest running: --guest runs skip the boot
       qprof flame                       flame graphs of the latest run, ns/B
       qprof flame --diff RUN_A RUN_B    what costs more per byte in B
       qprof compare --stack quic --vary gso=on,off --repeat 5
@@ -52,36 +87,6 @@ def cli():
     """
 
 
-def _register():
-    from qprof.cli import (
-        agent_cmd,
-        check_cmd,
-        clean_cmd,
-        compare_cmd,
-        doctor_cmd,
-        export_cmd,
-        flame_cmd,
-        ls_cmd,
-        remote_cmd,
-        report_cmd,
-        run_cmd,
-        show_cmd,
-    )
-
-    cli.add_command(run_cmd.run)
-    cli.add_command(doctor_cmd.doctor)
-    cli.add_command(flame_cmd.flame)
-    cli.add_command(compare_cmd.compare_cmd, name="compare")
-    cli.add_command(ls_cmd.ls)
-    cli.add_command(show_cmd.show)
-    cli.add_command(report_cmd.report_cmd, name="report")
-    cli.add_command(check_cmd.check_cmd)
-    cli.add_command(export_cmd.export_cmd)
-    cli.add_command(clean_cmd.clean)
-    cli.add_command(agent_cmd.agent_cmd, name="agent")
-    cli.add_command(remote_cmd.remote)
-
-
 def _interrupted_sentence() -> str:
     """True to what is left: the ledger is empty when every owner removed
     what it made."""
@@ -93,7 +98,13 @@ def _interrupted_sentence() -> str:
 
 
 def main(argv=None):
-    _register()
+    # The command's module is imported here, under _early_interrupt: an
+    # interrupt while it loads has made nothing, and says so (an import cut
+    # by KeyboardInterrupt once took the interpreter down with SIGINT).
+    args = sys.argv[1:] if argv is None else list(argv)
+    name = next((a for a in args if not a.startswith("-")), None)
+    if name in COMMANDS:
+        importlib.import_module(f"qprof.cli.{COMMANDS[name][0]}")
     interrupts.install()
     try:
         rv = cli.main(args=argv, prog_name="qprof", standalone_mode=False)

@@ -15,7 +15,7 @@ flows; perf samples exactly the window.
 import os
 import signal
 import time
-from typing import Callable, NamedTuple, Optional
+from typing import Callable, NamedTuple, Optional, Tuple
 
 from qprof import errors
 from qprof.collectors import emulation
@@ -36,6 +36,13 @@ TAIL_S = 0.3
 # receiver's progress is read this often, and no new byte for STALL_S ends it.
 PROGRESS_CHECK_S = 5.0
 STALL_S = 30.0
+
+
+def _watchdog(faults: Faults) -> Tuple[float, float]:
+    """(no byte for this long ends the run, progress read this often): the
+    stall fault freezes the sender and wants the watchdog's verdict, not
+    its patience, so it gets a short one (tests/test_exit_codes.py)."""
+    return (2.0, 0.5) if faults.stall else (STALL_S, PROGRESS_CHECK_S)
 
 
 class Taken(NamedTuple):
@@ -84,10 +91,13 @@ def _downloads(plan: Plan, ep: Endpoints, emulated, on_progress, faults: Faults,
     else:
         on_progress(f"{opts.count} downloads of {opts.size:,} bytes, each on a new connection")
     unit, event = ("segments", "rr") if video else ("downloads", "download")
+    stall_s, check_s = _watchdog(faults)
     _wait_for_done(
         client,
+        stall_s,
+        check_s,
         lambda got: (
-            f"the {unit} stalled: the client received no byte for {STALL_S:.0f} s "
+            f"the {unit} stalled: the client received no byte for {stall_s:g} s "
             f"({sum(e['event'] == event for e in client.reports)} of {opts.count} {unit} done); "
             f"see {client.log_path}."
         ),
@@ -112,12 +122,15 @@ def _fixed_size(plan: Plan, ep: Endpoints, emulated, on_progress, faults: Faults
     if faults.stall:  # the sender freezes; the watchdog below must end the run
         os.kill(_role(ep, direction.senders(opts)[0]).pid, signal.SIGSTOP)
     on_progress("measuring until the last byte arrives")
+    stall_s, check_s = _watchdog(faults)
     for role in direction.receivers(opts):
         receiver = _role(ep, role)
         _wait_for_done(
             receiver,
+            stall_s,
+            check_s,
             lambda got, role=role, receiver=receiver: (
-                f"the fixed-size transfer stalled: the {role} received no byte for {STALL_S:.0f} s "
+                f"the fixed-size transfer stalled: the {role} received no byte for {stall_s:g} s "
                 f"({got} of {opts.bytes * opts.streams * (opts.conns or 1)} bytes arrived); see {receiver.log_path}."
             ),
         )
@@ -196,19 +209,19 @@ def interval_line(a: dict, b: dict, t0_ns: int) -> dict:
     return {"start_s": (a["t_ns"] - t0_ns) / 1e9, "end_s": (b["t_ns"] - t0_ns) / 1e9, **interval_figures(a, b)}
 
 
-def _wait_for_done(receiver, stalled: Callable[[int], str]) -> None:
+def _wait_for_done(receiver, stall_s: float, check_s: float, stalled: Callable[[int], str]) -> None:
     """The receiver's done report, however long the transfer takes while
-    bytes keep arriving; a stall of STALL_S is a Timeout, its sentence
-    stalled(bytes received so far)."""
+    bytes keep arriving (read every check_s); no new byte for stall_s is a
+    Timeout, its sentence stalled(bytes received so far)."""
     seen, last_progress = -1, time.monotonic()
     while True:
         try:
-            receiver.wait_event("done", PROGRESS_CHECK_S)
+            receiver.wait_event("done", check_s)
             return
         except errors.Timeout:
             pass
         got = receiver.mark("progress")["app_bytes"]
         if got > seen:
             seen, last_progress = got, time.monotonic()
-        elif time.monotonic() - last_progress > STALL_S:
+        elif time.monotonic() - last_progress > stall_s:
             raise errors.Timeout(stalled(got))

@@ -217,7 +217,6 @@ def test_report_needs_no_root(root, tmp_path, monkeypatch):
 
     from qprof.cli import main
 
-    main._register()
     monkeypatch.setattr(os, "geteuid", lambda: 65534)
     monkeypatch.setenv("QPROF_STATE_DIR", str(tmp_path / "state"))
     rid = "20261122-000002-000d01"
