@@ -30,27 +30,37 @@ def parse_share(text: str) -> float:
 
 
 def records(root: Path, ident: str, config: Optional[int]) -> List[dict]:
-    """The run's record, or the records of a comparison's configuration."""
-    cpath = root / files.COMPARISONS_SUBDIR / ident / files.COMPARISON_RECORD
-    if cpath.exists():
-        comp = json.loads(cpath.read_text())
-        n = len(comp["configs"])
+    """The run's record, or the records of a comparison's configuration,
+    each whole (files.load: a damaged one is corrupt, exit 33)."""
+    if (root / files.COMPARISONS_SUBDIR / ident / files.COMPARISON_RECORD).exists():
+        comp = files.load(root, ident, kind="comparison", whole=True)
+        labels = [c.get("label") if isinstance(c, dict) else None for c in comp["configs"]]
+        if not labels:
+            raise files.corrupt(ident, "it has no configurations", "comparison")
         index = 0 if config is None else config
-        if not 0 <= index < n:
+        if not 0 <= index < len(labels):
             raise errors.BadValue(
-                f"comparison {ident} has configurations 0 to {n - 1} "
-                f"({', '.join(c['label'] for c in comp['configs'])}); pick one with --config."
+                f"comparison {ident} has configurations 0 to {len(labels) - 1} "
+                f"({', '.join(map(str, labels))}); pick one with --config."
             )
-        return [files.load(root, r["id"]) for r in comp["runs"] if r["config"] == index]
+        runs = [r for r in comp["runs"] if isinstance(r, dict) and r.get("config") == index]
+        if not all(isinstance(r.get("id"), str) for r in runs):
+            raise files.corrupt(ident, f"a run of configuration {index} has no id", "comparison")
+        return [files.load(root, r["id"], whole=True) for r in runs]  # a failed run's figures are absent
     if config is not None:
         raise errors.BadValue(f"--config picks a comparison's configuration, and {ident} is a run; drop it.")
-    rec = files.load(root, ident)
-    if rec.get("status") != "complete":
+    return [complete(root, ident)]
+
+
+def complete(root: Path, ident: str) -> dict:
+    """A run's record, whole and complete: only such a run has figures."""
+    rec = files.load(root, ident, whole=True)
+    if rec["status"] != "complete":
         raise errors.IncompleteRecord(
-            f"run {ident} is {rec.get('status')}, so it has no figures to check; "
+            f"run {ident} is {rec['status']}, so it has no figures to check; "
             "pick a complete run (`qprof ls --status complete`)."
         )
-    return [rec]
+    return rec
 
 
 @click.command("check")

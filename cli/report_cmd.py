@@ -73,10 +73,8 @@ def report_cmd(run_id, open_html, output, runs_dir):
     if open_html:
         html_report.open_in_browser([out], click.echo)
     if page.problems:
-        raise errors.IncompleteRecord(
-            f"{kind} {rid}'s record is {'corrupt' if row['problem'] else row['status']} "
-            f"({'; '.join(page.problems)}); {out} shows what could be read, marked at its top."
-        )
+        said = not_whole(row, page.problems)
+        raise errors.IncompleteRecord(f"{said}; {out} shows what could be read, marked at its top.")
 
 
 def marks(row: dict) -> List[str]:
@@ -89,12 +87,28 @@ def marks(row: dict) -> List[str]:
     return out
 
 
+def not_whole(row: dict, problems: List[str]) -> str:
+    """What is wrong with the record: a run that did not complete (and its
+    error), or a corrupt record by its first problem, as `qprof show` says
+    it (the report lists them all at its top)."""
+    what = f"{row['kind']} {row['id']}'s record"
+    if row["problem"] is None and row["status"] != "complete":
+        return f"{what} is {row['status']}" + (f" ({row['error'].rstrip('.')})" if row["error"] else "")
+    first, more = (row["problem"] or problems[0]), len(problems) - 1
+    return f"{what} is corrupt: {first}" + (f" (and {more} more problem{'s' * (more > 1)})" if more else "")
+
+
 def run_records(path: Path, rec: Optional[dict]) -> Dict[str, dict]:
     """The comparison's runs' records, from where comparison.json points
     (a run whose directory is gone or unreadable is left out)."""
     out = {}
-    for r in (rec or {}).get("runs") or []:
-        if not isinstance(r, dict) or not r.get("id"):
+    runs = (rec or {}).get("runs")
+    for r in runs if isinstance(runs, list) else ():
+        if (
+            not isinstance(r, dict)
+            or not isinstance(r.get("id"), str)
+            or not isinstance(r.get("path"), (str, type(None)))
+        ):
             continue
         got, _ = history.read_record(path.parent / (r.get("path") or f"../../{r['id']}") / RECORD)
         if got is not None:

@@ -5,6 +5,11 @@ and an exit code of its own so scripts can tell failures apart.
 The codes are part of qprof's interface; docs/exit-codes.md lists them.
 """
 
+# What would break a sentence's one line: line ends and the other control
+# characters, which only quoted input (a spec, an id, a line read) brings
+# into it; shown escaped, as Python writes them.
+_ONE_LINE = {c: repr(chr(c))[1:-1] for c in (*range(0x20), 0x7F, 0x85, 0x2028, 0x2029)}
+
 
 class QprofError(Exception):
     """A failure with a sentence for the user and a distinct exit code."""
@@ -12,6 +17,7 @@ class QprofError(Exception):
     exit_code = 1
 
     def __init__(self, sentence: str):
+        sentence = sentence.translate(_ONE_LINE)
         super().__init__(sentence)
         self.sentence = sentence
 

@@ -290,7 +290,8 @@ def categories(records: List[dict]) -> List[Figure]:
     for rec in records:
         by_side = get(rec, "flame", "sides")
         for side, fig in by_side.items() if isinstance(by_side, dict) else ():
-            for cat in get(fig, "categories_ns_per_byte") or {}:
+            cats = get(fig, "categories_ns_per_byte")
+            for cat in cats if isinstance(cats, dict) else ():
                 if (side, cat) not in seen:
                     seen.append((side, cat))
     return [

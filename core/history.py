@@ -23,9 +23,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Tuple
 
-from . import figures
+from . import figures, files
 from .errors import BadValue
-from .files import COMPARISON_RECORD, COMPARISONS_SUBDIR, RECORD
+from .files import COMPARISON_RECORD, COMPARISONS_SUBDIR, RECORD, read_record
 
 INDEX = "index.sqlite"
 # Bumped whenever a column or how entry() derives it changes: an index of
@@ -75,16 +75,9 @@ COLUMNS: Tuple[Tuple[str, str], ...] = (
 )
 NAMES = tuple(c for c, _ in COLUMNS)
 JSON_COLUMNS = ("options", "configs", "vary")
-# Fields a complete record has; their absence makes it corrupt.
-NEEDED = {
-    "run": ("stack", "config", "environment", "bytes", "window_s", "throughput_gbps", "measured_at"),
-    "single": ("transport", "cpu", "workload"),  # besides, a run that is not a mix
-    "mix": ("mix",),
-    "comparison": ("configs", "runs", "environment", "metrics"),
-}
 # What `qprof ls` calls a record with a problem, whatever its status says.
 CORRUPT = "corrupt"
-STATUSES = ("complete", "incomplete", "abandoned", "running", CORRUPT)
+STATUSES = files.STATUSES + (CORRUPT,)
 # The figures whose medians a comparison's row holds per configuration.
 HEADLINE_METRICS = tuple(f.key for f in figures.HEADLINE)
 
@@ -147,7 +140,7 @@ def _common(option_sets: List[dict]) -> dict:
         "streams": figures.number(one("streams")),
         "duration_s": figures.number(one("duration_s")),
         "link": one("link"),
-        "probes": ",".join(probes) if isinstance(probes, list) else None,
+        "probes": ",".join(map(str, probes)) if isinstance(probes, list) else None,
         "sample_hz": figures.number(one("sample_hz")),
     }
 
@@ -163,7 +156,7 @@ def _run_entry(rec: dict) -> dict:
     mix = rec.get("mix") if isinstance(rec.get("mix"), dict) else None
     streams = rec.get("streams") if isinstance(rec.get("streams"), dict) else None
     jain = mix.get("jain_index") if mix else None
-    if jain is None and streams and len(streams.get("bytes") or ()) > 1:
+    if jain is None and streams and isinstance(streams.get("bytes"), list) and len(streams["bytes"]) > 1:
         jain = streams.get("jain_index")
     row = {
         "stack": rec.get("stack") or cfg.get("stack"),
@@ -180,8 +173,13 @@ def _run_entry(rec: dict) -> dict:
     return row
 
 
+def _list(v) -> list:
+    """A record's list, or none where a damaged one holds another type."""
+    return v if isinstance(v, list) else []
+
+
 def _comparison_entry(rec: dict) -> dict:
-    configs = [c for c in rec.get("configs") or () if isinstance(c, dict)]
+    configs = [c for c in _list(rec.get("configs")) if isinstance(c, dict)]
     option_sets = [c["options"] if isinstance(c.get("options"), dict) else {} for c in configs]
     metrics = rec.get("metrics") if isinstance(rec.get("metrics"), dict) else {}
     summary = []
@@ -220,16 +218,16 @@ def entry(kind: str, rel_path: str, run_id: str, rec, problem: Optional[str] = N
     row["status"] = rec.get("status") if isinstance(rec.get("status"), str) else "unreadable"
     row["error"] = rec.get("error") if isinstance(rec.get("error"), str) else None
     row["time"], row["time_unix"] = _time(rec, run_id)
-    if row["status"] == "unreadable":
-        row["problem"] = "its record has no status"
-    elif rec.get("id") not in (None, run_id):
-        row["problem"] = f"its record names another id ({rec.get('id')})"
-    elif row["status"] == "complete":
-        needed = NEEDED[kind] + (() if kind == "comparison" else NEEDED["mix" if row["stack"] == "mix" else "single"])
-        lacks = [k for k in needed if k not in rec]
-        if lacks:
-            row["problem"] = f"it says complete but lacks {', '.join(lacks)}"
-    return row
+    row["problem"] = files.problem(kind, run_id, rec)
+    return {c: v if c in JSON_COLUMNS else _sql(v) for c, v in row.items()}
+
+
+def _sql(v):
+    """What a column holds of a record's value: text, or a number SQLite
+    stores; another type (a damaged record's) is left out."""
+    if isinstance(v, int):
+        return int(v) if -(2**63) <= v < 2**63 else None
+    return v if isinstance(v, (str, float)) else None
 
 
 # --- the directories ----------------------------------------------------------------
@@ -273,23 +271,6 @@ def locate(root: Path, run_id: str) -> Optional[Tuple[str, str, str, Path]]:
             rel = run_id if kind == "run" else f"{COMPARISONS_SUBDIR}/{run_id}"
             return kind, run_id, rel, d / name
     return None
-
-
-def read_record(path: Path) -> Tuple[Optional[dict], Optional[str]]:
-    """(record, None), or (None, why it cannot be read)."""
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        return None, f"its directory has no {path.name}"
-    except (OSError, UnicodeDecodeError) as e:
-        return None, f"{path.name} cannot be read ({getattr(e, 'strerror', None) or e})"
-    try:
-        rec = json.loads(text)
-    except json.JSONDecodeError as e:
-        return None, f"{path.name} is not valid JSON ({e.msg} at line {e.lineno})"
-    if not isinstance(rec, dict):
-        return None, f"{path.name} is not a JSON object"
-    return rec, None
 
 
 def _stat(path: Path) -> Tuple[Optional[int], Optional[int]]:

@@ -6,6 +6,7 @@ figures (collectors) and the flame graphs' (flamegraphs)."""
 def side_bytes(record: dict, side: str) -> int:
     """The bytes a side's CPU is divided by: what it sent for a raw UDP
     sender (datagrams may be lost), else what the receiver verified."""
-    if side == "client" and record.get("stack") == "udp" and record.get("bytes_sent"):
-        return int(record["bytes_sent"])
+    sent = record.get("bytes_sent")
+    if side == "client" and record.get("stack") == "udp" and isinstance(sent, int) and sent > 0:
+        return sent
     return int(record["bytes"])

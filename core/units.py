@@ -10,23 +10,26 @@ import re
 
 from .errors import BadValue
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(us|ms|s|m|min)?\s*$")
+# ASCII digits, at most 15 before the point: no option's value is longer,
+# and float() makes infinity of enough of them.
+_NUMBER = r"(\d{1,15}(?:\.\d+)?)"
+_DURATION = re.compile(rf"\s*{_NUMBER}\s*(us|ms|s|m|min)?\s*", re.ASCII)
 _DURATION_UNIT_S = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, None: 1.0}
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?B)?\s*$", re.IGNORECASE)
+_SIZE = re.compile(rf"\s*{_NUMBER}\s*([KMGT]?)(i?B)?\s*", re.IGNORECASE | re.ASCII)
 _SIZE_UNIT = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-_RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(bit|kbit|mbit|gbit)\s*$", re.IGNORECASE)
+_RATE = re.compile(rf"\s*{_NUMBER}\s*(bit|kbit|mbit|gbit)\s*", re.IGNORECASE | re.ASCII)
 _RATE_BIT = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9}
 
 
 def parse_duration_s(text: str, what: str = "duration") -> float:
-    m = _DURATION.match(str(text))
+    m = _DURATION.fullmatch(str(text))
     if not m:
         raise BadValue(f"malformed {what} '{text}'; write it like 10s, 500ms or 2m.")
     return float(m.group(1)) * _DURATION_UNIT_S[m.group(2)]
 
 
 def parse_size_bytes(text: str, what: str = "size") -> int:
-    m = _SIZE.match(str(text))
+    m = _SIZE.fullmatch(str(text))
     if not m:
         raise BadValue(f"malformed {what} '{text}'; write it like 65536, 64K, 100M or 1G.")
     value = float(m.group(1)) * _SIZE_UNIT[m.group(2).upper()]
@@ -37,7 +40,7 @@ def parse_size_bytes(text: str, what: str = "size") -> int:
 
 def parse_rate_bit(text: str, what: str = "rate") -> int:
     """Bits per second, written as tc writes them (decimal units)."""
-    m = _RATE.match(str(text))
+    m = _RATE.fullmatch(str(text))
     if not m:
         raise BadValue(f"malformed {what} '{text}'; write it like 2.5mbit, 800kbit or 1gbit.")
     return int(round(float(m.group(1)) * _RATE_BIT[m.group(2).lower()]))

@@ -18,7 +18,7 @@ Pure: records in, verdict out (cli/check_cmd.py finds the records).
 """
 
 import statistics
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 from qprof import errors, figures
 from qprof.describe import comparison
@@ -35,8 +35,17 @@ def held_to(records: List[dict]) -> List[Figure]:
 
 
 def machine(rec: dict) -> Tuple:
-    env = rec.get("environment") or {}
-    return (env.get("cpu_model"), env.get("cpu_count"), bool(env.get("emulated")))
+    """(CPU model, CPU count, emulated): the record's values, whatever their type, as text."""
+    env = rec.get("environment")
+    return (
+        _text(figures.get(env, "cpu_model")),
+        _text(figures.get(env, "cpu_count")),
+        bool(figures.get(env, "emulated")),
+    )
+
+
+def _text(v) -> Optional[str]:
+    return None if v is None else str(v)
 
 
 def comparable(run: List[dict], base: List[dict], force: bool) -> List[str]:

@@ -125,9 +125,10 @@ class Option:
     def parse(self, text: str):
         """A value from text as a user writes it (a --vary value)."""
         if self.kind == "int":
-            if not str(text).strip().isdigit():
+            digits = str(text).strip()
+            if not (digits.isascii() and digits.isdigit()) or len(digits.lstrip("0")) > 15:  # int() reads more
                 raise errors.BadValue(f"{self.flag} takes a whole number, not '{text}'.")
-            value = int(text)
+            value = int(digits)
         elif self.kind == "size":
             value = parse_size_bytes(text, self.flag)
         elif self.kind == "rate":

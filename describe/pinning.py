@@ -11,12 +11,17 @@ each thread's slices on the CPU they ran on. Pure: text and the probe's
 figures in, the plan and the record's `placement` out.
 """
 
+import re
 from typing import Dict, List, Optional
 
 from qprof import errors
 
 ROLES = ("client", "server")
 SYNTAX = "client=LIST,server=LIST, LIST as taskset -c takes it (0,2-3)"
+# Linux runs at most 8192 CPUs (CONFIG_NR_CPUS): a larger number is no
+# CPU, and a range up to it would be a list of billions.
+MAX_CPU = 8191
+_ITEM = re.compile(r"(\d+)(?:-(\d+))?", re.ASCII)
 
 
 def parse(text: str) -> Dict[str, List[int]]:
@@ -42,10 +47,16 @@ def parse(text: str) -> Dict[str, List[int]]:
 
 
 def _cpus(item: str, text: str) -> List[int]:
-    lo, dash, hi = item.partition("-")
-    if not lo.isdigit() or (dash and not hi.isdigit()) or (dash and int(hi) < int(lo)):
+    m = _ITEM.fullmatch(item)
+    if not m:
         raise errors.BadCpus(f"--cpus '{text}' has '{item}', which is not a CPU or a range like 2-3; write {SYNTAX}.")
-    return list(range(int(lo), int(hi if dash else lo) + 1))
+    ends = [g.lstrip("0") or "0" for g in m.groups() if g is not None]
+    if any(len(e) > len(str(MAX_CPU)) or int(e) > MAX_CPU for e in ends):
+        raise errors.BadCpus(f"--cpus '{text}' has '{item}', past CPU {MAX_CPU}, the last Linux runs; write {SYNTAX}.")
+    lo, hi = int(ends[0]), int(ends[-1])
+    if hi < lo:
+        raise errors.BadCpus(f"--cpus '{text}' has '{item}', which is not a CPU or a range like 2-3; write {SYNTAX}.")
+    return list(range(lo, hi + 1))
 
 
 def check_host(pinned: Dict[str, List[int]], allowed: set, where: str = "this host") -> None:

@@ -25,6 +25,7 @@ from typing import Mapping, Optional, Sequence
 
 from qprof import paths
 from qprof.errors import NotBuilt
+from qprof.figures import get, number
 from qprof.files import write_text_atomic
 
 from . import folded
@@ -82,13 +83,16 @@ def describe_run(record: dict) -> str:
     """The stack, its QUIC library's GSO state, and the throughput; for
     request/response the messages' sizes and the schedule (or the closed
     loop's requests in flight); for handshakes those at once."""
-    what = record.get("stack", "?")
-    env = record.get("environment") or {}
-    lib = env.get("quic_library")
+    what = str(record.get("stack") or "?")
+    env = record.get("environment")
+    lib = get(env, "quic_library")
     if lib is not None or what == "quic":
         # Records before quic_library said msquic's alone.
-        seg = lib["send_segmentation"] if lib is not None else env.get("msquic_send_segmentation", {})
-        gso = seg.get("client")
+        gso = (
+            get(lib, "send_segmentation", "client")
+            if lib is not None
+            else get(env, "msquic_send_segmentation", "client")
+        )
         what += " (GSO " + ("on" if gso else "off" if gso is False else "unknown") + ")"
     rr = record.get("rr")
     if rr:
@@ -96,11 +100,12 @@ def describe_run(record: dict) -> str:
         size = f"{req} B request" if req == resp else f"{req} B request, {resp} B response"
         if rr.get("mode") == "closed":
             return what + f", {size}, {rr.get('in_flight')} in flight (closed loop)"
-        return what + f", a {size} every {rr['period_s'] * 1e3:g} ms"
+        period = number(rr.get("period_s"))
+        return what + f", a {size} every " + ("? ms" if period is None else f"{period * 1e3:g} ms")
     hs = record.get("handshakes")
     if hs:
-        return what + f", handshakes, {hs['conns']} at once" + (", resuming" if hs.get("resume") else "")
-    gbps = record.get("throughput_gbps")
+        return what + f", handshakes, {hs.get('conns')} at once" + (", resuming" if hs.get("resume") else "")
+    gbps = number(record.get("throughput_gbps"))
     return what + (f", {gbps:.2f} Gbit/s" if gbps is not None else "")
 
 

@@ -7,6 +7,8 @@ number (samples as recorded; femtoseconds per byte once normalised).
 Frames may hold spaces ("[unknown] "), so the count is what follows the
 last space. As inferno does, a malformed line is skipped with one warning
 for the whole input, never fatal; only input with nothing usable in it is.
+A count past MAX_COUNT is malformed: no capture holds that many samples,
+and CPU time made of it is no number a float holds.
 """
 
 import sys
@@ -17,6 +19,7 @@ from typing import Callable, Dict, Iterable, List, Mapping, Optional, TextIO, Tu
 from qprof.errors import BadStacks
 
 Source = Union[str, Path, TextIO, None]
+MAX_COUNT = 2**64 - 1  # inferno's counts are u64 too
 
 
 def warn_stderr(message: str) -> None:
@@ -45,9 +48,10 @@ def frames(stack: str) -> List[str]:
 def parse_line(line: str) -> Optional[Tuple[str, int]]:
     """(stack, count), or None for a malformed line."""
     stack, sep, count = line.rstrip("\r\n").rpartition(" ")
-    if not sep or not stack.strip() or not count.isascii() or not count.isdigit():
+    if not sep or not stack.strip() or not count.isascii() or not count.isdigit() or len(count.lstrip("0")) > 20:
         return None
-    return stack, int(count)
+    n = int(count)
+    return (stack, n) if n <= MAX_COUNT else None
 
 
 def parse(text: str, name: str = "<stdin>", warn: Callable[[str], None] = warn_stderr) -> Folded:

@@ -30,11 +30,12 @@ import gzip
 from functools import lru_cache
 from typing import Dict, List, Mapping, Optional
 
-from qprof.errors import NotBuilt
+from qprof.errors import BadStacks, NotBuilt
 
 from . import normalize
 
 PACKAGE = "perftools.profiles"
+INT64_MAX = 2**63 - 1  # a sample's values are int64 in profile.proto
 
 # profile.proto, the fields qprof writes: message -> (field, number, type, repeated).
 # A type in capitals is a scalar (FieldDescriptorProto.TYPE_*), else a message here.
@@ -153,11 +154,21 @@ def profile(
                     prof.function.add(id=lid, name=name, system_name=name)
                     prof.location.add(id=lid, mapping_id=1).line.add(function_id=lid)
                 ids.append(locations[frame])
-            s = prof.sample.add(location_id=ids, value=[n, n * period_ns, per_unit.get(stack, 0)])
+            values = [n, n * period_ns, per_unit.get(stack, 0)]
+            if max(values) > INT64_MAX:
+                raise BadStacks(
+                    f"the {side}'s stack {_cut(stack)!r} holds {n:,} samples, more CPU time than pprof's 64-bit "
+                    "values hold, so its stacks file is damaged; make a new run with `qprof run`."
+                )
+            s = prof.sample.add(location_id=ids, value=values)
             for key, value in tags:
                 s.label.add(key=strings(key), str=strings(value))
     prof.string_table.extend(strings.table)
     return prof
+
+
+def _cut(stack: str) -> str:
+    return stack if len(stack) <= 60 else "..." + stack[-57:]
 
 
 def gzipped(prof) -> bytes:

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, NamedTuple, Optional, Tuple
 
-from qprof import files
-from qprof.errors import BadStacks, NoStacks, RunNotFound
+from qprof import figures, files
+from qprof.errors import BadStacks, NoStacks
 from qprof.perbyte import side_bytes
 
 from . import folded, normalize
@@ -59,7 +59,7 @@ class Run:
         return measured_ns_per_byte(self.record, side)
 
     def stacks_file(self, side: str) -> Path:
-        if side == "others" and self.record.get("schema_version", 1) < 2:
+        if side == "others" and self.record.get("schema_version", 1) < 2:  # files.load: a whole number
             side = V1_OTHERS
         return self.path / self.flame.get("stacks_dir", "stacks") / f"{side}.folded"
 
@@ -75,14 +75,9 @@ def _others_from_v1(flame: dict) -> dict:
 
 
 def load_run(runs_dir: Path, run_id: str = "latest") -> Run:
-    """The run, refused with one sentence if it has nothing to draw."""
-    try:
-        record = files.load(Path(runs_dir), run_id)
-    except ValueError as e:  # json.JSONDecodeError
-        raise RunNotFound(
-            f"run {run_id} has a run.json that is not valid JSON ({e}); it cannot be read, "
-            "so make a new run with `qprof run`."
-        )
+    """The run, refused with one sentence if it has nothing to draw (a
+    record that cannot be read is corrupt, as files.load says)."""
+    record = files.load(Path(runs_dir), run_id)
     path = (Path(runs_dir) / run_id).resolve()
     rid = record.get("id") or path.name
     status = record.get("status")
@@ -103,6 +98,9 @@ def load_run(runs_dir: Path, run_id: str = "latest") -> Run:
             f"run {rid} sampled '{flame.get('event')}' without a fixed period, which cannot be "
             f"expressed as CPU time per byte; qprof draws {EVENT} samples only."
         )
+    why = _flame_problem(flame)
+    if why:
+        raise files.corrupt(rid, f"its flame.{why}")
     unit = unit_of(record)
     if unit != normalize.BYTE:
         if not units_done(record):
@@ -125,6 +123,19 @@ def load_run(runs_dir: Path, run_id: str = "latest") -> Run:
             "make a new run with `qprof run`."
         )
     return run
+
+
+def _flame_problem(flame: dict) -> Optional[str]:
+    """What in a record's flame block no capture writes, or None."""
+    period = flame["sample_period_ns"]
+    if not isinstance(period, int) or isinstance(period, bool) or period <= 0:
+        return f"sample_period_ns is {period!r}, not a whole number of ns"
+    samples = flame.get("samples", {})
+    if not isinstance(samples, dict) or not all(isinstance(n, int) for n in samples.values()):
+        return f"samples is {samples!r}, not a count per side"
+    if not isinstance(flame.get("stacks_dir", "stacks"), str):
+        return f"stacks_dir is {flame['stacks_dir']!r}, not a directory's name"
+    return None
 
 
 def load_side(run: Run, side: str, warn: Callable[[str], None] = folded.warn_stderr) -> folded.Folded:
@@ -162,13 +173,16 @@ def measured_ns_per_byte(record: dict, side: str) -> Optional[float]:
     cpu.others, one nanosecond source summed task by task. Records made
     before it have no such figure: absent, not the difference of the
     machine's ticks and the processes' (which could come out negative)."""
-    cpu = record.get("cpu") or {}
-    try:
-        if side != "others":
-            return float(cpu[side]["ns_per_byte"]["total"])
-        return float(cpu["others"]["oncpu_schedstat_s"]) * 1e9 / record["bytes"]
-    except (KeyError, TypeError, ZeroDivisionError):
-        return None
+    if side != "others":
+        return _float(figures.get(record, "cpu", side, "ns_per_byte", "total"))
+    oncpu = _float(figures.get(record, "cpu", "others", "oncpu_schedstat_s"))
+    nbytes = figures.number(record.get("bytes"))
+    return oncpu * 1e9 / nbytes if oncpu is not None and nbytes else None
+
+
+def _float(v) -> Optional[float]:
+    """A figure the record holds as a number, else absent."""
+    return None if figures.number(v) is None else float(v)
 
 
 class PerUnit(NamedTuple):
@@ -190,7 +204,8 @@ PER_UNIT = {
 
 
 def _per_unit(record: dict) -> Optional[PerUnit]:
-    return PER_UNIT.get((record.get("config") or {}).get("pattern"))
+    pattern = figures.get(record, "config", "pattern")
+    return PER_UNIT.get(pattern) if isinstance(pattern, str) else None
 
 
 def unit_of(record: dict) -> normalize.Unit:
@@ -200,16 +215,11 @@ def unit_of(record: dict) -> normalize.Unit:
     return p.unit if p else normalize.BYTE
 
 
-def _get(record: dict, path: Tuple[str, ...]):
-    for key in path:
-        record = (record or {}).get(key)
-    return record
-
-
 def units_done(record: dict) -> int:
     """The window's units of work (rr.responses, handshakes.handshakes), 0 if none."""
     p = _per_unit(record)
-    return int(_get(record, p.count) or 0) if p else 0
+    n = figures.number(figures.get(record, *p.count)) if p else None
+    return int(n) if n and n > 0 else 0
 
 
 def measured_ns_per_unit_of_work(record: dict, side: str) -> Optional[float]:
@@ -222,10 +232,8 @@ def measured_ns_per_unit_of_work(record: dict, side: str) -> Optional[float]:
     if not n:
         return None
     if side != "others":
-        try:
-            return float(_get(record, _per_unit(record).cpu_s)[side]) * 1e9
-        except (KeyError, TypeError):
-            return None
+        cpu_s = _float(figures.get(record, *_per_unit(record).cpu_s, side))
+        return None if cpu_s is None else cpu_s * 1e9
     per_byte = measured_ns_per_byte(record, side)
     return None if per_byte is None else per_byte * side_bytes(record, side) / n
 
@@ -233,5 +241,6 @@ def measured_ns_per_unit_of_work(record: dict, side: str) -> Optional[float]:
 def incomplete_reason(run: Run) -> Optional[str]:
     """Why the capture undercounts (a CPU that missed samples), if it does."""
     if run.flame.get("complete") is False:
-        return run.flame.get("incomplete_reason") or "some CPU recorded fewer samples than expected"
+        reason = run.flame.get("incomplete_reason")
+        return reason if isinstance(reason, str) and reason else "some CPU recorded fewer samples than expected"
     return None

@@ -36,6 +36,7 @@ from qprof.describe import rr
 from qprof.errors import QprofError
 from qprof.flamegraphs import categories, draw, normalize, sides
 from qprof.present.format import binary_size, duration_ns
+from qprof.present.tables import DAMAGED
 
 CHART_WIDTH = 520
 CHART_HEIGHT = 220
@@ -493,8 +494,8 @@ def run_page(rec: Optional[dict], run_dir: Path, run_id: str, problems: List[str
         list(problems),
     )
     try:
-        page.tables_html = rich_html(printer, rec)
-    except (KeyError, TypeError, ValueError, AttributeError, IndexError, ZeroDivisionError) as e:
+        page.tables_html = rich_html(printer, rec) if rec else _fields_html(rec)  # none to draw from nothing
+    except DAMAGED as e:
         page.problems.append(f"its tables cannot be drawn from this record ({type(e).__name__}: {e})")
         page.tables_html = _fields_html(rec)
     builders = (
@@ -509,7 +510,7 @@ def run_page(rec: Optional[dict], run_dir: Path, run_id: str, problems: List[str
     for build in builders + (_mix_charts,):
         try:
             got = build(rec)
-        except (KeyError, TypeError, ValueError, AttributeError, IndexError, ZeroDivisionError) as e:
+        except DAMAGED as e:
             page.problems.append(f"a chart ({build.__name__.strip('_')}) cannot be drawn ({type(e).__name__}: {e})")
             continue
         page.charts += got if isinstance(got, list) else [got] if got else []
@@ -801,9 +802,11 @@ def comparison_distribution_charts(rec: dict, records: Dict[str, dict]) -> List[
 
 
 def comparison_flames(cdir: Path, rec: dict) -> List[Flame]:
-    fd = rec.get("flame_diff") or {}
+    fd = rec.get("flame_diff")
+    fd = fd if isinstance(fd, dict) else {}
     out = []
-    for side, d in (fd.get("sides") or {}).items():
+    for side, d in (fd.get("sides") if isinstance(fd.get("sides"), dict) else {}).items():
+        d = d if isinstance(d, dict) and isinstance(d.get("svg"), (str, type(None))) else {}
         svg = _svg_of(cdir / d["svg"]) if d.get("svg") else None
         note = "" if svg else ("no samples on this side" if not d.get("svg") else f"{d['svg']} is missing")
         out.append(
@@ -821,7 +824,8 @@ def comparison_page(
     rec: Optional[dict], cdir: Path, cid: str, problems: List[str], printer: Callable, records: Dict[str, dict]
 ) -> Page:
     rec = rec or {}
-    labels = [c.get("label") for c in rec.get("configs") or []]
+    configs, runs = (v if isinstance(v, list) else [] for v in (rec.get("configs"), rec.get("runs")))
+    labels = [c.get("label") for c in configs if isinstance(c, dict)]
     page = Page(
         "comparison",
         cid,
@@ -831,16 +835,16 @@ def comparison_page(
     )
     try:
         page.tables_html = rich_html(printer, {**rec, "path": str(cdir)})
-    except (KeyError, TypeError, ValueError, AttributeError, IndexError, ZeroDivisionError) as e:
+    except DAMAGED as e:
         page.problems.append(f"its tables cannot be drawn from this record ({type(e).__name__}: {e})")
         page.tables_html = _fields_html(rec)
     try:
         cat = comparison_category_chart(rec)
         page.charts += ([cat] if cat else []) + metric_charts(rec) + comparison_distribution_charts(rec, records)
-    except (KeyError, TypeError, ValueError, AttributeError, IndexError, ZeroDivisionError) as e:
+    except DAMAGED as e:
         page.problems.append(f"its charts cannot all be drawn ({type(e).__name__}: {e})")
     page.flames = comparison_flames(cdir, rec)
-    missing = [r.get("id") for r in rec.get("runs") or [] if r.get("id") not in records]
+    missing = [r["id"] for r in runs if isinstance(r, dict) and isinstance(r.get("id"), str) and r["id"] not in records]
     if missing:
         page.notes.append(
             f"{len(missing)} run directories could not be read ({', '.join(map(str, missing))}): "

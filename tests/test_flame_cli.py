@@ -18,7 +18,7 @@ DATA = Path(__file__).resolve().parent / "data" / "flame"
 SIDES = ("client", "server", "others")
 SVG = "{http://www.w3.org/2000/svg}"
 # Exit codes: qprof's interface (core/errors.py).
-BAD_VALUE, NOT_BUILT, RUN_NOT_FOUND, NO_STACKS, BAD_STACKS, INCOMPATIBLE = 4, 11, 15, 22, 23, 24
+BAD_VALUE, NOT_BUILT, RUN_NOT_FOUND, NO_STACKS, BAD_STACKS, INCOMPATIBLE, CORRUPT = 4, 11, 15, 22, 23, 24, 33
 
 needs_inferno = pytest.mark.skipif(
     not (REPO / "build" / "tools" / "bin" / "inferno-flamegraph").exists(),
@@ -320,8 +320,8 @@ def test_bad_run_json(runs):
     path.mkdir()
     (path / "run.json").write_text('{"id": "20261122-000000-badbad", "status": "comp')
     r = qprof("flame", "20261122-000000-badbad", runs_dir=runs)
-    assert r.returncode == RUN_NOT_FOUND
-    assert "not valid JSON" in one_sentence(r.stderr)
+    assert r.returncode == CORRUPT  # as `qprof show` says of it
+    assert "record is corrupt: run.json is not valid JSON" in one_sentence(r.stderr)
 
 
 @pytest.mark.unit

@@ -20,7 +20,7 @@ from qprof.describe import comparison
 from qprof.files import COMPARISON_RECORD, COMPARISONS_SUBDIR
 from qprof.rundir import RunDir
 
-from conftest import REPO, needs_build, qprof, run_json
+from conftest import REPO, needs_build, qprof, qprof_here, run_json, validate_records
 from test_bad_input import one_sentence
 
 DATA = Path(__file__).parent / "data"
@@ -47,6 +47,17 @@ def own_state_and_zone(tmp_path, monkeypatch):
     yield
     monkeypatch.undo()
     time.tzset()
+
+
+@pytest.fixture
+def history_dir(tmp_path):
+    """A runs directory of the test's own: these tests make no process or
+    namespace (conftest's runs_dir checks for those), only records, each
+    held to its schema afterwards."""
+    d = tmp_path / "runs"
+    yield d
+    if d.exists():
+        validate_records(d)
 
 
 def stored(case: str) -> dict:
@@ -100,7 +111,7 @@ def rows(root: Path) -> list:
 
 
 def ls(root: Path, *args) -> list:
-    r = qprof("ls", "--json", "-n", "0", *args, "--runs-dir", str(root))
+    r = qprof_here("ls", "--json", "-n", "0", *args, "--runs-dir", str(root))
     assert r.returncode == 0, r.stderr
     assert r.stderr == ""
     return json.loads(r.stdout)
@@ -116,33 +127,33 @@ NEWEST_FIRST = [COMPARISON, FAILED, *reversed(CASES)]
 # --- the index ---------------------------------------------------------------------------
 
 
-@pytest.mark.system
-def test_index_built_as_runs_end_equals_the_rebuilt_one(runs_dir):
+@pytest.mark.unit
+def test_index_built_as_runs_end_equals_the_rebuilt_one(history_dir):
     first = next(iter(CASES))
-    with RunDir(runs_dir, first) as rd:
+    with RunDir(history_dir, first) as rd:
         rd.complete(stored(CASES[first]))
-    assert [r[0] for r in rows(runs_dir)] == [first]  # indexed as it completed
+    assert [r[0] for r in rows(history_dir)] == [first]  # indexed as it completed
     for run_id in list(CASES)[1:]:
-        with RunDir(runs_dir, run_id) as rd:
+        with RunDir(history_dir, run_id) as rd:
             rd.complete(stored(CASES[run_id]))
     with pytest.raises(errors.HandshakeFailed):
-        with RunDir(runs_dir, FAILED) as rd:
+        with RunDir(history_dir, FAILED) as rd:
             rd.record.update({"stack": "quic", "config": stored("quic")["config"]})
             raise errors.HandshakeFailed("the QUIC handshake failed (QUIC_STATUS_X); check the certificate.")
-    add_comparison(runs_dir)
-    built = rows(runs_dir)
+    add_comparison(history_dir)
+    built = rows(history_dir)
     assert sorted(r[0] for r in built) == sorted([*CASES, FAILED, COMPARISON])
-    history.open_index(runs_dir, rebuild=True).close()
-    assert rows(runs_dir) == built
-    r = qprof("ls", "--reindex", "--json", "--runs-dir", str(runs_dir))
+    history.open_index(history_dir, rebuild=True).close()
+    assert rows(history_dir) == built
+    r = qprof_here("ls", "--reindex", "--json", "--runs-dir", str(history_dir))
     assert r.returncode == 0 and r.stderr == "", r.stderr
-    assert rows(runs_dir) == built
+    assert rows(history_dir) == built
 
 
-@pytest.mark.system
-def test_rows_hold_options_environment_and_headline_figures(runs_dir):
-    add_runs(runs_dir)
-    by_id = {row["id"]: row for row in ls(runs_dir)}
+@pytest.mark.unit
+def test_rows_hold_options_environment_and_headline_figures(history_dir):
+    add_runs(history_dir)
+    by_id = {row["id"]: row for row in ls(history_dir)}
     for run_id, case in CASES.items():
         rec, row = stored(case), by_id[run_id]
         assert (row["kind"], row["status"], row["problem"]) == ("run", "complete", None)
@@ -198,12 +209,12 @@ def test_a_guest_run_is_marked_and_its_machine_is_the_host():
     assert history.machine_id(other_kernel) == history.machine_id(host)
 
 
-@pytest.mark.system
+@pytest.mark.unit
 @pytest.mark.parametrize("damage", ["garbage", "other-version", "missing", "foreign-table"])
-def test_a_damaged_index_is_rebuilt_from_the_directories(runs_dir, damage):
-    add_runs(runs_dir)
-    good = rows(runs_dir)
-    path = runs_dir / history.INDEX
+def test_a_damaged_index_is_rebuilt_from_the_directories(history_dir, damage):
+    add_runs(history_dir)
+    good = rows(history_dir)
+    path = history_dir / history.INDEX
     if damage == "garbage":
         path.write_bytes(b"this is not a database\n" * 100)
     elif damage == "other-version":
@@ -221,59 +232,59 @@ def test_a_damaged_index_is_rebuilt_from_the_directories(runs_dir, damage):
         db.execute(f"PRAGMA user_version = {history.INDEX_VERSION}")
         db.commit()
         db.close()
-    assert ids(ls(runs_dir)) == NEWEST_FIRST
-    assert rows(runs_dir) == good
+    assert ids(ls(history_dir)) == NEWEST_FIRST
+    assert rows(history_dir) == good
 
 
-@pytest.mark.system
-def test_a_run_ending_on_a_damaged_index_rebuilds_it(runs_dir):
-    add_runs(runs_dir)
-    good = rows(runs_dir)
-    (runs_dir / history.INDEX).write_bytes(b"\0garbage" * 512)
+@pytest.mark.unit
+def test_a_run_ending_on_a_damaged_index_rebuilds_it(history_dir):
+    add_runs(history_dir)
+    good = rows(history_dir)
+    (history_dir / history.INDEX).write_bytes(b"\0garbage" * 512)
     newest = "20261123-200000-000123"
-    with RunDir(runs_dir, newest) as rd:
+    with RunDir(history_dir, newest) as rd:
         rd.complete(stored("udp"))
-    assert [r for r in rows(runs_dir) if r[0] != newest] == good
-    assert newest in [r[0] for r in rows(runs_dir)]
+    assert [r for r in rows(history_dir) if r[0] != newest] == good
+    assert newest in [r[0] for r in rows(history_dir)]
 
 
-@pytest.mark.system
-def test_an_unwritable_index_never_fails_a_run_or_a_listing(runs_dir, capsys):
-    runs_dir.mkdir()
-    (runs_dir / history.INDEX).mkdir()  # a directory where the file should be
+@pytest.mark.unit
+def test_an_unwritable_index_never_fails_a_run_or_a_listing(history_dir, capsys):
+    history_dir.mkdir()
+    (history_dir / history.INDEX).mkdir()  # a directory where the file should be
     run_id = "20261123-162245-0000aa"
-    with RunDir(runs_dir, run_id) as rd:
+    with RunDir(history_dir, run_id) as rd:
         rd.complete(stored("quic"))
-    assert json.loads((runs_dir / run_id / "run.json").read_text())["status"] == "complete"
-    assert (runs_dir / "latest").resolve().name == run_id
+    assert json.loads((history_dir / run_id / "run.json").read_text())["status"] == "complete"
+    assert (history_dir / "latest").resolve().name == run_id
     err = capsys.readouterr().err
     assert err.startswith("qprof: warning:") and run_id in err and "qprof ls" in err
-    r = qprof("ls", "--json", "--runs-dir", str(runs_dir))
+    r = qprof_here("ls", "--json", "--runs-dir", str(history_dir))
     assert r.returncode == 0, r.stderr
     assert ids(json.loads(r.stdout)) == [run_id]
     assert "warning" in r.stderr and "cannot be written" in r.stderr
 
 
-@pytest.mark.system
-def test_the_index_follows_the_directories(runs_dir):
+@pytest.mark.unit
+def test_the_index_follows_the_directories(history_dir):
     """Records written, rewritten or removed behind its back (a run marked
     abandoned by `qprof clean`, a directory deleted or copied in)."""
-    add_runs(runs_dir)
-    assert FAILED in ids(ls(runs_dir))
-    record = runs_dir / FAILED / "run.json"
+    add_runs(history_dir)
+    assert FAILED in ids(ls(history_dir))
+    record = history_dir / FAILED / "run.json"
     rec = json.loads(record.read_text())
     rec.update(status="abandoned", error="qprof (pid 1) ended without finishing this run.")
     record.write_text(json.dumps(rec))
-    assert ls(runs_dir, "--status", "abandoned")[0]["id"] == FAILED
-    for p in (runs_dir / FAILED).iterdir():
+    assert ls(history_dir, "--status", "abandoned")[0]["id"] == FAILED
+    for p in (history_dir / FAILED).iterdir():
         p.unlink()
-    (runs_dir / FAILED).rmdir()
-    assert FAILED not in ids(ls(runs_dir))
+    (history_dir / FAILED).rmdir()
+    assert FAILED not in ids(ls(history_dir))
 
 
 @pytest.mark.unit
 def test_a_missing_runs_dir_lists_nothing_and_makes_nothing(tmp_path):
-    r = qprof("ls", "--runs-dir", str(tmp_path / "none"))
+    r = qprof_here("ls", "--runs-dir", str(tmp_path / "none"))
     assert r.returncode == 0 and r.stderr == "", r.stderr
     assert "no runs" in r.stdout
     assert not (tmp_path / "none").exists()
@@ -282,12 +293,12 @@ def test_a_missing_runs_dir_lists_nothing_and_makes_nothing(tmp_path):
 # --- qprof ls -------------------------------------------------------------------------------
 
 
-@pytest.mark.system
-def test_ls_newest_first_and_its_table(runs_dir):
-    add_runs(runs_dir)
-    assert ids(ls(runs_dir)) == NEWEST_FIRST
-    assert ids(ls(runs_dir, "--limit", "2")) == NEWEST_FIRST[:2]
-    r = qprof("ls", "--runs-dir", str(runs_dir))
+@pytest.mark.unit
+def test_ls_newest_first_and_its_table(history_dir):
+    add_runs(history_dir)
+    assert ids(ls(history_dir)) == NEWEST_FIRST
+    assert ids(ls(history_dir, "--limit", "2")) == NEWEST_FIRST[:2]
+    r = qprof_here("ls", "--runs-dir", str(history_dir))
     assert r.returncode == 0 and r.stderr == "", r.stderr
     lines = r.stdout.splitlines()
     at = [next(i for i, l in enumerate(lines) if run_id in l) for run_id in NEWEST_FIRST]
@@ -296,7 +307,7 @@ def test_ls_newest_first_and_its_table(runs_dir):
     assert "6.093" in next(l for l in lines if "0000aa" in l)  # quic's Gbit/s
 
 
-@pytest.mark.system
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "args, expected",
     [
@@ -318,21 +329,21 @@ def test_ls_newest_first_and_its_table(runs_dir):
         (["--stack", "quic", "--since", "2026-11-23T17:00+00:00", "--kind", "run"], [FAILED, "20261123-182128-0000ee"]),
     ],
 )
-def test_ls_filters(runs_dir, args, expected):
-    add_runs(runs_dir)
-    assert ids(ls(runs_dir, *args)) == expected
+def test_ls_filters(history_dir, args, expected):
+    add_runs(history_dir)
+    assert ids(ls(history_dir, *args)) == expected
 
 
-@pytest.mark.system
-def test_ls_since_a_while_ago(runs_dir):
-    add_runs(runs_dir)
+@pytest.mark.unit
+def test_ls_since_a_while_ago(history_dir):
+    add_runs(history_dir)
     fresh = "20261123-210000-0000ab"
     rec = stored("udp")
     rec["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    with RunDir(runs_dir, fresh) as rd:
+    with RunDir(history_dir, fresh) as rd:
         rd.complete(rec)
-    assert ids(ls(runs_dir, "--since", "30m")) == [fresh]
-    assert ids(ls(runs_dir, "--since", "10000d", "--stack", "udp")) == [fresh, "20261123-162259-0000cc"]
+    assert ids(ls(history_dir, "--since", "30m")) == [fresh]
+    assert ids(ls(history_dir, "--since", "10000d", "--stack", "udp")) == [fresh, "20261123-162259-0000cc"]
 
 
 @pytest.mark.unit
@@ -344,7 +355,7 @@ def test_parse_since():
     assert history.parse_since("2026-11-23T00:00+00:00") == 1795392000
 
 
-@pytest.mark.system
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "args, words",
     [
@@ -354,8 +365,8 @@ def test_parse_since():
         (["--option", "sendfile=maybe"], "on or off"),
     ],
 )
-def test_ls_bad_input_is_one_sentence(runs_dir, args, words):
-    r = qprof("ls", *args, "--runs-dir", str(runs_dir))
+def test_ls_bad_input_is_one_sentence(history_dir, args, words):
+    r = qprof_here("ls", *args, "--runs-dir", str(history_dir))
     assert r.returncode == BAD_VALUE, r.stderr
     assert words in one_sentence(r.stderr)
 
@@ -363,31 +374,31 @@ def test_ls_bad_input_is_one_sentence(runs_dir, args, words):
 # --- qprof show -----------------------------------------------------------------------------
 
 
-@pytest.mark.system
-def test_show_a_run_prints_its_tables(runs_dir):
-    add_runs(runs_dir)
+@pytest.mark.unit
+def test_show_a_run_prints_its_tables(history_dir):
+    add_runs(history_dir)
     for run_id in ("20261123-162245-0000aa", "latest"):
-        r = qprof("show", run_id, "--runs-dir", str(runs_dir))
+        r = qprof_here("show", run_id, "--runs-dir", str(history_dir))
         assert r.returncode == 0 and r.stderr == "", r.stderr
     assert "CPU over the window" in r.stdout and "run 20261123-182128-0000ee" in r.stdout  # latest: the download
-    r = qprof("show", "20261123-162245-0000aa", "--runs-dir", str(runs_dir))
+    r = qprof_here("show", "20261123-162245-0000aa", "--runs-dir", str(history_dir))
     assert "6.09 Gbit/s" in r.stdout and r.stdout.rstrip().endswith("run 20261123-162245-0000aa")
 
 
-@pytest.mark.system
-def test_show_a_comparison_prints_what_compare_printed(runs_dir):
-    add_runs(runs_dir)
-    r = qprof("show", COMPARISON, "--runs-dir", str(runs_dir))
+@pytest.mark.unit
+def test_show_a_comparison_prints_what_compare_printed(history_dir):
+    add_runs(history_dir)
+    r = qprof_here("show", COMPARISON, "--runs-dir", str(history_dir))
     assert r.returncode == 0 and r.stderr == "", r.stderr
     assert "2 configurations × 1 runs, interleaved" in r.stdout
     assert f"comparison {COMPARISON}: 2 runs" in r.stdout
-    assert str(runs_dir / COMPARISONS_SUBDIR / COMPARISON / COMPARISON_RECORD) in r.stdout.replace("\n", "")
+    assert str(history_dir / COMPARISONS_SUBDIR / COMPARISON / COMPARISON_RECORD) in r.stdout.replace("\n", "")
 
 
-@pytest.mark.system
-def test_show_an_incomplete_run_says_so(runs_dir):
-    add_runs(runs_dir)
-    r = qprof("show", FAILED, "--runs-dir", str(runs_dir))
+@pytest.mark.unit
+def test_show_an_incomplete_run_says_so(history_dir):
+    add_runs(history_dir)
+    r = qprof_here("show", FAILED, "--runs-dir", str(history_dir))
     assert r.returncode == INCOMPLETE, r.stderr
     line = one_sentence(r.stderr)
     assert f"run {FAILED} is incomplete" in line and "handshake failed" in line
@@ -415,7 +426,7 @@ def test_show_a_corrupt_record_shows_what_it_can(tmp_path, damage):
     assert listed[run_id]["problem"]
     assert ids(ls(root, "--status", "corrupt")) == [run_id]
     assert run_id not in ids(ls(root, "--status", "complete"))
-    r = qprof("show", run_id, "--runs-dir", str(root))
+    r = qprof_here("show", run_id, "--runs-dir", str(root))
     assert r.returncode == INCOMPLETE, r.stderr
     line = one_sentence(r.stderr)
     assert f"run {run_id}'s record is corrupt" in line
@@ -424,11 +435,11 @@ def test_show_a_corrupt_record_shows_what_it_can(tmp_path, damage):
         assert "throughput_gbps" in r.stdout and "7.006" in r.stdout
 
 
-@pytest.mark.system
-def test_show_an_unknown_id_lists_the_latest(runs_dir):
-    add_runs(runs_dir)
+@pytest.mark.unit
+def test_show_an_unknown_id_lists_the_latest(history_dir):
+    add_runs(history_dir)
     for bad in ("20261124-000000-000000", "../etc", "comparisons"):
-        r = qprof("show", bad, "--runs-dir", str(runs_dir))
+        r = qprof_here("show", bad, "--runs-dir", str(history_dir))
         assert r.returncode == RUN_NOT_FOUND, r.stderr
         line = one_sentence(r.stderr)
         assert f"'{bad}'" in line
@@ -438,7 +449,7 @@ def test_show_an_unknown_id_lists_the_latest(runs_dir):
 
 @pytest.mark.unit
 def test_show_with_no_runs_says_how_to_make_one(tmp_path):
-    r = qprof("show", "--runs-dir", str(tmp_path / "runs"))
+    r = qprof_here("show", "--runs-dir", str(tmp_path / "runs"))
     assert r.returncode == RUN_NOT_FOUND
     assert "qprof run" in one_sentence(r.stderr)
 
