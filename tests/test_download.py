@@ -4,15 +4,13 @@ and each download's times, bytes and CPU in the record."""
 
 import pytest
 
-from conftest import needs_build, qprof, run_json
-from test_bad_input import one_sentence, refused_run
-
-pytestmark = pytest.mark.system
+from conftest import needs_build, run_json
+from refusals import refused
 
 BAD_VALUE = 4
 
 
-@needs_build
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "args, words",
     [
@@ -27,17 +25,13 @@ BAD_VALUE = 4
         (["--pattern", "download", "--stack", "tcp", "--resume"], ["tcp has none"]),
     ],
 )
-def test_bad_download_options(runs_dir, args, words):
-    refused_run(runs_dir, args, BAD_VALUE, words)
+def test_bad_download_options(args, words):
+    refused(args, BAD_VALUE, words)
 
 
-@needs_build
-def test_count_zero_is_a_usage_error(runs_dir):
-    r = qprof("run", "--pattern", "download", "--count", "0", runs_dir=runs_dir)
-    assert r.returncode == 2, r.stderr
-    line = one_sentence(r.stderr)
-    assert "--count" in line
-    assert not runs_dir.exists()
+@pytest.mark.unit
+def test_count_zero_is_a_usage_error():
+    refused(["--pattern", "download", "--count", "0"], 2, ["--count"])
 
 
 def download_run(runs_dir, stack, *args, size="200K", count=3, timeout=180):
@@ -51,6 +45,7 @@ def download_run(runs_dir, stack, *args, size="200K", count=3, timeout=180):
     return rec
 
 
+@pytest.mark.system
 @needs_build
 @pytest.mark.parametrize("stack", ["quic", "tcp", "tcp-tls"])
 def test_downloads_are_each_verified_and_timed(runs_dir, stack):
@@ -96,6 +91,7 @@ def test_downloads_are_each_verified_and_timed(runs_dir, stack):
     assert not any(k.startswith("client_tx") for k in ev), ev
 
 
+@pytest.mark.system
 @needs_build
 def test_a_download_at_a_rate_takes_at_least_size_over_rate(runs_dir):
     """tbf at 20 Mbit/s (this host has it): each download of S bytes takes
@@ -108,6 +104,7 @@ def test_a_download_at_a_rate_takes_at_least_size_over_rate(runs_dir):
     assert down["window"]["tbf"]["bytes"] >= 3 * size
 
 
+@pytest.mark.system
 @needs_build
 @pytest.mark.parametrize("stack", ["quic", "ngtcp2", "tcp-tls"])
 def test_resume_is_reported_as_it_happened(runs_dir, stack):

@@ -2,11 +2,15 @@
 """describe/handshakes.py on made-up reports: the window holds the
 handshakes whose echo came inside it, the rate is theirs over its length,
 resumption is counted where a stack reports it and absent where none
-does, and the costs are per handshake."""
+does, and the costs are per handshake; and the options `qprof run
+--pattern handshakes` refuses before anything runs."""
 
 import pytest
 
+from qprof import errors
 from qprof.describe import handshakes
+
+from refusals import refused
 
 pytestmark = pytest.mark.unit
 
@@ -84,3 +88,20 @@ def test_an_open_loop_says_what_it_offered_and_who_waited():
     # As fast as it can: nothing offered, nothing late, not zero.
     closed = handshakes.describe(events(10), 0, 2 * T0, 1, False, None, done, marks(10, 10), REC, None)
     assert closed["offered_per_s"] is None and closed["late"] is None and closed["wait_ns"] is None
+
+
+# `qprof run --pattern handshakes` refuses these before anything runs (tests/refusals.py).
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--stack", "udp"], ["udp has none"]),
+        (["--streams", "2"], ["one stream per connection", "raise --conns"]),
+        (["--bytes", "1M"], ["--bytes does not apply to --pattern handshakes"]),
+        (["--stack", "tcp", "--resume"], ["tcp has none"]),
+        (["--period", "50us"], ["below 100us"]),
+        (["--period", "2s", "--duration", "1s"], ["no connection would be due inside it"]),
+        (["--size", "1M"], ["--size applies to --pattern download only"]),
+    ],
+)
+def test_bad_handshake_options(args, words):
+    refused(["--pattern", "handshakes", *args], errors.BadValue.exit_code, words)

@@ -10,8 +10,10 @@ import pytest
 from qprof import errors
 from qprof.describe import derive, options, plan, record
 
-from conftest import needs_build, qprof, run_json
+from conftest import needs_build, run_json
+from refusals import refused
 from test_exit_codes import failed_run
+from test_run_flame import DRAWN, QUICK_ALONE
 
 QUICK = ("--duration", "1s", "--warmup", "0.3s")
 ETH_HEADER = 14
@@ -42,13 +44,12 @@ def crypto_ns_per_byte(rec, side):
 
 @pytest.mark.system
 @needs_build
-def test_encrypt_off_takes_crypto_away(runs_dir):
+def test_encrypt_off_takes_crypto_away(runs_dir, shared):
     """The same quic upload with and without 1-RTT encryption: both sides'
     connections say what ran, and the crypto category of each side falls
     below 10% of the encrypted run's (the handshake's keys remain)."""
-    hz = ("--sample-hz", "999", "--probes", "none")
-    on = run_json(runs_dir, "--stack", "quic", *QUICK, *hz)
-    off = run_json(runs_dir, "--stack", "quic", "--encrypt", "off", *QUICK, *hz)
+    _, on = shared("run", *DRAWN)
+    off = run_json(runs_dir, *DRAWN, "--encrypt", "off")
     for side in ("client", "server"):
         assert on["transport"]["quic_settings"][side]["encryption"] is True
         assert off["transport"]["quic_settings"][side]["encryption"] is False
@@ -59,7 +60,7 @@ def test_encrypt_off_takes_crypto_away(runs_dir):
 
 @pytest.mark.system
 @needs_build
-def test_msquic_knobs_are_what_ran(runs_dir):
+def test_msquic_knobs_are_what_ran(runs_dir, shared):
     rec = run_json(
         runs_dir, "--stack", "quic", "--pacing", "off", "--quic-cc", "bbr", "--ecn", "on", *QUICK, "--sample-hz", "0"
     )
@@ -67,7 +68,7 @@ def test_msquic_knobs_are_what_ran(runs_dir):
         ran = rec["transport"]["quic_settings"][side]
         assert ran["pacing"] is False and ran["congestion_control"] == "bbr" and ran["ecn"] is True
     assert rec["verified"] is True and rec["bytes"] > 0
-    default = run_json(runs_dir, "--stack", "quic", *QUICK, "--sample-hz", "0", "--probes", "none")
+    _, default = shared("run", *QUICK_ALONE)
     ran = default["transport"]["quic_settings"]["client"]
     assert ran["pacing"] is True and ran["congestion_control"] == "cubic" and ran["ecn"] is False
 
@@ -147,9 +148,7 @@ def test_jumbo_mtu(runs_dir, stack):
         assert rec["workload"]["client"]["window"]["conn_stats"]["send_path_mtu"] <= 1500
 
 
-@pytest.mark.system
-@needs_build
-def test_bad_knob_value(runs_dir):
-    r = qprof("run", "--stack", "quic", "--pacing", "maybe", runs_dir=runs_dir)
-    assert r.returncode == errors.BadValue.exit_code
-    assert "--pacing takes on or off, not 'maybe'" in r.stderr
+@pytest.mark.unit
+def test_bad_knob_value():
+    args = ["--stack", "quic", "--pacing", "maybe"]
+    refused(args, errors.BadValue.exit_code, ["--pacing takes on or off, not 'maybe'"])

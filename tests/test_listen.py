@@ -18,6 +18,7 @@ from qprof.collectors import endpoints, listen
 
 from conftest import REPO, needs_build, qprof, run_json, started
 from test_bad_input import one_sentence, run_statuses
+from test_run_flame import QUICK_ALONE
 
 pytestmark = [pytest.mark.system, needs_build]
 PORT = 4499
@@ -68,8 +69,8 @@ def test_loopback_server_binds_loopback_only(runs_dir):
     assert binds and all(b["to"] == f"[::ffff:127.0.0.1]:{PORT}" and b["result"] == "ok" for b in binds), binds
 
 
-def test_netns_server_binds_its_veth_address(runs_dir):
-    rec = run_json(runs_dir, "--duration", "1s", "--warmup", "0.3s", "--probes", "none", "--sample-hz", "0")
+def test_netns_server_binds_its_veth_address(runs_dir, shared):
+    _, rec = shared("run", *QUICK_ALONE)
     addr = rec["environment"]["topology"]["server"]["addr"]
     assert [b["to"] for b in rec["listen"]["server_binds"]] == [f"[::ffff:{addr}]:4433"]
     tcp = run_json(

@@ -1,11 +1,14 @@
 # SPDX-License-Identifier: GPL-2.0-only
 """--cpus read as taskset -c reads a list, each side's command wrapped in
-taskset, and the record's placement made from the probe's per-CPU time."""
+taskset, the record's placement made from the probe's per-CPU time, and
+the --cpus `qprof run` refuses before it asks the host."""
 
 import pytest
 
 from qprof import errors
 from qprof.describe import derive, pinning
+
+from refusals import refused
 
 pytestmark = pytest.mark.unit
 
@@ -43,6 +46,22 @@ def test_a_cpu_the_host_cannot_run_is_refused_naming_those_it_can():
         pinning.check_host({"client": [0], "server": [7, 9]}, {0, 1, 2, 5})
     assert "the server on CPU 7, 9" in str(e.value) and "(it can: 0-2,5)" in str(e.value)
     assert errors.BadCpus.exit_code not in (errors.BadValue.exit_code, errors.SettingUnproven.exit_code)
+
+
+@pytest.mark.parametrize(
+    "args,code,words",
+    [
+        (["--cpus", "peer=0"], errors.BadCpus.exit_code, ["'peer'", "client or server"]),
+        (
+            ["--cpus", "client=0", "--server", "example.invalid"],
+            errors.BadValue.exit_code,
+            ["--cpus", "drop --cpus or --server"],
+        ),
+    ],
+)
+def test_bad_cpus_are_refused_before_anything_runs(args, code, words):
+    """`qprof run` refuses these before it asks the host (tests/refusals.py)."""
+    refused(args, code, words)
 
 
 def test_the_command_runs_under_taskset_only_when_pinned():

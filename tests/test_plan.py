@@ -3,12 +3,15 @@
 complete plan, filling each default from the option table where the
 option applies, checking each rule once, and never changing its input."""
 
+import os
 from dataclasses import FrozenInstanceError, asdict, replace
 
 import pytest
 
 from qprof import errors
 from qprof.describe import options, plan
+
+from refusals import refused, run_plan
 
 pytestmark = pytest.mark.unit
 
@@ -213,3 +216,23 @@ def test_a_link_on_hosts_refused_in_one_sentence(kw, words):
     with pytest.raises((errors.BadLink, errors.BadValue)) as e:
         plan.resolve(replace(SERVED, **kw))
     assert words in str(e.value)
+
+
+def test_a_run_argv_is_resolved_through_the_clis_own_path():
+    """tests/refusals.py, which the refusal tables of `qprof run` use, takes
+    the CLI's path: click's parsing, the run command's own checks, the
+    runner's resolve; and it stops before the machine is asked."""
+    got = run_plan("--stack", "tcp", "-d", "5s", "-n", "2")
+    want = plan.resolve(replace(BASE, stack="tcp", duration_s=5.0, streams=2), os.cpu_count() or 1)
+    assert got.options == want.options and got.flows[0].options == want.flows[0].options
+    # A malformed duration is refused by the command's click type, with the CLI's code.
+    assert refused(["--duration", "ten"], errors.BadValue.exit_code, ["--duration"]).startswith("malformed")
+    # An int out of click's range is a usage error (exit 2), never reaching the table's check (4).
+    refused(["--streams", "1001"], 2, ["--streams", "1001"])
+    refused(["--no-such-flag"], 2, ["--no-such-flag"])
+    # What the run command checks itself, and resolve alone would not.
+    assert plan.resolve(replace(BASE, stack="quic", mix="quic:1"), cpus=2).is_mix
+    refused(["--mix", "quic:1", "--stack", "quic"], errors.BadMix.exit_code, ["drop --stack"])
+    # A question only the machine answers (preflight: this kernel's
+    # congestion controls) is not asked: the plan comes back.
+    assert run_plan("--stack", "tcp", "--tcp-cc", "qprof_none").options.tcp_cc == "qprof_none"

@@ -1,15 +1,21 @@
 # SPDX-License-Identifier: GPL-2.0-only
 """describe/rr.py on made-up requests: the window, open-loop delays from
-the due time, the HDR percentiles' bounded error, the seed's jitter."""
+the due time, the HDR percentiles' bounded error, the seed's jitter; and
+the rr and --app options `qprof run` refuses before anything runs."""
 
 import base64
 
 import pytest
 from hdrh.histogram import HdrHistogram
 
+from qprof import errors
 from qprof.describe import rr
 
+from refusals import refused
+
 pytestmark = pytest.mark.unit
+
+BAD_VALUE = errors.BadValue.exit_code
 
 PERIOD = 0.005
 
@@ -215,3 +221,54 @@ def test_ack_only_packets_by_the_transports_own_count():
         rec = {"workload": {"client": {"window": window}, "server": {"window": window}}}
         got = rr.data_volume(rec, 10, None, conns)
         assert got["client_to_server"]["ack_only_packets"] == want
+
+
+# `qprof run` refuses these before anything runs (tests/refusals.py): rr's
+# options, and --app's HTTP over its transport.
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--pattern", "rr", "--stack", "udp"], ["udp has none"]),
+        (["--period", "5ms"], ["--period applies to --pattern rr and handshakes"]),
+        (["--payload", "256"], ["--payload applies to --pattern rr only"]),
+        (["--pattern", "rr", "--stack", "tcp", "--rr-streams", "one"], ["--rr-streams chooses QUIC"]),
+        (["--pattern", "rr", "--stack", "quic", "--tcp-conns", "on-demand"], ["--tcp-conns chooses TCP"]),
+        (["--pattern", "rr", "--period", "50us"], ["below 100us"]),
+        (["--pattern", "rr", "--period", "20s", "--duration", "5s"], ["not shorter than the 5 s window"]),
+        (["--pattern", "rr", "--period", "10s"], ["not shorter than the 10 s window"]),
+        (["--pattern", "rr", "--payload", "8"], ["--payload 8 is not from 16"]),
+        (["--pattern", "rr", "--bytes", "1M"], ["--bytes does not apply to --pattern rr"]),
+        (["--pattern", "rr", "--streams", "2"], ["--streams sets the requests in flight", "--rr-mode closed"]),
+        (["--rr-mode", "closed"], ["--rr-mode applies to --pattern rr only"]),
+        (["--pattern", "rr", "--rr-mode", "closed", "--period", "1ms"], ["--period sets an open loop's schedule"]),
+        (["--pattern", "rr", "--rr-mode", "shut"], ["--rr-mode takes open or closed, not 'shut'"]),
+        (
+            ["--pattern", "rr", "--stack", "tcp", "--rr-mode", "closed", "--tcp-conns", "on-demand"],
+            ["--tcp-conns on-demand opens connections as an open loop's"],
+        ),
+        (["--pattern", "rr", "--stack", "tcp", "--tcp-conns", "on-demand", "--conns", "2"], ["drop --conns"]),
+        (
+            ["--pattern", "rr", "--stack", "tcp", "--rr-mode", "closed", "--conns", "16", "--streams", "9"],
+            ["is 144 TCP connections", "more than the 128"],
+        ),
+    ],
+)
+def test_bad_rr_options(args, words):
+    refused(args, BAD_VALUE, words)
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--stack", "tcp-tls", "--app", "h1"], ["--app applies to --pattern rr"]),
+        (["--stack", "quic", "--pattern", "rr", "--app", "h1"], ["--app h1", "--app h3"]),
+        (["--stack", "quic", "--pattern", "rr", "--app", "h2"], ["--app h2", "--app h3"]),
+        (["--stack", "tcp", "--pattern", "rr", "--app", "h3"], ["--app h3", "--app h1"]),
+        (["--stack", "tcp-tls", "--pattern", "rr", "--app", "h2", "--tcp-conns", "on-demand"], ["--tcp-conns"]),
+        (["--stack", "quinn", "--pattern", "rr", "--app", "h3"], ["--app", "quinn"]),
+        (["--stack", "quic", "--pattern", "rr", "--app", "h3", "--rr-streams", "one"], ["--rr-streams one"]),
+        (["--stack", "tcp", "--pattern", "rr", "--app", "h9"], ["--app", "h9"]),
+    ],
+)
+def test_app_refused_where_it_cannot_run(args, words):
+    refused(args, BAD_VALUE, words)
