@@ -60,19 +60,49 @@ RAW_EVENTS = tuple(f'{{"event":"{e}_batch",'.encode() for e in ("rr", "handshake
 ABSENT = 2**64 - 1  # wl.h's WL_ABSENT: a field the stack did not measure
 
 
+def event(line: bytes) -> Optional[dict]:
+    """A control line's event: a JSON object naming its event. Any other
+    line (a library's own output on stdout, a line cut short) is None, and
+    skipped: it must not end the reader, whose end the run waits on."""
+    try:
+        ev = json.loads(line)
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, nested past the parser
+        return None
+    return ev if isinstance(ev, dict) and isinstance(ev.get("event"), str) else None
+
+
 def unpacked(line: bytes) -> List[dict]:
     """A report line as events: qprof-wl's packed batch (wl.h,
     wl_emit_packed: little-endian u64 records named by its fields, in
     base64) as one event a record, a WL_ABSENT field left out, or the one
-    event a line holds."""
-    ev = json.loads(line)
+    event a line holds (none for a line that is no event). A batch that
+    does not unpack was written to another protocol than this qprof reads:
+    NotBuilt, as a workload built from another commit is."""
+    ev = event(line)
+    if ev is None:
+        return []
     if not ev["event"].endswith("_batch"):
         return [ev]
-    event, names = ev["event"][: -len("_batch")], ev["fields"].split(",")
+    event_name, fields = ev["event"][: -len("_batch")], ev.get("fields")
+    names = fields.split(",") if isinstance(fields, str) else []
+    blob = _base64(ev.get("b64"))
+    if not names or not all(names) or blob is None or len(blob) % (8 * len(names)):
+        shown = line[:60].decode("utf-8", "replace") + ("..." if len(line) > 60 else "")
+        raise errors.NotBuilt(
+            f"the workload's {event_name!r} batch does not unpack ({shown!r}): it was built from another commit "
+            "than this qprof, so rebuild it with `make build`."
+        )
     return [
-        {"event": event, **{k: v for k, v in zip(names, rec) if v != ABSENT}}
-        for rec in struct.iter_unpack(f"<{len(names)}Q", base64.b64decode(ev["b64"]))
+        {"event": event_name, **{k: v for k, v in zip(names, rec) if v != ABSENT}}
+        for rec in struct.iter_unpack(f"<{len(names)}Q", blob)
     ]
+
+
+def _base64(text) -> Optional[bytes]:
+    try:
+        return base64.b64decode(text, validate=True) if isinstance(text, str) else None
+    except ValueError:  # binascii.Error, or text that is not ASCII
+        return None
 
 
 # How long a process on another host may take to say its pid there.
@@ -147,12 +177,12 @@ class ControlledProcess:
                 with self._raw_lock:
                     self._raw.append(line)
                 continue
-            try:
-                ev = json.loads(line)
-            except json.JSONDecodeError:
+            ev = event(line)
+            if ev is None:
                 continue
-            if ev.get("event") == "spawned" and self.spawned and self.pid_there is None:
-                self.pid_there = int(ev["pid"])
+            if ev["event"] == "spawned" and self.spawned and self.pid_there is None:
+                if isinstance(ev.get("pid"), int) and not isinstance(ev["pid"], bool):
+                    self.pid_there = ev["pid"]  # else pid says it never came
                 self._spawned.set()
                 continue
             if ev.get("event") == "done":
