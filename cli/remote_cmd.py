@@ -4,6 +4,7 @@ docs/remote.md)."""
 
 import dataclasses
 import json
+import shlex
 
 import click
 
@@ -109,9 +110,13 @@ def setup(host, ssh_config, path, no_build):
     """
     with ssh.SshHost(host, ssh_config=ssh_config) as h:
         done = install.setup(h, path, not no_build, click.echo)
-        if no_build or done["path"] != str(paths.REPO_ROOT):
-            click.echo(f"{host}: commit {done['commit'][:12]} at {done['path']}; not checked (not built, or not here)")
+        if no_build:
+            click.echo(f"{host}: commit {done['commit'][:12]} at {done['path']}; not checked (not built)")
             return
-        with h.open_agent() as agent:  # root, this version and commit, its build: each refused in its sentence
+        # Elsewhere than this checkout's path, the qprof there is that path's.
+        elsewhere = None if done["path"] == str(paths.REPO_ROOT) else install.qprof_at(done["path"])
+        with h.open_agent(qprof=elsewhere) as agent:  # root, this version and commit, its build: each refused
             hello = agent.hello
     click.echo(f"{host}: ready: qprof {hello['qprof_version']} at {hello['qprof_commit'][:12]}, {hello['build_dir']}")
+    if elsewhere:
+        click.echo(f'{host}: a run starts it as {ssh.REMOTE_QPROF_ENV}="{shlex.join(elsewhere)}" says')

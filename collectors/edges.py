@@ -145,17 +145,27 @@ def host_reading(sides: dict, pids: Dict[str, int], kernel: bool, same_kernel: b
     one, with its clock and /proc/stat, under hosts (their others are
     theirs: pids of two kernels are not one key space)."""
     t_ns = time.monotonic_ns()
+
+    def ask(role: str, pid: int):
+        # Its answer and when it came, in our clock: the host read its part
+        # between t_ns and then (its clock's offset places it there).
+        return sides[role].edge({role: pid}, kernel), time.monotonic_ns()
+
     # Every host at once: one read after another would put each later
     # host's reading a whole round trip (a slow host's read) after the marks.
     with ThreadPoolExecutor(len(pids)) as pool:
-        asked = {role: pool.submit(sides[role].edge, {role: pid}, kernel) for role, pid in pids.items()}
-        parts = {role: f.result() for role, f in asked.items()}
+        asked = {role: pool.submit(ask, role, pid) for role, pid in pids.items()}
+        answers = {role: f.result() for role, f in asked.items()}
+    parts = {role: part for role, (part, _) in answers.items()}
     kernels = [next(iter(parts))] if same_kernel else list(parts)
     system = sum(
         (cpu.SystemCpu(**parts[r]["system"]) for r in kernels[1:]), cpu.SystemCpu(**parts[kernels[0]]["system"])
     )
     flows = [{role: cpu.ProcessCpu(**parts[role]["processes"][role]) for role in pids}]
-    hosts = {role: {"host": sides[role].name, "t_ns": p["t_ns"], "system": p["system"]} for role, p in parts.items()}
+    hosts = {
+        role: {"host": sides[role].name, "t_ns": p["t_ns"], "answered_ns": answers[role][1], "system": p["system"]}
+        for role, p in parts.items()
+    }
     if not kernel:
         return Reading(t_ns, system, flows, None, hosts=hosts)
     tasks, tls_stat, net = {}, {}, {}

@@ -8,7 +8,7 @@ away) the link removed."""
 import json
 import subprocess
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Callable, Dict, List, Optional
 
 from qprof.describe.link import (
@@ -52,29 +52,88 @@ class Emulated:
 
 def apply(link: Link, endpoints: Dict[str, "object"], mtu: int) -> Emulated:
     """Build the plan on each endpoint's veth (the qdiscs go with the
-    namespaces) and read back what the kernel has."""
+    namespaces) and read back what the kernel has.
+
+    On hosts each side is its own kernel, and one may lack sch_netem (this
+    machine's does). A round trip is the sum of both directions' delays,
+    so, as netem is used on one host's egress, the whole RTT then goes on
+    the side that has it, and the other direction gets the rate alone; the
+    record says so (link.one_sided). Loss and jitter are each direction's
+    own, which a direction without netem cannot give: refused."""
     p = plan(link, mtu)
-    for side, ep in endpoints.items():
-        for args in p.commands(ep.ifname):
-            r = _tc(ep, args)
-            if r.returncode != 0:
-                why = (r.stderr.strip().splitlines() or [f"exit {r.returncode}"])[-1].removeprefix("Error: ")
-                host = getattr(ep, "host", None)
-                kind = args[args.index("handle") + 2] if "handle" in args else "?"
-                if "qdisc kind is unknown" in why and host is not None:
-                    raise LinkUnsupported(
-                        f"the kernel of {host.name} has no sch_{kind}, which --link needs; load it there "
-                        f"(modprobe sch_{kind}) or drop --link."
-                    )
-                if "qdisc kind is unknown" in why:
-                    raise LinkUnsupported(
-                        f"this kernel has no sch_{kind}, which --link needs; "
-                        "run it in the guest with --guest (Debian's kernel has it)."
-                    )
-                dev = f"{ep.ifname} on {host.name}" if host is not None else f"{side}'s veth"
-                raise BadLink(f"the kernel refused the link on {dev}: `tc {' '.join(args)}`: {why}.")
+    lacking = {side: why for side, ep in endpoints.items() if (why := _build(ep, side, p)) is not None}
+    applied: dict = {"plan": asdict(p)}
+    if lacking:
+        remove(endpoints)
+        plans = _one_sided(link, mtu, endpoints, lacking)
+        for side, ep in endpoints.items():
+            if _build(ep, side, plans[side]) is not None:
+                raise LinkUnsupported(f"the kernel of {_where(ep)} took netem, then refused it; run again.")
+        (has,) = [s for s in endpoints if s not in lacking]
+        (lacks,) = lacking
+        applied["plans"] = {side: asdict(pl) for side, pl in plans.items()}
+        applied["one_sided"] = {
+            "netem_on": has,
+            "delay_s": link.rtt_s,
+            "reason": f"the {lacks}'s device {endpoints[lacks].ifname} ({_where(endpoints[lacks])}) has no "
+            f"sch_netem ({lacking[lacks]}); the whole round trip's delay is on the {has}'s egress, as the RTT "
+            f"asked, and the {lacks}'s egress has the rate alone",
+        }
     qdiscs = {side: read_qdiscs(ep) for side, ep in endpoints.items()}
-    return Emulated(link, endpoints, {"plan": asdict(p), "qdiscs": qdiscs, "before_window": None})
+    return Emulated(link, endpoints, {**applied, "qdiscs": qdiscs, "before_window": None})
+
+
+def _where(ep) -> str:
+    host = getattr(ep, "host", None)
+    return "this machine" if host is None else host.name
+
+
+def _build(ep, side: str, p) -> Optional[str]:
+    """p's qdiscs on ep's device; why its kernel has no netem (None: built).
+    Any other refusal raises, in one sentence."""
+    for args in p.commands(ep.ifname):
+        r = _tc(ep, args)
+        if r.returncode == 0:
+            continue
+        why = (r.stderr.strip().splitlines() or [f"exit {r.returncode}"])[-1].removeprefix("Error: ")
+        kind = args[args.index("handle") + 2] if "handle" in args else "?"
+        if "qdisc kind is unknown" in why and kind == "netem":
+            return why.rstrip(".")
+        if "qdisc kind is unknown" in why:
+            raise LinkUnsupported(
+                f"the kernel of {_where(ep)} has no sch_{kind}, which --link needs; load it there "
+                f"(modprobe sch_{kind}) or drop --link."
+            )
+        dev = f"{ep.ifname} on {_where(ep)}" if getattr(ep, "host", None) is not None else f"{side}'s veth"
+        raise BadLink(f"the kernel refused the link on {dev}: `tc {' '.join(args)}`: {why}.")
+    return None
+
+
+def _one_sided(link: Link, mtu: int, endpoints: Dict[str, "object"], lacking: Dict[str, str]) -> dict:
+    """Each side's plan when only one side's kernel has netem (hosts), or
+    the refusal: no side has it, or the link asks for what only netem on
+    both directions gives (loss, jitter)."""
+    if len(lacking) == len(endpoints):
+        if all(getattr(ep, "host", None) is None for ep in endpoints.values()):
+            raise LinkUnsupported(
+                "this kernel has no sch_netem, which --link needs; "
+                "run it in the guest with --guest (Debian's kernel has it)."
+            )
+        said = "; ".join(f"{_where(endpoints[s])}: {why}" for s, why in lacking.items())
+        raise LinkUnsupported(
+            f"no side's kernel has sch_netem, which --link's round trip needs on at least one side ({said}); "
+            "load it on one (modprobe sch_netem), or give --link a rate alone."
+        )
+    (lacks,) = lacking
+    if link.loss_percent or link.jitter_s:
+        raise LinkUnsupported(
+            f"the {lacks}'s kernel ({_where(endpoints[lacks])}) has no sch_netem ({lacking[lacks]}), so its "
+            "direction cannot lose or jitter packets as --link asks; load it there (modprobe sch_netem), or drop "
+            "loss and jitter (a round trip alone goes on the other side's egress, whose kernel has netem)."
+        )
+    whole = plan(link, mtu, delay_s=link.rtt_s)
+    rate_only = replace(whole, delay_s=0.0, jitter_s=0.0, loss_percent=0.0, netem_limit=None, netem_rate_bit=None)
+    return {side: rate_only if side == lacks else whole for side in endpoints}
 
 
 def read_qdiscs(ep) -> Optional[List[dict]]:
@@ -117,11 +176,21 @@ def _root_bytes(ep) -> Optional[int]:
 
 
 def read_counters(endpoints: Dict[str, "object"]) -> Dict[str, Optional[Dict[str, dict]]]:
-    """Per side, per qdisc kind: the counters (a window edge reads them)."""
+    """Per side, per qdisc kind: the counters (a window edge reads them),
+    each with the instant they were read (t_ns, this host's monotonic
+    clock: the middle of the `tc` call): an edge reads them after the CPU
+    and the marks, tens of ms later on a loaded machine, and more at one
+    edge than the other, so a rate over them is over their own interval."""
     out = {}
     for side, ep in endpoints.items():
+        t0 = time.monotonic_ns()
         qds = read_qdiscs(ep)
-        out[side] = None if qds is None else {q["kind"]: _counters(q) for q in qds if q["kind"] in ("tbf", "netem")}
+        t_ns = (t0 + time.monotonic_ns()) // 2
+        out[side] = (
+            None
+            if qds is None
+            else {q["kind"]: {**_counters(q), "t_ns": t_ns} for q in qds if q["kind"] in ("tbf", "netem")}
+        )
     return out
 
 

@@ -16,7 +16,9 @@ up makes that true:
 3. the README's set-up runs there, `make deps build`, its lines shown as
    they come (it installs Debian's packages, the venv and the build from
    the package registries, as on this machine);
-4. the host is checked as a run checks it (`qprof agent`'s hello).
+4. the host is checked as a run checks it (`qprof agent`'s hello), with
+   qprof started from that path's venv where it is not this one's
+   (`qprof_at`: what QPROF_REMOTE_QPROF then says for a run).
 
 A checkout here with uncommitted changes sends its commit without them
 (said as a warning). The bundle's temporary directory there is removed on
@@ -27,7 +29,7 @@ import shlex
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, List, Optional
 
 from qprof import errors, paths
 from qprof.collectors import environment
@@ -36,15 +38,23 @@ from qprof.collectors.ssh import SshHost
 
 STEP_TIMEOUT_S = 300.0
 BUILD = ("deps", "build")
-# What is at PATH there: "absent", "clean COMMIT", "changed COMMIT", or "other" (not a git checkout).
+VENV = ".venv"  # the Makefile's VENV
+# What is at PATH there: "absent" (nothing, or an empty directory, which git
+# clones into), "clean COMMIT", "changed COMMIT", or "other" (not a git checkout).
 LOOK = (
-    'p="$1"; if [ ! -e "$p" ]; then echo absent; '
+    'p="$1"; if [ ! -e "$p" ] || { [ -d "$p" ] && [ -z "$(ls -A "$p")" ]; }; then echo absent; '
     'elif git -C "$p" rev-parse HEAD >/dev/null 2>&1; then '
     'c=$(git -C "$p" rev-parse HEAD); '
     'if [ -z "$(git -C "$p" status --porcelain --untracked-files=no)" ]; '
     'then echo "clean $c"; else echo "changed $c"; fi; '
     "else echo other; fi"
 )
+
+
+def qprof_at(path: str) -> List[str]:
+    """How qprof set up at path is started there: its own venv's python
+    (what `make deps` made), as QPROF_REMOTE_QPROF would say it."""
+    return [str(Path(path) / VENV / "bin" / "python"), "-m", "qprof"]
 
 
 def _git(*args: str) -> str:

@@ -33,7 +33,9 @@ def check(plan: Plan, faults: Faults = NO_FAULTS) -> Path:
     if opts.cpus is not None and not opts.guest:
         # The guest's own qprof checks its CPUs.
         pinning.check_host(pinning.parse(opts.cpus), os.sched_getaffinity(0))
-    if opts.link is not None and not opts.guest:
+    # On hosts each side's kernel answers for its own device as the link
+    # goes on (collectors/emulation.py apply), this one's among them.
+    if opts.link is not None and not opts.guest and not opts.server:
         for kind in link.parse(opts.link).qdisc_kinds:
             why = capabilities.qdisc_missing(kind, no_netem=faults.no_netem)
             if why is not None:

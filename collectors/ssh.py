@@ -423,20 +423,23 @@ class SshHost:
             raise self.lost(f"`{shlex.join(map(str, argv))}`")
         return r
 
-    def qprof_argv(self, *args: str) -> List[str]:
-        """How qprof is started there: $QPROF_REMOTE_QPROF (a command line,
-        split as a shell would, e.g. `sudo -n /opt/qprof/.venv/bin/python -m
-        qprof`), else this interpreter's path: qprof installed there by the
-        README's commands at the same path."""
+    def qprof_argv(self, *args: str, qprof: Optional[List[str]] = None) -> List[str]:
+        """How qprof is started there: `qprof` if given (a checkout set up
+        elsewhere, collectors/install.py), else $QPROF_REMOTE_QPROF (a
+        command line, split as a shell would, e.g. `sudo -n
+        /opt/qprof/.venv/bin/python -m qprof`), else this interpreter's
+        path: qprof installed there by the README's commands at the same path."""
         cmd = os.environ.get(REMOTE_QPROF_ENV, "").strip()
-        base = shlex.split(cmd) if cmd else [sys.executable, "-m", "qprof"]
-        return base + [str(a) for a in args]
+        base = qprof or (shlex.split(cmd) if cmd else [sys.executable, "-m", "qprof"])
+        return list(base) + [str(a) for a in args]
 
-    def open_agent(self, timeout_s: float = HELLO_TIMEOUT_S) -> "Agent":
-        """`qprof agent` there, its hello read and checked: root, this
-        version and commit, the build complete; each refused with its own
-        error. Closed with the host if not before."""
-        agent = Agent(self, self.command(self.qprof_argv("agent")), self._dir / f"agent{len(self._agents)}.err")
+    def open_agent(self, timeout_s: float = HELLO_TIMEOUT_S, qprof: Optional[List[str]] = None) -> "Agent":
+        """`qprof agent` there (started as qprof_argv says), its hello read
+        and checked: root, this version and commit, the build complete;
+        each refused with its own error. Closed with the host if not before."""
+        argv = self.qprof_argv("agent", qprof=qprof)
+        agent = Agent(self, self.command(argv), self._dir / f"agent{len(self._agents)}.err")
+        agent.started = shlex.join(argv)
         self._agents.append(agent)
         try:
             agent.start()
@@ -480,6 +483,7 @@ class Agent:
         self.argv = argv
         self.err_path = err_path
         self.hello: dict = {}
+        self.started = ""  # the command line that started it there, as a person would type it
         self.proc: Optional[subprocess.Popen] = None
         self._claim = None
         self._err = None
@@ -542,7 +546,7 @@ class Agent:
             except queue.Empty:
                 raise errors.Timeout(
                     f"qprof on {self.host.name} did not start its agent within {timeout_s:.0f} s "
-                    f"(`{shlex.join(self.host.qprof_argv('agent'))}` there); check that it starts by hand."
+                    f"(`{self.started}` there); check that it starts by hand."
                 )
             if line is None:
                 break
@@ -558,7 +562,7 @@ class Agent:
         code = self.proc.returncode
         if code == 255 or not self.host.alive():
             raise self.host.lost("qprof's agent", ended)
-        started = shlex.join(self.host.qprof_argv("agent"))
+        started = self.started
         if code in (126, 127) or "No module named qprof" in self._stderr():
             raise errors.RemoteNotBuilt(
                 f"qprof is not installed on {self.host.name} where this one is (`{started}`: {ended}); install it "

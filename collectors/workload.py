@@ -35,8 +35,10 @@ SSH_FAILED = 255  # ssh's exit when it, not the command, failed
 # The ends that explain themselves. A side that fails on its own (its
 # content check, TLS, its port, its options) takes its peer down with it,
 # and the peer then ends with a lost connection; the run's error is the
-# first side's. PEER_GRACE_S: how long a side that ended otherwise waits
-# for its peer to end with one of these.
+# first side's. So does a side on a host that was lost (its ssh session
+# ended: errors.RemoteLost): its peer here then ends with a lost
+# connection, which may be seen first. PEER_GRACE_S: how long a side that
+# ended otherwise waits for its peer to end with one of these.
 OWN_CAUSES = (
     WorkloadExit.USAGE,
     WorkloadExit.LIB_OPEN,
@@ -77,8 +79,9 @@ class WorkloadProcess(ControlledProcess):
     def _there(self, code, msg: str):
         """The end of a process on another host as if it were here: the
         shell it runs under exits 128 + N for signal N (-N here); ssh's own
-        255 is the connection lost (errors.RemoteLost)."""
-        if code == SSH_FAILED:
+        255, or any end once the host's master connection has gone, is the
+        connection lost (errors.RemoteLost)."""
+        if self._host_lost(code):
             raise self.host.lost(f"the {self.role}", f"its ssh session ended ({msg})")
         if code is not None and code > 128 and msg.startswith("killed by signal"):
             return -(code - 128)
@@ -120,13 +123,20 @@ class WorkloadProcess(ControlledProcess):
             raise errors.PeerDied(f"the {self.role}{on} was killed by {_signal_name(-code)} mid-run{where}.")
         raise errors.PeerDied(f"the {self.role} ended mid-run (exit {code}: {msg}){where}.")
 
+    def _host_lost(self, code) -> bool:
+        """The process ran on another host and its end is the connection's:
+        ssh's own exit, or the host's master connection gone."""
+        return self.host is not None and (code == SSH_FAILED or not self.host.alive())
+
     def _ends_with_own_cause(self, within_s: float) -> bool:
         """Whether the process ends, within within_s, with an end that
-        explains itself (OWN_CAUSES)."""
+        explains itself (OWN_CAUSES, or its host lost)."""
         deadline = time.monotonic() + within_s
         while (code := self.exited()) is None and time.monotonic() < deadline:
+            if self._host_lost(code):
+                return True
             time.sleep(0.02)
-        return code in OWN_CAUSES  # another host's: its shell passes the code on
+        return code in OWN_CAUSES or self._host_lost(code)  # another host's: its shell passes the code on
 
 
 def _signal_name(n: int) -> str:

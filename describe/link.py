@@ -73,11 +73,16 @@ SATURATION_CAP_S = 5.0
 TBF_BURST_SLACK = 100  # bytes over the MTU: the Ethernet header, and tc's rounding of the burst
 TC_TIMEOUT_S = 10.0
 
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(us|ms|s)$")
+# ASCII digits only, and at most MAX_DIGITS before the point: no value
+# that long is a link, and float() makes infinity of more.
+MAX_DIGITS = 12
+_NUMBER = rf"(\d{{1,{MAX_DIGITS}}}(?:\.\d+)?)"
+_DURATION = re.compile(rf"{_NUMBER}(us|ms|s)", re.ASCII)
 _DURATION_S = {"us": 1e-6, "ms": 1e-3, "s": 1.0}
-_RATE = re.compile(r"^(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit)$")
+_RATE = re.compile(rf"{_NUMBER}(bit|kbit|mbit|gbit)", re.ASCII)
 _RATE_BIT = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9}
-_PERCENT = re.compile(r"^(\d+(?:\.\d+)?)%$")
+_PERCENT = re.compile(rf"{_NUMBER}%", re.ASCII)
+_QUEUE = re.compile(rf"\d{{1,{MAX_DIGITS}}}", re.ASCII)
 
 
 @dataclass(frozen=True)
@@ -146,7 +151,7 @@ def parse(text: str) -> Link:
 
 def _parse_key(key: str, value: str, item: str) -> dict:
     if key in ("rtt", "jitter"):
-        m = _DURATION.match(value)
+        m = _DURATION.fullmatch(value)
         if not m:
             raise BadLink(f"--link {item}: {key} is a duration such as 100ms, 1s or 500us (not negative).")
         s = float(m.group(1)) * _DURATION_S[m.group(2)]
@@ -154,7 +159,7 @@ def _parse_key(key: str, value: str, item: str) -> dict:
             raise BadLink(f"--link {item}: {key} above {MAX_RTT_S:g} s is not a link; give a shorter one.")
         return {"rtt_s" if key == "rtt" else "jitter_s": s}
     if key == "loss":
-        m = _PERCENT.match(value)
+        m = _PERCENT.fullmatch(value)
         if not m:
             raise BadLink(f"--link {item}: loss is a percentage such as 0.5% (with the % sign).")
         p = float(m.group(1))
@@ -162,14 +167,14 @@ def _parse_key(key: str, value: str, item: str) -> dict:
             raise BadLink(f"--link {item}: a link that loses {p:g}% of packets carries nothing; give less than 100%.")
         return {"loss_percent": p}
     if key == "rate":
-        m = _RATE.match(value)
+        m = _RATE.fullmatch(value)
         if not m:
             raise BadLink(f"--link {item}: rate is bits per second such as 2.2mbit, 500kbit or 1gbit.")
         bit = int(round(float(m.group(1)) * _RATE_BIT[m.group(2)]))
         if bit < 8000:
             raise BadLink(f"--link {item}: rate must be at least 8kbit (one byte per millisecond); raise it.")
         return {"rate_bit": bit}
-    if not value.isdigit() or int(value) < 1:
+    if not _QUEUE.fullmatch(value) or int(value) < 1:
         raise BadLink(f"--link {item}: queue is a whole number of packets, at least 1.")
     return {"queue_packets": int(value)}
 
@@ -230,8 +235,11 @@ class Plan:
         return (self.queue_packets or QUEUE_MIN_PACKETS) * 1514
 
 
-def plan(link: Link, mtu: int) -> Plan:
-    delay = link.rtt_s / 2
+def plan(link: Link, mtu: int, delay_s: Optional[float] = None) -> Plan:
+    """One direction's qdiscs: half the RTT's delay, or delay_s (a link on
+    hosts where only one side's kernel has netem: the whole RTT on that
+    side's egress, collectors/emulation.py)."""
+    delay = link.rtt_s / 2 if delay_s is None else delay_s
     queue, source = link.queue_packets, "given" if link.queue_packets else None
     if link.rate_bit and queue is None:
         bdp = link.rate_bit * max(link.rtt_s, QUEUE_FLOOR_S) / 8 / mtu
@@ -329,19 +337,31 @@ def describe(spec: str, link: Link, applied: dict, edges: Dict[str, dict]) -> di
         "before_window": applied.get("before_window"),
         "directions": {},
     }
+    plans = applied.get("plans")  # one plan per direction: netem on one side only
+    if plans:
+        out["one_sided"] = applied["one_sided"]
     for side, name in directions.items():
         qds = applied["qdiscs"].get(side)
         obs = observed(qds) if qds is not None else None
+        mine = plans[side] if plans else p
         start, end = (edges.get("start") or {}).get(side), (edges.get("end") or {}).get(side)
-        window = None
+        window = window_s = None
         if start is not None and end is not None:
             window = {kind: {k: end[kind][k] - start[kind][k] for k in COUNTERS} for kind in end if kind in start}
+            # The counters' own interval (collectors/emulation.read_counters);
+            # None where a measurement predates it.
+            read = [(start[k].get("t_ns"), end[k].get("t_ns")) for k in window]
+            if read and all(a is not None and b is not None for a, b in read):
+                window_s = (read[0][1] - read[0][0]) / 1e9
         out["directions"][name] = {
             "egress_of": side,
             "applied": obs,
-            "differs": matches(p, obs) if obs is not None else None,
+            "differs": matches(mine, obs) if obs is not None else None,
             "window": window,
+            "window_s": window_s,
         }
+        if plans:
+            out["directions"][name]["plan"] = mine
     return out
 
 
@@ -375,7 +395,11 @@ def add_saturation(
     util, held = {}, {}
     for name, d in out["directions"].items():
         root = (d["window"] or {}).get("tbf")
-        util[name] = root["bytes"] * 8 / seconds / rate_bit if root and rate_bit and seconds > 0 else None
+        # Over the counters' own interval where it was read, not the CPU's:
+        # an edge reads tc after the CPU and the marks (6-8 ms later here,
+        # more on a loaded machine, and not alike at both edges).
+        own_s = d.get("window_s") or seconds
+        util[name] = root["bytes"] * 8 / own_s / rate_bit if root and rate_bit and own_s > 0 else None
         held[name] = root.get("overlimits") if root else None
         # netem's drops are its random loss and any packet over its limit
         # (tbf's count its child's again, so they are not added).

@@ -27,7 +27,9 @@ class Edge:
     tasks: dict  # (pid, tid) -> on-CPU ns of every task (schedstat)
     qdiscs: Optional[dict] = None  # with --link: side -> qdisc kind -> counters (link.read_counters)
     # A run on hosts: role -> its host's part, in that host's clock: {"host",
-    # "t_ns", "system" (its /proc/stat), "tasks" (its every task, "pid/tid"),
+    # "t_ns", "answered_ns" (when its answer arrived here, in this machine's
+    # clock: the host read its part between the edge's t_ns and then),
+    # "system" (its /proc/stat), "tasks" (its every task, "pid/tid"),
     # "nic" (procfs.read_nic of the side's NIC, read just outside the window:
     # before the start edge, after the end edge)}.
     # Then system is every kernel's summed, and tasks each side's own threads.

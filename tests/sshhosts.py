@@ -24,8 +24,10 @@ import ipaddress
 import json
 import os
 import secrets
+import signal
 import socket
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
@@ -70,15 +72,86 @@ def _ip(*args: str) -> None:
     assert r.returncode == 0, f"ip {' '.join(args)}: {r.stderr.strip()}"
 
 
+class RegistryProxy:
+    """A host's way out to the package registries, as a host behind an
+    HTTP proxy has one: a CONNECT proxy (to port 443 only) listening on
+    this side of its veth, which its sessions are given as HTTPS_PROXY.
+    A namespace has no route out of its /30, and its resolver is this
+    machine's; the proxy reaches out, and resolves, from here."""
+
+    def __init__(self, addr: str):
+        self.addr = addr
+        self.sock = socket.create_server((addr, 0))
+        self.port = self.sock.getsockname()[1]
+        threading.Thread(target=self._accept, name="registry-proxy", daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.addr}:{self.port}"
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return  # closed
+            threading.Thread(target=self._tunnel, args=(conn,), daemon=True).start()
+
+    def _tunnel(self, conn: socket.socket) -> None:
+        with conn:
+            head = b""
+            while b"\r\n\r\n" not in head and len(head) < 8192:
+                got = conn.recv(4096)
+                if not got:
+                    return
+                head += got
+            method, target, *_ = head.split(b"\r\n", 1)[0].decode(errors="replace").split()
+            name, _, port = target.rpartition(":")
+            if method != "CONNECT" or port != "443":
+                conn.sendall(b"HTTP/1.1 403 Forbidden\r\n\r\n")
+                return
+            try:
+                out = socket.create_connection((name, 443), timeout=30)
+            except OSError:
+                conn.sendall(b"HTTP/1.1 502 Bad Gateway\r\n\r\n")
+                return
+            with out:
+                conn.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                out.settimeout(None)
+                back = threading.Thread(target=_relay, args=(out, conn), daemon=True)
+                back.start()
+                _relay(conn, out)
+                back.join()
+
+
+def _relay(src: socket.socket, dst: socket.socket) -> None:
+    try:
+        while data := src.recv(65536):
+            dst.sendall(data)
+    except OSError:
+        pass
+    finally:
+        try:
+            dst.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+
+
 class SshTestHost:
     """One host: `addr` (reached from here), `alias` (a Host name in
     `ssh_config`), `destination` (root@addr), the client key, the host
-    key and the known_hosts qprof uses, all under `scratch`."""
+    key and the known_hosts qprof uses, all under `scratch`. registries:
+    its sessions reach the package registries (RegistryProxy)."""
 
-    def __init__(self, scratch: Path, env: Optional[Dict[str, str]] = None):
+    def __init__(self, scratch: Path, env: Optional[Dict[str, str]] = None, registries: bool = False):
         self.dir = Path(scratch)
         self.env = {k: os.environ[k] for k in PASSED_ENV if k in os.environ}
         self.env.update(env or {})
+        self.registries = registries
+        self.proxy: Optional[RegistryProxy] = None
         tag = secrets.token_hex(3)
         self.netns = f"{NETNS_PREFIX}{tag}"
         self.links = (f"{LINK_PREFIX}{tag}r", f"{LINK_PREFIX}{tag}h")  # this side, the host's
@@ -117,6 +190,9 @@ class SshTestHost:
         _ip("-n", self.netns, "addr", "add", f"{there}/30", "dev", self.links[1])
         _ip("-n", self.netns, "link", "set", self.links[1], "up")
         self.local_addr, self.addr = here, there
+        if self.registries:
+            self.proxy = RegistryProxy(here)
+            self.env.update({"HTTPS_PROXY": self.proxy.url, "https_proxy": self.proxy.url})
         self._make_keys()
 
         with open(self.sshd_log, "wb") as log:
@@ -194,6 +270,9 @@ class SshTestHost:
             # Its own end first: a namespace is destroyed on the kernel's
             # time, and the veth end here with it, after `ip netns del`.
             subprocess.run(["ip", "link", "del", self.links[0]], capture_output=True)
+            if self.proxy is not None:
+                self.proxy.close()
+                self.proxy = None
             if self._claimed and remains.delete_netns(self.netns):
                 remains.ledger().release("netns", self.netns)
                 self._claimed = False
@@ -256,6 +335,17 @@ class SshTestHost:
             return []
         ps = subprocess.run(["ps", "-o", "pid=,args=", "-p", ",".join(pids)], capture_output=True, text=True)
         return [l.strip() for l in ps.stdout.splitlines() if l.strip()]
+
+    def kill_sshd(self) -> None:
+        """The host's sshd and every session it serves killed with -9 (its
+        own, not another host's: a pid namespace is the machine's)."""
+        r = subprocess.run(["ip", "netns", "pids", self.netns], capture_output=True, text=True)
+        for pid in r.stdout.split():
+            try:
+                if Path(f"/proc/{pid}/comm").read_text().strip() == "sshd":
+                    os.kill(int(pid), signal.SIGKILL)
+            except (OSError, ValueError):
+                pass  # gone meanwhile
 
     def wait_idle(self, timeout_s: float = 10.0) -> List[str]:
         """remote_pids() once the host has none left, or when timeout_s

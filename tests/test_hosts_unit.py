@@ -1,14 +1,20 @@
 # SPDX-License-Identifier: GPL-2.0-only
 """A run on two hosts, the parts that need no machine: a NIC's readings
 (ethtool -S, /proc/interrupts, /proc/softirqs) parsed and turned into the
-window's figures, each host's probe windows merged, and the clocks'
-offset from round trips."""
+window's figures, each host's probe windows merged, the clocks' offset
+from round trips, a side's hardware counters from perf stat's output, a
+lost host as the run's error, and a --link where one side has no netem."""
+
+from pathlib import Path
 
 import pytest
 
+from qprof import errors
+from qprof.collectors import emulation, workload
 from qprof.collectors.probes import merge_windows
 from qprof.collectors.ssh import best_offset
-from qprof.describe import hosts, nic
+from qprof.collectors.workload import WorkloadExit, WorkloadProcess
+from qprof.describe import hosts, link, nic
 
 pytestmark = pytest.mark.unit
 
@@ -121,3 +127,127 @@ def test_hardware_counters_per_byte_or_perfs_own_words():
     got, why = hosts.hardware_figures({"output": ""}, {"pmu": "cpu"}, 1)
     assert got is None and "not in perf stat's output" in why
     assert hosts.hardware_figures(None, {}, 1) == (None, "not measured: this side's perf stat did not run")
+
+
+PERF_STAT = Path(__file__).parent / "data" / "perf-stat"
+
+
+def test_hardware_counters_from_stored_perf_stat_output():
+    """perf stat's own output (tests/data/perf-stat): counted where the
+    host has a PMU, perf's "<not supported>" where it has none (as this
+    VM's perf wrote it), each to its figures or its reason."""
+    got, why = hosts.hardware_figures({"output": (PERF_STAT / "counted.csv").read_text()}, {"pmu": "cpu"}, 10**9)
+    assert why is None
+    assert (got["cycles"], got["instructions"]) == (2871553012, 4137392211)
+    assert got["cycles_per_byte"] == 2.871553012 and got["instructions_per_byte"] == 4.137392211
+    assert got["ipc"] == pytest.approx(1.44, abs=0.005)  # perf's own metric column
+    got, why = hosts.hardware_figures({"output": (PERF_STAT / "no-pmu.csv").read_text()}, {"pmu": None}, 10**9)
+    assert got is None and why == (
+        "perf stat could not count them (cycles <not supported>; instructions <not supported>): "
+        "no hardware PMU on this host (no /sys/bus/event_source/devices/cpu)"
+    )
+
+
+class _Ended:
+    """A process's end as Popen gives it: code, or None while it runs."""
+
+    def __init__(self, code, running=False):
+        self.code, self.running = code, running
+
+    def poll(self):
+        return None if self.running else self.code
+
+    def wait(self, timeout=None):
+        return self.code
+
+
+class _Host:
+    def __init__(self, alive: bool):
+        self.name, self._alive = "root@h", alive
+
+    def alive(self) -> bool:
+        return self._alive
+
+    def lost(self, what: str, detail: str = "") -> errors.RemoteLost:
+        return errors.RemoteLost(f"lost {what} on {self.name} ({detail}); check the host and the network to it.")
+
+
+def _side(role, proc, host, tmp_path) -> WorkloadProcess:
+    """A WorkloadProcess as it is once its process has ended (none started)."""
+    p = WorkloadProcess.__new__(WorkloadProcess)
+    p.role, p.proc, p.host, p.done, p.peer = role, proc, host, None, None
+    p.log_path = tmp_path / f"{role}.log"
+    p.log_path.write_text(f"qprof-wl: the {role}'s connection ended\n")
+    return p
+
+
+@pytest.mark.parametrize("server_gone", [True, False], ids=["ssh exited", "ssh not yet"])
+def test_a_client_here_ended_by_its_servers_lost_host_is_a_lost_host(tmp_path, monkeypatch, server_gone):
+    """The connection to the server's host cut: the server there ends and
+    the client here ends with a lost connection, which may be seen first;
+    the run's error is the lost host (RemoteLost, 58), not a peer that
+    died (9), whether ssh there has exited yet or not."""
+    monkeypatch.setattr(workload, "PEER_GRACE_S", 0.05)
+    client = _side("client", _Ended(WorkloadExit.CONN_LOST), None, tmp_path)
+    server = _side("server", _Ended(workload.SSH_FAILED, running=not server_gone), _Host(alive=False), tmp_path)
+    client.peer, server.peer = server, client
+    with pytest.raises(errors.RemoteLost) as e:
+        client.raise_exit()
+    assert e.value.exit_code == 58 and "lost the server on root@h" in e.value.sentence
+
+
+def test_a_client_here_ended_beside_a_live_host_is_its_own_end(tmp_path, monkeypatch):
+    monkeypatch.setattr(workload, "PEER_GRACE_S", 0.05)
+    client = _side("client", _Ended(WorkloadExit.CONN_LOST), None, tmp_path)
+    server = _side("server", _Ended(None, running=True), _Host(alive=True), tmp_path)
+    client.peer, server.peer = server, client
+    with pytest.raises(errors.PeerDied) as e:
+        client.raise_exit()
+    assert "the client ended mid-run (exit 7" in e.value.sentence
+
+
+class _Device:
+    """A device on a host whose kernel has netem or not: `tc` there as
+    collectors/emulation.py runs it (through the endpoint's command), each
+    call kept."""
+
+    netns = None
+
+    def __init__(self, ifname, host, netem: bool):
+        self.ifname, self.host, self.netem, self.calls = ifname, host, netem, []
+
+    def command(self, argv):
+        self.calls.append(argv[1:])
+        if "netem" in argv and not self.netem:
+            return ["sh", "-c", "echo 'Error: Specified qdisc kind is unknown.' >&2; exit 2"]
+        return ["echo", "[]"] if "-j" in argv else ["true"]
+
+
+def test_a_round_trip_goes_on_the_side_whose_kernel_has_netem():
+    """On hosts one side's kernel may lack netem: the whole RTT goes on the
+    other side's egress (a round trip crosses both), the side without it
+    keeps the rate, and the record says so; loss and jitter, each
+    direction's own, and a link where no side has netem are refused with
+    the kernel-feature code, naming who lacks it."""
+    here, there = _Device("tap0", None, netem=False), _Device("eth0", _Host(alive=True), netem=True)
+    got = emulation.apply(link.parse("rtt=40ms,rate=10mbit"), {"client": here, "server": there}, 1500)
+    plans = got.applied["plans"]
+    assert (plans["server"]["delay_s"], plans["client"]["delay_s"]) == (0.04, 0.0)
+    assert plans["client"]["netem_limit"] is None and plans["client"]["rate_bit"] == plans["server"]["rate_bit"]
+    assert (
+        got.applied["one_sided"]["netem_on"] == "server" and "tap0 (this machine)" in got.applied["one_sided"]["reason"]
+    )
+    built = [c for c in there.calls if c[0] == "qdisc" and c[1] == "add"]
+    assert [c[c.index("handle") + 2] for c in built[-2:]] == ["tbf", "netem"] and "40000us" in built[-1]
+    assert [c[c.index("handle") + 2] for c in here.calls if c[:2] == ["qdisc", "add"]][-1] == "tbf"
+    rec = link.describe("rtt=40ms,rate=10mbit", link.parse("rtt=40ms,rate=10mbit"), got.applied, {})
+    assert rec["one_sided"] == got.applied["one_sided"]
+    assert rec["directions"]["server_to_client"]["plan"]["delay_s"] == 0.04
+    for spec in ("rtt=40ms,loss=1%,rate=10mbit", "rtt=40ms,jitter=5ms,rate=10mbit"):
+        with pytest.raises(errors.LinkUnsupported) as e:
+            emulation.apply(link.parse(spec), {"client": here, "server": there}, 1500)
+        assert e.value.exit_code == 30 and "the client's kernel (this machine) has no sch_netem" in e.value.sentence
+    neither = _Device("eth0", _Host(alive=True), netem=False)
+    with pytest.raises(errors.LinkUnsupported) as e:
+        emulation.apply(link.parse("rtt=40ms"), {"client": here, "server": neither}, 1500)
+    assert "no side's kernel has sch_netem" in e.value.sentence and "root@h: " in e.value.sentence

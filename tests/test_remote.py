@@ -290,9 +290,9 @@ def test_the_connection_lost_under_an_agent(ssh_host):
     nothing_left(ssh_host, before)
 
 
-def _setup(host, *args):
+def _setup(host, *args, timeout=600):
     before = leftovers()
-    r = qprof("remote", "setup", host.destination, "--ssh-config", str(host.ssh_config), *args, timeout=600)
+    r = qprof("remote", "setup", host.destination, "--ssh-config", str(host.ssh_config), *args, timeout=timeout)
     nothing_left(host, before, r.stderr)
     assert not list(Path("/tmp").glob("qprof-setup-*")) and not list(Path(tempfile.gettempdir()).glob("qprof-bundle-*"))
     return r
@@ -301,7 +301,8 @@ def _setup(host, *args):
 def test_setup_sends_this_commit_and_nothing_else(ssh_host, tmp_path):
     """`qprof remote setup --path DIR --no-build`: this commit, as a bundle
     over the connection, cloned where nothing was, fetched into a clean
-    checkout of another commit, and refused over a checkout with changes."""
+    checkout of another commit, and refused over a checkout with changes.
+    With the build: tests/test_remote_setup.py (the network tier)."""
     there = tmp_path / "qprof-there"
     r = _setup(ssh_host, "--path", str(there), "--no-build")
     assert r.returncode == 0, r.stderr
@@ -317,25 +318,3 @@ def test_setup_sends_this_commit_and_nothing_else(ssh_host, tmp_path):
     assert r.returncode == NOT_BUILT, r.stderr
     assert "has changed tracked files" in one_sentence(r.stderr)
     assert (there / "README.md").read_text() == "changed there\n"  # refused, not overwritten
-
-
-@pytest.mark.skipif(
-    bool(
-        subprocess.run(
-            ["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True
-        ).stdout.strip()
-    ),
-    reason="this checkout has uncommitted changes: setup at its own path (the test host shares it) refuses them; "
-    "CI's clean checkout runs it",
-)
-def test_setup_at_this_path_builds_and_checks(ssh_host):
-    """At this checkout's own path (which the test host shares): already at
-    the commit, `make deps build` there (its lines shown), then the host
-    checked as a run checks it."""
-    r = _setup(ssh_host)
-    assert r.returncode == 0, r.stderr
-    assert f"is already at {our_commit()[:12]}" in r.stdout
-    assert f"make -C {REPO} deps build" in r.stdout
-    assert r.stdout.splitlines()[-1].startswith(
-        f"{ssh_host.destination}: ready: qprof {__version__} at {our_commit()[:12]}"
-    )
