@@ -1,10 +1,13 @@
 # SPDX-License-Identifier: GPL-2.0-only
 """Shared by the tests: run the real CLI, and check that nothing is left."""
 
+import copy
+import functools
 import itertools
 import json
 import os
 import re
+import select
 import signal
 import socket
 import subprocess
@@ -48,6 +51,30 @@ def qprof(*args, runs_dir=None, timeout=120, env_extra=None, **kw):
     )
 
 
+def qprof_here(*args, runs_dir=None, env_extra=None):
+    """`qprof ARGS` through cli/main.py's main in this process (no Python
+    start-up; for commands that only read and write files: ls, show,
+    report, check, flame, export), as a subprocess.CompletedProcess.
+    pytest keeps its own signal handlers."""
+    from unittest import mock
+
+    from click.testing import CliRunner
+
+    from qprof import interrupts
+    from qprof.cli import main
+
+    env = dict(env_extra or {})
+    if runs_dir is not None:
+        env["QPROF_RUNS_DIR"] = str(runs_dir)
+    with mock.patch.object(interrupts, "install", lambda: None), CliRunner().isolation(env=env) as (out, err, _):
+        try:
+            main.main(list(args))
+            code = 0
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else 1
+    return subprocess.CompletedProcess(["qprof", *args], code, out.getvalue().decode(), err.getvalue().decode())
+
+
 def impossible_figures(obj, path=""):
     """Figures no measurement can give: a share outside [0, 1], negative
     CPU time or CPU per byte. Every real run's record is checked."""
@@ -78,6 +105,50 @@ def run_json(runs_dir, *args, timeout=120, allow=()):
     rec = json.loads(r.stdout)
     assert impossible_figures(rec) == []
     return rec
+
+
+def edges_apart_ns(run_dir: Path, rec: dict, probe: str, role: str) -> int:
+    """How far apart, in all, a probe and a workload read the window's two
+    edges: at each, the probe read somewhere in [t_ns, t_ns + read_ns] and
+    the role's mark holds its own t_ns (measurement.json). What happened in
+    that gap is in one's window and not the other's, so a bound on two
+    counts' difference is the window's rate over this, however fast the
+    machine is."""
+    marks = json.loads((run_dir / "measurement.json").read_text())["window"]
+    apart = 0
+    for name, p in rec["probes"][probe]["edges"].items():
+        t = marks[name][f"{role}_mark"]["t_ns"]
+        apart += max(abs(p["t_ns"] - t), abs(p["t_ns"] + p["read_ns"] - t))
+    return apart
+
+
+# Leaf frames of a handshake's public-key work, as a person would spot
+# them in OpenSSL, quictls, aws-lc or BoringSSL (X25519, ECDSA and P-256,
+# bignums, certificates) and GnuTLS (symbol-less hogweed and GMP).
+HANDSHAKE_LEAVES = r"(?i)x25519|ecdsa|nistz256|evp_pkey|^bn_|x509|^\[libhogweed\.so|^__gmpn_"
+
+
+def category_bracket(run_dir: Path, rec: dict, side: str, frames: str) -> tuple:
+    """A category's size on a side, bracketed by a count made apart from
+    flamegraphs/categories.py: the side's kept folded stacks read here, the
+    samples whose leaf frame matches the regex `frames` (each of those the
+    rules' leaf-first pass puts in the category) and those with any frame
+    matching it (a sample of the category has its deciding frame among
+    them). In ns, as the record's graph counts them: samples x period,
+    scaled by the capture's weighting factors where it was weighted.
+    Returns (least, most) for the category's ns over the window."""
+    pattern = re.compile(frames)
+    leaf = anywhere = 0
+    for line in (run_dir / rec["flame"]["stacks_dir"] / f"{side}.folded").read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        names = stack.split(";")
+        if any(pattern.search(f) for f in names):
+            anywhere += int(count)
+            if pattern.search(names[-1]):
+                leaf += int(count)
+    period = rec["flame"]["sample_period_ns"]
+    factors = [t["factor"] for t in rec["flame"]["sides"][side].get("weighting", {}).get("threads", [])] or [1.0]
+    return leaf * period * min(1.0, *factors), anywhere * period * max(1.0, *factors)
 
 
 def _default_signals():
@@ -129,6 +200,25 @@ def wait_for_transfer(runs_dir, timeout_s=30.0):
     raise AssertionError(f"no transfer started under {runs_dir} within {timeout_s:.0f} s")
 
 
+def wait_for_intervals(p, n=1, timeout_s=60.0) -> str:
+    """Until a `qprof run` that started() without --json has printed n
+    interval lines on stdout ("[...", one per --interval, 1 s by default):
+    its window is open and has run n intervals. What stdout said by then,
+    since communicate() gives only the rest."""
+    fd, said = p.stdout.fileno(), b""
+    deadline = time.monotonic() + timeout_s
+    while sum(line.startswith(b"[") for line in said.split(b"\n")[:-1]) < n:
+        left = deadline - time.monotonic()
+        if left <= 0 or p.poll() is not None and not select.select([fd], [], [], 0)[0]:
+            raise AssertionError(f"no interval line {n} within {timeout_s:.0f} s (exit {p.poll()}): {said!r}")
+        if select.select([fd], [], [], min(left, 0.5))[0]:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                raise AssertionError(f"stdout closed before interval line {n} (exit {p.wait()}): {said!r}")
+            said += chunk
+    return said.decode()
+
+
 def leftovers():
     """Namespaces, links, processes, ledgers and temporary paths a run could
     have left behind."""
@@ -146,7 +236,9 @@ def leftovers():
         for line in ps.splitlines()
         if "qprof-wl" in line
         or "perf record" in line
+        # the session's started guest (session_guest) is the session's, not a run's
         or "qemu-system" in line
+        and line.split()[0] != str(SESSION_GUEST.get("pid"))
         # ssh's master and clients (their control socket's directory is in
         # their argv), `qprof agent` on a test host, a test host's sshd
         or "qprof-ssh-" in line
@@ -155,6 +247,12 @@ def leftovers():
     ]
     state = Path(os.environ.get("QPROF_STATE_DIR", "/run/qprof"))
     found += [f"ledger {p}" for p in state.glob("*.json")]
+    # A guest booted for a command (collectors/resident.py), a started guest
+    # the session did not start, a job the session's guest holds.
+    found += [f"guest {p}" for p in state.glob("guest-*")]
+    if (state / "guest").exists() and not SESSION_GUEST:
+        found.append(f"started guest {state / 'guest'}")
+    found += [f"guest job {p}" for p in (state / "guest" / "spool" / "jobs").glob("*") if SESSION_GUEST]
     found += [f"path {p}" for p in Path("/tmp").glob("qprof-perf-*")]
     found += [f"path {p}" for p in Path(tempfile.gettempdir()).glob("qprof-ssh-*")]
     return found
@@ -166,18 +264,31 @@ SCHEMAS = {
 }
 
 
+@functools.lru_cache(maxsize=None)
+def _validator(name: str):
+    """The schema's validator, checked and built once a session
+    (jsonschema.validate checks the schema itself again on every call)."""
+    import jsonschema
+
+    schema = json.loads(SCHEMAS[name].read_text())
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema)
+
+
 def validate_records(root: Path) -> int:
     """Every run.json and comparison.json under root against its JSON Schema
     (a guest's own records included); how many were checked."""
     import jsonschema
 
     n = 0
-    for name, schema_path in SCHEMAS.items():
-        schema = json.loads(schema_path.read_text())
+    for name in SCHEMAS:
         for p in sorted(Path(root).rglob(name)):
             if "latest" in p.parts:
                 continue
-            jsonschema.validate(json.loads(p.read_text()), schema)
+            error = jsonschema.exceptions.best_match(_validator(name).iter_errors(json.loads(p.read_text())))
+            if error is not None:
+                raise error
             n += 1
     return n
 
@@ -189,6 +300,100 @@ def runs_dir(tmp_path):
     assert leftovers() == []
     if d.exists():
         validate_records(d)
+
+
+@pytest.fixture(scope="session")
+def shared(tmp_path_factory):
+    """One real measurement per configuration a session, for every test
+    that asserts on it: shared("run", *ARGS) -> (runs_dir, the record of
+    `qprof run --json ARGS`); shared("compare", *ARGS) -> (runs_dir, the
+    comparison of `qprof compare --json ARGS`); text=True: the command as
+    a person reads it, -> (runs_dir, (its stdout, the record of its run)).
+    Tests name a configuration by the same ARGS in the same order. Each
+    gets a runs directory of its own, held as runs_dir holds a test's as
+    soon as it is measured: nothing left behind, every record valid. A
+    configuration that failed fails every test that asks for it, with its
+    first failure, and is not run again. Each caller gets its own copy."""
+    made = {}
+
+    def measure(d, command, args, allow, timeout, text):
+        if command == "run" and not text:
+            return run_json(d, *args, timeout=timeout, allow=allow)
+        r = qprof(command, *args, *(() if text else ("--json",)), runs_dir=d, timeout=timeout)
+        assert r.returncode == 0, r.stderr
+        lines = [line for line in r.stderr.splitlines() if line.strip()]
+        assert all(any(re.search(a, line) for a in allow) for line in lines), r.stderr
+        return (r.stdout, json.loads((d / "latest" / "run.json").read_text())) if text else json.loads(r.stdout)
+
+    def get(command, *args, allow=(), timeout=300, text=False):
+        key = (command, args, tuple(allow), text)
+        if key not in made:
+            d = tmp_path_factory.mktemp(command) / "runs"
+            try:
+                out = measure(d, command, args, allow, timeout, text)
+                assert leftovers() == []
+                validate_records(d)
+                made[key] = (d, out)
+            except Exception as e:
+                made[key] = e
+                raise
+        got = made[key]
+        if isinstance(got, Exception):
+            pytest.fail(f"qprof {command} {' '.join(args)} failed in an earlier test: {got}")
+        return got[0], copy.deepcopy(got[1])
+
+    return get
+
+
+# The guest the session started (session_guest): its QEMU's pid and id.
+SESSION_GUEST = {}
+
+
+class SessionGuest:
+    """The started guest of the guest tier, started by the first test that
+    asks (ensure()), again if a test killed it or it no longer runs this
+    qprof, and stopped at the session's end. Its QEMU is not a leftover."""
+
+    def status(self, env_extra=None):
+        r = qprof("guest", "status", "--json", timeout=60, env_extra=env_extra)
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout)
+
+    def ensure(self) -> dict:
+        """The session's guest, running and current: its status."""
+        info = self.status()
+        ours = info and info["id"] == SESSION_GUEST.get("id")
+        if info and info["alive"] and not ours:
+            pytest.fail(f"a started guest this session did not start runs ({info['id']}); `qprof guest stop` it first")
+        if ours and info["alive"] and info["current"]:
+            return info
+        if ours and info["alive"]:  # started before qprof's files changed
+            r = qprof("guest", "stop", timeout=120)
+            assert r.returncode == 0, r.stderr
+        SESSION_GUEST.clear()
+        r = qprof("guest", "start", timeout=300)
+        assert r.returncode == 0 and r.stderr == "", r.stderr
+        info = self.status()
+        SESSION_GUEST.update(pid=info["qemu"]["pid"], id=info["id"])
+        return info
+
+    def stop(self) -> None:
+        """At the session's end: stopped, and nothing of it left."""
+        if not SESSION_GUEST:
+            return
+        r = qprof("guest", "stop", timeout=120)
+        SESSION_GUEST.clear()
+        assert r.returncode == 0 and r.stdout.startswith("stopped guest "), r.stdout + r.stderr
+        assert leftovers() == []
+
+
+@pytest.fixture(scope="session")
+def session_guest():
+    """The guest tier's started guest (SessionGuest): a test calls
+    session_guest.ensure() before its `qprof run --guest` to be served by it."""
+    g = SessionGuest()
+    yield g
+    g.stop()
 
 
 @pytest.fixture

@@ -15,7 +15,9 @@ from qprof.collectors import preflight
 from qprof.describe import record
 
 from conftest import needs_build, qprof, run_json
+from refusals import refused
 from test_bad_input import refused_run
+from test_pinning import UNPINNED
 
 MSQUIC_UNUSABLE, BAD_VALUE = 37, 4
 
@@ -73,7 +75,7 @@ def test_compare_two_msquic_builds(runs_dir):
 
 @pytest.mark.system
 @needs_build
-def test_both_sides_run_on_the_library_asked(runs_dir, tmp_path):
+def test_both_sides_run_on_the_library_asked(runs_dir, tmp_path, shared):
     """A copy of the project's library under another name and place: each
     side's loader took that file, not the one qprof-wl's RUNPATH names."""
     theirs = tmp_path / "their-build" / "libmsquic-custom.so"
@@ -86,7 +88,8 @@ def test_both_sides_run_on_the_library_asked(runs_dir, tmp_path):
     assert env["msquic_version"] == "2.5.1" and env["msquic_git_hash"] is None
     assert rec["config"]["msquic"] == str(theirs) and rec["verified"] is True
     # Without it, the project's own build, as the RUNPATH says.
-    rec = run_json(runs_dir, "--stack", "quic", "--duration", "1s", "--warmup", "0.3s")
+    _, rec = shared("run", *UNPINNED)
+    assert rec["config"]["msquic"] is None and rec["stack"] == "quic"
     assert set(rec["environment"]["msquic_library"].values()) == {str(own_library())}
 
 
@@ -100,8 +103,13 @@ def test_a_file_that_is_not_msquic_is_refused(runs_dir, tmp_path):
     refused_run(runs_dir, ["--msquic", str(text)], MSQUIC_UNUSABLE, ["cannot be loaded as msquic"])
     ssl = next(p for p in ("/usr/lib/x86_64-linux-gnu/libssl.so.3", "/lib/x86_64-linux-gnu/libssl.so.3"))
     refused_run(runs_dir, ["--msquic", ssl], MSQUIC_UNUSABLE, ["MsQuicOpenVersion"])
-    refused_run(runs_dir, ["--stack", "tcp", "--msquic", str(own_library())], BAD_VALUE, ["tcp does not use msquic"])
-    refused_run(runs_dir, ["--msquic", str(own_library()), "--guest"], BAD_VALUE, ["drop --guest or --msquic"])
+
+
+@pytest.mark.unit
+def test_msquic_is_refused_where_it_cannot_apply():
+    """Refused by the plan, before the file is looked at (tests/refusals.py)."""
+    refused(["--stack", "tcp", "--msquic", str(own_library())], BAD_VALUE, ["tcp does not use msquic"])
+    refused(["--msquic", str(own_library()), "--guest"], BAD_VALUE, ["drop --guest or --msquic"])
 
 
 @pytest.mark.unit

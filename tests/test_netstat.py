@@ -8,7 +8,8 @@ import pytest
 
 from qprof.describe import netstat
 
-from conftest import needs_build, run_json
+from conftest import needs_build
+from test_floor import ALONE_2S
 
 DATA = Path(__file__).parent / "data" / "netstat"
 
@@ -77,10 +78,8 @@ def test_unmeasured_is_absent_not_zero():
 @pytest.mark.system
 @needs_build
 @pytest.mark.parametrize("stack", ["tcp-tls", "quic"])
-def test_transfer_names_its_drops_and_explains_its_retransmits(runs_dir, stack):
-    rec = run_json(
-        runs_dir, "--stack", stack, "--duration", "2s", "--warmup", "0.5s", "--probes", "none", "--sample-hz", "0"
-    )
+def test_transfer_names_its_drops_and_explains_its_retransmits(shared, stack):
+    _, rec = shared("run", "--stack", stack, *ALONE_2S)
     k = rec["kernel_loss"]
     assert k["dropped"] is not None and k["window"]["client"] is not None and k["window"]["server"] is not None
     assert k["dropped"] == bool(k["where"])

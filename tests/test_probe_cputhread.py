@@ -145,11 +145,21 @@ def loopback_pair(scratch: Path):
 
 
 def run_transfer(server, client):
+    """Both ends' done reports, client first."""
     client.send("start")
-    for w in (client, server):
-        done = w.wait_event("done", FINISH_TIMEOUT_S)
+    dones = [w.wait_event("done", FINISH_TIMEOUT_S) for w in (client, server)]
+    for done in dones:
         assert done["exit_code"] == 0, done
-    return done
+    return dones
+
+
+def least_net_rx(dones) -> float:
+    """The fewest NET_RX softirqs that can have delivered a loopback
+    transfer: each send call is one skb through lo (a GSO one whole),
+    netif_rx'd to the backlog, and one NET_RX run takes at most
+    net.core.netdev_budget of them."""
+    budget = int(Path("/proc/sys/net/core/netdev_budget").read_text())
+    return sum(d["perf_counters"]["udp_send_calls"] for d in dones) / budget
 
 
 def by_tid(mark, pid):
@@ -171,7 +181,7 @@ def test_transfer_against_kernel(scratch):
         pids = [server.pid, client.pid]
         with cputhread(pids, scratch, "--hardirqs") as probe:
             m0, k0_before, k0_after = edge(probe, pids, "start")
-            run_transfer(server, client)
+            dones = run_transfer(server, client)
             m1, k1_before, k1_after = edge(probe, pids, "end")
         for w in (client, server):
             w.finish(FINISH_TIMEOUT_S)
@@ -192,20 +202,23 @@ def test_transfer_against_kernel(scratch):
         oncpu[pid] = (p, k, (hi - lo) / 2)
 
         # Every switch the kernel counted, the probe saw (the marks'
-        # own visit to every CPU falls inside both brackets).
+        # own visit to every CPU falls inside both brackets), and as the
+        # kernel's involuntary ones those that left the thread runnable:
+        # but for a sleep a pending signal called off (the tracepoint then
+        # sees TASK_RUNNING, the kernel counts it voluntary), and these
+        # processes get no signal in the window.
         for field in ("switches", "involuntary"):
             got = sum(delta(end, start, t, field) for t in tids)
             klo = sum(k1_before[pid][t][field] - k0_after[pid].get(t, {}).get(field, 0) for t in tids)
             khi = sum(k1_after[pid][t][field] - k0_before[pid].get(t, {}).get(field, 0) for t in tids)
-            slack = 2 if field == "switches" else 2 + khi // 100
-            assert klo - slack <= got <= khi + slack, (pid, field, got, klo, khi)
+            assert klo - 2 <= got <= khi + 2, (pid, field, got, klo, khi)
 
         # msquic's threads (named after the process: msquic names none)
-        # do the transfer; the main thread and the control thread wait.
-        workers = sum(
-            delta(end, start, t, "oncpu_ns") for t in tids if t != pid and t in end and end[t]["comm"] != "wl-control"
-        )
-        assert workers >= 0.9 * p, (pid, workers, p)
+        # do the transfer; the main thread and the control thread wait, so
+        # they ran less than those did, at whatever speed.
+        ran = {t: delta(end, start, t, "oncpu_ns") for t in tids if t in end}
+        waited = sum(n for t, n in ran.items() if t == pid or end[t]["comm"] == "wl-control")
+        assert p - waited > waited, (pid, ran)
         assert p <= wall_ns * NCPU
         for t in end.values():
             assert t["untraced_ns"] <= t["oncpu_ns"] and t["wakeups"] <= t["switches"] + 1, t
@@ -239,7 +252,7 @@ def test_transfer_against_kernel(scratch):
         assert 0 <= d["in_ksoftirqd_ns"] <= d["time_ns"], (name, d)
         sirq[name] = d
     net_rx = sirq["NET_RX"]
-    assert net_rx["count"] > 1000 and net_rx["time_ns"] > 0
+    assert net_rx["count"] >= least_net_rx(dones) and net_rx["time_ns"] > 0, (net_rx, least_net_rx(dones))
     # Loopback delivers a datagram in the sender's own softirq, so most
     # NET_RX runs on the two processes' stacks, and inside their on-CPU.
     assert sum(net_rx["in_target"].values()) >= 0.5 * net_rx["time_ns"]
@@ -278,7 +291,11 @@ def test_running_slice_counted(scratch):
     # 0.5% and 1 ms: what schedstat moves at the few preemptions (the
     # marks' own visits to each CPU among them).
     assert lo * 0.995 - 1e6 <= p <= hi * 1.005 + 1e6, (p, lo, hi)
-    assert p >= 0.5 * (m1["t_ns"] - m0["t_ns"])
+    # It never slept, whatever share of a CPU this machine gave it: it
+    # switched out only when preempted (the marks' visits among them).
+    t0, t1 = by_tid(m0, pid)[pid], by_tid(m1, pid)[pid]
+    switches = t1["switches"] - t0["switches"]
+    assert switches > 0 and t1["involuntary"] - t0["involuntary"] == switches, (t0, t1)
 
 
 BURN_ONE_THREAD = """
@@ -353,7 +370,7 @@ def test_twin_agrees(scratch, tracefs):
             twin(pids[1], scratch) as stop1,
         ):
             m0 = probe.mark("start")
-            run_transfer(server, client)
+            dones = run_transfer(server, client)
             m1 = probe.mark("end")
             maps = {pids[0]: stop0(), pids[1]: stop1()}
         for w in (client, server):
@@ -372,7 +389,7 @@ def test_twin_agrees(scratch, tracefs):
     # little longer, so only the counts are held close.
     v0, v1 = vectors(m0), vectors(m1)
     net_rx = v1["NET_RX"]["count"] - v0["NET_RX"]["count"]
-    assert net_rx > 1000
+    assert net_rx >= least_net_rx(dones), (net_rx, least_net_rx(dones))
     for pid in pids:
         assert maps[pid]["@softirq_count"]["3"] == pytest.approx(net_rx, rel=0.05)
 

@@ -2,15 +2,23 @@
 """The probes on real `qprof run` transfers: present, consistent with the
 workload's own bytes, and in agreement with msquic's own counters."""
 
+import gzip
 import json
 import math
 import platform
 
 import pytest
 
+from qprof.describe import cpu
+
 from conftest import needs_build, qprof, run_json
+from test_run_quic import NETNS_2S
 
 pytestmark = [pytest.mark.system, needs_build]
+# With the default probes, 1000 Hz: ~2000 samples a side in 2 s, so
+# sampling noise stays well inside the bounds (the default, 99 Hz, is for
+# longer windows); test_run_flame asserts on the same runs (quic and tcp).
+SAMPLED = ("--duration", "2s", "--warmup", "0.5s", "--sample-hz", "1000")
 
 # UDP payload bytes sent per application byte on a QUIC stream: short header,
 # packet number, STREAM frame header and the 16-byte AEAD tag on ~1450-byte
@@ -123,11 +131,11 @@ def test_probe_not_built(runs_dir, tmp_path):
     assert "not built" in rec["probes"]["syscalls"]["reason"]
 
 
-def test_all_probes_netns(runs_dir):
+def test_all_probes_netns(shared):
     """The default instruments: every count, and each thread's on-CPU time;
     what costs more than it is worth by default (softirq timing, the
     packets probe's receive side) absent with its reason, never zero."""
-    rec = run_json(runs_dir, "--duration", "2s", "--warmup", "0.5s")
+    runs_dir, rec = shared("run", *NETNS_2S)
     assert {n: p["status"] for n, p in rec["probes"].items()} == {
         "syscalls": "present",
         "packets": "present",
@@ -164,7 +172,7 @@ def test_all_probes_netns(runs_dir):
     assert ct["softirq"] is None and ct["softirq_includes_hardirqs"] is None and ct["hardirq_s"] is None
     for side in ("client", "server"):
         f = ct[side]
-        assert_oncpu(rec, side, f)
+        assert_oncpu(rec, runs_dir / rec["id"], side, f)
         assert f["softirq_in_context_s"] is None and f["ns_per_byte"]["oncpu"] > 0
         assert f["ns_per_byte"]["softirq_in_context"] is None and f["ns_per_byte"]["own_work"] is None
 
@@ -192,7 +200,7 @@ def test_softirq_time_and_packets_rx(runs_dir):
     assert ct["softirq_absent_reason"] is None
     for side in ("client", "server"):
         f = ct[side]
-        assert_oncpu(rec, side, f)
+        assert_oncpu(rec, runs_dir / rec["id"], side, f)
         assert 0 <= f["softirq_in_context_s"] <= f["oncpu_s"]
         n = f["ns_per_byte"]
         assert n["own_work"] == pytest.approx(n["oncpu"] - n["softirq_in_context"])
@@ -203,42 +211,80 @@ def test_softirq_time_and_packets_rx(runs_dir):
     assert ct["softirq_includes_hardirqs"] is True and ct["hardirq_s"] is None
 
 
-# How far the two may part at the window's edges. It was 1%, and CI's
-# fresh-clone run of 2026-11-24 measured the client (a tcp sender serving
-# 0.26 s of softirq on its stack) at eBPF 1.0125 x schedstat over a 2 s
-# window; five runs here then gave 0.998-1.009. Why sched_switch timing
-# exceeds sum_exec_runtime by that much is not yet found (the probe's and
-# qprof's edge reads were < 1 ms apart; no IRQ time accounting, no steal).
-EDGE_SHARE = 0.02
+def jiffy_s() -> float:
+    """This kernel's scheduler tick (CONFIG_HZ, where /proc/config.gz says),
+    else the most it can be: a USER_HZ tick (HZ is never below 100)."""
+    try:
+        with gzip.open("/proc/config.gz", "rt") as f:
+            hz = next(int(line.split("=")[1]) for line in f if line.startswith("CONFIG_HZ="))
+    except (OSError, StopIteration, ValueError):
+        hz = cpu.CLK_TCK
+    return 1 / hz
 
 
-def assert_oncpu(rec, side, f):
-    """On-CPU by sched_switch against the kernel's own accounting: /proc
-    ticks (sampled by the tick) loosely; schedstat (sum_exec_runtime, ns),
-    which also counts part of each wake-up's latency and leaves out the
-    hypervisor's steal, between on-CPU less steal and on-CPU plus the
-    time woken threads waited for a CPU (EDGE_SHARE for the edges)."""
-    assert f["oncpu_s"] == pytest.approx(rec["cpu"][side]["total_s"], rel=0.1, abs=0.05), side
+def oncpu_slack_s(rec, run_dir, side) -> tuple:
+    """How far schedstat may read below and above the cputhread probe's
+    on-CPU time of a side, in seconds, from what the run measured.
+
+    The two part for four reasons, each bounded by the run's own figures:
+    - Steal. This kernel's task clock leaves out the time the hypervisor
+      took the vCPU (CONFIG_PARAVIRT_TIME_ACCOUNTING); the probe's
+      sched_switch slices, on the monotonic clock, keep it. It is at most
+      the machine's steal over the window, which /proc/stat gives as one
+      sum floored to a tick (USER_HZ) at each edge, and to which each CPU
+      adds only at its scheduler tick (jiffy_s): steal_s plus a tick,
+      plus a jiffy per CPU.
+    - The read. schedstat's sum_exec_runtime of a thread on-CPU moves
+      only at its tick or its switch, so each edge reads it short by up
+      to a jiffy for each CPU's running thread; the probe counts a
+      running slice up to its read.
+    - The edges. Each instrument reads at its own instant: the probe in
+      [t_ns, t_ns + read_ns] (probes.cputhread.edges), qprof just after
+      its own t_ns (measurement.json). Between the two the side ran on at
+      most every CPU.
+    - Wake-ups. A wake-up that preempts skips the runqueue clock's next
+      update, so schedstat charges the woken thread from its wake-up, not
+      its switch-in: at most its wake-up-to-run latency (runq_s), and
+      only upwards.
+    Here (2026-11-28, 2 s quic and tcp runs) the probe less schedstat came
+    to -9.2 to +5.4 ms a side, with 0-10 ms of steal read and edges
+    0.1-19 ms apart; a busy thread's schedstat moved in steps of 4 ms
+    (this kernel's HZ 250). CI's +12.5 ms (1.0125 x, with no steal read)
+    is inside the steal's grain and the reads' alone (26 ms on 2 CPUs)."""
+    ncpu, jiffy = rec["environment"]["cpu_count"], jiffy_s()
+    steal = rec["cpu"]["system"]["steal_s"] + 1 / cpu.CLK_TCK + ncpu * jiffy
+    read = ncpu * jiffy
+    ours = json.loads((run_dir / "measurement.json").read_text())["window"]
+    probe = rec["probes"]["cputhread"]["edges"]
+    apart_ns = sum(abs(probe[e]["t_ns"] - ours[e]["t_ns"]) + probe[e]["read_ns"] for e in ("start", "end"))
+    edges = ncpu * apart_ns / 1e9
+    return steal + read + edges, rec["cpu_threads"][side]["runq_s"] + read + edges
+
+
+def assert_oncpu(rec, run_dir, side, f):
+    """On-CPU by sched_switch against the kernel's own accounting:
+    schedstat (sum_exec_runtime, ns) within what steal, its read, the
+    edges and the wake-ups part them by (oncpu_slack_s); /proc's ticks,
+    sum_exec_runtime floored to a tick twice (utime and stime) at each
+    edge, within that and two ticks more."""
+    below, above = oncpu_slack_s(rec, run_dir, side)
     check = f["oncpu_check"]
     assert check["ebpf"] == f["oncpu_s"] and check["schedstat"] == rec["cpu"][side]["oncpu_schedstat_s"]
     assert check["ebpf_plus_runq"] == pytest.approx(f["oncpu_s"] + f["runq_s"]) and f["runq_s"] >= 0
-    steal_s = rec["cpu"]["system"]["steal_s"]
-    lo, hi = 1 - EDGE_SHARE, 1 + EDGE_SHARE
-    assert lo * check["ebpf"] - steal_s <= check["schedstat"] <= hi * check["ebpf_plus_runq"], (
-        side,
-        check,
-        steal_s,
-    )
+    assert check["ebpf"] - below <= check["schedstat"] <= check["ebpf"] + above, (side, check, below, above)
+    ticks = rec["cpu"][side]["total_s"]
+    grain = 2 / cpu.CLK_TCK
+    assert f["oncpu_s"] - below - grain < ticks < f["oncpu_s"] + above + grain, (side, f["oncpu_s"], ticks)
     shares = [t["share"] for t in f["threads"]]
     assert sum(shares) == pytest.approx(1.0) and shares == sorted(shares, reverse=True)
 
 
 @pytest.mark.parametrize("stack", ["tcp", "quic"])
-def test_observers_cost_is_in_the_record(runs_dir, stack):
+def test_observers_cost_is_in_the_record(shared, stack):
     """What the probes cost, from the kernel's BPF run-time statistics, in
-    every run with probes; none without."""
+    every run with probes (none without: test_run_flame's run alone)."""
     # 1000 Hz: enough stack samples land in the programs to hold them to a bound.
-    rec = run_json(runs_dir, "--stack", stack, "--duration", "2s", "--warmup", "0.5s", "--sample-hz", "1000")
+    _, rec = shared("run", "--stack", stack, *SAMPLED)
     obs = rec["observers"]
     assert set(obs["probes"]) == {"syscalls", "packets", "cputhread"}
     for name, p in obs["probes"].items():
@@ -271,6 +317,3 @@ def test_observers_cost_is_in_the_record(runs_dir, stack):
     )
     expected = min(1.0, *rec["flame"]["coverage_per_cpu"].values()) * hz * open_s
     assert samples >= expected - 4 * math.sqrt(expected), (samples, expected, obs["probes"])
-
-    bare = run_json(runs_dir, "--stack", stack, "--duration", "1s", "--warmup", "0.3s", "--probes", "none")
-    assert bare["observers"] is None
