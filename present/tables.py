@@ -10,6 +10,7 @@ from typing import Callable, List, Optional
 
 from rich import box
 from rich.console import Console
+from rich.errors import ConsoleError
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
@@ -414,7 +415,7 @@ CATEGORY_FLOOR_NS_PER_BYTE = 0.005
 
 def print_comparison(rec: dict, console: Optional[Console] = None) -> None:
     console = console or Console()
-    labels = [c["label"] for c in rec["configs"]]
+    labels = [str(c["label"]) for c in rec["configs"]]
     console.print(
         f"[bold]{len(labels)} configurations × {rec['repeat']} runs, interleaved[/]: "
         "median ±half its range, ×ratio of medians to the first, * where the ranges do not overlap"
@@ -455,7 +456,7 @@ def print_comparison(rec: dict, console: Optional[Console] = None) -> None:
         for side, d in fd["sides"].items():
             where = d["svg"] or "nothing drawn (no samples)"
             # Diffed per byte, or per unit of work (ns, shown in us): the keys say which.
-            per = next(k for k in d if k.startswith("a_ns_per_"))[len("a_ns_per_") :]
+            per = next((k[len("a_ns_per_") :] for k in d if k.startswith("a_ns_per_")), "byte")
             a, b = d[f"a_ns_per_{per}"], d[f"b_ns_per_{per}"]
             a, b, unit = (a, b, "ns/B") if per == "byte" else (a / 1e3, b / 1e3, f"us/{per}")
             console.print(
@@ -510,9 +511,18 @@ def _print_link(rec: dict, console: Console) -> None:
 
 def record_warnings(rec: dict) -> list:
     """What a record itself warns of, for stderr: a link the emulation held
-    back (link.saturation.warning)."""
+    back (link.saturation.warning); a mix's bulk flows that verified no
+    byte in the window (mix.starved)."""
     s = (rec.get("link") or {}).get("saturation") or {}
-    return [s["warning"]] if s.get("warning") else []
+    out = [s["warning"]] if s.get("warning") else []
+    mix = rec.get("mix") or {}
+    flows = {f["flow"]: f for f in mix.get("flows", [])}
+    for i in mix.get("starved") or []:
+        out.append(
+            f"flow {i} ({flows[i]['stack']}) verified no byte in the {rec['window_s']:.3g} s window: "
+            "starved by the flows beside it (a longer --duration gives each its share, or shows it never gets one)"
+        )
+    return out
 
 
 def warn_record(rec: dict) -> None:
@@ -736,9 +746,9 @@ def _print_threads(rec: dict, console: Console) -> None:
 
 def _print_flame(rec: dict, console: Console) -> None:
     flame = rec.get("flame")
-    if not flame or "sides" not in flame:
+    sides = flame.get("sides") if isinstance(flame, dict) else None
+    if not isinstance(sides, dict) or not sides:
         return
-    sides = flame["sides"]
     t = Table(
         title=f"CPU per byte by category (perf {flame['event']} stacks, {flame['sample_hz']} Hz), ns/B",
         title_justify="left",
@@ -860,6 +870,12 @@ def record_printer(kind: str, rec: dict) -> Callable:
     return print_mix if rec.get("stack") == "mix" or "mix" in rec else print_run
 
 
+# What a printer raises on a record whose fields are not of their types
+# (a damaged one): it is then shown field by field instead. rich's own: a
+# value that is no text, or text that is broken markup.
+DAMAGED = (KeyError, TypeError, ValueError, AttributeError, IndexError, ArithmeticError, ConsoleError)
+
+
 def rendered(printer: Callable, rec: dict):
     """(text, None) as printer draws rec for stdout, or (None, why not):
     drawn aside first, so a record that breaks it leaves no half table."""
@@ -874,7 +890,7 @@ def rendered(printer: Callable, rec: dict):
     )
     try:
         printer(rec, console)
-    except (KeyError, TypeError, ValueError, AttributeError, IndexError, ZeroDivisionError) as e:
+    except DAMAGED as e:
         return None, f"{type(e).__name__}: {e}"
     return buf.getvalue(), None
 

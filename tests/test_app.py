@@ -6,13 +6,16 @@ per request), and its CPU by category, HTTP framing among them."""
 
 import pytest
 
-from conftest import needs_build, run_json
-from test_bad_input import refused_run
+from qprof.describe import record
+
+from conftest import category_bracket, edges_apart_ns, needs_build, run_json
 
 pytestmark = pytest.mark.system
 
-BAD_VALUE = 4
 PAYLOAD = 128
+# The HTTP layers' frames, as a person would spot them in a stack: the
+# workload's own h1_/h2_/h3_ code and the libraries under it.
+HTTP_FRAMES = r"^h[123]_|http_parser|nghttp[23]"
 
 
 def app_counts(rec: dict, side: str) -> dict:
@@ -62,9 +65,26 @@ def test_http_splits_each_request_by_layer(runs_dir, stack, app, extra):
         assert w["framing_bytes"] > (len("Content-Length: 128\r\n\r\n") if app == "h1" else 4), w
         assert w["message_bytes"] == pytest.approx(w["payload_bytes"] + w["framing_bytes"])
         assert w["transport_bytes"] > 0 and w["wire_bytes"] > w["message_bytes"], w
-        assert w["wire_packets"] >= 1 * 0.95 and w["messages"] == pytest.approx(1, rel=0.05), w
+        assert w["messages"] == pytest.approx(1, rel=0.05), w
         # The transport's own count of packets with no data: at most what went.
         assert w["ack_only_packets"] is not None and 0 <= w["ack_only_packets"] < w["wire_packets"], w
+    # The wire's packets are the sender's device's (the packets probe), and
+    # those of them that are not ARP and the like (its other_skbs) are the
+    # ones the sender's transport counted sending (TCP_INFO's segs_out;
+    # msquic's datagrams), but for those sent while the two read an edge
+    # apart: the window's packet rate over that gap, and one in flight at each.
+    n = r["responses"]
+    devices = record.derive.packets_devices(rec)
+    for way, sender in (("client_to_server", "client"), ("server_to_client", "server")):
+        tx = devices[sender]["tx"]
+        assert v[way]["wire_packets"] * n == pytest.approx(tx["wire_packets"])
+        window = rec["workload"][sender]["window"]
+        own = (window.get("tcp_info") or {}).get("segs_out")
+        if own is None:
+            own = window["perf_counters"]["udp_send"]
+        wire = tx["wire_packets"] - tx["other_skbs"]
+        apart_s = edges_apart_ns(runs_dir / rec["id"], rec, "packets", sender) / 1e9
+        assert abs(wire - own) <= own / rec["window_s"] * apart_s + 2, (way, wire, own, apart_s, tx)
     # A request's head names its host, so it is longer than a response's.
     assert v["client_to_server"]["framing_bytes"] > v["server_to_client"]["framing_bytes"]
     client, server = app_counts(rec, "client"), app_counts(rec, "server")
@@ -81,8 +101,7 @@ def test_http_splits_each_request_by_layer(runs_dir, stack, app, extra):
 def test_http_framing_is_a_category_of_cpu_per_request(runs_dir, stack, app):
     """A closed loop of HTTP requests, sampled densely: the protocol's
     library and the workload's framing show as their own category of CPU
-    per request, beside the rest, and the categories still sum to the
-    total."""
+    per request on each side, of the size the side's own stacks say."""
     rec = run_json(
         runs_dir,
         *("--stack", stack, "--pattern", "rr", "--app", app, "--rr-mode", "closed", "--conns", "4"),
@@ -90,11 +109,14 @@ def test_http_framing_is_a_category_of_cpu_per_request(runs_dir, stack, app):
         allow=(r"incomplete|samples|weighted",),
     )
     per = rec["rr"]["flame_ns_per_request"]
-    framing = [per[side]["categories"]["HTTP framing"] for side in ("client", "server")]
-    assert all(f >= 0 for f in framing) and sum(framing) > 0, per
+    n = rec["rr"]["responses"]
     for side in ("client", "server"):
-        cats = per[side]["categories"]
-        assert sum(cats.values()) == pytest.approx(per[side]["total"], rel=1e-6)
+        # Both ends frame and parse every message, so both spend on it; the
+        # category's size agrees with the side's own stacks, read apart
+        # from the rules (conftest.category_bracket).
+        framing_ns = per[side]["categories"]["HTTP framing"] * n
+        least, most = category_bracket(runs_dir / rec["id"], rec, side, HTTP_FRAMES)
+        assert 0 < least * (1 - 1e-9) <= framing_ns <= most * (1 + 1e-9), (side, least, framing_ns, most)
 
 
 @needs_build
@@ -112,21 +134,3 @@ def test_bare_messages_have_no_framing(runs_dir):
         w = v[way]
         assert w["framing_bytes"] == 0 and w["messages"] is None
         assert w["payload_bytes"] + w["transport_bytes"] == pytest.approx(w["wire_bytes"])
-
-
-@needs_build
-@pytest.mark.parametrize(
-    "args, words",
-    [
-        (["--stack", "tcp-tls", "--app", "h1"], ["--app applies to --pattern rr"]),
-        (["--stack", "quic", "--pattern", "rr", "--app", "h1"], ["--app h1", "--app h3"]),
-        (["--stack", "quic", "--pattern", "rr", "--app", "h2"], ["--app h2", "--app h3"]),
-        (["--stack", "tcp", "--pattern", "rr", "--app", "h3"], ["--app h3", "--app h1"]),
-        (["--stack", "tcp-tls", "--pattern", "rr", "--app", "h2", "--tcp-conns", "on-demand"], ["--tcp-conns"]),
-        (["--stack", "quinn", "--pattern", "rr", "--app", "h3"], ["--app", "quinn"]),
-        (["--stack", "quic", "--pattern", "rr", "--app", "h3", "--rr-streams", "one"], ["--rr-streams one"]),
-        (["--stack", "tcp", "--pattern", "rr", "--app", "h9"], ["--app", "h9"]),
-    ],
-)
-def test_app_refused_where_it_cannot_run(runs_dir, args, words):
-    refused_run(runs_dir, args, BAD_VALUE, words)

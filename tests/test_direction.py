@@ -5,13 +5,16 @@ Real transfers whose receivers verified every byte; which way the bytes
 went is checked against instruments the workload does not write: the
 packets probe's bytes on each veth and the syscalls probe's send calls."""
 
+import json
+
 import pytest
 
 from qprof import errors
 from qprof.describe import direction, options, plan, record
 from qprof.describe.window import Edge, Window
 
-from conftest import needs_build, qprof, run_json
+from conftest import edges_apart_ns, needs_build, run_json
+from refusals import refused
 
 
 def mark(t_ns, app_bytes, stream_bytes=None, sent_bytes=None):
@@ -21,6 +24,50 @@ def mark(t_ns, app_bytes, stream_bytes=None, sent_bytes=None):
     if sent_bytes is not None:
         m["sent_bytes"] = sent_bytes
     return m
+
+
+# UDP payload a QUIC sender puts out per stream byte: its short header,
+# packet number, STREAM frame header and 16-byte AEAD tag on ~1450-byte
+# datagrams, plus ACK-only packets: a few percent (test_run_probes.py
+# holds the syscalls to it). TLS over TCP adds a 22-byte record header and
+# tag to each 16 KiB record.
+EDGES = ("start", "end")
+PAYLOAD_PER_BYTE = {"quic": 1.08, "tcp": 1.0, "tcp-tls": 1.01}
+
+
+def assert_carried(runs_dir, rec, sender, receiver, goodput, way):
+    """The sender's veth carried its direction's verified bytes (the packets
+    probe's payload bytes, apart from the workload's counts), within what
+    the run itself measured: at least what the receiver verified in the
+    window, less what was already past the veth at the start (in flight:
+    handed to the sender's stack and not yet verified, at the start
+    edge's marks); at most that plus what was in flight at the end, the
+    stack's overhead on it, and what the sender's stack sent again
+    (msquic's packets suspected lost, TCP's retransmitted segments, at the
+    path's MTU each); give or take what moved while the probe and the
+    marks, and the two sides' marks, read each edge apart (the window's
+    rate over those gaps)."""
+    marks = json.loads((runs_dir / rec["id"] / "measurement.json").read_text())["window"]
+    key = "sent_bytes" if way == "both" else "app_bytes"
+
+    def in_flight(edge):
+        return marks[edge][f"{sender}_mark"][key] - marks[edge][f"{receiver}_mark"]["app_bytes"]
+
+    # The probe and the sender's marks, and the two sides' marks, each read
+    # an edge at their own instants.
+    apart_ns = edges_apart_ns(runs_dir / rec["id"], rec, "packets", sender)
+    apart_ns += sum(abs(marks[e][f"{sender}_mark"]["t_ns"] - marks[e][f"{receiver}_mark"]["t_ns"]) for e in EDGES)
+    moved = goodput / rec["window_s"] * apart_ns / 1e9
+    window = rec["workload"][sender]["window"]
+    mtu = rec["environment"]["topology"]["mtu"]
+    if rec["stack"] == "quic":
+        again = window["perf_counters"]["pkts_suspected_lost"] * mtu
+    else:
+        again = window["tcp_info"]["total_retrans"] * mtu
+    carried = record.derive.packets_devices(rec)[sender]["tx"]["bytes"]
+    least = goodput - in_flight("start") - moved
+    most = (goodput + in_flight("end") + moved) * PAYLOAD_PER_BYTE[rec["stack"]] + again
+    assert least <= carried <= most, (sender, least, carried, most, in_flight("start"), in_flight("end"), again)
 
 
 @pytest.mark.unit
@@ -117,7 +164,7 @@ def test_down_goes_from_the_server(runs_dir, stack):
     assert rec["config"]["direction"] == "down"
     dev = record.derive.packets_devices(rec)
     server_tx, client_tx = dev["server"]["tx"]["bytes"], dev["client"]["tx"]["bytes"]
-    assert server_tx == pytest.approx(rec["bytes"], rel=0.05), (server_tx, rec["bytes"])
+    assert_carried(runs_dir, rec, "server", "client", rec["bytes"], "down")
     assert client_tx < 0.2 * server_tx, (client_tx, server_tx)
     # The server's send calls carried the bytes (the syscalls probe, not the workload).
     sys_server, sys_client = rec["syscalls"]["server"], rec["syscalls"]["client"]
@@ -157,11 +204,9 @@ def test_both_ways_each_direction_moves_and_is_verified(runs_dir, stack):
     for side in ("client", "server"):
         assert rec["workload"][side]["report"]["verified"] is True
         assert rec["workload"][side]["report"]["streams_completed"] == 4
-    dev = record.derive.packets_devices(rec)
-    # Each veth carried its direction's bytes and their headers (with GSO, a
-    # header per super-packet), give or take what was in flight at the edges.
-    assert dev["client"]["tx"]["bytes"] == pytest.approx(up, rel=0.05)
-    assert dev["server"]["tx"]["bytes"] == pytest.approx(down, rel=0.05)
+    # Each veth carried its direction's bytes, within what the run measured.
+    assert_carried(runs_dir, rec, "client", "server", up, "both")
+    assert_carried(runs_dir, rec, "server", "client", down, "both")
     s = rec["streams"]
     assert len(s["bytes"]) == 4 and sum(s["bytes"]) == pytest.approx(rec["bytes"], rel=0.02)
     # Up streams are numbered first: their sum is the up direction's.
@@ -181,9 +226,7 @@ def test_bytes_arrive_whole(runs_dir, way):
     assert d["up"] is None if way == "down" else d["up"]["bytes"] == 2 * 3 * 2**20
 
 
-@pytest.mark.system
-@needs_build
-def test_bad_direction_is_refused(runs_dir):
-    r = qprof("run", "--stack", "quic", "--direction", "sideways", runs_dir=runs_dir)
-    assert r.returncode == errors.BadValue.exit_code
-    assert "--direction takes up, down or both, not 'sideways'" in r.stderr
+@pytest.mark.unit
+def test_bad_direction_is_refused():
+    args = ["--stack", "quic", "--direction", "sideways"]
+    refused(args, errors.BadValue.exit_code, ["--direction takes up, down or both, not 'sideways'"])

@@ -7,29 +7,9 @@ import json
 
 import pytest
 
-from conftest import needs_build, qprof, run_json
-from test_bad_input import refused_run
+from conftest import HANDSHAKE_LEAVES, category_bracket, needs_build, qprof, run_json
 
 pytestmark = pytest.mark.system
-
-BAD_VALUE = 4
-
-
-@needs_build
-@pytest.mark.parametrize(
-    "args, words",
-    [
-        (["--stack", "udp"], ["udp has none"]),
-        (["--streams", "2"], ["one stream per connection", "raise --conns"]),
-        (["--bytes", "1M"], ["--bytes does not apply to --pattern handshakes"]),
-        (["--stack", "tcp", "--resume"], ["tcp has none"]),
-        (["--period", "50us"], ["below 100us"]),
-        (["--period", "2s", "--duration", "1s"], ["no connection would be due inside it"]),
-        (["--size", "1M"], ["--size applies to --pattern download only"]),
-    ],
-)
-def test_bad_handshake_options(runs_dir, args, words):
-    refused_run(runs_dir, ["--pattern", "handshakes", *args], BAD_VALUE, words)
 
 
 def handshakes_run(runs_dir, stack, *extra, conns=3):
@@ -116,45 +96,75 @@ def test_handshakes(runs_dir, stack, resume):
 def test_handshakes_at_an_offered_rate(runs_dir, stack):
     """--period: connection k falls due at t0 + k x period and opens then,
     or once one of --conns closes. At any speed: no connection opens
-    before it is due, the window holds at most what fell due in it (plus
-    those open at its start), every one the client opened completed, a
-    late one is one that waited past the next one's due time, and the
-    whole run opened no more than fell due."""
+    before it is due, each due one is opened in order, the window holds at
+    most what fell due in it (plus those open at its start), every one the
+    client opened completed, a late one is one that waited past the next
+    one's due time, and the whole run opened no more than fell due.
+
+    And the pacer keeps its schedule: where the run's own handshake times
+    say the client had twice the capacity the period asks (--conns slots,
+    each busy a connection's connect-to-echo time), what fell due was
+    opened, but for the --conns open at an instant, one falling due as it
+    is read, and those the client counted late (a stalled loop opens its
+    backlog late, and says so). A pacer that opened one connection a
+    second would leave the rest of the schedule unopened and uncounted.
+    Where the machine could not keep up, the client must say it fell
+    behind (late > 0)."""
     period_s, conns = 0.01, 2
+    period_ns = round(period_s * 1e9)
     rec = handshakes_run(runs_dir, stack, "--period", "10ms", conns=conns)
     h = rec["handshakes"]
     n = h["handshakes"]
     assert h["period_s"] == period_s and h["offered_per_s"] == pytest.approx(1 / period_s) and n > 0
     kept = json.loads((runs_dir / rec["id"] / "measurement.json").read_text())
-    start, end = (kept["window"][x]["client_mark"]["t_ns"] for x in ("start", "end"))
+    marks = {x: kept["window"][x]["client_mark"] for x in ("start", "end")}
+    start, end = marks["start"]["t_ns"], marks["end"]["t_ns"]
     assert n <= (end - start) / 1e9 / period_s + conns + 1
     whole = h["whole_run"]
     assert whole["handshakes"] == whole["connections_opened"] <= whole["connections_due"]
     events = sorted((e for e in kept["reports"]["client"] if e["event"] == "handshake"), key=lambda e: e["i"])
-    assert len(events) == whole["handshakes"]
+    assert [e["i"] for e in events] == list(range(whole["connections_opened"]))  # each due one, in order
     assert all(e["wait_ns"] >= 0 for e in events)
     # Due times are t0 + i x period: each connect call is its due time plus its wait.
-    t0 = {e["t_connect_ns"] - e["wait_ns"] - e["i"] * round(period_s * 1e9) for e in events}
-    assert max(t0) - min(t0) <= 1, t0
-    assert whole["late"] == sum(1 for e in events if e["wait_ns"] > period_s * 1e9)
-    assert h["late"] <= n and h["wait_ns"]["min"] >= 0 and h["wait_ns"]["max"] <= h["wait_ns"]["max"]
+    t0s = {e["t_connect_ns"] - e["wait_ns"] - e["i"] * period_ns for e in events}
+    assert max(t0s) - min(t0s) <= 1, t0s
+    t0 = min(t0s)
+    assert whole["late"] == sum(1 for e in events if e["wait_ns"] > period_ns)
+    # The record's window figures are its handshakes' own.
+    window = [e for e in events if start <= e["t_connect_ns"] + e["complete_ns"] < end]
+    assert len(window) == n and h["late"] == sum(1 for e in window if e["wait_ns"] > period_ns)
+    assert h["wait_ns"]["min"] == min(e["wait_ns"] for e in window)
+    assert h["wait_ns"]["max"] == max(e["wait_ns"] for e in window)
+    # What fell due by each mark, by the schedule, against what the client had opened by then.
+    due = {x: (m["t_ns"] - t0) // period_ns + 1 for x, m in marks.items()}
+    behind = {x: due[x] - m["connections_opened"] for x, m in marks.items()}
+    capacity_per_s = conns * 1e9 / (sum(e["complete_ns"] for e in events) / len(events))
+    if capacity_per_s >= 2 / period_s:
+        for x in marks:
+            assert behind[x] <= conns + 1 + whole["late"], (x, behind, whole, capacity_per_s)
+        assert n >= due["end"] - due["start"] - (conns + 1) - whole["late"], (n, due, whole)
+    else:
+        assert whole["late"] > 0, (whole, capacity_per_s)
 
 
 @needs_build
 def test_the_handshake_has_a_category_of_its_own(runs_dir):
-    """The stack samples per handshake: each side's categories sum to its
-    total, and msquic's key exchange, signatures and certificate work
-    (quictls, named) land in "handshake" on both sides."""
+    """The stack samples per handshake: msquic's key exchange, signatures
+    and certificate work (quictls, named) land in "handshake" on both
+    sides, at least as much of it as the side's own stacks hold with such
+    work at their leaf (conftest.category_bracket, apart from the rules)."""
     rec = run_json(
         runs_dir,
         *("--stack", "quic", "--pattern", "handshakes", "--conns", "3", "--duration", "2s", "--warmup", "0.3s"),
         *("--sample-hz", "499"),
+        allow=(r"incomplete|samples|weighted",),
     )
     f = rec["handshakes"]["flame_ns_per_handshake"]
+    n = rec["handshakes"]["handshakes"]
     for side in ("client", "server"):
-        cats = f[side]["categories"]
-        assert sum(cats.values()) == pytest.approx(f[side]["total"])
-        assert cats["handshake"] > 0, (side, cats)
+        least, _ = category_bracket(runs_dir / rec["id"], rec, side, HANDSHAKE_LEAVES)
+        handshake_ns = f[side]["categories"]["handshake"] * n
+        assert 0 < least <= handshake_ns * (1 + 1e-9), (side, least, handshake_ns)
 
 
 @needs_build

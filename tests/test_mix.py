@@ -12,6 +12,7 @@ from qprof import errors
 from qprof.describe import mix, options, plan
 
 from conftest import needs_build, run_json
+from refusals import refused
 from test_bad_input import refused_run
 
 BAD_MIX, UNKNOWN_STACK = errors.BadMix.exit_code, errors.UnknownStack.exit_code
@@ -229,8 +230,7 @@ def test_describe_shares_jain_and_the_bottleneck():
     assert rec["mix"]["bottleneck"] is None and rec["link"] is None
 
 
-@pytest.mark.system
-@needs_build
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "args, code, words",
     [
@@ -249,12 +249,19 @@ def test_describe_shares_jain_and_the_bottleneck():
         ),
         (["--mix", "quic:1,tcp:1", "--period", "5ms"], BAD_MIX, ["add :rr"]),
         (["--mix", "quic:1", "--link", "rate=fast"], errors.BadLink.exit_code, ["rate"]),
-        (["--mix", "quic:1,tcp:1", "--tcp-cc", "vegas"], errors.KernelFeatureMissing.exit_code, ["'vegas'"]),
         (["--mix", "quic:1", "--tcp-cc", "cubic"], BAD_MIX, ["--tcp-cc applies to tcp"]),
     ],
 )
-def test_bad_mix(runs_dir, args, code, words):
-    refused_run(runs_dir, args, code, words)
+def test_bad_mix(args, code, words):
+    refused(args, code, words)
+
+
+@pytest.mark.system
+@needs_build
+def test_a_mix_with_a_congestion_control_no_kernel_has(runs_dir):
+    """What this kernel has is preflight's question: end to end."""
+    args = ["--mix", "quic:1,tcp:1", "--tcp-cc", "vegas"]
+    refused_run(runs_dir, args, errors.KernelFeatureMissing.exit_code, ["'vegas'"])
 
 
 @pytest.mark.system
@@ -337,3 +344,20 @@ def test_a_request_flow_beside_bulk_flows_of_two_stacks(runs_dir):
     kept = assert_bottleneck_conserves_bytes(rec, runs_dir)
     assert_window_wire_reached_the_receivers(rec, kept)
     assert [f["flow"]["stack"] for f in kept["flows"]] == ["quic", "tcp-tls", "quic"]
+
+
+@pytest.mark.unit
+def test_a_starved_flow_is_named_and_warned_of():
+    """A bulk flow that verified no byte in the window is a finding: the
+    record names it (mix.starved) and stderr says so, once per flow."""
+    from qprof.present import tables
+
+    flows = [
+        {"flow": 1, "stack": "quic", "pattern": "bulk", "bytes": 5_000_000},
+        {"flow": 2, "stack": "quinn", "pattern": "bulk", "bytes": 0},
+    ]
+    rec = {"id": "x", "window_s": 2.0, "mix": {"flows": flows, "starved": [2]}}
+    (w,) = tables.record_warnings(rec)
+    assert w.startswith("flow 2 (quinn) verified no byte in the 2 s window: starved by the flows beside it")
+    rec["mix"]["starved"] = []
+    assert tables.record_warnings(rec) == []

@@ -12,17 +12,14 @@ import pytest
 from test_mix import assert_bottleneck_conserves_bytes, assert_jain_and_shares
 
 from qprof import errors
-from qprof.describe import options, plan
+from qprof.describe import options, plan, record
 from qprof.describe.record import SAMPLED_SIGMAS
 
-from conftest import REPO, needs_build, run_json
+from conftest import HANDSHAKE_LEAVES, REPO, category_bracket, edges_apart_ns, needs_build, run_json
 
 WLPROTO = REPO / "workloads" / "rs" / "wlproto" / "src" / "lib.rs"
 RS_LOCK = REPO / "workloads" / "rs" / "Cargo.lock"
 OTHER_MAX = 0.05
-# Two instruments' counts over one window, read at its edges a moment apart.
-EDGE_SKEW = 0.01
-ATTEMPTS = 3
 
 
 def locked_version(krate: str) -> str:
@@ -55,32 +52,52 @@ def version_of(stack: str) -> str:
 
 
 def lib_run(runs_dir, stack, *args):
-    """A run at 1000 Hz, complete if one of ATTEMPTS is (this VM's CPU 1
-    sometimes loses samples; test_run_flame.py says how that is flagged)."""
-    for _ in range(ATTEMPTS):
-        rec = run_json(runs_dir, "--stack", stack, "--sample-hz", "1000", *args)
-        if rec["flame"]["complete"]:
-            break
-    return rec
+    """A run at 1000 Hz. This VM's CPU 1 sometimes loses samples; such a
+    capture is weighted by each thread's on-CPU time (test_run_flame.py),
+    and held to the same checks."""
+    return run_json(runs_dir, "--stack", stack, "--sample-hz", "1000", *args, allow=(r"incomplete|samples|weighted",))
 
 
-def assert_categories(rec, work=("crypto", "protocol")):
-    """Each side's categories sum to its graph; a complete capture leaves
-    under 5% of it unnamed, less what sampling alone can move (3 sigma of
-    a count of its samples); a QUIC library's work is named (work: the
-    categories each side must show, where it has the samples to)."""
+# Leaf frames that are the category's whatever else the rules say, as a
+# person would spot them: AES-GCM and GHASH (user space or the kernel's;
+# Debian's GnuTLS and nettle have no symbols, and in bulk their work is the
+# AEAD), and the workloads' content check.
+LEAVES = {
+    "crypto": r"(?i)aes|gcm|ghash|^\[lib(gnutls|nettle)\.so",
+    "verification": r"pattern_check|Pattern::(check|first_bad)|rr_rx_feed",
+}
+
+
+def assert_categories(rec, run_dir, work=("crypto", "protocol")):
+    """A QUIC library's work is named (work: the categories each side must
+    show, where it has the samples to), and the crypto and content check
+    at least as large as the samples whose leaf is theirs, counted from
+    the side's own stacks apart from the rules (conftest.category_bracket);
+    "other" stays under 5% of the graph, plus what sampling alone can move
+    (3 sigma of a count of its samples), times the spread of the weighting
+    factors where the capture lost samples."""
     flame = rec["flame"]
     for side in ("client", "server"):
         f = flame["sides"][side]
         cats = f["categories_ns_per_byte"]
-        assert sum(cats.values()) == pytest.approx(f["ns_per_byte"]), side
         for name in work:
             assert cats[name] > 0, (side, cats)
-        if flame["complete"]:
-            n = f["samples"]
-            bound = OTHER_MAX + SAMPLED_SIGMAS * (OTHER_MAX * n) ** 0.5 / n
-            assert cats["other"] <= bound * f["ns_per_byte"], (side, n, cats)
+            if name in LEAVES:
+                least, _ = category_bracket(run_dir, rec, side, LEAVES[name])
+                assert 0 < least <= cats[name] * rec["bytes"] * (1 + 1e-9), (side, name, least, cats)
+        n = f["samples"]
+        factors = [t["factor"] for t in f.get("weighting", {}).get("threads", [])] or [1.0]
+        bound = (OTHER_MAX + SAMPLED_SIGMAS * (OTHER_MAX * n) ** 0.5 / n) * max(factors) / min(factors)
+        assert cats["other"] <= bound * f["ns_per_byte"], (side, n, cats, factors)
     return flame
+
+
+def edge_bound(run_dir, rec, role, own):
+    """How far eBPF's count of a role's calls may part from the library's
+    own over the window: what the role did while the two read an edge
+    apart (the window's rate over that gap), and one call torn at each."""
+    apart_s = edges_apart_ns(run_dir, rec, "syscalls", role) / 1e9
+    return own / rec["window_s"] * apart_s + 2
 
 
 @pytest.mark.system
@@ -103,15 +120,18 @@ def test_bulk_is_verified_and_measured(runs_dir, stack):
     own = rec["crosscheck"]["client"]
     assert own["source"].startswith(stack)
     calls = own["udp_send_calls"]
-    assert calls["own"] > 0 and calls["ebpf"] == pytest.approx(calls["own"], rel=EDGE_SKEW), calls
+    bound = edge_bound(runs_dir / rec["id"], rec, "client", calls["own"])
+    assert calls["own"] > 0 and abs(calls["ebpf"] - calls["own"]) <= bound, (calls, bound)
     # quinn-udp sends with GSO here: more datagrams than calls, as the packets probe saw.
     assert rec["offload"]["observed"]["gso"] == "on" and lib["send_segmentation"]["client"] is True
     assert own["udp_send_datagrams"]["own"] > calls["own"]
     # What the workload set, in the library's own names (quinn's windows, quiche's parameters).
     assert rec["transport"]["quic_settings"]["server"], rec["transport"]
-    flame = assert_categories(rec)
+    flame = assert_categories(rec, runs_dir / rec["id"])
     # The content check is its own category, on the receiver only.
-    assert flame["sides"]["server"]["categories_ns_per_byte"]["verification"] > 0
+    least, _ = category_bracket(runs_dir / rec["id"], rec, "server", LEAVES["verification"])
+    verifying = flame["sides"]["server"]["categories_ns_per_byte"]["verification"] * rec["bytes"]
+    assert 0 < least <= verifying * (1 + 1e-9), (least, verifying)
     assert flame["sides"]["client"]["categories_ns_per_byte"]["verification"] == 0
 
 
@@ -131,10 +151,11 @@ def test_downloads_each_checked(runs_dir, stack):
         assert row["client"]["packets_received"] > 0 and row["server"]["packets_sent"] > 0, row
     # The server sends: its sends and the library's count of them agree.
     calls = rec["crosscheck"]["server"]["udp_send_calls"]
-    assert calls["ebpf"] == pytest.approx(calls["own"], rel=EDGE_SKEW), calls
+    bound = edge_bound(runs_dir / rec["id"], rec, "server", calls["own"])
+    assert abs(calls["ebpf"] - calls["own"]) <= bound, (calls, bound)
     # Eight downloads are few samples, however fast the machine: the work
     # each side must show is asked of bulk (and of handshakes, ngtcp2's, below).
-    assert_categories(rec, work=())
+    assert_categories(rec, runs_dir / rec["id"], work=())
 
 
 @pytest.mark.system
@@ -154,7 +175,24 @@ def test_gso_off_sends_a_datagram_a_call(runs_dir, stack):
     # share may fall below one (such a call sent none), never above.
     qs = rec["workload"]["client"]["window"]["quic_stats"]
     assert 0 < qs["udp_tx_datagrams"] <= qs["udp_tx_ios"], qs
-    assert obs["evidence"]["datagrams_per_send_call"] <= 1 + EDGE_SKEW, obs
+    # The probes' count: the packets probe's datagrams against the syscalls
+    # probe's send calls, each read at its own instant at each edge: at most
+    # one a call, but for the calls made between the two reads.
+    calls = rec["syscalls"]["client"]["send_calls"]
+    datagrams = record.derive.packets_devices(rec)["client"]["tx"]["wire_packets"]
+    apart_s = (
+        sum(
+            max(
+                abs(a - b) for a in (p["t_ns"], p["t_ns"] + p["read_ns"]) for b in (q["t_ns"], q["t_ns"] + q["read_ns"])
+            )
+            for p, q in (
+                (rec["probes"]["packets"]["edges"][e], rec["probes"]["syscalls"]["edges"][e]) for e in ("start", "end")
+            )
+        )
+        / 1e9
+    )
+    assert datagrams <= calls + calls / rec["window_s"] * apart_s + 2, (datagrams, calls, apart_s, obs)
+    assert obs["evidence"]["datagrams_per_send_call"] == pytest.approx(datagrams / calls), obs
     # GRO stays the library's to take: independent of GSO there, unlike msquic.
     assert rec["offload"]["effective"]["gro"] is None
 
@@ -191,16 +229,23 @@ def test_the_four_libraries_share_a_bottleneck(runs_dir):
     each receiver verified bytes, the bottleneck conserved them (test_mix's
     accounting), and each sender's losses come from its library's own
     count, or are absent where the library keeps none over a connection."""
-    rec = run_json(runs_dir, "--mix", "quic:1,quinn:1,quiche:1,ngtcp2:1", "--link", "rate=20mbit", "--duration", "2s")
+    rec = run_json(
+        runs_dir,
+        *("--mix", "quic:1,quinn:1,quiche:1,ngtcp2:1", "--link", "rate=20mbit", "--duration", "2s"),
+        allow=(r"verified no byte in the .* window: starved by the flows beside it",),
+    )
     m = rec["mix"]
     flows = {f["stack"]: f for f in m["flows"]}
     assert set(flows) == {"quic", "quinn", "quiche", "ngtcp2"} and len({f["port"] for f in m["flows"]}) == 4
     # The link is shared, not divided: a flow may be starved through a
     # short window (a CI run saw quinn move nothing in 2 s beside the other
-    # three), so the bytes are held in sum, each flow's processes each.
+    # three). That is a finding, and the record says it: each flow moved
+    # bytes, or is named starved (and run_json allowed only that warning).
     assert sum(f["bytes"] for f in flows.values()) > 0
+    assert m["starved"] == [f["flow"] for f in m["flows"] if f["bytes"] == 0]
     for stack, f in flows.items():
-        assert f["bytes"] >= 0 and f["oncpu_s"]["client"] > 0 and f["oncpu_s"]["server"] > 0, f
+        assert f["bytes"] > 0 or f["flow"] in m["starved"], f
+        assert f["oncpu_s"]["client"] > 0 and f["oncpu_s"]["server"] > 0, f
         if stack == "ngtcp2":
             assert f["retransmits"] is None and f["retransmits_source"] is None
         else:
@@ -256,7 +301,9 @@ def test_ngtcp2_runs_every_pattern_of_qprof_wl(runs_dir):
     # A second of nothing but handshakes: GnuTLS's and nettle's key
     # exchange and signatures are named, on both sides.
     for side in ("client", "server"):
-        assert rec["flame"]["sides"][side]["categories_ns_per_byte"]["handshake"] > 0, side
+        least, _ = category_bracket(runs_dir / rec["id"], rec, side, HANDSHAKE_LEAVES)
+        handshake_ns = rec["flame"]["sides"][side]["categories_ns_per_byte"]["handshake"] * rec["bytes"]
+        assert 0 < least <= handshake_ns * (1 + 1e-9), (side, least, handshake_ns)
 
 
 @pytest.mark.unit

@@ -3,6 +3,7 @@
 the record's arithmetic on counts the test chooses (unit), and a real
 run's receiver counts (system)."""
 
+import json
 from statistics import mean, pvariance
 
 import pytest
@@ -109,7 +110,14 @@ def test_a_run_counts_each_stream(runs_dir, stack):
     )
     s = rec["streams"]
     b = s["bytes"]
-    assert len(b) == 3 and all(x >= 0 for x in b) and sum(b) > 0
+    # Each stream's bytes are the receiver's own per-stream counts between
+    # its marks at the edges (kept in measurement.json); over the whole run
+    # every stream carried bytes, and they add up to what it verified.
+    marks = json.loads((runs_dir / rec["id"] / "measurement.json").read_text())["window"]
+    start, end = (marks[e]["server_mark"]["stream_bytes"] for e in ("start", "end"))
+    assert b == [e - s for s, e in zip(start, end)] and len(b) == 3 and sum(b) > 0, (b, start, end)
+    whole = rec["workload"]["server"]["report"]
+    assert all(x > 0 for x in whole["stream_bytes"]) and sum(whole["stream_bytes"]) == whole["app_bytes"], whole
     assert sum(b) == pytest.approx(rec["bytes"], rel=0.02)
     # The index and the smallest share are the record's per-stream bytes',
     # recomputed here apart from the code that wrote them.
