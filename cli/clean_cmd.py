@@ -8,7 +8,7 @@ import click
 
 from qprof import errors, remains
 from qprof.cli.run_options import click_option
-from qprof.collectors import ssh
+from qprof.collectors import resident, ssh
 
 CLEAN_TIMEOUT_S = 120.0
 
@@ -30,7 +30,10 @@ def clean(dry_run, host, ssh_config):
     is a crashed run's remains. Its processes are killed, its namespaces
     and paths removed, and its runs marked "abandoned". `qprof run` and
     `qprof compare` do this by themselves before they measure; a running
-    qprof's ledger is never touched.
+    qprof's ledger is never touched. A started guest (`qprof guest
+    start`) whose QEMU died has its state removed; a live one is yours
+    until `qprof guest stop`, and is left as it is (a job a killed qprof
+    left in it is cancelled there, as its ledger's path goes).
 
     \b
     On another host (--host) the same is done there: what a qprof that
@@ -51,6 +54,7 @@ def clean(dry_run, host, ssh_config):
         items = [f"{i} (qprof pid {d.get('pid')})" for d in remains.dead_ledgers() for i in remains.describe(d)]
     else:
         items = remains.reclaim()
+    items += resident.reclaim(dry_run)
     if not items:
         click.echo("nothing to clean: no qprof that died left anything.")
         return

@@ -9,13 +9,14 @@ configuration alike, so ratios taken within one comparison hold even
 when absolute figures wander between sessions.
 """
 
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from itertools import product
 from pathlib import Path
 from typing import Callable, Dict, List
 
 from qprof import errors, remains
-from qprof.collectors import environment, runner
+from qprof.collectors import environment, placement, runner
 from qprof.describe import comparison, link, options, plan, transports
 from qprof.files import COMPARISON_RECORD, COMPARISONS_SUBDIR
 from qprof.rundir import RunDir
@@ -142,11 +143,31 @@ def flame_diff(runs_dir: Path, out_dir: Path, a: dict, b: dict) -> dict:
     }
 
 
+@contextmanager
+def shared_placement(copts: CompareOptions):
+    """--guest: one guest for every run (the started one, or one booted
+    once), prepared before the comparison's directory exists; else each
+    run's own (None)."""
+    if not copts.configs[0].opts.guest:  # not a --vary key: every configuration's alike
+        yield None
+        return
+    where = placement.Guest()
+    where.prepare()
+    try:
+        yield where
+    finally:
+        where.close()
+
+
 def run(copts: CompareOptions, on_run: Callable[[int, int, Config], None], on_done: Callable[[dict], None]) -> dict:
     """Every configuration `repeat` times, interleaved; the comparison
     record, written as it goes so a failure leaves what was done."""
     root = Path(copts.runs_dir) / COMPARISONS_SUBDIR
-    with remains.exclusive("compare"), RunDir(root, record_name=COMPARISON_RECORD) as cdir:
+    with (
+        remains.exclusive("compare"),
+        shared_placement(copts) as where,
+        RunDir(root, record_name=COMPARISON_RECORD) as cdir,
+    ):
         cdir.record.update(
             {
                 "kind": "comparison",
@@ -166,7 +187,7 @@ def run(copts: CompareOptions, on_run: Callable[[int, int, Config], None], on_do
         for rep in range(copts.repeat):
             for i, cfg in enumerate(copts.configs):
                 on_run(len(runs) + 1, total, cfg)
-                rec = runner.run(cfg.opts, on_progress=lambda msg: None)
+                rec = runner.run(cfg.opts, on_progress=lambda msg: None, where=where)
                 entry = {
                     "id": rec["id"],
                     "config": i,

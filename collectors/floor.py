@@ -30,7 +30,9 @@ SECONDS = 0.3  # CPU time per operation
 
 
 def _cache_dir() -> Path:
-    return paths.build_dir() / "floor"
+    """QPROF_FLOOR_DIR overrides it: the guest's runner keeps its floors on
+    its own tmpfs for its lifetime (the build directory is read-only there)."""
+    return Path(os.environ.get("QPROF_FLOOR_DIR", paths.build_dir() / "floor"))
 
 
 def measure(stack: str) -> dict:

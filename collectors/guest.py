@@ -9,11 +9,12 @@ The initramfs qprof builds holds busybox-static, the kernel modules the
 run needs (kTLS and its AES-GCM, veth, virtio-9p) loaded in dependency
 order, and an init script. The userland is the host's own, shared
 read-only over virtio-9p, so the guest runs exactly the binaries (qprof,
-qprof-wl, the probes, their libraries) measured on the host; the run
-directory is shared writable, and the guest's `qprof run` writes its
-record straight into it.
+qprof-wl, the probes, their libraries) measured on the host; one
+directory is shared writable (the spool, collectors/resident.py: the
+runs the guest takes as jobs, and what they write).
 
-A GuestVM is a context manager and the one owner of the QEMU process.
+A GuestVM is a context manager and the one owner of the QEMU process
+(or, detached, its owner until `qprof guest start` hands it over).
 Artifacts are cached under build/guest/ and rebuilt only when an input
 changes.
 """
@@ -26,10 +27,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, List, Optional
+from typing import List, Optional
 
 from qprof import errors, interrupts, paths, remains
 from qprof.collectors.controlled import start_owned
@@ -77,6 +77,7 @@ class Artifacts:
     initramfs: Path
     kernel_release: str
     package: str
+    stamp: str  # of the inputs they were built from: a started guest runs these if its stamp is this
 
 
 def _kernel_deb() -> Path:
@@ -123,8 +124,8 @@ def module_order(modules_dir: Path, wanted=MODULES) -> List[Path]:
 
 
 INIT = r"""#!/bin/busybox sh
-# qprof's guest init: load modules, mount the host's userland and the run
-# directory over virtio-9p, run the command qprof left there, power off.
+# qprof's guest init: load modules, mount the host's userland and the
+# spool over virtio-9p, run the command qprof left there, power off.
 /bin/busybox --install -s /bin
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
@@ -147,12 +148,14 @@ mount -t tmpfs tmpfs /host/run
 mkdir -p /host/run/tmp
 mount -t bpf bpf /host/sys/fs/bpf 2>/dev/null
 # The host's /tmp stays visible (a checkout or run directory may live
-# there); scratch space is TMPDIR=/run/tmp, on the guest's own tmpfs.
-mount -t 9p -o "$o9p" out "/host$out" || die "mount run directory $out"
+# there); scratch space is TMPDIR=/run/tmp, on the guest's own tmpfs. The
+# spool is mounted where the host has it (under /run: on that tmpfs).
+mkdir -p "/host$out" 2>/dev/null
+mount -t 9p -o "$o9p" out "/host$out" || die "mount spool $out"
 ip link set lo up
 stage run
 chroot /host /bin/sh "$out/cmd.sh"
-stage "done $(cat "/host$out/rc" 2>/dev/null)"
+stage done
 sync
 poweroff -f
 """
@@ -175,7 +178,7 @@ def artifacts() -> Artifacts:
     built = gdir / f"built-{stamp}.json"
     if built.exists():
         d = json.loads(built.read_text())
-        return Artifacts(Path(d["kernel"]), Path(d["initramfs"]), d["kernel_release"], d["package"])
+        return Artifacts(Path(d["kernel"]), Path(d["initramfs"]), d["kernel_release"], d["package"], stamp)
 
     root = gdir / "kernel-root"
     shutil.rmtree(root, ignore_errors=True)
@@ -214,7 +217,38 @@ def artifacts() -> Artifacts:
     shutil.rmtree(root, ignore_errors=True)
     info = {"kernel": str(kernel), "initramfs": str(initramfs), "kernel_release": release, "package": deb.name}
     built.write_text(json.dumps(info))
-    return Artifacts(kernel, initramfs, release, deb.name)
+    return Artifacts(kernel, initramfs, release, deb.name, stamp)
+
+
+def code_stamp() -> str:
+    """Of what a guest run executes of this machine's (each file's path,
+    size and change time): qprof's modules and data, and what `make build`
+    made for a run (workloads, probes, their libraries). A started guest
+    loaded them when it started, so it runs what a new guest would only
+    while this is unchanged."""
+    import importlib.util
+
+    import qprof
+
+    roots = [Path(qprof.__file__).parent]
+    for name in ("cli", "present", "collectors", "describe", "flamegraphs"):
+        spec = importlib.util.find_spec(f"qprof.{name}")
+        roots += [Path(p) for p in (spec.submodule_search_locations or [])] if spec else []
+    build = paths.build_dir()
+    built = [build / "bin", build / "lib", build / "probes", *(p / "lib" for p in sorted(build.glob("msquic*")))]
+    h = hashlib.sha256()
+    for root in roots + built:
+        for f in sorted(root.rglob("*")):
+            source = root not in built
+            if "__pycache__" in f.parts or (source and f.suffix not in (".py", ".json", ".rules")):
+                continue
+            try:
+                st = f.stat()
+            except OSError:
+                continue
+            if not f.is_dir():
+                h.update(f"{f}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()[:16]
 
 
 def qemu_version() -> Optional[str]:
@@ -227,14 +261,29 @@ def qemu_version() -> Optional[str]:
 class GuestVM:
     """One QEMU process, its console in `console_log`; killed on every exit
     path. tap: the guest gets a virtio NIC (its eth0) on a tap device of
-    that name here, which QEMU makes and which goes with it; none without."""
+    that name here, which QEMU makes and which goes with it; none without.
+    qmp: QEMU's monitor on that socket (pause and resume a started guest).
+    detached: in a session of its own, not dying with qprof, its stderr in
+    that file: `qprof guest start`'s, killed on every exit path until
+    handover() gives it to the started guest's state."""
 
-    def __init__(self, art: Artifacts, out_dir: Path, console_log: Path, tap: Optional[str] = None):
+    def __init__(
+        self,
+        art: Artifacts,
+        out_dir: Path,
+        console_log: Path,
+        tap: Optional[str] = None,
+        qmp: Optional[Path] = None,
+        detached: Optional[Path] = None,
+    ):
         self.art = art
         self.out_dir = out_dir
         self.console_log = console_log
         self.tap = tap
+        self.qmp = qmp
+        self.detached = detached
         self.proc: Optional[subprocess.Popen] = None
+        self._claim = None
 
     def _nic(self) -> List[str]:
         if self.tap is None:
@@ -260,6 +309,7 @@ class GuestVM:
             "none",
             "-monitor",
             "none",
+            *(["-qmp", f"unix:{self.qmp},server=on,wait=off"] if self.qmp else []),
             "-no-reboot",
             *self._nic(),
             "-serial",
@@ -280,7 +330,20 @@ class GuestVM:
         if shutil.which(QEMU) is None:
             raise errors.GuestMissing(f"{QEMU} is not installed; run `make guest` (Debian's qemu-system-x86).")
         try:
-            start_owned(self, self.argv(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            if self.detached is None:
+                start_owned(
+                    self, self.argv(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+                )
+            else:
+                with open(self.detached, "wb") as err, interrupts.deferred():
+                    self.proc = subprocess.Popen(
+                        self.argv(),
+                        start_new_session=True,
+                        stdin=subprocess.DEVNULL,
+                        stdout=subprocess.DEVNULL,
+                        stderr=err,
+                    )
+                    self._claim = remains.ledger().claim_pid(self.proc.pid)
         except BaseException:
             self.__exit__()
             raise
@@ -292,65 +355,76 @@ class GuestVM:
                 self.proc.kill()
             if self.proc is not None:
                 self.proc.wait()
-                self.proc.stderr.close()
+                if self.proc.stderr is not None:
+                    self.proc.stderr.close()
                 remains.ledger().release("pids", self._claim)
 
+    def handover(self) -> dict:
+        """The detached QEMU given up by this qprof (its pid and start time,
+        for the started guest's state): no longer killed on exit."""
+        with interrupts.deferred():
+            claim, self.proc = self._claim, None
+            remains.ledger().release("pids", claim)
+        return claim
+
+    def qemu_error(self) -> str:
+        """QEMU's last words on stderr, or its exit."""
+        if self.detached is not None:
+            try:
+                err = self.detached.read_text(errors="replace").strip()
+            except OSError:
+                err = ""
+        else:
+            err = self.proc.stderr.read().decode(errors="replace").strip()
+        return err[-300:] or f"exit {self.proc.returncode}"
+
     def stages(self) -> List[str]:
-        try:
-            text = self.console_log.read_text(errors="replace")
-        except OSError:
-            return []
-        return [line.split(STAGE, 1)[1].strip() for line in text.splitlines() if STAGE in line]
+        return console_stages(self.console_log)
 
     def last_console_line(self) -> str:
-        try:
-            lines = [l for l in self.console_log.read_text(errors="replace").splitlines() if l.strip()]
-        except OSError:
-            return "no console output"
-        return lines[-1].strip() if lines else "no console output"
+        return last_console_line(self.console_log)
 
-    def wait(self, timeout_s: float, on_stage: Callable[[str, float], None] = lambda stage, s: None) -> List[str]:
-        """Until QEMU exits; the stages the guest reached, each told to
-        on_stage(stage, seconds since the wait began) as it is reached."""
-        t0 = time.monotonic()
-        deadline = t0 + timeout_s
-        booted_by = t0 + BOOT_TIMEOUT_S
-        told = 0
-        while self.proc.poll() is None:
-            now = time.monotonic()
-            stages = self.stages()
-            for stage in stages[told:]:
-                on_stage(stage, now - t0)
-            told = len(stages)
-            if now > deadline or (now > booted_by and "run" not in stages):
-                where = stages[-1] if stages else "before init ran"
-                raise errors.GuestTimeout(
-                    f"the guest timed out at stage '{where}' (last console line: {self.last_console_line()}); "
-                    f"see {self.console_log}."
-                )
-            time.sleep(0.2)
-        if self.proc.returncode != 0:
-            err = self.proc.stderr.read().decode(errors="replace").strip()
-            raise errors.GuestBootFailed(
-                f"QEMU failed ({err[-300:] or 'exit ' + str(self.proc.returncode)}); see {self.console_log}."
-            )
-        return self.stages()
+    def ended(self) -> Optional[str]:
+        """None while QEMU runs; else how it ended."""
+        if self.proc.poll() is None:
+            return None
+        return f"QEMU failed ({self.qemu_error()})" if self.proc.returncode else "the guest powered off"
 
 
-def guest_command(run_argv: List[str], out_dir: Path) -> str:
-    """The script the guest's init runs in the host's userland (chroot)."""
+def console_text(path: Path, since: int = 0) -> str:
+    """The console from byte `since` on."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(since)
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def console_stages(path: Path, since: int = 0) -> List[str]:
+    """The stages the guest's init and runner said on the console, from byte `since` on."""
+    text = console_text(path, since)
+    return [line.split(STAGE, 1)[1].strip() for line in text.splitlines() if STAGE in line]
+
+
+def last_console_line(path: Path, since: int = 0) -> str:
+    lines = [line for line in console_text(path, since).splitlines() if line.strip()]
+    return lines[-1].strip() if lines else "no console output"
+
+
+def serve_script(spool: Path) -> str:
+    """The script the guest's init runs in the host's userland (chroot):
+    qprof's runner, taking runs as jobs from the spool until told to stop
+    (collectors/resident.py); its own output in the spool's runner.log."""
     py = Path(sys.executable)
     env = {
         "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
         "HOME": "/root",
         "QPROF_BUILD_DIR": str(paths.build_dir()),
-        "QPROF_RUNS_DIR": str(out_dir / "runs"),
         "PYTHONDONTWRITEBYTECODE": "1",
         "TMPDIR": "/run/tmp",
+        "QPROF_FLOOR_DIR": "/run/tmp/floor",  # measured once per guest, not per run
     }
     exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
-    cmd = " ".join(shlex.quote(a) for a in [str(py), "-m", "qprof", "run", "--json", *run_argv])
-    return (
-        f"cd /\nexport {exports}\n{cmd} > {shlex.quote(str(out_dir / 'run.stdout'))} "
-        f"2> {shlex.quote(str(out_dir / 'run.stderr'))}\necho $? > {shlex.quote(str(out_dir / 'rc'))}\n"
-    )
+    cmd = " ".join(shlex.quote(a) for a in [str(py), "-m", "qprof", "guest", "serve", str(spool)])
+    return f"cd /\nexport {exports}\n{cmd} > {shlex.quote(str(spool / 'runner.log'))} 2>&1\n"

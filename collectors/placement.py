@@ -9,8 +9,10 @@
   on them), or the host's loopback; the endpoints, the window and every
   instrument run here.
 - Guest: the same qprof inside a QEMU guest with Debian's kernel (kernel
-  TLS, netem), given the plan's options; its measurement comes back and
-  is described here like any other, with the guest and its host in the
+  TLS, netem), given the plan's options as a job (collectors/resident.py):
+  in the guest `qprof guest start` started, or one booted for the command
+  (a comparison's runs share it); its measurement comes back and is
+  described here like any other, with the guest and its host in the
   environment.
 
 - Hosts: the server on another host reached over SSH (--server), the
@@ -20,13 +22,14 @@
 
 import json
 import sys
+import time
 from contextlib import ExitStack
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
 from typing import Dict, List, Optional
 
 from qprof import errors
-from qprof.collectors import devices, emulation, environment, floor, guest, ssh, windows
+from qprof.collectors import devices, emulation, environment, floor, guest, resident, ssh, windows
 from qprof.collectors.endpoints import Endpoints, make_certificate, mix_measurement, now_text, run_measurement
 from qprof.collectors.faults import Faults
 from qprof.collectors.remote import HostsTopology, LocalSide, RemoteSide, source_address
@@ -37,8 +40,10 @@ from qprof.describe.plan import Plan, link_devices
 # A guest run without a --duration (--bytes, downloads) may take this long, plus boot and set-up.
 GUEST_UNTIMED_S = 600
 GUEST_SLACK_S = 300
-# What a guest run takes beyond its warm-up and window: boot, set-up in
-# the emulator, the record (a 1 s tcp run took 28.9 s here, a 4 s one 33.4).
+# What a guest run takes beyond its warm-up and window: the boot and the
+# runner's start, then each run's set-up in the emulator and its record
+# (a 1 s tcp run took 28.9 s here, a 4 s one 33.4, before the runner).
+GUEST_BOOT_S = 15.0
 GUEST_OVERHEAD_S = 27.0
 # The guest-deadline fault's deadline, boot included: a guest run of a longer --duration cannot meet it.
 GUEST_DEADLINE_FAULT_S = 10.0
@@ -226,69 +231,86 @@ def set_up(topo: Topology, opts, features: dict, what: str, run_path: Path, on_p
     return emulation.apply(link.parse(opts.link), {"client": topo.client, "server": topo.server}, opts.mtu)
 
 
-def guest_expected_s(opts) -> Optional[float]:
-    """About how long a guest run takes; None when its length is the
-    transfer's (--bytes, downloads)."""
+def guest_expected_s(opts, booted: bool = True) -> Optional[float]:
+    """About how long a guest run takes (booted: its guest boots first);
+    None when its length is the transfer's (--bytes, downloads)."""
     if opts.duration_s is None:
         return None
-    return GUEST_OVERHEAD_S + (opts.warmup_s or 0.0) + opts.duration_s
+    return GUEST_OVERHEAD_S - (0.0 if booted else GUEST_BOOT_S) + (opts.warmup_s or 0.0) + opts.duration_s
 
 
 class Guest:
     """The whole measurement inside a QEMU guest: the guest's qprof runs
-    the plan's options (collectors/guest.py boots it and waits), and its
-    raw measurement comes back. on_guest(stage, seconds since boot began,
-    guest_expected_s) as each stage is reached ("boot" first)."""
+    the plan's options as a job (collectors/resident.py), in the started
+    guest if it runs this guest kernel and this qprof, else in one booted
+    on the first run and kept for the next (a comparison's: runner.run's
+    `where`) until close(). Its raw measurement comes back. on_guest(stage,
+    seconds since the run began, guest_expected_s) as each stage is
+    reached ("boot" first when it boots)."""
 
     def __init__(self, on_guest=None):
         self.on_guest = on_guest
         self.art = None
+        self.vm = None  # resident.Started or resident.Booted, from the first run on
 
     def prepare(self) -> None:
         self.art = guest.artifacts()  # `make guest` not done: refused, nothing written
 
     def close(self) -> None:
-        pass
+        if isinstance(self.vm, resident.Booted):
+            self.vm.close()
+
+    def _resident(self, faults: Faults, on_progress):
+        """The guest for this run. The deadline fault's deadline counts the
+        boot: a run under it boots a guest of its own."""
+        if faults.guest_deadline:
+            return resident.Booted(self.art)
+        if self.vm is None:
+            self.vm, why = resident.Started.find(self.art)
+            if why:
+                on_progress(f"{why}, so it is not used; this command boots its own guest")
+            self.vm = self.vm or resident.Booted(self.art)
+        return self.vm
 
     def measure(self, plan: Plan, rundir, on_progress, faults: Faults, on_interval=None):
         opts = plan.options
         art = self.art  # prepare()'s
-        out = (rundir.path / "guest").resolve()
-        out.mkdir()
-        # The same options for the guest's qprof, as JSON (describe/options.py).
-        # Not a guest again inside the guest; its runs go where the host reads them.
-        (out / "options.json").write_text(options.to_json(replace(opts, guest=False, runs_dir=str(out / "runs"))))
-        (out / "cmd.sh").write_text(
-            guest.guest_command(["--options-file", str(out / "options.json"), *faults.argv()], out)
-        )
+        t0 = time.monotonic()
+        vm = self._resident(faults, on_progress)
+        expected = guest_expected_s(opts, booted=not vm.ready)
+
+        def stage(name: str, s: float) -> None:
+            on_progress(f"guest: {name} after {s:.0f} s")
+            if self.on_guest:
+                self.on_guest(name, s, expected)
+
+        served = f"the started guest {vm.id}" if vm.started else "a QEMU guest"
         on_progress(
-            f"run {rundir.id}: {'mix' if plan.is_mix else opts.stack} in a QEMU guest "
+            f"run {rundir.id}: {'mix' if plan.is_mix else opts.stack} in {served} "
             f"({art.kernel_release}, TCG), output in {rundir.path}"
         )
-        timeout_s = opts.warmup_s + (opts.duration_s or GUEST_UNTIMED_S) + GUEST_SLACK_S
-        if faults.guest_deadline:
-            timeout_s = GUEST_DEADLINE_FAULT_S
-        with guest.GuestVM(art, out, rundir.path / "console.log") as vm:
-            expected = guest_expected_s(opts)
-
-            def stage(name: str, s: float) -> None:
-                on_progress(f"guest: {name} after {s:.0f} s")
-                if self.on_guest:
-                    self.on_guest(name, s, expected)
-
-            stage("boot", 0.0)
-            stages = vm.wait(timeout_s, stage)
-        rc_file = out / "rc"
-        if not rc_file.exists():
-            raise errors.GuestBootFailed(
-                f"the guest stopped at stage '{stages[-1] if stages else 'boot'}' "
-                f"(last console line: {vm.last_console_line()}); see {rundir.path / 'console.log'}."
-            )
-        rc = int(rc_file.read_text().strip() or 1)
-        if rc != 0:
+        console = rundir.path / "console.log"
+        since = vm.console_size() if vm.ready else 0
+        job_s = opts.warmup_s + (opts.duration_s or GUEST_UNTIMED_S) + GUEST_SLACK_S
+        try:
+            if faults.guest_deadline:
+                deadline = t0 + GUEST_DEADLINE_FAULT_S
+                vm.boot(deadline, stage, console)
+            else:
+                if not vm.ready:
+                    vm.boot(time.monotonic() + guest.BOOT_TIMEOUT_S, stage, console)
+                deadline = time.monotonic() + job_s
+            result = vm.run_job(opts, faults.argv(), rundir.path / "guest", deadline, stage, console, since)
+        finally:
+            if faults.guest_deadline:
+                vm.keep_console(since, console)
+                vm.close()
+        out = rundir.path / "guest"
+        if result["rc"] != 0:
             lines = [l for l in (out / "run.stderr").read_text(errors="replace").splitlines() if l.strip()]
-            sentence = lines[-1].removeprefix("qprof: ") if lines else f"qprof exited {rc} in the guest"
-            raise errors.by_exit_code(rc, f"in the guest: {sentence}")
+            sentence = lines[-1].removeprefix("qprof: ") if lines else f"qprof exited {result['rc']} in the guest"
+            # The files it names are here now.
+            raise errors.by_exit_code(result["rc"], f"in the guest: {sentence.replace(result['job'], str(out))}")
         # The guest's run directory, relative to this one: its measurement, logs and stacks.
         guest_run = Path("guest") / "runs" / json.loads((out / "run.stdout").read_text())["id"]
         m = measurement.load((rundir.path / guest_run / measurement.MEASUREMENT).read_text())
@@ -305,6 +327,7 @@ class Guest:
             "cpu": "max",
             "cpus": guest.GUEST_CPUS,
             "memory_mb": guest.GUEST_MEMORY_MB,
+            **vm.describe(result["runs_before"]),
         }
         m.environment["host"] = environment.describe()
         return m

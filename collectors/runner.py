@@ -51,29 +51,38 @@ def run(
     faults: Faults = NO_FAULTS,
     on_interval: Optional[Callable[[dict], None]] = None,
     on_guest: Optional[Callable[[str, float, Optional[float]], None]] = None,
+    where=None,
 ) -> dict:
     """The record of one measurement of opts (a run or a mix, here or in
     the guest). faults: real failures for the tests (collectors/faults.py),
     never in the record. on_interval: each --interval's figures as it ends
     (the live lines; not from a guest). on_guest: a guest run's stages
-    (collectors/placement.py)."""
+    (collectors/placement.py). where: a placement its caller prepared and
+    closes, shared by its runs (a comparison's guest); else the run's own."""
     plan = resolve(opts, os.cpu_count() or 1)
     binary = preflight.check(plan, faults)
     opts = plan.options
-    if opts.guest:
-        where = placement.Guest(on_guest)
-    elif opts.server:
-        where = placement.Hosts(binary, opts.server, opts.ssh_config, opts.client, opts.server_addr)
-    else:
-        where = placement.Local(binary)
+    own = where is None
+    if own:
+        where = _placement(opts, binary, on_guest)
     with remains.exclusive("run"):
-        where.prepare()  # what it lacks is refused before a run directory exists
+        if own:
+            where.prepare()  # what it lacks is refused before a run directory exists
         try:
             with RunDir(Path(opts.runs_dir)) as rundir:
                 rundir.record.update({"stack": "mix" if plan.is_mix else opts.stack, "config": asdict(opts)})
                 return _measure(plan, where, rundir, on_progress, faults, on_interval)
         finally:
-            where.close()
+            if own:
+                where.close()
+
+
+def _placement(opts, binary: Path, on_guest):
+    if opts.guest:
+        return placement.Guest(on_guest)
+    if opts.server:
+        return placement.Hosts(binary, opts.server, opts.ssh_config, opts.client, opts.server_addr)
+    return placement.Local(binary)
 
 
 def _measure(plan: Plan, where, rundir: RunDir, on_progress, faults: Faults, on_interval) -> dict:

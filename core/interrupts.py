@@ -47,10 +47,20 @@ def _interrupt():
 def install() -> None:
     """Take over the signals qprof was not started with ignored."""
     for sig in SIGNALS:
-        if signal.getsignal(sig) is signal.SIG_IGN:
+        if sig in _handled or signal.getsignal(sig) is signal.SIG_IGN:
             continue
         signal.signal(sig, _handler)
         _handled.append(sig)
+
+
+def rearm() -> None:
+    """For a process that runs one job after another (the guest's runner,
+    collectors/resident.py): the signals it took over handled again and
+    nothing pending, so the next job is interrupted as the first was."""
+    global _pending, _interrupted
+    for sig in _handled:
+        signal.signal(sig, _handler)
+    _pending, _interrupted = None, False
 
 
 @contextmanager
