@@ -214,6 +214,14 @@ class MsquicUnusable(QprofError):
     exit_code = 37
 
 
+class StackCannot(QprofError):
+    """An option, or a value of one, that the chosen stack (or pattern)
+    cannot do, though it is well formed: the sentence names what can, from
+    the stack's row (describe/transports.py)."""
+
+    exit_code = 38
+
+
 class Regression(QprofError):
     """`qprof check`: a figure regressed beyond the baseline's spread and
     the threshold; the sentence names each."""
