@@ -10,7 +10,8 @@ samples' breakdown) are compared. A figure regressed when both hold:
 - its median is worse than the baseline's median by more than the
   threshold (--max-regression, as a share); for a category, its growth
   is also more than the threshold's share of its side's baseline ns/B (a
-  category of a few samples swings by more than its own size).
+  category of a few samples swings by more than its own size). From a
+  baseline median of nothing, any worsening is past the threshold.
 So noise within the baseline's own range never fails a check, and a
 consistent shift smaller than the threshold does not either.
 
@@ -82,7 +83,10 @@ def verdict(run: List[dict], base: List[dict], max_regression: float) -> List[di
             continue
         med_now, med_was = statistics.median(now), statistics.median(was)
         change = (med_now - med_was) / med_was if med_was else None
-        worse = change is not None and (change if f.lower_is_better else -change) > max_regression
+        # From a baseline of nothing any growth is past every share (a
+        # category no baseline sample fell in, drops where there were none).
+        grew = med_now - med_was if f.lower_is_better else med_was - med_now
+        worse = (change if f.lower_is_better else -change) > max_regression if change is not None else grew > 0
         beyond = min(now) > max(was) if f.lower_is_better else max(now) < min(was)
         if f.category is not None and worse:
             # A category's growth counts when it moved its side's total by

@@ -50,6 +50,20 @@ def test_a_regression_must_be_beyond_the_spread_and_the_threshold():
 
 
 @pytest.mark.unit
+def test_a_category_grown_from_nothing_is_held_to_its_sides_share():
+    # No baseline sample fell in the category (0.0 ns/B in each run): a
+    # change has no ratio, and growth past the threshold's share of the
+    # side's CPU is a regression; a few samples are not (CI saw a GSO-off
+    # server's send syscalls go from 0 to 0.098 ns/B, 10% of its side).
+    base = [_rec(1.0, crypto=0.0), _rec(1.02, crypto=0.0)]
+    rows = {r["figure"]: r for r in check.verdict([_rec(1.1, crypto=0.1), _rec(1.1, crypto=0.12)], base, 0.05)}
+    row = rows["client crypto ns/B"]
+    assert row["change"] is None and row["beyond_spread"] and row["regressed"]
+    few = {r["figure"]: r for r in check.verdict([_rec(1.1, crypto=0.02)], base, 0.05)}
+    assert not few["client crypto ns/B"]["regressed"]  # 0.02 ns/B of the client's 1.01
+
+
+@pytest.mark.unit
 def test_another_stack_or_machine_is_refused_unless_forced():
     with pytest.raises(errors.IncompatibleRuns) as e:
         check.comparable([_rec(1.0)], [_rec(1.0, stack="tcp")], force=False)
