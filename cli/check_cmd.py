@@ -111,7 +111,7 @@ def check_cmd(run_id, base_id, config, baseline_config, max_regression, force, a
             console.print(f"[yellow]warning: {w}; compared anyway (--force)[/]")
         console.print(table(rows, run_id, base_id, threshold))
     if regressed:
-        what = ", ".join(f"{r['figure']} {r['change'] * 100:+.1f}%" for r in regressed)
+        what = ", ".join(f"{r['figure']} {_change(r)}" for r in regressed)
         raise errors.Regression(
             f"{run_id} regressed against {base_id} beyond the baseline's spread and {threshold * 100:g}%: {what}."
         )
@@ -126,7 +126,14 @@ def table(rows: List[dict], run_id: str, base_id: str, threshold: float) -> Tabl
             r["figure"],
             f"{r['median']:.3f}",
             f"{r['baseline_median']:.3f} ({r['baseline_min']:.3f}-{r['baseline_max']:.3f})",
-            ABSENT if r["change"] is None else f"{r['change'] * 100:+.1f}%",
+            _change(r),
             "[red]yes[/]" if r["regressed"] else "no",
         )
     return t
+
+
+def _change(row: dict) -> str:
+    """The change as a share, or, from a baseline of nothing, where it went."""
+    if row["change"] is not None:
+        return f"{row['change'] * 100:+.1f}%"
+    return f"from 0 to {row['median']:.3f}" if row["median"] != row["baseline_median"] else ABSENT
