@@ -40,6 +40,22 @@ def pytest_collection_modifyitems(config, items):
         )
 
 
+@pytest.fixture(autouse=True)
+def _unit_state_apart(request, tmp_path_factory, monkeypatch):
+    """A unit test's qprof state (the ledger a command in this process
+    opens) is its own, never /run/qprof's: as root it would be a ledger
+    there that a real run on this machine, or its tests' leftovers check,
+    takes for another qprof's."""
+    if request.node.get_closest_marker("unit") is None:
+        yield
+        return
+    from qprof import remains
+
+    monkeypatch.setenv("QPROF_STATE_DIR", str(tmp_path_factory.mktemp("state")))
+    monkeypatch.setattr(remains, "_ledger", None)
+    yield
+
+
 def qprof(*args, runs_dir=None, timeout=120, env_extra=None, **kw):
     """`python -m qprof ARGS` in a subprocess, as a user would run it."""
     env = dict(os.environ)
@@ -110,16 +126,29 @@ def run_json(runs_dir, *args, timeout=120, allow=()):
 def edges_apart_ns(run_dir: Path, rec: dict, probe: str, role: str) -> int:
     """How far apart, in all, a probe and a workload read the window's two
     edges: at each, the probe read somewhere in [t_ns, t_ns + read_ns] and
-    the role's mark holds its own t_ns (measurement.json). What happened in
-    that gap is in one's window and not the other's, so a bound on two
-    counts' difference is the window's rate over this, however fast the
-    machine is."""
+    the role's mark its own figures in its [t_ns, t_ns + read_ns]
+    (measurement.json; a workload built before marks said read_ns read
+    them at t_ns). What happened in that gap is in one's window and not
+    the other's, so a bound on two counts' difference is the window's rate
+    over this, however fast the machine is."""
     marks = json.loads((run_dir / "measurement.json").read_text())["window"]
     apart = 0
     for name, p in rec["probes"][probe]["edges"].items():
-        t = marks[name][f"{role}_mark"]["t_ns"]
-        apart += max(abs(p["t_ns"] - t), abs(p["t_ns"] + p["read_ns"] - t))
+        mark = marks[name][f"{role}_mark"]
+        m0, p0 = mark["t_ns"], p["t_ns"]
+        m1, p1 = m0 + mark.get("read_ns", 0), p0 + p["read_ns"]
+        apart += max(abs(p1 - m0), abs(m1 - p0))
     return apart
+
+
+def count_gap(run_dir: Path, rec: dict, probe: str, role: str, own) -> float:
+    """How far a probe's count of something a role did may part from the
+    role's own count of it over the window: what the role did while the
+    two read an edge apart (the window's rate over edges_apart_ns), and
+    one event torn at each edge. Holds at any speed: a slower machine
+    sends less in the same gap."""
+    apart_s = edges_apart_ns(run_dir, rec, probe, role) / 1e9
+    return own / rec["window_s"] * apart_s + 2
 
 
 # Leaf frames of a handshake's public-key work, as a person would spot

@@ -15,7 +15,7 @@ from qprof import errors
 from qprof.describe import options, plan, record
 from qprof.describe.record import SAMPLED_SIGMAS
 
-from conftest import HANDSHAKE_LEAVES, REPO, category_bracket, edges_apart_ns, needs_build, run_json
+from conftest import HANDSHAKE_LEAVES, REPO, category_bracket, count_gap, needs_build, run_json
 
 WLPROTO = REPO / "workloads" / "rs" / "wlproto" / "src" / "lib.rs"
 RS_LOCK = REPO / "workloads" / "rs" / "Cargo.lock"
@@ -94,10 +94,8 @@ def assert_categories(rec, run_dir, work=("crypto", "protocol")):
 
 def edge_bound(run_dir, rec, role, own):
     """How far eBPF's count of a role's calls may part from the library's
-    own over the window: what the role did while the two read an edge
-    apart (the window's rate over that gap), and one call torn at each."""
-    apart_s = edges_apart_ns(run_dir, rec, "syscalls", role) / 1e9
-    return own / rec["window_s"] * apart_s + 2
+    own over the window (conftest.count_gap, the syscalls probe's edges)."""
+    return count_gap(run_dir, rec, "syscalls", role, own)
 
 
 @pytest.mark.system

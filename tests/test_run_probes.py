@@ -11,7 +11,7 @@ import pytest
 
 from qprof.describe import cpu
 
-from conftest import needs_build, qprof, run_json
+from conftest import count_gap, needs_build, qprof, run_json
 from test_run_quic import NETNS_2S
 
 pytestmark = [pytest.mark.system, needs_build]
@@ -28,7 +28,25 @@ QUIC_OVERHEAD_MAX = 1.08
 IRQS_OFF_PROGRAMS = {"sched_switch", "sched_wakeup", "sched_wakeup_new"}
 
 
-def assert_syscalls(rec, timed):
+# Which probe counts what a crosscheck compares with msquic's own counters.
+CHECKED_BY = {
+    "udp_send_calls": "syscalls",
+    "udp_recv_events": "syscalls",
+    "udp_send_datagrams": "packets",
+    "udp_recv_datagrams": "packets",
+}
+
+
+def assert_agrees(rec, run_dir, side, name):
+    """eBPF's count and msquic's own over the window part by no more than
+    what the side did while the two read an edge apart (not a share of
+    the window, which a slower machine's longer gaps would outgrow)."""
+    check = rec["crosscheck"][side][name]
+    gap = count_gap(run_dir, rec, CHECKED_BY[name], side, check["own"])
+    assert check["own"] > 0 and abs(check["ebpf"] - check["own"]) <= gap, (side, name, check, gap)
+
+
+def assert_syscalls(rec, timed, run_dir):
     """The syscalls probe's figures; the time inside each call only when
     the run asked for it (--syscall-time), null with the reason otherwise."""
     assert rec["probes"]["syscalls"]["status"] == "present"
@@ -67,13 +85,13 @@ def assert_syscalls(rec, timed):
         checks = rec["crosscheck"][side]
         assert checks["source"] == "msquic perf counters"
         for name in ("udp_send_calls", "udp_recv_events"):
-            assert checks[name]["ratio"] == pytest.approx(1.0, abs=0.02), (side, name, checks[name])
+            assert_agrees(rec, run_dir, side, name)
 
 
 def test_syscalls_probe_netns(runs_dir):
     """With --syscall-time the probe also times each call."""
     rec = run_json(runs_dir, "--duration", "2s", "--warmup", "0.5s", "--probes", "syscalls", "--syscall-time")
-    assert_syscalls(rec, timed=True)
+    assert_syscalls(rec, timed=True, run_dir=runs_dir / rec["id"])
     # msquic's datapath: GSO sendmsg on the client, recvmmsg on the server.
     calls_c, calls_s = rec["syscalls"]["client"]["by_syscall"], rec["syscalls"]["server"]["by_syscall"]
     assert calls_c["sendmsg"]["bytes"] / calls_c["sendmsg"]["calls"] > 10 * 1200
@@ -145,7 +163,7 @@ def test_all_probes_netns(shared):
     release = tuple(int(x) for x in platform.release().split("-")[0].split(".")[:2])
     assert rec["probes"]["packets"]["build"] == ("rdonly_cast" if release >= (6, 2) else "portable")
     # By default the calls are counted at sys_exit alone, not timed.
-    assert_syscalls(rec, timed=False)
+    assert_syscalls(rec, timed=False, run_dir=runs_dir / rec["id"])
     assert {p["name"] for p in rec["probes"]["syscalls"]["window"]["progs"]} == {"sys_exit"}
     calls_s = rec["syscalls"]["server"]["by_syscall"]
     assert calls_s["recvmmsg"]["msgs_requested"] >= calls_s["recvmmsg"]["msgs_returned"] > 0
@@ -155,7 +173,7 @@ def test_all_probes_netns(shared):
     assert all(d["rx"] is None and d["tx"]["skbs"] > 0 for d in rec["probes"]["packets"]["window"]["devices"])
     for side in ("client", "server"):
         check = rec["crosscheck"][side]
-        assert check["udp_send_datagrams"]["ratio"] == pytest.approx(1.0, abs=0.02), (side, check)
+        assert_agrees(rec, runs_dir / rec["id"], side, "udp_send_datagrams")
         absent = check["udp_recv_datagrams"]
         assert absent["ebpf"] is None and absent["ratio"] is None and absent["own"] > 0
         assert "--packets-rx" in absent["absent_reason"]
@@ -192,8 +210,7 @@ def test_softirq_time_and_packets_rx(runs_dir):
     for side in ("client", "server"):
         assert rec["syscalls"][side]["rx_absent_reason"] is None
         for name in ("udp_send_datagrams", "udp_recv_datagrams"):
-            check = rec["crosscheck"][side][name]
-            assert check["ratio"] == pytest.approx(1.0, abs=0.02), (side, name, check)
+            assert_agrees(rec, runs_dir / rec["id"], side, name)
     # GSO on: the client's sends carry many datagrams each, and the server receives them so.
     assert rec["syscalls"]["server"]["datagrams_per_recv_call"] > 10
     ct = rec["cpu_threads"]

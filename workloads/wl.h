@@ -340,6 +340,7 @@ void wl_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * Control channel (--control): stdin carries one command a line.
  *   mark NAME  answered on stdout by a {"event":"mark"} line with the role's
  *              own counters, so the caller can bracket a measurement window;
+ *              t_ns when it began reading them, read_ns how long it took;
  *   start      the client connects (with --wait-start it waits for this);
  *   stop       the sender finishes its streams and the transfer ends
  *              (download: the client makes no more connections after the
@@ -372,8 +373,12 @@ void wl_json_str(struct wl_json *j, const char *key, const char *v);
 void wl_json_bool(struct wl_json *j, const char *key, bool v);
 void wl_json_raw(struct wl_json *j, const char *key, const char *raw);
 const char *wl_json_end(struct wl_json *j);
-/* Begins a mark event: "event":"mark", its name, and t_ns now. */
-void wl_json_mark(struct wl_json *j, const char *name);
+/*
+ * Begins a mark event: "event":"mark", its name, and t_ns now, which it
+ * returns; the caller ends it with "read_ns", how long after t_ns its
+ * counters were all read (a mark's figures are of that interval).
+ */
+uint64_t wl_json_mark(struct wl_json *j, const char *name);
 /*
  * Bulk receiver (the server): "stream_bytes", the verified bytes of each
  * stream (QUIC) or connection (TCP stacks) as a JSON array, index i the

@@ -299,12 +299,15 @@ const char *wl_json_end(struct wl_json *j)
 	return j->buf;
 }
 
-void wl_json_mark(struct wl_json *j, const char *name)
+uint64_t wl_json_mark(struct wl_json *j, const char *name)
 {
+	uint64_t t_ns = wl_now_ns();
+
 	wl_json_begin(j);
 	wl_json_str(j, "event", "mark");
 	wl_json_str(j, "name", name);
-	wl_json_u64(j, "t_ns", wl_now_ns());
+	wl_json_u64(j, "t_ns", t_ns);
+	return t_ns;
 }
 
 uint64_t wl_stream_bytes_load(struct wl_stream_bytes *s, const _Atomic uint64_t *v,

@@ -196,15 +196,17 @@ static void on_mark(const char *name, void *arg)
 {
 	struct wl_stream_bytes sb;
 	struct wl_json j;
+	uint64_t t_ns;
 
 	(void)arg;
-	wl_json_mark(&j, name);
+	t_ns = wl_json_mark(&j, name);
 	wl_json_u64(&j, "app_bytes", app_bytes(&sb));
 	if (wl_role.p->json_mark)
 		wl_role.p->json_mark(&j);
 	if (wl_role.per_stream)
 		wl_json_stream_bytes(&j, &sb);
 	wl_role.t->json_mark(&j);
+	wl_json_u64(&j, "read_ns", wl_now_ns() - t_ns);
 	wl_emit("%s", wl_json_end(&j));
 }
 

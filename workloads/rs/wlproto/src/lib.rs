@@ -620,11 +620,12 @@ impl Role {
     }
 
     fn on_mark(&self, name: &str) {
+        let t_ns = now_ns();
         let (bytes, per) = self.app_bytes_now();
         let mut m = Map::new();
         m.insert("event".into(), "mark".into());
         m.insert("name".into(), name.into());
-        m.insert("t_ns".into(), now_ns().into());
+        m.insert("t_ns".into(), t_ns.into());
         m.insert("app_bytes".into(), bytes.into());
         if self.opts.download() {
             m.insert("downloads".into(), self.downloads.load(SeqCst).into());
@@ -636,6 +637,9 @@ impl Role {
             rr.mark(self.server(), &mut m);
         }
         self.counters(&mut m);
+        // How long after t_ns the counters were all read: the mark's
+        // figures are of that interval (a stack's stats may wait on its lock).
+        m.insert("read_ns".into(), now_ns().saturating_sub(t_ns).into());
         emit(&Value::Object(m));
     }
 
