@@ -1,13 +1,23 @@
 # SPDX-License-Identifier: GPL-2.0-only
 """qprof compare's matrix, statistics and refusals, without transfers."""
 
+import io
+import json
+import re
+from pathlib import Path
+
 import pytest
+from rich.cells import cell_len
+from rich.console import Console
 
 from qprof import errors
 from qprof.collectors import compare, devices
 from qprof.describe import comparison, offload, options
+from qprof.present import tables
 
 pytestmark = pytest.mark.unit
+
+SEVEN = ("quic", "quinn", "quiche", "ngtcp2", "tcp", "tcp-tls", "udp")
 
 
 def base(**kw):
@@ -228,3 +238,82 @@ def test_a_receive_torn_at_the_edges_is_not_coalescing():
     assert offload.observe(rec(1002 * 1472, 1000), 1472)["gro"] == "off"
     assert offload.observe(rec(1003 * 1472, 1000), 1472)["gro"] == "on"
     assert offload.observe(rec(1000 * 1472, 1000), 1472)["gro"] == "off"
+
+
+# --- the table at any width ------------------------------------------------------
+
+STORED = Path(__file__).parent / "data/report/runs/comparisons/20261123-215335-e67b1b/comparison.json"
+
+
+def seven_stacks() -> dict:
+    """The stored tcp,udp comparison as seven stacks of three runs each
+    would have it: each figure the stored one scaled per stack and per
+    run, so every cell has a spread, a ratio and a * (and an absent
+    figure stays absent)."""
+    rec = json.loads(STORED.read_text())
+    rec["configs"] = [{"label": s, "stack": s, "overrides": {}} for s in SEVEN]
+    rec["repeat"] = 3
+    for key, rows in rec["metrics"].items():
+        v = next((r["median"] for r in rows if r["median"]), None)
+        new = [
+            comparison.summarize([None if v is None else v * (1 + 0.37 * i) * (1 + 0.05 * j) for j in range(3)])
+            for i in range(len(SEVEN))
+        ]
+        for r in new:
+            r["ratio"] = r["median"] / new[0]["median"] if r["median"] is not None and new[0]["median"] else None
+            r["beyond_spread"] = comparison.beyond_spread(new[0], r) if r is not new[0] else None
+        rec["metrics"][key] = new
+    return rec
+
+
+def printed(rec: dict, width: int) -> str:
+    out = io.StringIO()
+    tables.print_comparison(rec, Console(file=out, width=width))
+    return out.getvalue()
+
+
+def shown_cells(rec: dict) -> list:
+    """Every cell the table shows: each figure's, and each flame category's
+    that reaches the floor in some configuration."""
+    out = []
+    for key, rows in rec["metrics"].items():
+        u = rec["metric_units"][key]
+        if ": " in u["label"] and all((r["median"] or 0) < tables.CATEGORY_FLOOR_NS_PER_BYTE for r in rows):
+            continue
+        out += [tables.cell(r, u["unit"], i == 0) for i, r in enumerate(rows)]
+    return out
+
+
+@pytest.mark.parametrize("width", [80, 60])
+def test_seven_stacks_at_a_narrow_width_keep_every_number_and_name_whole(width):
+    """Seven stacks side by side used to take 80 columns by cutting every
+    cell to '0.…' and quinn and quiche both to 'qui…'."""
+    rec = seven_stacks()
+    text = printed(rec, width)
+    assert "…" not in text
+    assert max(cell_len(line) for line in text.splitlines()) <= width
+    lines = text.splitlines()
+    cells = shown_cells(rec)
+    assert sum(c != "—" for c in cells) > 100 and any("*" in c for c in cells)
+    for c in cells:
+        assert any(c in line for line in lines), c  # whole, on one line
+    for name in SEVEN:  # each stack named whole: "tcp" alone, not within "tcp-tls"
+        assert re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", text), name
+
+
+def test_configurations_stay_columns_where_they_fit():
+    rec = seven_stacks()
+    text = printed(rec, 200)
+    header = next(line for line in text.splitlines() if "FIGURE" in line)
+    assert re.findall(r"[\w-]+", header)[1:] == list(SEVEN)
+
+
+def test_a_long_label_wraps_between_its_settings_and_a_column_wider_than_the_console_is_not_cut():
+    rec = seven_stacks()
+    lib = "/home/someone/src/msquic/build/linux/x64_openssl/bin/Release/libmsquic.so.2"  # 74 characters
+    rec["configs"][1]["label"] = f"quic gso=off io-size=64K msquic={lib}"
+    text = printed(rec, 60)
+    assert "…" not in text and f"msquic={lib}" in text
+    assert "quic gso=off io-size=64K" in text
+    for c in shown_cells(rec):
+        assert c in text, c
