@@ -3,16 +3,19 @@
 
 import io
 import json
+import os
 import re
 from pathlib import Path
+from unittest import mock
 
 import pytest
 from rich.cells import cell_len
 from rich.console import Console
 
 from qprof import errors
-from qprof.collectors import compare, devices
-from qprof.describe import comparison, offload, options
+from qprof.cli import compare_cmd
+from qprof.collectors import compare, devices, preflight, procfs
+from qprof.describe import comparison, offload, options, transports
 from qprof.present import tables
 
 pytestmark = pytest.mark.unit
@@ -98,6 +101,85 @@ def test_gro_on_loopback_tcp_cannot_be_honoured():
     with pytest.raises(errors.BadValue) as e:
         compare.build_matrix(base(topology="loopback"), ["tcp"], {"gro": ["on", "off"]}, [])
     assert "loopback" in e.value.sentence and "--topology netns" in e.value.sentence
+
+
+# --- before the first run: every configuration resolved and checked here -------------
+
+
+class _Started(Exception):
+    """compare.run was reached: the first run would start."""
+
+
+def compare_until_run(*args):
+    """`qprof compare ARGS` in this process, through the real click command,
+    as far as the first run (which compare.run would start)."""
+    with mock.patch.object(compare, "run", side_effect=_Started):
+        with compare_cmd.compare_cmd.make_context("compare", list(args)) as ctx:
+            compare_cmd.compare_cmd.invoke(ctx)
+    raise AssertionError(f"qprof compare {' '.join(args)} ended without reaching its first run")
+
+
+def test_every_configuration_meets_preflight_before_the_first_run():
+    seen = []
+    with mock.patch.object(preflight, "check", lambda plan, faults=None: seen.append(plan.options)):
+        with pytest.raises(_Started):
+            compare_until_run("--stacks", ",".join(SEVEN), "--duration", "1s")
+        assert [o.stack for o in seen] == list(SEVEN)
+        seen.clear()
+        with pytest.raises(_Started):
+            compare_until_run("--vary", "msquic=/a/libmsquic.so,/b/libmsquic.so", "--duration", "1s")
+        assert [o.msquic for o in seen] == ["/a/libmsquic.so", "/b/libmsquic.so"]
+
+
+# A library this machine loads as msquic, standing in for a build of the user's own.
+GOOD_MSQUIC = "/good/libmsquic.so"
+
+
+@pytest.fixture
+def machine(interposer_built, monkeypatch):
+    """preflight's questions answered as on a machine where qprof runs as
+    root with every workload built, on a kernel without kernel TLS."""
+    bin_dir = interposer_built.parent.parent / "bin"
+    bin_dir.mkdir()
+    for stack in transports.STACKS.values():
+        (bin_dir / stack.workload).write_text("#!/bin/sh\n")
+        (bin_dir / stack.workload).chmod(0o755)
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    monkeypatch.setattr(procfs, "kernel_has_tls", lambda: False)
+    real = preflight.msquic_library
+    monkeypatch.setattr(preflight, "msquic_library", lambda path: None if path == GOOD_MSQUIC else real(path))
+
+
+@pytest.mark.parametrize(
+    "args, cls, words",
+    [
+        # Used to measure tcp first (seven stacks first: 28 s), then exit 12.
+        (["--stacks", "tcp,tcp-ktls"], errors.KernelFeatureMissing, ["configuration 'tcp-ktls'", "--guest"]),
+        # Used to measure A, then exit 37, leaving an incomplete comparison.
+        (
+            ["--vary", f"msquic={GOOD_MSQUIC},/nonexistent/libmsquic.so"],
+            errors.MsquicUnusable,
+            ["configuration 'quic msquic=/nonexistent/libmsquic.so'", "is not a file"],
+        ),
+    ],
+)
+def test_a_configuration_this_machine_cannot_run_is_refused_before_any_runs(machine, args, cls, words):
+    with pytest.raises(cls) as e:
+        compare_until_run(*args, "--duration", "1s")
+    sentence = e.value.sentence
+    assert "\n" not in sentence and sentence.endswith("."), sentence
+    for w in words:
+        assert w in sentence, sentence
+
+
+def test_what_no_configuration_can_do_here_is_said_once_for_all(machine, monkeypatch):
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    with pytest.raises(errors.NotRoot) as e:
+        compare_until_run("--stacks", "tcp,udp", "--duration", "1s")
+    assert e.value.sentence.startswith("qprof run needs root"), e.value.sentence
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    with pytest.raises(_Started):
+        compare_until_run("--stacks", "tcp,udp", "--duration", "1s")
 
 
 def test_unknown_stack_in_stacks():
