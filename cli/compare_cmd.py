@@ -17,8 +17,8 @@ from rich.progress import (
 )
 
 from qprof.cli.run_options import to_run_options, transfer_options
-from qprof.collectors import compare, preflight
-from qprof.describe import options, plan
+from qprof.collectors import compare
+from qprof.describe import options
 from qprof.errors import BadValue
 from qprof.present import tables as report
 from qprof.present.format import compact
@@ -88,7 +88,7 @@ def compare_cmd(ctx, stack, stack_list, vary_items, repeat, as_json, **kwargs):
     ]
     base = to_run_options(stack_names[0], kwargs)
     configs = compare.build_matrix(base, stack_names, vary, fixed)
-    preflight.check(plan.resolve(configs[0].opts))  # root and the build, before the first run
+    compare.check_machine(configs)  # every configuration, before the first run
     copts = compare.CompareOptions(configs=configs, repeat=repeat, runs_dir=base.runs_dir, vary=vary)
     record = _run_with_progress(copts)
     if as_json:

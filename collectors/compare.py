@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable, Dict, List
 
 from qprof import errors, remains
-from qprof.collectors import environment, placement, runner
+from qprof.collectors import environment, placement, preflight, runner
 from qprof.describe import comparison, link, options, plan, transports
 from qprof.files import COMPARISON_RECORD, COMPARISONS_SUBDIR
 from qprof.rundir import RunDir
@@ -92,6 +92,28 @@ def build_matrix(
     if len(configs) < 2:
         raise errors.BadValue("a comparison needs at least two configurations; add --vary KEY=V1,V2 or --stacks S1,S2.")
     return configs
+
+
+def check_machine(configs: List[Config]) -> None:
+    """What only this machine can answer (collectors/preflight.py: root,
+    each stack's workload built, kernel TLS, the congestion control, an
+    --msquic file it can load) for every configuration, before the first
+    run: one it cannot run is refused before anything is measured. A
+    refusal every configuration shares (not root, nothing built) is the
+    machine's and said as such; else the first configuration refused is
+    named with its own reason."""
+    refused = []
+    for c in configs:
+        try:
+            preflight.check(plan.resolve(c.opts))
+        except errors.QprofError as e:
+            refused.append((c, e))
+    if not refused:
+        return
+    first_config, first = refused[0]
+    if len(refused) == len(configs) and all(e.sentence == first.sentence for _, e in refused):
+        raise first
+    raise type(first)(f"configuration '{first_config.label}': {first.sentence}")
 
 
 def parse_stacks(text: str) -> List[str]:

@@ -5,13 +5,17 @@ record holds (`qprof show`); a run's flame figures (`qprof flame`)."""
 
 import io
 import sys
+import textwrap
 from pathlib import Path
 from typing import Callable, List, Optional
 
 from rich import box
+from rich.cells import cell_len
 from rich.console import Console
 from rich.errors import ConsoleError
 from rich.markup import escape
+from rich.measure import Measurement
+from rich.segment import Segments
 from rich.table import Table
 from rich.text import Text
 
@@ -414,29 +418,24 @@ CATEGORY_FLOOR_NS_PER_BYTE = 0.005
 
 
 def print_comparison(rec: dict, console: Optional[Console] = None) -> None:
+    """Figures as rows and configurations as columns where that fits the
+    console; where it does not (seven stacks at 80 columns, piped or a
+    narrow terminal), configurations as rows, one per line as iperf3's and
+    flent's summaries give a stream or a series, and the figures in as
+    many tables of columns as it takes. No number and no name is cut."""
     console = console or Console()
     labels = [str(c["label"]) for c in rec["configs"]]
     console.print(
         f"[bold]{len(labels)} configurations × {rec['repeat']} runs, interleaved[/]: "
         "median ±half its range, ×ratio of medians to the first, * where the ranges do not overlap"
     )
-    units = rec["metric_units"]
-    main = Table(title="figures", title_justify="left")
-    cats = Table(title="CPU ns/B by flame category", title_justify="left")
-    for t in (main, cats):
-        t.add_column("FIGURE", no_wrap=True)
-        for label in labels:
-            t.add_column(label, justify="right")
-    for key, rows in rec["metrics"].items():
-        u = units[key]
-        name = u["label"] + (f" ({u['unit']})" if u["unit"] and u["unit"] != "share" else "")
-        target = cats if ": " in u["label"] else main
-        if target is cats and all((r["median"] or 0) < CATEGORY_FLOOR_NS_PER_BYTE for r in rows):
-            continue
-        target.add_row(name, *(cell(r, u["unit"], i == 0) for i, r in enumerate(rows)))
-    console.print(main)
-    if cats.row_count:
-        console.print(cats)
+    main, cats = _comparison_figures(rec)
+    wide = [_figures_as_rows(title, labels, figs) for title, figs in (("figures", main), (_CATEGORIES, cats)) if figs]
+    if all(_natural_width(console, t) <= console.width for t in wide):
+        for t in wide:
+            console.print(t)
+    else:
+        _print_configurations_as_rows(console, labels, main, cats)
     weighted = max((r.get("weighted") or 0 for rows in rec["metrics"].values() for r in rows), default=0)
     if weighted:
         console.print(
@@ -466,6 +465,93 @@ def print_comparison(rec: dict, console: Optional[Console] = None) -> None:
     elif fd:
         console.print(f"flame diff: none ({fd.get('absent')})")
     console.print(f"comparison {rec['id']}: {len(rec['runs'])} runs, record {cdir / COMPARISON_RECORD}")
+
+
+_CATEGORIES = "CPU ns/B by flame category"
+
+
+def _comparison_figures(rec: dict):
+    """The comparison's figures to show, as (label, unit, cells): the
+    headline ones, then the flame categories (label 'side: category')
+    that reach CATEGORY_FLOOR_NS_PER_BYTE in some configuration."""
+    main, cats = [], []
+    units = rec["metric_units"]
+    for key, rows in rec["metrics"].items():
+        u = units[key]
+        cells = [cell(r, u["unit"], i == 0) for i, r in enumerate(rows)]
+        if ": " not in u["label"]:
+            main.append((u["label"], u["unit"], cells))
+        elif any((r["median"] or 0) >= CATEGORY_FLOOR_NS_PER_BYTE for r in rows):
+            cats.append((u["label"], u["unit"], cells))
+    return main, cats
+
+
+def _figure_name(label: str, unit: str) -> str:
+    return label + (f" ({unit})" if unit and unit != "share" else "")
+
+
+def _figures_as_rows(title: str, labels: List[str], figs: list) -> Table:
+    t = Table(title=title, title_justify="left")
+    t.add_column("FIGURE", no_wrap=True)
+    for label in labels:
+        t.add_column(Text(label), justify="right")
+    for label, unit, cells in figs:
+        t.add_row(_figure_name(label, unit), *cells)
+    return t
+
+
+def _natural_width(console: Console, table: Table) -> int:
+    """The columns the table takes when none of its cells wraps."""
+    return Measurement.get(console, console.options.update_width(1 << 16), table).maximum
+
+
+def _print_configurations_as_rows(console: Console, labels: List[str], main: list, cats: list) -> None:
+    """One row per configuration, its label whole (wrapped only at its
+    spaces); the figures as columns, as many per table as fit the
+    console, each cell on one line. A column too wide for the console
+    even alone is printed at its own width, for the terminal to wrap,
+    never cut."""
+    # A label holds a stack and its key=value settings; wrapped between them where long.
+    longest_word = max((cell_len(w) for lb in labels for w in lb.split()), default=0)
+    label_width = max(1, longest_word, min(max(map(cell_len, labels)), console.width // 3))
+    rows = [
+        Text("\n".join(textwrap.wrap(lb, label_width, break_long_words=False, break_on_hyphens=False))) for lb in labels
+    ]
+    groups = [("figures, one row per configuration", [(_figure_name(lb, u), cells) for lb, u, cells in main])]
+    by_side: dict = {}
+    for label, _unit, cells in cats:
+        side, category = label.split(": ", 1)
+        by_side.setdefault(side, []).append((category, cells))
+    groups += [(f"{side} CPU ns/B by flame category", figs) for side, figs in by_side.items()]
+    for title, figs in groups:
+        blocks = [[]]
+        for fig in figs:
+            if blocks[-1] and _natural_width(console, _rows_table(title, rows, blocks[-1] + [fig])) > console.width:
+                blocks.append([])
+            blocks[-1].append(fig)
+        for i, block in enumerate(blocks):
+            _print_block(console, _rows_table(title + (" (continued)" if i else ""), rows, block))
+
+
+def _rows_table(title: str, rows: List[Text], figs: list) -> Table:
+    t = Table(title=title, title_justify="left")
+    t.add_column("", no_wrap=True)
+    for name, cells in figs:
+        # The heading wraps at its spaces to its widest cell (or longest word).
+        width = max([1] + [cell_len(c) for c in cells] + [cell_len(w) for w in name.split()])
+        heading = "\n".join(textwrap.wrap(name, width, break_long_words=False, break_on_hyphens=False))
+        t.add_column(Text(heading), justify="right", no_wrap=True)
+    for i, label in enumerate(rows):
+        t.add_row(label, *(cells[i] for _, cells in figs))
+    return t
+
+
+def _print_block(console: Console, table: Table) -> None:
+    width = _natural_width(console, table)
+    if width <= console.width:
+        console.print(table)
+    else:  # rendered at its own width, and not cropped to the console's
+        console.print(Segments(console.render(table, console.options.update_width(width))), crop=False)
 
 
 def _print_link(rec: dict, console: Console) -> None:

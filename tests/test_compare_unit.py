@@ -1,13 +1,26 @@
 # SPDX-License-Identifier: GPL-2.0-only
 """qprof compare's matrix, statistics and refusals, without transfers."""
 
+import io
+import json
+import os
+import re
+from pathlib import Path
+from unittest import mock
+
 import pytest
+from rich.cells import cell_len
+from rich.console import Console
 
 from qprof import errors
-from qprof.collectors import compare, devices
-from qprof.describe import comparison, offload, options
+from qprof.cli import compare_cmd
+from qprof.collectors import compare, devices, preflight, procfs
+from qprof.describe import comparison, offload, options, transports
+from qprof.present import tables
 
 pytestmark = pytest.mark.unit
+
+SEVEN = ("quic", "quinn", "quiche", "ngtcp2", "tcp", "tcp-tls", "udp")
 
 
 def base(**kw):
@@ -88,6 +101,85 @@ def test_gro_on_loopback_tcp_cannot_be_honoured():
     with pytest.raises(errors.BadValue) as e:
         compare.build_matrix(base(topology="loopback"), ["tcp"], {"gro": ["on", "off"]}, [])
     assert "loopback" in e.value.sentence and "--topology netns" in e.value.sentence
+
+
+# --- before the first run: every configuration resolved and checked here -------------
+
+
+class _Started(Exception):
+    """compare.run was reached: the first run would start."""
+
+
+def compare_until_run(*args):
+    """`qprof compare ARGS` in this process, through the real click command,
+    as far as the first run (which compare.run would start)."""
+    with mock.patch.object(compare, "run", side_effect=_Started):
+        with compare_cmd.compare_cmd.make_context("compare", list(args)) as ctx:
+            compare_cmd.compare_cmd.invoke(ctx)
+    raise AssertionError(f"qprof compare {' '.join(args)} ended without reaching its first run")
+
+
+def test_every_configuration_meets_preflight_before_the_first_run():
+    seen = []
+    with mock.patch.object(preflight, "check", lambda plan, faults=None: seen.append(plan.options)):
+        with pytest.raises(_Started):
+            compare_until_run("--stacks", ",".join(SEVEN), "--duration", "1s")
+        assert [o.stack for o in seen] == list(SEVEN)
+        seen.clear()
+        with pytest.raises(_Started):
+            compare_until_run("--vary", "msquic=/a/libmsquic.so,/b/libmsquic.so", "--duration", "1s")
+        assert [o.msquic for o in seen] == ["/a/libmsquic.so", "/b/libmsquic.so"]
+
+
+# A library this machine loads as msquic, standing in for a build of the user's own.
+GOOD_MSQUIC = "/good/libmsquic.so"
+
+
+@pytest.fixture
+def machine(interposer_built, monkeypatch):
+    """preflight's questions answered as on a machine where qprof runs as
+    root with every workload built, on a kernel without kernel TLS."""
+    bin_dir = interposer_built.parent.parent / "bin"
+    bin_dir.mkdir()
+    for stack in transports.STACKS.values():
+        (bin_dir / stack.workload).write_text("#!/bin/sh\n")
+        (bin_dir / stack.workload).chmod(0o755)
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    monkeypatch.setattr(procfs, "kernel_has_tls", lambda: False)
+    real = preflight.msquic_library
+    monkeypatch.setattr(preflight, "msquic_library", lambda path: None if path == GOOD_MSQUIC else real(path))
+
+
+@pytest.mark.parametrize(
+    "args, cls, words",
+    [
+        # Used to measure tcp first (seven stacks first: 28 s), then exit 12.
+        (["--stacks", "tcp,tcp-ktls"], errors.KernelFeatureMissing, ["configuration 'tcp-ktls'", "--guest"]),
+        # Used to measure A, then exit 37, leaving an incomplete comparison.
+        (
+            ["--vary", f"msquic={GOOD_MSQUIC},/nonexistent/libmsquic.so"],
+            errors.MsquicUnusable,
+            ["configuration 'quic msquic=/nonexistent/libmsquic.so'", "is not a file"],
+        ),
+    ],
+)
+def test_a_configuration_this_machine_cannot_run_is_refused_before_any_runs(machine, args, cls, words):
+    with pytest.raises(cls) as e:
+        compare_until_run(*args, "--duration", "1s")
+    sentence = e.value.sentence
+    assert "\n" not in sentence and sentence.endswith("."), sentence
+    for w in words:
+        assert w in sentence, sentence
+
+
+def test_what_no_configuration_can_do_here_is_said_once_for_all(machine, monkeypatch):
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    with pytest.raises(errors.NotRoot) as e:
+        compare_until_run("--stacks", "tcp,udp", "--duration", "1s")
+    assert e.value.sentence.startswith("qprof run needs root"), e.value.sentence
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    with pytest.raises(_Started):
+        compare_until_run("--stacks", "tcp,udp", "--duration", "1s")
 
 
 def test_unknown_stack_in_stacks():
@@ -228,3 +320,82 @@ def test_a_receive_torn_at_the_edges_is_not_coalescing():
     assert offload.observe(rec(1002 * 1472, 1000), 1472)["gro"] == "off"
     assert offload.observe(rec(1003 * 1472, 1000), 1472)["gro"] == "on"
     assert offload.observe(rec(1000 * 1472, 1000), 1472)["gro"] == "off"
+
+
+# --- the table at any width ------------------------------------------------------
+
+STORED = Path(__file__).parent / "data/report/runs/comparisons/20261123-215335-e67b1b/comparison.json"
+
+
+def seven_stacks() -> dict:
+    """The stored tcp,udp comparison as seven stacks of three runs each
+    would have it: each figure the stored one scaled per stack and per
+    run, so every cell has a spread, a ratio and a * (and an absent
+    figure stays absent)."""
+    rec = json.loads(STORED.read_text())
+    rec["configs"] = [{"label": s, "stack": s, "overrides": {}} for s in SEVEN]
+    rec["repeat"] = 3
+    for key, rows in rec["metrics"].items():
+        v = next((r["median"] for r in rows if r["median"]), None)
+        new = [
+            comparison.summarize([None if v is None else v * (1 + 0.37 * i) * (1 + 0.05 * j) for j in range(3)])
+            for i in range(len(SEVEN))
+        ]
+        for r in new:
+            r["ratio"] = r["median"] / new[0]["median"] if r["median"] is not None and new[0]["median"] else None
+            r["beyond_spread"] = comparison.beyond_spread(new[0], r) if r is not new[0] else None
+        rec["metrics"][key] = new
+    return rec
+
+
+def printed(rec: dict, width: int) -> str:
+    out = io.StringIO()
+    tables.print_comparison(rec, Console(file=out, width=width))
+    return out.getvalue()
+
+
+def shown_cells(rec: dict) -> list:
+    """Every cell the table shows: each figure's, and each flame category's
+    that reaches the floor in some configuration."""
+    out = []
+    for key, rows in rec["metrics"].items():
+        u = rec["metric_units"][key]
+        if ": " in u["label"] and all((r["median"] or 0) < tables.CATEGORY_FLOOR_NS_PER_BYTE for r in rows):
+            continue
+        out += [tables.cell(r, u["unit"], i == 0) for i, r in enumerate(rows)]
+    return out
+
+
+@pytest.mark.parametrize("width", [80, 60])
+def test_seven_stacks_at_a_narrow_width_keep_every_number_and_name_whole(width):
+    """Seven stacks side by side used to take 80 columns by cutting every
+    cell to '0.…' and quinn and quiche both to 'qui…'."""
+    rec = seven_stacks()
+    text = printed(rec, width)
+    assert "…" not in text
+    assert max(cell_len(line) for line in text.splitlines()) <= width
+    lines = text.splitlines()
+    cells = shown_cells(rec)
+    assert sum(c != "—" for c in cells) > 100 and any("*" in c for c in cells)
+    for c in cells:
+        assert any(c in line for line in lines), c  # whole, on one line
+    for name in SEVEN:  # each stack named whole: "tcp" alone, not within "tcp-tls"
+        assert re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", text), name
+
+
+def test_configurations_stay_columns_where_they_fit():
+    rec = seven_stacks()
+    text = printed(rec, 200)
+    header = next(line for line in text.splitlines() if "FIGURE" in line)
+    assert re.findall(r"[\w-]+", header)[1:] == list(SEVEN)
+
+
+def test_a_long_label_wraps_between_its_settings_and_a_column_wider_than_the_console_is_not_cut():
+    rec = seven_stacks()
+    lib = "/home/someone/src/msquic/build/linux/x64_openssl/bin/Release/libmsquic.so.2"  # 74 characters
+    rec["configs"][1]["label"] = f"quic gso=off io-size=64K msquic={lib}"
+    text = printed(rec, 60)
+    assert "…" not in text and f"msquic={lib}" in text
+    assert "quic gso=off io-size=64K" in text
+    for c in shown_cells(rec):
+        assert c in text, c

@@ -16,7 +16,7 @@ from qprof.describe import record
 
 from conftest import needs_build, qprof, run_json
 from refusals import refused
-from test_bad_input import refused_run
+from test_bad_input import one_sentence, refused_run
 from test_pinning import UNPINNED
 
 MSQUIC_UNUSABLE, BAD_VALUE = 37, 4
@@ -71,6 +71,22 @@ def test_compare_two_msquic_builds(runs_dir):
         assert rec["environment"]["msquic_library"] == {"client": lib, "server": lib}
         assert rec["environment"]["quic_library"]["name"] == "msquic"
         assert rec["environment"]["msquic_version"] == "2.5.1"
+
+
+@pytest.mark.system
+@needs_build
+def test_compare_refuses_a_build_it_cannot_load_before_the_first_run(runs_dir, tmp_path):
+    """`--vary msquic=GOOD,BAD` used to measure GOOD, then exit 37 with an
+    incomplete comparison: every configuration meets preflight first."""
+    bad = tmp_path / "libmsquic.so"
+    r = qprof(
+        *("compare", "--stack", "quic", "--vary", f"msquic={own_library()},{bad}", "--duration", "1s"),
+        runs_dir=runs_dir,
+    )
+    assert r.returncode == MSQUIC_UNUSABLE, r.stderr
+    line = one_sentence(r.stderr)
+    assert f"configuration 'quic msquic={bad}'" in line and "is not a file" in line
+    assert not runs_dir.exists()  # nothing measured, no comparison directory
 
 
 @pytest.mark.system
