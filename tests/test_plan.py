@@ -96,7 +96,7 @@ def test_a_lossy_link_without_a_rate_turns_gso_off_in_the_plan_only():
 
 
 def test_a_rule_is_refused_with_its_sentence():
-    with pytest.raises(errors.BadValue, match="applies to --pattern download only"):
+    with pytest.raises(errors.StackCannot, match="applies to --pattern download only"):
         resolved(stack="quic", size=1024)
 
 
