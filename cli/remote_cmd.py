@@ -9,7 +9,7 @@ import shlex
 import click
 
 from qprof import paths
-from qprof.cli.run_options import click_option
+from qprof.cli.run_options import click_option, whole_number
 from qprof.collectors import install, ssh
 
 
@@ -23,7 +23,7 @@ def remote():
 @click_option("ssh-config")
 @click.option(
     "--rounds",
-    type=click.IntRange(1, 1000),
+    type=whole_number("rounds", 1, 1000),
     default=ssh.CLOCK_ROUNDS,
     show_default=True,
     help="Clock round trips; the shortest gives the offset.",

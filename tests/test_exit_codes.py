@@ -88,7 +88,7 @@ def test_the_faults_stay_hidden():
 @pytest.mark.parametrize(
     "args, code, words",
     [
-        (["--pattern", "download", "--count", "0"], 2, ["--count", "see `qprof run --help`"]),
+        (["--no-such-flag"], 2, ["--no-such-flag", "see `qprof run --help`"]),
         (["--stack", "sctp"], errors.UnknownStack.exit_code, ["sctp", "quic"]),
         (["--duration", "ten"], errors.BadValue.exit_code, ["malformed --duration 'ten'"]),
         (
