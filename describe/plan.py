@@ -416,9 +416,48 @@ def _rr_closed(opts: RunOptions) -> RunOptions:
     return options.filled(opts, "payload")
 
 
+# An SSH destination, as collectors/ssh.py's parse_destination takes it.
+DESTINATION = "user@host, host:port, user@host:port, [IPv6]:port or a Host name from your ssh config"
+# What an empty value of each option that names a host or a file should be.
+_NAMES = {
+    "--server": f"an SSH destination ({DESTINATION})",
+    "--client": f"an SSH destination ({DESTINATION})",
+    "--host": f"an SSH destination ({DESTINATION})",
+    "HOST": f"an SSH destination ({DESTINATION})",
+    "--ssh-config": "an ssh config file (ssh -F)",
+    "--server-addr": "the server's address on the link between the hosts",
+    "--link-dev": "a device on each side as HOST:DEV,HOST:DEV",
+    "--msquic": "the path of a built libmsquic.so",
+}
+
+
+def not_empty(flag: str, value: Optional[str]) -> None:
+    """An option that names a host or a file, given but empty (--server ""):
+    refused, where it would otherwise read as not given; `qprof remote`
+    and `qprof clean --host` refuse theirs with the same sentence."""
+    if value is not None and not value.strip():
+        drop = f", or drop {flag}" if flag.startswith("--") else ""
+        raise errors.BadValue(f"{flag} {value!r} is empty; give {_NAMES[flag]}{drop}.")
+
+
 def _hosts(opts: RunOptions) -> None:
     """--server places the server on another host over SSH: the rest of the
     run must be one that can be placed there."""
+    for flag, value in (
+        ("--server", opts.server),
+        ("--client", opts.client),
+        ("--ssh-config", opts.ssh_config),
+        ("--server-addr", opts.server_addr),
+        ("--link-dev", opts.link_dev),
+        ("--msquic", opts.msquic),
+    ):
+        not_empty(flag, value)
+    if opts.guest and opts.cpus is not None:
+        raise errors.BadValue(
+            "--cpus holds each side to this host's CPUs, and --guest runs both sides in a QEMU guest whose "
+            "vCPUs QEMU runs in turn on one host thread (TCG, thread=single), so no CPU of the guest is a "
+            "side's own; drop --cpus or --guest."
+        )
     if opts.server is None:
         for given, flag in (
             (opts.ssh_config, "--ssh-config"),

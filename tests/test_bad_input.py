@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from conftest import leftovers, needs_build, qprof, started, wait_for_intervals
-from refusals import refused
+from conftest import leftovers, needs_build, qprof, qprof_here, started, wait_for_intervals
+from refusals import refused, run_plan
 
 # The exit codes are qprof's interface (docs/exit-codes.md, core/errors.py).
 UNKNOWN_STACK, BAD_VALUE, NOT_ROOT, PORT_IN_USE = 3, 4, 5, 6
@@ -154,3 +154,60 @@ def test_ctrl_c(runs_dir):
     assert statuses == ["incomplete"]
     rec = json.loads(next(runs_dir.glob("*/run.json")).read_text())
     assert "interrupted" in rec["error"]
+
+
+# Issue 39: what a hostile new user found. Each case in this process
+# (tests/refusals.py for `qprof run`, conftest's qprof_here for the rest).
+STACK_CANNOT, BAD_MIX, CORRUPT, NO_STACKS = 38, 31, 33, 22
+EMPTY_HOST = "is empty; give an SSH destination (user@host"
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    "args, flag",
+    [
+        (["--server", ""], "--server"),
+        (["--server", "", "--client", "b"], "--server"),
+        (["--server", " "], "--server"),
+        # Once refused as if a host were named (--cpus is not for hosts).
+        (["--server", "", "--cpus", "client=0"], "--server"),
+        (["--server", "b", "--client", ""], "--client"),
+        (["--server", "b", "--ssh-config", ""], "--ssh-config"),
+        (["--server", "b", "--server-addr", ""], "--server-addr"),
+    ],
+)
+def test_an_empty_destination_is_refused_not_run_here(args, flag):
+    """Defect 3: `--server ""` ran a local measurement (exit 0)."""
+    sentence = refused(args, BAD_VALUE, [f"{flag} '", "is empty; give", f"or drop {flag}."])
+    if flag != "--ssh-config" and flag != "--server-addr":
+        assert EMPTY_HOST in sentence
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    "args", [["remote", "check", ""], ["remote", "setup", ""], ["clean", "--host", ""], ["remote", "check", "  "]]
+)
+def test_an_empty_host_is_refused_in_the_same_sentence_by_every_command(args):
+    r = qprof_here(*args)
+    assert r.returncode == BAD_VALUE, r.stderr
+    assert EMPTY_HOST in one_sentence(r.stderr)
+
+
+@pytest.mark.unit
+def test_an_empty_ssh_config_is_named_not_invisible():
+    r = qprof_here("remote", "check", "bench2", "--ssh-config", "")
+    assert r.returncode == BAD_VALUE and "--ssh-config '' is empty; give an ssh config file" in one_sentence(r.stderr)
+
+
+@pytest.mark.unit
+def test_an_empty_msquic_is_named_not_invisible():
+    """Defect 8: it said "--msquic  is not a file", the name invisible."""
+    refused(["--msquic", ""], BAD_VALUE, ["--msquic '' is empty; give the path of a built libmsquic.so"])
+
+
+@pytest.mark.unit
+def test_guest_cpus_refused_and_guest_mix_planned():
+    """Defect 13: the guest's vCPUs are one host thread, so --cpus has
+    nothing to hold a side to there; a mix in the guest is planned as here."""
+    refused(["--guest", "--cpus", "client=0"], BAD_VALUE, ["--guest runs both sides in a QEMU guest", "drop --cpus"])
+    assert run_plan("--guest", "--mix", "quic:1,tcp:1", "--link", "rate=10mbit").is_mix
