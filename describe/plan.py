@@ -27,6 +27,9 @@ MIN_RR_PERIOD_S = 100e-6  # qprof-wl's --period-us floor
 WL_RR_MIN = 16  # qprof-wl's WL_RR_PAYLOAD_MIN: a message's sequence number and a little pattern
 MAX_STREAMS = 64  # qprof-wl's WL_MAX_STREAMS: --conns x --streams, x 2 with --direction both
 MAX_RR_TCP_CONNS = 128  # qprof-wl's WL_RR_MAX_CONNS: rr on a TCP stack, --conns x --streams
+# rr's options --pattern video takes from the user, and those it sets itself (_video).
+VIDEO_TAKES = ("app", "rr-streams")
+VIDEO_SETS = ("request", "response", "rr-mode")
 
 
 @dataclass(frozen=True)
@@ -172,7 +175,7 @@ def _pattern(opts: RunOptions) -> RunOptions:
     if opts.pattern != "rr":
         # video is rr's closed loop: it takes the app and QUIC's streams, and
         # sets the rest itself (_video holds a value given to what it sets).
-        video = ("app", "rr-streams", "request", "response", "rr-mode") if opts.pattern == "video" else ()
+        video = VIDEO_TAKES + VIDEO_SETS if opts.pattern == "video" else ()
         for name, value in (
             ("payload", opts.payload),
             ("request", opts.request),
@@ -183,7 +186,8 @@ def _pattern(opts: RunOptions) -> RunOptions:
             ("app", opts.app),
         ):
             if value is not None and name not in video:
-                raise errors.StackCannot(f"--{name} applies to --pattern rr only; add it, or drop --{name}.")
+                which, fix = ("rr and video", "use one of them") if name in VIDEO_TAKES else ("rr only", "add it")
+                raise errors.StackCannot(f"--{name} applies to --pattern {which}; {fix}, or drop --{name}.")
     if opts.pattern != "video":
         for name, value in (("bitrate", opts.bitrate), ("segment", opts.segment), ("prebuffer", opts.prebuffer)):
             if value is not None:
@@ -309,11 +313,20 @@ def _app(opts: RunOptions) -> None:
     request; HTTP/1.1 over TCP."""
     if opts.app is None:
         return
-    quic = opts.stack == "quic"
-    if (opts.app == "h3") != quic:
-        over = "quic" if opts.app == "h3" else "a TCP stack (tcp, tcp-tls, tcp-ktls)"
-        want = "h3" if quic else "h1 or --app h2"
-        raise errors.StackCannot(f"--app {opts.app} runs over {over}; with --stack {opts.stack} use --app {want}.")
+    row = options.BY_NAME["app"].stacks
+    if opts.stack not in row:
+        raise errors.StackCannot(
+            f"--app runs HTTP over --stack {', '.join(row)}, and {opts.stack}'s workload has no HTTP layer; "
+            "use one of those, or drop --app."
+        )
+    # Which of the apps each stack of the row takes: HTTP/3 over QUIC, the rest over TCP.
+    takes = [a for a in options.APPS if (a == "h3") == transports.STACKS[opts.stack].is_quic]
+    if opts.app not in takes:
+        can = [s for s in row if (opts.app == "h3") == transports.STACKS[s].is_quic]
+        raise errors.StackCannot(
+            f"--app {opts.app} runs over --stack {', '.join(can)}; with --stack {opts.stack} use "
+            f"--app {' or '.join(takes)}."
+        )
     if opts.rr_streams == "one":
         raise errors.BadValue(
             "--app h3 puts each request on a stream of its own, as HTTP/3 does; drop --rr-streams one."
