@@ -56,6 +56,8 @@ def _click_option(o: options.Option):
         # Read and held to its range by the table, as a --vary value is:
         # a value out of range is a bad value (exit 4) wherever it is given.
         kw.update(type=Checked(o))
+        if o.kind != "duration" and (o.lo, o.hi) != (None, None) and o.range_text() not in o.help_text:
+            kw["help"] = f"{o.help_text} Range: {o.range_text()}."  # as click's ranges said it
     elif o.kind == "text" and o.envvar:
         kw.update(type=click.Path(file_okay=False), envvar=o.envvar)
     elif o.kind == "choice" and o.metavar is None:

@@ -149,3 +149,14 @@ def test_ls_names_an_unknown_stack_as_run_does(tmp_path):
     assert "nosuch" in line and "quic" in line and "mix" in line
     r = qprof("ls", "--stack", "mix", "--runs-dir", str(tmp_path))
     assert r.returncode == 0, r.stderr
+
+
+def test_the_help_gives_each_range_the_table_checks():
+    """click's IntRange showed its range in --help; the table's check says it instead."""
+    from conftest import qprof_here
+
+    text = " ".join(qprof_here("run", "--help").stdout.split())
+    for o in options.OPTIONS:
+        if o.cli and o.kind in ("int", "size", "rate") and (o.lo, o.hi) != (None, None):
+            assert o.range_text() in text, o.name
+    assert "Range: from 1 to 64." in text  # --conns
