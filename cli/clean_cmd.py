@@ -9,6 +9,7 @@ import click
 from qprof import errors, remains
 from qprof.cli.run_options import click_option
 from qprof.collectors import resident, ssh
+from qprof.describe import plan
 
 CLEAN_TIMEOUT_S = 120.0
 
@@ -46,6 +47,8 @@ def clean(dry_run, host, ssh_config):
       qprof clean -n         # only list
       qprof clean --host root@10.0.0.2
     """
+    plan.not_empty("--host", host)
+    plan.not_empty("--ssh-config", ssh_config)
     if host is not None:
         return _clean_there(host, ssh_config, dry_run)
     if os.geteuid() != 0:

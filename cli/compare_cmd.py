@@ -16,7 +16,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from qprof.cli.run_options import to_run_options, transfer_options
+from qprof.cli.run_options import to_run_options, transfer_options, whole_number
 from qprof.collectors import compare
 from qprof.describe import options
 from qprof.errors import BadValue
@@ -48,7 +48,7 @@ from qprof.present.format import compact
 @click.option(
     "--repeat",
     "-r",
-    type=click.IntRange(1, 100),
+    type=whole_number("repeat", 1, 100),
     default=3,
     show_default=True,
     help="Runs per configuration, interleaved A B A B ....",

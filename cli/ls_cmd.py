@@ -9,7 +9,7 @@ from typing import Dict, List
 import click
 
 from qprof import errors, history
-from qprof.cli.run_options import runs_dir_option
+from qprof.cli.run_options import runs_dir_option, whole_number
 from qprof.describe import options
 from qprof.describe.options import STACK_NAMES
 from qprof.errors import BadValue, QprofError
@@ -69,7 +69,9 @@ def parse_option_filters(items: List[str]) -> Dict[str, object]:
     default=None,
     help="Only runs in this state; corrupt: a record that cannot be read or lacks what its status promises.",
 )
-@click.option("--limit", "-n", type=click.IntRange(0), default=20, show_default=True, help="At most N; 0 for all.")
+@click.option(
+    "--limit", "-n", type=whole_number("limit", 0), default=20, show_default=True, help="At most N; 0 for all."
+)
 @click.option("--reindex", is_flag=True, help="Rebuild the index from the run directories first.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON array on stdout instead of the table.")
 @runs_dir_option

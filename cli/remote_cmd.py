@@ -9,8 +9,9 @@ import shlex
 import click
 
 from qprof import paths
-from qprof.cli.run_options import click_option
+from qprof.cli.run_options import click_option, whole_number
 from qprof.collectors import install, ssh
+from qprof.describe import plan
 
 
 @click.group()
@@ -23,7 +24,7 @@ def remote():
 @click_option("ssh-config")
 @click.option(
     "--rounds",
-    type=click.IntRange(1, 1000),
+    type=whole_number("rounds", 1, 1000),
     default=ssh.CLOCK_ROUNDS,
     show_default=True,
     help="Clock round trips; the shortest gives the offset.",
@@ -46,6 +47,7 @@ def check(host, ssh_config, rounds, as_json):
       qprof remote check bench2 --ssh-config ~/lab/ssh_config
       qprof remote check root@10.0.0.2:2222 --json | jq .clock
     """
+    _given(host, ssh_config)
     with ssh.SshHost(host, ssh_config=ssh_config) as h:
         with h.open_agent() as agent:
             clock = agent.clock_offset(rounds)
@@ -108,6 +110,7 @@ def setup(host, ssh_config, path, no_build):
       qprof remote setup root@server.lab
       qprof remote setup bench2 --ssh-config ~/lab/ssh_config
     """
+    _given(host, ssh_config)
     with ssh.SshHost(host, ssh_config=ssh_config) as h:
         done = install.setup(h, path, not no_build, click.echo)
         if no_build:
@@ -120,3 +123,9 @@ def setup(host, ssh_config, path, no_build):
     click.echo(f"{host}: ready: qprof {hello['qprof_version']} at {hello['qprof_commit'][:12]}, {hello['build_dir']}")
     if elsewhere:
         click.echo(f'{host}: a run starts it as {ssh.REMOTE_QPROF_ENV}="{shlex.join(elsewhere)}" says')
+
+
+def _given(host: str, ssh_config) -> None:
+    """An empty HOST or --ssh-config, refused as `qprof run --server ""` is."""
+    plan.not_empty("HOST", host)
+    plan.not_empty("--ssh-config", ssh_config)

@@ -5,11 +5,45 @@ describe/options.py, which also checks the values and declares each
 default (resolved by describe/plan.py)."""
 
 from dataclasses import replace
+from typing import Optional
 
 import click
 
-from qprof.cli.units import Duration, Rate, Size
 from qprof.describe import options
+
+
+class Checked(click.ParamType):
+    """A number, size, duration or rate as the table's option reads it
+    (Option.parse) and holds it to its range (Option.check): one sentence
+    and the option's own error, never click's usage error."""
+
+    def __init__(self, o: options.Option):
+        self.option = o
+        self.name = {"int": "integer"}.get(o.kind, o.kind)
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str):
+            return self.option.parse(value)
+        self.option.check(value)
+        return value
+
+
+def whole_number(name: str, lo: int, hi: Optional[int] = None) -> Checked:
+    """A command's own whole-number option, held to [lo, hi] as the table's are."""
+    return Checked(options.Option(name, "int", None, "", lo=lo, hi=hi))
+
+
+class CheckedChoice(click.Choice):
+    """A choice as the table checks it: its help lists the choices, and a
+    value that is none of them is the option's error, as with --vary."""
+
+    def __init__(self, o: options.Option):
+        super().__init__(o.choices)
+        self.option = o
+
+    def convert(self, value, param, ctx):
+        self.option.check(value)
+        return value
 
 
 def _click_option(o: options.Option):
@@ -18,20 +52,16 @@ def _click_option(o: options.Option):
     if o.kind == "flag":
         kw.update(is_flag=True)
         kw.pop("metavar")
-    elif o.kind == "duration":
-        kw.update(type=Duration())
-    elif o.kind == "size":
-        kw.update(type=Size())
-    elif o.kind == "rate":
-        kw.update(type=Rate())
-    elif o.kind == "int":
-        # Out of range on the command line is a usage error (exit 2);
-        # the same bounds check --vary values (options.check, exit 4).
-        kw.update(type=click.IntRange(o.lo, o.hi))
+    elif o.kind in ("duration", "size", "rate", "int"):
+        # Read and held to its range by the table, as a --vary value is:
+        # a value out of range is a bad value (exit 4) wherever it is given.
+        kw.update(type=Checked(o))
+        if o.kind != "duration" and (o.lo, o.hi) != (None, None) and o.range_text() not in o.help_text:
+            kw["help"] = f"{o.help_text} Range: {o.range_text()}."  # as click's ranges said it
     elif o.kind == "text" and o.envvar:
         kw.update(type=click.Path(file_okay=False), envvar=o.envvar)
     elif o.kind == "choice" and o.metavar is None:
-        kw.update(type=click.Choice(o.choices))
+        kw.update(type=CheckedChoice(o))
     elif o.kind == "probes":
         kw.update(default=",".join(o.default), metavar="P1,P2|none")
     kw["show_default"] = o.show_default and o.default not in (None, False)

@@ -35,7 +35,7 @@ MAX_FLOWS_PER_CPU = 16
 MIX_PATTERNS = ("bulk", "rr")
 _ENTRY = re.compile(r"([a-z][a-z0-9-]*)(?::(\d+))?(?::([a-z]+))?", re.ASCII)
 # Options a flow takes only when it is of the pattern (check_pattern refuses them otherwise).
-RR_FIELDS = ("period_s", "payload", "rr_streams", "tcp_conns", "rr_mode")
+RR_FIELDS = ("period_s", "payload", "rr_streams", "tcp_conns", "rr_mode", "app")
 # Where a flow's retransmissions come from, by its sender's stack: the
 # library's own count where it keeps one over the connection's life.
 # ngtcp2's loss count is a closed stream's, and a bulk flow's stream is

@@ -156,7 +156,7 @@ class Option:
                 or (self.hi is not None and value > self.hi)
                 or (self.power_of_two and value & (value - 1))
             ):
-                raise self.error(f"{self.flag} {value} is not {self.range_text()}.")
+                raise self.error(f"{self.flag} {self.value_text(value)} is not {self.range_text()}.")
         if self.kind == "duration" and self.lo is not None and value <= self.lo:
             raise self.error(f"{self.flag} must be more than zero; write it like 10s.")
         if self.kind == "choice" and value not in self.choices:
@@ -175,9 +175,10 @@ class Option:
     def range_text(self) -> str:
         if self.power_of_two:
             return f"a power of two from {_size_text(self.lo)} to {_size_text(self.hi)}"
-        if self.hi is None:
-            return f"at least {self.lo}"
-        return f"from {self.lo} to {self.hi}"
+        lo, hi = (self.value_text(v) if v is not None else None for v in (self.lo, self.hi))
+        if hi is None:
+            return f"at least {lo}"
+        return f"from {lo} to {hi}"
 
 
 def _size_text(n) -> str:

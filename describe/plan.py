@@ -27,6 +27,9 @@ MIN_RR_PERIOD_S = 100e-6  # qprof-wl's --period-us floor
 WL_RR_MIN = 16  # qprof-wl's WL_RR_PAYLOAD_MIN: a message's sequence number and a little pattern
 MAX_STREAMS = 64  # qprof-wl's WL_MAX_STREAMS: --conns x --streams, x 2 with --direction both
 MAX_RR_TCP_CONNS = 128  # qprof-wl's WL_RR_MAX_CONNS: rr on a TCP stack, --conns x --streams
+# rr's options --pattern video takes from the user, and those it sets itself (_video).
+VIDEO_TAKES = ("app", "rr-streams")
+VIDEO_SETS = ("request", "response", "rr-mode")
 
 
 @dataclass(frozen=True)
@@ -127,15 +130,17 @@ def _implementation(opts: RunOptions, stack: transports.Stack) -> None:
     if stack.workload == "qprof-wl":
         return
     if opts.pattern not in ("bulk", "download", "rr"):
-        raise errors.BadValue(
+        raise errors.StackCannot(
             f"{stack.name}'s workload runs --pattern bulk, download and rr, not {opts.pattern}; {fix}."
         )
     if opts.direction not in (None, "up"):
-        raise errors.BadValue(f"{stack.name}'s workload sends up only (client to server); {fix}, or drop --direction.")
+        raise errors.StackCannot(
+            f"{stack.name}'s workload sends up only (client to server); {fix}, or drop --direction."
+        )
     if opts.conns not in (None, 1):
-        raise errors.BadValue(f"{stack.name}'s workload opens one connection; {fix}, or use --streams.")
+        raise errors.StackCannot(f"{stack.name}'s workload opens one connection; {fix}, or use --streams.")
     if opts.resume:
-        raise errors.BadValue(f"{stack.name}'s workload does not resume sessions; {fix}, or drop --resume.")
+        raise errors.StackCannot(f"{stack.name}'s workload does not resume sessions; {fix}, or drop --resume.")
 
 
 def _bulk_length(opts: RunOptions) -> RunOptions:
@@ -162,15 +167,15 @@ def _pattern(opts: RunOptions) -> RunOptions:
         # video sets --count itself (its segments; _video holds it to that).
         for name, value in (("size", opts.size), ("count", None if opts.pattern == "video" else opts.count)):
             if value is not None:
-                raise errors.BadValue(f"--{name} applies to --pattern download only; add it, or drop --{name}.")
+                raise errors.StackCannot(f"--{name} applies to --pattern download only; add it, or drop --{name}.")
     if opts.pattern not in ("download", "handshakes") and opts.resume:
-        raise errors.BadValue("--resume applies to --pattern download and handshakes; drop --resume.")
+        raise errors.StackCannot("--resume applies to --pattern download and handshakes; drop --resume.")
     if opts.pattern not in ("rr", "handshakes") and opts.period_s is not None:
-        raise errors.BadValue("--period applies to --pattern rr and handshakes; add one, or drop --period.")
+        raise errors.StackCannot("--period applies to --pattern rr and handshakes; add one, or drop --period.")
     if opts.pattern != "rr":
         # video is rr's closed loop: it takes the app and QUIC's streams, and
         # sets the rest itself (_video holds a value given to what it sets).
-        video = ("app", "rr-streams", "request", "response", "rr-mode") if opts.pattern == "video" else ()
+        video = VIDEO_TAKES + VIDEO_SETS if opts.pattern == "video" else ()
         for name, value in (
             ("payload", opts.payload),
             ("request", opts.request),
@@ -181,17 +186,18 @@ def _pattern(opts: RunOptions) -> RunOptions:
             ("app", opts.app),
         ):
             if value is not None and name not in video:
-                raise errors.BadValue(f"--{name} applies to --pattern rr only; add it, or drop --{name}.")
+                which, fix = ("rr and video", "use one of them") if name in VIDEO_TAKES else ("rr only", "add it")
+                raise errors.StackCannot(f"--{name} applies to --pattern {which}; {fix}, or drop --{name}.")
     if opts.pattern != "video":
         for name, value in (("bitrate", opts.bitrate), ("segment", opts.segment), ("prebuffer", opts.prebuffer)):
             if value is not None:
-                raise errors.BadValue(f"--{name} applies to --pattern video only; add it, or drop --{name}.")
+                raise errors.StackCannot(f"--{name} applies to --pattern video only; add it, or drop --{name}.")
     if opts.pattern != "bulk" and opts.direction is not None:
-        raise errors.BadValue(
+        raise errors.StackCannot(
             "--direction applies to --pattern bulk only (a download goes down, rr both ways); drop --direction."
         )
     if opts.pattern == "download" and opts.conns is not None:
-        raise errors.BadValue("--conns applies to --pattern bulk, rr and handshakes, not download; drop --conns.")
+        raise errors.StackCannot("--conns applies to --pattern bulk, rr and handshakes, not download; drop --conns.")
     if opts.pattern == "rr":
         return _rr(opts)
     if opts.pattern == "video":
@@ -207,12 +213,12 @@ def _direction(opts: RunOptions) -> RunOptions:
     """Bulk's --direction: udp's receiver counts loss at the server only;
     both ways opens --streams each way."""
     if opts.stack == "udp" and opts.direction not in (None, "up"):
-        raise errors.BadValue(
+        raise errors.StackCannot(
             f"--direction {opts.direction}: udp sends from the client only (the server counts what is lost); "
             "use quic or a TCP stack, or drop --direction."
         )
     if opts.stack == "udp" and opts.conns not in (None, 1):
-        raise errors.BadValue("--conns: udp sends one flow of datagrams; use quic or a TCP stack, or drop --conns.")
+        raise errors.StackCannot("--conns: udp sends one flow of datagrams; use quic or a TCP stack, or drop --conns.")
     if opts.stack == "udp":
         return opts
     opts = options.filled(opts, "direction", "conns")
@@ -228,7 +234,7 @@ def _direction(opts: RunOptions) -> RunOptions:
 
 def _download(opts: RunOptions) -> RunOptions:
     if opts.stack == "udp":
-        raise errors.BadValue(
+        raise errors.StackCannot(
             "--pattern download opens a connection per download, and udp has no connection; "
             "use quic, tcp, tcp-tls or tcp-ktls."
         )
@@ -238,14 +244,14 @@ def _download(opts: RunOptions) -> RunOptions:
         ("warmup", bool(opts.warmup_s)),
     ):
         if given:
-            raise errors.BadValue(
+            raise errors.StackCannot(
                 f"--{name} does not apply to --pattern download, whose window is its --count downloads "
                 f"of --size bytes each; drop --{name}."
             )
     if opts.streams != 1:
-        raise errors.BadValue("--pattern download uses one stream per connection; drop --streams.")
+        raise errors.StackCannot("--pattern download uses one stream per connection; drop --streams.")
     if opts.resume and opts.stack == "tcp":
-        raise errors.BadValue("--resume resumes a TLS or QUIC session, and tcp has none; use quic or tcp-tls.")
+        raise errors.StackCannot("--resume resumes a TLS or QUIC session, and tcp has none; use quic or tcp-tls.")
     return replace(options.filled(opts, "size", "count"), warmup_s=0.0)
 
 
@@ -253,19 +259,19 @@ def _handshakes(opts: RunOptions) -> RunOptions:
     """New connections, --conns at once, for a timed window: as fast as
     the client can, or one every --period (an open loop)."""
     if opts.stack == "udp":
-        raise errors.BadValue(
+        raise errors.StackCannot(
             "--pattern handshakes opens connections, and udp has none; use quic, tcp, tcp-tls or tcp-ktls."
         )
     if opts.bytes is not None:
-        raise errors.BadValue(
+        raise errors.StackCannot(
             "--bytes does not apply to --pattern handshakes, which runs for --duration; drop --bytes."
         )
     if opts.streams != 1:
-        raise errors.BadValue(
+        raise errors.StackCannot(
             "--pattern handshakes opens one stream per connection; for more at once raise --conns, and drop --streams."
         )
     if opts.resume and opts.stack == "tcp":
-        raise errors.BadValue("--resume resumes a TLS or QUIC session, and tcp has none; use quic or tcp-tls.")
+        raise errors.StackCannot("--resume resumes a TLS or QUIC session, and tcp has none; use quic or tcp-tls.")
     if opts.period_s is not None:
         _schedule(opts, "connection")
     return options.filled(opts, "conns")
@@ -276,22 +282,22 @@ def _rr(opts: RunOptions) -> RunOptions:
     choice of streams or connections, an open loop at --period or a closed
     loop with --streams in flight on each of --conns, a timed window."""
     if opts.stack == "udp":
-        raise errors.BadValue(
+        raise errors.StackCannot(
             "--pattern rr matches each response to its request on a connection, and udp has none; "
             "use quic, tcp, tcp-tls or tcp-ktls."
         )
     if opts.rr_streams is not None and opts.stack not in options.BY_NAME["rr-streams"].stacks:
-        raise errors.BadValue("--rr-streams chooses QUIC's streams; for TCP stacks use --tcp-conns.")
+        raise errors.StackCannot("--rr-streams chooses QUIC's streams; for TCP stacks use --tcp-conns.")
     if opts.tcp_conns is not None and opts.stack not in options.TCP_STACKS:
-        raise errors.BadValue("--tcp-conns chooses TCP connections; for quic use --rr-streams.")
+        raise errors.StackCannot("--tcp-conns chooses TCP connections; for quic use --rr-streams.")
     if opts.bytes is not None:
-        raise errors.BadValue("--bytes does not apply to --pattern rr, which runs for --duration; drop --bytes.")
+        raise errors.StackCannot("--bytes does not apply to --pattern rr, which runs for --duration; drop --bytes.")
     _app(opts)
     opts = options.filled(opts, "rr-mode", "conns")
     if opts.rr_mode == "closed":
         return _rr_closed(opts)
     if opts.streams != 1:
-        raise errors.BadValue(
+        raise errors.StackCannot(
             "--streams sets the requests in flight on each connection of --rr-mode closed; an open loop's "
             "--period sets how many are in flight. Add --rr-mode closed, or drop --streams."
         )
@@ -307,11 +313,20 @@ def _app(opts: RunOptions) -> None:
     request; HTTP/1.1 over TCP."""
     if opts.app is None:
         return
-    quic = opts.stack == "quic"
-    if (opts.app == "h3") != quic:
-        over = "quic" if opts.app == "h3" else "a TCP stack (tcp, tcp-tls, tcp-ktls)"
-        want = "h3" if quic else "h1 or --app h2"
-        raise errors.BadValue(f"--app {opts.app} runs over {over}; with --stack {opts.stack} use --app {want}.")
+    row = options.BY_NAME["app"].stacks
+    if opts.stack not in row:
+        raise errors.StackCannot(
+            f"--app runs HTTP over --stack {', '.join(row)}, and {opts.stack}'s workload has no HTTP layer; "
+            "use one of those, or drop --app."
+        )
+    # Which of the apps each stack of the row takes: HTTP/3 over QUIC, the rest over TCP.
+    takes = [a for a in options.APPS if (a == "h3") == transports.STACKS[opts.stack].is_quic]
+    if opts.app not in takes:
+        can = [s for s in row if (opts.app == "h3") == transports.STACKS[s].is_quic]
+        raise errors.StackCannot(
+            f"--app {opts.app} runs over --stack {', '.join(can)}; with --stack {opts.stack} use "
+            f"--app {' or '.join(takes)}."
+        )
     if opts.rr_streams == "one":
         raise errors.BadValue(
             "--app h3 puts each request on a stream of its own, as HTTP/3 does; drop --rr-streams one."
@@ -330,11 +345,11 @@ def _video(opts: RunOptions) -> RunOptions:
     as many segments as the media holds; the window is the whole session,
     from the connect to the last segment."""
     if opts.stack == "udp":
-        raise errors.BadValue(
+        raise errors.StackCannot(
             "--pattern video fetches segments over a connection, and udp has none; use quic, tcp, tcp-tls or tcp-ktls."
         )
     if transports.STACKS[opts.stack].workload != "qprof-wl":
-        raise errors.BadValue(
+        raise errors.StackCannot(
             f"--pattern video runs in qprof-wl (quic, ngtcp2 and the TCP stacks); {opts.stack}'s workload does "
             "not count its requests yet. Use one of those."
         )
@@ -347,7 +362,7 @@ def _video(opts: RunOptions) -> RunOptions:
         ("tcp-conns", opts.tcp_conns not in (None, "one")),
     ):
         if given:
-            raise errors.BadValue(
+            raise errors.StackCannot(
                 f"--{name} does not apply to --pattern video, which fetches --duration of media in --segment "
                 f"pieces over one connection, one after another; drop --{name}."
             )
@@ -360,7 +375,7 @@ def _video(opts: RunOptions) -> RunOptions:
     for name, value in sets.items():
         given = getattr(opts, options.BY_NAME[name].field)
         if given is not None and given != value:
-            raise errors.BadValue(
+            raise errors.StackCannot(
                 f"--{name} is set by --pattern video from --duration, --segment and --bitrate; drop --{name}."
             )
     hi = options.BY_NAME["response"].hi
@@ -395,12 +410,12 @@ def _schedule(opts: RunOptions, unit: str) -> None:
 def _rr_closed(opts: RunOptions) -> RunOptions:
     """The closed loop: no schedule to set, and the connections fixed."""
     if opts.period_s is not None:
-        raise errors.BadValue(
+        raise errors.StackCannot(
             "--period sets an open loop's schedule; --rr-mode closed sends each request when an answer "
             "comes. Drop --period, or use --rr-mode open."
         )
     if opts.tcp_conns == "on-demand":
-        raise errors.BadValue(
+        raise errors.StackCannot(
             "--tcp-conns on-demand opens connections as an open loop's requests wait; --rr-mode closed "
             "keeps --conns x --streams. Drop --tcp-conns, or use --rr-mode open."
         )
@@ -414,9 +429,48 @@ def _rr_closed(opts: RunOptions) -> RunOptions:
     return options.filled(opts, "payload")
 
 
+# An SSH destination, as collectors/ssh.py's parse_destination takes it.
+DESTINATION = "user@host, host:port, user@host:port, [IPv6]:port or a Host name from your ssh config"
+# What an empty value of each option that names a host or a file should be.
+_NAMES = {
+    "--server": f"an SSH destination ({DESTINATION})",
+    "--client": f"an SSH destination ({DESTINATION})",
+    "--host": f"an SSH destination ({DESTINATION})",
+    "HOST": f"an SSH destination ({DESTINATION})",
+    "--ssh-config": "an ssh config file (ssh -F)",
+    "--server-addr": "the server's address on the link between the hosts",
+    "--link-dev": "a device on each side as HOST:DEV,HOST:DEV",
+    "--msquic": "the path of a built libmsquic.so",
+}
+
+
+def not_empty(flag: str, value: Optional[str]) -> None:
+    """An option that names a host or a file, given but empty (--server ""):
+    refused, where it would otherwise read as not given; `qprof remote`
+    and `qprof clean --host` refuse theirs with the same sentence."""
+    if value is not None and not value.strip():
+        drop = f", or drop {flag}" if flag.startswith("--") else ""
+        raise errors.BadValue(f"{flag} {value!r} is empty; give {_NAMES[flag]}{drop}.")
+
+
 def _hosts(opts: RunOptions) -> None:
     """--server places the server on another host over SSH: the rest of the
     run must be one that can be placed there."""
+    for flag, value in (
+        ("--server", opts.server),
+        ("--client", opts.client),
+        ("--ssh-config", opts.ssh_config),
+        ("--server-addr", opts.server_addr),
+        ("--link-dev", opts.link_dev),
+        ("--msquic", opts.msquic),
+    ):
+        not_empty(flag, value)
+    if opts.guest and opts.cpus is not None:
+        raise errors.BadValue(
+            "--cpus holds each side to this host's CPUs, and --guest runs both sides in a QEMU guest whose "
+            "vCPUs QEMU runs in turn on one host thread (TCG, thread=single), so no CPU of the guest is a "
+            "side's own; drop --cpus or --guest."
+        )
     if opts.server is None:
         for given, flag in (
             (opts.ssh_config, "--ssh-config"),
@@ -498,7 +552,7 @@ def _stack_knobs(opts: RunOptions) -> None:
     quic knobs are msquic's (the rest: _option_rows)."""
     if opts.tcp_cc is not None and opts.stack not in options.TCP_STACKS:
         fix = "use --quic-cc" if opts.stack == "quic" else "drop --tcp-cc or use a TCP stack"
-        raise errors.BadValue(f"--tcp-cc sets TCP's congestion control, and {opts.stack} does not use TCP; {fix}.")
+        raise errors.StackCannot(f"--tcp-cc sets TCP's congestion control, and {opts.stack} does not use TCP; {fix}.")
     if opts.msquic is not None and opts.guest:
         raise errors.BadValue(
             "--msquic names a file on this machine, and --guest runs the workloads in a QEMU guest of their "
@@ -510,7 +564,7 @@ def _stack_knobs(opts: RunOptions) -> None:
             "runs in the host's, which qprof does not change; drop --topology loopback or --ecn."
         )
     if opts.stack == "udp" and opts.ecn is not None:
-        raise errors.BadValue(
+        raise errors.StackCannot(
             "--ecn is msquic's for quic and net.ipv4.tcp_ecn for the TCP stacks; udp's datagrams get no "
             "ECN feedback. Drop --ecn."
         )
@@ -535,8 +589,8 @@ def _option_rows(opts: RunOptions) -> None:
             reason = why[o.name] if tcp and o.name in why else f"{opts.stack}'s workload keeps its library's own"
             if o.name == "msquic":
                 reason = f"{opts.stack} does not use msquic"
-            raise errors.BadValue(f"--{o.name} is msquic's, for --stack quic; {reason}. Drop --{o.name}.")
-        raise errors.BadValue(
+            raise errors.StackCannot(f"--{o.name} is msquic's, for --stack quic; {reason}. Drop --{o.name}.")
+        raise errors.StackCannot(
             f"--{o.name} applies to --stack {', '.join(o.stacks)}, and {opts.stack}'s workload does not take it; "
             f"drop --{o.name}."
         )

@@ -88,6 +88,11 @@ def load_run(runs_dir: Path, run_id: str = "latest") -> Run:
             "so make a new one with `qprof run`."
         )
     flame = record.get("flame")
+    if not flame and record.get("stack") == "mix":
+        raise NoStacks(
+            f"run {rid} is a --mix, and a mix never samples stacks (its flows share the machine, so one "
+            "perf would mix them); draw a single run of the flow's stack, made with `qprof run --stack STACK`."
+        )
     if not flame:
         raise NoStacks(
             f"run {rid} has no stack samples (made with --sample-hz 0, or before qprof sampled "

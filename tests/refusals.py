@@ -4,7 +4,7 @@ that parsing, the run command and describe/plan.py's resolve decide,
 tested in the unit tier without a Python start-up each.
 
 It takes the CLI's own path, and no other: the real click command parses
-ARGS (its types and ranges: cli/units.py, click.IntRange), its callback
+ARGS (its types and ranges: the option table, through cli/run_options.py), its callback
 (cli/run_cmd.py's run) makes the RunOptions and checks what it checks
 itself, and collectors/runner.run resolves the plan as it always does,
 with this machine's CPU count. The first question only the machine can

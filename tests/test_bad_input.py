@@ -11,8 +11,10 @@ import sys
 
 import pytest
 
-from conftest import leftovers, needs_build, qprof, started, wait_for_intervals
-from refusals import refused
+from qprof import errors
+
+from conftest import leftovers, needs_build, qprof, qprof_here, started, wait_for_intervals
+from refusals import refused, run_plan
 
 # The exit codes are qprof's interface (docs/exit-codes.md, core/errors.py).
 UNKNOWN_STACK, BAD_VALUE, NOT_ROOT, PORT_IN_USE = 3, 4, 5, 6
@@ -154,3 +156,159 @@ def test_ctrl_c(runs_dir):
     assert statuses == ["incomplete"]
     rec = json.loads(next(runs_dir.glob("*/run.json")).read_text())
     assert "interrupted" in rec["error"]
+
+
+# Issue 39: what a hostile new user found. Each case in this process
+# (tests/refusals.py for `qprof run`, conftest's qprof_here for the rest).
+STACK_CANNOT, BAD_MIX, CORRUPT, NO_STACKS = 38, 31, 33, 22
+EMPTY_HOST = "is empty; give an SSH destination (user@host"
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    "args, flag",
+    [
+        (["--server", ""], "--server"),
+        (["--server", "", "--client", "b"], "--server"),
+        (["--server", " "], "--server"),
+        # Once refused as if a host were named (--cpus is not for hosts).
+        (["--server", "", "--cpus", "client=0"], "--server"),
+        (["--server", "b", "--client", ""], "--client"),
+        (["--server", "b", "--ssh-config", ""], "--ssh-config"),
+        (["--server", "b", "--server-addr", ""], "--server-addr"),
+    ],
+)
+def test_an_empty_destination_is_refused_not_run_here(args, flag):
+    """Defect 3: `--server ""` ran a local measurement (exit 0)."""
+    sentence = refused(args, BAD_VALUE, [f"{flag} '", "is empty; give", f"or drop {flag}."])
+    if flag != "--ssh-config" and flag != "--server-addr":
+        assert EMPTY_HOST in sentence
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    "args", [["remote", "check", ""], ["remote", "setup", ""], ["clean", "--host", ""], ["remote", "check", "  "]]
+)
+def test_an_empty_host_is_refused_in_the_same_sentence_by_every_command(args):
+    r = qprof_here(*args)
+    assert r.returncode == BAD_VALUE, r.stderr
+    assert EMPTY_HOST in one_sentence(r.stderr)
+
+
+@pytest.mark.unit
+def test_an_empty_ssh_config_is_named_not_invisible():
+    r = qprof_here("remote", "check", "bench2", "--ssh-config", "")
+    assert r.returncode == BAD_VALUE and "--ssh-config '' is empty; give an ssh config file" in one_sentence(r.stderr)
+
+
+@pytest.mark.unit
+def test_an_empty_msquic_is_named_not_invisible():
+    """Defect 8: it said "--msquic  is not a file", the name invisible."""
+    refused(["--msquic", ""], BAD_VALUE, ["--msquic '' is empty; give the path of a built libmsquic.so"])
+
+
+def _advice(sentence):
+    """What a refusal of --app tells the user to use instead: (apps, stacks)."""
+    import re
+
+    m = re.search(r"use --app (\S+)(?: or (\S+))?\.$", sentence)
+    if m:
+        return [a for a in m.groups() if a], []
+    m = re.search(r"over --stack ([a-z0-9, -]+?), and", sentence)
+    assert m, sentence
+    return [], m.group(1).split(", ")
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    "stack, app",
+    [(s, a) for s in ("quic", "quinn", "quiche", "ngtcp2", "tcp", "tcp-tls", "tcp-ktls") for a in ("h1", "h2", "h3")],
+)
+def test_app_advice_leads_to_a_run(stack, app):
+    """Defect 8: --app h3 on quinn suggested --app h1, which quinn refuses
+    too. Whatever a refusal of --app suggests, the plan takes."""
+    base = ["--pattern", "rr", "--app", app]
+    try:
+        run_plan("--stack", stack, *base)
+        return
+    except errors.StackCannot as e:
+        sentence = e.sentence
+    apps, stacks = _advice(sentence)
+    assert apps or stacks, sentence
+    for a in apps:
+        assert run_plan("--stack", stack, "--pattern", "rr", "--app", a).options.app == a
+    for s in stacks:
+        assert run_plan("--stack", s, "--pattern", "rr", "--app", "h3" if s == "quic" else "h1").options.stack == s
+
+
+@pytest.mark.unit
+def test_app_outside_rr_names_video_too_and_video_takes_it():
+    """Defect 8: --app with bulk said "rr only", though video takes it."""
+    refused(["--stack", "tcp", "--app", "h1"], STACK_CANNOT, ["--app applies to --pattern rr and video"])
+    assert run_plan("--stack", "tcp", "--pattern", "video", "--app", "h1").options.app == "h1"
+    refused(["--rr-mode", "closed"], STACK_CANNOT, ["--rr-mode applies to --pattern rr only; add it"])
+
+
+@pytest.mark.unit
+def test_app_in_a_mix_goes_to_its_rr_flows():
+    """Defect 8: `--mix quic:1:rr,tcp:1 --app h3` said "add rr" (exit 4)
+    although the mix has an rr flow: --app is an rr option in a mix too."""
+    p = run_plan("--mix", "quic:1:rr,tcp:1", "--app", "h3", "--link", "rate=10mbit")
+    assert [(fp.options.stack, fp.options.app) for fp in p.flows] == [("quic", "h3"), ("tcp", None)]
+    refused(["--mix", "quic:1,tcp:1", "--app", "h3"], BAD_MIX, ["--app applies to rr", "has none"])
+
+
+@pytest.mark.unit
+def test_guest_cpus_refused_and_guest_mix_planned():
+    """Defect 13: the guest's vCPUs are one host thread, so --cpus has
+    nothing to hold a side to there; a mix in the guest is planned as here."""
+    refused(["--guest", "--cpus", "client=0"], BAD_VALUE, ["--guest runs both sides in a QEMU guest", "drop --cpus"])
+    assert run_plan("--guest", "--mix", "quic:1,tcp:1", "--link", "rate=10mbit").is_mix
+
+
+@pytest.fixture
+def damaged(tmp_path):
+    """A runs directory with a real run (a golden capture) and its record damaged."""
+    from test_flame_cli import add_run
+
+    runs = tmp_path / "runs"
+    runs.mkdir()
+
+    def make(text=None, edit=None):
+        rid, path = add_run(runs, "quic", edit=edit)
+        if text is not None:
+            (path / "run.json").write_text(text)
+        return runs, rid
+
+    return make
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("text", ['["x"]', "null", "5", '"run"', '{"status": ["x"]}', '{"id": '])
+@pytest.mark.parametrize("command", [["flame"], ["export", "--format", "folded"], ["show"], ["report"]])
+def test_a_corrupt_record_is_one_code_whichever_command_reads_it(damaged, text, command):
+    """Defect 9: a corrupt record was 15 from export and flame, 33 from show
+    and report; defect 8: valid JSON of the wrong type said "run 5 is ['x']"
+    with exit 22."""
+    runs, rid = damaged(text)
+    r = qprof_here(*command, rid, "--runs-dir", str(runs))
+    assert r.returncode == CORRUPT, r.stderr
+    line = one_sentence(r.stderr)
+    said = line.split(";")[0]  # the rest names the fix (and report's file, whose path holds this test's name)
+    assert f"run {rid}'s record is corrupt" in said and said.count("corrupt") == 1, line
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("command", [["flame"], ["export", "--format", "pprof"]])
+def test_a_mix_is_said_to_keep_no_stacks(damaged, command):
+    """Defect 8: a mix's record was said made with --sample-hz 0, and a new
+    run advised that would keep none either."""
+
+    def mix(rec):
+        rec.update(stack="mix", flame=None)
+
+    runs, rid = damaged(edit=mix)
+    r = qprof_here(*command, rid, "--runs-dir", str(runs))
+    assert r.returncode == NO_STACKS, r.stderr
+    line = one_sentence(r.stderr)
+    assert "is a --mix, and a mix never samples stacks" in line and "--sample-hz" not in line, line

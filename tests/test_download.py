@@ -7,7 +7,7 @@ import pytest
 from conftest import needs_build, run_json
 from refusals import refused
 
-BAD_VALUE = 4
+BAD_VALUE, STACK_CANNOT = 4, 38
 
 
 @pytest.mark.unit
@@ -26,12 +26,13 @@ BAD_VALUE = 4
     ],
 )
 def test_bad_download_options(args, words):
-    refused(args, BAD_VALUE, words)
+    # What the pattern cannot do, though well formed (docs/exit-codes.md).
+    refused(args, STACK_CANNOT, words)
 
 
 @pytest.mark.unit
-def test_count_zero_is_a_usage_error():
-    refused(["--pattern", "download", "--count", "0"], 2, ["--count"])
+def test_count_zero_is_a_value_out_of_range():
+    refused(["--pattern", "download", "--count", "0"], BAD_VALUE, ["--count 0 is not from 1 to 100000"])
 
 
 def download_run(runs_dir, stack, *args, size="200K", count=3, timeout=180):

@@ -88,9 +88,14 @@ def test_the_faults_stay_hidden():
 @pytest.mark.parametrize(
     "args, code, words",
     [
-        (["--pattern", "download", "--count", "0"], 2, ["--count", "see `qprof run --help`"]),
+        (["--no-such-flag"], 2, ["--no-such-flag", "see `qprof run --help`"]),
         (["--stack", "sctp"], errors.UnknownStack.exit_code, ["sctp", "quic"]),
         (["--duration", "ten"], errors.BadValue.exit_code, ["malformed --duration 'ten'"]),
+        (
+            ["--stack", "quinn", "--pattern", "download", "--resume"],
+            errors.StackCannot.exit_code,
+            ["quinn's workload does not resume sessions", "use --stack quic"],
+        ),
         (["--stack", "tcp", "--cipher", "X"], errors.BadTls.exit_code, ["--tls and --cipher", "plain tcp"]),
         (["--stack", "quic", "--sendfile"], errors.SendfileUnsupported.exit_code, ["--sendfile", "quic"]),
         (["--stack", "tcp", "--link", "5g"], errors.BadLink.exit_code, ["unknown link preset", "wifi"]),

@@ -98,10 +98,19 @@ def test_an_open_loop_says_what_it_offered_and_who_waited():
         (["--streams", "2"], ["one stream per connection", "raise --conns"]),
         (["--bytes", "1M"], ["--bytes does not apply to --pattern handshakes"]),
         (["--stack", "tcp", "--resume"], ["tcp has none"]),
-        (["--period", "50us"], ["below 100us"]),
-        (["--period", "2s", "--duration", "1s"], ["no connection would be due inside it"]),
         (["--size", "1M"], ["--size applies to --pattern download only"]),
     ],
 )
-def test_bad_handshake_options(args, words):
+def test_what_handshakes_cannot_do(args, words):
+    refused(["--pattern", "handshakes", *args], errors.StackCannot.exit_code, words)
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--period", "50us"], ["below 100us"]),
+        (["--period", "2s", "--duration", "1s"], ["no connection would be due inside it"]),
+    ],
+)
+def test_bad_handshake_values(args, words):
     refused(["--pattern", "handshakes", *args], errors.BadValue.exit_code, words)

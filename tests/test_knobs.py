@@ -21,20 +21,29 @@ ETH_HEADER = 14
 
 @pytest.mark.unit
 @pytest.mark.parametrize(
-    "kw, needle",
+    "kw, needle, error",
     [
-        ({"stack": "tcp", "pacing": "off"}, "--pacing is msquic's, for --stack quic; TCP's pacing is the kernel's"),
-        ({"stack": "tcp-tls", "encrypt": "off"}, "compare tcp-tls against tcp"),
-        ({"stack": "tcp", "quic_cc": "bbr"}, "TCP's congestion control is --tcp-cc"),
-        ({"stack": "quic", "tcp_cc": "bbr"}, "use --quic-cc"),
-        ({"stack": "quic", "server": "h", "mtu": 9000}, "a host's NIC keeps its own"),
-        ({"stack": "udp", "ecn": "on"}, "udp's datagrams get no ECN feedback"),
-        ({"stack": "tcp", "ecn": "on", "topology": "loopback"}, "runs in the host's, which qprof does not change"),
-        ({"stack": "tcp", "server": "h", "ecn": "on"}, "which a host's own does not have"),
+        (
+            {"stack": "tcp", "pacing": "off"},
+            "--pacing is msquic's, for --stack quic; TCP's pacing is the kernel's",
+            errors.StackCannot,
+        ),
+        ({"stack": "tcp-tls", "encrypt": "off"}, "compare tcp-tls against tcp", errors.StackCannot),
+        ({"stack": "tcp", "quic_cc": "bbr"}, "TCP's congestion control is --tcp-cc", errors.StackCannot),
+        ({"stack": "quic", "tcp_cc": "bbr"}, "use --quic-cc", errors.StackCannot),
+        ({"stack": "quic", "server": "h", "mtu": 9000}, "a host's NIC keeps its own", errors.BadValue),
+        ({"stack": "udp", "ecn": "on"}, "udp's datagrams get no ECN feedback", errors.StackCannot),
+        (
+            {"stack": "tcp", "ecn": "on", "topology": "loopback"},
+            "runs in the host's, which qprof does not change",
+            errors.BadValue,
+        ),
+        ({"stack": "tcp", "server": "h", "ecn": "on"}, "which a host's own does not have", errors.BadValue),
     ],
 )
-def test_knobs_of_another_stack_are_refused(kw, needle):
-    with pytest.raises(errors.BadValue, match=needle):
+def test_knobs_of_another_stack_are_refused(kw, needle, error):
+    # The stack cannot (38); a place or topology that cannot (4).
+    with pytest.raises(error, match=needle):
         plan.resolve(options.RunOptions(**kw))
 
 

@@ -124,7 +124,9 @@ def test_a_file_that_is_not_msquic_is_refused(runs_dir, tmp_path):
 @pytest.mark.unit
 def test_msquic_is_refused_where_it_cannot_apply():
     """Refused by the plan, before the file is looked at (tests/refusals.py)."""
-    refused(["--stack", "tcp", "--msquic", str(own_library())], BAD_VALUE, ["tcp does not use msquic"])
+    refused(
+        ["--stack", "tcp", "--msquic", str(own_library())], errors.StackCannot.exit_code, ["tcp does not use msquic"]
+    )
     refused(["--msquic", str(own_library()), "--guest"], BAD_VALUE, ["drop --guest or --msquic"])
 
 

@@ -102,13 +102,28 @@ def test_workload_gets_only_its_stacks_options():
     ]
 
 
-@pytest.mark.parametrize(
-    "args, needle",
-    [(["--topology", "x"], "--topology"), (["--streams", "1001"], "--streams"), (["--no-such-flag"], "--no-such-flag")],
-)
-def test_usage_errors_are_one_sentence(args, needle):
+def test_usage_errors_are_one_sentence():
     # The line cli/main.py prints around it (its `see ... --help`) is test_exit_codes', end to end.
-    refusals.refused(args, 2, [needle])
+    refusals.refused(["--no-such-flag"], 2, ["--no-such-flag"])
+    refusals.refused(["--duration"], 2, ["--duration", "requires an argument"])
+
+
+@pytest.mark.parametrize(
+    "args, sentence",
+    [
+        (["--topology", "x"], "--topology takes netns or loopback, not 'x'."),
+        (["--streams", "1001"], "--streams 1001 is not from 1 to 1000."),
+        (["--conns", "0"], "--conns 0 is not from 1 to 64."),
+        (["--pattern", "rr", "--payload", "8"], "--payload 8 is not from 16 to 16M."),
+        (["--pattern", "video", "--bitrate", "1kbit"], "--bitrate 1kbit is not from 8kbit to 256mbit."),
+        (["--port", "70000"], "--port 70000 is not from 1 to 65535."),
+    ],
+)
+def test_a_value_out_of_range_is_a_bad_value_whatever_its_kind(args, sentence):
+    """Issue 39 (9): --payload and --bitrate out of range were 4 and --conns
+    2; every range is the table's, checked by it (Option.check) on the
+    command line as in --vary, with its one code."""
+    assert refusals.refused(args, errors.BadValue.exit_code, []) == sentence
 
 
 @pytest.mark.parametrize("period, refused", [("100us", False), ("0.1ms", False), ("99us", True), ("50us", True)])
@@ -134,3 +149,14 @@ def test_ls_names_an_unknown_stack_as_run_does(tmp_path):
     assert "nosuch" in line and "quic" in line and "mix" in line
     r = qprof("ls", "--stack", "mix", "--runs-dir", str(tmp_path))
     assert r.returncode == 0, r.stderr
+
+
+def test_the_help_gives_each_range_the_table_checks():
+    """click's IntRange showed its range in --help; the table's check says it instead."""
+    from conftest import qprof_here
+
+    text = " ".join(qprof_here("run", "--help").stdout.split())
+    for o in options.OPTIONS:
+        if o.cli and o.kind in ("int", "size", "rate") and (o.lo, o.hi) != (None, None):
+            assert o.range_text() in text, o.name
+    assert "Range: from 1 to 64." in text  # --conns

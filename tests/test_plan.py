@@ -96,7 +96,7 @@ def test_a_lossy_link_without_a_rate_turns_gso_off_in_the_plan_only():
 
 
 def test_a_rule_is_refused_with_its_sentence():
-    with pytest.raises(errors.BadValue, match="applies to --pattern download only"):
+    with pytest.raises(errors.StackCannot, match="applies to --pattern download only"):
         resolved(stack="quic", size=1024)
 
 
@@ -227,8 +227,8 @@ def test_a_run_argv_is_resolved_through_the_clis_own_path():
     assert got.options == want.options and got.flows[0].options == want.flows[0].options
     # A malformed duration is refused by the command's click type, with the CLI's code.
     assert refused(["--duration", "ten"], errors.BadValue.exit_code, ["--duration"]).startswith("malformed")
-    # An int out of click's range is a usage error (exit 2), never reaching the table's check (4).
-    refused(["--streams", "1001"], 2, ["--streams", "1001"])
+    # An int out of its range is the table's bad value (4), as a --vary value is; an unknown flag is click's (2).
+    refused(["--streams", "1001"], errors.BadValue.exit_code, ["--streams 1001 is not from 1 to 1000"])
     refused(["--no-such-flag"], 2, ["--no-such-flag"])
     # What the run command checks itself, and resolve alone would not.
     assert plan.resolve(replace(BASE, stack="quic", mix="quic:1"), cpus=2).is_mix

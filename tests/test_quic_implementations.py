@@ -317,5 +317,5 @@ def test_ngtcp2_takes_what_qprof_wl_takes():
     assert argv[argv.index("--rr-streams") + 1] == "one"
     argv = options.workload_args(resolve("ngtcp2", pattern="download", resume=True).options, "server")
     assert "--resume" in argv  # the server sends its tickets only when asked
-    with pytest.raises(errors.BadValue, match="--pacing is msquic's"):
+    with pytest.raises(errors.StackCannot, match="--pacing is msquic's"):
         resolve("ngtcp2", pacing="off")

@@ -15,7 +15,7 @@ from refusals import refused
 
 pytestmark = pytest.mark.unit
 
-BAD_VALUE = errors.BadValue.exit_code
+BAD_VALUE, STACK_CANNOT = errors.BadValue.exit_code, errors.StackCannot.exit_code
 
 PERIOD = 0.005
 
@@ -226,49 +226,67 @@ def test_ack_only_packets_by_the_transports_own_count():
 # `qprof run` refuses these before anything runs (tests/refusals.py): rr's
 # options, and --app's HTTP over its transport.
 @pytest.mark.parametrize(
-    "args, words",
+    "args, words, code",
     [
-        (["--pattern", "rr", "--stack", "udp"], ["udp has none"]),
-        (["--period", "5ms"], ["--period applies to --pattern rr and handshakes"]),
-        (["--payload", "256"], ["--payload applies to --pattern rr only"]),
-        (["--pattern", "rr", "--stack", "tcp", "--rr-streams", "one"], ["--rr-streams chooses QUIC"]),
-        (["--pattern", "rr", "--stack", "quic", "--tcp-conns", "on-demand"], ["--tcp-conns chooses TCP"]),
-        (["--pattern", "rr", "--period", "50us"], ["below 100us"]),
-        (["--pattern", "rr", "--period", "20s", "--duration", "5s"], ["not shorter than the 5 s window"]),
-        (["--pattern", "rr", "--period", "10s"], ["not shorter than the 10 s window"]),
-        (["--pattern", "rr", "--payload", "8"], ["--payload 8 is not from 16"]),
-        (["--pattern", "rr", "--bytes", "1M"], ["--bytes does not apply to --pattern rr"]),
-        (["--pattern", "rr", "--streams", "2"], ["--streams sets the requests in flight", "--rr-mode closed"]),
-        (["--rr-mode", "closed"], ["--rr-mode applies to --pattern rr only"]),
-        (["--pattern", "rr", "--rr-mode", "closed", "--period", "1ms"], ["--period sets an open loop's schedule"]),
-        (["--pattern", "rr", "--rr-mode", "shut"], ["--rr-mode takes open or closed, not 'shut'"]),
+        (["--pattern", "rr", "--stack", "udp"], ["udp has none"], STACK_CANNOT),
+        (["--period", "5ms"], ["--period applies to --pattern rr and handshakes"], STACK_CANNOT),
+        (["--payload", "256"], ["--payload applies to --pattern rr only"], STACK_CANNOT),
+        (["--pattern", "rr", "--stack", "tcp", "--rr-streams", "one"], ["--rr-streams chooses QUIC"], STACK_CANNOT),
+        (["--pattern", "rr", "--stack", "quic", "--tcp-conns", "on-demand"], ["--tcp-conns chooses TCP"], STACK_CANNOT),
+        (["--pattern", "rr", "--period", "50us"], ["below 100us"], BAD_VALUE),
+        (["--pattern", "rr", "--period", "20s", "--duration", "5s"], ["not shorter than the 5 s window"], BAD_VALUE),
+        (["--pattern", "rr", "--period", "10s"], ["not shorter than the 10 s window"], BAD_VALUE),
+        (["--pattern", "rr", "--payload", "8"], ["--payload 8 is not from 16"], BAD_VALUE),
+        (["--pattern", "rr", "--bytes", "1M"], ["--bytes does not apply to --pattern rr"], STACK_CANNOT),
+        (
+            ["--pattern", "rr", "--streams", "2"],
+            ["--streams sets the requests in flight", "--rr-mode closed"],
+            STACK_CANNOT,
+        ),
+        (["--rr-mode", "closed"], ["--rr-mode applies to --pattern rr only"], STACK_CANNOT),
+        (
+            ["--pattern", "rr", "--rr-mode", "closed", "--period", "1ms"],
+            ["--period sets an open loop's schedule"],
+            STACK_CANNOT,
+        ),
+        (["--pattern", "rr", "--rr-mode", "shut"], ["--rr-mode takes open or closed, not 'shut'"], BAD_VALUE),
         (
             ["--pattern", "rr", "--stack", "tcp", "--rr-mode", "closed", "--tcp-conns", "on-demand"],
             ["--tcp-conns on-demand opens connections as an open loop's"],
+            STACK_CANNOT,
         ),
-        (["--pattern", "rr", "--stack", "tcp", "--tcp-conns", "on-demand", "--conns", "2"], ["drop --conns"]),
+        (
+            ["--pattern", "rr", "--stack", "tcp", "--tcp-conns", "on-demand", "--conns", "2"],
+            ["drop --conns"],
+            BAD_VALUE,
+        ),
         (
             ["--pattern", "rr", "--stack", "tcp", "--rr-mode", "closed", "--conns", "16", "--streams", "9"],
             ["is 144 TCP connections", "more than the 128"],
+            BAD_VALUE,
         ),
     ],
 )
-def test_bad_rr_options(args, words):
-    refused(args, BAD_VALUE, words)
+def test_bad_rr_options(args, words, code):
+    refused(args, code, words)
 
 
 @pytest.mark.parametrize(
-    "args, words",
+    "args, words, code",
     [
-        (["--stack", "tcp-tls", "--app", "h1"], ["--app applies to --pattern rr"]),
-        (["--stack", "quic", "--pattern", "rr", "--app", "h1"], ["--app h1", "--app h3"]),
-        (["--stack", "quic", "--pattern", "rr", "--app", "h2"], ["--app h2", "--app h3"]),
-        (["--stack", "tcp", "--pattern", "rr", "--app", "h3"], ["--app h3", "--app h1"]),
-        (["--stack", "tcp-tls", "--pattern", "rr", "--app", "h2", "--tcp-conns", "on-demand"], ["--tcp-conns"]),
-        (["--stack", "quinn", "--pattern", "rr", "--app", "h3"], ["--app", "quinn"]),
-        (["--stack", "quic", "--pattern", "rr", "--app", "h3", "--rr-streams", "one"], ["--rr-streams one"]),
-        (["--stack", "tcp", "--pattern", "rr", "--app", "h9"], ["--app", "h9"]),
+        (["--stack", "tcp-tls", "--app", "h1"], ["--app applies to --pattern rr"], STACK_CANNOT),
+        (["--stack", "quic", "--pattern", "rr", "--app", "h1"], ["--app h1", "--app h3"], STACK_CANNOT),
+        (["--stack", "quic", "--pattern", "rr", "--app", "h2"], ["--app h2", "--app h3"], STACK_CANNOT),
+        (["--stack", "tcp", "--pattern", "rr", "--app", "h3"], ["--app h3", "--app h1"], STACK_CANNOT),
+        (
+            ["--stack", "tcp-tls", "--pattern", "rr", "--app", "h2", "--tcp-conns", "on-demand"],
+            ["--tcp-conns"],
+            BAD_VALUE,
+        ),
+        (["--stack", "quinn", "--pattern", "rr", "--app", "h3"], ["--app", "quinn"], STACK_CANNOT),
+        (["--stack", "quic", "--pattern", "rr", "--app", "h3", "--rr-streams", "one"], ["--rr-streams one"], BAD_VALUE),
+        (["--stack", "tcp", "--pattern", "rr", "--app", "h9"], ["--app", "h9"], BAD_VALUE),
     ],
 )
-def test_app_refused_where_it_cannot_run(args, words):
-    refused(args, BAD_VALUE, words)
+def test_app_refused_where_it_cannot_run(args, words, code):
+    refused(args, code, words)
