@@ -7,9 +7,13 @@ The knobs are where each stack decides:
   on failure. An LD_PRELOAD interposer (workloads/preload/) makes that
   probe fail for the workload process only; msquic is never patched.
   msquic 2.5.1 tests GRO only after its GSO send succeeded, so GSO off
-  means GRO off too.
-- quinn: quinn-udp probes UDP_SEGMENT and sets UDP_GRO on each socket, so
-  the same interposer steers it; GSO and GRO are independent there.
+  means GRO off too (its row's gro_needs_gso).
+- quinn, ngtcp2, quiche: each probes UDP_SEGMENT and sets UDP_GRO on its
+  sockets, so the same interposer steers them; GSO and GRO are
+  independent there. quinn and ngtcp2 take UDP_GRO's setsockopt at its
+  word, which the interposer gives while leaving GRO off: under --gro off
+  their own report of GRO is not evidence (their rows' gro_word), the
+  probes' view of what the receiver got is.
 - udp: the workload's own send mode (gso, or sendmmsg of single
   datagrams) and the receiver's UDP_GRO socket option.
 - tcp stacks: TSO/GSO and GRO of the run's veth pair (ethtool in each
@@ -81,12 +85,10 @@ def plan(
     _checkonoff("gro", gro)
     udp_only = [n for n, v in (("send-mode", send_mode), ("batch", batch), ("dgram-size", dgram_size)) if v is not None]
     if udp_only and stack_name != "udp":
-        raise errors.BadValue(f"--{udp_only[0]} applies to --stack udp only; drop it or use --stack udp.")
+        raise errors.StackCannot(f"--{udp_only[0]} applies to --stack udp only; drop it or use --stack udp.")
     p = OffloadPlan(requested={"gso": gso, "gro": gro}, effective={"gso": gso, "gro": gro})
-    if stack_name == "quic":
-        _plan_quic(p, gso, gro)
-    elif is_quic(stack_name):
-        _interpose(p)
+    if is_quic(stack_name):
+        _plan_quic(p, transports.STACKS[stack_name], gso, gro)
     elif stack_name == "udp":
         _plan_udp(p, gso, gro, send_mode, batch, dgram_size)
     else:
@@ -94,16 +96,18 @@ def plan(
     return p
 
 
-def _plan_quic(p: OffloadPlan, gso, gro) -> None:
-    if gso == "off" and gro == "on":
-        raise errors.BadValue(
-            "msquic 2.5.1 tests GRO only after its GSO probe send succeeds, so it cannot run "
-            "with GSO off and GRO on; use --gso off alone (GRO follows) or --gro off alone."
-        )
-    if gso == "off":
-        p.effective["gro"] = "off"
-        if gro is None:
-            p.notes.append("GRO off follows GSO off: msquic tests GRO only after its GSO probe send succeeds")
+def _plan_quic(p: OffloadPlan, stack: transports.Stack, gso, gro) -> None:
+    if stack.gro_needs_gso:
+        if gso == "off" and gro == "on":
+            raise errors.StackCannot(
+                f"{stack.library} tests GRO only after its GSO probe send succeeds, so {stack.name} cannot run "
+                "with GSO off and GRO on; use --gso off alone (GRO follows) or --gro off alone."
+            )
+        if gso == "off":
+            p.effective["gro"] = "off"
+            if gro is None:
+                why = f"{stack.library} tests GRO only after its GSO probe send succeeds"
+                p.notes.append(f"GRO off follows GSO off: {why}")
     _interpose(p)
 
 
