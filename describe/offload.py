@@ -7,9 +7,13 @@ The knobs are where each stack decides:
   on failure. An LD_PRELOAD interposer (workloads/preload/) makes that
   probe fail for the workload process only; msquic is never patched.
   msquic 2.5.1 tests GRO only after its GSO send succeeded, so GSO off
-  means GRO off too.
-- quinn: quinn-udp probes UDP_SEGMENT and sets UDP_GRO on each socket, so
-  the same interposer steers it; GSO and GRO are independent there.
+  means GRO off too (its row's gro_needs_gso).
+- quinn, ngtcp2, quiche: each probes UDP_SEGMENT and sets UDP_GRO on its
+  sockets, so the same interposer steers them; GSO and GRO are
+  independent there. quinn and ngtcp2 take UDP_GRO's setsockopt at its
+  word, which the interposer gives while leaving GRO off: under --gro off
+  their own report of GRO is not evidence (their rows' gro_word), the
+  probes' view of what the receiver got is.
 - udp: the workload's own send mode (gso, or sendmmsg of single
   datagrams) and the receiver's UDP_GRO socket option.
 - tcp stacks: TSO/GSO and GRO of the run's veth pair (ethtool in each
@@ -20,10 +24,11 @@ run whose observation contradicts its request is an error, not a result.
 """
 
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Dict, List, Optional, Tuple
 
 from qprof import errors
-from qprof.describe import derive, options, transports
+from qprof.describe import derive, direction, options, transports
 
 ONOFF = ("on", "off")
 UDP_SEND_MODES = options.UDP_SEND_MODES
@@ -81,12 +86,10 @@ def plan(
     _checkonoff("gro", gro)
     udp_only = [n for n, v in (("send-mode", send_mode), ("batch", batch), ("dgram-size", dgram_size)) if v is not None]
     if udp_only and stack_name != "udp":
-        raise errors.BadValue(f"--{udp_only[0]} applies to --stack udp only; drop it or use --stack udp.")
+        raise errors.StackCannot(f"--{udp_only[0]} applies to --stack udp only; drop it or use --stack udp.")
     p = OffloadPlan(requested={"gso": gso, "gro": gro}, effective={"gso": gso, "gro": gro})
-    if stack_name == "quic":
-        _plan_quic(p, gso, gro)
-    elif is_quic(stack_name):
-        _interpose(p)
+    if is_quic(stack_name):
+        _plan_quic(p, transports.STACKS[stack_name], gso, gro)
     elif stack_name == "udp":
         _plan_udp(p, gso, gro, send_mode, batch, dgram_size)
     else:
@@ -94,16 +97,18 @@ def plan(
     return p
 
 
-def _plan_quic(p: OffloadPlan, gso, gro) -> None:
-    if gso == "off" and gro == "on":
-        raise errors.BadValue(
-            "msquic 2.5.1 tests GRO only after its GSO probe send succeeds, so it cannot run "
-            "with GSO off and GRO on; use --gso off alone (GRO follows) or --gro off alone."
-        )
-    if gso == "off":
-        p.effective["gro"] = "off"
-        if gro is None:
-            p.notes.append("GRO off follows GSO off: msquic tests GRO only after its GSO probe send succeeds")
+def _plan_quic(p: OffloadPlan, stack: transports.Stack, gso, gro) -> None:
+    if stack.gro_needs_gso:
+        if gso == "off" and gro == "on":
+            raise errors.StackCannot(
+                f"{stack.library} tests GRO only after its GSO probe send succeeds, so {stack.name} cannot run "
+                "with GSO off and GRO on; use --gso off alone (GRO follows) or --gro off alone."
+            )
+        if gso == "off":
+            p.effective["gro"] = "off"
+            if gro is None:
+                why = f"{stack.library} tests GRO only after its GSO probe send succeeds"
+                p.notes.append(f"GRO off follows GSO off: {why}")
     _interpose(p)
 
 
@@ -181,80 +186,140 @@ def _share(num, den) -> Optional[float]:
     return num / den if num is not None and den else None
 
 
+def _roles(rec: dict) -> Tuple[Tuple[str, ...], Tuple[str, ...]]:
+    """The sides that send the measured bytes and those that receive them
+    (describe/direction.py), from the record's config."""
+    cfg = rec.get("config") or {}
+    said = SimpleNamespace(pattern=cfg.get("pattern") or "bulk", direction=cfg.get("direction"))
+    return direction.senders(said), direction.receivers(said)
+
+
 def observe(rec: dict, max_datagram: int) -> dict:
     """What the instruments saw, from a record with probes and derived
-    syscall figures: GSO from the sender's transmitted super-packets, GRO
-    from the receiver's received sizes (UDP) or GRO entries (TCP). The
-    sender is the client, or the server for downloads (the evidence's keys
-    name the side). A state no instrument saw is None, never "off"; a TCP
-    receiver's GRO is None, with gro_absent_reason, where the packets probe
-    did not count what its veth received (--packets-rx)."""
+    syscall figures: GSO from each sender's transmitted super-packets, GRO
+    from each receiver's received sizes (UDP) or GRO entries (TCP). The
+    senders are whoever sends the measured bytes (the client, the server
+    for downloads and --direction down, both for --direction both), each
+    side's view in sides; gso and gro say "on" where any side saw it, "off"
+    where every side counted saw none. Evidence keys name the side, but for
+    the syscall figures of a run one way (its one sender and receiver). A
+    state no instrument saw is None, never "off"; a TCP receiver's GRO is
+    None, with gro_absent_reason, where the packets probe did not count
+    what its veth received (--packets-rx)."""
     transport = "quic" if is_quic(rec["stack"]) else "udp" if rec["stack"] == "udp" else "tcp"
-    sender, receiver = ("server", "client") if rec["config"].get("pattern") == "download" else ("client", "server")
+    senders, receivers = _roles(rec)
+    one_way = len(senders) == 1 and len(receivers) == 1
+
+    def key(side: str, name: str) -> str:
+        return name if one_way else f"{side}_{name}"
+
     dev = derive.packets_devices(rec)
-    sender_tx = dev[sender]["tx"] if dev.get(sender) else None
-    receiver_rx = dev[receiver]["rx"] if dev.get(receiver) else None
-    sys_sender = (rec.get("syscalls") or {}).get(sender)
-    sys_receiver = (rec.get("syscalls") or {}).get(receiver)
+    syscalls = rec.get("syscalls") or {}
+    reports = _library_reports(rec) if transport == "quic" else None
     ev: dict = {}
-    gso = gro = gro_absent = None
+    sides = {
+        role: {
+            "sends": role in senders,
+            "receives": role in receivers,
+            "gso": None,
+            "gro": None,
+            "gro_applies": None,
+            "stack_reports": None,
+        }
+        for role in direction.ROLES
+    }
     proto_skbs = "udp_skbs" if transport in ("quic", "udp") else "tcp_skbs"
-    if sender_tx is not None:
-        ev[f"{sender}_tx_skbs"] = sender_tx.get(proto_skbs)
-        ev[f"{sender}_tx_gso_skbs"] = sender_tx.get("gso_skbs")
-        ev[f"{sender}_tx_gso_share"] = _share(sender_tx.get("gso_skbs"), sender_tx.get(proto_skbs))
-        ev[f"{sender}_tx_wire_packets"] = sender_tx.get("wire_packets")
-        gso = "on" if sender_tx.get("gso_skbs") else "off"
-    if sys_sender is not None:
-        ev["datagrams_per_send_call"] = sys_sender.get("datagrams_per_send_call")
-        ev["bytes_per_send_call"] = sys_sender.get("bytes_per_send_call")
-    if transport in ("quic", "udp"):
-        if sys_receiver is not None:
-            nbytes, msgs = _recv_bytes_and_messages(sys_receiver["by_syscall"])
-            per_msg = nbytes / msgs if msgs else None
-            ev["recv_bytes_per_message"] = per_msg
-            ev["max_datagram_bytes"] = max_datagram
-            if per_msg is not None:
-                # Coalesced: more bytes than a datagram per message, past
-                # what the edges can tear (EDGE_TORN_CALLS).
-                gro = "on" if nbytes > (msgs + EDGE_TORN_CALLS) * max_datagram else "off"
-        if transport == "udp":
-            own = ((rec.get("workload") or {}).get("server") or {}).get("window") or {}
-            if own.get("gro_segments") is not None:
-                ev["receiver_coalesced_messages"] = own["gro_segments"]
-    elif receiver_rx is not None:
-        ev[f"{receiver}_rx_gro_entries"] = receiver_rx.get("gro_entry")
-        ev[f"{receiver}_rx_gso_skbs"] = receiver_rx.get("gso_skbs")
-        gro = "on" if receiver_rx.get("gro_entry") else "off"
-    elif dev.get(receiver):
-        gro_absent = derive.RX_ABSENT
-    env = rec.get("environment") or {}
+    for s in senders:
+        tx = dev[s]["tx"] if dev.get(s) else None
+        if tx is not None:
+            ev[f"{s}_tx_skbs"] = tx.get(proto_skbs)
+            ev[f"{s}_tx_gso_skbs"] = tx.get("gso_skbs")
+            ev[f"{s}_tx_gso_share"] = _share(tx.get("gso_skbs"), tx.get(proto_skbs))
+            ev[f"{s}_tx_wire_packets"] = tx.get("wire_packets")
+            sides[s]["gso"] = "on" if tx.get("gso_skbs") else "off"
+        if syscalls.get(s) is not None:
+            ev[key(s, "datagrams_per_send_call")] = syscalls[s].get("datagrams_per_send_call")
+            ev[key(s, "bytes_per_send_call")] = syscalls[s].get("bytes_per_send_call")
+    gro_absent = None
+    for r in receivers:
+        if transport in ("quic", "udp"):
+            if syscalls.get(r) is not None:
+                nbytes, msgs = _recv_bytes_and_messages(syscalls[r]["by_syscall"])
+                per_msg = nbytes / msgs if msgs else None
+                ev[key(r, "recv_bytes_per_message")] = per_msg
+                ev["max_datagram_bytes"] = max_datagram
+                if per_msg is not None:
+                    # Coalesced: more bytes than a datagram per message, past
+                    # what the edges can tear (EDGE_TORN_CALLS).
+                    sides[r]["gro"] = "on" if nbytes > (msgs + EDGE_TORN_CALLS) * max_datagram else "off"
+        elif dev.get(r) and dev[r].get("rx") is not None:
+            ev[f"{r}_rx_gro_entries"] = dev[r]["rx"].get("gro_entry")
+            ev[f"{r}_rx_gso_skbs"] = dev[r]["rx"].get("gso_skbs")
+            sides[r]["gro"] = "on" if dev[r]["rx"].get("gro_entry") else "off"
+        elif dev.get(r):
+            gro_absent = derive.RX_ABSENT
+        # Whether GRO had anything to do: a UDP socket's GRO keeps super-packets
+        # whole (the veth's own GRO is off), while a veth's GRO merges only
+        # packets that were not super-packets already (veth passes TSO skbs
+        # straight through).
+        peer_gso = sides[direction.other(r)]["gso"]
+        if peer_gso is not None:
+            sides[r]["gro_applies"] = peer_gso == ("on" if transport in ("quic", "udp") else "off")
+    if transport == "udp":
+        own = ((rec.get("workload") or {}).get("server") or {}).get("window") or {}
+        if own.get("gro_segments") is not None:
+            ev["receiver_coalesced_messages"] = own["gro_segments"]
     own_view = None
-    if transport == "quic" and "quic_library" in env:
+    if reports is not None:
+        for role in direction.ROLES:
+            sides[role]["stack_reports"] = {
+                "gso": reports["gso"].get(role) if role in senders else None,
+                "gro": reports["gro"].get(role) if role in receivers else None,
+            }
         own_view = {
-            "gso": onoff(env["quic_library"]["send_segmentation"].get(sender)),
-            "gro": onoff(env["quic_library"]["recv_coalescing"].get(receiver)),
+            "library": reports["library"],
+            "gso": _any_on(sides[s]["stack_reports"]["gso"] for s in senders),
+            "gro": _any_on(sides[r]["stack_reports"]["gro"] for r in receivers),
         }
-    elif transport == "quic" and "msquic_send_segmentation" in env:  # records before quic_library
-        own_view = {
-            "gso": onoff(env["msquic_send_segmentation"].get(sender)),
-            "gro": onoff(env["msquic_recv_coalescing"].get(receiver)),
-        }
-    # Whether GRO had anything to do: a UDP socket's GRO keeps super-packets
-    # whole (the veth's own GRO is off), while a veth's GRO merges only
-    # packets that were not super-packets already (veth passes TSO skbs
-    # straight through).
-    if transport in ("quic", "udp"):
-        applies = gso == "on" if gso is not None else None
-    else:
-        applies = gso == "off" if gso is not None else None
     return {
-        "gso": gso,
-        "gro": gro,
+        "gso": _any_on(sides[s]["gso"] for s in senders),
+        "gro": _any_on(sides[r]["gro"] for r in receivers),
         "gro_absent_reason": gro_absent,
-        "gro_applies": applies,
+        "gro_applies": _any_on(sides[r]["gro_applies"] for r in receivers),
         "evidence": ev,
         "stack_reports": own_view,
+        "sides": sides,
+    }
+
+
+def _any_on(states):
+    """One state for several sides: on (True) where any side saw it, off
+    (False) where every side counted saw none, None where none was counted."""
+    seen = [x for x in states if x is not None]
+    if not seen:
+        return None
+    return next((x for x in seen if x in ("on", True)), seen[0])
+
+
+def _library_reports(rec: dict) -> Optional[dict]:
+    """A QUIC library's own word on GSO and GRO, per side, where it is
+    evidence: a library whose word on GRO is UDP_GRO's setsockopt (its
+    row's gro_word) says nothing under --gro off, which the interposer
+    carries out by taking that setsockopt and ignoring it."""
+    env = rec.get("environment") or {}
+    stack = transports.STACKS[rec["stack"]]
+    if "quic_library" in env:
+        gso, gro = env["quic_library"]["send_segmentation"], env["quic_library"]["recv_coalescing"]
+    elif "msquic_send_segmentation" in env:  # records before quic_library
+        gso, gro = env["msquic_send_segmentation"], env["msquic_recv_coalescing"]
+    else:
+        return None
+    if stack.gro_word == "setsockopt" and (rec.get("config") or {}).get("gro") == "off":
+        gro = {}
+    return {
+        "library": stack.library,
+        "gso": {role: onoff(gso.get(role)) for role in direction.ROLES},
+        "gro": {role: onoff(gro.get(role)) for role in direction.ROLES},
     }
 
 
@@ -282,31 +347,51 @@ def _recv_bytes_and_messages(calls: dict) -> Tuple[int, int]:
 
 
 def contradictions(effective: Dict[str, Optional[str]], observed: dict) -> List[str]:
-    """Sentences for each way the observation contradicts the request."""
+    """Sentences for each way the observation contradicts the request,
+    each naming the side that showed it and, for its own report, the library."""
     out = []
     ev = observed["evidence"]
     gso, gro = effective.get("gso"), effective.get("gro")
-    if gso == "off" and observed["gso"] == "on":
-        out.append(f"GSO was set off but the client sent {ev.get('client_tx_gso_skbs')} super-packets")
-    if gso == "on" and observed["gso"] == "off":
-        out.append("GSO was set on but the client sent no super-packets")
-    if gro == "off" and observed["gro"] == "on":
-        what = (
-            f"received {ev.get('recv_bytes_per_message'):.0f} bytes per message, more than one datagram"
-            if "recv_bytes_per_message" in ev
-            else f"its device ran GRO {ev.get('server_rx_gro_entries')} times"
-        )
-        out.append(f"GRO was set off but the server {what}")
-    if gro == "on" and observed["gro"] == "off" and observed.get("gro_applies"):
-        out.append("GRO was set on but the server saw no coalesced receive")
-    if observed.get("stack_reports"):
+    sides = observed.get("sides") or _sides_before(observed)
+    library = (observed.get("stack_reports") or {}).get("library", "msquic")  # records before it: msquic's
+    for role, seen in sides.items():
+        if seen["sends"] and gso == "off" and seen["gso"] == "on":
+            out.append(f"GSO was set off but the {role} sent {ev.get(f'{role}_tx_gso_skbs')} super-packets")
+        if seen["sends"] and gso == "on" and seen["gso"] == "off":
+            out.append(f"GSO was set on but the {role} sent no super-packets")
+        if seen["receives"] and gro == "off" and seen["gro"] == "on":
+            per_msg = ev.get("recv_bytes_per_message", ev.get(f"{role}_recv_bytes_per_message"))
+            what = (
+                f"the {role} received {per_msg:.0f} bytes per message, more than one datagram"
+                if per_msg is not None
+                else f"the {role}'s veth ran GRO {ev.get(f'{role}_rx_gro_entries')} times"
+            )
+            out.append(f"GRO was set off but {what}")
+        if seen["receives"] and gro == "on" and seen["gro"] == "off" and seen["gro_applies"]:
+            out.append(f"GRO was set on but the {role} saw no coalesced receive")
         for k in ("gso", "gro"):
-            want, said = effective.get(k), observed["stack_reports"].get(k)
+            want, said = effective.get(k), (seen.get("stack_reports") or {}).get(k)
             if want and said and want != said:
-                out.append(f"{k.upper()} was set {want} but msquic reports it {said}")
+                out.append(f"{k.upper()} was set {want} but the {role}'s {library} reports it {said}")
     if ev.get("receiver_coalesced_messages") and gro == "off":
         out.append(f"GRO was set off but the receiver counted {ev['receiver_coalesced_messages']} coalesced messages")
     return out
+
+
+def _sides_before(observed: dict) -> dict:
+    """An observation without sides (before 2026-11-28): the client's
+    sends and the server's receives."""
+    said = observed.get("stack_reports") or {}
+    return {
+        "client": {"sends": True, "receives": False, "gso": observed["gso"], "stack_reports": {"gso": said.get("gso")}},
+        "server": {
+            "sends": False,
+            "receives": True,
+            "gro": observed["gro"],
+            "gro_applies": observed.get("gro_applies"),
+            "stack_reports": {"gro": said.get("gro")},
+        },
+    }
 
 
 def verify(effective: Dict[str, Optional[str]], observed: dict) -> None:

@@ -24,6 +24,13 @@ class Stack:
     library: str = ""  # a QUIC stack's implementation: msquic, quinn
     workload: str = "qprof-wl"  # the workload's program (build/bin)
     dwarf_stack_bytes: int = 8192  # user stack perf copies per sample (collectors/perf.py says why)
+    # A QUIC library's GRO, as qprof's interposer steers it (describe/offload.py):
+    # "receive" when the library believes GRO only once a receive came
+    # coalesced, "setsockopt" when UDP_GRO's setsockopt taking is its word
+    # (the interposer takes it and ignores it, so under --gro off the
+    # socket does not coalesce and the library's word is not evidence).
+    gro_word: str = "receive"
+    gro_needs_gso: bool = False  # the library tests GRO only after a GSO send: GSO off means GRO off
 
     @property
     def configurable_tls(self) -> bool:
@@ -45,7 +52,16 @@ def has_quic_stats(stack_name: str) -> bool:
 
 
 STACKS: Dict[str, Stack] = {
-    "quic": Stack("quic", "udp", "quic", sendfile=False, rw_is_network=False, io_size=64 << 10, library="msquic"),
+    "quic": Stack(
+        "quic",
+        "udp",
+        "quic",
+        sendfile=False,
+        rw_is_network=False,
+        io_size=64 << 10,
+        library="msquic",
+        gro_needs_gso=True,
+    ),
     # The other QUIC implementations, each in a workload of its own
     # (workloads/rs/) speaking qprof-wl's protocol: bulk up and downloads.
     "quinn": Stack(
@@ -58,10 +74,20 @@ STACKS: Dict[str, Stack] = {
         library="quinn",
         workload="qprof-wl-quinn",
         dwarf_stack_bytes=32768,
+        gro_word="setsockopt",  # quinn-udp's gro_segments: 64 once UDP_GRO was taken
     ),
     # ngtcp2 on its GnuTLS crypto helper (Debian's), a transport of
     # qprof-wl's beside msquic: every pattern, written once, runs on it.
-    "ngtcp2": Stack("ngtcp2", "udp", "quic", sendfile=False, rw_is_network=False, io_size=64 << 10, library="ngtcp2"),
+    "ngtcp2": Stack(
+        "ngtcp2",
+        "udp",
+        "quic",
+        sendfile=False,
+        rw_is_network=False,
+        io_size=64 << 10,
+        library="ngtcp2",
+        gro_word="setsockopt",  # wl_ngtcp2.c's offloads(): UDP_GRO taken
+    ),
     "quiche": Stack(
         "quiche",
         "udp",

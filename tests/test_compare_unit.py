@@ -78,7 +78,7 @@ def test_bad_vary_is_refused(items, needle):
     [
         ("quic", {"gso": ["on", "maybe"]}, [], errors.BadValue, "'quic gso=maybe'"),
         ("quic", {"gso": ["on", "off"]}, ["gso"], errors.BadValue, "both fixed and varied"),
-        ("quic", {"send-mode": ["gso", "sendmsg"]}, [], errors.BadValue, "--stack udp only"),
+        ("quic", {"send-mode": ["gso", "sendmsg"]}, [], errors.StackCannot, "--stack udp only"),
         ("quic", {"gro": ["on"]}, [], errors.BadValue, "at least two configurations"),
         ("udp", {"batch": ["x", "2"]}, [], errors.BadValue, "'x'"),
         ("quic", {"tls": ["1.2", "1.3"]}, [], errors.BadTls, "tcp-tls and tcp-ktls only"),
@@ -249,7 +249,7 @@ def test_quic_gso_off_implies_gro_off_through_the_interposer(tmp_path, interpose
 
 
 def test_quic_gso_off_gro_on_is_refused():
-    with pytest.raises(errors.BadValue) as e:
+    with pytest.raises(errors.StackCannot) as e:
         offload.plan("quic", "netns", "off", "on")
     assert "GSO off and GRO on" in e.value.sentence
 
