@@ -224,6 +224,7 @@ def observe(rec: dict, max_datagram: int) -> dict:
             "gso": None,
             "gro": None,
             "gro_applies": None,
+            "gso_applies": None,
             "stack_reports": None,
         }
         for role in direction.ROLES
@@ -237,6 +238,7 @@ def observe(rec: dict, max_datagram: int) -> dict:
             ev[f"{s}_tx_gso_share"] = _share(tx.get("gso_skbs"), tx.get(proto_skbs))
             ev[f"{s}_tx_wire_packets"] = tx.get("wire_packets")
             sides[s]["gso"] = "on" if tx.get("gso_skbs") else "off"
+        sides[s]["gso_applies"] = _has_a_backlog(rec, s, max_datagram)
         if syscalls.get(s) is not None:
             ev[key(s, "datagrams_per_send_call")] = syscalls[s].get("datagrams_per_send_call")
             ev[key(s, "bytes_per_send_call")] = syscalls[s].get("bytes_per_send_call")
@@ -290,6 +292,23 @@ def observe(rec: dict, max_datagram: int) -> dict:
         "stack_reports": own_view,
         "sides": sides,
     }
+
+
+def _has_a_backlog(rec: dict, role: str, max_datagram: int) -> bool:
+    """Whether the role ever had more than a datagram to send at once, so
+    that GSO on must show as super-packets: a bulk or download sender
+    always; in rr a side whose messages (requests: the client's;
+    responses: the server's) exceed a datagram; video's server (its
+    segments), never its client; handshakes never (each flight is a few
+    datagrams, sent as the handshake allows)."""
+    cfg = rec.get("config") or {}
+    pattern = cfg.get("pattern") or "bulk"
+    if pattern == "rr":
+        size = cfg.get("request" if role == "client" else "response") or cfg.get("payload") or 0
+        return size > max_datagram
+    if pattern == "video":
+        return role == "server"
+    return pattern != "handshakes"
 
 
 def _any_on(states):
@@ -357,7 +376,7 @@ def contradictions(effective: Dict[str, Optional[str]], observed: dict) -> List[
     for role, seen in sides.items():
         if seen["sends"] and gso == "off" and seen["gso"] == "on":
             out.append(f"GSO was set off but the {role} sent {ev.get(f'{role}_tx_gso_skbs')} super-packets")
-        if seen["sends"] and gso == "on" and seen["gso"] == "off":
+        if seen["sends"] and gso == "on" and seen["gso"] == "off" and seen.get("gso_applies", True):
             out.append(f"GSO was set on but the {role} sent no super-packets")
         if seen["receives"] and gro == "off" and seen["gro"] == "on":
             per_msg = ev.get("recv_bytes_per_message", ev.get(f"{role}_recv_bytes_per_message"))

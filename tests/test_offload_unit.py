@@ -129,6 +129,32 @@ def test_direction_both_checks_each_side_and_names_it():
     ]
 
 
+def test_gso_on_is_held_where_a_side_had_more_than_a_datagram_to_send():
+    # rr of small requests and large responses, --gso on: the client's
+    # requests fit a datagram each, so it sends no super-packets and is not
+    # held to them; the server's responses are, and so is it.
+    def rr(server_gso_skbs, **cfg):
+        rec = record("quic", pattern="rr", client=device("client", 0), server=device("server", server_gso_skbs))
+        rec["config"].update(cfg)
+        return offload.observe(rec, DATAGRAM)
+
+    obs = rr(30, request=100, response=64000)
+    assert obs["sides"]["client"]["gso_applies"] is False and obs["sides"]["server"]["gso_applies"] is True
+    assert offload.contradictions({"gso": "on", "gro": None}, obs) == []
+    assert offload.contradictions({"gso": "on", "gro": None}, rr(0, request=100, response=64000)) == [
+        "GSO was set on but the server sent no super-packets"
+    ]
+    # Messages of a datagram or less each way: GSO has nothing to do on either side.
+    assert offload.contradictions({"gso": "on", "gro": None}, rr(0, payload=512)) == []
+    # Handshakes never; video's server (its segments), not its client.
+    hs = record("quic", pattern="handshakes", client=device("client", 0), server=device("server", 0))
+    assert offload.contradictions({"gso": "on", "gro": None}, offload.observe(hs, DATAGRAM)) == []
+    video = record("quic", pattern="video", client=device("client", 0), server=device("server", 0))
+    assert offload.contradictions({"gso": "on", "gro": None}, offload.observe(video, DATAGRAM)) == [
+        "GSO was set on but the server sent no super-packets"
+    ]
+
+
 def test_tcp_direction_down_reads_the_clients_veth_for_gro():
     # tcp --direction down --gro on: the client's veth merged what the server sent.
     rec = record("tcp", "down", client=device("client", 0, 40, tcp=True), server=device("server", 0, 0, tcp=True))
