@@ -123,12 +123,19 @@ def check_cmd(run_id, base_id, config, baseline_config, max_regression, allow_di
             console.print(f"[yellow]warning: {w}[/]")
         console.print(table(rows, run_id, base_id, threshold))
     if regressed:
-        what = ", ".join(f"{r['figure']} {r['change'] * 100:+.1f}%" for r in regressed)
+        what = ", ".join(grew(r) for r in regressed)
         unlike = f" (the runs differ: {check.differ_text(differences)})" if differences else ""
         raise errors.Regression(
             f"{run_id} regressed against {base_id}{unlike} beyond the baseline's spread and "
             f"{threshold * 100:g}%: {what}."
         )
+
+
+def grew(row: dict) -> str:
+    """client ns/B +12.5%, or from nothing: server send syscalls ns/B from 0 to 0.075."""
+    if row["change"] is None:
+        return f"{row['figure']} from 0 to {row['median']:.3f}"
+    return f"{row['figure']} {row['change'] * 100:+.1f}%"
 
 
 def table(rows: List[dict], run_id: str, base_id: str, threshold: float) -> Table:

@@ -8,7 +8,8 @@ samples' breakdown) are compared. A figure regressed when both hold:
 - it is worse than every baseline value (beyond the baseline's spread:
   with one baseline run, than that run), and
 - its median is worse than the baseline's median by more than the
-  threshold (--max-regression, as a share); for a category, its growth
+  threshold (--max-regression, as a share; from a median of 0, any
+  growth is more than any share); for a category, its growth
   is also more than the threshold's share of its side's baseline ns/B (a
   category of a few samples swings by more than its own size).
 So noise within the baseline's own range never fails a check, and a
@@ -170,7 +171,10 @@ def verdict(run: List[dict], base: List[dict], max_regression: float) -> List[di
             continue
         med_now, med_was = statistics.median(now), statistics.median(was)
         change = (med_now - med_was) / med_was if med_was else None
-        worse = change is not None and (change if f.lower_is_better else -change) > max_regression
+        if change is not None:
+            worse = (change if f.lower_is_better else -change) > max_regression
+        else:  # grown from nothing (a category the baseline's samples never hit): by more than any share
+            worse = f.lower_is_better and med_now > med_was
         beyond = min(now) > max(was) if f.lower_is_better else max(now) < min(was)
         if f.category is not None and worse:
             # A category's growth counts when it moved its side's total by

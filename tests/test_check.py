@@ -54,6 +54,19 @@ def test_a_regression_must_be_beyond_the_spread_and_the_threshold():
 
 
 @pytest.mark.unit
+def test_a_category_grown_from_nothing_regresses():
+    """A category the baseline's samples never hit (0 ns/B in every run)
+    that now costs more than the threshold's share of its side has grown
+    by more than any share: a real run's server send syscalls went from
+    0.0 to 0.075 ns/B of 0.99 and was not flagged."""
+    base = [_rec(1.0, crypto=0.0), _rec(1.0, crypto=0.0)]
+    rows = {r["figure"]: r for r in check.verdict([_rec(1.0, crypto=0.1)], base, 0.05)}
+    assert rows["client crypto ns/B"]["regressed"] and rows["client crypto ns/B"]["change"] is None
+    small = {r["figure"]: r for r in check.verdict([_rec(1.0, crypto=0.01)], base, 0.05)}
+    assert not small["client crypto ns/B"]["regressed"]  # 1% of the client's 1.0
+
+
+@pytest.mark.unit
 def test_another_stack_or_machine_is_refused_unless_forced():
     with pytest.raises(errors.IncompatibleRuns) as e:
         check.comparable([_rec(1.0)], [_rec(1.0, stack="tcp")], force=False)
@@ -185,6 +198,14 @@ def test_a_regression_against_an_unlike_baseline_names_what_differs(tmp_path):
     line = one_sentence(r.stderr)
     assert f"{run} regressed against {cheaper} (the runs differ: --conns 1 against 32)" in line
     assert "client ns/B +100.0%" in line
+
+    # From nothing: a baseline figure of 0 (a category its samples never hit) that grew.
+    rec["config"]["conns"] = None
+    rec["cpu"]["client"]["ns_per_byte"]["total"] = 0.0
+    (tmp_path / cheaper / "run.json").write_text(json.dumps(rec))
+    r = qprof_here("check", run, "--baseline", cheaper, runs_dir=tmp_path)
+    assert r.returncode == errors.Regression.exit_code, r.stderr
+    assert "client ns/B from 0 to 1041.667." in one_sentence(r.stderr)
 
 
 @pytest.mark.unit
