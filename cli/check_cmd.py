@@ -74,19 +74,31 @@ def complete(root: Path, ident: str) -> dict:
     show_default=True,
     help="How much worse a figure's median may be before it counts (if also beyond the baseline's range).",
 )
-@click.option("--force", is_flag=True, help="Compare a baseline of another stack or machine anyway (warns).")
+@click.option(
+    "--allow-differences",
+    is_flag=True,
+    help="Compare a baseline measured with other options anyway (the verdict names them).",
+)
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Compare a baseline of another stack, pattern or machine anyway, whatever differs (warns).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the verdict as JSON on stdout.")
 @runs_dir_option
-def check_cmd(run_id, base_id, config, baseline_config, max_regression, force, as_json, runs_dir):
+def check_cmd(run_id, base_id, config, baseline_config, max_regression, allow_differences, force, as_json, runs_dir):
     """Exit non-zero when RUN_ID's CPU per byte regressed against a baseline.
 
     Each side's ns/B, the machine's, the throughput, and each side's ns/B
     per category of work: a figure regressed when its median is worse than
     the baseline's by more than --max-regression AND worse than every
     baseline value (beyond its run-to-run spread; give a comparison with
-    --repeat for a spread). Exit 40 names the figures that grew; a
-    baseline of another stack or machine is refused (exit 24) unless
-    --force.
+    --repeat for a spread). Exit 40 names the figures that grew. A
+    baseline of another stack, pattern or machine is refused (exit 24)
+    unless --force; one measured with other options (--conns, --gso,
+    --payload, ...: all but --duration, --warmup, --count, --interval,
+    --port and where things go) is refused (exit 24), naming them, unless
+    --allow-differences.
 
     \b
     EXAMPLES:
@@ -98,23 +110,37 @@ def check_cmd(run_id, base_id, config, baseline_config, max_regression, force, a
     root = Path(runs_dir)
     run = records(root, run_id, config)
     base = records(root, base_id, baseline_config)
-    warnings = check.comparable(run, base, force)
+    warnings = check.comparable(run, base, force, allow_differences)
+    differences = check.differences(run, base)
     rows = check.verdict(run, base, threshold)
     regressed = [r for r in rows if r["regressed"]]
     if as_json:
-        click.echo(
-            json.dumps({"run": run_id, "baseline": base_id, "max_regression": threshold, "rows": rows}, indent=2)
-        )
+        verdict = {"run": run_id, "baseline": base_id, "max_regression": threshold, "differences": differences}
+        click.echo(json.dumps({**verdict, "rows": rows}, indent=2))
     else:
         console = Console(highlight=False)
         for w in warnings:
-            console.print(f"[yellow]warning: {w}; compared anyway (--force)[/]")
+            console.print(f"[yellow]warning: {w}[/]")
         console.print(table(rows, run_id, base_id, threshold))
     if regressed:
-        what = ", ".join(f"{r['figure']} {_change(r)}" for r in regressed)
+        what = ", ".join(grew(r) for r in regressed)
+        unlike = f" (the runs differ: {check.differ_text(differences)})" if differences else ""
         raise errors.Regression(
-            f"{run_id} regressed against {base_id} beyond the baseline's spread and {threshold * 100:g}%: {what}."
+            f"{run_id} regressed against {base_id}{unlike} beyond the baseline's spread and "
+            f"{threshold * 100:g}%: {what}."
         )
+
+
+def grew(row: dict) -> str:
+    """client ns/B +12.5%, or from nothing: server send syscalls ns/B from 0 to 0.075."""
+    return f"{row['figure']} {change_text(row)}"
+
+
+def change_text(row: dict) -> str:
+    """+12.5%; from a baseline of nothing, where it went (from 0 to 0.075); none: unchanged 0."""
+    if row["change"] is not None:
+        return f"{row['change'] * 100:+.1f}%"
+    return f"from 0 to {row['median']:.3f}" if row["median"] != row["baseline_median"] else ABSENT
 
 
 def table(rows: List[dict], run_id: str, base_id: str, threshold: float) -> Table:
@@ -126,14 +152,7 @@ def table(rows: List[dict], run_id: str, base_id: str, threshold: float) -> Tabl
             r["figure"],
             f"{r['median']:.3f}",
             f"{r['baseline_median']:.3f} ({r['baseline_min']:.3f}-{r['baseline_max']:.3f})",
-            _change(r),
+            change_text(r),
             "[red]yes[/]" if r["regressed"] else "no",
         )
     return t
-
-
-def _change(row: dict) -> str:
-    """The change as a share, or, from a baseline of nothing, where it went."""
-    if row["change"] is not None:
-        return f"{row['change'] * 100:+.1f}%"
-    return f"from 0 to {row['median']:.3f}" if row["median"] != row["baseline_median"] else ABSENT

@@ -7,7 +7,8 @@ Open loop: request k is due at t0 + k x period whatever the replies do,
 and its response delay runs from its due time (not from when it was
 actually sent), so a stalled client or connection shows in the figures
 instead of hiding them (no coordinated omission). The window's requests
-are those due inside it.
+are those due inside it: requests_due counts the schedule's due times in
+it, so responses never exceed it.
 
 Closed loop (--rr-mode closed, secnetperf's rps and latency): each
 connection keeps its requests in flight and sends the next when an answer
@@ -39,6 +40,25 @@ LOWEST_NS, HIGHEST_NS, SIGNIFICANT_DIGITS = 1, 60_000_000_000, 3
 def in_window(events: List[dict], start_ns: int, end_ns: int) -> List[dict]:
     """The requests due inside [start, end), in order of their sequence."""
     return sorted((e for e in events if start_ns <= e["due_ns"] < end_ns), key=lambda e: e["seq"])
+
+
+def due_in_window(answered: List[dict], start_ns: int, end_ns: int, period_s: float, client_done: dict) -> int:
+    """The open loop's requests due inside [start, end): the k, from 0 to
+    the whole run's requests_due, with start <= t0 + k x period < end. A
+    window of L periods holds int(L) or int(L) + 1 of them by where t0 falls
+    against its start, so the length alone undercounts by one half the time
+    and a window answered more than fell due in it. t0 from any answer (its
+    due_ns less seq periods, qprof-wl's integer microseconds); with none,
+    the length's count."""
+    period_ns = 1000 * (client_done.get("period_us") or round(period_s * 1e6))
+    if not answered:
+        return int((end_ns - start_ns) / period_ns)
+    t0 = answered[0]["due_ns"] - answered[0]["seq"] * period_ns
+    first = max(0, -((t0 - start_ns) // period_ns))  # ceil((start - t0) / period)
+    past = -((t0 - end_ns) // period_ns)
+    if client_done.get("requests_due") is not None:
+        past = min(past, client_done["requests_due"])
+    return max(0, past - first)
 
 
 def histogram(delays_ns: List[int]) -> HdrHistogram:
@@ -98,7 +118,7 @@ def describe(
     window = in_window(answered, start_ns, end_ns)
     seconds = (end_ns - start_ns) / 1e9
     closed = period_s is None
-    due = None if closed else int((end_ns - start_ns) / (period_s * 1e9))
+    due = None if closed else due_in_window(answered, start_ns, end_ns, period_s, client_done)
     delays = [e["answered_ns"] - e["due_ns"] for e in window]
     h = histogram(delays)
     late = None if closed else sum(1 for d in delays if d > period_s * 1e9)

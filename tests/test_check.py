@@ -1,16 +1,20 @@
 # SPDX-License-Identifier: GPL-2.0-only
 """`qprof check`: a real regression (QUIC without GSO against QUIC with
-it) fails the check and names what grew; a repeat of the baseline's
-configuration passes; a baseline of another stack is refused."""
+it, compared on purpose) fails the check and names what grew; a repeat of the baseline's
+configuration passes; a baseline of another stack or pattern is refused,
+and one measured with other options is refused naming them, unless
+--allow-differences."""
 
 import json
+import shutil
 import statistics
+from pathlib import Path
 
 import pytest
 
 from qprof import errors, figures
 from qprof.cli.check_cmd import parse_share
-from qprof.describe import check, cpu
+from qprof.describe import check, cpu, options
 
 from conftest import needs_build, qprof_here
 from test_bad_input import one_sentence
@@ -50,17 +54,16 @@ def test_a_regression_must_be_beyond_the_spread_and_the_threshold():
 
 
 @pytest.mark.unit
-def test_a_category_grown_from_nothing_is_held_to_its_sides_share():
-    # No baseline sample fell in the category (0.0 ns/B in each run): a
-    # change has no ratio, and growth past the threshold's share of the
-    # side's CPU is a regression; a few samples are not (CI saw a GSO-off
-    # server's send syscalls go from 0 to 0.098 ns/B, 10% of its side).
-    base = [_rec(1.0, crypto=0.0), _rec(1.02, crypto=0.0)]
-    rows = {r["figure"]: r for r in check.verdict([_rec(1.1, crypto=0.1), _rec(1.1, crypto=0.12)], base, 0.05)}
-    row = rows["client crypto ns/B"]
-    assert row["change"] is None and row["beyond_spread"] and row["regressed"]
-    few = {r["figure"]: r for r in check.verdict([_rec(1.1, crypto=0.02)], base, 0.05)}
-    assert not few["client crypto ns/B"]["regressed"]  # 0.02 ns/B of the client's 1.01
+def test_a_category_grown_from_nothing_regresses():
+    """A category the baseline's samples never hit (0 ns/B in every run)
+    that now costs more than the threshold's share of its side has grown
+    by more than any share: a real run's server send syscalls went from
+    0.0 to 0.075 ns/B of 0.99 and was not flagged."""
+    base = [_rec(1.0, crypto=0.0), _rec(1.0, crypto=0.0)]
+    rows = {r["figure"]: r for r in check.verdict([_rec(1.0, crypto=0.1)], base, 0.05)}
+    assert rows["client crypto ns/B"]["regressed"] and rows["client crypto ns/B"]["change"] is None
+    small = {r["figure"]: r for r in check.verdict([_rec(1.0, crypto=0.01)], base, 0.05)}
+    assert not small["client crypto ns/B"]["regressed"]  # 1% of the client's 1.0
 
 
 @pytest.mark.unit
@@ -70,6 +73,139 @@ def test_another_stack_or_machine_is_refused_unless_forced():
     assert "different stacks" in str(e.value) and "--force" in str(e.value)
     warned = check.comparable([_rec(1.0)], [_rec(1.0, cpu_model="Y")], force=True)
     assert len(warned) == 1 and "different machines" in warned[0]
+
+
+def _configured(**cfg):
+    return dict(_rec(1.0), config={"stack": "quic", "pattern": "bulk", **cfg})
+
+
+@pytest.mark.unit
+def test_another_pattern_is_refused_like_another_stack():
+    with pytest.raises(errors.IncompatibleRuns) as e:
+        check.comparable([_configured(pattern="rr")], [_configured()], force=False, allow_differences=True)
+    assert "different patterns (bulk, rr)" in str(e.value) and "--force" in str(e.value)
+    warned = check.comparable([_configured(pattern="rr")], [_configured()], force=True)
+    assert warned[0] == "the runs are of different patterns (bulk, rr); compared anyway (--force)"
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("o", options.OPTIONS, ids=lambda o: o.name)
+def test_every_option_of_the_table_is_held_equal_but_the_free_ones(o):
+    """Each option of the table but stack and pattern (refused on their
+    own) and the few that say how long, where to or how reported: a
+    baseline measured with another value of it alone is refused, the
+    sentence naming it with both values; --allow-differences compares."""
+    if o.name in check.OWN:
+        return
+    base = _configured(**{o.field: "other"})
+    if o.name in check.FREE:
+        assert check.differences([_configured()], [base]) == []
+        return
+    assert [d["option"] for d in check.differences([_configured()], [base])] == [o.name]
+    with pytest.raises(errors.IncompatibleRuns) as e:
+        check.comparable([_configured()], [base], force=False)
+    said = str(e.value)
+    assert f"different options ({o.flag} " in said and " against other)" in said and "--allow-differences" in said
+    warned = check.comparable([_configured()], [base], force=False, allow_differences=True)
+    assert warned == [
+        f"the runs differ in {check.differ_text(check.differences([_configured()], [base]))}; "
+        "compared anyway (--allow-differences)"
+    ]
+
+
+@pytest.mark.unit
+def test_free_and_held_options_are_the_tables():
+    assert set(check.FREE + check.OWN) <= set(options.BY_NAME)
+
+
+@pytest.mark.unit
+def test_an_unset_option_is_its_filled_default():
+    """A record from before a default was filled in (conns null) is not
+    unlike one that says the default (conns 1); one of 32 is."""
+    assert check.differences([_configured(conns=None)], [_configured(conns=1)]) == []
+    assert check.differences([_configured()], [_configured(conns=1)]) == []
+    diffs = check.differences([_configured(conns=None, gso="off")], [_configured(conns=32)])
+    assert diffs == [
+        {"option": "conns", "run": [1], "baseline": [32]},
+        {"option": "gso", "run": ["off"], "baseline": [None]},
+    ]
+    assert check.differ_text(diffs) == "--conns 1 against 32, --gso off against default"
+    periods = check.differences([_configured(period_s=0.01, payload=256)], [_configured(period_s=0.02, payload=1024)])
+    assert check.differ_text(periods) == "--period 10ms against 20ms, --payload 256 against 1K"
+
+
+STORED = Path(__file__).parent / "data" / "report" / "runs"
+RR_RUN = "20261123-215324-0ceaeb"  # qprof run --stack quic --pattern rr (tests/data/report/README.md)
+
+
+def stored(root: Path, rid: str, **cfg) -> str:
+    """The stored quic rr run copied in as rid, its config changed by cfg."""
+    shutil.copytree(STORED / RR_RUN, root / rid)
+    rec = json.loads((root / rid / "run.json").read_text())
+    rec["id"] = rid
+    rec["config"].update(cfg)
+    (root / rid / "run.json").write_text(json.dumps(rec))
+    return rid
+
+
+@pytest.mark.unit
+def test_a_baseline_of_another_pattern_or_options_is_refused_in_one_sentence(tmp_path):
+    """Issue 39's: a quic rr run against a quic bulk baseline gave exit 40
+    (throughput -100%); --conns 1 against 32, --gso off against the
+    default and payload 256 against 128 compared without a word."""
+    run = stored(tmp_path, "20261124-000000-a00001")
+    bulk = stored(tmp_path, "20261124-000000-a00002", pattern="bulk", period_s=None, payload=None)
+    r = qprof_here("check", run, "--baseline", bulk, runs_dir=tmp_path)
+    assert r.returncode == errors.IncompatibleRuns.exit_code and r.stdout == "", r.stdout + r.stderr
+    line = one_sentence(r.stderr)
+    assert "different patterns (bulk, rr)" in line and "--force" in line
+
+    unlike = stored(tmp_path, "20261124-000000-a00003", conns=32, gso="off", payload=128)
+    r = qprof_here("check", run, "--baseline", unlike, runs_dir=tmp_path)
+    assert r.returncode == errors.IncompatibleRuns.exit_code and r.stdout == "", r.stdout + r.stderr
+    line = one_sentence(r.stderr)
+    assert "(--payload 256 against 128, --conns 1 against 32, --gso default against off)" in line, line
+    assert "--allow-differences" in line
+
+    # Compared on purpose: the same figures, so nothing regressed, and the verdict says what differs.
+    r = qprof_here("check", run, "--baseline", unlike, "--allow-differences", runs_dir=tmp_path)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    said = " ".join(r.stdout.split())
+    assert "the runs differ in --payload 256 against 128, --conns 1 against 32, --gso default against off; " in said
+    assert "compared anyway (--allow-differences)" in said
+    r = qprof_here("check", run, "--baseline", unlike, "--allow-differences", "--json", runs_dir=tmp_path)
+    assert r.returncode == 0 and [d["option"] for d in json.loads(r.stdout)["differences"]] == [
+        "payload",
+        "conns",
+        "gso",
+    ]
+
+    # Another --duration or --warmup is the same measurement, longer or later.
+    longer = stored(tmp_path, "20261124-000000-a00004", duration_s=30.0, warmup_s=2.0, conns=1)
+    r = qprof_here("check", run, "--baseline", longer, "--json", runs_dir=tmp_path)
+    assert r.returncode == 0 and json.loads(r.stdout)["differences"] == [], r.stderr
+
+
+@pytest.mark.unit
+def test_a_regression_against_an_unlike_baseline_names_what_differs(tmp_path):
+    run = stored(tmp_path, "20261124-000000-b00001")
+    cheaper = stored(tmp_path, "20261124-000000-b00002", conns=32)
+    rec = json.loads((tmp_path / cheaper / "run.json").read_text())
+    rec["cpu"]["client"]["ns_per_byte"]["total"] /= 2
+    (tmp_path / cheaper / "run.json").write_text(json.dumps(rec))
+    r = qprof_here("check", run, "--baseline", cheaper, "--allow-differences", runs_dir=tmp_path)
+    assert r.returncode == errors.Regression.exit_code, r.stderr
+    line = one_sentence(r.stderr)
+    assert f"{run} regressed against {cheaper} (the runs differ: --conns 1 against 32)" in line
+    assert "client ns/B +100.0%" in line
+
+    # From nothing: a baseline figure of 0 (a category its samples never hit) that grew.
+    rec["config"]["conns"] = None
+    rec["cpu"]["client"]["ns_per_byte"]["total"] = 0.0
+    (tmp_path / cheaper / "run.json").write_text(json.dumps(rec))
+    r = qprof_here("check", run, "--baseline", cheaper, runs_dir=tmp_path)
+    assert r.returncode == errors.Regression.exit_code, r.stderr
+    assert "client ns/B from 0 to 1041.667." in one_sentence(r.stderr)
 
 
 @pytest.mark.unit
@@ -96,13 +232,21 @@ def test_gso_off_regresses_against_gso_on_and_a_repeat_passes(shared):
     assert [r["status"] for r in on_recs + off_recs] == ["complete"] * 4
     assert all(figures.usable_capture(r, side) for r in on_recs + off_recs for side in ("client", "server"))
 
-    # GSO off against GSO on: msquic's per-datagram work makes every side's CPU per byte grow.
+    # GSO off against GSO on: measured with another option, so refused
+    # unless compared on purpose, and then msquic's per-datagram work makes
+    # every side's CPU per byte grow.
     args = ("check", cmp_id, "--config", "1", "--baseline", cmp_id, "--baseline-config", "0")
+    r = qprof_here(*args, runs_dir=runs_dir)
+    assert r.returncode == errors.IncompatibleRuns.exit_code, r.stderr
+    assert "(--gso off against on)" in one_sentence(r.stderr)
+    args += ("--allow-differences",)
     r = qprof_here(*args, runs_dir=runs_dir)
     assert r.returncode == REGRESSION, r.stderr
     line = one_sentence(r.stderr)
-    assert "client ns/B" in line and "system ns/B" in line
-    rows = {x["figure"]: x for x in json.loads(qprof_here(*args, "--json", runs_dir=runs_dir).stdout)["rows"]}
+    assert "client ns/B" in line and "system ns/B" in line and "(the runs differ: --gso off against on)" in line
+    verdict = json.loads(qprof_here(*args, "--json", runs_dir=runs_dir).stdout)
+    assert verdict["differences"] == [{"option": "gso", "run": ["off"], "baseline": ["on"]}]
+    rows = {x["figure"]: x for x in verdict["rows"]}
 
     # How much more GSO off costs is the CPU's (its per-datagram work against
     # its crypto: 3.9x here), so no size is asserted; the direction is, in

@@ -45,6 +45,31 @@ def test_window_holds_the_requests_due_inside_it():
     assert got["delay_ns"]["p50"] == pytest.approx(1e6, rel=1e-3)
 
 
+@pytest.mark.parametrize("phase", [0.0, 0.1, 0.5, 0.9, 0.999])
+def test_requests_due_are_the_schedules_due_times_in_the_window(phase):
+    """99.5 periods hold 99 or 100 due times by where the schedule falls
+    against the window's start: requests_due counts them, so no window
+    answers more requests than fell due in it (`qprof show` printed "100 of
+    99 requests due in the window answered")."""
+    period_ns = round(PERIOD * 1e9)
+    ev = events([1.0] * 300)
+    start = ev[10]["due_ns"] - round(phase * period_ns)
+    end = start + 99 * period_ns + period_ns // 2
+    got = rr.describe(ev, start, end, PERIOD, 256, DONE, REC, None)
+    due = sum(start <= e["due_ns"] < end for e in ev)
+    assert got["requests_due"] == due == got["responses"] and due in (99, 100)
+
+
+def test_requests_due_only_while_the_schedule_ran():
+    """A window reaching before t0 or past the client's last due request
+    (its done's requests_due) counts only the requests that fell due."""
+    ev = events([1.0] * 40)
+    period_ns = round(PERIOD * 1e9)
+    start, end = ev[0]["due_ns"] - 10 * period_ns, ev[-1]["due_ns"] + 10 * period_ns
+    got = rr.describe(ev, start, end, PERIOD, 256, dict(DONE, requests_due=40), REC, None)
+    assert got["requests_due"] == got["responses"] == 40
+
+
 def test_delay_runs_from_the_due_time():
     """A client that sent every request 3 ms late: the delay includes those
     3 ms (no coordinated omission), and the lag is reported."""
