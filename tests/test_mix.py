@@ -8,7 +8,7 @@ from dataclasses import asdict, replace
 
 import pytest
 
-from qprof import errors
+from qprof import errors, paths
 from qprof.describe import mix, options, plan, record
 
 from conftest import needs_build, run_json
@@ -24,6 +24,8 @@ PAYLOAD_PER_FRAME = {
     **{s: 1448 / 1514 for s in ("tcp", "tcp-tls", "tcp-ktls")},
     **{s: 1472 / 1514 for s in ("quic", "quinn", "quiche", "ngtcp2", "udp")},
 }
+# The project's msquic built again with another flag (`make msquic-variant`), as test_msquic_path's.
+VARIANT = paths.build_dir() / "msquic-nopool" / "lib" / "libmsquic.so.2"
 # The most bytes of a frame that are not its transport's payload (Ethernet,
 # IPv4, TCP with timestamps; UDP's 42 is less).
 FRAME_HEADERS = 14 + 20 + 32
@@ -441,3 +443,26 @@ def test_a_starved_flow_is_named_and_warned_of():
     assert w.startswith("flow 2 (quinn) verified no byte in the 2 s window: starved by the flows beside it")
     rec["mix"]["starved"] = []
     assert tables.record_warnings(rec) == []
+
+
+@pytest.mark.system
+@needs_build
+@pytest.mark.skipif(not VARIANT.exists(), reason="the second msquic is not built; `make msquic-variant` builds it")
+def test_a_real_mix_proves_each_flows_knobs(runs_dir):
+    """Issue 39 (11), end to end: the knobs reach each flow they apply to,
+    and each flow's record proves it from what its sides read back (the
+    second msquic, not the project's; encryption off; ECN negotiated by
+    the TCP flow's connection, on its namespaces' net.ipv4.tcp_ecn)."""
+    rec = run_json(
+        runs_dir,
+        *("--mix", "quic:1,tcp:1", "--encrypt", "off", "--ecn", "on", "--msquic", str(VARIANT)),
+        *("--duration", "1s", "--warmup", "0.3s"),
+    )
+    quic, tcp = rec["mix"]["flows"]
+    lib = str(VARIANT.resolve())
+    assert quic["msquic_library"] == {"client": lib, "server": lib} and tcp["msquic_library"] is None
+    for side in ("client", "server"):
+        ran = quic["transport"]["quic_settings"][side]
+        assert (ran["encryption"], ran["ecn"]) == (False, True), side
+        assert tcp["transport"]["tcp_ecn"][side] == {"connections": 1, "ecn_connections": 1}, side
+    assert quic["bytes"] > 0 and tcp["bytes"] > 0
