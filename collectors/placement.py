@@ -71,7 +71,9 @@ class Local:
         for fp in plan.flows:
             features.update(fp.offload.devices)
         what = f"run {rundir.id}: " + (f"{len(plan.flows)} flows ({opts.mix})" if plan.is_mix else opts.stack)
-        tcp_ecn = None if opts.ecn is None or opts.stack not in options.TCP_STACKS else int(opts.ecn == "on")
+        # net.ipv4.tcp_ecn for the TCP flows (a mix's own stack is none of its flows').
+        tcp = any(fp.options.stack in options.TCP_STACKS for fp in plan.flows)
+        tcp_ecn = None if opts.ecn is None or not tcp else int(opts.ecn == "on")
         with Topology(opts.topology, rundir.id[-6:], mtu=opts.mtu, ecn=tcp_ecn) as topo:
             emulated = set_up(topo, opts, features, what, rundir.path, on_progress)
             ep = Endpoints(plan, self.binary, topo, rundir.path, cert, key, faults)

@@ -43,8 +43,12 @@ MSQUIC_MAX_MTU = 1500  # msquic's default MaximumMtu
 
 
 def run_options(m: Measurement) -> options.RunOptions:
+    return _options(m.options)
+
+
+def _options(kept: dict) -> options.RunOptions:
     known = {f.name for f in fields(options.RunOptions)}
-    opts = {k: v for k, v in m.options.items() if k in known}
+    opts = {k: v for k, v in kept.items() if k in known}
     opts["probes"] = tuple(opts.get("probes", ()))
     return options.RunOptions(**opts)
 
@@ -53,6 +57,8 @@ def describe(m, run_path: Path) -> dict:
     """The record of a measurement: a run's (describe_run) or a mix's."""
     if isinstance(m, mix.MixMeasurement):
         rec = {"stack": "mix", "config": m.options, **mix.describe(m)}
+        for flow, fm in zip(rec["mix"]["flows"], m.flows):
+            flow.update(mix_flow_proof(fm))
         rec["environment"] = m.environment
         rec["measured_at"] = m.measured_at
     else:
@@ -395,12 +401,7 @@ def build_record(opts, m: Measurement) -> dict:
         # msquic says "Unknown" where its build embedded no hash (the project's: the crate's source has no git).
         git_hash = connected.get("msquic_git_hash")
         env["msquic_git_hash"] = None if git_hash in (None, "", MSQUIC_NO_HASH) else git_hash
-        # The file each side's loader took msquic from (--msquic: the user's, proved below).
-        env["msquic_library"] = {
-            side: done.get("msquic_library") for side, done in (("client", client_done), ("server", server_done))
-        }
-        if opts.msquic is not None:
-            prove_msquic_library(opts.msquic, env["msquic_library"])
+        env["msquic_library"] = loaded_msquic(opts, client_done, server_done)
         env["msquic_send_segmentation"] = {
             "client": client_done.get("send_segmentation"),
             "server": server_done.get("send_segmentation"),
@@ -466,10 +467,7 @@ def build_record(opts, m: Measurement) -> dict:
     sent = window.sent
     client_bytes = sent if stack.name == "udp" else nbytes
     transport = transport_record(stack, client_done, server_done, tls_before, window)
-    if stack.name == "quic":  # msquic's knobs, read back
-        prove_quic_settings(opts, transport)
-    elif opts.ecn is not None and "tcp_ecn" in transport:
-        prove_tcp_ecn(opts.ecn, transport["tcp_ecn"])
+    prove_knobs(opts, stack, transport)
     return {
         "stack": opts.stack,
         "config": asdict(opts),
@@ -571,8 +569,9 @@ def _mark_delta(a: dict, b: dict) -> dict:
     return out
 
 
-def transport_record(stack, client_done: dict, server_done: dict, tls_before: dict, window: Window) -> dict:
-    """TLS as the sockets reported it, and the kernel's proof for kTLS."""
+def transport_settings(stack, client_done: dict, server_done: dict) -> dict:
+    """The transport, and what each side's connections ran with as its
+    workload read them back: QUIC's settings, TCP's ECN."""
     rec = {"protocol": stack.transport, "tls": stack.tls}
     if stack.is_quic:
         # What each side's reported connection ran with, read back from msquic
@@ -582,6 +581,12 @@ def transport_record(stack, client_done: dict, server_done: dict, tls_before: di
     if stack.transport == "tcp":
         # Each side's connections, and those whose TCP_INFO says they negotiated ECN.
         rec["tcp_ecn"] = {side: _ecn_counts(done) for side, done in (("client", client_done), ("server", server_done))}
+    return rec
+
+
+def transport_record(stack, client_done: dict, server_done: dict, tls_before: dict, window: Window) -> dict:
+    """TLS as the sockets reported it, and the kernel's proof for kTLS."""
+    rec = transport_settings(stack, client_done, server_done)
     if not stack.configurable_tls:
         return rec
     ktls = {
@@ -607,6 +612,38 @@ def transport_record(stack, client_done: dict, server_done: dict, tls_before: di
     if stack.tls == "kernel":
         _prove_ktls(ktls, tls_stat)
     return rec
+
+
+def prove_knobs(opts, stack, transport: dict) -> None:
+    """Each knob the run set is what both sides ran with (exit 35 otherwise)."""
+    if stack.name == "quic":  # msquic's knobs, read back
+        prove_quic_settings(opts, transport)
+    elif opts.ecn is not None and "tcp_ecn" in transport:
+        prove_tcp_ecn(opts.ecn, transport["tcp_ecn"])
+
+
+def loaded_msquic(opts, client_done: dict, server_done: dict) -> dict:
+    """The file each side's loader took msquic from; with --msquic, proved to be that one."""
+    loaded = {side: done.get("msquic_library") for side, done in (("client", client_done), ("server", server_done))}
+    if opts.msquic is not None:
+        prove_msquic_library(opts.msquic, loaded)
+    return loaded
+
+
+def mix_flow_proof(fm: mix.FlowMeasurement) -> dict:
+    """A mix's flow carries the proof a single run of its stack gives: the
+    msquic each side loaded, and what each side's connections ran with,
+    proved against the knobs the flow was given (exit 35 naming the flow)."""
+    opts = _options(fm.options)
+    stack = transports.STACKS[fm.flow["stack"]]
+    client_done, server_done = fm.done["client"], fm.done["server"]
+    try:
+        loaded = loaded_msquic(opts, client_done, server_done) if stack.name == "quic" else None
+        transport = transport_settings(stack, client_done, server_done)
+        prove_knobs(opts, stack, transport)
+    except errors.SettingUnproven as e:
+        raise errors.SettingUnproven(f"flow {fm.flow['index']} ({stack.name}): {e.sentence}") from None
+    return {"msquic_library": loaded, "transport": transport}
 
 
 # The quic knobs, and the key msquic's settings read back give each.

@@ -4,12 +4,12 @@ goodput, retransmissions and CPU, Jain's index, and the bottleneck's own
 counters against what the flows verified."""
 
 import json
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 import pytest
 
-from qprof import errors
-from qprof.describe import mix, options, plan
+from qprof import errors, paths
+from qprof.describe import mix, options, plan, record
 
 from conftest import needs_build, run_json
 from refusals import refused
@@ -24,6 +24,8 @@ PAYLOAD_PER_FRAME = {
     **{s: 1448 / 1514 for s in ("tcp", "tcp-tls", "tcp-ktls")},
     **{s: 1472 / 1514 for s in ("quic", "quinn", "quiche", "ngtcp2", "udp")},
 }
+# The project's msquic built again with another flag (`make msquic-variant`), as test_msquic_path's.
+VARIANT = paths.build_dir() / "msquic-nopool" / "lib" / "libmsquic.so.2"
 # The most bytes of a frame that are not its transport's payload (Ethernet,
 # IPv4, TCP with timestamps; UDP's 42 is less).
 FRAME_HEADERS = 14 + 20 + 32
@@ -230,6 +232,86 @@ def test_describe_shares_jain_and_the_bottleneck():
     assert rec["mix"]["bottleneck"] is None and rec["link"] is None
 
 
+# What msquic read back from a connection given --encrypt off --ecn on.
+READ_BACK = {"pacing": True, "congestion_control": "cubic", "ecn": True, "maximum_mtu": 1500, "encryption": False}
+
+
+def _knobbed_mix(tmp_path, quic_server=None, tcp_client=None):
+    """`--mix quic:1,tcp:1 --encrypt off --ecn on --msquic LIB` as the
+    workloads reported it: each flow's options as plan.resolve gave them,
+    and each side's final report (quic_server, tcp_client: changes to one)."""
+    lib = tmp_path / "libmsquic.so.2"
+    lib.touch()
+    opts = replace(options.RunOptions(), mix="quic:1,tcp:1", encrypt="off", ecn="on", msquic=str(lib))
+    quic_done = {"msquic_library": str(lib.resolve()), "conn_settings": READ_BACK}
+    tcp_done = {"tcp_info": {"connections": 1, "ecn_connections": 1}}
+    done = {
+        "quic": {"client": quic_done, "server": {**quic_done, **(quic_server or {})}},
+        "tcp": {"client": {**tcp_done, **(tcp_client or {})}, "server": tcp_done},
+    }
+    flows = []
+    for fp in plan.resolve(opts, cpus=2).flows:
+        f = _flow(fp.index, fp.options.stack, 1_000_000, 0, 0.1)
+        flows.append(replace(f, flow=asdict(fp.mix_flow), options=asdict(fp.options), done=done[fp.options.stack]))
+    edges = {
+        "start": {"t_ns": 0, "system": _system(0, 0), "qdiscs": None},
+        "end": {"t_ns": 1_000_000_000, "system": _system(1, 1), "qdiscs": None},
+    }
+    m = mix.MixMeasurement(options=asdict(opts), environment={}, measured_at="", edges=edges, flows=flows)
+    return lib, mix.MixMeasurement.from_json(m.to_json())
+
+
+@pytest.mark.unit
+def test_each_flow_carries_the_proof_of_its_knobs(tmp_path):
+    """Issue 39 (11): a quic flow names the msquic each side loaded and
+    what its connection ran with, as a single run does; a TCP flow its ECN."""
+    lib, m = _knobbed_mix(tmp_path)
+    quic, tcp = record.describe(m, tmp_path)["mix"]["flows"]
+    assert quic["msquic_library"] == {"client": str(lib.resolve()), "server": str(lib.resolve())}
+    assert quic["transport"] == {
+        "protocol": "udp",
+        "tls": "quic",
+        "quic_settings": {"client": READ_BACK, "server": READ_BACK},
+    }
+    assert tcp["msquic_library"] is None
+    assert tcp["transport"] == {
+        "protocol": "tcp",
+        "tls": "none",
+        "tcp_ecn": {side: {"connections": 1, "ecn_connections": 1} for side in ("client", "server")},
+    }
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    "quic_server, tcp_client, words",
+    [
+        (
+            {"conn_settings": {**READ_BACK, "encryption": True}},
+            None,
+            "flow 1 (quic): --encrypt off did not take effect on the server: msquic says its connection ran with "
+            "encryption True",
+        ),
+        (
+            {"msquic_library": "/usr/lib/libmsquic.so.2"},
+            None,
+            "did not take effect on the server: it loaded msquic from /usr/lib/libmsquic.so.2",
+        ),
+        (
+            {"msquic_library": "/usr/lib/libmsquic.so.2"},
+            None,
+            "flow 1 (quic): --msquic ",
+        ),
+        (None, {"tcp_info": {"connections": 1, "ecn_connections": 0}}, "flow 2 (tcp): --ecn on did not take effect"),
+    ],
+)
+def test_a_flow_whose_knob_did_not_take_effect_fails_the_mix(tmp_path, quic_server, tcp_client, words):
+    _, m = _knobbed_mix(tmp_path, quic_server, tcp_client)
+    with pytest.raises(errors.SettingUnproven) as e:
+        record.describe(m, tmp_path)
+    assert words in e.value.sentence and "\n" not in e.value.sentence
+    assert e.value.exit_code == 35
+
+
 @pytest.mark.unit
 @pytest.mark.parametrize(
     "args, code, words",
@@ -361,3 +443,26 @@ def test_a_starved_flow_is_named_and_warned_of():
     assert w.startswith("flow 2 (quinn) verified no byte in the 2 s window: starved by the flows beside it")
     rec["mix"]["starved"] = []
     assert tables.record_warnings(rec) == []
+
+
+@pytest.mark.system
+@needs_build
+@pytest.mark.skipif(not VARIANT.exists(), reason="the second msquic is not built; `make msquic-variant` builds it")
+def test_a_real_mix_proves_each_flows_knobs(runs_dir):
+    """Issue 39 (11), end to end: the knobs reach each flow they apply to,
+    and each flow's record proves it from what its sides read back (the
+    second msquic, not the project's; encryption off; ECN negotiated by
+    the TCP flow's connection, on its namespaces' net.ipv4.tcp_ecn)."""
+    rec = run_json(
+        runs_dir,
+        *("--mix", "quic:1,tcp:1", "--encrypt", "off", "--ecn", "on", "--msquic", str(VARIANT)),
+        *("--duration", "1s", "--warmup", "0.3s"),
+    )
+    quic, tcp = rec["mix"]["flows"]
+    lib = str(VARIANT.resolve())
+    assert quic["msquic_library"] == {"client": lib, "server": lib} and tcp["msquic_library"] is None
+    for side in ("client", "server"):
+        ran = quic["transport"]["quic_settings"][side]
+        assert (ran["encryption"], ran["ecn"]) == (False, True), side
+        assert tcp["transport"]["tcp_ecn"][side] == {"connections": 1, "ecn_connections": 1}, side
+    assert quic["bytes"] > 0 and tcp["bytes"] > 0
