@@ -178,13 +178,15 @@ static ssize_t h2_read_data(nghttp2_session *session, int32_t id, uint8_t *buf, 
 	(void)session, (void)id, (void)user;
 	while (s->q.head && n < length) {
 		struct wl_app_chunk *k = s->q.head;
-		size_t take = k->len - k->out < length - n ? k->len - k->out : length - n;
+		uint32_t piece;
+		const uint8_t *p = wl_app_chunk_piece(k, k->out, &piece);
+		size_t take = piece < length - n ? piece : length - n;
 
-		memcpy(buf + n, k->bytes + k->out, take);
+		memcpy(buf + n, p, take);
 		k->out += (uint32_t)take;
 		n += take;
 		if (k->out < k->len)
-			break;
+			continue;
 		wl_app_queue_pop(&s->q);
 		/* Copied into nghttp2's frame: the pattern's message has left its hands. */
 		if (k->tag && s->h->sent)
@@ -587,9 +589,9 @@ static int wl_h2_open(struct wl_conn *c, const struct wl_stream_handlers *h, voi
 }
 
 /*
- * The message is copied (an rr message is a few hundred bytes): nghttp2
- * copies it again into its DATA frames as the flow windows allow; a send
- * with WL_SEND_FIN is the message's last.
+ * The message is queued (its header copied, its body the pattern's):
+ * nghttp2 copies it into its DATA frames as the flow windows allow; a
+ * send with WL_SEND_FIN is the message's last.
  */
 static int wl_h2_send(struct wl_stream *s, const uint8_t *hdr, uint32_t hdr_len,
 		      const uint8_t *body, uint32_t body_len, unsigned flags, void *tag)
