@@ -21,8 +21,9 @@
  *
  * All of a connection's work runs on the loop's thread (TCP's connections
  * on the loop), so nghttp2 needs no lock. What nghttp2 has to send after
- * each step is taken with nghttp2_session_mem_send into one buffer of our
- * own and written as one message (TLS: one record for a batch of frames).
+ * each step is taken with nghttp2_session_mem_send into buffers of our
+ * own, up to 256 KiB each, and each written as one message while TCP has
+ * room (h2_flush_some).
  *
  * Named for the flame graph's categories as wl_h1.c is: h2_* is the
  * framing's own work ("HTTP framing", with nghttp2 itself), wl_h2_* hands
@@ -39,6 +40,7 @@
 
 #define H2_STREAM_WINDOW (16 << 20)
 #define H2_CONN_WINDOW (64 << 20)
+#define H2_BATCH (256 << 10) /* bytes of frames a write takes at most */
 
 struct wl_stream {
 	struct wl_stream *next, *prev; /* the connection's streams */
@@ -121,52 +123,63 @@ static int h2_refuse(const char *why)
 }
 
 /*
- * What nghttp2 has to send, in one buffer, written as one message; every
- * byte of it that is not a body counts as framing (h2_read_data counts
+ * What nghttp2 has to send, in batches of at most H2_BATCH bytes, each
+ * written as one message while TCP takes them without queueing (all:
+ * everything, as the connection ends); the rest stays nghttp2's until
+ * TCP's writable handler, so that a WINDOW_UPDATE made meanwhile goes
+ * ahead of the DATA nghttp2 has not framed yet (it puts those first)
+ * rather than behind up to a window's 64 MiB queued in TCP. Every byte
+ * of a batch that is not a body counts as framing (h2_read_data counts
  * the bodies as it copies them in).
  */
-static void h2_flush(struct wl_conn *c)
+static void h2_flush_some(struct wl_conn *c, bool all)
 {
-	size_t cap = 0, len = 0;
-	struct h2_out *o = NULL;
+	while (!c->reading && !c->dead && c->tcp && (all || wl_app_lower->room(c->tcp) > 0)) {
+		size_t cap = 0, len = 0;
+		struct h2_out *o = NULL;
 
-	if (c->reading || c->dead || !c->tcp)
-		return;
-	c->body_flushed = 0;
-	for (;;) {
-		const uint8_t *p;
-		ssize_t n = nghttp2_session_mem_send(c->session, &p);
+		c->body_flushed = 0;
+		while (all || len < H2_BATCH) {
+			const uint8_t *p;
+			ssize_t n = nghttp2_session_mem_send(c->session, &p);
 
-		if (n < 0) {
-			wl_role_fail(WL_EXIT_INTERNAL, "nghttp2 could not write: %s",
-				     nghttp2_strerror((int)n));
-			free(o);
-			return;
-		}
-		if (!n)
-			break;
-		if (len + (size_t)n > cap) {
-			struct h2_out *bigger;
-
-			cap = 2 * (len + (size_t)n) + 256;
-			if (!(bigger = realloc(o, sizeof(*o) + cap))) {
-				wl_role_fail(WL_EXIT_INTERNAL, "out of memory for HTTP/2 frames");
+			if (n < 0) {
+				wl_role_fail(WL_EXIT_INTERNAL, "nghttp2 could not write: %s",
+					     nghttp2_strerror((int)n));
 				free(o);
 				return;
 			}
-			o = bigger;
+			if (!n)
+				break;
+			if (len + (size_t)n > cap) {
+				struct h2_out *bigger;
+
+				cap = 2 * (len + (size_t)n) + 256;
+				if (!(bigger = realloc(o, sizeof(*o) + cap))) {
+					wl_role_fail(WL_EXIT_INTERNAL,
+						     "out of memory for HTTP/2 frames");
+					free(o);
+					return;
+				}
+				o = bigger;
+			}
+			memcpy(o->bytes + len, p, (size_t)n);
+			len += (size_t)n;
 		}
-		memcpy(o->bytes + len, p, (size_t)n);
-		len += (size_t)n;
+		if (!len)
+			return;
+		o->len = (uint32_t)len;
+		atomic_fetch_add(&wl_app.tx_framing, len - c->body_flushed);
+		if (wl_app_lower->send(c->tcp, NULL, 0, o->bytes, o->len, WL_SEND_OWNED, o)) {
+			free(o);
+			c->dead = true;
+		}
 	}
-	if (!len)
-		return;
-	o->len = (uint32_t)len;
-	atomic_fetch_add(&wl_app.tx_framing, len - c->body_flushed);
-	if (wl_app_lower->send(c->tcp, NULL, 0, o->bytes, o->len, WL_SEND_OWNED, o)) {
-		free(o);
-		c->dead = true;
-	}
+}
+
+static void h2_flush(struct wl_conn *c)
+{
+	h2_flush_some(c, false);
 }
 
 /* The data provider: the pattern's chunks copied into DATA frames, EOF once it ended its side. */
@@ -648,7 +661,7 @@ static void wl_h2_close(struct wl_conn *c, uint64_t code)
 	if (!c->dead && c->up) {
 		nghttp2_session_terminate_session(c->session,
 						  code ? NGHTTP2_INTERNAL_ERROR : NGHTTP2_NO_ERROR);
-		h2_flush(c);
+		h2_flush_some(c, true);
 	}
 	wl_app_lower->close(c->lower, code);
 }
