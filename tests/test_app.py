@@ -134,3 +134,37 @@ def test_bare_messages_have_no_framing(runs_dir):
         w = v[way]
         assert w["framing_bytes"] == 0 and w["messages"] is None
         assert w["payload_bytes"] + w["transport_bytes"] == pytest.approx(w["wire_bytes"])
+
+
+@needs_build
+@pytest.mark.parametrize("stack, app", [("tcp-tls", "h2"), ("quic", "h3")])
+def test_largest_payload_goes_over_http(runs_dir, stack, app):
+    """The largest --payload (16 MiB) at rr's own period, an open loop that
+    asks for more than the connection carries, for the issue's 2 s: the
+    run completes with every message checked. Each side's HTTP layer
+    queues the pattern's bodies where they lie, not a copy of each (the
+    copies had the h3 client hold gigabytes and miss its marks), and each
+    response that came is whole. HTTP/2 sends its streams one after
+    another, as TCP's one stream does, so responses come and at most one
+    message is ever part-way (sharing the connection among them all, each
+    side held dozens part-way and none, or few, came); HTTP/3's order is
+    msquic's, as for bare messages."""
+    payload = 16 << 20
+    rec = run_json(
+        runs_dir,
+        *("--stack", stack, "--pattern", "rr", "--app", app, "--payload", "16M"),
+        *("--duration", "2s", "--sample-hz", "0"),
+    )
+    assert rec["status"] == "complete" and rec["verified"] is True
+    client, server = app_counts(rec, "client"), app_counts(rec, "server")
+    # What the client's layer framed went to the server's, and each
+    # response the client took whole is a whole payload.
+    assert 0 < client["tx_messages"] <= rec["rr"]["whole_run"]["requests_sent"]
+    assert server["rx_body_bytes"] <= client["tx_body_bytes"] <= payload * client["tx_messages"]
+    assert client["rx_body_bytes"] >= payload * client["rx_messages"]
+    assert server["rx_messages"] >= client["rx_messages"]
+    if app == "h2":
+        assert client["rx_messages"] == rec["rr"]["whole_run"]["responses"] > 0
+        # One after another: each side has at most one message in part.
+        for side in (client, server):
+            assert side["rx_body_bytes"] < payload * (side["rx_messages"] + 1), side

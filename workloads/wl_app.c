@@ -88,14 +88,14 @@ void wl_app_refuse(const char *protocol, const char *why)
 int wl_app_queue_push(struct wl_app_queue *q, const uint8_t *hdr, uint32_t hdr_len,
 		      const uint8_t *body, uint32_t body_len, void *tag)
 {
-	const uint32_t len = hdr_len + body_len;
-	struct wl_app_chunk *k = malloc(sizeof(*k) + len);
+	struct wl_app_chunk *k;
 
-	if (!k)
+	if (hdr_len > WL_HDR_MAX || !(k = malloc(sizeof(*k))))
 		return -1;
-	*k = (struct wl_app_chunk){.tag = tag, .len = len};
-	memcpy(k->bytes, hdr, hdr_len);
-	memcpy(k->bytes + hdr_len, body, body_len);
+	*k = (struct wl_app_chunk){
+		.tag = tag, .body = body, .hdr_len = hdr_len, .len = hdr_len + body_len};
+	if (hdr_len)
+		memcpy(k->hdr, hdr, hdr_len);
 	if (q->tail)
 		q->tail->next = k;
 	else
@@ -120,4 +120,14 @@ uint32_t wl_app_queue_len(const struct wl_app_queue *q)
 	for (const struct wl_app_chunk *k = q->head; k; k = k->next)
 		len += k->len;
 	return len;
+}
+
+const uint8_t *wl_app_chunk_piece(const struct wl_app_chunk *k, uint32_t off, uint32_t *n)
+{
+	if (off < k->hdr_len) {
+		*n = k->hdr_len - off;
+		return k->hdr + off;
+	}
+	*n = k->len - off;
+	return k->body + (off - k->hdr_len);
 }

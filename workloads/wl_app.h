@@ -59,25 +59,31 @@ void wl_app_fini(void);
 void wl_app_refuse(const char *protocol, const char *why);
 
 /*
- * A message the pattern handed over, copied (an rr message is a few
- * hundred bytes), until the protocol's library has taken it: its tag
- * comes back to the pattern then, or canceled if the stream goes first.
+ * A message the pattern handed over until the protocol's library has
+ * taken it: its header copied (at most WL_HDR_MAX bytes), its body where
+ * the pattern keeps it (the read-only region, alive for the whole run,
+ * wl_transport.h), so a queue of 16 MiB messages costs no copies. Its tag
+ * comes back to the pattern once taken, or canceled if the stream goes
+ * first.
  */
 struct wl_app_chunk {
 	struct wl_app_chunk *next;
 	void *tag;
-	uint32_t len, out, acked; /* out: handed to the library; acked: the peer has it */
-	uint8_t bytes[];
+	const uint8_t *body;
+	uint32_t hdr_len, len, out, acked; /* out: handed to the library; acked: the peer has it */
+	uint8_t hdr[WL_HDR_MAX];
 };
 struct wl_app_queue {
 	struct wl_app_chunk *head, *tail;
 };
-/* hdr then body, appended; -1 out of memory. */
+/* hdr then body, appended; -1 out of memory or a header over WL_HDR_MAX. */
 int wl_app_queue_push(struct wl_app_queue *q, const uint8_t *hdr, uint32_t hdr_len,
 		      const uint8_t *body, uint32_t body_len, void *tag);
 /* The oldest chunk, taken off (the caller frees it). */
 struct wl_app_chunk *wl_app_queue_pop(struct wl_app_queue *q);
 /* Bytes queued in all. */
 uint32_t wl_app_queue_len(const struct wl_app_queue *q);
+/* k's bytes from off on that lie in one piece (its header's or its body's), *n of them. */
+const uint8_t *wl_app_chunk_piece(const struct wl_app_chunk *k, uint32_t off, uint32_t *n);
 
 #endif

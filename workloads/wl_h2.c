@@ -11,17 +11,19 @@
  * the request line's; HPACK at nghttp2's defaults (its dynamic table on).
  * Each side sends its connection preface and SETTINGS once TCP (and TLS)
  * is up, with windows that never limit (16 MiB a stream, 64 MiB the
- * connection: the QUIC libraries get the same), and the pattern hears
- * "connected" then. TLS runs with no ALPN (HTTP/2 with prior knowledge,
- * as curl --http2-prior-knowledge). Everything that arrives goes through
+ * connection: the QUIC libraries get the same) and RFC 9218's priorities
+ * (h2_start says why), and the pattern hears "connected" then. TLS runs
+ * with no ALPN (HTTP/2 with prior knowledge, as curl
+ * --http2-prior-knowledge). Everything that arrives goes through
  * nghttp2, which hands on the bodies alone; a request that is not a POST,
  * a status other than 200, or anything nghttp2 refuses fails the run
  * (exit 5, as a failed content check).
  *
  * All of a connection's work runs on the loop's thread (TCP's connections
  * on the loop), so nghttp2 needs no lock. What nghttp2 has to send after
- * each step is taken with nghttp2_session_mem_send into one buffer of our
- * own and written as one message (TLS: one record for a batch of frames).
+ * each step is taken with nghttp2_session_mem_send into buffers of our
+ * own, up to 256 KiB each, and each written as one message while TCP has
+ * room (h2_flush_some).
  *
  * Named for the flame graph's categories as wl_h1.c is: h2_* is the
  * framing's own work ("HTTP framing", with nghttp2 itself), wl_h2_* hands
@@ -38,6 +40,7 @@
 
 #define H2_STREAM_WINDOW (16 << 20)
 #define H2_CONN_WINDOW (64 << 20)
+#define H2_BATCH (256 << 10) /* bytes of frames a write takes at most */
 
 struct wl_stream {
 	struct wl_stream *next, *prev; /* the connection's streams */
@@ -120,52 +123,63 @@ static int h2_refuse(const char *why)
 }
 
 /*
- * What nghttp2 has to send, in one buffer, written as one message; every
- * byte of it that is not a body counts as framing (h2_read_data counts
+ * What nghttp2 has to send, in batches of at most H2_BATCH bytes, each
+ * written as one message while TCP takes them without queueing (all:
+ * everything, as the connection ends); the rest stays nghttp2's until
+ * TCP's writable handler, so that a WINDOW_UPDATE made meanwhile goes
+ * ahead of the DATA nghttp2 has not framed yet (it puts those first)
+ * rather than behind up to a window's 64 MiB queued in TCP. Every byte
+ * of a batch that is not a body counts as framing (h2_read_data counts
  * the bodies as it copies them in).
  */
-static void h2_flush(struct wl_conn *c)
+static void h2_flush_some(struct wl_conn *c, bool all)
 {
-	size_t cap = 0, len = 0;
-	struct h2_out *o = NULL;
+	while (!c->reading && !c->dead && c->tcp && (all || wl_app_lower->room(c->tcp) > 0)) {
+		size_t cap = 0, len = 0;
+		struct h2_out *o = NULL;
 
-	if (c->reading || c->dead || !c->tcp)
-		return;
-	c->body_flushed = 0;
-	for (;;) {
-		const uint8_t *p;
-		ssize_t n = nghttp2_session_mem_send(c->session, &p);
+		c->body_flushed = 0;
+		while (all || len < H2_BATCH) {
+			const uint8_t *p;
+			ssize_t n = nghttp2_session_mem_send(c->session, &p);
 
-		if (n < 0) {
-			wl_role_fail(WL_EXIT_INTERNAL, "nghttp2 could not write: %s",
-				     nghttp2_strerror((int)n));
-			free(o);
-			return;
-		}
-		if (!n)
-			break;
-		if (len + (size_t)n > cap) {
-			struct h2_out *bigger;
-
-			cap = 2 * (len + (size_t)n) + 256;
-			if (!(bigger = realloc(o, sizeof(*o) + cap))) {
-				wl_role_fail(WL_EXIT_INTERNAL, "out of memory for HTTP/2 frames");
+			if (n < 0) {
+				wl_role_fail(WL_EXIT_INTERNAL, "nghttp2 could not write: %s",
+					     nghttp2_strerror((int)n));
 				free(o);
 				return;
 			}
-			o = bigger;
+			if (!n)
+				break;
+			if (len + (size_t)n > cap) {
+				struct h2_out *bigger;
+
+				cap = 2 * (len + (size_t)n) + 256;
+				if (!(bigger = realloc(o, sizeof(*o) + cap))) {
+					wl_role_fail(WL_EXIT_INTERNAL,
+						     "out of memory for HTTP/2 frames");
+					free(o);
+					return;
+				}
+				o = bigger;
+			}
+			memcpy(o->bytes + len, p, (size_t)n);
+			len += (size_t)n;
 		}
-		memcpy(o->bytes + len, p, (size_t)n);
-		len += (size_t)n;
+		if (!len)
+			return;
+		o->len = (uint32_t)len;
+		atomic_fetch_add(&wl_app.tx_framing, len - c->body_flushed);
+		if (wl_app_lower->send(c->tcp, NULL, 0, o->bytes, o->len, WL_SEND_OWNED, o)) {
+			free(o);
+			c->dead = true;
+		}
 	}
-	if (!len)
-		return;
-	o->len = (uint32_t)len;
-	atomic_fetch_add(&wl_app.tx_framing, len - c->body_flushed);
-	if (wl_app_lower->send(c->tcp, NULL, 0, o->bytes, o->len, WL_SEND_OWNED, o)) {
-		free(o);
-		c->dead = true;
-	}
+}
+
+static void h2_flush(struct wl_conn *c)
+{
+	h2_flush_some(c, false);
 }
 
 /* The data provider: the pattern's chunks copied into DATA frames, EOF once it ended its side. */
@@ -178,13 +192,15 @@ static ssize_t h2_read_data(nghttp2_session *session, int32_t id, uint8_t *buf, 
 	(void)session, (void)id, (void)user;
 	while (s->q.head && n < length) {
 		struct wl_app_chunk *k = s->q.head;
-		size_t take = k->len - k->out < length - n ? k->len - k->out : length - n;
+		uint32_t piece;
+		const uint8_t *p = wl_app_chunk_piece(k, k->out, &piece);
+		size_t take = piece < length - n ? piece : length - n;
 
-		memcpy(buf + n, k->bytes + k->out, take);
+		memcpy(buf + n, p, take);
 		k->out += (uint32_t)take;
 		n += take;
 		if (k->out < k->len)
-			break;
+			continue;
 		wl_app_queue_pop(&s->q);
 		/* Copied into nghttp2's frame: the pattern's message has left its hands. */
 		if (k->tag && s->h->sent)
@@ -411,14 +427,26 @@ static const struct wl_stream_handlers lower_stream_h = {
 	.closed = wl_h2_tcp_closed,
 };
 
-/* TCP is up: the preface and SETTINGS, with windows that never limit. */
+/*
+ * TCP is up: the preface and SETTINGS, with windows that never limit and
+ * RFC 9218's priorities instead of RFC 7540's. Under RFC 7540's every
+ * stream weighs the same and nghttp2 shares the connection among all
+ * that have data, a frame each in turn: an open loop that asks for more
+ * than the connection carries (16 MiB every 10 ms) then moved every
+ * request a little, each side held a hundred or more part-way, and as
+ * often as not no response came inside the window. Under RFC 9218's,
+ * streams that are not incremental (no priority field: urgency 3, not
+ * incremental) go one after another in the order they were opened, as
+ * TCP's one stream carries HTTP/1.1's messages.
+ */
 static int h2_start(struct wl_conn *c)
 {
 	const nghttp2_settings_entry iv[] = {
 		{NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, 1024},
 		{NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, H2_STREAM_WINDOW},
+		{NGHTTP2_SETTINGS_NO_RFC7540_PRIORITIES, 1},
 	};
-	int rv = nghttp2_submit_settings(c->session, NGHTTP2_FLAG_NONE, iv, 2);
+	int rv = nghttp2_submit_settings(c->session, NGHTTP2_FLAG_NONE, iv, 3);
 
 	if (!rv)
 		rv = nghttp2_session_set_local_window_size(c->session, NGHTTP2_FLAG_NONE, 0,
@@ -587,9 +615,9 @@ static int wl_h2_open(struct wl_conn *c, const struct wl_stream_handlers *h, voi
 }
 
 /*
- * The message is copied (an rr message is a few hundred bytes): nghttp2
- * copies it again into its DATA frames as the flow windows allow; a send
- * with WL_SEND_FIN is the message's last.
+ * The message is queued (its header copied, its body the pattern's):
+ * nghttp2 copies it into its DATA frames as the flow windows allow; a
+ * send with WL_SEND_FIN is the message's last.
  */
 static int wl_h2_send(struct wl_stream *s, const uint8_t *hdr, uint32_t hdr_len,
 		      const uint8_t *body, uint32_t body_len, unsigned flags, void *tag)
@@ -633,7 +661,7 @@ static void wl_h2_close(struct wl_conn *c, uint64_t code)
 	if (!c->dead && c->up) {
 		nghttp2_session_terminate_session(c->session,
 						  code ? NGHTTP2_INTERNAL_ERROR : NGHTTP2_NO_ERROR);
-		h2_flush(c);
+		h2_flush_some(c, true);
 	}
 	wl_app_lower->close(c->lower, code);
 }

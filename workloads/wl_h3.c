@@ -151,7 +151,8 @@ static void *len_tag(size_t len)
 static bool is_body(const struct wl_stream *s, const uint8_t *p)
 {
 	for (const struct wl_app_chunk *k = s->q.head; k; k = k->next)
-		if (p >= k->bytes && p < k->bytes + k->len)
+		if ((p >= k->hdr && p < k->hdr + k->hdr_len) ||
+		    (p >= k->body && p < k->body + (k->len - k->hdr_len)))
 			return true;
 	return false;
 }
@@ -224,11 +225,14 @@ static nghttp3_ssize h3_read_data(nghttp3_conn *conn, int64_t id, nghttp3_vec *v
 
 	(void)conn, (void)id, (void)cu;
 	for (struct wl_app_chunk *k = s->q.head; k && n < veccnt; k = k->next) {
-		if (k->out == k->len)
-			continue;
-		vec[n++] = (nghttp3_vec){.base = k->bytes + k->out, .len = k->len - k->out};
-		atomic_fetch_add(&wl_app.tx_body, k->len - k->out);
-		k->out = k->len;
+		while (k->out < k->len && n < veccnt) {
+			uint32_t piece;
+			const uint8_t *p = wl_app_chunk_piece(k, k->out, &piece);
+
+			vec[n++] = (nghttp3_vec){.base = (uint8_t *)p, .len = piece};
+			atomic_fetch_add(&wl_app.tx_body, piece);
+			k->out += piece;
+		}
 	}
 	if (s->fin && n < veccnt)
 		*flags |= NGHTTP3_DATA_FLAG_EOF;
@@ -706,9 +710,10 @@ static int wl_h3_open(struct wl_conn *c, const struct wl_stream_handlers *h, voi
 }
 
 /*
- * The message is copied (an rr message is a few hundred bytes): nghttp3
- * writes it, framed, when the stream has its ID and the connection its
- * control streams; a send with WL_SEND_FIN is the message's last.
+ * The message is queued (its header copied, its body the pattern's):
+ * nghttp3 writes it, framed, when the stream has its ID and the
+ * connection its control streams; a send with WL_SEND_FIN is the
+ * message's last.
  */
 static int wl_h3_send(struct wl_stream *s, const uint8_t *hdr, uint32_t hdr_len,
 		      const uint8_t *body, uint32_t body_len, unsigned flags, void *tag)
