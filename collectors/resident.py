@@ -125,11 +125,13 @@ def serve(spool: Path, run: Callable[[List[str]], int], console: Path = Path("/d
             continue
         result = {"rc": rc, "runs_before": served, "took_s": round(time.monotonic() - t0, 3)}
         served += 1
+        # Idle before the result: whoever sees the result sees the runner
+        # done with it (`qprof guest status` just after a run).
+        say(None)
         try:
             write_json_atomic(job / RESULT, result)
         except (OSError, errors.RunsDirUnwritable):
             pass  # taken back by this machine's qprof (it died): nobody waits for it
-        say(None)
         _stage(console, f"job {job.name} ended {rc}")
 
 

@@ -107,6 +107,13 @@ def test_a_job_runs_and_its_output_comes_here(stand, tmp_path):
     stages = []
     dest, result = run_job(stand, tmp_path, Job(sleep_s=0.5), on_stage=lambda stage, s: stages.append(stage))
     assert result["rc"] == 0 and result["runs_before"] == 0
+    # Once its result is here the runner is idle and has counted it (a
+    # `qprof guest status` right after the run says so).
+    assert json.loads((stand.spool / resident.RUNNER).read_text()) == {
+        **{"pid": stand.proc.pid},
+        "served": 1,
+        "job": None,
+    }
     assert (dest / "run.stdout").read_text().startswith("ran run --json --options-file ")
     assert (dest / "run.stdout").read_text().rstrip().endswith("--sleep 0.5 --rc 0")
     assert (dest / "run.stderr").read_text() == "its stderr\n"
