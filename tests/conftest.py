@@ -151,6 +151,16 @@ def count_gap(run_dir: Path, rec: dict, probe: str, role: str, own) -> float:
     return own / rec["window_s"] * apart_s + 2
 
 
+def most_at_once(spans) -> int:
+    """The most (start, end) spans open at one instant; at an end and a
+    start at the same instant, the end counts first."""
+    level = most = 0
+    for _, step in sorted([(a, 1) for a, _ in spans] + [(b, -1) for _, b in spans]):
+        level += step
+        most = max(most, level)
+    return most
+
+
 # Leaf frames of a handshake's public-key work, as a person would spot
 # them in OpenSSL, quictls, aws-lc or BoringSSL (X25519, ECDSA and P-256,
 # bignums, certificates) and GnuTLS (symbol-less hogweed and GMP).

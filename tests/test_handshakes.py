@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from conftest import HANDSHAKE_LEAVES, category_bracket, needs_build, qprof, run_json
+from conftest import HANDSHAKE_LEAVES, category_bracket, most_at_once, needs_build, qprof, run_json
 
 pytestmark = pytest.mark.system
 
@@ -52,13 +52,7 @@ def test_handshakes(runs_dir, stack, resume):
     events = [e for e in kept["reports"]["client"] if e["event"] == "handshake"]
     assert len(events) == whole["handshakes"] and len({e["i"] for e in events}) == len(events)
     # Never more than --conns connections open at once: from connect to echo checked.
-    edges = sorted(
-        [(e["t_connect_ns"], 1) for e in events] + [(e["t_connect_ns"] + e["complete_ns"], -1) for e in events]
-    )
-    level = most = 0
-    for _, step in edges:
-        level += step
-        most = max(most, level)
+    most = most_at_once([(e["t_connect_ns"], e["t_connect_ns"] + e["complete_ns"]) for e in events])
     assert 1 <= most <= conns
     for e in events:
         assert 0 < e["handshake_ns"] <= e["complete_ns"], e

@@ -10,7 +10,7 @@ from hdrh.histogram import HdrHistogram
 
 from qprof.describe import transports
 
-from conftest import needs_build, qprof, run_json
+from conftest import most_at_once, needs_build, qprof, run_json
 
 pytestmark = pytest.mark.system
 
@@ -60,11 +60,7 @@ def in_flight_at_most(events: list, per_conn: int) -> int:
         by_conn.setdefault(e["conn"], []).append(e)
     for evs in by_conn.values():
         # At an answer and a send at the same instant, the answer counts first.
-        edges = sorted([(e["sent_ns"], 1) for e in evs] + [(e["answered_ns"], -1) for e in evs])
-        level = 0
-        for _, step in edges:
-            level += step
-            most = max(most, level)
+        most = max(most, most_at_once([(e["sent_ns"], e["answered_ns"]) for e in evs]))
     assert most <= per_conn, (most, per_conn)
     return most
 

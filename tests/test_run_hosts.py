@@ -38,7 +38,7 @@ from qprof.collectors import environment
 from qprof.collectors.topology import TCP_CC_AVAILABLE
 from qprof.describe import hosts as hosts_figures
 
-from conftest import impossible_figures, leftovers, needs_build, qprof, started, validate_records
+from conftest import impossible_figures, leftovers, most_at_once, needs_build, qprof, started, validate_records
 from sshhosts import SshTestHost, joint_config
 from test_bad_input import one_sentence
 from test_rr import check_window_schedule, in_flight_at_most
@@ -379,13 +379,7 @@ def test_handshakes_with_a_host(run_there):
     assert m["done"]["server"]["handshakes"] == whole["handshakes"]
     events = [e for e in m["reports"]["client"] if e["event"] == "handshake"]
     assert len(events) == whole["handshakes"] and len({e["i"] for e in events}) == len(events)
-    edges = sorted(
-        [(e["t_connect_ns"], 1) for e in events] + [(e["t_connect_ns"] + e["complete_ns"], -1) for e in events]
-    )
-    level = most = 0
-    for _, step in edges:
-        level += step
-        most = max(most, level)
+    most = most_at_once([(e["t_connect_ns"], e["t_connect_ns"] + e["complete_ns"]) for e in events])
     assert 1 <= most <= conns
     for e in events:
         assert 0 < e["tcp_handshake_ns"] <= e["handshake_ns"] <= e["complete_ns"] and e["bytes"] == 8, e

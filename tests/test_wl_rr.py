@@ -18,7 +18,7 @@ from qprof.collectors.controlled import unpacked
 from qprof.collectors.workload import WorkloadExit
 from qprof.describe import transports
 
-from conftest import REPO, free_port, needs_build
+from conftest import REPO, free_port, most_at_once, needs_build
 
 pytestmark = [pytest.mark.system, needs_build]
 WL = str(REPO / "build" / "bin" / "qprof-wl")
@@ -247,11 +247,7 @@ def test_rr_on_demand_opens_connections_when_replies_overlap(cert):
     # times: each needed a connection of its own, so at least that many
     # opened; and a 64 KiB exchange each way outlasts a 100 us period (its
     # TLS alone is two 64 KiB records), so replies did overlap.
-    steps = sorted([(e["sent_ns"], 1) for e in answers] + [(e["answered_ns"], -1) for e in answers])
-    level = peak = 0
-    for _, step in steps:
-        level += step
-        peak = max(peak, level)
+    peak = most_at_once([(e["sent_ns"], e["answered_ns"]) for e in answers])
     assert opened >= peak > 1, (opened, peak, done)
     assert done["requests_sent"] == done["responses"] + done["outstanding"], done
     assert events(server.stdout, "done")[0]["connections_accepted"] == opened
