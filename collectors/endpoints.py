@@ -188,6 +188,8 @@ class Endpoints:
                 argv += ["--io-size", str(period * 2 if period < 1 << 20 else period // 2)]
             if f.encrypt_one_side:  # the last --encrypt wins: the server does not ask
                 argv += ["--encrypt", "on"]
+            if f.one_accept:
+                argv += ["--fault", "one-accept"]
             self.servers[fp.index] = self._stack.enter_context(
                 WorkloadProcess("server", argv, self.topo.server, self._log(fp, "server"))
             )

@@ -6,7 +6,8 @@ fail (a wrong port, a broken certificate, a killed server, a TLS version
 the server refuses, the GSO/GRO interposer left out, a server checking
 against another pattern, a frozen sender, a kernel without netem, a
 workload claiming kTLS it never enabled, a guest out of time, a quic
-server that keeps encryption on), so the
+server that keeps encryption on, a TCP server that accepts one
+connection), so the
 tests see qprof's real handling of it."""
 
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ FAULTS = (
     "ktls-claim",
     "guest-deadline",
     "encrypt-one-side",
+    "one-accept",
 )
 
 
@@ -78,6 +80,10 @@ class Faults:
     @property
     def encrypt_one_side(self) -> bool:  # the quic server is not told --encrypt off (only the client asks)
         return self.name == "encrypt-one-side"
+
+    @property
+    def one_accept(self) -> bool:  # the TCP server accepts its first connection only (later ones wait, handshaking)
+        return self.name == "one-accept"
 
     def argv(self) -> List[str]:
         """The same faults for a qprof started elsewhere (the guest)."""

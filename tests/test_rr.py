@@ -209,6 +209,29 @@ def test_requests_answered_on_schedule(runs_dir, stack, extra):
 
 
 @needs_build
+def test_a_connection_still_handshaking_as_the_run_ends_is_closed_not_failed(runs_dir):
+    """On-demand connections open while the run goes on, so one may still be
+    handshaking when the client closes them all at the end (CI saw it over
+    a 20 ms RTT): the client closed it, no failure of the peer's. The
+    fault makes it certain: the server accepts its first connection only,
+    so each one opened later waits in its backlog, handshaking, to the
+    end; 4 MiB answers every 100 us keep the first busy at any speed."""
+    rec = run_json(
+        runs_dir,
+        *("--stack", "tcp-tls", "--pattern", "rr", "--tcp-conns", "on-demand", "--period", "100us"),
+        *("--request", "64", "--response", "4MiB", "--duration", "1s", "--warmup", "0.2s"),
+        *("--probes", "none", "--sample-hz", "0", "--inject-fault", "one-accept"),
+    )
+    assert rec["status"] == "complete" and rec["verified"] is True
+    whole = rec["rr"]["whole_run"]
+    # More connections opened than the one that came up, and what was
+    # asked of those never answered.
+    assert rec["rr"]["connections_opened"] >= 2
+    assert 0 < whole["responses"] < whole["requests_due"]
+    assert whole["requests_sent"] == whole["responses"] + whole["outstanding"]
+
+
+@needs_build
 def test_compare_of_closed_loops_carries_the_rate_and_diffs_per_request(runs_dir):
     """compare over the stacks of a closed loop, printed: requests/s per
     configuration, and the flame diff per request (its subtitle says the

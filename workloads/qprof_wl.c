@@ -276,7 +276,7 @@ static const struct flag flags[] = {
 	{FLAG("gro", 0, F_CHOICE, gro), .choices = "on|off", .stacks = "udp"},
 	{FLAG("control", 0, F_BOOL, control)},
 	{FLAG("wait-start", 0, F_BOOL, wait_start)},
-	{FLAG("fault", 0, F_CHOICE, fault), .choices = "ktls-claim", .hidden = true},
+	{FLAG("fault", 0, F_CHOICE, fault), .choices = "ktls-claim|one-accept", .hidden = true},
 };
 /* clang-format on */
 #define NFLAGS (sizeof(flags) / sizeof(flags[0]))

@@ -535,10 +535,10 @@ static void client_closed(struct wl_conn *c, void *ctx, const struct wl_end *e)
 		wl_role.end = *e;
 	if (e->exit_code)
 		wl_role_fail_end(e);
+	else if (atomic_load(&rr.closing))
+		; /* closed by the run's end: one still handshaking (on-demand) too */
 	else if (!e->connected)
 		wl_role_handshake_failed(e, "");
-	else if (atomic_load(&rr.closing))
-		;
 	else if (wl_role.t->multistream)
 		wl_role_fail(WL_EXIT_CONN_LOST, "the connection ended after %llu responses: %s",
 			     (unsigned long long)atomic_load(&wl_rr.responses), wl_end_why(e));
