@@ -173,23 +173,16 @@ def test_gso_off_sends_a_datagram_a_call(runs_dir, stack):
     # share may fall below one (such a call sent none), never above.
     qs = rec["workload"]["client"]["window"]["quic_stats"]
     assert 0 < qs["udp_tx_datagrams"] <= qs["udp_tx_ios"], qs
-    # The probes' count: the packets probe's datagrams against the syscalls
-    # probe's send calls, each read at its own instant at each edge: at most
-    # one a call, but for the calls made between the two reads.
+    # The probes', each over its own window (no count of one against the
+    # other's: they read each edge apart, and the sender's rate in between
+    # is not the window's, CI saw 2% more): the device sent no
+    # super-packet, and no send call carried more than one datagram's
+    # payload (the path's MTU less the IPv4 and UDP headers).
     calls = rec["syscalls"]["client"]["send_calls"]
-    datagrams = record.derive.packets_devices(rec)["client"]["tx"]["wire_packets"]
-    apart_s = (
-        sum(
-            max(
-                abs(a - b) for a in (p["t_ns"], p["t_ns"] + p["read_ns"]) for b in (q["t_ns"], q["t_ns"] + q["read_ns"])
-            )
-            for p, q in (
-                (rec["probes"]["packets"]["edges"][e], rec["probes"]["syscalls"]["edges"][e]) for e in ("start", "end")
-            )
-        )
-        / 1e9
-    )
-    assert datagrams <= calls + calls / rec["window_s"] * apart_s + 2, (datagrams, calls, apart_s, obs)
+    sent = record.derive.packets_devices(rec)["client"]["tx"]
+    datagrams = sent["wire_packets"]
+    assert sent["gso_skbs"] == 0 and sent["udp_skbs"] > 0, sent
+    assert rec["syscalls"]["client"]["bytes_per_send_call"] <= rec["environment"]["topology"]["mtu"] - 28
     assert obs["evidence"]["datagrams_per_send_call"] == pytest.approx(datagrams / calls), obs
     # GRO stays the library's to take: independent of GSO there, unlike msquic.
     assert rec["offload"]["effective"]["gro"] is None
