@@ -1,8 +1,8 @@
 # SPDX-License-Identifier: GPL-2.0-only
 """Kernel TLS, proven inside a QEMU guest running Debian's kernel: the
 host here has none; the started guest (`qprof guest`) that serves the
-guest runs as jobs; and the guest as another host, with a kernel of its
-own, for a run's server (issue 26). Transfers are short: the guest is
+guest runs as jobs (the guest as another host, with a kernel of its
+own, for a run's server: tests/test_guest_host_link.py). Transfers are short: the guest is
 emulated (TCG). The runs go to the session's started guest
 (conftest.session_guest) unless a test says otherwise."""
 
@@ -19,7 +19,6 @@ from qprof.collectors import guest
 
 from conftest import SESSION_GUEST, leftovers, needs_build, qprof, run_json, started
 from test_bad_input import one_sentence, run_statuses
-from test_run_hosts import hosts_run
 
 # A guest run's few seconds of window take ten or more in the emulator;
 # qprof's own deadlines for a guest (its boot 120 s, a run its window and
@@ -337,37 +336,3 @@ def test_guest_boot_failure_says_where(runs_dir, tmp_path, session_guest):
     assert run_statuses(runs_dir) == ["incomplete"]
     assert qemu_processes() == []
     assert session_guest.status() == info
-
-
-@needs_guest
-def test_a_run_with_its_server_in_the_guest(guest_ssh_host, runs_dir):
-    """The server on a host with a kernel of its own: the QEMU guest
-    (Debian's kernel, TCG) reached over a tap device. Its environment is
-    its own kernel's, its clock is not ours, and its machine-wide figures
-    are its own, added to this machine's."""
-    host = guest_ssh_host
-    rec = hosts_run(runs_dir, host, "--stack", "quic", "-d", "2s", "--warmup", "1s", timeout=600)
-    assert rec["status"] == "complete" and rec["verified"] is True and rec["bytes"] > 0
-    hosts = rec["hosts"]
-    assert hosts["same_kernel"] is False
-    there, here = hosts["server"]["environment"], hosts["client"]["environment"]
-    assert there["kernel_release"] == guest.artifacts().kernel_release != here["kernel_release"]
-    assert there["boot_id"] != here["boot_id"]
-    clock = hosts["server"]["clock"]
-    assert clock["uncertainty_ns"] * 2 >= clock["rtt_ns"] > 0
-    for name, probe in rec["probes"].items():
-        assert probe["status"] == "present", (name, probe)
-    assert rec["probes"]["packets"]["hosts"]["server"]["build"] == "portable"  # Debian's 6.1
-    flame = rec["flame"]
-    for side in ("client", "server"):
-        assert rec["cpu"][side]["oncpu_schedstat_s"] > 0
-        assert flame["samples"][side] > 0
-    # Each kernel's CPUs in the capture's coverage, each against its own window.
-    assert {c.split("/")[0] for c in flame["coverage_per_cpu"]} == {"client", "server"}
-    # The machine: both kernels' CPU together.
-    for role in ("client", "server"):
-        assert hosts[role]["cpu"]["total_s"] > 0
-    assert rec["cpu"]["system"]["total_s"] == pytest.approx(
-        hosts["client"]["cpu"]["total_s"] + hosts["server"]["cpu"]["total_s"], rel=1e-9
-    )
-    assert host.wait_idle() == []

@@ -1,5 +1,13 @@
 # SPDX-License-Identifier: GPL-2.0-only
-"""A round trip between two hosts (--link rtt with --link-dev) where only
+"""The server on a host with a kernel of its own: the QEMU guest
+(Debian's kernel, TCG) reached over a tap device (tests/sshhosts.py
+GuestSshHost), in one run that proves two things (each boot and run of
+it takes a minute or more in the emulator):
+
+Its environment is its own kernel's, its clock is not ours, and its
+machine-wide figures are its own, added to this machine's.
+
+A round trip between two hosts (--link rtt with --link-dev) where only
 one side's kernel has netem: this machine's has no sch_netem
 (docs/platform.md), the QEMU guest's (Debian's kernel, as a host over its
 tap device, tests/sshhosts.py GuestSshHost) has. A round trip is the sum
@@ -13,6 +21,8 @@ import json
 import subprocess
 
 import pytest
+
+from qprof.collectors import guest
 
 from conftest import needs_build
 from test_guest import needs_guest
@@ -32,14 +42,38 @@ def _root_qdisc(host, dev: str) -> str:
 
 @needs_guest
 @pytest.mark.timeout(600)
-def test_a_round_trip_between_hosts_goes_on_the_side_with_netem(guest_ssh_host, runs_dir):
+def test_a_run_with_its_server_in_the_guest_and_the_round_trip_on_its_netem(guest_ssh_host, runs_dir):
     host = guest_ssh_host
     before = {"here": _root_qdisc(None, host.tap), "there": _root_qdisc(host, "eth0")}
     rec = hosts_run(
-        runs_dir, host, "--stack", "quic", "-d", "1s", "--warmup", "0.5s", "--sample-hz", "0", "--probes", "none",
+        runs_dir, host, "--stack", "quic", "-d", "2s", "--warmup", "1s",
         "--link", "rtt=40ms", "--link-dev", f"local:{host.tap},{host.destination}:eth0", timeout=600,
     )  # fmt: skip
     assert rec["status"] == "complete" and rec["verified"] is True and rec["bytes"] > 0
+    # Its own kernel, boot and clock.
+    hosts = rec["hosts"]
+    assert hosts["same_kernel"] is False
+    there, here = hosts["server"]["environment"], hosts["client"]["environment"]
+    assert there["kernel_release"] == guest.artifacts().kernel_release != here["kernel_release"]
+    assert there["boot_id"] != here["boot_id"]
+    clock = hosts["server"]["clock"]
+    assert clock["uncertainty_ns"] * 2 >= clock["rtt_ns"] > 0
+    for name, probe in rec["probes"].items():
+        assert probe["status"] == "present", (name, probe)
+    assert rec["probes"]["packets"]["hosts"]["server"]["build"] == "portable"  # Debian's 6.1
+    flame = rec["flame"]
+    for side in ("client", "server"):
+        assert rec["cpu"][side]["oncpu_schedstat_s"] > 0
+        assert flame["samples"][side] > 0
+    # Each kernel's CPUs in the capture's coverage, each against its own window.
+    assert {c.split("/")[0] for c in flame["coverage_per_cpu"]} == {"client", "server"}
+    # The machine: both kernels' CPU together.
+    for role in ("client", "server"):
+        assert hosts[role]["cpu"]["total_s"] > 0
+    assert rec["cpu"]["system"]["total_s"] == pytest.approx(
+        hosts["client"]["cpu"]["total_s"] + hosts["server"]["cpu"]["total_s"], rel=1e-9
+    )
+    # The round trip: all of it on the guest's egress, which alone has netem.
     one = rec["link"]["one_sided"]
     assert (one["netem_on"], one["delay_s"]) == ("server", 0.04)
     assert f"the client's device {host.tap} (this machine) has no sch_netem" in one["reason"]
