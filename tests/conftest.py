@@ -174,20 +174,29 @@ def category_bracket(run_dir: Path, rec: dict, side: str, frames: str) -> tuple:
     rules' leaf-first pass puts in the category) and those with any frame
     matching it (a sample of the category has its deciding frame among
     them). In ns, as the record's graph counts them: samples x period,
-    scaled by the capture's weighting factors where it was weighted.
+    scaled by the capture's weighting factors where it was weighted: each
+    sample by its thread's (a stack's first frame is its thread's name;
+    the least and most factor of the threads of that name), not every
+    thread's least (CI's control thread, one sample and no CPU time seen,
+    factor 0, once made the least of a quiche client's crypto 0).
     Returns (least, most) for the category's ns over the window."""
     pattern = re.compile(frames)
-    leaf = anywhere = 0
+    threads = rec["flame"]["sides"][side].get("weighting", {}).get("threads", [])
+    every = [t["factor"] for t in threads] or [1.0]
+    by_name = {}
+    for t in threads:
+        by_name.setdefault(t["comm"], []).append(t["factor"])
+    least = most = 0.0
     for line in (run_dir / rec["flame"]["stacks_dir"] / f"{side}.folded").read_text().splitlines():
         stack, _, count = line.rpartition(" ")
         names = stack.split(";")
         if any(pattern.search(f) for f in names):
-            anywhere += int(count)
+            factors = by_name.get(names[0], every)
+            most += int(count) * max(1.0, *factors)
             if pattern.search(names[-1]):
-                leaf += int(count)
+                least += int(count) * min(1.0, *factors)
     period = rec["flame"]["sample_period_ns"]
-    factors = [t["factor"] for t in rec["flame"]["sides"][side].get("weighting", {}).get("threads", [])] or [1.0]
-    return leaf * period * min(1.0, *factors), anywhere * period * max(1.0, *factors)
+    return least * period, most * period
 
 
 def _default_signals():
