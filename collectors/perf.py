@@ -95,6 +95,7 @@ class PerfControl:
         self.proc: Optional[subprocess.Popen] = None
         self._tmp: Optional[tempfile.TemporaryDirectory] = None
         self._ctl = self._ack = None
+        self._ending = False  # told to exit (end()); its exit is then not a death
 
     def argv(self, ctl: Path, ack: Path) -> List[str]:
         raise NotImplementedError
@@ -190,14 +191,20 @@ class PerfControl:
 
     def stop(self) -> None:
         """Let perf write perf.data and exit."""
-        if self.proc and self.proc.poll() is not None:
+        if self.proc and self.proc.poll() is not None and not self._ending:
             raise self.died()
         self._interrupt()
 
-    def _interrupt(self) -> None:
-        """SIGINT, on which perf writes what it has and exits (killed if it does not)."""
-        if self.proc and self.proc.poll() is None:
+    def end(self) -> None:
+        """SIGINT, on which perf writes what it has and exits; stop() waits for it."""
+        if self.proc and self.proc.poll() is None and not self._ending:
             self.proc.send_signal(signal.SIGINT)
+            self._ending = True
+
+    def _interrupt(self) -> None:
+        """perf ended (end()) and waited for (killed if it does not exit)."""
+        self.end()
+        if self.proc and self.proc.poll() is None:
             try:
                 self.proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
@@ -275,6 +282,14 @@ class PerfRecorder(PerfControl):
             "-o",
             str(self.data),
         ]
+
+    def disable(self) -> None:
+        """Sampling off at the window's end, and perf told to write what it
+        has and exit: its wind-down (its side-band thread for BPF programs
+        waits out a 1 s poll) then overlaps the run's own, instead of
+        following it; capture() waits for it."""
+        super().disable()
+        self.end()
 
     def capture(self, pids: Dict[str, int], out_dir: Path) -> dict:
         """Stopped, folded into out_dir per side, and counted per CPU:
