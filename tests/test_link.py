@@ -269,7 +269,7 @@ def test_a_rate_only_link_delivers_its_rate_or_says_what_held_it(runs_dir, stack
     found, so the emulation's verdict is a finding, not a failure."""
     rec = run_json(
         runs_dir,
-        *("--stack", stack, "--link", f"rate={rate}", "--duration", "2s", "--warmup", "1s"),
+        *("--stack", stack, "--link", f"rate={rate}", "--duration", "1s", "--warmup", "0.3s"),
         *("--probes", "none", "--sample-hz", "0", "--interval", "0"),
         allow=(r"^qprof: warning: run \S+: the link carried \d+% of its .* so the emulation held the run back",),
     )
