@@ -66,7 +66,7 @@ def main():
         perf.call_graph = args.call_graph
         out = Path(runs_dir) / "stacks"
         t0 = time.perf_counter()
-        samples = perf.fold(pids, out)
+        samples, _ = perf.fold(pids, out)
         t1 = time.perf_counter()
         figs = summary.run_figures(rec, out)
         t2 = time.perf_counter()

@@ -13,8 +13,11 @@ import textwrap
 import pytest
 
 from qprof import errors
+from qprof.collectors import perf as perf_module
 from qprof.collectors.controlled import ControlledProcess
 from qprof.collectors.perf import PerfRecorder
+
+from conftest import REPO
 
 pytestmark = pytest.mark.unit
 
@@ -150,3 +153,50 @@ def test_a_probe_that_went_quiet_is_named_by_how_it_ended(tmp_path, monkeypatch,
             p.wait_event("mark", 10)
         assert type(e.value).__name__ == "ProcessEnded"
         assert p.how_it_ended() == reason
+
+
+# `perf script` as perf prints a capture of two sides and an idle CPU.
+SCRIPT_OUT = """\
+qprof-wl  101/101  [000] 1.000100: cpu-clock: \n\
+\t    1111 encrypt (/usr/lib/libcrypto.so)
+\t    2222 main (/build/qprof-wl)
+
+qprof-wl  202/203  [001] 1.000200: cpu-clock: \n\
+\t    3333 recv (/usr/lib/libc.so)
+
+swapper     0/0     [001] 1.010300: cpu-clock: \n\
+\tffffffff81000000 default_idle ([kernel.kallsyms])
+
+"""
+
+
+@pytest.mark.skipif(
+    not (REPO / "build" / "tools" / "bin" / "inferno-collapse-perf").exists(),
+    reason="inferno is not built; `make build` builds it",
+)
+@pytest.mark.parametrize("inferno_ok", [True, False])
+def test_one_pass_of_perf_script_folds_and_counts_each_cpu(tmp_path, monkeypatch, inferno_ok):
+    """fold() reads `perf script` once: inferno folds it per side (idle
+    dropped) while each sample's header is counted for its CPU (idle
+    included); an inferno that fails is named with its last word."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "perf").write_text(f"#!{sys.executable}\nimport sys\nsys.stdout.write({SCRIPT_OUT!r})\n")
+    (bin_dir / "perf").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    if not inferno_ok:
+        (bin_dir / "inferno").write_text("#!/bin/sh\necho 'no stacks in line 1' >&2\nexit 2\n")
+        (bin_dir / "inferno").chmod(0o755)
+        monkeypatch.setattr(perf_module.paths, "inferno_tool", lambda name: bin_dir / "inferno")
+    perf = PerfRecorder.__new__(PerfRecorder)
+    perf.data = tmp_path / "perf.data"
+    out = tmp_path / "stacks"
+    if not inferno_ok:
+        with pytest.raises(errors.NotBuilt, match=r"inferno-collapse-perf failed \(no stacks in line 1\)"):
+            perf.fold({"client": 101, "server": 202}, out)
+        return
+    samples, per_cpu = perf.fold({"client": 101, "server": 202}, out)
+    assert samples == {"client": 1, "server": 1, "others": 0}
+    assert per_cpu == {"0": 1, "1": 2}
+    assert (out / "client.folded").read_text() == "qprof-wl;main;encrypt 1\n"
+    assert (out / "server.folded").read_text() == "qprof-wl;recv 1\n"
