@@ -181,12 +181,14 @@ def test_requests_over_a_round_trip(session_guest, runs_dir):
 
 def test_a_request_flow_beside_a_bulk_flow_over_a_round_trip(session_guest, runs_dir):
     """--mix in the guest, where the link has a round trip: the bulk QUIC
-    flow fills the 10 Mbit/s link and its queue, and the TCP request flow
-    beside it waits at least the round trip for every response."""
+    flow fills the 2 Mbit/s link and its queue, and the TCP request flow
+    beside it waits at least the round trip for every response. (QUIC in
+    TCG carried 3-4 Mbit/s here: at 10 the run waited out the 5 s cap for
+    the link to fill before its window, and the CPU held it, not the link.)"""
     session_guest.ensure()
     rec = run_json(
         runs_dir,
-        *("--mix", "quic:1,tcp:1:rr", "--guest", "--link", "rtt=40ms,rate=10mbit", "--period", "20ms"),
+        *("--mix", "quic:1,tcp:1:rr", "--guest", "--link", "rtt=40ms,rate=2mbit", "--period", "20ms"),
         *("--duration", "3s", "--warmup", "1s"),
         timeout=GUEST_RUN_S,
         # TCG's speed decides whether the bulk flow fills the link (a
@@ -198,7 +200,7 @@ def test_a_request_flow_beside_a_bulk_flow_over_a_round_trip(session_guest, runs
     assert rec["status"] == "complete" and rec["stack"] == "mix" and rec["guest_run"]
     bulk, rr = rec["mix"]["flows"]
     assert (bulk["stack"], bulk["pattern"], rr["stack"], rr["pattern"]) == ("quic", "bulk", "tcp", "rr")
-    assert 0 < bulk["goodput_mbps"] <= 10
+    assert 0 < bulk["goodput_mbps"] <= 2
     r = rr["rr"]
     m = kept(runs_dir, rec)
     edges = [m["flows"][1]["marks"][e]["client"]["t_ns"] for e in ("start", "end")]
