@@ -1,15 +1,18 @@
 # SPDX-License-Identifier: GPL-2.0-only
 """--pattern video over seed 002's links, with netem in the guest (this
-host's kernel has no sch_netem): QUIC and TLS over TCP, one comparison.
-It runs where no guest was started (a state directory of its own), so it
-boots one guest, which serves both its runs."""
+host's kernel has no sch_netem): QUIC and TLS over TCP, one comparison,
+served by the session's started guest one run after the other. That a
+comparison boots one guest for all its runs where none was started is
+tests/test_resident_unit.py's (placement.Guest under compare), and a run
+booting its own is test_exit_codes' (the deadline fault) and
+test_guest_host_link's."""
 
 import json
 
 import pytest
 
 from conftest import leftovers, needs_build, qprof, validate_records
-from test_guest import GUEST_RUN_S, GUEST_TEST_S, needs_guest, qemu_processes
+from test_guest import GUEST_RUN_S, GUEST_TEST_S, needs_guest, qemu_processes, served_by
 from test_video import check_segments, prebuffer_bound_s
 
 pytestmark = [pytest.mark.guest, needs_build, needs_guest, pytest.mark.timeout(GUEST_TEST_S)]
@@ -25,30 +28,27 @@ VIDEO_3G = (
 
 @pytest.fixture(scope="module")
 def video(tmp_path_factory, session_guest):
-    """{stack: record} of VIDEO_3G, compared where no guest was started; the
-    session's started guest, if up, is left as it was."""
-    before = session_guest.status()
-    tmp = tmp_path_factory.mktemp("video")
-    runs, state = tmp / "runs", tmp / "state"
-    r = qprof(
-        "compare", "--json", *VIDEO_3G, runs_dir=runs, env_extra={"QPROF_STATE_DIR": str(state)}, timeout=GUEST_RUN_S
-    )
+    """{stack: record} of VIDEO_3G, compared in the session's started guest."""
+    info = session_guest.ensure()
+    runs = tmp_path_factory.mktemp("video") / "runs"
+    r = qprof("compare", "--json", *VIDEO_3G, runs_dir=runs, timeout=GUEST_RUN_S)
     assert r.returncode == 0, r.stderr
     # TCG's speed may leave the link idle; qprof then says the emulation held the run back.
     assert all("emulat" in line for line in r.stderr.splitlines() if line.strip()), r.stderr
-    assert leftovers() == [] and qemu_processes() == [] and sorted(p.name for p in state.iterdir()) == ["lock"]
+    assert leftovers() == [] and qemu_processes() == []
     validate_records(runs)
-    assert session_guest.status() == before
+    after = session_guest.status()
+    assert after["served"] == info["served"] + 2
     comp = json.loads(r.stdout)
-    return [json.loads((runs / run["id"] / "run.json").read_text()) for run in comp["runs"]]
+    return info, [json.loads((runs / run["id"] / "run.json").read_text()) for run in comp["runs"]]
 
 
-def test_a_comparison_boots_one_guest_for_its_runs(video):
-    """Without a started guest the comparison boots one, and both runs are
-    its, one after the other."""
-    first, second = (rec["environment"]["guest"] for rec in video)
-    assert first["started"] is False and first["runs_before"] == 0
-    assert second == {**first, "runs_before": 1}
+def test_a_comparison_in_the_started_guest_is_served_run_after_run(video):
+    """Both runs are the started guest's jobs, one after the other."""
+    info, recs = video
+    first, second = (served_by(rec, info) for rec in recs)
+    assert first["runs_before"] == info["served"]
+    assert second == {**first, "runs_before": info["served"] + 1}
 
 
 @pytest.mark.parametrize("stack", ["quic", "tcp-tls"])
@@ -57,7 +57,7 @@ def test_video_over_3g_in_the_guest(video, stack):
     guest) under 2.5 Mbit/s video: the player starts no sooner than the
     prebuffer can cross the link, and stalls, since the link cannot carry
     the media at its pace."""
-    (rec,) = [rec for rec in video if rec["stack"] == stack]
+    (rec,) = [rec for rec in video[1] if rec["stack"] == stack]
     v = check_segments(rec)
     assert v["startup_delay_s"] >= prebuffer_bound_s(v, 1e6)
     assert v["stalls"] >= 1

@@ -207,3 +207,49 @@ def test_a_started_guest_serves_only_its_own_kernel_and_qprof(tmp_path, monkeypa
     monkeypatch.setattr(guest, "code_stamp", lambda: "code-2")
     found, why = resident.Started.find(art)
     assert found is None and "qprof's files changed" in why
+
+
+class Boots:
+    """resident.Booted's stand-in: each one made is a boot, closed once."""
+
+    made: list = []
+
+    def __init__(self, art):
+        self.art, self.closed = art, 0
+        Boots.made.append(self)
+
+    def close(self):
+        self.closed += 1
+
+
+@pytest.mark.parametrize("started", [False, True])
+def test_a_comparisons_runs_share_one_guest(tmp_path, monkeypatch, started):
+    """compare --guest: one placement for every run (shared_placement),
+    whose guest is found or booted at the first run and serves the rest:
+    without a started guest one boot for all of them, closed with the
+    comparison; with one, that guest, never booted or closed here. A run
+    under the deadline fault boots its own, whatever the comparison has."""
+    from qprof.collectors import compare, placement
+    from qprof.collectors.faults import Faults
+
+    Boots.made = []
+    art = guest.Artifacts(tmp_path / "k", tmp_path / "i", "6.1", "linux.deb", "stamp-1")
+    monkeypatch.setattr(guest, "artifacts", lambda: art)
+    monkeypatch.setattr(resident, "Booted", Boots)
+    the_started = object()
+    monkeypatch.setattr(resident.Started, "find", classmethod(lambda cls, a: (the_started if started else None, None)))
+    cfg = type("Config", (), {"opts": options.RunOptions(stack="tcp-ktls", guest=True)})()
+    said = []
+    with compare.shared_placement(compare.CompareOptions(configs=[cfg, cfg])) as where:
+        assert isinstance(where, placement.Guest) and where.art is art
+        served = [where._resident(Faults(), said.append) for _ in range(3)]
+        assert served[0] is served[1] is served[2]
+        assert served[0] is (the_started if started else Boots.made[0])
+        assert len(Boots.made) == (0 if started else 1) and not any(b.closed for b in Boots.made)
+        own = where._resident(Faults("guest-deadline"), said.append)
+        assert own is Boots.made[-1] and own is not served[0]
+    assert [b.closed for b in Boots.made] == ([0] if started else [1, 0])
+    assert said == []
+    cfg.opts = options.RunOptions(stack="tcp")
+    with compare.shared_placement(compare.CompareOptions(configs=[cfg])) as where:
+        assert where is None
