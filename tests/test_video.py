@@ -56,12 +56,13 @@ def test_a_link_faster_than_the_bitrate_never_stalls(runs_dir, stack, app):
 
 @needs_build
 def test_a_link_slower_than_the_bitrate_stalls(runs_dir):
-    """1 Mbit/s under 2 Mbit/s video: a 2 s segment takes about 4 s to come,
+    """1 Mbit/s under 2 Mbit/s video: a 1 s segment takes about 2 s to come,
     so after the first, each one stalls playback; and playback cannot end
     before the last segment is in."""
     rec = run_json(
         runs_dir,
-        *("--stack", "tcp", "--pattern", "video", "--bitrate", "2mbit", "--duration", "6s"),
+        *("--stack", "tcp", "--pattern", "video", "--bitrate", "2mbit", "--duration", "3s"),
+        *("--segment", "1s", "--prebuffer", "1s"),
         *("--link", "rate=1mbit", "--sample-hz", "0"),
         timeout=180,
     )
