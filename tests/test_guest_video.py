@@ -3,9 +3,10 @@
 host's kernel has no sch_netem): QUIC and TLS over TCP, one comparison,
 served by the session's started guest one run after the other. That a
 comparison boots one guest for all its runs where none was started is
-tests/test_resident_unit.py's (placement.Guest under compare), and a run
-booting its own is test_exit_codes' (the deadline fault) and
-test_guest_host_link's."""
+tests/test_resident_unit.py's (placement.Guest under compare); a run
+booting its own is test_exit_codes' (the deadline fault) and test_guest's
+(a boot that fails); a booted guest serving jobs is test_guest's started
+guests, which boot as a run's own does."""
 
 import json
 
