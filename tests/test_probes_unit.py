@@ -283,3 +283,42 @@ def test_compare():
     assert derive.compare(98, 100)["ratio"] == pytest.approx(0.98)
     assert derive.compare(None, 100)["ratio"] is None
     assert derive.compare(5, 0)["ratio"] is None
+
+
+LOG2_MAIN = r"""
+#include <inttypes.h>
+#include "common.bpf.h"
+int main(void)
+{
+	uint64_t v;
+
+	while (scanf("%" SCNu64, &v) == 1)
+		printf("%u\n", log2_slot(v));
+	return 0;
+}
+"""
+
+
+def test_histogram_buckets_are_each_values_power_of_two(tmp_path):
+    """The probes' histogram bucket (probes/common.bpf.h, compiled here for
+    this machine: the same C the BPF programs inline) is the value's
+    highest set bit, 0 for 0, and 31 from 2^31 up, for every power of two
+    and its neighbours and a spread of values between."""
+    import random
+    import shutil
+    import subprocess
+
+    cc = shutil.which("cc") or shutil.which("clang")
+    if cc is None:
+        pytest.skip("no C compiler: `make deps` installs one")
+    src, exe = tmp_path / "log2.c", tmp_path / "log2"
+    src.write_text(LOG2_MAIN)
+    probes_dir = Path(__file__).resolve().parent.parent / "probes"
+    subprocess.run([cc, "-O2", "-I", str(probes_dir), "-o", str(exe), str(src)], check=True, timeout=60)
+    rng = random.Random(20261128)
+    values = [0, 1, 2**64 - 1]
+    values += [(1 << b) + d for b in range(64) for d in (-3, -2, -1, 0, 1, 2, 3) if 0 <= (1 << b) + d < 2**64]
+    values += [rng.getrandbits(64) >> rng.randrange(64) for _ in range(20000)]
+    out = subprocess.run([str(exe)], input="\n".join(map(str, values)), capture_output=True, text=True, timeout=60)
+    got = [int(x) for x in out.stdout.split()]
+    assert got == [min(max(v.bit_length() - 1, 0), 31) for v in values]
