@@ -127,9 +127,12 @@ class ProbeSet:
         self.probes = [Probe(n) for n in names]
 
     def __enter__(self) -> "ProbeSet":
+        # Every probe loads and attaches at once; each is then waited for.
         try:
             for p in self.probes:
-                self._start(p)
+                self._launch(p)
+            for p in self.probes:
+                self._ready(p)
         except BaseException:
             self.close()
             raise
@@ -138,7 +141,7 @@ class ProbeSet:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def _start(self, p: Probe) -> None:
+    def _launch(self, p: Probe) -> None:
         if self.side is None:
             binary, where = paths.probe_binary(p.name), list
             if not binary.exists():
@@ -152,6 +155,10 @@ class ProbeSet:
         log = f"probe-{self.tag}-{p.name}.log" if self.tag else f"probe-{p.name}.log"
         p.proc = ControlledProcess(f"{p.name} probe", argv, self.run_path / log)
         p.proc.__enter__()
+
+    def _ready(self, p: Probe) -> None:
+        if p.proc is None:
+            return
         try:
             p.ready = p.proc.wait_event("ready", READY_TIMEOUT_S)
         except (ProcessEnded, errors.Timeout):
