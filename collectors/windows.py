@@ -29,9 +29,6 @@ from qprof.describe.window import edge_sample, interval_figures
 # The workloads give a handshake 10 s (msquic's default, wl_quic.c and
 # wl_ngtcp2.c): past that, the workload's own failure says why.
 CONNECT_TIMEOUT_S = 15.0
-# The client keeps sending this long past the window's end, so the end
-# edge is taken while the transfer is still in its steady state.
-TAIL_S = 0.3
 # A fixed-size transfer may take as long as it needs, but not stall: the
 # receiver's progress is read this often, and no new byte for STALL_S ends it.
 PROGRESS_CHECK_S = 5.0
@@ -190,8 +187,10 @@ def _timed(plan: Plan, ep: Endpoints, emulated, on_progress, faults: Faults, on_
     end = _edge("end", ep, emulated)
     if ep.perf is not None:
         ep.perf.disable()
-    sleep_watching(end.t_ns + int(TAIL_S * 1e9), procs)
-    # The senders stop (bulk down: the server, which then ends each stream with its FIN).
+    # The senders stop only after the end edge was read whole (each reading
+    # answers before take() returns), so it was taken in the steady state;
+    # bulk down: the server, which then ends each stream with its FIN; an rr
+    # client then drains what it sent.
     for fp in plan.flows:
         for role in direction.senders(fp.options) if fp.options.pattern == "bulk" else ("client",):
             _role(ep, role, fp.index).send("stop")

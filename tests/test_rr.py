@@ -37,7 +37,7 @@ def check_window_schedule(r: dict, start_ns: int, end_ns: int, events: list) -> 
     assert r["requests_due"] == len(window)
     seqs = {e["seq"] for e in answered}
     assert r["responses"] == len(seqs & window) <= r["requests_due"]
-    # The client is told to stop TAIL_S after the window's end, and each tick
+    # The client is told to stop after the window's end edge, and each tick
     # of its timer sends everything due by then, however late it runs: every
     # request of the window fell due before it stopped. Each was answered, or
     # is one it could not send (on demand, every connection busy) or still
