@@ -5,7 +5,6 @@ ethtool, the LD_PRELOAD interposer that steers msquic's offload probes
 carry out, and what a run observed, are describe/offload.py's."""
 
 import json
-import subprocess
 from pathlib import Path
 from typing import Dict, Optional
 
@@ -24,8 +23,7 @@ ETHTOOL_NAMES = {
 def set_device_features(endpoint, features: Dict[str, str]) -> None:
     if not features:
         return
-    argv = endpoint.command(["ethtool", "-K", endpoint.ifname, *[x for k, v in features.items() for x in (k, v)]])
-    r = subprocess.run(argv, capture_output=True, text=True)
+    r = endpoint.run(["ethtool", "-K", endpoint.ifname, *[x for k, v in features.items() for x in (k, v)]])
     if r.returncode != 0:
         raise errors.TopologyFailed(
             f"`ethtool -K {endpoint.ifname}` failed ({r.stderr.strip() or r.returncode}); "
@@ -35,7 +33,7 @@ def set_device_features(endpoint, features: Dict[str, str]) -> None:
 
 def read_device_features(endpoint) -> Optional[Dict[str, str]]:
     """ethtool's view of the features qprof cares about, or None."""
-    r = subprocess.run(endpoint.command(["ethtool", "-k", endpoint.ifname]), capture_output=True, text=True)
+    r = endpoint.run(["ethtool", "-k", endpoint.ifname])
     if r.returncode != 0:
         return None
     features = offload.parse_features(r.stdout)

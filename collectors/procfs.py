@@ -87,9 +87,12 @@ def read_edge(pids: Dict[str, int], kernel: bool = True) -> dict:
     return out
 
 
+SNMP = "/proc/net/snmp"
+
+
 def read_udp(endpoint: Endpoint) -> Optional[Dict[str, int]]:
-    r = subprocess.run(endpoint.command(["cat", "/proc/net/snmp"]), capture_output=True, text=True)
-    return parse_udp(r.stdout) if r.returncode == 0 else None
+    text = endpoint.read_texts([SNMP])[SNMP]
+    return parse_udp(text) if text is not None else None
 
 
 def read_namespace(pid: int) -> Optional[Dict[str, int]]:
@@ -155,19 +158,40 @@ def read_nic(dev: str) -> dict:
 
 
 def read_device(endpoint: Endpoint) -> Optional[Dict[str, int]]:
-    """A veth's qdisc drops, overlimits and requeues (every qdisc on it) and
-    its link's dropped counters, from tc and ip in its namespace."""
+    """A veth's qdisc drops, overlimits and requeues (every qdisc on it,
+    from tc) and its link's dropped counters (its namespace's
+    /proc/net/dev: a veth has no missed errors to add to its rx drops)."""
     if endpoint.netns is None:
         return None
     ns, dev = endpoint.netns, endpoint.ifname
     qdiscs = read_qdiscs(dev, ns)
-    link = subprocess.run(["ip", "-n", ns, "-s", "-j", "link", "show", "dev", dev], capture_output=True, text=True)
-    if qdiscs is None or link.returncode:
+    link = parse_net_dev(endpoint.read_texts([NET_DEV])[NET_DEV] or "").get(dev)
+    if qdiscs is None or link is None:
         return None
     out = {f"qdisc_{k}": v for k, v in qdiscs.items()}
-    stats = (json.loads(link.stdout or "[{}]")[0]).get("stats64", {})
-    out["link_tx_dropped"] = stats.get("tx", {}).get("dropped", 0)
-    out["link_rx_dropped"] = stats.get("rx", {}).get("dropped", 0)
+    out["link_tx_dropped"] = link["tx_drop"]
+    out["link_rx_dropped"] = link["rx_drop"]
+    return out
+
+
+NET_DEV = "/proc/net/dev"
+NET_DEV_FIELDS = ("bytes", "packets", "errs", "drop", "fifo")
+
+
+def parse_net_dev(text: str) -> Dict[str, Dict[str, int]]:
+    """/proc/net/dev: per device, its first receive and transmit columns
+    ({"rx_bytes", ..., "tx_drop", "tx_fifo"})."""
+    out = {}
+    for line in text.splitlines()[2:]:
+        name, sep, rest = line.partition(":")
+        cols = rest.split()
+        if not sep or len(cols) < 16:
+            continue
+        rx, tx = cols[:5], cols[8:13]
+        out[name.strip()] = {
+            **{f"rx_{k}": int(v) for k, v in zip(NET_DEV_FIELDS, rx)},
+            **{f"tx_{k}": int(v) for k, v in zip(NET_DEV_FIELDS, tx)},
+        }
     return out
 
 

@@ -23,6 +23,7 @@ endpoints, the edges and the instruments ask a side, never where it is:
                         a RemotePerf and a RemoteCounter there (the agent's)
 """
 
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional
@@ -46,6 +47,14 @@ class RemoteEndpoint(Endpoint):
 
     def command(self, argv: List[str]) -> List[str]:
         return self.host.command(list(argv))
+
+    def read_texts(self, paths: List[str]) -> Dict[str, Optional[str]]:
+        """Each file as cat reads it there (None: not read)."""
+        out: Dict[str, Optional[str]] = {}
+        for p in paths:
+            r = subprocess.run(self.command(["cat", p]), capture_output=True, text=True)
+            out[p] = r.stdout if r.returncode == 0 else None
+        return out
 
     def controlled(self, argv: List[str]) -> List[str]:
         """argv there, for a ControlledProcess, under a shell that says its

@@ -9,12 +9,15 @@ namespaces and deletes them, which deletes the veth pair with them.
 
 import ipaddress
 import json
+import re
 import subprocess
 import time
 from dataclasses import dataclass, field
-from typing import List, Optional
+from pathlib import Path
+from typing import Dict, List, Optional
 
 from qprof import interrupts, remains
+from qprof.collectors import netns
 from qprof.errors import TopologyFailed
 
 # Private (RFC 1918) pool the /30 is taken from; any /30 overlapping an
@@ -42,24 +45,49 @@ class Endpoint:
         """argv wrapped for a ControlledProcess there (here: command's)."""
         return self.command(argv)
 
+    def run(self, argv: List[str]) -> subprocess.CompletedProcess:
+        """A short command run there to its end, its output as text."""
+        if self.netns is not None:
+            return netns.run(self.netns, argv)
+        return subprocess.run(self.command(argv), capture_output=True, text=True)
+
+    def read_texts(self, paths: List[str]) -> Dict[str, Optional[str]]:
+        """Each /proc path as a process at this endpoint reads it (None:
+        not read), without a process per file (collectors/netns.py)."""
+        if self.netns is not None:
+            return netns.read(self.netns, paths)
+        out: Dict[str, Optional[str]] = {}
+        for p in paths:
+            try:
+                out[p] = Path(p).read_text()
+            except OSError:
+                out[p] = None
+        return out
+
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return subprocess.run(["ip", *args], capture_output=True, text=True, check=check)
 
 
 def host_networks() -> List[ipaddress.IPv4Network]:
-    """IPv4 networks the host already uses (addresses and routes)."""
+    """IPv4 networks the host already uses (addresses and routes), from one
+    `ip -batch` (three JSON arrays, one a line)."""
+    r = subprocess.run(
+        ["ip", "-j", "-4", "-batch", "-"],
+        input="addr show\nroute show table main\nroute show table local\n",
+        capture_output=True,
+        text=True,
+    )
+    lists = [json.loads(line) for line in r.stdout.splitlines() if line.strip()]
+    addrs, routes = (lists[0], [x for rs in lists[1:] for x in rs]) if lists else ([], [])
     nets = []
-    addrs = json.loads(_ip("-j", "-4", "addr", "show").stdout or "[]")
     for link in addrs:
         for a in link.get("addr_info", []):
             nets.append(ipaddress.ip_network(f"{a['local']}/{a['prefixlen']}", strict=False))
-    for table in ("main", "local"):
-        routes = json.loads(_ip("-j", "-4", "route", "show", "table", table).stdout or "[]")
-        for r in routes:
-            dst = r.get("dst", "")
-            if dst and dst != "default":
-                nets.append(ipaddress.ip_network(dst if "/" in dst else f"{dst}/32", strict=False))
+    for rt in routes:
+        dst = rt.get("dst", "")
+        if dst and dst != "default":
+            nets.append(ipaddress.ip_network(dst if "/" in dst else f"{dst}/32", strict=False))
     return nets
 
 
@@ -76,8 +104,8 @@ def choose_subnet(used: List[ipaddress.IPv4Network], pool=ADDRESS_POOL) -> ipadd
 def tcp_ecn(ep: Endpoint) -> Optional[int]:
     """The namespace's net.ipv4.tcp_ecn: 1 asks for ECN and takes it, 2 (the
     kernel's default) only takes it, 0 neither."""
-    r = subprocess.run(ep.command(["cat", TCP_ECN]), capture_output=True, text=True)
-    return int(r.stdout) if r.returncode == 0 and r.stdout.strip().isdigit() else None
+    text = ep.read_texts([TCP_ECN])[TCP_ECN]
+    return int(text) if text is not None and text.strip().isdigit() else None
 
 
 TCP_ECN = "/proc/sys/net/ipv4/tcp_ecn"
@@ -86,10 +114,11 @@ TCP_ECN = "/proc/sys/net/ipv4/tcp_ecn"
 def tcp_congestion_control(ep: Endpoint) -> Optional[str]:
     """The namespace's TCP congestion control (each namespace has its own,
     so the host's may differ: this host's is bbr, a new namespace's cubic)."""
-    r = subprocess.run(ep.command(["cat", "/proc/sys/net/ipv4/tcp_congestion_control"]), capture_output=True, text=True)
-    return r.stdout.strip() or None if r.returncode == 0 else None
+    text = ep.read_texts([TCP_CC])[TCP_CC]
+    return text.strip() or None if text is not None else None
 
 
+TCP_CC = "/proc/sys/net/ipv4/tcp_congestion_control"
 TCP_CC_AVAILABLE = "/proc/sys/net/ipv4/tcp_available_congestion_control"
 
 
@@ -144,37 +173,29 @@ class Topology:
         hosts = list(net.hosts())
         names = {"client": f"{NETNS_PREFIX}{self.tag}-c", "server": f"{NETNS_PREFIX}{self.tag}-s"}
         links = {"client": f"{LINK_PREFIX}{self.tag}c", "server": f"{LINK_PREFIX}{self.tag}s"}
-        for side in ("client", "server"):
-            # Claimed before it exists: a qprof killed between the two
-            # leaves nothing the ledger does not name. Claimed and listed
-            # for close() as one step, so a signal cannot leave a claim
-            # that close() does not release.
-            with interrupts.deferred():
+        # Claimed before they exist: a qprof killed between the two
+        # leaves nothing the ledger does not name. Claimed and listed for
+        # close() as one step, so a signal cannot leave a claim that
+        # close() does not release. Each `ip -batch` is one process where
+        # a command each was eleven (~0.1 s each in the guest's TCG).
+        with interrupts.deferred():
+            for side in ("client", "server"):
                 remains.ledger().claim("netns", names[side])
                 self._created.append(names[side])
-            self._run_ip("netns", "add", names[side])
-        self._run_ip(
-            "link",
-            "add",
-            links["client"],
-            "netns",
-            names["client"],
-            "type",
-            "veth",
-            "peer",
-            "name",
-            links["server"],
-            "netns",
-            names["server"],
-        )
+        veth = f"link add {links['client']} netns {names['client']} type veth"
+        peer = f"peer name {links['server']} netns {names['server']}"
+        self._batch(None, f"netns add {names['client']}", f"netns add {names['server']}", f"{veth} {peer}")
         for i, side in enumerate(("client", "server")):
             ns, link = names[side], links[side]
             # msquic probes GSO/GRO over 127.0.0.1 at start-up and quietly
             # runs without them if that fails, so lo must be up in each netns.
-            self._run_ip("-n", ns, "link", "set", "lo", "up")
-            self._run_ip("-n", ns, "link", "set", link, "mtu", str(self.mtu))
-            self._run_ip("-n", ns, "addr", "add", f"{hosts[i]}/30", "dev", link)
-            self._run_ip("-n", ns, "link", "set", link, "up")
+            self._batch(
+                ns,
+                "link set lo up",
+                f"link set {link} mtu {self.mtu}",
+                f"addr add {hosts[i]}/30 dev {link}",
+                f"link set {link} up",
+            )
             if self.ecn is not None:
                 # Each namespace has its own; it goes with the namespace.
                 self._run_ip("netns", "exec", ns, "sysctl", "-qw", f"net.ipv4.tcp_ecn={self.ecn}")
@@ -190,6 +211,21 @@ class Topology:
                 return
             time.sleep(0.02)
         raise TopologyFailed("the veth pair did not come up within 5 s; check `ip link` for errors.")
+
+    def _batch(self, netns: Optional[str], *commands: str) -> None:
+        """ip's commands in one process (`ip [-n NETNS] -batch -`), which
+        stops at the first that fails and names its line."""
+        ns = ["-n", netns] if netns else []
+        r = subprocess.run(["ip", *ns, "-batch", "-"], input="\n".join(commands) + "\n", capture_output=True, text=True)
+        if r.returncode != 0:
+            failed = re.search(r"Command failed -:(\d+)", r.stderr)
+            line = int(failed.group(1)) if failed else 0
+            command = commands[line - 1] if 0 < line <= len(commands) else "; ".join(commands)
+            why = " ".join(x for x in r.stderr.splitlines() if not x.startswith("Command failed")).strip()
+            raise TopologyFailed(
+                f"`ip {' '.join([*ns, command])}` failed ({why or r.returncode}); check that this kernel "
+                "allows network namespaces and veth (`qprof doctor`)."
+            )
 
     def _run_ip(self, *args: str) -> None:
         r = _ip(*args, check=False)

@@ -284,17 +284,51 @@ def _mark_abandoned(record_path: Path, data: dict) -> Optional[bool]:
     return True
 
 
+NETNS_DIR = "/run/netns"
+MNT_DETACH = 2
+
+
 def delete_netns(ns: str) -> bool:
-    """Kill what runs in namespace ns and delete it; True once it is gone."""
+    """Kill what runs in namespace ns and delete it; True once it is gone.
+    As `ip netns del` does it (its name's bind mount detached, the file
+    removed), without its process: ~0.1 s each in the guest's TCG."""
     kill_netns_processes(ns)
-    subprocess.run(["ip", "netns", "del", ns], capture_output=True, text=True)
-    return not os.path.exists(f"/run/netns/{ns}")
+    path = os.path.join(NETNS_DIR, ns)
+    _libc().umount2(path.encode(), MNT_DETACH)
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+    return not os.path.exists(path)
+
+
+def netns_pids(ns: str) -> List[int]:
+    """The processes in namespace ns (whose /proc/PID/ns/net is it), as `ip netns pids` finds them."""
+    try:
+        named = os.stat(os.path.join(NETNS_DIR, ns))
+    except OSError:
+        return []
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                st = os.stat(f"/proc/{entry}/ns/net")
+            except OSError:
+                continue
+            if (st.st_dev, st.st_ino) == (named.st_dev, named.st_ino):
+                pids.append(int(entry))
+    return pids
 
 
 def kill_netns_processes(ns: str) -> None:
-    r = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True)
-    for pid in r.stdout.split():
+    for pid in netns_pids(ns):
         try:
-            os.kill(int(pid), signal.SIGKILL)
-        except (ProcessLookupError, ValueError):
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
             pass
+
+
+def _libc():
+    import ctypes
+
+    return ctypes.CDLL(None, use_errno=True)

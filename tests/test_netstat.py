@@ -95,3 +95,35 @@ def test_transfer_names_its_drops_and_explains_its_retransmits(shared, stack):
         # the receiver reported duplicates / reordering was detected.
         if k["retransmitted_segments"]:
             assert k["dropped"] or k["duplicate_segments"] or k["reordering_seen"], k
+
+
+@pytest.mark.unit
+def test_parse_net_dev_takes_each_direction_by_its_columns():
+    """/proc/net/dev as this kernel writes it (its two header lines), each
+    column a distinct number: a device's drops are the receive and the
+    transmit "drop" columns, not their neighbours."""
+    from qprof.collectors import procfs
+
+    head = (
+        "Inter-|   Receive                                                |  Transmit\n"
+        " face |bytes    packets errs drop fifo frame compressed multicast|"
+        "bytes    packets errs drop fifo colls carrier compressed\n"
+    )
+    row = "  qpx1c: " + " ".join(str(100 + i) for i in range(16)) + "\n"
+    got = procfs.parse_net_dev(head + "    lo: " + " ".join(["0"] * 16) + "\n" + row)
+    assert got["qpx1c"] == {
+        "rx_bytes": 100,
+        "rx_packets": 101,
+        "rx_errs": 102,
+        "rx_drop": 103,
+        "rx_fifo": 104,
+        "tx_bytes": 108,
+        "tx_packets": 109,
+        "tx_errs": 110,
+        "tx_drop": 111,
+        "tx_fifo": 112,
+    }
+    assert set(got) == {"lo", "qpx1c"}
+    # And this machine's own file parses, every device with its columns.
+    live = procfs.parse_net_dev(Path("/proc/net/dev").read_text())
+    assert "lo" in live and all(len(v) == 10 for v in live.values())
