@@ -11,16 +11,14 @@ leader's view, so a path under it is read through /proc/thread-self/net;
 /proc/sys/net is the reader's own.
 """
 
-import ctypes
 import os
 import subprocess
 import threading
 from typing import Callable, Dict, List, Optional
 
-CLONE_NEWNET = 0x40000000
-NETNS_DIR = "/run/netns"
+from qprof import remains
 
-_libc = ctypes.CDLL(None, use_errno=True)
+CLONE_NEWNET = 0x40000000
 
 
 def _inside(netns: str, work: Callable[[], None]) -> bool:
@@ -30,11 +28,11 @@ def _inside(netns: str, work: Callable[[], None]) -> bool:
 
     def thread() -> None:
         try:
-            fd = os.open(os.path.join(NETNS_DIR, netns), os.O_RDONLY | os.O_CLOEXEC)
+            fd = os.open(os.path.join(remains.NETNS_DIR, netns), os.O_RDONLY | os.O_CLOEXEC)
         except OSError:
             return
         try:
-            if _libc.setns(fd, CLONE_NEWNET) != 0:
+            if remains.libc().setns(fd, CLONE_NEWNET) != 0:
                 return
         finally:
             os.close(fd)

@@ -21,7 +21,9 @@ Child processes also die with qprof through PR_SET_PDEATHSIG; the ledger
 is for what the kernel does not remove by itself.
 """
 
+import ctypes
 import fcntl
+import functools
 import json
 import os
 import shutil
@@ -294,7 +296,7 @@ def delete_netns(ns: str) -> bool:
     removed), without its process: ~0.1 s each in the guest's TCG."""
     kill_netns_processes(ns)
     path = os.path.join(NETNS_DIR, ns)
-    _libc().umount2(path.encode(), MNT_DETACH)
+    libc().umount2(path.encode(), MNT_DETACH)
     try:
         os.unlink(path)
     except OSError:
@@ -328,7 +330,7 @@ def kill_netns_processes(ns: str) -> None:
             pass
 
 
-def _libc():
-    import ctypes
-
+@functools.lru_cache(maxsize=None)
+def libc():
+    """The C library, for the namespace calls Python has no wrapper for (umount2, setns)."""
     return ctypes.CDLL(None, use_errno=True)

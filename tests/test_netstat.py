@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from qprof.collectors import procfs
 from qprof.describe import netstat
 
 from conftest import needs_build
@@ -102,8 +103,6 @@ def test_parse_net_dev_takes_each_direction_by_its_columns():
     """/proc/net/dev as this kernel writes it (its two header lines), each
     column a distinct number: a device's drops are the receive and the
     transmit "drop" columns, not their neighbours."""
-    from qprof.collectors import procfs
-
     head = (
         "Inter-|   Receive                                                |  Transmit\n"
         " face |bytes    packets errs drop fifo frame compressed multicast|"

@@ -3,6 +3,9 @@
 
 import copy
 import json
+import random
+import shutil
+import subprocess
 from pathlib import Path
 
 import jsonschema
@@ -304,10 +307,6 @@ def test_histogram_buckets_are_each_values_power_of_two(tmp_path):
     this machine: the same C the BPF programs inline) is the value's
     highest set bit, 0 for 0, and 31 from 2^31 up, for every power of two
     and its neighbours and a spread of values between."""
-    import random
-    import shutil
-    import subprocess
-
     cc = shutil.which("cc") or shutil.which("clang")
     if cc is None:
         pytest.skip("no C compiler: `make deps` installs one")
