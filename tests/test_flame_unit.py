@@ -384,3 +384,32 @@ def test_fold_drops_clone_under_start_thread_only(tmp_path):
         tmp_path / "client.folded"
     ).read_text() == "qprof-wl;start_thread;worker;f 3\nqprof-wl;start_thread;worker;f 2\n"
     assert (tmp_path / "server.folded").read_text() == "qprof-wl;clone3;ret_from_fork_asm_[k] 1\n"
+
+
+PERF_SCRIPT = (
+    b"qprof-wl   377/391   [000]    65.328577: cpu-clock: \n"
+    b"\tffffffff9592d2a5 tcp_sendmsg ([kernel.kallsyms])\n"
+    b"\t          10a974 [unknown] (/usr/lib/x86_64-linux-gnu/libc.so.6)\n"
+    b"\n"
+    b"wl [3] 1.5: x   380/390   [001]    65.332646: cpu-clock: \n"
+    b"\tffffffff95ff6fda [12] 3.25: odd_symbol ([kernel.kallsyms])\n"
+    b"\n"
+    b"python   192/192   [011]    65.320688: cpu-clock: \n"
+    b"\t    7f74e7bae86a [unknown] ([unknown])"
+)
+
+
+@pytest.mark.parametrize("size", [1, 7, 64, 1 << 20])
+def test_perf_script_blocks_are_whole_lines_and_count_each_sample_once(size):
+    """fold's blocks of `perf script`: whole lines whatever the read size,
+    together the stream unchanged; each sample's header counted once, on
+    the CPU it names, and a frame that looks like a header's tail is not."""
+    from qprof.collectors import perf
+
+    blocks = list(perf.whole_lines(io.BufferedReader(io.BytesIO(PERF_SCRIPT)), size))
+    assert b"".join(blocks) == PERF_SCRIPT
+    assert all(b.endswith(b"\n") for b in blocks[:-1])
+    per_cpu = {}
+    for b in blocks:
+        perf.count_cpus(b, per_cpu)
+    assert per_cpu == {"0": 1, "1": 1, "11": 1}
