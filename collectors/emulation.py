@@ -16,6 +16,8 @@ from qprof.describe.link import (
     SATURATED,
     SATURATION_CAP_S,
     SATURATION_INTERVAL_S,
+    STEADY_INTERVALS,
+    STEADY_SPREAD,
     TC_TIMEOUT_S,
     Link,
     plan,
@@ -147,26 +149,45 @@ def read_qdiscs(ep) -> Optional[List[dict]]:
     return json.loads(r.stdout or "[]")
 
 
-def wait_saturated(ep, link: Link, sleep: Callable[[float], None]) -> dict:
+def wait_saturated(ep, link: Link, sleep: Callable[[float], None], root_bytes=None) -> dict:
     """After the warm-up of a bulk run: sample the root qdisc's bytes on
     the data's direction (ep's egress) until one interval carried SATURATED
-    of the rate, or give up at the cap (a lossy link may never fill: the
-    window then starts anyway, and the record says so)."""
+    of the rate, or the last STEADY_INTERVALS carried the same (the flow
+    will not fill the link: its sender's CPU, or its congestion control,
+    holds it), or give up at the cap (a lossy link's flow may neither fill
+    it nor settle: the window then starts anyway). The record says which
+    (`saturated`, `steady`). root_bytes: the counter (tests stand one in)."""
+    root_bytes = root_bytes or _root_bytes
     interval = max(2 * link.rtt_s, SATURATION_INTERVAL_S)
     cap = max(SATURATION_CAP_S, 10 * link.rtt_s)
     t0 = t_last = time.monotonic()
-    last = _root_bytes(ep)
-    util = None
+    last = root_bytes(ep)
+    utils: List[float] = []
     while last is not None:
         sleep(interval)
-        now, got = time.monotonic(), _root_bytes(ep)
+        now, got = time.monotonic(), root_bytes(ep)
         if got is None:
             break
-        util = (got - last) * 8 / (now - t_last) / link.rate_bit
-        if util >= SATURATED or now - t0 >= cap:
-            return {"saturated": util >= SATURATED, "waited_s": now - t0, "interval_s": interval, "utilisation": util}
+        utils.append((got - last) * 8 / (now - t_last) / link.rate_bit)
+        recent = utils[-STEADY_INTERVALS:]
+        steady = len(recent) == STEADY_INTERVALS and max(recent) - min(recent) <= STEADY_SPREAD * max(recent)
+        if utils[-1] >= SATURATED or steady or now - t0 >= cap:
+            saturated = utils[-1] >= SATURATED
+            return {
+                "saturated": saturated,
+                "steady": steady and not saturated,
+                "waited_s": now - t0,
+                "interval_s": interval,
+                "utilisation": utils[-1],
+            }
         last, t_last = got, now
-    return {"saturated": None, "waited_s": time.monotonic() - t0, "interval_s": interval, "utilisation": util}
+    return {
+        "saturated": None,
+        "steady": None,
+        "waited_s": time.monotonic() - t0,
+        "interval_s": interval,
+        "utilisation": utils[-1] if utils else None,
+    }
 
 
 def _root_bytes(ep) -> Optional[int]:

@@ -67,9 +67,13 @@ MAX_RTT_S = 60.0
 # CPU this busy (the machine, or one process on its one CPU) is the host's limit.
 SATURATED = 0.9
 # A bulk window starts once an interval of max(2 RTT, this) carried SATURATED
-# of the rate, or after max(SATURATION_CAP_S, 10 RTT) without one.
+# of the rate; or once the last STEADY_INTERVALS carried the same within
+# STEADY_SPREAD of their largest (the flow is as fast as it gets: a sender
+# whose CPU cannot fill the link); or after max(SATURATION_CAP_S, 10 RTT).
 SATURATION_INTERVAL_S = 0.25
 SATURATION_CAP_S = 5.0
+STEADY_INTERVALS = 3
+STEADY_SPREAD = 0.05
 TBF_BURST_SLACK = 100  # bytes over the MTU: the Ethernet header, and tc's rounding of the burst
 TC_TIMEOUT_S = 10.0
 

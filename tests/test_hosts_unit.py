@@ -251,3 +251,32 @@ def test_a_round_trip_goes_on_the_side_whose_kernel_has_netem():
     with pytest.raises(errors.LinkUnsupported) as e:
         emulation.apply(link.parse("rtt=40ms"), {"client": here, "server": neither}, 1500)
     assert "no side's kernel has sch_netem" in e.value.sentence and "root@h: " in e.value.sentence
+
+
+@pytest.mark.parametrize(
+    "rates, saturated, steady, intervals",
+    [
+        ([0.2, 0.5, 0.95], True, False, 3),  # a flow that fills the link
+        ([0.2, 0.5, 0.70, 0.71, 0.72], False, True, 5),  # one that settles under it
+        ([0.2, 0.4, 0.6, 0.8, 0.83, 0.84], False, True, 6),  # climbing, then settled within 5%
+        ([0.3, 0.6, 0.3, 0.6, 0.3, 0.6], False, False, 6),  # neither: the cap
+    ],
+)
+def test_a_bulk_window_waits_for_a_full_or_a_settled_link(monkeypatch, rates, saturated, steady, intervals):
+    """wait_saturated opens the window at the first interval at 90% of the
+    rate, or once three intervals in a row agree within 5% (the flow will
+    not fill the link), or at the cap; and says which."""
+    clock = [0.0]
+    monkeypatch.setattr(emulation.time, "monotonic", lambda: clock[0])
+    lk = link.parse("rate=100mbit")
+    interval = link.SATURATION_INTERVAL_S
+    sent = iter([0] + [int(sum(rates[: i + 1]) * lk.rate_bit / 8 * interval) for i in range(len(rates))])
+
+    def sleep(s):
+        clock[0] += s
+
+    monkeypatch.setattr(emulation, "SATURATION_CAP_S", len(rates) * interval)
+    got = emulation.wait_saturated(None, lk, sleep, root_bytes=lambda ep: next(sent))
+    assert (got["saturated"], got["steady"]) == (saturated, steady)
+    assert got["waited_s"] == pytest.approx(intervals * interval)
+    assert got["utilisation"] == pytest.approx(rates[intervals - 1], rel=1e-6)
