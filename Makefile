@@ -22,10 +22,10 @@ APT_PKGS := iproute2 procps openssl libssl-dev cmake ninja-build gcc g++ make pe
             clang llvm bpftool libbpf-dev libelf-dev zlib1g-dev pkg-config clang-format git \
             libngtcp2-dev libngtcp2-crypto-gnutls-dev libgnutls28-dev libhttp-parser-dev libnghttp2-dev libnghttp3-dev
 
-.PHONY: all deps apt venv fetch build msquic msquic-variant workload rs-workloads probes inferno guest test-tools bench-tools run lint test check bench clean
+.PHONY: all deps apt venv pyc fetch build msquic msquic-variant workload rs-workloads probes inferno guest test-tools bench-tools run lint test check bench clean
 all: build
 
-deps: apt venv
+deps: apt venv pyc
 
 apt:
 	@build-aux/apt.sh install $(APT_PKGS) $$(command -v cargo >/dev/null || echo cargo)
@@ -36,6 +36,15 @@ $(VENV)/.installed: setup.py
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test]'
 	touch $@
+
+# This checkout's Python byte-compiled (its top folders, qprof's packages
+# among them), as pip compiles what it installs and not an editable
+# install: where PYTHONDONTWRITEBYTECODE is set, as on CI's machines, each
+# `qprof` compiled its modules afresh at every start (0.15-0.3 s here, more
+# in the TCG guest, whose userland this is). compileall writes whatever
+# that says, and only what is stale.
+pyc: venv
+	@$(PY) -m compileall -q -r 1 .
 
 # Everything `build` takes from crates.io, downloaded here (checksums in the
 # Cargo.lock files); `build` itself then runs offline. tests/test_cold_setup.py
