@@ -296,7 +296,9 @@ PERF_FRAME = re.compile(r"^\s+[0-9a-f]+ .+ \(.+\)$")
 def test_perf_script_of_a_kept_perf_data(runs_dir):
     """A real short run with --keep-perf-data: the export is perf script's
     own text (events, each with its pid/tid, time and frames)."""
-    rec = run_json(runs_dir, "--stack", "tcp", "--duration", "1s", "--keep-perf-data", "--probes", "none")
+    rec = run_json(
+        runs_dir, "--stack", "tcp", "--duration", "1s", "--warmup", "0.3s", "--keep-perf-data", "--probes", "none"
+    )
     data = runs_dir / rec["id"] / "perf.data"
     assert data.is_file()
     r = qprof("export", rec["id"], "--format", "perf-script", runs_dir=runs_dir, timeout=300)
