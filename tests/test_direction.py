@@ -61,10 +61,11 @@ def assert_carried(runs_dir, rec, sender, receiver, goodput, way):
     in flight can miss it: over TCP, that socket's buffer (tcp_rmem's
     most, which autotuning grows it toward; 32 MiB here: twice in a
     suite, ~6 MB more was carried than verified with 0 in flight read at
-    the end edge, past a bound of the window's rate over the gaps). A sender counts a write once it returns whole, so its
-    mark may lag what its stack already took (and the receiver verified)
-    by up to one --io-size write: CI saw -131,072 in flight at both edges,
-    tcp's whole 128 KiB write delivered and not yet counted."""
+    the end edge, past a bound of the window's rate over the gaps). A
+    sender counts a write once it returns whole, so its mark may lag what
+    its stack already took (and the receiver verified) by up to one
+    --io-size write: CI saw -131,072 in flight at both edges, tcp's whole
+    128 KiB write delivered and not yet counted."""
     marks = json.loads((runs_dir / rec["id"] / "measurement.json").read_text())["window"]
     key = "sent_bytes" if way == "both" else "app_bytes"
 
