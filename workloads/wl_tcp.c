@@ -845,8 +845,16 @@ static void tcp_close(struct wl_conn *c, uint64_t code)
 	if (c->dedicated) {
 		atomic_store(&c->close_code, code);
 		atomic_store(&c->closing, true);
-		/* From another thread: a read of the connection's own returns. */
 		pthread_mutex_lock(&T.lock);
+		/*
+		 * A failed connection ends in RST (release()), set now: the
+		 * process may exit, closing the socket, before the connection's
+		 * thread gets there, and a FIN then told the peer all was whole.
+		 */
+		if (code && c->io.fd >= 0)
+			setsockopt(c->io.fd, SOL_SOCKET, SO_LINGER, &(struct linger){1, 0},
+				   sizeof(struct linger));
+		/* From another thread: a read of the connection's own returns. */
 		if (own_conn != c && c->io.fd >= 0)
 			shutdown(c->io.fd, SHUT_RD);
 		pthread_mutex_unlock(&T.lock);
