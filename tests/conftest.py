@@ -288,11 +288,11 @@ def leftovers():
         or "qemu-system" in line
         and line.split()[0] != str(SESSION_GUEST.get("pid"))
         # ssh's master and clients (their control socket's directory is in
-        # their argv), `qprof agent` on a test host, a test host's sshd
+        # their argv), `qprof agent` on a test host
         or "qprof-ssh-" in line
         or "qprof agent" in line
-        or "qp-sshd.conf" in line
     ]
+    found += netns_processes()
     state = Path(os.environ.get("QPROF_STATE_DIR", "/run/qprof"))
     found += [f"ledger {p}" for p in state.glob("*.json")]
     # A guest booted for a command (collectors/resident.py), a started guest
@@ -304,6 +304,28 @@ def leftovers():
     found += [f"path {p}" for p in Path("/tmp").glob("qprof-perf-*")]
     found += [f"path {p}" for p in Path(tempfile.gettempdir()).glob("qprof-ssh-*")]
     return found
+
+
+def netns_processes():
+    """Each process living in a qp- namespace (a test host's sshd and its
+    sessions, a run's workloads), by pid and comm: sshd rewrites its argv
+    as its title, cut to the length of its argv and environment, so its
+    `ps` line neither names its config nor stays the same."""
+    names = {}
+    for ns in Path("/run/netns").glob("qp-*"):
+        try:
+            names[ns.stat().st_ino] = ns.name
+        except OSError:
+            continue
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            ns = names.get((proc / "ns" / "net").stat().st_ino)
+            if ns:
+                found.append(f"process {proc.name} {(proc / 'comm').read_text().strip()} in {ns}")
+        except OSError:
+            continue  # ended as it was read
+    return sorted(found, key=lambda line: int(line.split()[1]))
 
 
 SCHEMAS = {

@@ -48,8 +48,8 @@ SSHD_RUN_DIR = Path("/run/sshd")
 # What makes `python -m qprof` there this test's qprof, as here.
 PASSED_ENV = ("PYTHONPATH", "QPROF_BUILD_DIR")
 START_TIMEOUT_S = 10.0
-# The name of each host's sshd config: leftovers() (conftest.py) knows a
-# test's sshd by it.
+# The name of each host's sshd config (leftovers(), conftest.py, knows a
+# test's sshd by its namespace: its title is cut to its argv's room).
 SSHD_CONFIG = "qp-sshd.conf"
 
 
