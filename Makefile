@@ -30,11 +30,20 @@ deps: apt venv pyc
 apt:
 	@build-aux/apt.sh install $(APT_PKGS) $$(command -v cargo >/dev/null || echo cargo)
 
-venv: $(VENV)/.installed
+# The venv: qprof and what it runs on, and EXTRAS (setup.py's extras_require;
+# `test`: pytest and what the tests drive). `qprof remote setup` makes a
+# host's with none (EXTRAS=): a host serves runs, it does not run the tests.
+EXTRAS ?= test
+venv: $(VENV)/.installed $(if $(EXTRAS),$(VENV)/.installed-$(EXTRAS))
 $(VENV)/.installed: setup.py
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.$(if $(EXTRAS),[$(EXTRAS)])'
+	touch $@
+	$(if $(EXTRAS),touch $(VENV)/.installed-$(EXTRAS))
+# Extras added to a venv made without them.
+$(VENV)/.installed-%: $(VENV)/.installed
+	$(PY) -m pip install -q -e '.[$*]'
 	touch $@
 
 # This checkout's Python byte-compiled (its top folders, qprof's packages
