@@ -149,23 +149,26 @@ def read_qdiscs(ep) -> Optional[List[dict]]:
     return json.loads(r.stdout or "[]")
 
 
-def wait_saturated(ep, link: Link, sleep: Callable[[float], None], root_bytes=None) -> dict:
+def wait_saturated(
+    ep, link: Link, sleep: Callable[[float], None], root_bytes=None, clock: Callable[[], float] = time.monotonic
+) -> dict:
     """After the warm-up of a bulk run: sample the root qdisc's bytes on
     the data's direction (ep's egress) until one interval carried SATURATED
     of the rate, or the last STEADY_INTERVALS carried the same (the flow
     will not fill the link: its sender's CPU, or its congestion control,
     holds it), or give up at the cap (a lossy link's flow may neither fill
     it nor settle: the window then starts anyway). The record says which
-    (`saturated`, `steady`). root_bytes: the counter (tests stand one in)."""
+    (`saturated`, `steady`). root_bytes and clock: the counter and the
+    time (tests stand theirs in)."""
     root_bytes = root_bytes or _root_bytes
     interval = max(2 * link.rtt_s, SATURATION_INTERVAL_S)
     cap = max(SATURATION_CAP_S, 10 * link.rtt_s)
-    t0 = t_last = time.monotonic()
+    t0 = t_last = clock()
     last = root_bytes(ep)
     utils: List[float] = []
     while last is not None:
         sleep(interval)
-        now, got = time.monotonic(), root_bytes(ep)
+        now, got = clock(), root_bytes(ep)
         if got is None:
             break
         utils.append((got - last) * 8 / (now - t_last) / link.rate_bit)
@@ -184,7 +187,7 @@ def wait_saturated(ep, link: Link, sleep: Callable[[float], None], root_bytes=No
     return {
         "saturated": None,
         "steady": None,
-        "waited_s": time.monotonic() - t0,
+        "waited_s": clock() - t0,
         "interval_s": interval,
         "utilisation": utils[-1] if utils else None,
     }

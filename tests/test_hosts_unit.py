@@ -267,7 +267,6 @@ def test_a_bulk_window_waits_for_a_full_or_a_settled_link(monkeypatch, rates, sa
     rate, or once three intervals in a row agree within 5% (the flow will
     not fill the link), or at the cap; and says which."""
     clock = [0.0]
-    monkeypatch.setattr(emulation.time, "monotonic", lambda: clock[0])
     lk = link.parse("rate=100mbit")
     interval = link.SATURATION_INTERVAL_S
     sent = iter([0] + [int(sum(rates[: i + 1]) * lk.rate_bit / 8 * interval) for i in range(len(rates))])
@@ -276,7 +275,7 @@ def test_a_bulk_window_waits_for_a_full_or_a_settled_link(monkeypatch, rates, sa
         clock[0] += s
 
     monkeypatch.setattr(emulation, "SATURATION_CAP_S", len(rates) * interval)
-    got = emulation.wait_saturated(None, lk, sleep, root_bytes=lambda ep: next(sent))
+    got = emulation.wait_saturated(None, lk, sleep, root_bytes=lambda ep: next(sent), clock=lambda: clock[0])
     assert (got["saturated"], got["steady"]) == (saturated, steady)
     assert got["waited_s"] == pytest.approx(intervals * interval)
     assert got["utilisation"] == pytest.approx(rates[intervals - 1], rel=1e-6)
