@@ -307,24 +307,32 @@ def leftovers():
 
 
 def netns_processes():
-    """Each process living in a qp- namespace (a test host's sshd and its
-    sessions, a run's workloads), by pid and comm: sshd rewrites its argv
-    as its title, cut to the length of its argv and environment, so its
-    `ps` line neither names its config nor stays the same."""
+    """Each process started into a qp- namespace from outside it (a test
+    host's sshd, a run's workloads), by pid and comm: sshd rewrites its
+    argv as its title, cut to the room its argv and environment had, so
+    its `ps` line neither names its config nor stays the same. What those
+    started there (an SSH session's processes, which end on sshd's time)
+    is theirs: a host's own wait_idle() waits for them."""
     names = {}
     for ns in Path("/run/netns").glob("qp-*"):
         try:
             names[ns.stat().st_ino] = ns.name
         except OSError:
             continue
-    found = []
+    nets, parents, comms = {}, {}, {}
     for proc in Path("/proc").glob("[0-9]*"):
         try:
-            ns = names.get((proc / "ns" / "net").stat().st_ino)
-            if ns:
-                found.append(f"process {proc.name} {(proc / 'comm').read_text().strip()} in {ns}")
-        except OSError:
-            continue  # ended as it was read
+            nets[proc.name] = (proc / "ns" / "net").stat().st_ino
+            # stat's fourth field, after "(comm)", which may hold spaces
+            parents[proc.name] = (proc / "stat").read_text().rsplit(")", 1)[1].split()[1]
+            comms[proc.name] = (proc / "comm").read_text().strip()
+        except (OSError, IndexError):
+            nets.pop(proc.name, None)  # ended as it was read
+    found = [
+        f"process {pid} {comms[pid]} in {names[net]}"
+        for pid, net in nets.items()
+        if net in names and pid in comms and nets.get(parents.get(pid)) != net
+    ]
     return sorted(found, key=lambda line: int(line.split()[1]))
 
 

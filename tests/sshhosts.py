@@ -336,9 +336,11 @@ class SshTestHost:
         ps = subprocess.run(["ps", "-o", "pid=,args=", "-p", ",".join(pids)], capture_output=True, text=True)
         return [l.strip() for l in ps.stdout.splitlines() if l.strip()]
 
-    def kill_sshd(self) -> None:
+    def kill_sshd(self) -> str:
         """The host's sshd and every session it serves killed with -9 (its
-        own, not another host's: a pid namespace is the machine's)."""
+        own, not another host's: a pid namespace is the machine's), the
+        listener reaped. Returns the listener's leftovers() line, which is
+        gone now."""
         r = subprocess.run(["ip", "netns", "pids", self.netns], capture_output=True, text=True)
         for pid in r.stdout.split():
             try:
@@ -346,6 +348,8 @@ class SshTestHost:
                     os.kill(int(pid), signal.SIGKILL)
             except (OSError, ValueError):
                 pass  # gone meanwhile
+        self.sshd.wait(timeout=10)
+        return f"process {self.sshd.pid} sshd in {self.netns}"
 
     def wait_idle(self, timeout_s: float = 10.0) -> List[str]:
         """remote_pids() once the host has none left, or when timeout_s

@@ -633,12 +633,13 @@ def test_the_connection_cut(ssh_host, runs_dir):
     with _faulted_run(ssh_host, runs_dir) as p:
         run = Watched(p)
         run.under_way(ssh_host)
-        ssh_host.kill_sshd()
+        killed = ssh_host.kill_sshd()
         code, err = run.ended()
     assert code == errors.RemoteLost.exit_code, err
     line = one_sentence(err)
     assert f"on {ssh_host.destination} (" in line and "check the host and the network to it" in line, line
-    assert ssh_host.wait_idle() == [] and leftovers() == before
+    assert killed in before
+    assert ssh_host.wait_idle() == [] and leftovers() == [l for l in before if l != killed]
 
 
 def test_ctrl_c_here(ssh_host, runs_dir):
