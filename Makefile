@@ -30,11 +30,15 @@ deps: apt venv pyc
 apt:
 	@build-aux/apt.sh install $(APT_PKGS) $$(command -v cargo >/dev/null || echo cargo)
 
-# The venv: qprof and what it runs on, and EXTRAS (setup.py's extras_require;
-# `test`: pytest and what the tests drive). `qprof remote setup` makes a
-# host's with none (EXTRAS=): a host serves runs, it does not run the tests.
-EXTRAS ?= test
-venv: $(VENV)/.installed $(if $(EXTRAS),$(VENV)/.installed-$(EXTRAS))
+# The venv: qprof and what it runs on, and EXTRAS (setup.py's extras_require).
+# None for `make run` and on a host `qprof remote setup` makes: they run
+# measurements. `test` (pytest and what the tests drive, ruff) for the
+# targets that run the tests or the linters, which add it to a venv made
+# without it.
+EXTRAS ?=
+TEST_VENV := $(VENV)/.installed-test
+test check lint: EXTRAS = test
+venv: $(VENV)/.installed
 $(VENV)/.installed: setup.py
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
@@ -185,18 +189,18 @@ run: deps build
 
 # Style, as ruff.toml and .clang-format say; part of `make test`.
 C_SRC := $(shell git ls-files 'probes/*.c' 'probes/*.h' 'workloads/*.c' 'workloads/*.h' 'workloads/*/*.c' 2>/dev/null)
-lint: deps
+lint: deps $(TEST_VENV)
 	cargo fmt --manifest-path workloads/rs/Cargo.toml --all -- --check
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	clang-format --dry-run --Werror --style=file $(C_SRC)
 
-test: deps build msquic-variant guest test-tools lint
+test: deps $(TEST_VENV) build msquic-variant guest test-tools lint
 	cargo test --locked --offline --quiet --manifest-path workloads/rs/Cargo.toml --target-dir $(BUILD)/rs -p wlproto
 	$(VENV)/bin/python -m pytest -ra --durations=30 tests
 
 # The fast tier (pytest.ini's markers): the venv alone, as any user; `test` runs it too.
-check: venv
+check: venv $(TEST_VENV)
 	$(VENV)/bin/python -m pytest -m unit -q -ra tests
 
 clean:

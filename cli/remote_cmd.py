@@ -92,7 +92,7 @@ def check(host, ssh_config, rounds, as_json):
     metavar="DIR",
     help="Where to install it there [default: this checkout's path, where a run starts qprof there].",
 )
-@click.option("--no-build", is_flag=True, help="Install the commit only; leave `make deps build EXTRAS=` there to you.")
+@click.option("--no-build", is_flag=True, help="Install the commit only; leave `make deps build` there to you.")
 def setup(host, ssh_config, path, no_build):
     """Install this qprof on HOST over SSH: this commit, at this path, built.
 
@@ -100,8 +100,8 @@ def setup(host, ssh_config, path, no_build):
     connection (nothing of qprof's is fetched from anywhere else), is
     cloned there at the same path (or fetched into the unchanged qprof
     checkout already there) and checked out; then the README's set-up
-    runs there (`make deps build EXTRAS=`: Debian's packages, the venv
-    without the test tools, and the build, from the package registries), its lines shown as they come,
+    runs there (`make deps build`: Debian's packages, the venv and the
+    build, from the package registries), its lines shown as they come,
     and HOST is checked as `qprof remote check` does. HOST needs git and
     make; log in as root (docs/remote.md).
 

@@ -13,10 +13,10 @@ up makes that true:
    into the qprof checkout already there (whose tracked files must be
    unchanged: a checkout with changes is refused, not overwritten), and
    checked out at that commit;
-3. the README's set-up runs there, `make deps build EXTRAS=` (without the
-   test tools), its lines shown as they come (it installs Debian's
-   packages, the venv and the build from the package registries, as on
-   this machine);
+3. the README's set-up runs there, `make deps build`, its lines shown as
+   they come (it installs Debian's packages, the venv without the test
+   tools, which are `make test`'s, and the build from the package
+   registries, as on this machine);
 4. the host is checked as a run checks it (`qprof agent`'s hello), with
    qprof started from that path's venv where it is not this one's
    (`qprof_at`: what QPROF_REMOTE_QPROF then says for a run).
@@ -38,9 +38,7 @@ from qprof.collectors.controlled import die_with_parent
 from qprof.collectors.ssh import SshHost
 
 STEP_TIMEOUT_S = 300.0
-# The README's set-up without the test tools (the Makefile's EXTRAS): a host
-# serves runs; pytest, selenium and the rest were a third of its set-up.
-BUILD = ("deps", "build", "EXTRAS=")
+BUILD = ("deps", "build")
 VENV = ".venv"  # the Makefile's VENV
 # What is at PATH there: "absent" (nothing, or an empty directory, which git
 # clones into), "clean COMMIT", "changed COMMIT", or "other" (not a git checkout).

@@ -144,11 +144,12 @@ def test_offline_build_step_refuses_what_was_not_fetched(tmp_path, target):
 
 
 def test_venv_from_empty_pip_cache(tmp_path):
-    """`make venv` into a new directory with pip's cache off: qprof and its
-    PyPI dependencies install, and the command starts."""
+    """`make venv` into a new directory with pip's cache off, with the test
+    tools as `make test` installs them: qprof and its PyPI dependencies
+    install, and the command starts."""
     env = cold_env(tmp_path)
     venv = tmp_path / "venv"
-    run(["make", "--no-print-directory", f"VENV={venv}", "venv"], env)
+    run(["make", "--no-print-directory", f"VENV={venv}", "EXTRAS=test", "venv"], env)
     assert not (tmp_path / "pip-cache").exists()
     r = run([str(venv / "bin" / "qprof"), "--version"], env)
     assert r.stdout.startswith("qprof")
