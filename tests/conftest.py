@@ -313,27 +313,20 @@ def netns_processes():
     its `ps` line neither names its config nor stays the same. What those
     started there (an SSH session's processes, which end on sshd's time)
     is theirs: a host's own wait_idle() waits for them."""
-    names = {}
-    for ns in Path("/run/netns").glob("qp-*"):
-        try:
-            names[ns.stat().st_ino] = ns.name
-        except OSError:
-            continue
-    nets, parents, comms = {}, {}, {}
-    for proc in Path("/proc").glob("[0-9]*"):
-        try:
-            nets[proc.name] = (proc / "ns" / "net").stat().st_ino
-            # stat's fourth field, after "(comm)", which may hold spaces
-            parents[proc.name] = (proc / "stat").read_text().rsplit(")", 1)[1].split()[1]
-            comms[proc.name] = (proc / "comm").read_text().strip()
-        except (OSError, IndexError):
-            nets.pop(proc.name, None)  # ended as it was read
-    found = [
-        f"process {pid} {comms[pid]} in {names[net]}"
-        for pid, net in nets.items()
-        if net in names and pid in comms and nets.get(parents.get(pid)) != net
-    ]
-    return sorted(found, key=lambda line: int(line.split()[1]))
+    from qprof import remains
+
+    found = []
+    for ns in Path(remains.NETNS_DIR).glob("qp-*"):
+        pids = set(remains.netns_pids(ns.name))
+        for pid in pids:
+            try:
+                stat = Path(f"/proc/{pid}/stat").read_text()  # PID (COMM) STATE PPID ...
+            except OSError:
+                continue  # ended as it was read
+            comm, rest = stat.split("(", 1)[1].rsplit(")", 1)
+            if int(rest.split()[1]) not in pids:
+                found.append((pid, f"process {pid} {comm} in {ns.name}"))
+    return [line for _, line in sorted(found)]
 
 
 SCHEMAS = {
