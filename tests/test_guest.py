@@ -168,6 +168,10 @@ def test_a_started_guest_serves_a_comparison_and_says_so(session_guest, shared):
     assert second["runs_before"] == first["runs_before"] + 1 <= info["served"] - 1
     # Idle between runs: paused, no job.
     assert info["alive"] and info["vm"] == "paused" and info["job"] is None and info["current"] is True
+    # Debian's kernel has a PVH entry: QEMU boots its ELF there, not the bzImage.
+    argv = open(f"/proc/{info['qemu']['pid']}/cmdline").read().split("\0")
+    kernel = argv[argv.index("-kernel") + 1]
+    assert kernel == str(guest.artifacts().kernel) and os.path.basename(kernel).startswith("vmlinux-"), argv
     for rec in recs:
         assert rec["flame"]["samples"]["client"] > 0
         assert (d / rec["id"] / rec["flame"]["stacks_dir"]).is_dir()
