@@ -267,32 +267,55 @@ def wait_for_intervals(p, n=1, timeout_s=60.0) -> str:
     return said.decode()
 
 
+# `make test` runs the unit tier and the downloads from empty caches beside
+# the guest tier (its emulator keeps one CPU of two busy), each session
+# named here. What the other session made is its own: its processes carry
+# its name in their environment, and no test beside the guest tier makes a
+# namespace or a link.
+SESSION = os.environ.get("QPROF_TEST_SESSION")
+
+
+def another_sessions(pid: str) -> bool:
+    """The process is (or was started by) the test session beside this one."""
+    try:
+        env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    tags = [e.split(b"=", 1)[1].decode() for e in env if e.startswith(b"QPROF_TEST_SESSION=")]
+    return bool(tags) and tags[0] != SESSION
+
+
 def leftovers():
     """Namespaces, links, processes, ledgers and temporary paths a run could
     have left behind."""
     found = []
+    system_wide = SESSION != "beside"
     ns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    found += [f"netns {line.split()[0]}" for line in ns.splitlines() if line.startswith("qp-")]
+    found += [f"netns {line.split()[0]}" for line in ns.splitlines() if line.startswith("qp-") and system_wide]
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
     for line in links.splitlines():
         name = line.split(": ")[1].split("@")[0]
-        if name.startswith("qp"):
+        if name.startswith("qp") and system_wide:
             found.append(f"link {name}")
     ps = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+
+    def a_runs(line: str) -> bool:
+        return (
+            "qprof-wl" in line
+            or "perf record" in line
+            # the session's started guest (session_guest) is the session's, not a run's
+            or "qemu-system" in line
+            and line.split()[0] != str(SESSION_GUEST.get("pid"))
+            # ssh's master and clients (their control socket's directory is in
+            # their argv), `qprof agent` on a test host
+            or "qprof-ssh-" in line
+            or "qprof agent" in line
+        )
+
     found += [
-        f"process {line.strip()}"
-        for line in ps.splitlines()
-        if "qprof-wl" in line
-        or "perf record" in line
-        # the session's started guest (session_guest) is the session's, not a run's
-        or "qemu-system" in line
-        and line.split()[0] != str(SESSION_GUEST.get("pid"))
-        # ssh's master and clients (their control socket's directory is in
-        # their argv), `qprof agent` on a test host
-        or "qprof-ssh-" in line
-        or "qprof agent" in line
+        f"process {line.strip()}" for line in ps.splitlines() if a_runs(line) and not another_sessions(line.split()[0])
     ]
-    found += netns_processes()
+    found += netns_processes() if system_wide else []
     state = Path(os.environ.get("QPROF_STATE_DIR", "/run/qprof"))
     found += [f"ledger {p}" for p in state.glob("*.json")]
     # A guest booted for a command (collectors/resident.py), a started guest
@@ -301,7 +324,7 @@ def leftovers():
     if (state / "guest").exists() and not SESSION_GUEST:
         found.append(f"started guest {state / 'guest'}")
     found += [f"guest job {p}" for p in (state / "guest" / "spool" / "jobs").glob("*") if SESSION_GUEST]
-    found += [f"path {p}" for p in Path("/tmp").glob("qprof-perf-*")]
+    found += [f"path {p}" for p in Path(tempfile.gettempdir()).glob("qprof-perf-*")]
     found += [f"path {p}" for p in Path(tempfile.gettempdir()).glob("qprof-ssh-*")]
     return found
 
