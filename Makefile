@@ -198,26 +198,26 @@ lint: deps $(TEST_VENV)
 # The guest tier's emulator runs the guest on one thread (TCG's
 # thread=single), which leaves about one CPU of two to spare for its five
 # minutes: beside it run the tests that neither measure nor make anything
-# system-wide, the unit tier and the downloads from empty caches
-# (test_cold_setup.py), a session of their own (QPROF_TEST_SESSION: what
-# each made is its own, tests/conftest.py), their temporary files apart,
-# their output printed after; SIGINT as a foreground job has it (a shell
-# starts a background job with it ignored, and the unit tier interrupts
-# its stand-ins). Measured here: the guest tier 273 s alone and 303 with
-# them beside it, they 65 + 45 s alone. The system and network tiers
-# measure: they run alone, and whatever the first two found.
+# system-wide, the unit tier and those marked `beside` (the downloads from
+# empty caches, the reports in Chromium), a session of their own
+# (QPROF_TEST_SESSION: what each made is its own, tests/conftest.py),
+# their temporary files apart, their output printed after; SIGINT as a
+# foreground job has it (a shell starts a background job with it ignored,
+# and the unit tier interrupts its stand-ins). Measured here: the guest
+# tier 273 s alone and 303 with the unit tier and the downloads beside it,
+# they 65 + 45 s alone. The system and network tiers measure: they run
+# alone, and whatever the first two found.
 PYTEST := $(VENV)/bin/python -m pytest -ra
-COLD := tests/test_cold_setup.py
 test: deps $(TEST_VENV) build msquic-variant guest test-tools lint
 	cargo test --locked --offline --quiet --manifest-path workloads/rs/Cargo.toml --target-dir $(BUILD)/rs -p wlproto
 	@t0=$$(date +%s); tmp=$$(mktemp -d /tmp/qprof-beside.XXXXXX); \
 	QPROF_TEST_SESSION=beside TMPDIR=$$tmp env --default-signal=INT $(PYTEST) -q -p no:cacheprovider \
-		--durations=10 -m 'unit or network' --ignore=tests/test_remote_setup.py tests > $$tmp.log 2>&1 & \
+		--durations=10 -m 'unit or beside' tests > $$tmp.log 2>&1 & \
 	beside=$$!; \
 	QPROF_TEST_SESSION=guest $(PYTEST) -m guest --durations=30 tests; guest=$$?; \
-	wait $$beside; rc=$$?; echo "== beside the guest tier: the unit tier and $(COLD)"; cat $$tmp.log; \
-	rm -rf $$tmp $$tmp.log; \
-	$(PYTEST) -m 'system or network' --ignore=$(COLD) --durations=30 tests; rest=$$?; \
+	wait $$beside; rc=$$?; echo "== beside the guest tier: the unit tier and the tests marked beside"; \
+	cat $$tmp.log; rm -rf $$tmp $$tmp.log; \
+	$(PYTEST) -m '(system or network) and not beside' --durations=30 tests; rest=$$?; \
 	echo "== the suite: $$(( $$(date +%s) - t0 )) s of tests; exit: guest $$guest, beside it $$rc, the rest $$rest"; \
 	test $$guest -eq 0 -a $$rc -eq 0 -a $$rest -eq 0
 

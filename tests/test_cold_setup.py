@@ -18,7 +18,8 @@ import pytest
 
 from conftest import REPO
 
-pytestmark = pytest.mark.network
+# Downloads into empty directories: beside the guest tier in `make test`.
+pytestmark = [pytest.mark.network, pytest.mark.beside]
 
 
 @pytest.fixture(scope="module")

@@ -553,6 +553,7 @@ CASES = {
 
 
 @pytest.mark.system
+@pytest.mark.beside
 @needs_inferno
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_run_report_in_browser(root, browser, case):
@@ -568,6 +569,7 @@ def test_run_report_in_browser(root, browser, case):
 
 
 @pytest.mark.system
+@pytest.mark.beside
 @needs_inferno
 def test_comparison_report_in_browser(root, browser):
     r = report(root, COMPARISON)
@@ -579,6 +581,7 @@ def test_comparison_report_in_browser(root, browser):
 
 
 @pytest.mark.system
+@pytest.mark.beside
 def test_real_comparison_report_in_browser(root, browser):
     """`qprof compare --stacks tcp,udp --duration 1s --repeat 1 --probes none`
     as it left its directory, flame diffs included."""
@@ -595,6 +598,7 @@ def test_real_comparison_report_in_browser(root, browser):
 
 
 @pytest.mark.system
+@pytest.mark.beside
 def test_incomplete_report_in_browser(root, browser):
     report(root, INCOMPLETE)
     got = load(browser, root / INCOMPLETE / "report.html", "run-incomplete")
