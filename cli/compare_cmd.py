@@ -21,7 +21,6 @@ from qprof.collectors import compare
 from qprof.describe import options
 from qprof.errors import BadValue
 from qprof.present import tables as report
-from qprof.present import warn
 from qprof.present.format import compact
 
 
@@ -102,7 +101,7 @@ def _run_with_progress(copts: compare.CompareOptions) -> dict:
     err = Console(stderr=True)
     if not sys.stderr.isatty():
         return compare.run(
-            copts, on_run=lambda i, n, cfg: None, on_done=lambda entry: warn.warn_record(entry["record"])
+            copts, on_run=lambda i, n, cfg: None, on_done=lambda entry: report.warn_record(entry["record"])
         )
     columns = (
         TextColumn("{task.description}"),
@@ -125,7 +124,7 @@ def _run_with_progress(copts: compare.CompareOptions) -> dict:
                 f"{copts.configs[entry['config']].label}: {compact(rec['throughput_gbps'], 'Gbit/s')} Gbit/s, "
                 f"system {compact(rec['cpu']['system']['ns_per_byte']['total'], 'ns/B')} ns/B (run {rec['id']})"
             )
-            for w in warn.record_warnings(rec):
+            for w in report.record_warnings(rec):
                 progress.console.print(f"[yellow]warning: run {rec['id']}: {w}[/]")
             progress.advance(task)
 

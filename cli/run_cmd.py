@@ -7,13 +7,16 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import click
+from rich.console import Console
+from rich.progress import BarColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn
+from rich.text import Text
 
 from qprof import errors
 from qprof.cli.run_options import click_option, to_run_options, transfer_options
 from qprof.collectors import runner
 from qprof.collectors.faults import FAULTS, Faults
 from qprof.describe import options
-from qprof.present import warn
+from qprof.present import tables as report
 
 
 @click.command()
@@ -56,12 +59,10 @@ def run(ctx, stack, as_json, fault, options_file, **kwargs):
             raise errors.BadMix("--mix names each flow's stack itself; drop --stack.")
         if fault:
             raise errors.BadMix("faults are injected into single runs; drop --mix or --inject-fault.")
-    if not as_json:  # the tables, and rich: what a --json run neither prints nor imports
-        from qprof.present import tables as report
     with guest_progress(opts.guest and sys.stderr.isatty()) as on_guest:
         on_interval = None if as_json or opts.mix else report.print_interval
         record = runner.run(opts, faults=Faults(fault), on_interval=on_interval, on_guest=on_guest)
-    warn.warn_record(record)
+    report.warn_record(record)
     if as_json:
         click.echo(json.dumps(record, indent=2))
     elif record["stack"] == "mix":
@@ -70,20 +71,14 @@ def run(ctx, stack, as_json, fault, options_file, **kwargs):
         report.print_run(record)
 
 
-def time_left_column():
-    """The bar's column of about how long is left, from the expected length
-    and the elapsed time (rich, imported only for a bar)."""
-    from rich.progress import ProgressColumn
-    from rich.text import Text
+class _Left(ProgressColumn):
+    """About how long is left, from the expected length and the elapsed time."""
 
-    class Left(ProgressColumn):
-        def render(self, task) -> Text:
-            if task.total is None or task.elapsed is None:
-                return Text("")
-            left = task.total - task.elapsed
-            return Text(f"about {left:.0f} s left" if left > 0 else "any moment", style="cyan")
-
-    return Left()
+    def render(self, task) -> Text:
+        if task.total is None or task.elapsed is None:
+            return Text("")
+        left = task.total - task.elapsed
+        return Text(f"about {left:.0f} s left" if left > 0 else "any moment", style="cyan")
 
 
 @contextmanager
@@ -93,10 +88,7 @@ def guest_progress(show: bool):
     if not show:
         yield None
         return
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-    columns = (TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), time_left_column())
+    columns = (TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), _Left())
     with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
         task = progress.add_task("guest: starting", total=None)
 

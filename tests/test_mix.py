@@ -432,17 +432,17 @@ def test_a_request_flow_beside_bulk_flows_of_two_stacks(runs_dir):
 def test_a_starved_flow_is_named_and_warned_of():
     """A bulk flow that verified no byte in the window is a finding: the
     record names it (mix.starved) and stderr says so, once per flow."""
-    from qprof.present import warn
+    from qprof.present import tables
 
     flows = [
         {"flow": 1, "stack": "quic", "pattern": "bulk", "bytes": 5_000_000},
         {"flow": 2, "stack": "quinn", "pattern": "bulk", "bytes": 0},
     ]
     rec = {"id": "x", "window_s": 2.0, "mix": {"flows": flows, "starved": [2]}}
-    (w,) = warn.record_warnings(rec)
+    (w,) = tables.record_warnings(rec)
     assert w.startswith("flow 2 (quinn) verified no byte in the 2 s window: starved by the flows beside it")
     rec["mix"]["starved"] = []
-    assert warn.record_warnings(rec) == []
+    assert tables.record_warnings(rec) == []
 
 
 @pytest.mark.system

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from qprof.cli.run_cmd import time_left_column
+from qprof.cli.run_cmd import _Left
 from qprof.collectors import placement
 from qprof.describe import options
 
@@ -22,7 +22,7 @@ def test_guest_expected_length():
 
 
 def test_time_left_counts_down_and_never_below_zero():
-    left = time_left_column()
+    left = _Left()
     assert left.render(SimpleNamespace(total=30.0, elapsed=12.4)).plain == "about 18 s left"
     assert left.render(SimpleNamespace(total=30.0, elapsed=31.0)).plain == "any moment"
     assert left.render(SimpleNamespace(total=None, elapsed=3.0)).plain == ""
