@@ -141,6 +141,16 @@ def edges_apart_ns(run_dir: Path, rec: dict, probe: str, role: str) -> int:
     return apart
 
 
+def in_flight(marks: dict, rec: dict, edge: str, sender: str, key: str = "app_bytes") -> int:
+    """At most this much was in flight at an edge (measurement.json's
+    window marks): what the sender had counted (its KEY), plus one
+    --io-size write it may have handed its stack and not yet counted,
+    less what the receiver had read."""
+    receiver = "server" if sender == "client" else "client"
+    sent = marks[edge][f"{sender}_mark"][key] + rec["config"]["io_size"]
+    return sent - marks[edge][f"{receiver}_mark"]["app_bytes"]
+
+
 def count_gap(run_dir: Path, rec: dict, probe: str, role: str, own) -> float:
     """How far a probe's count of something a role did may part from the
     role's own count of it over the window: what the role did while the
@@ -267,8 +277,9 @@ def wait_for_intervals(p, n=1, timeout_s=60.0) -> str:
     return said.decode()
 
 
-# `make test` runs the unit tier and the downloads from empty caches beside
-# the guest tier (its emulator keeps one CPU of two busy), each session
+# `make test` runs the unit tier and the tests marked beside (the downloads
+# from empty caches, the reports in Chromium) beside the guest tier (its
+# emulator keeps one CPU of two busy), each session
 # named here. What the other session made is its own: its processes carry
 # its name in their environment, and no test beside the guest tier makes a
 # namespace or a link.

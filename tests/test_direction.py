@@ -13,7 +13,7 @@ from qprof import errors
 from qprof.describe import direction, options, plan, record
 from qprof.describe.window import Edge, Window
 
-from conftest import edges_apart_ns, needs_build, run_json
+from conftest import edges_apart_ns, in_flight, needs_build, run_json
 from refusals import refused
 
 
@@ -68,17 +68,13 @@ def assert_carried(runs_dir, rec, sender, receiver, goodput, way):
     128 KiB write delivered and not yet counted."""
     marks = json.loads((runs_dir / rec["id"] / "measurement.json").read_text())["window"]
     key = "sent_bytes" if way == "both" else "app_bytes"
-
-    def in_flight(edge):
-        """At most this much was in flight at edge."""
-        sent = marks[edge][f"{sender}_mark"][key] + rec["config"]["io_size"]
-        return sent - marks[edge][f"{receiver}_mark"]["app_bytes"]
+    flight = {e: in_flight(marks, rec, e, sender, key) for e in EDGES}
 
     # The probe and the sender's marks, and the two sides' marks, each read
     # an edge at their own instants.
     apart_ns = edges_apart_ns(runs_dir / rec["id"], rec, "packets", sender)
     apart_ns += sum(abs(marks[e][f"{sender}_mark"]["t_ns"] - marks[e][f"{receiver}_mark"]["t_ns"]) for e in EDGES)
-    burst = max([in_flight(e) for e in EDGES] + [tcp_rmem_most()] * rec["stack"].startswith("tcp"))
+    burst = max(list(flight.values()) + [tcp_rmem_most()] * rec["stack"].startswith("tcp"))
     moved = goodput / rec["window_s"] * apart_ns / 1e9 + burst
     window = rec["workload"][sender]["window"]
     mtu = rec["environment"]["topology"]["mtu"]
@@ -87,9 +83,9 @@ def assert_carried(runs_dir, rec, sender, receiver, goodput, way):
     else:
         again = window["tcp_info"]["total_retrans"] * mtu
     carried = record.derive.packets_devices(rec)[sender]["tx"]["bytes"]
-    least = goodput - in_flight("start") - moved
-    most = (goodput + in_flight("end") + moved) * PAYLOAD_PER_BYTE[rec["stack"]] + again
-    assert least <= carried <= most, (sender, least, carried, most, in_flight("start"), in_flight("end"), again)
+    least = goodput - flight["start"] - moved
+    most = (goodput + flight["end"] + moved) * PAYLOAD_PER_BYTE[rec["stack"]] + again
+    assert least <= carried <= most, (sender, least, carried, most, flight["start"], flight["end"], again)
 
 
 @pytest.mark.unit

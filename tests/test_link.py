@@ -13,7 +13,7 @@ from qprof import errors
 from qprof.collectors import compare
 from qprof.describe import link, options
 
-from conftest import leftovers, needs_build, run_json
+from conftest import in_flight, leftovers, needs_build, run_json
 from refusals import refused
 
 BAD_LINK = 29
@@ -245,11 +245,10 @@ def test_a_rate_limit_is_the_limit(runs_dir):
     # 13 kB more than the window's wire bytes) and what the rate carried
     # while tc and the receiver's marks read each edge apart.
     marks = json.loads((runs_dir / rec["id"] / "measurement.json").read_text())["window"]
-    start = marks["start"]
-    in_flight = start["client_mark"]["app_bytes"] + rec["config"]["io_size"] - start["server_mark"]["app_bytes"]
+    flight = in_flight(marks, rec, "start", "client")
     apart_ns = (abs(marks[e]["qdiscs"]["client"]["tbf"]["t_ns"] - marks[e]["server_mark"]["t_ns"]) for e in marks)
     apart_s = sum(apart_ns) / 1e9
-    assert rec["bytes"] < tbf["bytes"] + in_flight + rate / 8 * apart_s, (in_flight, apart_s)
+    assert rec["bytes"] < tbf["bytes"] + flight + rate / 8 * apart_s, (flight, apart_s)
     # At 10 Mbit/s the bucket is one packet: tbf split every GSO packet into wire packets.
     assert tbf["bytes"] / tbf["packets"] <= 1514
     # The ACKs go the other way, a small share of the data.
