@@ -342,6 +342,7 @@ class GuestVM:
         self.detached = detached
         self.proc: Optional[subprocess.Popen] = None
         self._claim = None
+        self._last_words: Optional[str] = None  # its stderr, kept as its pipe is closed
 
     def _nic(self) -> List[str]:
         if self.tap is None:
@@ -413,7 +414,9 @@ class GuestVM:
                 self.proc.kill()
             if self.proc is not None:
                 self.proc.wait()
-                if self.proc.stderr is not None:
+                if self.proc.stderr is not None and not self.proc.stderr.closed:
+                    # Read to its end (QEMU is gone) before the pipe closes, for qemu_error.
+                    self._last_words = self.proc.stderr.read().decode(errors="replace").strip()
                     self.proc.stderr.close()
                 remains.ledger().release("pids", self._claim)
 
@@ -432,6 +435,8 @@ class GuestVM:
                 err = self.detached.read_text(errors="replace").strip()
             except OSError:
                 err = ""
+        elif self.proc.stderr.closed:  # killed on an exit path: what it said then
+            err = self._last_words or ""
         else:
             err = self.proc.stderr.read().decode(errors="replace").strip()
         return err[-300:] or f"exit {self.proc.returncode}"

@@ -300,7 +300,9 @@ def test_guest_timeout_names_the_stage_it_reached(runs_dir, session_guest):
     named = line.split("timed out at stage '", 1)[1].split("'", 1)[0]
     assert named in stages + ["before init ran"] and not named.startswith("done"), (named, stages)
     assert str(console) in line and rec["error"] in line
-    assert not (runs_dir / rec["id"] / "guest").exists()  # no job reached the started guest
+    # The started guest served no job (its status counts those it served)
+    # and stays as it was. The run's own guest may have had one by then (a
+    # PVH boot on a fast CPU is ready within the deadline).
     assert session_guest.status() == info
 
 

@@ -2,15 +2,17 @@
 """The guest's kernel as QEMU boots it (collectors/guest.pvh_kernel), on
 bzImages made here: the ELF inside, where it has a PVH entry, else the
 bzImage as it is. That the stock kernel boots at its entry is the guest
-tier's (tests/test_guest.py)."""
+tier's (tests/test_guest.py). And how a QEMU killed on an exit path says
+it ended."""
 
 import gzip
 import lzma
 import struct
+import subprocess
 
 import pytest
 
-from qprof.collectors import guest
+from qprof.collectors import controlled, guest
 
 pytestmark = pytest.mark.unit
 
@@ -65,3 +67,27 @@ def test_a_kernel_without_one_boots_as_its_bzimage(tmp_path, image):
     (tmp_path / "vmlinuz").write_bytes(image)
     assert guest.pvh_kernel(tmp_path / "vmlinuz", tmp_path / "vmlinux") is None
     assert not (tmp_path / "vmlinux").exists()
+
+
+def owned(tmp_path, argv):
+    """A GuestVM whose QEMU is argv, started as __enter__ starts one (no QEMU needed)."""
+    vm = guest.GuestVM(None, tmp_path, tmp_path / "console.log")
+    controlled.start_owned(vm, argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    return vm
+
+
+def test_a_killed_qemu_still_says_how_it_ended(tmp_path):
+    """A guest killed on an exit path (a timed-out job) is asked how it
+    ended after its stderr pipe was closed: its last words, not a
+    traceback (read of closed file, once a guest reached its job before
+    the deadline fault's 10 s)."""
+    vm = owned(tmp_path, ["sh", "-c", "echo 'qemu-system-x86_64: the last words' >&2; exec sleep 60"])
+    while not vm.proc.stderr.peek():
+        pass  # until it has spoken
+    assert vm.ended() is None
+    vm.__exit__()
+    assert vm.ended() == "QEMU failed (qemu-system-x86_64: the last words)"
+    # Killed before it said anything: its exit.
+    vm = owned(tmp_path, ["sleep", "60"])
+    vm.__exit__()
+    assert vm.ended() == "QEMU failed (exit -9)"
