@@ -47,7 +47,7 @@ def test_http_splits_each_request_by_layer(runs_dir, stack, app, extra):
     rec = run_json(
         runs_dir,
         *("--stack", stack, "--pattern", "rr", "--app", app, *extra, "--payload", str(PAYLOAD)),
-        *("--period", "2ms", "--duration", "1s", "--warmup", "0.3s", "--sample-hz", "0"),
+        *("--period", "2ms", "--duration", "0.5s", "--warmup", "0.3s", "--sample-hz", "0"),
     )
     assert rec["status"] == "complete" and rec["verified"] is True
     assert rec["config"]["app"] == app
@@ -126,7 +126,7 @@ def test_bare_messages_have_no_framing(runs_dir):
     rec = run_json(
         runs_dir,
         *("--stack", "tcp", "--pattern", "rr", "--payload", str(PAYLOAD), "--period", "2ms"),
-        *("--duration", "1s", "--warmup", "0.3s", "--sample-hz", "0"),
+        *("--duration", "0.5s", "--warmup", "0.3s", "--sample-hz", "0"),
     )
     v = rec["rr"]["data_volume"]
     assert v["app"] is None
@@ -153,7 +153,7 @@ def test_largest_payload_goes_over_http(runs_dir, stack, app):
     rec = run_json(
         runs_dir,
         *("--stack", stack, "--pattern", "rr", "--app", app, "--payload", "16M"),
-        *("--duration", "2s", "--sample-hz", "0"),
+        *("--duration", "2s", "--warmup", "0.3s", "--sample-hz", "0"),
     )
     assert rec["status"] == "complete" and rec["verified"] is True
     client, server = app_counts(rec, "client"), app_counts(rec, "server")

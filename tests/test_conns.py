@@ -15,7 +15,7 @@ from qprof.describe.window import Edge, Window
 from conftest import needs_build, run_json
 from test_streams import jain
 
-QUICK = ("-d", "1s", "--warmup", "0.3s", "--sample-hz", "0")
+QUICK = ("-d", "0.5s", "--warmup", "0.3s", "--sample-hz", "0")
 
 
 def edge(t_ns, server=None, client=None):

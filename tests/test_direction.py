@@ -173,7 +173,7 @@ def test_down_goes_from_the_server(runs_dir, stack):
     agrees: the server's veth transmitted about the window's bytes, the
     client's a small fraction of that (its acknowledgements)."""
     rec = run_json(
-        runs_dir, "--stack", stack, "--direction", "down", "-d", "1s", "--warmup", "0.3s", "--sample-hz", "0"
+        runs_dir, "--stack", stack, "--direction", "down", "-d", "0.5s", "--warmup", "0.3s", "--sample-hz", "0"
     )
     d = rec["direction"]
     assert d["direction"] == "down" and d["senders"] == ["server"] and d["receivers"] == ["client"]
@@ -209,7 +209,7 @@ def test_both_ways_each_direction_moves_and_is_verified(runs_dir, stack):
         "-n",
         "2",
         "-d",
-        "1s",
+        "0.5s",
         "--warmup",
         "0.3s",
         "--sample-hz",

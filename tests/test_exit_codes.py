@@ -47,7 +47,7 @@ DECLARED = {
     LINK_UNSUPPORTED: errors.LinkUnsupported,
     INCOMPLETE_RECORD: errors.IncompleteRecord,
 }
-QUICK = ("--duration", "1s", "--warmup", "0.3s", "--probes", "none", "--sample-hz", "0")
+QUICK = ("--duration", "0.5s", "--warmup", "0.3s", "--probes", "none", "--sample-hz", "0")
 # A guest run takes ~15 s here under TCG in the started guest (~30 s with
 # a boot); a guest test may take several times that on a slower machine.
 GUEST_TIMEOUT_S = 400

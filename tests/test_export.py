@@ -297,7 +297,7 @@ def test_perf_script_of_a_kept_perf_data(runs_dir):
     """A real short run with --keep-perf-data: the export is perf script's
     own text (events, each with its pid/tid, time and frames)."""
     rec = run_json(
-        runs_dir, "--stack", "tcp", "--duration", "1s", "--warmup", "0.3s", "--keep-perf-data", "--probes", "none"
+        runs_dir, "--stack", "tcp", "--duration", "0.5s", "--warmup", "0.3s", "--keep-perf-data", "--probes", "none"
     )
     data = runs_dir / rec["id"] / "perf.data"
     assert data.is_file()

@@ -16,7 +16,7 @@ def handshakes_run(runs_dir, stack, *extra, conns=3):
     return run_json(
         runs_dir,
         *("--stack", stack, "--pattern", "handshakes", "--conns", str(conns)),
-        *("--duration", "1s", "--warmup", "0.3s", "--sample-hz", "0", *extra),
+        *("--duration", "0.5s", "--warmup", "0.3s", "--sample-hz", "0", *extra),
     )
 
 
@@ -168,7 +168,7 @@ def test_compare_carries_the_handshake_figures_and_diffs_per_handshake(runs_dir)
     diff drawn and printed per handshake."""
     r = qprof(
         *("compare", "--stacks", "quic,tcp", "--pattern", "handshakes", "--conns", "2"),
-        *("-d", "1s", "--warmup", "0.3s", "--repeat", "1"),
+        *("-d", "0.5s", "--warmup", "0.3s", "--repeat", "1"),
         runs_dir=runs_dir,
     )
     assert r.returncode == 0, r.stderr

@@ -480,7 +480,7 @@ def test_the_commit_is_the_checkouts_and_none_outside_one(tmp_path, monkeypatch)
 @needs_build
 def test_a_real_run_is_indexed_as_it_completes(runs_dir):
     rec = run_json(
-        runs_dir, "--stack", "tcp", "--duration", "1s", "--warmup", "0.3s", "--probes", "none", "--sample-hz", "0"
+        runs_dir, "--stack", "tcp", "--duration", "0.5s", "--warmup", "0.3s", "--probes", "none", "--sample-hz", "0"
     )
     (row,) = ls(runs_dir)
     assert (row["id"], row["status"], row["stack"], row["problem"]) == (rec["id"], "complete", "tcp", None)

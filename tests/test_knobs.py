@@ -15,7 +15,7 @@ from refusals import refused
 from test_exit_codes import failed_run
 from test_run_flame import DRAWN, QUICK_ALONE
 
-QUICK = ("--duration", "1s", "--warmup", "0.3s")
+QUICK = ("--duration", "0.5s", "--warmup", "0.3s")
 ETH_HEADER = 14
 
 

@@ -74,7 +74,7 @@ def test_netns_server_binds_its_veth_address(runs_dir, shared):
     addr = rec["environment"]["topology"]["server"]["addr"]
     assert [b["to"] for b in rec["listen"]["server_binds"]] == [f"[::ffff:{addr}]:4433"]
     tcp = run_json(
-        runs_dir, "--stack", "tcp", "--duration", "1s", "--warmup", "0.3s", "--probes", "none", "--sample-hz", "0"
+        runs_dir, "--stack", "tcp", "--duration", "0.5s", "--warmup", "0.3s", "--probes", "none", "--sample-hz", "0"
     )
     assert tcp["listen"]["server_binds"] is None  # the TCP server binds its address itself
 

@@ -456,7 +456,7 @@ def test_a_real_mix_proves_each_flows_knobs(runs_dir):
     rec = run_json(
         runs_dir,
         *("--mix", "quic:1,tcp:1", "--encrypt", "off", "--ecn", "on", "--msquic", str(VARIANT)),
-        *("--duration", "1s", "--warmup", "0.3s"),
+        *("--duration", "0.5s", "--warmup", "0.3s"),
     )
     quic, tcp = rec["mix"]["flows"]
     lib = str(VARIANT.resolve())

@@ -51,7 +51,7 @@ def test_compare_two_msquic_builds(runs_dir):
         "--vary",
         f"msquic={a},{b}",
         "--duration",
-        "1s",
+        "0.5s",
         "--warmup",
         "0.3s",
         "--repeat",
@@ -97,7 +97,7 @@ def test_both_sides_run_on_the_library_asked(runs_dir, tmp_path, shared):
     theirs = tmp_path / "their-build" / "libmsquic-custom.so"
     theirs.parent.mkdir()
     shutil.copy(own_library(), theirs)
-    rec = run_json(runs_dir, "--stack", "quic", "--msquic", str(theirs), "--duration", "1s", "--warmup", "0.3s")
+    rec = run_json(runs_dir, "--stack", "quic", "--msquic", str(theirs), "--duration", "0.5s", "--warmup", "0.3s")
     env = rec["environment"]
     assert env["msquic_library"] == {"client": str(theirs.resolve()), "server": str(theirs.resolve())}
     # The project's build embeds no git hash (the crate's source has no git): absent, not "Unknown".

@@ -27,7 +27,7 @@ def test_udp_datagram_size_and_batch(runs_dir):
     rec = run_json(
         runs_dir,
         *("--stack", "udp", "--dgram-size", "1200", "--batch", "8", "--send-mode", "sendmmsg", "--gso", "off"),
-        *("--duration", "1s", "--warmup", "0.3s", "--sample-hz", "0", "--probes", "syscalls,packets"),
+        *("--duration", "0.5s", "--warmup", "0.3s", "--sample-hz", "0", "--probes", "syscalls,packets"),
     )
     assert rec["status"] == "complete" and rec["verified"] is True
     assert rec["workload"]["client"]["report"]["batch"] == 8
@@ -53,7 +53,7 @@ def test_exec_profile_changes_msquic_threads(runs_dir):
     says which profile each run asked."""
     r = qprof(
         *("compare", "--stack", "quic", "--vary", "exec-profile=lowlat,maxtput", "--repeat", "1"),
-        *("--duration", "1s", "--warmup", "0.3s", "--sample-hz", "0", "--json"),
+        *("--duration", "0.5s", "--warmup", "0.3s", "--sample-hz", "0", "--json"),
         runs_dir=runs_dir,
         timeout=180,
     )
@@ -77,7 +77,7 @@ def test_cpus_as_lists(runs_dir):
     rec = run_json(
         runs_dir,
         *("--stack", "tcp", "--cpus", f"client={first},{second},server={second}"),
-        *("--duration", "1s", "--warmup", "0.3s", "--sample-hz", "0"),
+        *("--duration", "0.5s", "--warmup", "0.3s", "--sample-hz", "0"),
     )
     assert rec["placement"]["requested"] == {"client": [first, second], "server": [second]}
     for side, allowed in (("client", {first, second}), ("server", {second})):

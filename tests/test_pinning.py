@@ -29,7 +29,7 @@ def _held(rec, side, cpus):
 
 @pytest.mark.parametrize("stack", ["quic", "tcp", "tcp-tls"])
 def test_each_side_runs_only_where_asked(runs_dir, stack):
-    rec = run_json(runs_dir, "--stack", stack, "--cpus", "client=0,server=1", "--duration", "1s", "--warmup", "0.3s")
+    rec = run_json(runs_dir, "--stack", stack, "--cpus", "client=0,server=1", "--duration", "0.5s", "--warmup", "0.3s")
     assert rec["bytes"] > 0
     assert rec["placement"]["requested"] == {"client": [0], "server": [1]}
     _held(rec, "client", [0])
@@ -37,13 +37,13 @@ def test_each_side_runs_only_where_asked(runs_dir, stack):
 
 
 def test_one_side_pinned_and_the_other_free(runs_dir):
-    rec = run_json(runs_dir, "--cpus", "server=0", "--duration", "1s", "--warmup", "0.3s")
+    rec = run_json(runs_dir, "--cpus", "server=0", "--duration", "0.5s", "--warmup", "0.3s")
     _held(rec, "server", [0])
     assert rec["placement"]["on_requested_share"]["client"] is None and rec["cpu_threads"]["client"]["cpus"]
 
 
 # A short quic run as it comes (test_msquic_path asserts on the same run).
-UNPINNED = ("--duration", "1s", "--warmup", "0.3s")
+UNPINNED = ("--duration", "0.5s", "--warmup", "0.3s")
 
 
 def test_unpinned_runs_say_where_they_ran(shared):

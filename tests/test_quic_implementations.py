@@ -184,7 +184,7 @@ def test_gso_off_sends_a_datagram_a_call(runs_dir, stack):
     """--gso off through the interposer: the workload's probe of
     UDP_SEGMENT (quinn-udp's; quiche's workload's own) fails, so it sends
     one datagram per call, and says so."""
-    rec = run_json(runs_dir, "--stack", stack, "--gso", "off", "--duration", "1s", "--warmup", "0.3s")
+    rec = run_json(runs_dir, "--stack", stack, "--gso", "off", "--duration", "0.5s", "--warmup", "0.3s")
     assert rec["verified"] is True
     assert rec["environment"]["quic_library"]["send_segmentation"]["client"] is False
     obs = rec["offload"]["observed"]
@@ -311,7 +311,7 @@ def test_ngtcp2_runs_every_pattern_of_qprof_wl(runs_dir):
     """ngtcp2 is a transport of qprof-wl's: requests and responses, and
     handshakes, written once over the transports, run on it too."""
     rec = run_json(
-        runs_dir, "--stack", "ngtcp2", "--pattern", "rr", "--period", "5ms", "--duration", "1s", "--warmup", "0.3s"
+        runs_dir, "--stack", "ngtcp2", "--pattern", "rr", "--period", "5ms", "--duration", "0.5s", "--warmup", "0.3s"
     )
     rr = rec["rr"]
     # The window's responses: its requests, or one more by where the schedule's t0 falls (test_rr).

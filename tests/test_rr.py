@@ -88,7 +88,8 @@ def test_closed_loop(runs_dir, stack, conns, streams, extra):
     rec = run_json(
         runs_dir,
         *("--stack", stack, "--pattern", "rr", "--rr-mode", "closed", "--conns", str(conns), "--streams", str(streams)),
-        *("--request", "512", "--response", "4000", "--duration", "1s", "--warmup", "0.3s", "--sample-hz", "0", *extra),
+        *("--request", "512", "--response", "4000", "--duration", "0.5s", "--warmup", "0.3s"),
+        *("--sample-hz", "0", *extra),
     )
     assert rec["status"] == "complete" and rec["verified"] is True
     r = rec["rr"]
@@ -132,7 +133,7 @@ def test_request_and_response_sizes(runs_dir, stack):
     rec = run_json(
         runs_dir,
         *("--stack", stack, "--pattern", "rr", "--period", "2ms", "--request", "512", "--response", "4000"),
-        *("--duration", "1s", "--warmup", "0.3s", "--sample-hz", "0"),
+        *("--duration", "0.5s", "--warmup", "0.3s", "--sample-hz", "0"),
     )
     r = rec["rr"]
     assert (r["request"], r["response"], r["payload"]) == (512, 4000, None)
@@ -238,7 +239,7 @@ def test_compare_of_closed_loops_carries_the_rate_and_diffs_per_request(runs_dir
     requests in flight, which a closed loop has instead of a period)."""
     r = qprof(
         *("compare", "--stacks", "quic,tcp-tls", "--pattern", "rr", "--rr-mode", "closed", "--streams", "4"),
-        *("--request", "512", "--response", "4000", "-d", "1s", "--warmup", "0.3s", "--repeat", "1"),
+        *("--request", "512", "--response", "4000", "-d", "0.5s", "--warmup", "0.3s", "--repeat", "1"),
         runs_dir=runs_dir,
     )
     assert r.returncode == 0, r.stderr

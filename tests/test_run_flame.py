@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.system, needs_build]
 # and uncut (no --interval).
 DRAWN = ("--stack", "quic", "--duration", "1s", "--warmup", "0.3s", "--probes", "none", "--sample-hz", "1000")
 KEPT = ("--stack", "tcp-tls", *DRAWN[2:], "--keep-perf-data")
-QUICK_ALONE = ("--duration", "1s", "--warmup", "0.3s", "--probes", "none", "--sample-hz", "0", "--interval", "0")
+QUICK_ALONE = ("--duration", "0.5s", "--warmup", "0.3s", "--probes", "none", "--sample-hz", "0", "--interval", "0")
 # The share of workload samples whose walk reaches a thread entry, at least.
 STACK_QUALITY = 0.95
 

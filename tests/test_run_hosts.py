@@ -188,7 +188,10 @@ def check_send_calls(rec: dict, m: dict, role: str) -> None:
 
 # -- bulk ------------------------------------------------------------------
 
-BULK = {"quic": ("--stack", "quic", "-d", "2s"), "tcp-tls": ("--stack", "tcp-tls", "-d", "2s", "--interval", "500ms")}
+BULK = {
+    "quic": ("--stack", "quic", "-d", "1s", "--warmup", "0.3s"),
+    "tcp-tls": ("--stack", "tcp-tls", "-d", "1.5s", "--warmup", "0.3s", "--interval", "500ms"),
+}
 
 
 @pytest.mark.parametrize("stack", BULK)
@@ -287,7 +290,7 @@ def test_flame_graphs_of_both_sides_each_from_its_host(run_there, stack):
 RR_OPEN = ("--stack", "quic", "--pattern", "rr", "--period", "5ms", "--payload", "256")
 RR_CLOSED = ("--stack", "tcp-tls", "--pattern", "rr", "--rr-mode", "closed", "--conns", "2", "--streams", "3")
 RR_CLOSED += ("--request", "512", "--response", "4000")
-SHORT = ("-d", "1s", "--warmup", "0.3s", "--sample-hz", "0")
+SHORT = ("-d", "0.5s", "--warmup", "0.3s", "--sample-hz", "0")
 
 
 def test_requests_answered_on_schedule_on_a_host(run_there):
@@ -457,8 +460,9 @@ def test_both_ends_on_other_hosts(ssh_host_factory, runs_dir, tmp_path, stack):
     server_addr, client_addr = server.join(client)
     config = joint_config(tmp_path / "ssh_config", [server, client])
     r = qprof(
-        "run", "--json", "--stack", stack, "-d", "2s", "--server", server.alias, "--client", client.alias,
-        "--server-addr", server_addr, "--ssh-config", str(config), runs_dir=runs_dir, timeout=300,
+        "run", "--json", "--stack", stack, "-d", "1s", "--warmup", "0.3s",
+        "--server", server.alias, "--client", client.alias, "--server-addr", server_addr,
+        "--ssh-config", str(config), runs_dir=runs_dir, timeout=300,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
     rec = json.loads(r.stdout)

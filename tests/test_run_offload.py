@@ -17,7 +17,7 @@ from test_bad_input import one_sentence, run_statuses
 pytestmark = [pytest.mark.system, needs_build]
 OFFLOAD_CONTRADICTION = 25
 STACK_CANNOT = 38
-SHORT = ("--duration", "1s", "--warmup", "0.5s", "--sample-hz", "0")
+SHORT = ("--duration", "0.5s", "--warmup", "0.5s", "--sample-hz", "0")
 
 
 def tx(rec):

@@ -159,7 +159,7 @@ def test_tcp_congestion_control_is_what_the_socket_ran(runs_dir, cc):
     # cubic is not in this host's tcp_allowed_congestion_control, so a
     # namespace could not default to it; a root process's socket can use it.
     rec = run_json(
-        runs_dir, "--stack", "tcp-tls", "--tcp-cc", cc, "--duration", "1s", "--warmup", "0.3s", "--probes", "none"
+        runs_dir, "--stack", "tcp-tls", "--tcp-cc", cc, "--duration", "0.5s", "--warmup", "0.3s", "--probes", "none"
     )
     assert rec["workload"]["client"]["report"]["tcp_congestion_control"] == cc
     assert rec["workload"]["server"]["report"]["tcp_congestion_control"] == cc

@@ -106,7 +106,7 @@ def test_a_run_counts_each_stream(runs_dir, stack):
     scheduling is FIFO (QUIC_STREAM_SCHEDULING_SCHEME_FIFO, msquic.h), so
     a window may see one stream take everything: Jain's index 1/3."""
     rec = run_json(
-        runs_dir, "--stack", stack, "--streams", "3", "--duration", "1s", "--warmup", "0.3s", "--sample-hz", "0"
+        runs_dir, "--stack", stack, "--streams", "3", "--duration", "0.5s", "--warmup", "0.3s", "--sample-hz", "0"
     )
     s = rec["streams"]
     b = s["bytes"]
