@@ -197,13 +197,14 @@ lint: deps $(TEST_VENV)
 
 # The guest tier's emulator runs the guest on one thread (TCG's
 # thread=single), which leaves about one CPU of two to spare for its five
-# minutes: beside it run the tests that neither measure nor make anything
-# system-wide, the unit tier and those marked `beside` (the downloads from
-# empty caches, the reports in Chromium), a session of their own
-# (QPROF_TEST_SESSION: what each made is its own, tests/conftest.py),
-# their temporary files apart, their output printed after; SIGINT as a
-# foreground job has it (a shell starts a background job with it ignored,
-# and the unit tier interrupts its stand-ins). Measured here: the guest
+# minutes: beside it run the tests that measure nothing, the unit tier and
+# those marked `beside` (the downloads from empty caches, the reports in
+# Chromium, `remote setup` with its build), a session of their own
+# (QPROF_TEST_SESSION: what each made is its own, tests/conftest.py) at a
+# lower priority, so the emulator keeps its CPU; their temporary files
+# apart, their output printed after; SIGINT as a foreground job has it (a
+# shell starts a background job with it ignored, and the unit tier
+# interrupts its stand-ins). Measured here: the guest
 # tier 273 s alone and 303 with the unit tier and the downloads beside it,
 # they 65 + 45 s alone. The system and network tiers measure: they run
 # alone, and whatever the first two found.
@@ -211,7 +212,7 @@ PYTEST := $(VENV)/bin/python -m pytest -ra
 test: deps $(TEST_VENV) build msquic-variant guest test-tools lint
 	cargo test --locked --offline --quiet --manifest-path workloads/rs/Cargo.toml --target-dir $(BUILD)/rs -p wlproto
 	@t0=$$(date +%s); tmp=$$(mktemp -d /tmp/qprof-beside.XXXXXX); \
-	QPROF_TEST_SESSION=beside TMPDIR=$$tmp env --default-signal=INT $(PYTEST) -q -p no:cacheprovider \
+	QPROF_TEST_SESSION=beside TMPDIR=$$tmp nice -n 10 env --default-signal=INT $(PYTEST) -q -p no:cacheprovider \
 		--durations=10 -m 'unit or beside' tests > $$tmp.log 2>&1 & \
 	beside=$$!; \
 	QPROF_TEST_SESSION=guest $(PYTEST) -m guest --durations=30 tests; guest=$$?; \

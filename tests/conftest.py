@@ -278,11 +278,13 @@ def wait_for_intervals(p, n=1, timeout_s=60.0) -> str:
 
 
 # `make test` runs the unit tier and the tests marked beside (the downloads
-# from empty caches, the reports in Chromium) beside the guest tier (its
-# emulator keeps one CPU of two busy), each session
-# named here. What the other session made is its own: its processes carry
-# its name in their environment, and no test beside the guest tier makes a
-# namespace or a link.
+# from empty caches, the reports in Chromium, `remote setup` with its
+# build) beside the guest tier (its emulator keeps one CPU of two busy),
+# each session named here. What the other session made is its own: its
+# processes carry its name in their environment (a test host's sessions
+# too: sshhosts.PASSED_ENV), what it claims is in their ledgers, and the
+# session beside checks no namespace or link (its test hosts' go with
+# their claims, in a ledger this session's leftovers() does not pass).
 SESSION = os.environ.get("QPROF_TEST_SESSION")
 
 
@@ -296,17 +298,41 @@ def another_sessions(pid: str) -> bool:
     return bool(tags) and tags[0] != SESSION
 
 
+def others_netns() -> set:
+    """The namespaces the other session's live processes claim in their
+    ledgers (core/remains.py): its test hosts', which are not this
+    session's leftovers. A dead process's ledger is nobody's."""
+    from qprof import remains
+
+    names = set()
+    for p in remains.state_dir().glob("*.json"):
+        if another_sessions(p.stem):
+            try:
+                names.update(json.loads(p.read_text()).get("netns", []))
+            except (OSError, ValueError):
+                continue  # released and rewritten as it was read
+    return names
+
+
 def leftovers():
     """Namespaces, links, processes, ledgers and temporary paths a run could
     have left behind."""
+    from sshhosts import LINK_PREFIX as HOST_LINK
+    from sshhosts import NETNS_PREFIX as HOST_NETNS
+
     found = []
     system_wide = SESSION != "beside"
+    theirs = others_netns()
+    # A test host's veth here carries its namespace's tag (sshhosts.py).
+    their_links = tuple(HOST_LINK + n[len(HOST_NETNS) :] for n in theirs if n.startswith(HOST_NETNS))
     ns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    found += [f"netns {line.split()[0]}" for line in ns.splitlines() if line.startswith("qp-") and system_wide]
+    for line in ns.splitlines():
+        if line.startswith("qp-") and system_wide and line.split()[0] not in theirs:
+            found.append(f"netns {line.split()[0]}")
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
     for line in links.splitlines():
         name = line.split(": ")[1].split("@")[0]
-        if name.startswith("qp") and system_wide:
+        if name.startswith("qp") and system_wide and not (their_links and name.startswith(their_links)):
             found.append(f"link {name}")
     ps = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
 
@@ -326,13 +352,13 @@ def leftovers():
     found += [
         f"process {line.strip()}" for line in ps.splitlines() if a_runs(line) and not another_sessions(line.split()[0])
     ]
-    found += netns_processes() if system_wide else []
+    found += netns_processes(theirs) if system_wide else []
     state = Path(os.environ.get("QPROF_STATE_DIR", "/run/qprof"))
-    found += [f"ledger {p}" for p in state.glob("*.json")]
+    found += [f"ledger {p}" for p in state.glob("*.json") if not another_sessions(p.stem)]
     # A guest booted for a command (collectors/resident.py), a started guest
     # the session did not start, a job the session's guest holds.
-    found += [f"guest {p}" for p in state.glob("guest-*")]
-    if (state / "guest").exists() and not SESSION_GUEST:
+    found += [f"guest {p}" for p in state.glob("guest-*") if system_wide]
+    if (state / "guest").exists() and not SESSION_GUEST and system_wide:
         found.append(f"started guest {state / 'guest'}")
     found += [f"guest job {p}" for p in (state / "guest" / "spool" / "jobs").glob("*") if SESSION_GUEST]
     found += [f"path {p}" for p in Path(tempfile.gettempdir()).glob("qprof-perf-*")]
@@ -340,7 +366,7 @@ def leftovers():
     return found
 
 
-def netns_processes():
+def netns_processes(theirs=frozenset()):
     """Each process started into a qp- namespace from outside it (a test
     host's sshd, a run's workloads), by pid and comm: sshd rewrites its
     argv as its title, cut to the room its argv and environment had, so
@@ -351,6 +377,8 @@ def netns_processes():
 
     found = []
     for ns in Path(remains.NETNS_DIR).glob("qp-*"):
+        if ns.name in theirs:
+            continue
         pids = set(remains.netns_pids(ns.name))
         for pid in pids:
             try:

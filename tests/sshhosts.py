@@ -39,14 +39,20 @@ from qprof.collectors.topology import choose_subnet, host_networks
 NETNS_PREFIX = "qp-ssh-"
 LINK_PREFIX = "qps"
 # Private, and apart from the pool runs take theirs from (10.218.0.0/16,
-# collectors/topology.py), so a run beside these hosts never collides.
-ADDRESS_POOL = ipaddress.ip_network("10.219.0.0/16")
+# collectors/topology.py), so a run beside these hosts never collides;
+# the test session beside the guest tier (conftest.SESSION) takes its
+# hosts' from the upper half, so two hosts made at once, one in each
+# session, never take the same /30.
+ADDRESS_POOL = ipaddress.ip_network(
+    "10.219.128.0/17" if os.environ.get("QPROF_TEST_SESSION") == "beside" else "10.219.0.0/17"
+)
 SSHD = "/usr/sbin/sshd"
 # sshd refuses to start without its privilege separation directory, which
 # Debian's ssh.service makes (RuntimeDirectory) and this machine never ran.
 SSHD_RUN_DIR = Path("/run/sshd")
-# What makes `python -m qprof` there this test's qprof, as here.
-PASSED_ENV = ("PYTHONPATH", "QPROF_BUILD_DIR")
+# What makes `python -m qprof` there this test's qprof, as here, and
+# the test session's name, so what runs there is that session's (conftest.py).
+PASSED_ENV = ("PYTHONPATH", "QPROF_BUILD_DIR", "QPROF_TEST_SESSION")
 START_TIMEOUT_S = 10.0
 # The name of each host's sshd config (leftovers(), conftest.py, knows a
 # test's sshd by its namespace: its title is cut to its argv's room).

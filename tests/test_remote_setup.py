@@ -14,7 +14,9 @@ cmake tree where its source, flags and options are the same
 (QPROF_MSQUIC_REUSE), and a copy of cargo's target directory
 (QPROF_RS_TARGET_DIR); cmake, ninja and cargo decide what is stale, and
 only what differs is compiled (the workspace's own crates, at this
-path). Every step of the set-up runs."""
+path). Every step of the set-up runs. It measures nothing, so `make
+test` runs it beside the guest tier (its test host claimed in its
+ledger, tests/conftest.py)."""
 
 import json
 import shutil
@@ -29,7 +31,7 @@ from conftest import REPO, needs_build, qprof
 from sshhosts import SshTestHost
 from test_remote import _setup, check, our_commit
 
-pytestmark = [pytest.mark.network, needs_build]
+pytestmark = [pytest.mark.network, pytest.mark.beside, needs_build]
 
 
 @pytest.mark.timeout(900)
@@ -38,12 +40,17 @@ def test_setup_from_nothing_builds_checks_and_serves_a_run(runs_dir, tmp_path):
     there.mkdir()  # nothing installed: an empty directory
     target = tmp_path / "rs-target"
     shutil.copytree(REPO / "build" / "rs", target, symlinks=True)  # this build's own stays as it was
+    # Its run only shows the host serves one, and `make test` runs it beside
+    # the guest tier's: it keeps its own state directory (ledgers and the
+    # lock that keeps two measurements' figures apart), here and there.
+    state = tmp_path / "state"
     reuse = {"QPROF_MSQUIC_REUSE": str(REPO / "build" / "msquic"), "QPROF_RS_TARGET_DIR": str(target)}
-    with SshTestHost(tmp_path / "host", env=reuse, registries=True) as host:
-        served_from_scratch(host, there, runs_dir)
+    with SshTestHost(tmp_path / "host", env={**reuse, "QPROF_STATE_DIR": str(state)}, registries=True) as host:
+        served_from_scratch(host, there, runs_dir, state)
+    assert list(state.iterdir()) == [state / "lock"]  # no ledger left
 
 
-def served_from_scratch(host, there, runs_dir):
+def served_from_scratch(host, there, runs_dir, state):
     r = _setup(host, "--path", str(there), timeout=900)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr
     out = r.stdout.splitlines()
@@ -72,7 +79,8 @@ def served_from_scratch(host, there, runs_dir):
     assert (found["build_dir"], found["missing"], found["qprof_commit"]) == (str(there / "build"), [], our_commit())
     r = qprof(
         "run", "--json", "--stack", "quic", "-d", "1s", "--sample-hz", "0", "--server", name,
-        "--ssh-config", str(host.ssh_config), runs_dir=runs_dir, env_extra=env, timeout=300,
+        "--ssh-config", str(host.ssh_config), runs_dir=runs_dir, env_extra={**env, "QPROF_STATE_DIR": str(state)},
+        timeout=300,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
     rec = json.loads(r.stdout)
