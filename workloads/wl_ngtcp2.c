@@ -43,13 +43,7 @@
 #include <ngtcp2/ngtcp2_crypto_gnutls.h>
 
 #include "wl_transport.h"
-
-#ifndef UDP_SEGMENT
-#define UDP_SEGMENT 103
-#endif
-#ifndef UDP_GRO
-#define UDP_GRO 104
-#endif
+#include "wl_udpio.h"
 
 #define CIDLEN 18
 #define MAX_CIDS 8
@@ -265,21 +259,17 @@ static void sock_bufs(int fd)
 		N.rcvbuf = v / 2;
 }
 
-/* GSO: UDP_SEGMENT taken (then put back to 0, so only a cmsg segments); GRO: UDP_GRO taken. */
+/* GSO and GRO, each where the first socket's kernel took it (wl_udpio.h). */
 static void offloads(int fd)
 {
-	int v = 1200, zero = 0, on = 1;
-
 	if (!N.probed) {
 		N.probed = true;
-		N.gso = !setsockopt(fd, SOL_UDP, UDP_SEGMENT, &v, sizeof(v));
-		if (N.gso)
-			setsockopt(fd, SOL_UDP, UDP_SEGMENT, &zero, sizeof(zero));
-		N.gro = !setsockopt(fd, SOL_UDP, UDP_GRO, &on, sizeof(on));
+		N.gso = wl_udp_gso_taken(fd);
+		N.gro = !wl_udp_gro_on(fd);
 		return;
 	}
 	if (N.gro)
-		setsockopt(fd, SOL_UDP, UDP_GRO, &on, sizeof(on));
+		wl_udp_gro_on(fd);
 }
 
 static int udp_socket(void)
@@ -296,10 +286,7 @@ static int udp_socket(void)
 /* One sendmsg of len bytes, segments of seg (GSO when more than one); a full socket waits. */
 static void send_batch(struct wl_conn *c, uint8_t *buf, size_t len, size_t seg)
 {
-	union {
-		char b[CMSG_SPACE(sizeof(uint16_t))];
-		struct cmsghdr a;
-	} ctl;
+	union wl_udp_cmsg ctl;
 	struct iovec iov = {buf, len};
 	struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1};
 	const size_t n = (len + seg - 1) / seg;
@@ -317,18 +304,8 @@ static void send_batch(struct wl_conn *c, uint8_t *buf, size_t len, size_t seg)
 			send_batch(c, buf + off, len - off < seg ? len - off : seg, seg);
 		return;
 	}
-	if (n > 1) {
-		struct cmsghdr *cm;
-
-		memset(&ctl, 0, sizeof(ctl));
-		m.msg_control = ctl.b;
-		m.msg_controllen = sizeof(ctl.b);
-		cm = CMSG_FIRSTHDR(&m);
-		cm->cmsg_level = SOL_UDP;
-		cm->cmsg_type = UDP_SEGMENT;
-		cm->cmsg_len = CMSG_LEN(sizeof(uint16_t));
-		*(uint16_t *)(void *)CMSG_DATA(cm) = (uint16_t)seg;
-	}
+	if (n > 1)
+		wl_udp_gso(&m, &ctl, (uint16_t)seg);
 	for (;;) {
 		r = sendmsg(c->fd, &m, 0);
 		if (r >= 0 || errno == EINTR)
@@ -995,26 +972,19 @@ static void feed(struct wl_conn *c, const uint8_t *p, size_t len)
 /* recvmsg into the read buffer: its length (0: nothing more), *seg the GRO segment size. */
 static ssize_t recv_one(int fd, struct sockaddr_in *from, size_t *seg)
 {
-	union {
-		char b[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr a;
-	} ctl;
+	union wl_udp_cmsg ctl;
 	struct iovec iov = {N.rxbuf, RX_BUF};
-	struct msghdr m = {.msg_name = from,
-			   .msg_namelen = sizeof(*from),
-			   .msg_iov = &iov,
-			   .msg_iovlen = 1,
-			   .msg_control = ctl.b,
-			   .msg_controllen = sizeof(ctl.b)};
-	struct cmsghdr *cm;
-	ssize_t n = recvmsg(fd, &m, 0);
+	struct msghdr m = {
+		.msg_name = from, .msg_namelen = sizeof(*from), .msg_iov = &iov, .msg_iovlen = 1};
+	ssize_t n;
 
+	wl_udp_gro_room(&m, &ctl);
+	n = recvmsg(fd, &m, 0);
 	if (n <= 0)
 		return 0;
-	*seg = (size_t)n;
-	for (cm = CMSG_FIRSTHDR(&m); cm; cm = CMSG_NXTHDR(&m, cm))
-		if (cm->cmsg_level == SOL_UDP && cm->cmsg_type == UDP_GRO)
-			*seg = (size_t) * (int *)(void *)CMSG_DATA(cm);
+	*seg = wl_udp_gro_size(&m);
+	if (!*seg)
+		*seg = (size_t)n;
 	atomic_fetch_add_explicit(&N.u.rx_ios, 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&N.u.rx_bytes, (uint64_t)n, memory_order_relaxed);
 	atomic_fetch_add_explicit(&N.u.rx_dgrams, ((size_t)n + *seg - 1) / *seg,

@@ -47,13 +47,7 @@
 #include <unistd.h>
 
 #include "wl_role.h"
-
-#ifndef UDP_SEGMENT
-#define UDP_SEGMENT 103
-#endif
-#ifndef UDP_GRO
-#define UDP_GRO 104
-#endif
+#include "wl_udpio.h"
 
 /* Defaults and limits */
 #define UDP_DGRAM_DEFAULT 1472 /* MTU 1500 - IPv4 - UDP headers */
@@ -226,22 +220,14 @@ static bool on_datagram(const uint8_t *p, size_t len)
 /* One received message: one datagram, or with a UDP_GRO cmsg several of gso_size. */
 static bool on_message(struct msghdr *m, const uint8_t *p, size_t len)
 {
-	struct cmsghdr *c;
-	size_t seg = 0, off;
+	size_t seg, off;
 
 	if (m->msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
 		wl_role_fail(WL_EXIT_VERIFY, "a message of %zu bytes was truncated (flags 0x%x)",
 			     len, m->msg_flags);
 		return false;
 	}
-	for (c = CMSG_FIRSTHDR(m); c; c = CMSG_NXTHDR(m, c)) {
-		if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
-			int g;
-
-			memcpy(&g, CMSG_DATA(c), sizeof(g));
-			seg = g > 0 ? (size_t)g : 0;
-		}
-	}
+	seg = wl_udp_gro_size(m);
 	if (!seg || seg >= len) {
 		return on_datagram(p, len);
 	}
@@ -272,7 +258,7 @@ static int udp_listen(const struct wl_accept *a)
 {
 	struct sockaddr_in sa;
 	struct timeval tv = {.tv_usec = RECV_POLL_MS * 1000};
-	int big = 0x7fffffff, on = 1, rc;
+	int big = 0x7fffffff, rc;
 	socklen_t len = sizeof(udp_state.sockbuf);
 
 	(void)a;
@@ -285,7 +271,7 @@ static int udp_listen(const struct wl_accept *a)
 			strerror(errno));
 		return WL_EXIT_INTERNAL;
 	}
-	if (udp_state.gro && setsockopt(udp_state.fd, SOL_UDP, UDP_GRO, &on, sizeof(on))) {
+	if (udp_state.gro && wl_udp_gro_on(udp_state.fd)) {
 		wl_warn("setsockopt(UDP_GRO) failed: %s; this kernel lacks UDP GRO (Linux 5.0+): run the server with --gro off",
 			strerror(errno));
 		return WL_EXIT_LIB_OPEN;
@@ -465,7 +451,7 @@ static int dgram_client(void)
 	static struct mmsghdr msgs[UDP_MMSG_MAX];
 	static struct iovec iov[UDP_MMSG_MAX];
 	const struct wl_opts *o = wl_role.o;
-	char ctrl[CMSG_SPACE(sizeof(uint16_t))] __attribute__((aligned(8))) = {0};
+	union wl_udp_cmsg ctl;
 	struct msghdr mh = {.msg_iov = iov, .msg_iovlen = 1};
 	uint64_t seq = 0, deadline = 0, limit = 0, k;
 	uint8_t *ring;
@@ -477,18 +463,8 @@ static int dgram_client(void)
 			UDP_SLOTS + udp_state.batch - 1, udp_state.dgram);
 		return WL_EXIT_INTERNAL;
 	}
-	if (udp_state.mode == MODE_GSO) {
-		struct cmsghdr *c;
-		uint16_t size = (uint16_t)udp_state.dgram;
-
-		mh.msg_control = ctrl;
-		mh.msg_controllen = sizeof(ctrl);
-		c = CMSG_FIRSTHDR(&mh);
-		c->cmsg_level = SOL_UDP;
-		c->cmsg_type = UDP_SEGMENT;
-		c->cmsg_len = CMSG_LEN(sizeof(size));
-		memcpy(CMSG_DATA(c), &size, sizeof(size));
-	}
+	if (udp_state.mode == MODE_GSO)
+		wl_udp_gso(&mh, &ctl, (uint16_t)udp_state.dgram);
 	for (k = 0; k < udp_state.batch; k++) {
 		msgs[k].msg_hdr.msg_iov = &iov[k];
 		msgs[k].msg_hdr.msg_iovlen = 1;

@@ -1,0 +1,93 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
+/*
+ * The UDP datapath's kernel interface, once for qprof-wl's transports that
+ * do their own UDP I/O (udp's wl_udp.c, ngtcp2's wl_ngtcp2.c): a send of
+ * consecutive datagrams of one size that the kernel cuts (GSO, a
+ * UDP_SEGMENT cmsg) and a receive of datagrams the kernel joined (GRO,
+ * the UDP_GRO socket option and its cmsg of the segment size), as the
+ * kernel's selftests udpgso_bench_tx/rx use them. Each transport keeps its own policy (udp
+ * fails a refused option in one sentence; ngtcp2 falls back to one
+ * datagram a call) and its own counters.
+ */
+#ifndef WL_UDPIO_H
+#define WL_UDPIO_H
+
+#include <netinet/in.h>
+#include <netinet/udp.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/socket.h>
+
+/* Older C libraries' headers lack them (Linux 4.18 and 5.0). */
+#ifndef UDP_SEGMENT
+#define UDP_SEGMENT 103
+#endif
+#ifndef UDP_GRO
+#define UDP_GRO 104
+#endif
+
+/* Room for the one cmsg of either way: a GSO send's uint16_t, a GRO receive's int. */
+union wl_udp_cmsg {
+	char b[CMSG_SPACE(sizeof(int))];
+	struct cmsghdr align;
+};
+
+/* m sends segments of seg bytes: its control is ctl, holding a UDP_SEGMENT cmsg. */
+static inline void wl_udp_gso(struct msghdr *m, union wl_udp_cmsg *ctl, uint16_t seg)
+{
+	struct cmsghdr *c;
+
+	memset(ctl, 0, sizeof(*ctl));
+	m->msg_control = ctl->b;
+	m->msg_controllen = CMSG_SPACE(sizeof(seg));
+	c = CMSG_FIRSTHDR(m);
+	c->cmsg_level = SOL_UDP;
+	c->cmsg_type = UDP_SEGMENT;
+	c->cmsg_len = CMSG_LEN(sizeof(seg));
+	memcpy(CMSG_DATA(c), &seg, sizeof(seg));
+}
+
+/* m receives into ctl's room for a GRO cmsg (again before each receive: the kernel shrinks it). */
+static inline void wl_udp_gro_room(struct msghdr *m, union wl_udp_cmsg *ctl)
+{
+	m->msg_control = ctl->b;
+	m->msg_controllen = sizeof(ctl->b);
+}
+
+/* A received message's GRO segment size; 0: it is one datagram. */
+static inline size_t wl_udp_gro_size(struct msghdr *m)
+{
+	struct cmsghdr *c;
+
+	for (c = CMSG_FIRSTHDR(m); c; c = CMSG_NXTHDR(m, c)) {
+		if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
+			int g;
+
+			memcpy(&g, CMSG_DATA(c), sizeof(g));
+			return g > 0 ? (size_t)g : 0;
+		}
+	}
+	return 0;
+}
+
+/* The UDP_GRO socket option on: 0, or -1 with errno (a kernel before 5.0, or the offload interposer). */
+static inline int wl_udp_gro_on(int fd)
+{
+	int on = 1;
+
+	return setsockopt(fd, SOL_UDP, UDP_GRO, &on, sizeof(on));
+}
+
+/* Whether the kernel takes GSO on fd: a UDP_SEGMENT socket option taken, then put back to 0, so only a
+ * cmsg segments. */
+static inline int wl_udp_gso_taken(int fd)
+{
+	int v = 1200, zero = 0;
+
+	if (setsockopt(fd, SOL_UDP, UDP_SEGMENT, &v, sizeof(v)))
+		return 0;
+	setsockopt(fd, SOL_UDP, UDP_SEGMENT, &zero, sizeof(zero));
+	return 1;
+}
+
+#endif
