@@ -193,7 +193,7 @@ def crosscheck(
         return out
     calls = f["send_calls"] if side == "client" else f["recv_calls"]
     out = {"source": "workload's own call count", "io_calls": compare(calls, own.get("io_calls"))}
-    if stack_name == "udp":
+    if transports.datagram(stack_name):
         # Wire packets on the side's device against the datagrams the
         # workload sent or received (the receiver's exclude loss in the socket).
         out["datagrams"] = (

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Dict, List, Optional
 
 from qprof import errors
-from qprof.describe import cpu, link, options, rr
+from qprof.describe import cpu, link, options, rr, transports
 from qprof.describe.derive import jain_index
 
 # Each flow is two processes (and msquic's a worker thread per CPU each):
@@ -83,7 +83,7 @@ def parse(text: str, default_pattern: str, base_port: int, cpus: int) -> List[Fl
                 f"--mix entry '{item}' asks for pattern '{pattern}'; a mix's flows are bulk or rr "
                 "(downloads end, so they cannot share a window)."
             )
-        if pattern == "rr" and stack == "udp":
+        if pattern == "rr" and transports.datagram(stack):
             raise errors.BadMix(
                 f"--mix entry '{item}': udp has no connection to answer requests on; use quic or a TCP stack for rr."
             )

@@ -85,12 +85,12 @@ def plan(
     _checkonoff("gso", gso)
     _checkonoff("gro", gro)
     udp_only = [n for n, v in (("send-mode", send_mode), ("batch", batch), ("dgram-size", dgram_size)) if v is not None]
-    if udp_only and stack_name != "udp":
+    if udp_only and not transports.datagram(stack_name):
         raise errors.StackCannot(f"--{udp_only[0]} applies to --stack udp only; drop it or use --stack udp.")
     p = OffloadPlan(requested={"gso": gso, "gro": gro}, effective={"gso": gso, "gro": gro})
     if is_quic(stack_name):
         _plan_quic(p, transports.STACKS[stack_name], gso, gro)
-    elif stack_name == "udp":
+    elif transports.datagram(stack_name):
         _plan_udp(p, gso, gro, send_mode, batch, dgram_size)
     else:
         _plan_tcp(p, topology, gso, gro)
@@ -206,7 +206,7 @@ def observe(rec: dict, max_datagram: int) -> dict:
     state no instrument saw is None, never "off"; a TCP receiver's GRO is
     None, with gro_absent_reason, where the packets probe did not count
     what its veth received (--packets-rx)."""
-    transport = "quic" if is_quic(rec["stack"]) else "udp" if rec["stack"] == "udp" else "tcp"
+    transport = "quic" if is_quic(rec["stack"]) else "udp" if transports.datagram(rec["stack"]) else "tcp"
     senders, receivers = _roles(rec)
     one_way = len(senders) == 1 and len(receivers) == 1
 

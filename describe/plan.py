@@ -212,14 +212,14 @@ def _pattern(opts: RunOptions) -> RunOptions:
 def _direction(opts: RunOptions) -> RunOptions:
     """Bulk's --direction: udp's receiver counts loss at the server only;
     both ways opens --streams each way."""
-    if opts.stack == "udp" and opts.direction not in (None, "up"):
+    if transports.datagram(opts.stack) and opts.direction not in (None, "up"):
         raise errors.StackCannot(
             f"--direction {opts.direction}: udp sends from the client only (the server counts what is lost); "
             "use quic or a TCP stack, or drop --direction."
         )
-    if opts.stack == "udp" and opts.conns not in (None, 1):
+    if transports.datagram(opts.stack) and opts.conns not in (None, 1):
         raise errors.StackCannot("--conns: udp sends one flow of datagrams; use quic or a TCP stack, or drop --conns.")
-    if opts.stack == "udp":
+    if transports.datagram(opts.stack):
         return opts
     opts = options.filled(opts, "direction", "conns")
     ways = 2 if opts.direction == "both" else 1
@@ -233,7 +233,7 @@ def _direction(opts: RunOptions) -> RunOptions:
 
 
 def _download(opts: RunOptions) -> RunOptions:
-    if opts.stack == "udp":
+    if transports.datagram(opts.stack):
         raise errors.StackCannot(
             "--pattern download opens a connection per download, and udp has no connection; "
             "use quic, tcp, tcp-tls or tcp-ktls."
@@ -250,7 +250,7 @@ def _download(opts: RunOptions) -> RunOptions:
             )
     if opts.streams != 1:
         raise errors.StackCannot("--pattern download uses one stream per connection; drop --streams.")
-    if opts.resume and opts.stack == "tcp":
+    if opts.resume and not transports.sessions(opts.stack):
         raise errors.StackCannot("--resume resumes a TLS or QUIC session, and tcp has none; use quic or tcp-tls.")
     return replace(options.filled(opts, "size", "count"), warmup_s=0.0)
 
@@ -258,7 +258,7 @@ def _download(opts: RunOptions) -> RunOptions:
 def _handshakes(opts: RunOptions) -> RunOptions:
     """New connections, --conns at once, for a timed window: as fast as
     the client can, or one every --period (an open loop)."""
-    if opts.stack == "udp":
+    if transports.datagram(opts.stack):
         raise errors.StackCannot(
             "--pattern handshakes opens connections, and udp has none; use quic, tcp, tcp-tls or tcp-ktls."
         )
@@ -270,7 +270,7 @@ def _handshakes(opts: RunOptions) -> RunOptions:
         raise errors.StackCannot(
             "--pattern handshakes opens one stream per connection; for more at once raise --conns, and drop --streams."
         )
-    if opts.resume and opts.stack == "tcp":
+    if opts.resume and not transports.sessions(opts.stack):
         raise errors.StackCannot("--resume resumes a TLS or QUIC session, and tcp has none; use quic or tcp-tls.")
     if opts.period_s is not None:
         _schedule(opts, "connection")
@@ -281,7 +281,7 @@ def _rr(opts: RunOptions) -> RunOptions:
     """Requests and responses: a connection's stack, the stack's own
     choice of streams or connections, an open loop at --period or a closed
     loop with --streams in flight on each of --conns, a timed window."""
-    if opts.stack == "udp":
+    if transports.datagram(opts.stack):
         raise errors.StackCannot(
             "--pattern rr matches each response to its request on a connection, and udp has none; "
             "use quic, tcp, tcp-tls or tcp-ktls."
@@ -344,7 +344,7 @@ def _video(opts: RunOptions) -> RunOptions:
     loop with one in flight (the next asked for when the last is in), for
     as many segments as the media holds; the window is the whole session,
     from the connect to the last segment."""
-    if opts.stack == "udp":
+    if transports.datagram(opts.stack):
         raise errors.StackCannot(
             "--pattern video fetches segments over a connection, and udp has none; use quic, tcp, tcp-tls or tcp-ktls."
         )
@@ -563,7 +563,7 @@ def _stack_knobs(opts: RunOptions) -> None:
             "--ecn on a TCP stack sets net.ipv4.tcp_ecn in the run's two namespaces, and --topology loopback "
             "runs in the host's, which qprof does not change; drop --topology loopback or --ecn."
         )
-    if opts.stack == "udp" and opts.ecn is not None:
+    if transports.datagram(opts.stack) and opts.ecn is not None:
         raise errors.StackCannot(
             "--ecn is msquic's for quic and net.ipv4.tcp_ecn for the TCP stacks; udp's datagrams get no "
             "ECN feedback. Drop --ecn."

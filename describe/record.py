@@ -121,7 +121,7 @@ def describe_run(m: Measurement, run_path: Path) -> dict:
             flame["weighting"] = weighting.SOURCE if weighted else None
     rec.update(derive_probe_figures(rec, m.pids))
     rec["observers"] = derive.observer_cost(m.probes, rec["bytes"], flame)
-    if opts.stack == "udp" and not loopback:
+    if transports.datagram(opts.stack) and not loopback:
         rec["crosscheck"].setdefault("server", {})["udp_drops"] = udp_drops(rec, m.done["client"], m.done["server"])
     rec["offload"] = offload_record(opts, m, rec)
     rec["floor"] = floor.figures(opts.stack, m.floor_parts, rec["cpu"], opts.sendfile)
@@ -320,7 +320,7 @@ def udp_drops(rec: dict, client_done: dict, server_done: dict) -> dict:
 
 def offload_record(opts, m: Measurement, record: dict) -> dict:
     """Requested, set up, and observed GSO/GRO, with each instrument's evidence."""
-    if opts.stack == "udp":
+    if transports.datagram(opts.stack):
         max_dgram = record["workload"]["client"]["report"].get("dgram_size") or opts.dgram_size
     else:
         netns = m.environment["topology"]["kind"] == "netns"
@@ -445,7 +445,7 @@ def build_record(opts, m: Measurement) -> dict:
             and got.get("responses") == opts.count
             and got["app_bytes"] == opts.count * opts.response
         )
-    elif stack.name == "udp":
+    elif stack.datagram:
         # No reliability: every datagram that arrived passed the content
         # check, and no more arrived than were sent; loss is a figure.
         verified = got.get("verified") is True and got["app_bytes"] <= gave["app_bytes"]
@@ -465,7 +465,7 @@ def build_record(opts, m: Measurement) -> dict:
     # bytes received, for raw UDP it includes what was lost. Both ways, each
     # side's CPU is per byte moved either way.
     sent = window.sent
-    client_bytes = sent if stack.name == "udp" else nbytes
+    client_bytes = sent if stack.datagram else nbytes
     transport = transport_record(stack, client_done, server_done, tls_before, window)
     prove_knobs(opts, stack, transport)
     return {

@@ -31,6 +31,11 @@ class Stack:
     # socket does not coalesce and the library's word is not evidence).
     gro_word: str = "receive"
     gro_needs_gso: bool = False  # the library tests GRO only after a GSO send: GSO off means GRO off
+    # A flow of datagrams with no connection (udp): nothing to open, answer
+    # requests on, resume or share; one way, client to server, whose
+    # receiver counts what was lost; its sender's CPU is per byte sent.
+    datagram: bool = False
+    sessions: bool = True  # a TLS or QUIC session a connection may resume (--resume)
 
     @property
     def configurable_tls(self) -> bool:
@@ -49,6 +54,18 @@ class Stack:
 def has_quic_stats(stack_name: str) -> bool:
     stack = STACKS.get(stack_name)
     return stack is not None and stack.has_quic_stats
+
+
+def datagram(stack_name: Optional[str]) -> bool:
+    """The stack's row says a flow of datagrams (Stack.datagram)."""
+    stack = STACKS.get(stack_name)
+    return stack is not None and stack.datagram
+
+
+def sessions(stack_name: Optional[str]) -> bool:
+    """The stack's row says a session to resume (Stack.sessions)."""
+    stack = STACKS.get(stack_name)
+    return stack is not None and stack.sessions
 
 
 STACKS: Dict[str, Stack] = {
@@ -100,8 +117,10 @@ STACKS: Dict[str, Stack] = {
         dwarf_stack_bytes=32768,
     ),
     # Raw UDP, no reliability or crypto: the kernel's floor for a UDP transport.
-    "udp": Stack("udp", "udp", "none", sendfile=False, rw_is_network=False, io_size=64 << 10),
-    "tcp": Stack("tcp", "tcp", "none", sendfile=True, rw_is_network=True, io_size=128 << 10),
+    "udp": Stack(
+        "udp", "udp", "none", sendfile=False, rw_is_network=False, io_size=64 << 10, datagram=True, sessions=False
+    ),
+    "tcp": Stack("tcp", "tcp", "none", sendfile=True, rw_is_network=True, io_size=128 << 10, sessions=False),
     "tcp-tls": Stack("tcp-tls", "tcp", "user", sendfile=False, rw_is_network=True, io_size=128 << 10),
     "tcp-ktls": Stack("tcp-ktls", "tcp", "kernel", sendfile=True, rw_is_network=True, io_size=128 << 10),
 }

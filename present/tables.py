@@ -47,7 +47,7 @@ def _headline(rec: dict) -> str:
             f", GRO {offload.onoff(env.get('msquic_recv_coalescing', {}).get('server')) or ABSENT}"
             " (msquic's own report)"
         )
-    if rec["stack"] == "udp":
+    if transports.datagram(rec["stack"]):
         c = rec["workload"]["client"]["report"]
         return where + f"; raw UDP, {c.get('send_mode')} × {c.get('batch')}, {c.get('dgram_size')}-byte datagrams"
     if tr.get("tls") in ("user", "kernel"):
@@ -625,7 +625,7 @@ def _own_counters(rec: dict) -> Table:
         # Their send calls; quinn does not count its receive calls (describe/derive.py crosscheck).
         w = Table(title=f"{rec['stack']}'s own counters over the window (UDP)", title_justify="left")
         cols = ("SIDE", "SEND CALLS", "DGRAMS OUT", "DGRAMS IN", "LOST", "CONG")
-    elif rec["stack"] == "udp":
+    elif transports.datagram(rec["stack"]):
         w = Table(title="the workload's own counters over the window (raw UDP)", title_justify="left")
         cols = ("SIDE", "IO CALLS", "DATAGRAMS", "LOST", "REORDERED", "COALESCED MSGS")
     else:
@@ -661,7 +661,7 @@ def _own_counters(rec: dict) -> Table:
                     )
                 ),
             )
-        elif rec["stack"] == "udp":
+        elif transports.datagram(rec["stack"]):
             w.add_row(
                 side,
                 count(win.get("io_calls")),

@@ -1,0 +1,91 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""A stack is one row (issue 40): what differs between stacks is said in
+describe/transports.py's table (and the options' rows say which stacks
+take each option, describe/options.py), and the code asks the row, not
+the name. Where the code still tests a stack's name, this test holds the
+count to what is left, so no new test of a name comes in and each one
+moved to its row lowers it: the udp and tcp tests (a flow of datagrams,
+a session to resume) are rows now."""
+
+import ast
+import re
+from collections import Counter
+
+import pytest
+
+from qprof.describe import options, transports
+
+from conftest import REPO
+
+pytestmark = pytest.mark.unit
+
+TABLES = ("describe/transports.py", "describe/options.py")
+PRODUCT = ("cli", "core", "collectors", "describe", "present", "flamegraphs")
+# What holds a stack's name: a variable or field named stack or stack_name,
+# a row's .name, a record's ["stack"] or .get("stack").
+A_NAME = re.compile(r"(\bstack|stack_name|stack\.name|\[['\"]stack['\"]\]|\.get\(['\"]stack['\"]\))$")
+# Left: each file's tests of a stack's name (msquic's own knobs and reports, mostly).
+LEFT = Counter(
+    {
+        "core/perbyte.py": 1,  # udp's sender: core reads records and imports no describe/
+        "collectors/listen.py": 1,
+        "describe/derive.py": 1,
+        "describe/plan.py": 1,
+        "describe/record.py": 5,
+        "present/tables.py": 5,
+    }
+)
+
+
+def names_in(node) -> tuple:
+    if isinstance(node, ast.Constant) and node.value in transports.STACKS:
+        return (node.value,)
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        values = tuple(e.value for e in node.elts if isinstance(e, ast.Constant))
+        if values and len(values) == len(node.elts) and all(v in transports.STACKS for v in values):
+            return values
+    return ()
+
+
+def name_tests():
+    """(file, line, names) of each comparison of a stack's name with named stacks, outside the tables."""
+    found = []
+    for top in PRODUCT:
+        for path in sorted((REPO / top).rglob("*.py")):
+            rel = str(path.relative_to(REPO))
+            if rel in TABLES:
+                continue
+            for node in ast.walk(ast.parse(path.read_text())):
+                if not isinstance(node, ast.Compare):
+                    continue
+                parts = [node.left, *node.comparators]
+                for i, part in enumerate(parts):
+                    names = names_in(part)
+                    others = [ast.unparse(p) for j, p in enumerate(parts) if j != i]
+                    if names and any(A_NAME.search(o) for o in others):
+                        found.append((rel, node.lineno, names))
+    return found
+
+
+def test_stacks_are_asked_by_their_row_not_their_name():
+    found = name_tests()
+    per_file = Counter(f for f, _, _ in found)
+    grown = {f: n for f, n in per_file.items() if n > LEFT[f]}
+    assert grown == {}, [t for t in found if t[0] in grown]
+    # What moved to the rows stays there.
+    assert [t for t in found if {"tcp", "udp"} & set(t[2]) and t[0] != "core/perbyte.py"] == []
+    assert per_file == LEFT, "a name test went to its row: lower LEFT to match"
+
+
+def test_the_rows_say_what_the_names_said():
+    assert [s.name for s in transports.STACKS.values() if s.datagram] == ["udp"]
+    assert [s.name for s in transports.STACKS.values() if not s.sessions] == ["udp", "tcp"]
+    assert set(options.STACK_NAMES) == set(transports.STACKS)
+
+
+def test_a_scan_finds_a_name_test():
+    """The scan is not blind: it sees each way the code names a stack."""
+    for line in ('stack == "udp"', 'opts.stack in ("tcp", "quic")', 'rec["stack"] != "quinn"', 'stack.name == "quic"'):
+        node = ast.parse(line).body[0].value
+        parts = [node.left, *node.comparators]
+        assert names_in(parts[1]) and A_NAME.search(ast.unparse(parts[0])), line
