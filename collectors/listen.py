@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from qprof import errors, paths
+from qprof.describe import transports
 
 LIB = "libqprof-bind.so"
 REPORT_NAME = "bind-server.jsonl"
@@ -25,7 +26,7 @@ def server_env(
 ) -> Dict[str, str]:
     """The QUIC server's environment (run_path: the directory its report
     goes in, on its host; build_dir: its host's build, this one's by default)."""
-    if stack != "quic":
+    if not transports.msquic(stack):
         return {}
     lib = (build_dir or paths.build_dir()) / "lib" / LIB
     if not lib.exists():

@@ -167,7 +167,7 @@ def crosscheck(
             return {**compare(None, theirs), "absent_reason": rx_absent}
         return compare(in_dgrams, theirs)
 
-    if stack_name == "quic":
+    if transports.msquic(stack_name):
         pc = own.get("perf_counters") or {}
         return {
             "source": "msquic perf counters",

@@ -551,7 +551,8 @@ def _stack_knobs(opts: RunOptions) -> None:
     """--tcp-cc is TCP's (whether this kernel has it is preflight's); the
     quic knobs are msquic's (the rest: _option_rows)."""
     if opts.tcp_cc is not None and opts.stack not in options.TCP_STACKS:
-        fix = "use --quic-cc" if opts.stack == "quic" else "drop --tcp-cc or use a TCP stack"
+        quic_cc = opts.stack in options.BY_NAME["quic-cc"].stacks
+        fix = "use --quic-cc" if quic_cc else "drop --tcp-cc or use a TCP stack"
         raise errors.StackCannot(f"--tcp-cc sets TCP's congestion control, and {opts.stack} does not use TCP; {fix}.")
     if opts.msquic is not None and opts.guest:
         raise errors.BadValue(

@@ -396,7 +396,7 @@ def build_record(opts, m: Measurement) -> dict:
     env = copy.deepcopy(m.environment)
     if stack.is_quic:
         env["quic_library"] = quic_library(opts, stack, connected, client_done, server_done)
-    if stack.name == "quic":
+    if stack.msquic:
         env["msquic_version"] = connected.get("msquic_version")
         # msquic says "Unknown" where its build embedded no hash (the project's: the crate's source has no git).
         git_hash = connected.get("msquic_git_hash")
@@ -502,7 +502,7 @@ def quic_library(opts, stack, connected: dict, client_done: dict, server_done: d
     """Which QUIC implementation ran, its version and its crypto, as its
     workload said, and whether each side's library found GSO (sending)
     and GRO (receiving) on its socket: one shape for every implementation."""
-    if stack.name == "quic":
+    if stack.msquic:
         own = {
             "name": "msquic",
             "version": connected.get("msquic_version"),
@@ -576,7 +576,7 @@ def transport_settings(stack, client_done: dict, server_done: dict) -> dict:
     if stack.is_quic:
         # What each side's reported connection ran with, read back from msquic
         # (conn_settings); another implementation's workload says what it set.
-        key = "conn_settings" if stack.name == "quic" else "quic_settings"
+        key = "conn_settings" if stack.msquic else "quic_settings"
         rec["quic_settings"] = {"client": client_done.get(key), "server": server_done.get(key)}
     if stack.transport == "tcp":
         # Each side's connections, and those whose TCP_INFO says they negotiated ECN.
@@ -616,7 +616,7 @@ def transport_record(stack, client_done: dict, server_done: dict, tls_before: di
 
 def prove_knobs(opts, stack, transport: dict) -> None:
     """Each knob the run set is what both sides ran with (exit 35 otherwise)."""
-    if stack.name == "quic":  # msquic's knobs, read back
+    if stack.msquic:  # msquic's knobs, read back
         prove_quic_settings(opts, transport)
     elif opts.ecn is not None and "tcp_ecn" in transport:
         prove_tcp_ecn(opts.ecn, transport["tcp_ecn"])
@@ -638,7 +638,7 @@ def mix_flow_proof(fm: mix.FlowMeasurement) -> dict:
     stack = transports.STACKS[fm.flow["stack"]]
     client_done, server_done = fm.done["client"], fm.done["server"]
     try:
-        loaded = loaded_msquic(opts, client_done, server_done) if stack.name == "quic" else None
+        loaded = loaded_msquic(opts, client_done, server_done) if stack.msquic else None
         transport = transport_settings(stack, client_done, server_done)
         prove_knobs(opts, stack, transport)
     except errors.SettingUnproven as e:

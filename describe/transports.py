@@ -46,6 +46,11 @@ class Stack:
         return self.tls == "quic"
 
     @property
+    def msquic(self) -> bool:
+        """msquic's: its reports, counters and knobs are msquic's own."""
+        return self.library == "msquic"
+
+    @property
     def has_quic_stats(self) -> bool:
         """A QUIC library beside msquic: its workload's counters are quic_stats."""
         return self.is_quic and self.library != "msquic"
@@ -54,6 +59,12 @@ class Stack:
 def has_quic_stats(stack_name: str) -> bool:
     stack = STACKS.get(stack_name)
     return stack is not None and stack.has_quic_stats
+
+
+def msquic(stack_name: Optional[str]) -> bool:
+    """The stack's row says msquic (Stack.msquic)."""
+    stack = STACKS.get(stack_name)
+    return stack is not None and stack.msquic
 
 
 def datagram(stack_name: Optional[str]) -> bool:

@@ -34,13 +34,13 @@ def _headline(rec: dict) -> str:
     if env.get("emulated"):
         where += ", [yellow]emulated guest: compare stacks within the guest only[/]"
     lib = env.get("quic_library")
-    if lib is not None and rec["stack"] != "quic":
+    if lib is not None and not transports.msquic(rec["stack"]):
         return (
             where + f"; {lib.get('name')} {lib.get('version') or ABSENT} ({lib.get('crypto') or ABSENT})"
             f", GSO {offload.onoff(lib['send_segmentation'].get('client')) or ABSENT}"
             f", GRO {offload.onoff(lib['recv_coalescing'].get('server')) or ABSENT}"
         )
-    if rec["stack"] == "quic":
+    if transports.msquic(rec["stack"]):
         return (
             where + f"; msquic {env.get('msquic_version') or ABSENT}"
             f", GSO {offload.onoff(env.get('msquic_send_segmentation', {}).get('client')) or ABSENT}"
@@ -248,7 +248,7 @@ def _print_rr(rec: dict, console: Console) -> None:
     if not r:
         return
     cfg = rec["config"]
-    how = cfg.get("rr_streams") or cfg.get("tcp_conns") or ("per-request" if rec["stack"] == "quic" else "one")
+    how = cfg.get("rr_streams") or cfg.get("tcp_conns") or ("per-request" if transports.msquic(rec["stack"]) else "one")
     t = Table(
         title=f"{_rr_load(r)}, {how}); response delay in ms",
         title_justify="left",
@@ -618,7 +618,7 @@ def warn_record(rec: dict) -> None:
 
 def _own_counters(rec: dict) -> Table:
     """The workload's own counters: msquic's for QUIC, TCP_INFO for TCP."""
-    if rec["stack"] == "quic":
+    if transports.msquic(rec["stack"]):
         w = Table(title="msquic's own counters over the window (UDP)", title_justify="left")
         cols = ("SIDE", "SEND CALLS", "DGRAMS OUT", "RECV CALLS", "DGRAMS IN", "LOST", "CONG")
     elif transports.has_quic_stats(rec["stack"]):
@@ -635,7 +635,7 @@ def _own_counters(rec: dict) -> Table:
         w.add_column(col, justify="left" if col == "SIDE" else "right")
     for side in ("client", "server"):
         win = rec["workload"][side]["window"]
-        if rec["stack"] == "quic":
+        if transports.msquic(rec["stack"]):
             pc, cs = win.get("perf_counters") or {}, win.get("conn_stats") or {}
             w.add_row(
                 side,
