@@ -24,7 +24,7 @@ from qprof.collectors.probes import HostProbes, ProbeSet, Target, target_for
 from qprof.collectors.remote import LOCAL, HostsPerf
 from qprof.collectors.topology import Topology
 from qprof.collectors.workload import WorkloadProcess
-from qprof.describe import direction, mix, offload, options, pinning, transports
+from qprof.describe import direction, mix, offload, options, patterns, pinning, transports
 from qprof.describe.measurement import Measurement
 from qprof.describe.plan import FlowPlan, Plan
 from qprof.describe.window import Window
@@ -387,7 +387,7 @@ def run_measurement(
         probes=probe_records,
         perf=capture,
         server_binds=binds,
-        reports={"client": ep.client.reports, "server": ep.server.reports} if opts.pattern != "bulk" else None,
+        reports={"client": ep.client.reports, "server": ep.server.reports} if patterns.row(opts).events else None,
         offload={
             **fp.offload.describe(),
             "device_features": (
@@ -442,7 +442,7 @@ def mix_measurement(
                     for e, r in (("start", start), ("end", end))
                 },
                 done=done[i],
-                reports=list(ep.clients[i].reports) if fp.options.pattern in ("rr", "handshakes", "video") else None,
+                reports=list(ep.clients[i].reports) if patterns.row(fp.options).events else None,
             )
         )
     if not any(fm.marks["end"]["server"]["app_bytes"] > fm.marks["start"]["server"]["app_bytes"] for fm in measured):

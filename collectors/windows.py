@@ -22,7 +22,7 @@ from qprof.collectors import emulation
 from qprof.collectors.edges import Reading, sample_intervals, sleep_watching, take
 from qprof.collectors.endpoints import Endpoints
 from qprof.collectors.faults import Faults
-from qprof.describe import direction
+from qprof.describe import direction, patterns
 from qprof.describe.plan import Plan
 from qprof.describe.window import edge_sample, interval_figures
 
@@ -56,7 +56,7 @@ class Taken(NamedTuple):
 def measure(plan: Plan, ep: Endpoints, emulated, on_progress, faults: Faults, on_interval=None) -> Taken:
     """The window of the plan's pattern (WINDOWS), its edges read over every flow."""
     opts = plan.options
-    kind = "download" if opts.pattern in ("download", "video") else "bytes" if opts.bytes else "timed"
+    kind = "download" if patterns.row(opts).window == "count" else "bytes" if opts.bytes else "timed"
     return WINDOWS[kind](plan, ep, emulated, on_progress, faults, on_interval)
 
 

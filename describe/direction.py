@@ -1,18 +1,14 @@
 # SPDX-License-Identifier: GPL-2.0-only
 """Which role sends the data and which checks it, said once for every
-pattern: bulk by --direction (up: the client sends, as iperf3; down: the
-server, as iperf3 -R and secnetperf's download; both: --streams each way,
-as iperf3 --bidir), a download from the server, rr both ways, video both
-ways too (requests up, segments down), its window counting the segments.
-
-A window counts the bytes its receiver verified: "server", "client", or
-"both" (the two receivers' bytes added, each direction its own goodput).
-"""
+pattern by its row (describe/patterns.py): bulk's by --direction (up,
+down or both), each other pattern's by its row."""
 
 from typing import Tuple
 
+from qprof.describe import patterns
+
 DIRECTIONS = ("up", "down", "both")
-ROLES = ("client", "server")
+ROLES = patterns.ROLES
 
 
 def bulk_direction(opts) -> str:
@@ -21,36 +17,32 @@ def bulk_direction(opts) -> str:
 
 def senders(opts) -> Tuple[str, ...]:
     """The roles that send the measured bytes."""
-    if opts.pattern == "download":
-        return ("server",)
-    if opts.pattern in ("rr", "handshakes", "video"):
-        return ROLES
+    row = patterns.row(opts)
+    if row.senders is not None:
+        return row.senders
     return {"up": ("client",), "down": ("server",), "both": ROLES}[bulk_direction(opts)]
 
 
 def receivers(opts) -> Tuple[str, ...]:
     """The roles that verify what arrives."""
-    if opts.pattern == "download":
-        return ("client",)
-    if opts.pattern in ("rr", "handshakes", "video"):
-        return ROLES
+    row = patterns.row(opts)
+    if row.receivers is not None:
+        return row.receivers
     return {"up": ("server",), "down": ("client",), "both": ROLES}[bulk_direction(opts)]
 
 
 def window_receiver(opts) -> str:
     """Whose verified bytes a window counts: a role, or "both"."""
-    if opts.pattern in ("rr", "handshakes"):
-        return "server"
-    if opts.pattern == "video":
-        return "client"
+    row = patterns.row(opts)
+    if row.window_receiver is not None:
+        return row.window_receiver
     got = receivers(opts)
     return got[0] if len(got) == 1 else "both"
 
 
 def server_told(opts) -> bool:
-    """Whether the server serves until told: handshakes come on new
-    connections, so it cannot know the client's last one."""
-    return opts.pattern == "handshakes"
+    """Whether the server serves until told (Pattern.server_told)."""
+    return patterns.row(opts).server_told
 
 
 def other(role: str) -> str:

@@ -1,0 +1,53 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""The patterns qprof drives (--pattern), one row each: what differs
+between them, asked of the row, as describe/transports.py's rows are for
+the stacks (tests/test_stack_rows.py holds the code to it).
+
+Who sends the measured bytes and who verifies them: bulk by --direction
+(up: the client sends, as iperf3; down: the server, as iperf3 -R and
+secnetperf's download; both: --streams each way, as iperf3 --bidir), a
+download from the server, rr and handshakes both ways, video both ways
+too (requests up, segments down). A window counts the bytes its receiver
+verified: "server", "client", or "both" (the two receivers' bytes added,
+each direction its own goodput)."""
+
+from dataclasses import dataclass
+from typing import Dict, Optional, Tuple
+
+ROLES = ("client", "server")
+
+
+@dataclass(frozen=True)
+class Pattern:
+    name: str
+    # The roles that send the measured bytes, and those that verify them;
+    # None: bulk's, which --direction says (describe/direction.py).
+    senders: Optional[Tuple[str, ...]]
+    receivers: Optional[Tuple[str, ...]]
+    # Whose verified bytes the window counts (a role); None: its one
+    # receiver's, or "both" for two.
+    window_receiver: Optional[str]
+    # "timed": a --duration (or bulk's --bytes) window; "count": the
+    # --count downloads or the media's segments, from the client's start
+    # to the last one's last byte (collectors/windows.py).
+    window: str
+    # The client reports each event (request, handshake, download, segment),
+    # kept as they came for the record's per-event figures.
+    events: bool
+    # The server serves until told: handshakes come on new connections, so
+    # it cannot know the client's last one.
+    server_told: bool = False
+
+
+PATTERNS: Dict[str, Pattern] = {
+    "bulk": Pattern("bulk", None, None, None, "timed", events=False),
+    "download": Pattern("download", ("server",), ("client",), None, "count", events=True),
+    "rr": Pattern("rr", ROLES, ROLES, "server", "timed", events=True),
+    "handshakes": Pattern("handshakes", ROLES, ROLES, "server", "timed", events=True, server_told=True),
+    "video": Pattern("video", ROLES, ROLES, "client", "count", events=True),
+}
+
+
+def row(opts) -> Pattern:
+    """The row of opts.pattern (bulk where none is set, as the option's default)."""
+    return PATTERNS[getattr(opts, "pattern", None) or "bulk"]

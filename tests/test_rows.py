@@ -1,0 +1,116 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""A stack is one row, a pattern is one row (issue 40): what differs
+between stacks is said in describe/transports.py's table, between
+patterns in describe/patterns.py's (and the options' rows say which
+stacks take each option, describe/options.py), and the code asks the
+row, not the name. Where the code still tests a name, this test holds
+the count to what is left, so no new test of a name comes in and each
+one moved to its row lowers it: udp's and tcp's differences (a flow of
+datagrams, no session to resume) and msquic's own reports, counters and
+knobs are rows now; of the patterns, who sends and verifies, the
+window's kind and the events kept."""
+
+import ast
+import re
+from collections import Counter
+
+import pytest
+
+from qprof.describe import options, patterns, transports
+
+from conftest import REPO
+
+pytestmark = pytest.mark.unit
+
+TABLES = ("describe/transports.py", "describe/patterns.py", "describe/options.py")
+PRODUCT = ("cli", "core", "collectors", "describe", "present", "flamegraphs")
+# What holds a stack's name: a variable or field named stack or stack_name,
+# a row's .name, a record's ["stack"] or .get("stack").
+A_STACK = re.compile(r"(\bstack|stack_name|stack\.name|\[['\"]stack['\"]\]|\.get\(['\"]stack['\"]\))$")
+# Left: each file's tests of a stack's name. core reads records and
+# imports nothing of describe/: udp's sender's bytes (core/perbyte.py).
+LEFT = Counter({"core/perbyte.py": 1})
+# What holds a pattern's name: pattern, opts.pattern, a flow's options.pattern.
+A_PATTERN = re.compile(r"\bpattern$")
+# Left: each file's tests of a pattern's name (the refusals of what a
+# pattern takes, the record's sections, bulk's link and interval rules).
+LEFT_PATTERNS = Counter(
+    {
+        "describe/plan.py": 16,
+        "describe/record.py": 13,
+        "collectors/windows.py": 4,
+        "describe/offload.py": 3,
+        "describe/mix.py": 3,
+        "collectors/endpoints.py": 1,
+    }
+)
+
+
+def names_in(node, table=transports.STACKS) -> tuple:
+    if isinstance(node, ast.Constant) and node.value in table:
+        return (node.value,)
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        values = tuple(e.value for e in node.elts if isinstance(e, ast.Constant))
+        if values and len(values) == len(node.elts) and all(v in table for v in values):
+            return values
+    return ()
+
+
+def name_tests(table=transports.STACKS, holder=None):
+    """(file, line, names) of each comparison of a name (a stack's, or
+    another table's) with named rows, outside the tables."""
+    holder = holder or A_STACK
+    found = []
+    for top in PRODUCT:
+        for path in sorted((REPO / top).rglob("*.py")):
+            rel = str(path.relative_to(REPO))
+            if rel in TABLES:
+                continue
+            for node in ast.walk(ast.parse(path.read_text())):
+                if not isinstance(node, ast.Compare):
+                    continue
+                parts = [node.left, *node.comparators]
+                for i, part in enumerate(parts):
+                    names = names_in(part, table)
+                    others = [ast.unparse(p) for j, p in enumerate(parts) if j != i]
+                    if names and any(holder.search(o) for o in others):
+                        found.append((rel, node.lineno, names))
+    return found
+
+
+def test_stacks_are_asked_by_their_row_not_their_name():
+    found = name_tests()
+    per_file = Counter(f for f, _, _ in found)
+    grown = {f: n for f, n in per_file.items() if n > LEFT[f]}
+    assert grown == {}, [t for t in found if t[0] in grown]
+    assert per_file == LEFT, "a name test went to its row: lower LEFT to match"
+
+
+def test_patterns_are_asked_by_their_row_not_their_name():
+    found = name_tests(patterns.PATTERNS, A_PATTERN)
+    per_file = Counter(f for f, _, _ in found)
+    grown = {f: n for f, n in per_file.items() if n > LEFT_PATTERNS[f]}
+    assert grown == {}, [t for t in found if t[0] in grown]
+    # Who sends and verifies is the row's alone.
+    assert per_file["describe/direction.py"] == 0
+    assert per_file == LEFT_PATTERNS, "a name test went to its row: lower LEFT_PATTERNS to match"
+
+
+def test_the_rows_say_what_the_names_said():
+    assert [s.name for s in transports.STACKS.values() if s.datagram] == ["udp"]
+    assert [s.name for s in transports.STACKS.values() if not s.sessions] == ["udp", "tcp"]
+    assert [s.name for s in transports.STACKS.values() if s.msquic] == ["quic"]
+    assert set(options.STACK_NAMES) == set(transports.STACKS)
+    assert options.PATTERNS == tuple(patterns.PATTERNS)
+    assert [p.name for p in patterns.PATTERNS.values() if p.window == "count"] == ["download", "video"]
+    assert [p.name for p in patterns.PATTERNS.values() if not p.events] == ["bulk"]
+
+
+def test_a_scan_finds_a_name_test():
+    """The scan is not blind: it sees each way the code names a stack."""
+    for line in ('stack == "udp"', 'opts.stack in ("tcp", "quic")', 'rec["stack"] != "quinn"', 'stack.name == "quic"'):
+        node = ast.parse(line).body[0].value
+        parts = [node.left, *node.comparators]
+        assert names_in(parts[1]) and A_STACK.search(ast.unparse(parts[0])), line
+    node = ast.parse('fp.options.pattern in ("rr", "video")').body[0].value
+    assert names_in(node.comparators[0], patterns.PATTERNS) and A_PATTERN.search(ast.unparse(node.left))
