@@ -37,15 +37,30 @@ class Pattern:
     # The server serves until told: handshakes come on new connections, so
     # it cannot know the client's last one.
     server_told: bool = False
+    resumes: bool = False  # its connections may resume a session (--resume)
+    scheduled: bool = False  # an open loop at --period can pace it
 
 
 PATTERNS: Dict[str, Pattern] = {
     "bulk": Pattern("bulk", None, None, None, "timed", events=False),
-    "download": Pattern("download", ("server",), ("client",), None, "count", events=True),
-    "rr": Pattern("rr", ROLES, ROLES, "server", "timed", events=True),
-    "handshakes": Pattern("handshakes", ROLES, ROLES, "server", "timed", events=True, server_told=True),
+    "download": Pattern("download", ("server",), ("client",), None, "count", events=True, resumes=True),
+    "rr": Pattern("rr", ROLES, ROLES, "server", "timed", events=True, scheduled=True),
+    "handshakes": Pattern(
+        "handshakes", ROLES, ROLES, "server", "timed", events=True, server_told=True, resumes=True, scheduled=True
+    ),
     "video": Pattern("video", ROLES, ROLES, "client", "count", events=True),
 }
+
+
+def words(names) -> str:
+    """Names as a sentence lists them: "a", "a and b", "a, b and c"."""
+    names = list(names)
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+def taking(field: str) -> str:
+    """The patterns whose row has field set, as a sentence lists them."""
+    return words(p.name for p in PATTERNS.values() if getattr(p, field))
 
 
 def row(opts) -> Pattern:

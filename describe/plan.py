@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Dict, Optional, Tuple
 
 from qprof import errors
-from qprof.describe import link, mix, offload, options, transports
+from qprof.describe import link, mix, offload, options, patterns, transports
 from qprof.describe.options import RunOptions
 from qprof.describe.transports import UDP_IP_HEADERS
 
@@ -77,7 +77,7 @@ def resolve_one(opts: RunOptions) -> Tuple[RunOptions, transports.Stack]:
         opts = replace(opts, io_size=stack.io_size)
     opts = _pattern(opts)
     _implementation(opts, stack)
-    if opts.pattern in ("bulk", "rr", "handshakes"):
+    if patterns.row(opts).window == "timed":
         opts = _bulk_length(opts)
     opts = _link(opts)
     _stack_knobs(opts)
@@ -129,9 +129,9 @@ def _implementation(opts: RunOptions, stack: transports.Stack) -> None:
     fix = "use --stack quic (msquic) for it"
     if stack.workload == "qprof-wl":
         return
-    if opts.pattern not in ("bulk", "download", "rr"):
+    if stack.patterns is not None and opts.pattern not in stack.patterns:
         raise errors.StackCannot(
-            f"{stack.name}'s workload runs --pattern bulk, download and rr, not {opts.pattern}; {fix}."
+            f"{stack.name}'s workload runs --pattern {patterns.words(stack.patterns)}, not {opts.pattern}; {fix}."
         )
     if opts.direction not in (None, "up"):
         raise errors.StackCannot(
@@ -168,10 +168,13 @@ def _pattern(opts: RunOptions) -> RunOptions:
         for name, value in (("size", opts.size), ("count", None if opts.pattern == "video" else opts.count)):
             if value is not None:
                 raise errors.StackCannot(f"--{name} applies to --pattern download only; add it, or drop --{name}.")
-    if opts.pattern not in ("download", "handshakes") and opts.resume:
-        raise errors.StackCannot("--resume applies to --pattern download and handshakes; drop --resume.")
-    if opts.pattern not in ("rr", "handshakes") and opts.period_s is not None:
-        raise errors.StackCannot("--period applies to --pattern rr and handshakes; add one, or drop --period.")
+    row = patterns.row(opts)
+    if opts.resume and not row.resumes:
+        raise errors.StackCannot(f"--resume applies to --pattern {patterns.taking('resumes')}; drop --resume.")
+    if opts.period_s is not None and not row.scheduled:
+        raise errors.StackCannot(
+            f"--period applies to --pattern {patterns.taking('scheduled')}; add one, or drop --period."
+        )
     if opts.pattern != "rr":
         # video is rr's closed loop: it takes the app and QUIC's streams, and
         # sets the rest itself (_video holds a value given to what it sets).
@@ -192,7 +195,7 @@ def _pattern(opts: RunOptions) -> RunOptions:
         for name, value in (("bitrate", opts.bitrate), ("segment", opts.segment), ("prebuffer", opts.prebuffer)):
             if value is not None:
                 raise errors.StackCannot(f"--{name} applies to --pattern video only; add it, or drop --{name}.")
-    if opts.pattern != "bulk" and opts.direction is not None:
+    if row.senders is not None and opts.direction is not None:  # bulk's: --direction says
         raise errors.StackCannot(
             "--direction applies to --pattern bulk only (a download goes down, rr both ways); drop --direction."
         )

@@ -5,7 +5,7 @@ workload's options, which checks apply before a run, which syscalls carry
 the data, and how the transport describes itself in the record."""
 
 from dataclasses import dataclass
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from qprof import errors
 
@@ -36,6 +36,8 @@ class Stack:
     # receiver counts what was lost; its sender's CPU is per byte sent.
     datagram: bool = False
     sessions: bool = True  # a TLS or QUIC session a connection may resume (--resume)
+    # The patterns its workload runs (describe/patterns.py); None: every one.
+    patterns: Optional[Tuple[str, ...]] = None
 
     @property
     def configurable_tls(self) -> bool:
@@ -102,6 +104,7 @@ STACKS: Dict[str, Stack] = {
         library="quinn",
         workload="qprof-wl-quinn",
         dwarf_stack_bytes=32768,
+        patterns=("bulk", "download", "rr"),
         gro_word="setsockopt",  # quinn-udp's gro_segments: 64 once UDP_GRO was taken
     ),
     # ngtcp2 on its GnuTLS crypto helper (Debian's), a transport of
@@ -126,6 +129,7 @@ STACKS: Dict[str, Stack] = {
         library="quiche",
         workload="qprof-wl-quiche",
         dwarf_stack_bytes=32768,
+        patterns=("bulk", "download", "rr"),
     ),
     # Raw UDP, no reliability or crypto: the kernel's floor for a UDP transport.
     "udp": Stack(

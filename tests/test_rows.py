@@ -36,7 +36,7 @@ A_PATTERN = re.compile(r"\bpattern$")
 # pattern takes, the record's sections, bulk's link and interval rules).
 LEFT_PATTERNS = Counter(
     {
-        "describe/plan.py": 16,
+        "describe/plan.py": 11,
         "describe/record.py": 13,
         "collectors/windows.py": 4,
         "describe/offload.py": 3,
@@ -104,6 +104,12 @@ def test_the_rows_say_what_the_names_said():
     assert options.PATTERNS == tuple(patterns.PATTERNS)
     assert [p.name for p in patterns.PATTERNS.values() if p.window == "count"] == ["download", "video"]
     assert [p.name for p in patterns.PATTERNS.values() if not p.events] == ["bulk"]
+    assert (patterns.taking("resumes"), patterns.taking("scheduled")) == (
+        "download and handshakes",
+        "rr and handshakes",
+    )
+    assert patterns.words(["bulk", "download", "rr"]) == "bulk, download and rr"
+    assert all(set(s.patterns or ()) <= set(patterns.PATTERNS) for s in transports.STACKS.values())
 
 
 def test_a_scan_finds_a_name_test():
