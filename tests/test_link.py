@@ -238,17 +238,7 @@ def test_a_rate_limit_is_the_limit(runs_dir):
     assert 0 < up["window_s"] <= rec["cpu_window_s"] + 1
     assert tbf["bytes"] <= rate / 8 * up["window_s"] + burst + lk["plan"]["queue_packets"] * 1514
     assert lk["saturation"]["limited_by"] == "link" and up["utilisation"] >= link.SATURATED
-    # Goodput (payload) is under what crossed the wire (headers too), but for
-    # what crossed it before the window and was verified in it (written and
-    # not yet verified at the start: a receiver holds what follows a lost
-    # packet until its retransmission, then reads it at once; CI verified
-    # 13 kB more than the window's wire bytes) and what the rate carried
-    # while tc and the receiver's marks read each edge apart.
-    marks = json.loads((runs_dir / rec["id"] / "measurement.json").read_text())["window"]
-    flight = in_flight(marks, rec, "start", "client")
-    apart_ns = (abs(marks[e]["qdiscs"]["client"]["tbf"]["t_ns"] - marks[e]["server_mark"]["t_ns"]) for e in marks)
-    apart_s = sum(apart_ns) / 1e9
-    assert rec["bytes"] < tbf["bytes"] + flight + rate / 8 * apart_s, (flight, apart_s)
+    assert_goodput_under_the_wire(runs_dir, rec, tbf, rate)
     # At 10 Mbit/s the bucket is one packet: tbf split every GSO packet into wire packets.
     assert tbf["bytes"] / tbf["packets"] <= 1514
     # The ACKs go the other way, a small share of the data.
@@ -258,6 +248,21 @@ def test_a_rate_limit_is_the_limit(runs_dir):
     before = lk["before_window"]
     assert before["saturated"] is True and before["utilisation"] >= 0.9 and before["waited_s"] >= before["interval_s"]
     assert leftovers() == []
+
+
+def assert_goodput_under_the_wire(runs_dir, rec, tbf, rate):
+    """Goodput (payload) is under what crossed the wire (headers too), but
+    for what crossed it before the window and was verified in it (written
+    and not yet verified at the start: a receiver holds what follows a
+    lost packet until its retransmission, then reads it at once; CI
+    verified 13 kB more than the window's wire bytes at 10 Mbit/s, and
+    1.3% more than the wire's rate at 100 Mbit/s) and what the rate
+    carried while tc and the receiver's marks read each edge apart."""
+    marks = json.loads((runs_dir / rec["id"] / "measurement.json").read_text())["window"]
+    flight = in_flight(marks, rec, "start", "client")
+    apart_ns = (abs(marks[e]["qdiscs"]["client"]["tbf"]["t_ns"] - marks[e]["server_mark"]["t_ns"]) for e in marks)
+    apart_s = sum(apart_ns) / 1e9
+    assert rec["bytes"] < tbf["bytes"] + flight + rate / 8 * apart_s, (rec["bytes"], tbf["bytes"], flight, apart_s)
 
 
 @pytest.mark.system
@@ -288,5 +293,5 @@ def test_a_rate_only_link_delivers_its_rate_or_says_what_held_it(runs_dir, stack
     assert (s["limited_by"] == "link") == (up["utilisation"] >= link.SATURATED), (up["utilisation"], s)
     assert (s["limited_by"] == "cpu") == (s["cpu_saturated"] and s["limited_by"] != "link"), s
     assert (s["warning"] is not None) == (s["limited_by"] == "emulation"), s
-    # What was delivered is what the window's bytes say: goodput under the wire rate.
-    assert rec["throughput_gbps"] * 1e9 <= up["utilisation"] * rec["link"]["requested"]["rate_bit"] * 1.01
+    # What was delivered is what the window's bytes say: goodput under what the wire carried.
+    assert_goodput_under_the_wire(runs_dir, rec, up["window"]["tbf"], rec["link"]["requested"]["rate_bit"])
