@@ -77,6 +77,11 @@ def take(
     (tests/test_mix.py holds the bytes to that)."""
     before = _nics(sides, kernel) if name == START else None
     if probes is not None:
+        # The probes read once before anything else is asked and once after
+        # every mark has come back (BEFORE, AFTER): what a workload counted
+        # at its mark lies between the two (collectors/probes.py, bracket).
+        probes.request_mark(name + BEFORE)
+        probes.collect_mark(name + BEFORE)
         probes.request_mark(name)
     for server, client in pairs:
         server.request_mark(name)
@@ -98,12 +103,16 @@ def take(
         reading = Reading(t_ns, system, flows, None, tasks, tls_stat, net)
     reading.qdiscs = emulation.read_counters(emulated.endpoints) if emulated else None
     _collect_marks(name, reading.flows, pairs, probes)
+    if probes is not None:
+        probes.request_mark(name + AFTER)
+        probes.collect_mark(name + AFTER)
     for role, nic in (before if name == START else _nics(sides, kernel)).items():
         reading.hosts[role]["nic"] = nic
     return reading
 
 
 START = "start"  # the edge whose outside is before it (windows.py names its edges so)
+BEFORE, AFTER = "-", "+"  # the probes' reads around an edge's marks: "start-", "start+"
 
 
 def _nics(sides: Optional[dict], kernel: bool) -> dict:

@@ -79,12 +79,37 @@ class Probe:
         if self.absent is not None:
             return {"status": "absent", "reason": self.absent}
         info = {k: v for k, v in self.ready.items() if k not in ("event", "pid")}
-        return {
+        edges = {name: {k: m[k] for k in EDGE_TIMES if k in m} for name, m in self.marks.items()}
+        out = {
             "status": "present",
             **info,
             "window": scaled_stats(delta(self.marks["start"], self.marks["end"]), self.marks),
-            "edges": {name: {k: m[k] for k in EDGE_TIMES if k in m} for name, m in self.marks.items()},
+            "edges": {name: e for name, e in edges.items() if not name.endswith(BRACKET_READS)},
         }
+        if all(f"{e}{r}" in self.marks for e in ("start", "end") for r in BRACKET_READS):
+            out["bracket"] = bracket(self.marks, edges)
+        return out
+
+
+# The reads before and after an edge's marks (collectors/edges.py).
+BRACKET_READS = ("-", "+")
+
+
+def bracket(marks: Dict[str, dict], edges: Dict[str, dict]) -> dict:
+    """The window's counts at their least and most for any instrument that
+    read an edge while its marks were asked for: a workload's mark came
+    after the probe's "start-" read and before its "start+" (and so at the
+    end), so what the probe counted up to that mark lies between the two.
+    least: "start+" to "end-"; most: "start-" to "end+". Where a workload's
+    count of something and the probe's part, the workload's lies between
+    the probe's least and most (but for an event torn at each edge), at any
+    speed."""
+    keep = ("threads", "devices")
+    return {
+        "least": {k: v for k, v in delta(marks["start+"], marks["end-"]).items() if k in keep},
+        "most": {k: v for k, v in delta(marks["start-"], marks["end+"]).items() if k in keep},
+        "edges": {name: e for name, e in edges.items() if name.endswith(BRACKET_READS)},
+    }
 
 
 def scaled_stats(window: dict, marks: Dict[str, dict]) -> dict:
@@ -230,7 +255,7 @@ class HostProbes:
                 out[name] = {"status": "absent", "reason": "; ".join(absent), "hosts": hosts}
                 continue
             first = next(iter(hosts.values()))
-            merged = {k: v for k, v in first.items() if k not in ("window", "edges")}
+            merged = {k: v for k, v in first.items() if k not in ("window", "edges", "bracket")}
             merged["window"] = merge_windows({role: r["window"] for role, r in hosts.items()}, self.same_kernel)
             out[name] = {**merged, "hosts": hosts}
         return out

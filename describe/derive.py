@@ -148,6 +148,19 @@ def compare(ebpf: Optional[float], own: Optional[float]) -> dict:
     return agreement(ebpf, own)
 
 
+def bracket_checks(checks: dict, least: dict, most: dict) -> None:
+    """Each cross-check's eBPF figure at its least and most over the
+    workload's own edges (ebpf_range): the workload's count lies in it,
+    but for an event torn at each edge. A check whose bracket was not
+    measured has none."""
+    for name, check in checks.items():
+        if not isinstance(check, dict) or check.get("ebpf") is None:
+            continue
+        lo, hi = least.get(name, {}).get("ebpf"), most.get(name, {}).get("ebpf")
+        if lo is not None and hi is not None:
+            check["ebpf_range"] = [lo, hi]
+
+
 def crosscheck(
     stack_name: str, side: str, f: dict, own: dict, out_dgrams, in_dgrams, rx_absent: Optional[str] = None
 ) -> dict:
@@ -337,18 +350,20 @@ def observer_cost(probes: dict, nbytes: int, flame: Optional[dict]) -> Optional[
     }
 
 
-def packets_devices(rec: dict) -> dict:
+def packets_devices(rec: dict, bracket: Optional[str] = None) -> dict:
     """side -> the packets probe's window for that side's device (its veth
     between namespaces; on hosts, its NIC, as its own host's probe saw it)
-    with the probe present; {} otherwise."""
+    with the probe present; {} otherwise. bracket: "least" or "most", that
+    window of the probe's bracket instead ({} where it has none)."""
     probe = (rec.get("probes") or {}).get("packets") or {}
     topo = (rec.get("environment") or {}).get("topology") or {}
     if probe.get("status") != "present" or topo.get("kind") not in ("netns", "hosts"):
         return {}
+    window = probe["window"] if bracket is None else (probe.get("bracket") or {}).get(bracket, {})
     found = {}
     for side in ("client", "server"):
         name = f"{topo[side]['ifname']}@{topo[side]['netns'] or 'host'}"
-        for d in probe["window"].get("devices", []):
+        for d in window.get("devices", []):
             if d.get("dev") == name and d.get("role", side) == side:
                 found[side] = d
     return found

@@ -736,34 +736,44 @@ def derive_probe_figures(rec: dict, pids: dict) -> dict:
     # Tools before --rx counted what each device received and did not say so.
     rx_absent = derive.RX_ABSENT if devices and not probes["packets"].get("rx", True) else None
     nbytes = rec["bytes"]
-    sides, checks = {}, {}
-    for side in ("client", "server"):
-        if sys_probe.get("status") != "present":
-            sides[side] = None
-            continue
-        calls = derive.by_syscall(sys_probe["window"]["threads"], pids[side])
+
+    def figures(side: str, window: dict, devices: dict) -> tuple:
+        """A side's syscall figures over a probe window, and their cross-checks."""
+        calls = derive.by_syscall(window["threads"], pids[side])
         out_dgrams = in_dgrams = None
         dev = devices.get(side)
         if dev is not None:
             out_dgrams = dev["tx"].get("wire_packets")
             in_dgrams = (dev["rx"] or {}).get("wire_packets")
-        sides[side] = {
-            "by_syscall": calls,
-            **derive.syscall_figures(
-                calls,
-                side_bytes(rec, side),
-                rec["cpu"][side]["total_s"],
-                out_dgrams,
-                in_dgrams,
-                stack.rw_is_network,
-                # Tools before --time timed every call and did not say so.
-                timed=sys_probe.get("call_time", True),
-                rx_absent=rx_absent,
-            ),
-        }
-        checks[side] = derive.crosscheck(
-            stack.name, side, sides[side], rec["workload"][side]["window"], out_dgrams, in_dgrams, rx_absent
+        f = derive.syscall_figures(
+            calls,
+            side_bytes(rec, side),
+            rec["cpu"][side]["total_s"],
+            out_dgrams,
+            in_dgrams,
+            stack.rw_is_network,
+            # Tools before --time timed every call and did not say so.
+            timed=sys_probe.get("call_time", True),
+            rx_absent=rx_absent,
         )
+        own = rec["workload"][side]["window"]
+        return calls, f, derive.crosscheck(stack.name, side, f, own, out_dgrams, in_dgrams, rx_absent)
+
+    sides, checks = {}, {}
+    for side in ("client", "server"):
+        if sys_probe.get("status") != "present":
+            sides[side] = None
+            continue
+        calls, f, checks[side] = figures(side, sys_probe["window"], devices)
+        sides[side] = {"by_syscall": calls, **f}
+        if "bracket" in sys_probe:
+            # What the probes counted up to each workload's marks, at its
+            # least and most (collectors/probes.py, bracket).
+            least, most = (
+                figures(side, sys_probe["bracket"][k], derive.packets_devices(rec, bracket=k))[2]
+                for k in ("least", "most")
+            )
+            derive.bracket_checks(checks[side], least, most)
     thr = probes.get("cputhread", {})
     threads = (
         derive.thread_figures(thr["window"], pids, {side: side_bytes(rec, side) for side in pids}, nbytes)

@@ -151,14 +151,13 @@ def in_flight(marks: dict, rec: dict, edge: str, sender: str, key: str = "app_by
     return sent - marks[edge][f"{receiver}_mark"]["app_bytes"]
 
 
-def count_gap(run_dir: Path, rec: dict, probe: str, role: str, own) -> float:
-    """How far a probe's count of something a role did may part from the
-    role's own count of it over the window: what the role did while the
-    two read an edge apart (the window's rate over edges_apart_ns), and
-    one event torn at each edge. Holds at any speed: a slower machine
-    sends less in the same gap."""
-    apart_s = edges_apart_ns(run_dir, rec, probe, role) / 1e9
-    return own / rec["window_s"] * apart_s + 2
+def agrees_at_its_edges(check: dict, torn: int = 2) -> bool:
+    """A cross-check's two counts agree: the workload's own lies within
+    what the probe counted up to its marks, at least and at most (the
+    probes read before and after each edge's marks: ebpf_range), but for
+    one event torn at each edge. Holds at any speed."""
+    lo, hi = check["ebpf_range"]
+    return lo <= check["ebpf"] <= hi and lo - torn <= check["own"] <= hi + torn
 
 
 def most_at_once(spans) -> int:
