@@ -350,6 +350,15 @@ def observer_cost(probes: dict, nbytes: int, flame: Optional[dict]) -> Optional[
     }
 
 
+def ip_packets(way: Optional[dict]) -> Optional[int]:
+    """A device's packets one way that were TCP or UDP over IP (GSO's
+    segments each): its wire packets but ARP, neighbour discovery and the
+    like (other_skbs, never segmented); None if that way was not counted."""
+    if not way or way.get("wire_packets") is None:
+        return None
+    return way["wire_packets"] - way.get("other_skbs", 0)
+
+
 def packets_devices(rec: dict, bracket: Optional[str] = None) -> dict:
     """side -> the packets probe's window for that side's device (its veth
     between namespaces; on hosts, its NIC, as its own host's probe saw it)

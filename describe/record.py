@@ -743,8 +743,7 @@ def derive_probe_figures(rec: dict, pids: dict) -> dict:
         out_dgrams = in_dgrams = None
         dev = devices.get(side)
         if dev is not None:
-            out_dgrams = dev["tx"].get("wire_packets")
-            in_dgrams = (dev["rx"] or {}).get("wire_packets")
+            out_dgrams, in_dgrams = derive.ip_packets(dev["tx"]), derive.ip_packets(dev["rx"])
         f = derive.syscall_figures(
             calls,
             side_bytes(rec, side),
