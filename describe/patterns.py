@@ -39,16 +39,34 @@ class Pattern:
     server_told: bool = False
     resumes: bool = False  # its connections may resume a session (--resume)
     scheduled: bool = False  # an open loop at --period can pace it
+    # Sends as fast as the stack can, so it should fill a --link's rate.
+    fills_link: bool = False
+    # The record's sections that are this pattern's own (describe/record.py,
+    # SECTIONS); every other pattern's are null in its records.
+    sections: Tuple[str, ...] = ()
 
 
 PATTERNS: Dict[str, Pattern] = {
-    "bulk": Pattern("bulk", None, None, None, "timed", events=False),
-    "download": Pattern("download", ("server",), ("client",), None, "count", events=True, resumes=True),
-    "rr": Pattern("rr", ROLES, ROLES, "server", "timed", events=True, scheduled=True),
-    "handshakes": Pattern(
-        "handshakes", ROLES, ROLES, "server", "timed", events=True, server_told=True, resumes=True, scheduled=True
+    "bulk": Pattern(
+        "bulk", None, None, None, "timed", events=False, fills_link=True, sections=("streams", "connections")
     ),
-    "video": Pattern("video", ROLES, ROLES, "client", "count", events=True),
+    "download": Pattern(
+        "download", ("server",), ("client",), None, "count", events=True, resumes=True, sections=("downloads",)
+    ),
+    "rr": Pattern("rr", ROLES, ROLES, "server", "timed", events=True, scheduled=True, sections=("rr",)),
+    "handshakes": Pattern(
+        "handshakes",
+        ROLES,
+        ROLES,
+        "server",
+        "timed",
+        events=True,
+        server_told=True,
+        resumes=True,
+        scheduled=True,
+        sections=("handshakes",),
+    ),
+    "video": Pattern("video", ROLES, ROLES, "client", "count", events=True, sections=("video",)),
 }
 
 

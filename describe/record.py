@@ -27,6 +27,7 @@ from qprof.describe import (
     netstat,
     offload,
     options,
+    patterns,
     pinning,
     rr,
     transports,
@@ -126,15 +127,9 @@ def describe_run(m: Measurement, run_path: Path) -> dict:
     rec["offload"] = offload_record(opts, m, rec)
     rec["floor"] = floor.figures(opts.stack, m.floor_parts, rec["cpu"], opts.sendfile)
     rec["link"] = link_record(opts, m, rec)
-    rec["downloads"] = (
-        downloads.describe(m.reports, opts.size, opts.count, opts.resume, rec) if opts.pattern == "download" else None
-    )
-    rec["rr"] = rr_record(opts, m, rec) if opts.pattern == "rr" else None
-    rec["video"] = video_record(opts, m, rec) if opts.pattern == "video" else None
-    rec["handshakes"] = handshakes_record(opts, m, rec) if opts.pattern == "handshakes" else None
-    per_way = opts.streams * (opts.conns or 1)
-    rec["streams"] = streams_record(m.window, per_way) if opts.pattern == "bulk" else None
-    rec["connections"] = connections_record(m.window, m.done, per_way) if opts.pattern == "bulk" else None
+    own = patterns.row(opts).sections
+    for key, section in SECTIONS.items():
+        rec[key] = section(opts, m, rec) if key in own else None
     rec["intervals"] = intervals_record(opts, m)
     rec["placement"] = pinning.record(opts.cpus, rec["cpu_threads"])
     return rec
@@ -157,6 +152,11 @@ def intervals_record(opts: options.RunOptions, m: Measurement) -> Optional[dict]
     whole = [s["gbps"] for s in samples[:-1] if s["gbps"] is not None]
     cv = statistics.stdev(whole) / statistics.fmean(whole) if len(whole) > 1 and statistics.fmean(whole) else None
     return {"interval_s": opts.interval_s, "samples": samples, "gbps_cv": cv}
+
+
+def streams_each_way(opts) -> int:
+    """Bulk's streams each way: --streams on each of --conns connections."""
+    return opts.streams * (opts.conns or 1)
 
 
 def streams_record(window: Window, streams: int) -> Optional[dict]:
@@ -296,8 +296,21 @@ def link_record(opts: options.RunOptions, m: Measurement, rec: dict):
     # schedstat's nanoseconds, exact over a window of any length (ticks are not).
     oncpu = max(rec["cpu"][s]["oncpu_schedstat_s"] for s in ("client", "server"))
     busiest = oncpu / seconds if seconds > 0 else None
-    link.add_saturation(out, seconds, rec["cpu"]["system"].get("utilisation"), busiest, opts.pattern == "bulk")
+    fills = patterns.row(opts).fills_link
+    link.add_saturation(out, seconds, rec["cpu"]["system"].get("utilisation"), busiest, fills)
     return out
+
+
+# Each pattern's own sections of the record, by key: a row's sections say
+# which are its (describe/patterns.py); the others are null in its records.
+SECTIONS = {
+    "downloads": lambda opts, m, rec: downloads.describe(m.reports, opts.size, opts.count, opts.resume, rec),
+    "rr": rr_record,
+    "video": video_record,
+    "handshakes": handshakes_record,
+    "streams": lambda opts, m, rec: streams_record(m.window, streams_each_way(opts)),
+    "connections": lambda opts, m, rec: connections_record(m.window, m.done, streams_each_way(opts)),
+}
 
 
 def udp_drops(rec: dict, client_done: dict, server_done: dict) -> dict:
@@ -415,7 +428,7 @@ def build_record(opts, m: Measurement) -> dict:
     # other sent, on --streams each way); a download: the server sends, once per connection.
     receiver, sender = window.receiver, window.sender
     what = "streams" if opts.pattern == "bulk" else "segments" if opts.pattern == "video" else "downloads"
-    expected = opts.streams * (opts.conns or 1) if opts.pattern == "bulk" else opts.count
+    expected = streams_each_way(opts) if opts.pattern == "bulk" else opts.count
     if receiver != "both":
         got, gave = m.done[receiver], m.done[sender]
     if receiver == "both":
@@ -521,8 +534,9 @@ def quic_library(opts, stack, connected: dict, client_done: dict, server_done: d
 def direction_record(opts, window: Window) -> Optional[dict]:
     """Bulk: which side sent, and each direction's verified bytes and
     goodput over the window (up: client to server). Each side's CPU per
-    byte (cpu.*) is per byte moved, both ways together with --direction both."""
-    if opts.pattern != "bulk":
+    byte (cpu.*) is per byte moved, both ways together with --direction both.
+    None for a pattern whose row says who sends (no --direction)."""
+    if patterns.row(opts).senders is not None:
         return None
     seconds = window.seconds
     out = {

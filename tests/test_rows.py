@@ -8,7 +8,8 @@ the count to what is left, so no new test of a name comes in and each
 one moved to its row lowers it: udp's and tcp's differences (a flow of
 datagrams, no session to resume) and msquic's own reports, counters and
 knobs are rows now; of the patterns, who sends and verifies, the
-window's kind and the events kept."""
+window's kind, the events kept, whether it fills a link and the
+record's sections that are its own."""
 
 import ast
 import re
@@ -33,11 +34,12 @@ LEFT = Counter({"core/perbyte.py": 1})
 # What holds a pattern's name: pattern, opts.pattern, a flow's options.pattern.
 A_PATTERN = re.compile(r"\bpattern$")
 # Left: each file's tests of a pattern's name (the refusals of what a
-# pattern takes, the record's sections, bulk's link and interval rules).
+# pattern takes, the record's check of what was verified, bulk's link
+# and interval rules).
 LEFT_PATTERNS = Counter(
     {
         "describe/plan.py": 11,
-        "describe/record.py": 13,
+        "describe/record.py": 5,
         "collectors/windows.py": 4,
         "describe/offload.py": 3,
         "describe/mix.py": 3,
@@ -120,3 +122,12 @@ def test_a_scan_finds_a_name_test():
         assert names_in(parts[1]) and A_STACK.search(ast.unparse(parts[0])), line
     node = ast.parse('fp.options.pattern in ("rr", "video")').body[0].value
     assert names_in(node.comparators[0], patterns.PATTERNS) and A_PATTERN.search(ast.unparse(node.left))
+
+
+def test_each_pattern_section_is_described_and_a_rows():
+    """Every section a pattern's row names is one the record describes,
+    and every section the record describes is some pattern's own."""
+    from qprof.describe import record
+
+    named = [key for p in patterns.PATTERNS.values() for key in p.sections]
+    assert sorted(named) == sorted(set(named)) and set(named) == set(record.SECTIONS)
