@@ -75,7 +75,7 @@ def _downloads(plan: Plan, ep: Endpoints, emulated, on_progress, faults: Faults,
     the client's start (its connect) to the last segment's last byte. The
     perf samples cover exactly it."""
     opts, client = plan.options, ep.client
-    video = opts.pattern == "video"
+    row = patterns.row(opts)
     tls_before = _tls_stat(ep)
     if ep.perf is not None:
         ep.perf.enable()
@@ -83,11 +83,8 @@ def _downloads(plan: Plan, ep: Endpoints, emulated, on_progress, faults: Faults,
     client.send("start")
     if faults.stall:  # the sender freezes; the watchdog below must end the run
         os.kill(ep.server.pid, signal.SIGSTOP)
-    if video:
-        on_progress(f"{opts.count} segments of {opts.response:,} bytes, one after another on one connection")
-    else:
-        on_progress(f"{opts.count} downloads of {opts.size:,} bytes, each on a new connection")
-    unit, event = ("segments", "rr") if video else ("downloads", "download")
+    on_progress(row.counting(opts))
+    unit, event = row.unit, row.event
     stall_s, check_s = _watchdog(faults)
     _wait_for_done(
         client,
@@ -153,7 +150,8 @@ def _timed(plan: Plan, ep: Endpoints, emulated, on_progress, faults: Faults, on_
     flows = f"{len(connected)} flows connected" if len(connected) > 1 else "connected"
     on_progress(f"{flows}; warming up {opts.warmup_s:g} s")
     sleep_watching(max(e["t_ns"] for e in connected.values()) + int(opts.warmup_s * 1e9), procs)
-    if emulated is not None and emulated.spec.rate_bit and any(fp.options.pattern == "bulk" for fp in plan.flows):
+    filling = any(patterns.row(fp.options).fills_link for fp in plan.flows)
+    if emulated is not None and emulated.spec.rate_bit and filling:
         on_progress("waiting for the link to fill")
         emulated.applied["before_window"] = emulation.wait_saturated(
             emulated.endpoints["client"],

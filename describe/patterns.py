@@ -12,7 +12,7 @@ verified: "server", "client", or "both" (the two receivers' bytes added,
 each direction its own goodput)."""
 
 from dataclasses import dataclass
-from typing import Dict, Optional, Tuple
+from typing import Callable, Dict, Optional, Tuple
 
 ROLES = ("client", "server")
 
@@ -39,6 +39,12 @@ class Pattern:
     server_told: bool = False
     resumes: bool = False  # its connections may resume a session (--resume)
     scheduled: bool = False  # an open loop at --period can pace it
+    # What one of its events is called, and the client's report of each
+    # (wlproto's and wl_role.c's event names).
+    unit: str = ""
+    event: str = ""
+    # A count window's plan in words, from the run's options (the progress line).
+    counting: Optional[Callable[[object], str]] = None
     # Sends as fast as the stack can, so it should fill a --link's rate.
     fills_link: bool = False
     # The record's sections that are this pattern's own (describe/record.py,
@@ -48,12 +54,41 @@ class Pattern:
 
 PATTERNS: Dict[str, Pattern] = {
     "bulk": Pattern(
-        "bulk", None, None, None, "timed", events=False, fills_link=True, sections=("streams", "connections")
+        "bulk",
+        None,
+        None,
+        None,
+        "timed",
+        events=False,
+        unit="streams",
+        fills_link=True,
+        sections=("streams", "connections"),
     ),
     "download": Pattern(
-        "download", ("server",), ("client",), None, "count", events=True, resumes=True, sections=("downloads",)
+        "download",
+        ("server",),
+        ("client",),
+        None,
+        "count",
+        events=True,
+        resumes=True,
+        unit="downloads",
+        event="download",
+        counting=lambda o: f"{o.count} downloads of {o.size:,} bytes, each on a new connection",
+        sections=("downloads",),
     ),
-    "rr": Pattern("rr", ROLES, ROLES, "server", "timed", events=True, scheduled=True, sections=("rr",)),
+    "rr": Pattern(
+        "rr",
+        ROLES,
+        ROLES,
+        "server",
+        "timed",
+        events=True,
+        scheduled=True,
+        unit="requests",
+        event="rr",
+        sections=("rr",),
+    ),
     "handshakes": Pattern(
         "handshakes",
         ROLES,
@@ -64,9 +99,22 @@ PATTERNS: Dict[str, Pattern] = {
         server_told=True,
         resumes=True,
         scheduled=True,
+        unit="handshakes",
+        event="handshake",
         sections=("handshakes",),
     ),
-    "video": Pattern("video", ROLES, ROLES, "client", "count", events=True, sections=("video",)),
+    "video": Pattern(
+        "video",
+        ROLES,
+        ROLES,
+        "client",
+        "count",
+        events=True,
+        unit="segments",
+        event="rr",
+        counting=lambda o: f"{o.count} segments of {o.response:,} bytes, one after another on one connection",
+        sections=("video",),
+    ),
 }
 
 

@@ -427,7 +427,7 @@ def build_record(opts, m: Measurement) -> dict:
     # Bulk: the sender by --direction (both ways: each side checks what the
     # other sent, on --streams each way); a download: the server sends, once per connection.
     receiver, sender = window.receiver, window.sender
-    what = "streams" if opts.pattern == "bulk" else "segments" if opts.pattern == "video" else "downloads"
+    what = patterns.row(opts).unit
     expected = streams_each_way(opts) if opts.pattern == "bulk" else opts.count
     if receiver != "both":
         got, gave = m.done[receiver], m.done[sender]
