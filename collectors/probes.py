@@ -208,7 +208,8 @@ class ProbeSet:
             try:
                 p.marks[name] = p.proc.wait_event("mark", MARK_TIMEOUT_S)
             except (ProcessEnded, errors.Timeout):
-                self._lose(p, f"stopped answering at the {name} edge: " + p.proc.how_it_ended())
+                edge = name.rstrip("".join(BRACKET_READS))  # its reads around the marks are the edge's
+                self._lose(p, f"stopped answering at the {edge} edge: " + p.proc.how_it_ended())
 
     def records(self) -> Dict[str, dict]:
         return {p.name: p.record() for p in self.probes}
