@@ -3,7 +3,7 @@
 
 import pytest
 
-from conftest import needs_build, qprof, run_json
+from conftest import agrees_at_its_edges, needs_build, qprof, run_json
 from refusals import refused
 from test_bad_input import one_sentence, refused_run, run_statuses
 from test_run_quic import assert_cpu_closes
@@ -42,9 +42,11 @@ def test_tcp_netns(runs_dir):
     # Plain TCP: bytes through the syscalls are exactly the application's.
     assert c["send_bytes"] == pytest.approx(rec["workload"]["client"]["window"]["app_bytes"], rel=0.01)
     assert s["recv_bytes"] == pytest.approx(rec["workload"]["server"]["window"]["app_bytes"], rel=0.01)
-    # ...and the workload's own call counts are the syscalls eBPF saw.
+    # ...and the workload's own call counts are the syscalls eBPF saw: each
+    # side's count at its marks within what the probe counted up to them.
     for side in ("client", "server"):
-        assert rec["crosscheck"][side]["io_calls"]["ratio"] == pytest.approx(1.0, abs=0.02), side
+        check = rec["crosscheck"][side]["io_calls"]
+        assert check["own"] > 0 and agrees_at_its_edges(check), (side, check)
 
 
 @pytest.mark.system
