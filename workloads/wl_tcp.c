@@ -28,7 +28,15 @@
 #include "wl_tls.h"
 #include "wl_transport.h"
 
-#define MAX_CONNS WL_MAX_STREAMS /* the listen backlog */
+/*
+ * The listen backlog: every connection a client opens at once (an rr
+ * client's 128, bulk's --streams) fits in the accept queue before the
+ * server has accepted one. A full queue drops the next SYN, and its
+ * retransmission comes a second later: an rr client, which starts its
+ * requests once all its connections are up, would start past a short
+ * window.
+ */
+#define MAX_CONNS (WL_RR_MAX_CONNS > WL_MAX_STREAMS ? WL_RR_MAX_CONNS : WL_MAX_STREAMS)
 #define CONNECT_TIMEOUT_S 10
 #define LOOP_READ_BUF (256 * 1024)
 #define ROLE (T.server ? "server" : "client")
