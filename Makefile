@@ -95,7 +95,7 @@ $(BUILD)/bin/qprof-floor-quictls: $(FLOOR_SRC) $(BUILD)/msquic/.stamp
 	@mkdir -p $(@D)
 	$(CC) -O2 -g -Wall -Wextra -Werror -std=gnu11 -I$(BUILD)/msquic/quictls/include -o $@ $< \
 	    $(BUILD)/msquic/quictls/lib/libcrypto.a -lpthread -ldl
-$(BUILD)/lib/libqprof-%.so: workloads/preload/%_preload.c
+$(BUILD)/lib/libqprof-%.so: workloads/preload/%_preload.c workloads/wl_udpio.h
 	@mkdir -p $(@D)
 	$(CC) -O2 -g -fPIC -shared -fvisibility=hidden -Wall -Wextra -Werror -std=gnu11 -o $@ $< -ldl
 $(BUILD)/bin/qprof-wl: $(WL_SRC) $(WL_HDR) $(BUILD)/msquic/.stamp

@@ -5,7 +5,8 @@
  * consecutive datagrams of one size that the kernel cuts (GSO, a
  * UDP_SEGMENT cmsg) and a receive of datagrams the kernel joined (GRO,
  * the UDP_GRO socket option and its cmsg of the segment size), as the
- * kernel's selftests udpgso_bench_tx/rx use them. Each transport keeps its own policy (udp
+ * kernel's selftests udpgso_bench_tx/rx use them (and the names the
+ * offload interposer, preload/offload_preload.c, steers). Each transport keeps its own policy (udp
  * fails a refused option in one sentence; ngtcp2 falls back to one
  * datagram a call) and its own counters.
  */

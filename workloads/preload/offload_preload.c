@@ -42,15 +42,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#ifndef SOL_UDP
-#define SOL_UDP 17
-#endif
-#ifndef UDP_SEGMENT
-#define UDP_SEGMENT 103
-#endif
-#ifndef UDP_GRO
-#define UDP_GRO 104
-#endif
+#include "../wl_udpio.h" /* SOL_UDP, UDP_SEGMENT and UDP_GRO, as the workloads name them */
 
 #define EXPORT __attribute__((visibility("default")))
 
