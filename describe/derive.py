@@ -162,14 +162,15 @@ def bracket_checks(checks: dict, least: dict, most: dict) -> None:
 
 
 def crosscheck(
-    stack_name: str, side: str, f: dict, own: dict, out_dgrams, in_dgrams, rx_absent: Optional[str] = None
+    stack_name: str, sends: bool, f: dict, own: dict, out_dgrams, in_dgrams, rx_absent: Optional[str] = None
 ) -> dict:
     """eBPF figures against the workload's own count of the same thing.
 
     QUIC: msquic's UDP_SEND_CALLS (one per sendmsg/sendmmsg), UDP_RECV_EVENTS
     (one per receive call that returned data) and datagram counts.
-    TCP: the workload counts its own send calls (client) and receive calls
-    (server). For plain tcp each is one syscall; under OpenSSL one
+    TCP and UDP: the workload counts its own send and receive calls, either
+    way (sends: the side sends the measured bytes, whose datagrams are then
+    its sent ones, else its received). For plain tcp each is one syscall; under OpenSSL one
     SSL_write may become several write()s (a record is at most 16 KiB), so
     for the TLS stacks the ratio is recorded, not expected to be 1. A
     check of the device's received packets the probe did not count has
@@ -204,14 +205,15 @@ def crosscheck(
         if library != "quinn":
             out["udp_recv_events"] = compare(f["recv_calls_with_data"], qs.get("udp_rx_ios"))
         return out
-    calls = f["send_calls"] if side == "client" else f["recv_calls"]
+    # The workload counts each of its calls that sends or receives (both
+    # ways: a bulk sender's few reads, an rr side's requests and answers),
+    # whichever way the bytes go.
+    calls = f["send_calls"] + f["recv_calls"]
     out = {"source": "workload's own call count", "io_calls": compare(calls, own.get("io_calls"))}
     if transports.datagram(stack_name):
         # Wire packets on the side's device against the datagrams the
-        # workload sent or received (the receiver's exclude loss in the socket).
-        out["datagrams"] = (
-            compare(out_dgrams, own.get("datagrams")) if side == "client" else received(own.get("datagrams"))
-        )
+        # workload sent (a sender) or received (a receiver; excluding loss in the socket).
+        out["datagrams"] = compare(out_dgrams, own.get("datagrams")) if sends else received(own.get("datagrams"))
     return out
 
 

@@ -120,7 +120,7 @@ def describe_run(m: Measurement, run_path: Path) -> dict:
             # server by their threads' on-CPU time (compare/check: core/figures.py).
             weighted = any("weighting" in f for f in flame["sides"].values())
             flame["weighting"] = weighting.SOURCE if weighted else None
-    rec.update(derive_probe_figures(rec, m.pids))
+    rec.update(derive_probe_figures(rec, m.pids, direction.senders(opts)))
     rec["observers"] = derive.observer_cost(m.probes, rec["bytes"], flame)
     if transports.datagram(opts.stack) and not loopback:
         rec["crosscheck"].setdefault("server", {})["udp_drops"] = udp_drops(rec, m.done["client"], m.done["server"])
@@ -741,8 +741,9 @@ def _prove_ktls(ktls: dict, tls_stat: dict) -> None:
             )
 
 
-def derive_probe_figures(rec: dict, pids: dict) -> dict:
-    """Per-side syscall figures and their cross-checks with the workload's own counts."""
+def derive_probe_figures(rec: dict, pids: dict, senders=("client",)) -> dict:
+    """Per-side syscall figures and their cross-checks with the workload's
+    own counts; senders: the roles that send the measured bytes."""
     stack = transports.STACKS[rec["stack"]]
     probes = rec["probes"]
     sys_probe = probes.get("syscalls", {})
@@ -770,7 +771,8 @@ def derive_probe_figures(rec: dict, pids: dict) -> dict:
             rx_absent=rx_absent,
         )
         own = rec["workload"][side]["window"]
-        return calls, f, derive.crosscheck(stack.name, side, f, own, out_dgrams, in_dgrams, rx_absent)
+        sends = side in senders
+        return calls, f, derive.crosscheck(stack.name, sends, f, own, out_dgrams, in_dgrams, rx_absent)
 
     sides, checks = {}, {}
     for side in ("client", "server"):

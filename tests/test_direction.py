@@ -13,7 +13,7 @@ from qprof import errors
 from qprof.describe import direction, options, plan, record
 from qprof.describe.window import Edge, Window
 
-from conftest import edges_apart_ns, in_flight, needs_build, run_json
+from conftest import agrees_at_its_edges, edges_apart_ns, in_flight, needs_build, run_json
 from refusals import refused
 
 
@@ -191,6 +191,13 @@ def test_down_goes_from_the_server(runs_dir, stack):
     # at its edges; QUIC's send calls also carry its headers and AEAD tags (~2%).
     assert 0.98 * rec["bytes"] < sys_server["send_bytes"] < 1.1 * rec["bytes"]
     assert sys_client["send_bytes"] < 0.01 * rec["bytes"]
+    # Each side's own count of its calls is what eBPF saw, whichever way
+    # the bytes go (plain tcp: a syscall a call, reads and writes; msquic:
+    # its send calls); tcp-tls's OpenSSL calls are not its syscalls.
+    own = {"tcp": "io_calls", "quic": "udp_send_calls"}.get(stack)
+    for side in ("client", "server") if own else ():
+        check = rec["crosscheck"][side][own]
+        assert check["own"] > 0 and agrees_at_its_edges(check), (side, check)
 
 
 @pytest.mark.system
