@@ -28,7 +28,7 @@ from types import SimpleNamespace
 from typing import Dict, List, Optional, Tuple
 
 from qprof import errors
-from qprof.describe import derive, direction, options, transports
+from qprof.describe import derive, direction, options, patterns, transports
 
 ONOFF = ("on", "off")
 UDP_SEND_MODES = options.UDP_SEND_MODES
@@ -296,19 +296,10 @@ def observe(rec: dict, max_datagram: int) -> dict:
 
 def _has_a_backlog(rec: dict, role: str, max_datagram: int) -> bool:
     """Whether the role ever had more than a datagram to send at once, so
-    that GSO on must show as super-packets: a bulk or download sender
-    always; in rr a side whose messages (requests: the client's;
-    responses: the server's) exceed a datagram; video's server (its
-    segments), never its client; handshakes never (each flight is a few
-    datagrams, sent as the handshake allows)."""
+    that GSO on must show as super-packets: its pattern's row says
+    (a bulk or download sender always; handshakes never)."""
     cfg = rec.get("config") or {}
-    pattern = cfg.get("pattern") or "bulk"
-    if pattern == "rr":
-        size = cfg.get("request" if role == "client" else "response") or cfg.get("payload") or 0
-        return size > max_datagram
-    if pattern == "video":
-        return role == "server"
-    return pattern != "handshakes"
+    return patterns.PATTERNS[cfg.get("pattern") or "bulk"].backlog(cfg, role, max_datagram)
 
 
 def _any_on(states):

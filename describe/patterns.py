@@ -45,6 +45,10 @@ class Pattern:
     event: str = ""
     # A count window's plan in words, from the run's options (the progress line).
     counting: Optional[Callable[[object], str]] = None
+    # Whether a role ever has more than a datagram to send at once (so GSO
+    # on must show as super-packets), from the run's config and the path's
+    # largest datagram payload (describe/offload.py).
+    backlog: Callable[[dict, str, int], bool] = lambda cfg, role, datagram: True
     # Sends as fast as the stack can, so it should fill a --link's rate.
     fills_link: bool = False
     # The record's sections that are this pattern's own (describe/record.py,
@@ -87,6 +91,11 @@ PATTERNS: Dict[str, Pattern] = {
         scheduled=True,
         unit="requests",
         event="rr",
+        # A side whose messages (requests: the client's; responses: the
+        # server's) exceed a datagram.
+        backlog=lambda cfg, role, datagram: (
+            (cfg.get("request" if role == "client" else "response") or cfg.get("payload") or 0) > datagram
+        ),
         sections=("rr",),
     ),
     "handshakes": Pattern(
@@ -101,6 +110,8 @@ PATTERNS: Dict[str, Pattern] = {
         scheduled=True,
         unit="handshakes",
         event="handshake",
+        # Each flight is a few datagrams, sent as the handshake allows.
+        backlog=lambda cfg, role, datagram: False,
         sections=("handshakes",),
     ),
     "video": Pattern(
@@ -112,6 +123,7 @@ PATTERNS: Dict[str, Pattern] = {
         events=True,
         unit="segments",
         event="rr",
+        backlog=lambda cfg, role, datagram: role == "server",  # its segments, never the client's requests
         counting=lambda o: f"{o.count} segments of {o.response:,} bytes, one after another on one connection",
         sections=("video",),
     ),

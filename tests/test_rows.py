@@ -41,7 +41,6 @@ LEFT_PATTERNS = Counter(
         "describe/plan.py": 11,
         "describe/record.py": 3,
         "collectors/windows.py": 2,
-        "describe/offload.py": 3,
         "describe/mix.py": 3,
         "collectors/endpoints.py": 1,
     }
