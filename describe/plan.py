@@ -201,15 +201,7 @@ def _pattern(opts: RunOptions) -> RunOptions:
         )
     if opts.pattern == "download" and opts.conns is not None:
         raise errors.StackCannot("--conns applies to --pattern bulk, rr and handshakes, not download; drop --conns.")
-    if opts.pattern == "rr":
-        return _rr(opts)
-    if opts.pattern == "video":
-        return _video(opts)
-    if opts.pattern == "handshakes":
-        return _handshakes(opts)
-    if opts.pattern == "download":
-        return _download(opts)
-    return _direction(opts)
+    return STEPS[row.name](opts)
 
 
 def _direction(opts: RunOptions) -> RunOptions:
@@ -408,6 +400,11 @@ def _schedule(opts: RunOptions, unit: str) -> None:
             f"--period {opts.period_s:g}s is not shorter than the {duration_s:g} s window, so no {unit} "
             "would be due inside it; lower --period or raise --duration."
         )
+
+
+# Each pattern's own step of resolve, by its row's name (what its row
+# says, the checks above ask of it).
+STEPS = {"bulk": _direction, "download": _download, "rr": _rr, "video": _video, "handshakes": _handshakes}
 
 
 def _rr_closed(opts: RunOptions) -> RunOptions:

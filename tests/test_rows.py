@@ -38,7 +38,7 @@ A_PATTERN = re.compile(r"\bpattern$")
 # and interval rules).
 LEFT_PATTERNS = Counter(
     {
-        "describe/plan.py": 11,
+        "describe/plan.py": 7,
         "describe/record.py": 3,
         "collectors/windows.py": 2,
         "describe/mix.py": 3,
@@ -124,10 +124,12 @@ def test_a_scan_finds_a_name_test():
 
 
 def test_each_pattern_section_is_described_and_a_rows():
-    """Every section a pattern's row names is one the record describes,
-    and every section the record describes is some pattern's own."""
-    from qprof.describe import record
+    """Every pattern has its step of resolve; every section a pattern's
+    row names is one the record describes, and every section the record
+    describes is some pattern's own."""
+    from qprof.describe import plan, record
 
+    assert set(plan.STEPS) == set(patterns.PATTERNS)  # and each pattern has its step of resolve
     named = [key for p in patterns.PATTERNS.values() for key in p.sections]
     assert sorted(named) == sorted(set(named)) and set(named) == set(record.SECTIONS)
 
