@@ -71,6 +71,8 @@ class Option:
         fill=None,
         fill_note: Optional[str] = None,
         default_text: Optional[str] = None,
+        patterns: Tuple[str, ...] = (),
+        set_by: Tuple[str, ...] = (),
     ):
         self.name = name  # the flag without "--", and the --vary key
         self.field = field_name or name.replace("-", "_")
@@ -97,6 +99,11 @@ class Option:
         self.fill = fill
         self.fill_note = fill_note
         self.default_text = default_text  # a default that is the stack's or the workload's, in words
+        # The patterns whose runs take it (() = every one), and those that
+        # set it themselves, holding a value given to theirs (video's count,
+        # rr's settings it fixes): describe/plan.py refuses it elsewhere.
+        self.patterns = patterns
+        self.set_by = set_by
 
     @property
     def help_text(self) -> str:
@@ -242,6 +249,7 @@ OPTIONS: List[Option] = [
         fill=1 << 20,
         vary=True,
         workload="--size",
+        patterns=("download",),
     ),
     Option(
         "count",
@@ -252,6 +260,8 @@ OPTIONS: List[Option] = [
         fill=10,
         hi=100_000,
         workload="--count",
+        patterns=("download",),
+        set_by=("video",),
     ),
     Option(
         "resume",
@@ -287,6 +297,7 @@ OPTIONS: List[Option] = [
         hi=16 << 20,
         vary=True,
         workload="--payload",
+        patterns=("rr",),
     ),
     Option(
         "request",
@@ -298,6 +309,8 @@ OPTIONS: List[Option] = [
         hi=16 << 20,
         vary=True,
         workload="--request",
+        patterns=("rr",),
+        set_by=("video",),
     ),
     Option(
         "response",
@@ -309,6 +322,8 @@ OPTIONS: List[Option] = [
         hi=16 << 20,
         vary=True,
         workload="--response",
+        patterns=("rr",),
+        set_by=("video",),
     ),
     Option(
         "rr-streams",
@@ -321,6 +336,7 @@ OPTIONS: List[Option] = [
         vary=True,
         workload="--rr-streams",
         metavar="per-request|one",
+        patterns=("rr", "video"),
     ),
     Option(
         "tcp-conns",
@@ -334,6 +350,7 @@ OPTIONS: List[Option] = [
         vary=True,
         workload="--tcp-conns",
         metavar="one|on-demand",
+        patterns=("rr",),
     ),
     Option(
         "app",
@@ -350,6 +367,7 @@ OPTIONS: List[Option] = [
         vary=True,
         workload="--app",
         metavar="|".join(APPS),
+        patterns=("rr", "video"),
     ),
     Option(
         "bitrate",
@@ -361,6 +379,7 @@ OPTIONS: List[Option] = [
         lo=8_000,
         hi=256_000_000,
         vary=True,
+        patterns=("video",),
     ),
     Option(
         "segment",
@@ -371,6 +390,7 @@ OPTIONS: List[Option] = [
         fill_note="video",
         lo=0.0,
         vary=True,
+        patterns=("video",),
     ),
     Option(
         "prebuffer",
@@ -381,6 +401,7 @@ OPTIONS: List[Option] = [
         fill_note="video",
         lo=0.0,
         vary=True,
+        patterns=("video",),
     ),
     Option(
         "rr-mode",
@@ -395,6 +416,8 @@ OPTIONS: List[Option] = [
         vary=True,
         workload="--rr-mode",
         metavar="open|closed",
+        patterns=("rr",),
+        set_by=("video",),
     ),
     Option(
         "warmup",

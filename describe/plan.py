@@ -27,9 +27,6 @@ MIN_RR_PERIOD_S = 100e-6  # qprof-wl's --period-us floor
 WL_RR_MIN = 16  # qprof-wl's WL_RR_PAYLOAD_MIN: a message's sequence number and a little pattern
 MAX_STREAMS = 64  # qprof-wl's WL_MAX_STREAMS: --conns x --streams, x 2 with --direction both
 MAX_RR_TCP_CONNS = 128  # qprof-wl's WL_RR_MAX_CONNS: rr on a TCP stack, --conns x --streams
-# rr's options --pattern video takes from the user, and those it sets itself (_video).
-VIDEO_TAKES = ("app", "rr-streams")
-VIDEO_SETS = ("request", "response", "rr-mode")
 
 
 @dataclass(frozen=True)
@@ -160,41 +157,23 @@ def _bulk_length(opts: RunOptions) -> RunOptions:
 
 
 def _pattern(opts: RunOptions) -> RunOptions:
-    """What --pattern allows: a download's window is its downloads, so the
-    bulk transfer's length and warm-up do not apply; --size, --count and
-    --resume apply to downloads only, --period and its kin to rr only."""
-    if opts.pattern != "download":
-        # video sets --count itself (its segments; _video holds it to that).
-        for name, value in (("size", opts.size), ("count", None if opts.pattern == "video" else opts.count)):
-            if value is not None:
-                raise errors.StackCannot(f"--{name} applies to --pattern download only; add it, or drop --{name}.")
+    """What --pattern allows: each option of some patterns only (the
+    option table's patterns and set_by; --resume and --period by the
+    rows' resumes and scheduled), then the pattern's own step."""
     row = patterns.row(opts)
+    # An option of other patterns (the option table's patterns and set_by).
+    for o in options.OPTIONS:
+        if not o.patterns or row.name in o.patterns + o.set_by or getattr(opts, o.field) is None:
+            continue
+        one = len(o.patterns) == 1
+        which, fix = (f"{o.patterns[0]} only", "add it") if one else (patterns.words(o.patterns), "use one of them")
+        raise errors.StackCannot(f"--{o.name} applies to --pattern {which}; {fix}, or drop --{o.name}.")
     if opts.resume and not row.resumes:
         raise errors.StackCannot(f"--resume applies to --pattern {patterns.taking('resumes')}; drop --resume.")
     if opts.period_s is not None and not row.scheduled:
         raise errors.StackCannot(
             f"--period applies to --pattern {patterns.taking('scheduled')}; add one, or drop --period."
         )
-    if opts.pattern != "rr":
-        # video is rr's closed loop: it takes the app and QUIC's streams, and
-        # sets the rest itself (_video holds a value given to what it sets).
-        video = VIDEO_TAKES + VIDEO_SETS if opts.pattern == "video" else ()
-        for name, value in (
-            ("payload", opts.payload),
-            ("request", opts.request),
-            ("response", opts.response),
-            ("rr-streams", opts.rr_streams),
-            ("tcp-conns", opts.tcp_conns),
-            ("rr-mode", opts.rr_mode),
-            ("app", opts.app),
-        ):
-            if value is not None and name not in video:
-                which, fix = ("rr and video", "use one of them") if name in VIDEO_TAKES else ("rr only", "add it")
-                raise errors.StackCannot(f"--{name} applies to --pattern {which}; {fix}, or drop --{name}.")
-    if opts.pattern != "video":
-        for name, value in (("bitrate", opts.bitrate), ("segment", opts.segment), ("prebuffer", opts.prebuffer)):
-            if value is not None:
-                raise errors.StackCannot(f"--{name} applies to --pattern video only; add it, or drop --{name}.")
     if row.senders is not None and opts.direction is not None:  # bulk's: --direction says
         raise errors.StackCannot(
             "--direction applies to --pattern bulk only (a download goes down, rr both ways); drop --direction."

@@ -38,7 +38,7 @@ A_PATTERN = re.compile(r"\bpattern$")
 # and interval rules).
 LEFT_PATTERNS = Counter(
     {
-        "describe/plan.py": 7,
+        "describe/plan.py": 2,
         "describe/record.py": 3,
         "collectors/windows.py": 2,
         "describe/mix.py": 3,
@@ -143,3 +143,10 @@ def test_a_count_window_says_what_it_counts():
             assert p.event and "of" in p.counting(options.RunOptions(pattern=p.name, count=3, size=9, response=9)), (
                 p.name
             )
+
+
+def test_an_options_patterns_are_rows():
+    """The patterns an option's row says take it, or set it, are patterns."""
+    for o in options.OPTIONS:
+        assert set(o.patterns + o.set_by) <= set(patterns.PATTERNS), o.name
+        assert not set(o.patterns) & set(o.set_by), o.name
