@@ -271,6 +271,7 @@ OPTIONS: List[Option] = [
         "TLS 1.3 resumption); the record says which did.",
         stacks=("quic", "ngtcp2", "tcp-tls", "tcp-ktls"),
         workload="--resume",
+        patterns=("download", "handshakes"),
     ),
     Option(
         "period",
@@ -286,6 +287,7 @@ OPTIONS: List[Option] = [
         vary=True,
         workload="--period-us",
         workload_value=lambda s: str(round(s * 1e6)),
+        patterns=("rr", "handshakes"),
     ),
     Option(
         "payload",

@@ -37,8 +37,6 @@ class Pattern:
     # The server serves until told: handshakes come on new connections, so
     # it cannot know the client's last one.
     server_told: bool = False
-    resumes: bool = False  # its connections may resume a session (--resume)
-    scheduled: bool = False  # an open loop at --period can pace it
     # What one of its events is called, and the client's report of each
     # (wlproto's and wl_role.c's event names).
     unit: str = ""
@@ -75,7 +73,6 @@ PATTERNS: Dict[str, Pattern] = {
         None,
         "count",
         events=True,
-        resumes=True,
         unit="downloads",
         event="download",
         counting=lambda o: f"{o.count} downloads of {o.size:,} bytes, each on a new connection",
@@ -88,7 +85,6 @@ PATTERNS: Dict[str, Pattern] = {
         "server",
         "timed",
         events=True,
-        scheduled=True,
         unit="requests",
         event="rr",
         # A side whose messages (requests: the client's; responses: the
@@ -106,8 +102,6 @@ PATTERNS: Dict[str, Pattern] = {
         "timed",
         events=True,
         server_told=True,
-        resumes=True,
-        scheduled=True,
         unit="handshakes",
         event="handshake",
         # Each flight is a few datagrams, sent as the handshake allows.
@@ -134,11 +128,6 @@ def words(names) -> str:
     """Names as a sentence lists them: "a", "a and b", "a, b and c"."""
     names = list(names)
     return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
-
-
-def taking(field: str) -> str:
-    """The patterns whose row has field set, as a sentence lists them."""
-    return words(p.name for p in PATTERNS.values() if getattr(p, field))
 
 
 def row(opts) -> Pattern:

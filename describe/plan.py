@@ -158,22 +158,15 @@ def _bulk_length(opts: RunOptions) -> RunOptions:
 
 def _pattern(opts: RunOptions) -> RunOptions:
     """What --pattern allows: each option of some patterns only (the
-    option table's patterns and set_by; --resume and --period by the
-    rows' resumes and scheduled), then the pattern's own step."""
+    option table's patterns and set_by), then the pattern's own step."""
     row = patterns.row(opts)
     # An option of other patterns (the option table's patterns and set_by).
     for o in options.OPTIONS:
-        if not o.patterns or row.name in o.patterns + o.set_by or getattr(opts, o.field) is None:
+        if not o.patterns or row.name in o.patterns + o.set_by or getattr(opts, o.field) in (None, False):
             continue
         one = len(o.patterns) == 1
         which, fix = (f"{o.patterns[0]} only", "add it") if one else (patterns.words(o.patterns), "use one of them")
         raise errors.StackCannot(f"--{o.name} applies to --pattern {which}; {fix}, or drop --{o.name}.")
-    if opts.resume and not row.resumes:
-        raise errors.StackCannot(f"--resume applies to --pattern {patterns.taking('resumes')}; drop --resume.")
-    if opts.period_s is not None and not row.scheduled:
-        raise errors.StackCannot(
-            f"--period applies to --pattern {patterns.taking('scheduled')}; add one, or drop --period."
-        )
     if row.senders is not None and opts.direction is not None:  # bulk's: --direction says
         raise errors.StackCannot(
             "--direction applies to --pattern bulk only (a download goes down, rr both ways); drop --direction."

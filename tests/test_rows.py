@@ -41,7 +41,7 @@ LEFT_PATTERNS = Counter(
         "describe/plan.py": 2,
         "describe/record.py": 3,
         "collectors/windows.py": 2,
-        "describe/mix.py": 3,
+        "describe/mix.py": 2,
         "collectors/endpoints.py": 1,
     }
 )
@@ -105,10 +105,8 @@ def test_the_rows_say_what_the_names_said():
     assert options.PATTERNS == tuple(patterns.PATTERNS)
     assert [p.name for p in patterns.PATTERNS.values() if p.window == "count"] == ["download", "video"]
     assert [p.name for p in patterns.PATTERNS.values() if not p.events] == ["bulk"]
-    assert (patterns.taking("resumes"), patterns.taking("scheduled")) == (
-        "download and handshakes",
-        "rr and handshakes",
-    )
+    taking = {o.name: o.patterns for o in options.OPTIONS}
+    assert (taking["resume"], taking["period"]) == (("download", "handshakes"), ("rr", "handshakes"))
     assert patterns.words(["bulk", "download", "rr"]) == "bulk, download and rr"
     assert all(set(s.patterns or ()) <= set(patterns.PATTERNS) for s in transports.STACKS.values())
 
