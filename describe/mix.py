@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Dict, List, Optional
 
 from qprof import errors
-from qprof.describe import cpu, link, options, rr, transports
+from qprof.describe import cpu, link, options, patterns, rr, transports
 from qprof.describe.derive import jain_index
 
 # Each flow is two processes (and msquic's a worker thread per CPU each):
@@ -34,8 +34,6 @@ from qprof.describe.derive import jain_index
 MAX_FLOWS_PER_CPU = 16
 MIX_PATTERNS = ("bulk", "rr")
 _ENTRY = re.compile(r"([a-z][a-z0-9-]*)(?::(\d+))?(?::([a-z]+))?", re.ASCII)
-# Options a flow takes only when it is of the pattern (check_pattern refuses them otherwise).
-RR_FIELDS = ("period_s", "payload", "rr_streams", "tcp_conns", "rr_mode", "app")
 # Where a flow's retransmissions come from, by its sender's stack: the
 # library's own count where it keeps one over the connection's life.
 # ngtcp2's loss count is a closed stream's, and a bulk flow's stream is
@@ -125,12 +123,18 @@ def check(opts, cpus: int) -> List[Flow]:
     flows = parse(opts.mix, opts.pattern, opts.port, cpus)
     for o in options.OPTIONS:
         value = getattr(opts, o.field)
-        if value in (None, False) or value == o.default or not (o.stacks or o.field in RR_FIELDS):
+        if value in (None, False) or value == o.default or not (o.stacks or o.patterns):
             continue
+        mixed = [p for p in o.patterns if p in MIX_PATTERNS]
+        if o.patterns and not mixed:
+            raise errors.BadMix(
+                f"--{o.name} applies to --pattern {patterns.words(o.patterns)}, and a mix's flows are "
+                f"{patterns.words(MIX_PATTERNS)}; drop --{o.name}."
+            )
         if not any(takes(o, f) for f in flows):
             whose = f"{', '.join(o.stacks)} flows" if o.stacks else "flows"
-            whose = f"rr {whose}" if o.field in RR_FIELDS else whose
-            fix = "add :rr to one" if o.field in RR_FIELDS and not o.stacks else "add such a flow"
+            whose = f"{patterns.words(mixed)} {whose}" if mixed else whose
+            fix = f"add :{mixed[0]} to one" if mixed and not o.stacks else "add such a flow"
             raise errors.BadMix(
                 f"--{o.name} applies to {whose}, and --mix '{opts.mix}' has none; drop --{o.name} or {fix}."
             )
@@ -139,7 +143,7 @@ def check(opts, cpus: int) -> List[Flow]:
 
 def takes(o: options.Option, flow: Flow) -> bool:
     """Whether an option applies to a flow: its stack and its pattern."""
-    return (not o.stacks or flow.stack in o.stacks) and (o.field not in RR_FIELDS or flow.pattern == "rr")
+    return (not o.stacks or flow.stack in o.stacks) and (not o.patterns or flow.pattern in o.patterns)
 
 
 def flow_options(opts, flow: Flow):
