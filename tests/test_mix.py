@@ -330,6 +330,8 @@ def test_a_flow_whose_knob_did_not_take_effect_fails_the_mix(tmp_path, quic_serv
             ["--tcp-conns applies to rr tcp, tcp-tls, tcp-ktls flows"],
         ),
         (["--mix", "quic:1,tcp:1", "--period", "5ms"], BAD_MIX, ["add :rr"]),
+        (["--mix", "quic:1,tcp:1", "--request", "512"], BAD_MIX, ["--request applies to rr flows", "add :rr"]),
+        (["--mix", "quic:1:rr", "--bitrate", "1mbit"], BAD_MIX, ["--bitrate applies to --pattern video", "are bulk"]),
         (["--mix", "quic:1", "--link", "rate=fast"], errors.BadLink.exit_code, ["rate"]),
         (["--mix", "quic:1", "--tcp-cc", "cubic"], BAD_MIX, ["--tcp-cc applies to tcp"]),
     ],
