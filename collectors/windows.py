@@ -168,7 +168,7 @@ def _timed(plan: Plan, ep: Endpoints, emulated, on_progress, faults: Faults, on_
     end_ns = start.t_ns + int(opts.duration_s * 1e9)
     intervals = None
     receiver = direction.window_receiver(opts)
-    if ep.single and opts.interval_s and opts.pattern == "bulk":
+    if ep.single and opts.interval_s and patterns.row(opts).intervals:
         first = start.edge()
         intervals = sample_intervals(
             first,
@@ -190,7 +190,7 @@ def _timed(plan: Plan, ep: Endpoints, emulated, on_progress, faults: Faults, on_
     # bulk down: the server, which then ends each stream with its FIN; an rr
     # client then drains what it sent.
     for fp in plan.flows:
-        for role in direction.senders(fp.options) if fp.options.pattern == "bulk" else ("client",):
+        for role in patterns.row(fp.options).stopped or direction.senders(fp.options):
             _role(ep, role, fp.index).send("stop")
     if intervals is not None and on_interval:
         last = intervals[-1] if intervals else edge_sample(start.edge(), receiver)

@@ -47,6 +47,12 @@ class Pattern:
     # on must show as super-packets), from the run's config and the path's
     # largest datagram payload (describe/offload.py).
     backlog: Callable[[dict, str, int], bool] = lambda cfg, role, datagram: True
+    # The roles told to stop at a timed window's end (an rr client then
+    # drains what it sent); None: its senders (bulk's, by --direction, the
+    # server ending each stream with its FIN going down).
+    stopped: Optional[Tuple[str, ...]] = ("client",)
+    # --interval cuts its window into samples of the receiver's bytes.
+    intervals: bool = False
     # Sends as fast as the stack can, so it should fill a --link's rate.
     fills_link: bool = False
     # The record's sections that are this pattern's own (describe/record.py,
@@ -63,6 +69,8 @@ PATTERNS: Dict[str, Pattern] = {
         "timed",
         events=False,
         unit="streams",
+        stopped=None,
+        intervals=True,
         fills_link=True,
         sections=("streams", "connections"),
     ),

@@ -40,7 +40,6 @@ LEFT_PATTERNS = Counter(
     {
         "describe/plan.py": 2,
         "describe/record.py": 3,
-        "collectors/windows.py": 2,
         "describe/mix.py": 2,
         "collectors/endpoints.py": 1,
     }
@@ -105,6 +104,7 @@ def test_the_rows_say_what_the_names_said():
     assert options.PATTERNS == tuple(patterns.PATTERNS)
     assert [p.name for p in patterns.PATTERNS.values() if p.window == "count"] == ["download", "video"]
     assert [p.name for p in patterns.PATTERNS.values() if not p.events] == ["bulk"]
+    assert [p.name for p in patterns.PATTERNS.values() if p.stopped is None or p.intervals] == ["bulk"]
     taking = {o.name: o.patterns for o in options.OPTIONS}
     assert (taking["resume"], taking["period"]) == (("download", "handshakes"), ("rr", "handshakes"))
     assert patterns.words(["bulk", "download", "rr"]) == "bulk, download and rr"
