@@ -12,6 +12,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from qprof import errors
 from qprof.collectors import emulation, procfs
+from qprof.collectors.probes import AFTER, BEFORE
 from qprof.collectors.workload import WorkloadProcess
 from qprof.describe import cpu
 from qprof.describe.window import Edge, edge_sample, receiver_sample
@@ -63,7 +64,9 @@ def take(
 ) -> Reading:
     """Every instrument's reading at one instant, as near as can be: all
     marks are asked for at once (each process answers as soon as it runs),
-    the kernel's counters are read meanwhile, then the answers collected.
+    the kernel's counters are read meanwhile, then the answers collected;
+    the probes also read once before the marks are asked for and once
+    after all have come back (their bracket, collectors/probes.py).
     pairs: each flow's (server, client); kernel: read every task's
     schedstat and each side's TLS and loss counters (a run of one flow);
     sides: a run on hosts, each role's part read by its side on its host
@@ -112,7 +115,6 @@ def take(
 
 
 START = "start"  # the edge whose outside is before it (windows.py names its edges so)
-BEFORE, AFTER = "-", "+"  # the probes' reads around an edge's marks: "start-", "start+"
 
 
 def _nics(sides: Optional[dict], kernel: bool) -> dict:

@@ -91,8 +91,9 @@ class Probe:
         return out
 
 
-# The reads before and after an edge's marks (collectors/edges.py).
-BRACKET_READS = ("-", "+")
+# The reads before and after an edge's marks (collectors/edges.py): "start-", "start+".
+BEFORE, AFTER = "-", "+"
+BRACKET_READS = (BEFORE, AFTER)
 
 
 def bracket(marks: Dict[str, dict], edges: Dict[str, dict]) -> dict:

@@ -299,7 +299,7 @@ def _has_a_backlog(rec: dict, role: str, max_datagram: int) -> bool:
     that GSO on must show as super-packets: its pattern's row says
     (a bulk or download sender always; handshakes never)."""
     cfg = rec.get("config") or {}
-    return patterns.PATTERNS[cfg.get("pattern") or "bulk"].backlog(cfg, role, max_datagram)
+    return patterns.row(SimpleNamespace(**cfg)).backlog(cfg, role, max_datagram)
 
 
 def _any_on(states):

@@ -84,7 +84,7 @@ def test_http_splits_each_request_by_layer(runs_dir, stack, app, extra):
         own = (window.get("tcp_info") or {}).get("segs_out")
         if own is None:
             own = window["perf_counters"]["udp_send"]
-        lo, wire, hi = (d[sender]["tx"]["wire_packets"] - d[sender]["tx"]["other_skbs"] for d in (least, devices, most))
+        lo, wire, hi = (record.derive.ip_packets(d[sender]["tx"]) for d in (least, devices, most))
         assert lo <= wire <= hi and lo - 2 <= own <= hi + 2, (way, lo, wire, hi, own, tx)
     # A request's head names its host, so it is longer than a response's.
     assert v["client_to_server"]["framing_bytes"] > v["server_to_client"]["framing_bytes"]
