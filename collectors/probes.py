@@ -53,7 +53,8 @@ PROBES: Dict[str, Callable[[Target], List[str]]] = {
 # name -> the tool's flags the run's options turn on (describe/options.py):
 # what costs more than the default set should is opt-in.
 OPTION_FLAGS: Dict[str, Callable[[object], List[str]]] = {
-    "syscalls": lambda o: ["--time"] if o.syscall_time else [],
+    # The receive side counted: the device's packets and the datagrams each receive call took.
+    "syscalls": lambda o: (["--time"] if o.syscall_time else []) + (["--datagrams"] if o.packets_rx else []),
     "packets": lambda o: ["--rx"] if o.packets_rx else [],
     "cputhread": lambda o: ["--softirqs"] if o.softirq_time else [],
 }
@@ -258,6 +259,8 @@ class HostProbes:
                 continue
             first = next(iter(hosts.values()))
             merged = {k: v for k, v in first.items() if k not in ("window", "edges", "bracket")}
+            # What a tool says it did (call_time, datagrams) holds for the run only where every host did it.
+            merged.update({k: all(r.get(k) for r in hosts.values()) for k, v in first.items() if isinstance(v, bool)})
             merged["window"] = merge_windows({role: r["window"] for role, r in hosts.items()}, self.same_kernel)
             out[name] = {**merged, "hosts": hosts}
         return out
@@ -321,6 +324,8 @@ def _add(a, b):
 # When a probe read its counters (its clock) and how long the read took:
 # levels, taken as they are, not subtracted.
 EDGE_TIMES = ("t_ns", "read_ns")
+# Levels too: the most a probe saw at once since it began (one receive call's datagrams).
+LEVELS = EDGE_TIMES + ("datagrams_most",)
 
 # Fields of an entry in a snapshot list that say *which* thing it counts,
 # so two snapshots' entries can be paired.
@@ -337,7 +342,7 @@ def delta(a, b):
         return b - (a if isinstance(a, (int, float)) and not isinstance(a, bool) else 0)
     if isinstance(b, dict):
         a = a if isinstance(a, dict) else {}
-        return {k: (v if k in IDENTITY or k in EDGE_TIMES else delta(a.get(k), v)) for k, v in b.items()}
+        return {k: (v if k in IDENTITY or k in LEVELS else delta(a.get(k), v)) for k, v in b.items()}
     if isinstance(b, list):
         if all(isinstance(x, (int, float)) for x in b):
             a = a if isinstance(a, list) else []

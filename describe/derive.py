@@ -47,6 +47,11 @@ RX_ABSENT = (
     "(and two napi_gro_receive ones) on every received packet; over veth each skb arrives as the peer's "
     "transmit sent it (its tx), unless the receiving end runs GRO (RESULTS.md, 'What the default instruments cost')"
 )
+# Why a UDP side's received datagrams are null though the receive side was counted.
+DATAGRAMS_ABSENT = (
+    "not measured: the syscalls probe counts the datagrams each receive call took (from its UDP_GRO control "
+    "message) with bpf_loop, which this kernel lacks (Linux 5.17 has it)"
+)
 # Why the softirq figures are null: the cputhread probe times softirqs only when asked.
 SOFTIRQ_TIME_ABSENT = (
     "not measured: the cputhread probe times softirqs only with --softirq-time, which costs softirq_entry and "
@@ -58,18 +63,29 @@ SOFTIRQ_TIME_ABSENT = (
 def by_syscall(threads: List[dict], tgid: int) -> Dict[str, dict]:
     """The syscall probe's per-thread entries of one process, summed per
     syscall. An untimed probe's time_ns and time_hist_ns are None, and stay
-    None in the sum: not measured, not zero."""
+    None in the sum: not measured, not zero; so are the datagrams of a probe
+    that did not count them (datagrams_most: the most one call took)."""
     out: Dict[str, dict] = {}
     for t in threads:
         if t["tgid"] != tgid or t.get("comm") == CONTROL_THREAD:
             continue
         timed = t.get("time_ns") is not None
+        counted = t.get("datagrams") is not None
         s = out.setdefault(
             t["sys"],
-            {**{k: 0 for k in COUNTS}, "time_ns": 0 if timed else None, "time_hist_ns": [] if timed else None},
+            {
+                **{k: 0 for k in COUNTS},
+                "datagrams": 0 if counted else None,
+                "datagrams_most": 0 if counted else None,
+                "time_ns": 0 if timed else None,
+                "time_hist_ns": [] if timed else None,
+            },
         )
         for k in COUNTS:
             s[k] += t[k]
+        if counted and s["datagrams"] is not None:
+            s["datagrams"] += t["datagrams"]
+            s["datagrams_most"] = max(s["datagrams_most"], t["datagrams_most"])
         if not timed or s["time_ns"] is None:
             s["time_ns"] = s["time_hist_ns"] = None
             continue
@@ -85,8 +101,14 @@ def by_syscall(threads: List[dict], tgid: int) -> Dict[str, dict]:
 
 def _sum(calls: Dict[str, dict], names, field: str) -> Optional[int]:
     """The field summed over the named calls; None if any of them lacks it (not measured)."""
-    values = [calls[n][field] for n in names if n in calls]
+    values = [calls[n].get(field) for n in names if n in calls]
     return None if any(v is None for v in values) else sum(values)
+
+
+def socket_datagrams(calls: Dict[str, dict]) -> Optional[int]:
+    """The datagrams a side's receive calls took from its sockets (a GRO'd
+    message's segments each); None where the probe did not count them."""
+    return _sum(calls, RECV, "datagrams")
 
 
 def syscall_figures(
@@ -99,14 +121,16 @@ def syscall_figures(
     timed: bool = True,
     rx_absent: Optional[str] = None,
 ) -> dict:
-    """Syscalls per MB, bytes and datagrams (wire packets) per call, time
+    """Syscalls per MB, bytes and datagrams per call (sent: wire packets;
+    received: what a UDP side's calls took from its socket, else wire
+    packets), time
     inside per byte, and wall seconds inside send and receive calls per
     second of the side's CPU: a call's time is wall time (blocked time
     included), so this is no share of CPU and may exceed 1. The time
     figures are None, with time_absent_reason, when the probe did not time
     the calls (`timed`: the probe's own call_time); datagrams per receive
-    call is None, with rx_absent_reason, when the packets probe did not
-    count what the side's device received (`rx_absent`: why)."""
+    call is None, with rx_absent_reason, when the receive side was not
+    counted (`rx_absent`: why)."""
     if rx_absent:
         datagrams_in = None
     send, recv = (SEND_RW, RECV_RW) if rw_is_network else (SEND, RECV)
@@ -167,14 +191,17 @@ def crosscheck(
     """eBPF figures against the workload's own count of the same thing.
 
     QUIC: msquic's UDP_SEND_CALLS (one per sendmsg/sendmmsg), UDP_RECV_EVENTS
-    (one per receive call that returned data) and datagram counts.
+    (one per receive call that returned data) and datagram counts: sent
+    against the device's packets, received against what the receive calls
+    took from the socket (the device's count leads a receiver's by what
+    waits in its socket).
     TCP and UDP: the workload counts its own send and receive calls, either
     way (sends: the side sends the measured bytes, whose datagrams are then
     its sent ones, else its received). For plain tcp each is one syscall; under OpenSSL one
     SSL_write may become several write()s (a record is at most 16 KiB), so
     for the TLS stacks the ratio is recorded, not expected to be 1. A
-    check of the device's received packets the probe did not count has
-    no eBPF figure and says why (absent_reason)."""
+    check of received datagrams the probes did not count has no eBPF
+    figure and says why (absent_reason)."""
 
     def received(theirs) -> dict:
         if rx_absent:
@@ -211,8 +238,8 @@ def crosscheck(
     calls = f["send_calls"] + f["recv_calls"]
     out = {"source": "workload's own call count", "io_calls": compare(calls, own.get("io_calls"))}
     if transports.datagram(stack_name):
-        # Wire packets on the side's device against the datagrams the
-        # workload sent (a sender) or received (a receiver; excluding loss in the socket).
+        # The datagrams the workload sent (against its device's wire
+        # packets) or received (against what its calls took from the socket).
         out["datagrams"] = compare(out_dgrams, own.get("datagrams")) if sends else received(own.get("datagrams"))
     return out
 

@@ -778,7 +778,8 @@ OPTIONS: List[Option] = [
         "flag",
         False,
         "packets probe: also count what each veth receives, and GRO, at the cost of up to three programs a "
-        "received packet; without it those figures are null (over veth each skb arrives as the peer sent it). "
+        "received packet, and the syscalls probe the UDP datagrams each receive call took (reading its control "
+        "data); without it those figures are null (over veth each skb arrives as the peer sent it). "
         "On by itself where the run sets the veths' GRO (--gro on|off on a TCP stack), which only the receive side "
         "shows.",
     ),

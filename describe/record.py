@@ -750,6 +750,12 @@ def derive_probe_figures(rec: dict, pids: dict, senders=("client",)) -> dict:
     devices = derive.packets_devices(rec)
     # Tools before --rx counted what each device received and did not say so.
     rx_absent = derive.RX_ABSENT if devices and not probes["packets"].get("rx", True) else None
+    # A UDP side's datagrams received are those its receive calls took from
+    # its socket (the syscalls probe's datagrams, counted with the device's
+    # receive side); tools before that gave the device's packets instead.
+    socket_rx = stack.transport == "udp" and "datagrams" in sys_probe
+    if socket_rx and not rx_absent and not sys_probe["datagrams"]:
+        rx_absent = derive.DATAGRAMS_ABSENT
     nbytes = rec["bytes"]
 
     def figures(side: str, window: dict, devices: dict) -> tuple:
@@ -759,6 +765,8 @@ def derive_probe_figures(rec: dict, pids: dict, senders=("client",)) -> dict:
         dev = devices.get(side)
         if dev is not None:
             out_dgrams, in_dgrams = derive.ip_packets(dev["tx"]), derive.ip_packets(dev["rx"])
+        if socket_rx:
+            in_dgrams = derive.socket_datagrams(calls)
         f = derive.syscall_figures(
             calls,
             side_bytes(rec, side),

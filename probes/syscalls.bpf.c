@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0-only
 // Counts the run's network and waiting syscalls per thread: calls, errors,
 // bytes and mmsg messages at sys_exit alone; with call_time also the time
-// inside, which costs a sys_enter program and two clock reads a call. From
+// inside, which costs a sys_enter program and two clock reads a call; from
+// sys_exit_datagrams also the UDP datagrams each receive call took, which
+// reads every received message's control data. From
 // the raw_syscalls tracepoints through BTF (tp_btf: no tracefs needed, one
 // attach point for all).
 #include "vmlinux.h"
@@ -12,6 +14,10 @@
 #include "common.bpf.h"
 
 #define EAGAIN 11
+#define SOL_UDP 17
+#define UDP_GRO 104
+/* Control messages looked at per received message before UDP_GRO's is given up. */
+#define QP_MAX_CMSGS 4
 
 DEFINE_TARGET_TGIDS
 
@@ -157,12 +163,73 @@ static __always_inline __u64 mmsg_bytes(__u64 msgvec, long n)
 }
 
 /*
+ * The datagrams one received message holds: a GRO'd one carries its
+ * segment size in a UDP_GRO control message (the kernel's udp_cmsg_recv,
+ * which msg_controllen, rewritten by the call, covers), splitting its
+ * length into that many; without one it is a single datagram.
+ */
+static __always_inline __u64 msg_datagrams(struct user_msghdr *h, __u64 len)
+{
+	__u64 ctllen = 0, off = 0;
+	void *ctl = NULL;
+	int i;
+
+	bpf_probe_read_user(&ctl, sizeof(ctl), &h->msg_control);
+	bpf_probe_read_user(&ctllen, sizeof(ctllen), &h->msg_controllen);
+	for (i = 0; i < QP_MAX_CMSGS; i++) {
+		struct cmsghdr c = {};
+		int seg = 0;
+
+		if (!ctl || off + sizeof(c) > ctllen)
+			break;
+		if (bpf_probe_read_user(&c, sizeof(c), ctl + off))
+			break;
+		if (c.cmsg_level == SOL_UDP && c.cmsg_type == UDP_GRO) {
+			/* CMSG_DATA: right after the header, which is 8-byte aligned already. */
+			bpf_probe_read_user(&seg, sizeof(seg), ctl + off + sizeof(c));
+			return seg > 0 && len > 0 ? (len + seg - 1) / seg : 1;
+		}
+		if (c.cmsg_len < sizeof(c))
+			break;
+		off += (c.cmsg_len + 7) & ~7ULL;
+	}
+	return 1;
+}
+
+struct mmsg_walk {
+	struct mmsghdr *v;
+	__u64 sum;
+};
+
+static int mmsg_step(__u32 i, void *arg)
+{
+	struct mmsg_walk *w = arg;
+	unsigned int len = 0;
+
+	bpf_probe_read_user(&len, sizeof(len), &w->v[i].msg_len);
+	w->sum += msg_datagrams(&w->v[i].msg_hdr, len);
+	return 0;
+}
+
+/*
+ * The datagrams over the messages an mmsg receive completed. bpf_loop
+ * (5.17): the verifier checks one step, where an unrolled loop of
+ * QP_MAX_MMSG message walks went past its million instructions.
+ */
+static __always_inline __u64 mmsg_datagrams(__u64 msgvec, long n)
+{
+	struct mmsg_walk w = {.v = (struct mmsghdr *)msgvec};
+
+	bpf_loop(n < QP_MAX_MMSG ? n : QP_MAX_MMSG, mmsg_step, &w, 0);
+	return w.sum;
+}
+
+/*
  * The syscall's number and arguments are still in the registers the entry
  * saved (orig_ax; si and dx hold an mmsg call's vector and vlen), so one
  * program at exit counts everything but the time.
  */
-SEC("tp_btf/sys_exit")
-int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
+static __always_inline int count_exit(struct pt_regs *regs, long ret, const bool count_datagrams)
 {
 	struct task_struct *task;
 	struct sys_stats *s;
@@ -216,6 +283,31 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 		s->bytes += mmsg_bytes(regs->si, ret);
 		if (ret > QP_MAX_MMSG)
 			s->mmsg_truncated++;
+		if (count_datagrams && idx == QP_RECVMMSG) {
+			__u64 d = mmsg_datagrams(regs->si, ret);
+
+			s->datagrams += d;
+			if (d > s->datagrams_most)
+				s->datagrams_most = d;
+		}
+		break;
+	case QP_RECVMSG:
+		s->bytes += ret;
+		if (count_datagrams) {
+			__u64 d = msg_datagrams((struct user_msghdr *)regs->si, ret);
+
+			s->datagrams += d;
+			if (d > s->datagrams_most)
+				s->datagrams_most = d;
+		}
+		break;
+	case QP_RECVFROM:
+		/* No control data: one datagram a call. */
+		s->bytes += ret;
+		if (count_datagrams) {
+			s->datagrams++;
+			s->datagrams_most = 1;
+		}
 		break;
 	case QP_EPOLL_WAIT:
 	case QP_EPOLL_PWAIT:
@@ -225,6 +317,22 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 	default: s->bytes += ret; break;
 	}
 	return 0;
+}
+
+SEC("tp_btf/sys_exit")
+int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
+{
+	return count_exit(regs, ret, false);
+}
+
+/*
+ * Loaded instead of sys_exit with --datagrams: its bpf_loop needs 5.17,
+ * which the plain count does not.
+ */
+SEC("tp_btf/sys_exit")
+int BPF_PROG(sys_exit_datagrams, struct pt_regs *regs, long ret)
+{
+	return count_exit(regs, ret, true);
 }
 
 char LICENSE[] SEC("license") = "GPL";

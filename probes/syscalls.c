@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0-only
 // qprof-syscalls: network and waiting syscalls of given processes, per
-// thread: calls, errors, bytes, mmsg messages; with --time, time inside.
+// thread: calls, errors, bytes, mmsg messages; with --time, time inside;
+// with --datagrams, the UDP datagrams each receive call took.
 #define _GNU_SOURCE
 #include <argp.h>
 #include <errno.h>
@@ -22,6 +23,8 @@ static const char *const sys_names[QP_NSYS] = {
 static struct probe_env env;
 static bool warned_lost;
 static bool time_calls; /* --time */
+static bool datagrams;	/* --datagrams */
+static char ready_info[64];
 
 const char *argp_program_version = "qprof-syscalls 0.1";
 static const char argp_doc[] =
@@ -31,7 +34,12 @@ static const char argp_doc[] =
 	"that needs a program at sys_enter and two clock reads a call; without\n"
 	"it the time is null and only sys_exit is attached.\n"
 	"\n"
-	"USAGE: qprof-syscalls -p PID[,PID...] [--time] [--json] [--control | INTERVAL [COUNT]]\n"
+	"With --datagrams, also the UDP datagrams each receive call took from its\n"
+	"socket, a GRO'd message's segments counted from its UDP_GRO control\n"
+	"message: that reads every received message's control data; without it\n"
+	"the count is null.\n"
+	"\n"
+	"USAGE: qprof-syscalls -p PID[,PID...] [--time] [--datagrams] [--json] [--control | INTERVAL [COUNT]]\n"
 	"\n"
 	"EXAMPLES:\n"
 	"    qprof-syscalls -p 1234           # print totals every second\n"
@@ -42,6 +50,7 @@ static const char argp_doc[] =
 static const struct argp_option opts[] = {
 	{"pid", 'p', "PID[,PID...]", 0, "Processes to follow (all their threads)", 0},
 	{"time", 't', NULL, 0, "Also time each call (sys_enter and two clock reads a call)", 0},
+	{"datagrams", 'g', NULL, 0, "Also count the UDP datagrams each receive call took", 0},
 	{},
 };
 
@@ -55,6 +64,7 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 		}
 		break;
 	case 't': time_calls = true; break;
+	case 'g': datagrams = true; break;
 	case ARGP_KEY_INIT: state->child_inputs[0] = &env; break;
 	case ARGP_KEY_END:
 		if (!env.npids) {
@@ -109,6 +119,9 @@ static void add_stats(struct sys_stats *to, const struct sys_stats *s)
 	to->msgs_requested += s->msgs_requested;
 	to->msgs_returned += s->msgs_returned;
 	to->mmsg_truncated += s->mmsg_truncated;
+	to->datagrams += s->datagrams;
+	if (s->datagrams_most > to->datagrams_most)
+		to->datagrams_most = s->datagrams_most;
 	to->time_ns += s->time_ns;
 	for (i = 0; i < PROBE_HIST_SLOTS; i++)
 		to->time_hist_ns[i] += s->time_hist_ns[i];
@@ -206,7 +219,12 @@ static int print_json(const char *name, struct syscalls_bpf *skel)
 		       i ? "," : "", key->tgid, key->tid, comm, sys_names[key->sys], s->calls,
 		       s->errors, s->eagain, s->bytes, s->msgs_requested, s->msgs_returned,
 		       s->mmsg_truncated);
-		/* Not timed: null, never a zero time. */
+		/* Not counted or not timed: null, never a zero. */
+		if (datagrams)
+			printf("\"datagrams\":%llu,\"datagrams_most\":%llu,", s->datagrams,
+			       s->datagrams_most);
+		else
+			printf("\"datagrams\":null,\"datagrams_most\":null,");
 		if (time_calls) {
 			printf("\"time_ns\":%llu,", s->time_ns);
 			probe_json_hist(stdout, "time_hist_ns", s->time_hist_ns);
@@ -269,6 +287,35 @@ static int snapshot(const char *name, void *arg)
 	return env.json ? print_json(name, arg) : print_table(arg);
 }
 
+/* The object with the programs the flags ask for, loaded; 0 or -errno, said. */
+static int open_and_load(struct syscalls_bpf **out)
+{
+	struct syscalls_bpf *skel;
+	int err;
+
+	*out = NULL;
+	skel = syscalls_bpf__open();
+	if (!skel) {
+		fprintf(stderr, "failed to open BPF object: %s\n", strerror(errno));
+		return -errno;
+	}
+	probe_set_targets(&env, skel->rodata->targ_tgids, &skel->rodata->targ_ntgids);
+	skel->rodata->call_time = time_calls;
+	/* Untimed, sys_enter is not attached at all: that is the saving. */
+	if (!time_calls)
+		bpf_program__set_autoload(skel->progs.sys_enter, false);
+	bpf_program__set_autoload(datagrams ? skel->progs.sys_exit : skel->progs.sys_exit_datagrams,
+				  false);
+	err = syscalls_bpf__load(skel);
+	if (err) {
+		fprintf(stderr, "failed to load BPF object: %s\n", strerror(-err));
+		syscalls_bpf__destroy(skel);
+		return err;
+	}
+	*out = skel;
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct argp_child children[] = {{&probe_common_argp, 0, NULL, 0}, {}};
@@ -284,22 +331,20 @@ int main(int argc, char **argv)
 		env.interval_s = 1;
 	probe_setup_libbpf(env.verbose);
 
-	skel = syscalls_bpf__open();
-	if (!skel) {
-		fprintf(stderr, "failed to open BPF object: %s\n", strerror(errno));
+	err = open_and_load(&skel);
+	/* Kernels before 5.17 have no bpf_loop: count without the datagrams, and say so. */
+	if (err && datagrams) {
+		fprintf(stderr,
+			"qprof-syscalls: --datagrams did not load (it needs bpf_loop, Linux 5.17); "
+			"counting without it\n");
+		datagrams = false;
+		err = open_and_load(&skel);
+	}
+	if (err)
 		return 1;
-	}
-	probe_set_targets(&env, skel->rodata->targ_tgids, &skel->rodata->targ_ntgids);
-	skel->rodata->call_time = time_calls;
-	/* Untimed, sys_enter is not attached at all: that is the saving. */
-	if (!time_calls)
-		bpf_program__set_autoload(skel->progs.sys_enter, false);
-	env.ready_info = time_calls ? "\"call_time\":true" : "\"call_time\":false";
-	err = syscalls_bpf__load(skel);
-	if (err) {
-		fprintf(stderr, "failed to load BPF object: %s\n", strerror(-err));
-		goto cleanup;
-	}
+	snprintf(ready_info, sizeof(ready_info), "\"call_time\":%s,\"datagrams\":%s",
+		 time_calls ? "true" : "false", datagrams ? "true" : "false");
+	env.ready_info = ready_info;
 	err = syscalls_bpf__attach(skel);
 	if (err) {
 		fprintf(stderr, "failed to attach BPF programs: %s\n", strerror(-err));

@@ -54,6 +54,8 @@ struct sys_stats {
 	__u64 msgs_requested; /* mmsg: vlen asked for */
 	__u64 msgs_returned;  /* mmsg: messages done; epoll: events */
 	__u64 mmsg_truncated; /* mmsg calls past QP_MAX_MMSG: bytes undercounted */
+	__u64 datagrams; /* --datagrams only: UDP datagrams received (a GRO message's segments) */
+	__u64 datagrams_most; /* --datagrams only: the most one call received */
 	__u64 time_ns;	      /* --time only: inside the call, blocking included */
 	__u64 time_hist_ns[PROBE_HIST_SLOTS];
 };

@@ -160,6 +160,17 @@ def agrees_at_its_edges(check: dict, torn: int = 2) -> bool:
     return lo <= check["ebpf"] <= hi and lo - torn <= check["own"] <= hi + torn
 
 
+def received_torn(rec: dict, side: str) -> int:
+    """What a receiver's own count of its datagrams may trail the syscalls
+    probe's by at an edge: the probe counts a receive call's datagrams as
+    the call returns, the workload after; one call's at most (the most one
+    took, as the probe saw) at each of the two edges."""
+    calls = rec["syscalls"][side]["by_syscall"]
+    most = [c["datagrams_most"] for name, c in calls.items() if name.startswith("recv")]
+    assert most and None not in most, (side, calls)
+    return 2 * max(most)
+
+
 def most_at_once(spans) -> int:
     """The most (start, end) spans open at one instant; at an end and a
     start at the same instant, the end counts first."""

@@ -11,7 +11,7 @@ import pytest
 
 from qprof import errors
 from qprof.collectors import emulation, workload
-from qprof.collectors.probes import merge_windows
+from qprof.collectors.probes import HostProbes, merge_windows
 from qprof.collectors.ssh import best_offset
 from qprof.collectors.workload import WorkloadExit, WorkloadProcess
 from qprof.describe import hosts, link, nic
@@ -105,6 +105,25 @@ def test_each_hosts_probe_window_merged():
     # One kernel: each host's probe saw the whole machine's softirqs; counted once.
     one = merge_windows({"client": client, "server": server}, same_kernel=True)
     assert one["softirq"] == client["softirq"] and one["hardirq_ns"] == 2
+
+
+def test_what_a_tool_did_holds_for_the_run_only_where_every_host_did_it():
+    """A syscalls probe that counted datagrams on one host and could not
+    on the other (a kernel without bpf_loop): the run's record says not
+    counted, and each host's says its own."""
+
+    class Set:
+        def __init__(self, datagrams):
+            self.rec = {"status": "present", "call_time": False, "datagrams": datagrams, "window": {"threads": []}}
+
+        def records(self):
+            return {"syscalls": self.rec}
+
+    rec = HostProbes({"client": Set(True), "server": Set(False)}, same_kernel=False).records()["syscalls"]
+    assert rec["datagrams"] is False and rec["call_time"] is False
+    assert rec["hosts"]["client"]["datagrams"] is True and rec["hosts"]["server"]["datagrams"] is False
+    both = HostProbes({"client": Set(True), "server": Set(True)}, same_kernel=False).records()["syscalls"]
+    assert both["datagrams"] is True
 
 
 def test_the_clock_offset_is_the_shortest_round_trips():

@@ -177,6 +177,41 @@ def test_softirq_time_and_packets_rx_are_opt_in():
     assert OPTION_FLAGS["cputhread"](default) == [] and OPTION_FLAGS["packets"](default) == []
     assert OPTION_FLAGS["cputhread"](options.RunOptions(softirq_time=True)) == ["--softirqs"]
     assert OPTION_FLAGS["packets"](options.RunOptions(packets_rx=True)) == ["--rx"]
+    # The receive side counted is the syscalls probe's datagrams too.
+    assert OPTION_FLAGS["syscalls"](options.RunOptions(packets_rx=True)) == ["--datagrams"]
+
+
+def _counting_datagrams(m: Measurement, counted: bool) -> Measurement:
+    """m as a syscalls probe with --datagrams would have recorded it: each
+    receive call of every thread took 3 datagrams (or, not counted, null)."""
+    m = copy.deepcopy(m)
+    probe = m.probes["syscalls"]
+    probe["datagrams"] = counted
+    for mark in [probe["window"], *probe.get("bracket", {}).values(), *probe.get("marks", {}).values()]:
+        for t in mark.get("threads", []) if isinstance(mark, dict) else []:
+            ok = t["calls"] - t["errors"] if t["sys"] in derive.RECV else 0
+            t["datagrams"], t["datagrams_most"] = (3 * ok, 3 if ok else 0) if counted else (None, None)
+    return m
+
+
+def test_a_udp_sides_received_datagrams_are_what_its_receive_calls_took():
+    """With the syscalls probe's datagrams, a QUIC side's received datagrams
+    (datagrams per receive call, the check against the library's count) are
+    what its calls took from the socket, not its device's packets; a probe
+    that could not count them leaves them null, with the reason."""
+    m = Measurement.from_json((DATA / "quic" / "measurement.json").read_text())
+    rec = json.loads(json.dumps(record.describe(_counting_datagrams(m, True), DATA / "quic")))
+    for side in ("client", "server"):
+        calls = rec["syscalls"][side]["by_syscall"]
+        took = sum(c["datagrams"] for n, c in calls.items() if n in derive.RECV)
+        assert took == 3 * rec["syscalls"][side]["recv_calls_with_data"] > 0
+        assert rec["syscalls"][side]["datagrams_per_recv_call"] == pytest.approx(3)
+        assert rec["crosscheck"][side]["udp_recv_datagrams"]["ebpf"] == took
+    rec = json.loads(json.dumps(record.describe(_counting_datagrams(m, False), DATA / "quic")))
+    for side in ("client", "server"):
+        check, f = rec["crosscheck"][side]["udp_recv_datagrams"], rec["syscalls"][side]
+        assert check["ebpf"] is None and check["absent_reason"] == derive.DATAGRAMS_ABSENT
+        assert f["datagrams_per_recv_call"] is None and f["rx_absent_reason"] == derive.DATAGRAMS_ABSENT
 
 
 @pytest.mark.parametrize(
