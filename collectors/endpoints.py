@@ -359,14 +359,7 @@ def run_measurement(
     opts, fp = ep.plan.options, ep.plan.flows[0]
     window = Window(start.edge(), end.edge(), receiver=receiver)
     if window.bytes <= 0:
-        if opts.pattern == "rr":
-            raise errors.PeerDied(
-                "no response arrived inside the window though both sides reported success: the server, "
-                "the link or the CPU fell behind the requests due in it; lengthen --period or --duration."
-            )
-        raise errors.PeerDied(
-            "no bytes arrived inside the window though both sides reported success; see the run's logs."
-        )
+        raise errors.PeerDied(patterns.row(opts).empty_window)
     env = environment.describe()
     env["topology"] = ep.topo.describe()
     netns = ep.topo.kind == "netns"

@@ -81,9 +81,11 @@ def parse(text: str, default_pattern: str, base_port: int, cpus: int) -> List[Fl
                 f"--mix entry '{item}' asks for pattern '{pattern}'; a mix's flows are bulk or rr "
                 "(downloads end, so they cannot share a window)."
             )
-        if pattern == "rr" and transports.datagram(stack):
+        row = patterns.PATTERNS[pattern]
+        if row.connections and transports.datagram(stack):
             raise errors.BadMix(
-                f"--mix entry '{item}': udp has no connection to answer requests on; use quic or a TCP stack for rr."
+                f"--mix entry '{item}': --pattern {pattern} {row.connections}, and {stack} has no connection; "
+                f"use quic or a TCP stack for {pattern}."
             )
         entries.append((Flow(0, stack, pattern, 0), count))
     n = sum(count for _, count in entries)  # the flows are made only once they fit
@@ -105,10 +107,11 @@ def check(opts, cpus: int) -> List[Flow]:
     """What a mix refuses as a whole (each flow's own options are checked
     as a single run's by the caller; describe/plan.py also sets what a mix
     fixes: no probes and no stack samples, see the module's docstring)."""
-    if opts.pattern == "download":
+    row = patterns.row(opts)
+    if row.window != "timed":
         raise errors.BadMix(
-            "--mix runs flows side by side for --duration, and downloads end one by one; "
-            "drop --pattern download, or run the downloads without --mix."
+            f"--mix runs flows side by side for --duration, and {row.unit} end one by one; "
+            f"drop --pattern {row.name}, or run the {row.unit} without --mix."
         )
     if opts.bytes is not None:
         raise errors.BadMix("--mix runs for --duration, so its flows share one window; drop --bytes.")

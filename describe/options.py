@@ -454,6 +454,8 @@ OPTIONS: List[Option] = [
         hi=64,
         vary=True,
         workload="--conns",
+        patterns=("bulk", "rr", "handshakes"),
+        set_by=("video",),
     ),
     Option(
         "direction",

@@ -16,6 +16,37 @@ from typing import Callable, Dict, Optional, Tuple
 
 ROLES = ("client", "server")
 
+# A window that counted no bytes, said as a run's error (collectors/endpoints.py).
+NO_BYTES = "no bytes arrived inside the window though both sides reported success; see the run's logs."
+
+
+def streams_each_way(opts) -> int:
+    """Bulk's streams each way: --streams on each of --conns connections."""
+    return opts.streams * (opts.conns or 1)
+
+
+def whole_streams(got: dict, gave: dict, opts, expected: int) -> bool:
+    """The receiver checked every byte the sender sent, on every stream
+    (a bulk's, a download's) it was to complete."""
+    return (
+        got.get("verified") is True and got["app_bytes"] == gave["app_bytes"] and got["streams_completed"] == expected
+    )
+
+
+def both_checked(got: dict, gave: dict, opts, expected: int) -> bool:
+    """Each side checked what it received (requests, responses, echoes) and
+    matched responses to requests; a request still unanswered is a figure."""
+    return got.get("verified") is True and gave.get("verified") is True
+
+
+def every_segment(got: dict, gave: dict, opts, expected: int) -> bool:
+    """Every segment asked for came, whole and checked, as did each request."""
+    return (
+        both_checked(got, gave, opts, expected)
+        and got.get("responses") == opts.count
+        and got["app_bytes"] == opts.count * opts.response
+    )
+
 
 @dataclass(frozen=True)
 class Pattern:
@@ -58,6 +89,16 @@ class Pattern:
     # The record's sections that are this pattern's own (describe/record.py,
     # SECTIONS); every other pattern's are null in its records.
     sections: Tuple[str, ...] = ()
+    # What it does with connections, in words ("" for none: a datagram
+    # stack, which has none, runs it).
+    connections: str = ""
+    # The streams (downloads, requests...) its receiver is to complete, from the run's options.
+    expected: Callable[[object], int] = lambda o: o.count
+    # Whether the receiver's report (got) and the sender's (gave) prove
+    # the data (describe/record.py; a datagram stack's is its own rule).
+    verified: Callable[[dict, dict, object, int], bool] = whole_streams
+    # A window that counted no bytes, said as the run's error.
+    empty_window: str = NO_BYTES
 
 
 PATTERNS: Dict[str, Pattern] = {
@@ -73,6 +114,7 @@ PATTERNS: Dict[str, Pattern] = {
         intervals=True,
         fills_link=True,
         sections=("streams", "connections"),
+        expected=streams_each_way,
     ),
     "download": Pattern(
         "download",
@@ -85,6 +127,7 @@ PATTERNS: Dict[str, Pattern] = {
         event="download",
         counting=lambda o: f"{o.count} downloads of {o.size:,} bytes, each on a new connection",
         sections=("downloads",),
+        connections="opens a connection per download",
     ),
     "rr": Pattern(
         "rr",
@@ -101,6 +144,12 @@ PATTERNS: Dict[str, Pattern] = {
             (cfg.get("request" if role == "client" else "response") or cfg.get("payload") or 0) > datagram
         ),
         sections=("rr",),
+        connections="matches each response to its request on a connection",
+        verified=both_checked,
+        empty_window=(
+            "no response arrived inside the window though both sides reported success: the server, "
+            "the link or the CPU fell behind the requests due in it; lengthen --period or --duration."
+        ),
     ),
     "handshakes": Pattern(
         "handshakes",
@@ -115,6 +164,8 @@ PATTERNS: Dict[str, Pattern] = {
         # Each flight is a few datagrams, sent as the handshake allows.
         backlog=lambda cfg, role, datagram: False,
         sections=("handshakes",),
+        connections="opens connections",
+        verified=both_checked,
     ),
     "video": Pattern(
         "video",
@@ -128,6 +179,8 @@ PATTERNS: Dict[str, Pattern] = {
         backlog=lambda cfg, role, datagram: role == "server",  # its segments, never the client's requests
         counting=lambda o: f"{o.count} segments of {o.response:,} bytes, one after another on one connection",
         sections=("video",),
+        connections="fetches segments over a connection",
+        verified=every_segment,
     ),
 }
 

@@ -110,9 +110,12 @@ def _resolve_mix(opts: RunOptions, cpus: int) -> Plan:
     for f in flows:
         fo, stack = resolve_one(mix.flow_options(opts, f))
         planned.append(_flow(f.index, stack, fo, f))
-    rr = next((fp.options for fp in planned if fp.options.pattern == "rr"), None)
-    if rr is not None:
-        opts = replace(opts, period_s=rr.period_s, payload=rr.payload)
+    # The mix's own options (its record's config) say what its flows of
+    # requests resolved: their --period and --payload.
+    for o in (options.BY_NAME["period"], options.BY_NAME["payload"]):
+        fo = next((fp.options for fp in planned if fp.options.pattern in o.patterns), None)
+        if fo is not None:
+            opts = replace(opts, **{o.field: getattr(fo, o.field)})
     return Plan(opts, tuple(planned))
 
 
@@ -171,8 +174,11 @@ def _pattern(opts: RunOptions) -> RunOptions:
         raise errors.StackCannot(
             "--direction applies to --pattern bulk only (a download goes down, rr both ways); drop --direction."
         )
-    if opts.pattern == "download" and opts.conns is not None:
-        raise errors.StackCannot("--conns applies to --pattern bulk, rr and handshakes, not download; drop --conns.")
+    if row.connections and transports.datagram(opts.stack):
+        raise errors.StackCannot(
+            f"--pattern {row.name} {row.connections}, and {opts.stack} has no connection; "
+            "use quic, tcp, tcp-tls or tcp-ktls."
+        )
     return STEPS[row.name](opts)
 
 
@@ -200,11 +206,6 @@ def _direction(opts: RunOptions) -> RunOptions:
 
 
 def _download(opts: RunOptions) -> RunOptions:
-    if transports.datagram(opts.stack):
-        raise errors.StackCannot(
-            "--pattern download opens a connection per download, and udp has no connection; "
-            "use quic, tcp, tcp-tls or tcp-ktls."
-        )
     for name, given in (
         ("duration", opts.duration_s is not None),
         ("bytes", opts.bytes is not None),
@@ -225,10 +226,6 @@ def _download(opts: RunOptions) -> RunOptions:
 def _handshakes(opts: RunOptions) -> RunOptions:
     """New connections, --conns at once, for a timed window: as fast as
     the client can, or one every --period (an open loop)."""
-    if transports.datagram(opts.stack):
-        raise errors.StackCannot(
-            "--pattern handshakes opens connections, and udp has none; use quic, tcp, tcp-tls or tcp-ktls."
-        )
     if opts.bytes is not None:
         raise errors.StackCannot(
             "--bytes does not apply to --pattern handshakes, which runs for --duration; drop --bytes."
@@ -248,11 +245,6 @@ def _rr(opts: RunOptions) -> RunOptions:
     """Requests and responses: a connection's stack, the stack's own
     choice of streams or connections, an open loop at --period or a closed
     loop with --streams in flight on each of --conns, a timed window."""
-    if transports.datagram(opts.stack):
-        raise errors.StackCannot(
-            "--pattern rr matches each response to its request on a connection, and udp has none; "
-            "use quic, tcp, tcp-tls or tcp-ktls."
-        )
     if opts.rr_streams is not None and opts.stack not in options.BY_NAME["rr-streams"].stacks:
         raise errors.StackCannot("--rr-streams chooses QUIC's streams; for TCP stacks use --tcp-conns.")
     if opts.tcp_conns is not None and opts.stack not in options.TCP_STACKS:
@@ -311,10 +303,6 @@ def _video(opts: RunOptions) -> RunOptions:
     loop with one in flight (the next asked for when the last is in), for
     as many segments as the media holds; the window is the whole session,
     from the connect to the last segment."""
-    if transports.datagram(opts.stack):
-        raise errors.StackCannot(
-            "--pattern video fetches segments over a connection, and udp has none; use quic, tcp, tcp-tls or tcp-ktls."
-        )
     if transports.STACKS[opts.stack].workload != "qprof-wl":
         raise errors.StackCannot(
             f"--pattern video runs in qprof-wl (quic, ngtcp2 and the TCP stacks); {opts.stack}'s workload does "

@@ -154,11 +154,6 @@ def intervals_record(opts: options.RunOptions, m: Measurement) -> Optional[dict]
     return {"interval_s": opts.interval_s, "samples": samples, "gbps_cv": cv}
 
 
-def streams_each_way(opts) -> int:
-    """Bulk's streams each way: --streams on each of --conns connections."""
-    return opts.streams * (opts.conns or 1)
-
-
 def streams_record(window: Window, streams: int) -> Optional[dict]:
     """Each stream's (QUIC) or connection's (TCP) verified bytes over the
     window, as its receiver counted them, its goodput, and Jain's index
@@ -308,8 +303,8 @@ SECTIONS = {
     "rr": rr_record,
     "video": video_record,
     "handshakes": handshakes_record,
-    "streams": lambda opts, m, rec: streams_record(m.window, streams_each_way(opts)),
-    "connections": lambda opts, m, rec: connections_record(m.window, m.done, streams_each_way(opts)),
+    "streams": lambda opts, m, rec: streams_record(m.window, patterns.streams_each_way(opts)),
+    "connections": lambda opts, m, rec: connections_record(m.window, m.done, patterns.streams_each_way(opts)),
 }
 
 
@@ -427,8 +422,8 @@ def build_record(opts, m: Measurement) -> dict:
     # Bulk: the sender by --direction (both ways: each side checks what the
     # other sent, on --streams each way); a download: the server sends, once per connection.
     receiver, sender = window.receiver, window.sender
-    what = patterns.row(opts).unit
-    expected = streams_each_way(opts) if opts.pattern == "bulk" else opts.count
+    row = patterns.row(opts)
+    what, expected = row.unit, row.expected(opts)
     if receiver != "both":
         got, gave = m.done[receiver], m.done[sender]
     if receiver == "both":
@@ -446,28 +441,13 @@ def build_record(opts, m: Measurement) -> dict:
                 )
         got = {"app_bytes": window.end.client_mark["app_bytes"] + window.end.server_mark["app_bytes"]}
         verified = True
-    elif opts.pattern in ("rr", "handshakes"):
-        # Each side checked what it received (requests, responses, echoes) and
-        # matched responses to requests; a request still unanswered is a figure.
-        verified = got.get("verified") is True and gave.get("verified") is True
-    elif opts.pattern == "video":
-        # Every segment asked for came, whole and checked, as did each request.
-        verified = (
-            got.get("verified") is True
-            and gave.get("verified") is True
-            and got.get("responses") == opts.count
-            and got["app_bytes"] == opts.count * opts.response
-        )
     elif stack.datagram:
-        # No reliability: every datagram that arrived passed the content
-        # check, and no more arrived than were sent; loss is a figure.
+        # No reliability (its one pattern is bulk): every datagram that
+        # arrived passed the content check, and no more arrived than were
+        # sent; loss is a figure.
         verified = got.get("verified") is True and got["app_bytes"] <= gave["app_bytes"]
     else:
-        verified = (
-            got.get("verified") is True
-            and got["app_bytes"] == gave["app_bytes"]
-            and got["streams_completed"] == expected
-        )
+        verified = row.verified(got, gave, opts, expected)
     if receiver != "both" and not verified:
         raise errors.VerifyFailed(
             f"the {receiver} verified {got['app_bytes']} bytes on {got['streams_completed']} {what} "

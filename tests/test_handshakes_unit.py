@@ -94,7 +94,7 @@ def test_an_open_loop_says_what_it_offered_and_who_waited():
 @pytest.mark.parametrize(
     "args, words",
     [
-        (["--stack", "udp"], ["udp has none"]),
+        (["--stack", "udp"], ["udp has no connection"]),
         (["--streams", "2"], ["one stream per connection", "raise --conns"]),
         (["--bytes", "1M"], ["--bytes does not apply to --pattern handshakes"]),
         (["--stack", "tcp", "--resume"], ["tcp has none"]),

@@ -33,17 +33,8 @@ A_STACK = re.compile(r"(\bstack|stack_name|stack\.name|\[['\"]stack['\"]\]|\.get
 LEFT = Counter({"core/perbyte.py": 1})
 # What holds a pattern's name: pattern, opts.pattern, a flow's options.pattern.
 A_PATTERN = re.compile(r"\bpattern$")
-# Left: each file's tests of a pattern's name (the refusals of what a
-# pattern takes, the record's check of what was verified, bulk's link
-# and interval rules).
-LEFT_PATTERNS = Counter(
-    {
-        "describe/plan.py": 2,
-        "describe/record.py": 3,
-        "describe/mix.py": 2,
-        "collectors/endpoints.py": 1,
-    }
-)
+# Left: each file's tests of a pattern's name: none.
+LEFT_PATTERNS: Counter = Counter()
 
 
 def names_in(node, table=transports.STACKS) -> tuple:
@@ -109,6 +100,36 @@ def test_the_rows_say_what_the_names_said():
     assert (taking["resume"], taking["period"]) == (("download", "handshakes"), ("rr", "handshakes"))
     assert patterns.words(["bulk", "download", "rr"]) == "bulk, download and rr"
     assert all(set(s.patterns or ()) <= set(patterns.PATTERNS) for s in transports.STACKS.values())
+    assert [p.name for p in patterns.PATTERNS.values() if not p.connections] == ["bulk"]
+    rules = {p.name: p.verified.__name__ for p in patterns.PATTERNS.values()}
+    assert rules == {
+        "bulk": "whole_streams",
+        "download": "whole_streams",
+        "rr": "both_checked",
+        "handshakes": "both_checked",
+        "video": "every_segment",
+    }
+    assert [p.name for p in patterns.PATTERNS.values() if p.empty_window != patterns.NO_BYTES] == ["rr"]
+
+
+def test_each_verification_rule_fails_what_it_does_not_prove():
+    """A rule passes a whole transfer and fails each way one is not."""
+    from types import SimpleNamespace
+
+    o = SimpleNamespace(count=2, response=10, streams=3, conns=2)
+    assert patterns.row(SimpleNamespace(pattern="bulk")).expected(o) == 6
+    assert patterns.row(SimpleNamespace(pattern="download")).expected(o) == 2
+    sent = {"app_bytes": 100, "verified": True}
+    whole = {"app_bytes": 100, "verified": True, "streams_completed": 6}
+    assert patterns.whole_streams(whole, sent, o, 6)
+    for broken in ({"verified": False}, {"app_bytes": 99}, {"streams_completed": 5}):
+        assert not patterns.whole_streams({**whole, **broken}, sent, o, 6), broken
+    assert patterns.both_checked({"verified": True}, {"verified": True}, o, 2)
+    assert not patterns.both_checked({"verified": True}, {"verified": None}, o, 2)
+    segments = {"verified": True, "responses": 2, "app_bytes": 20}
+    assert patterns.every_segment(segments, {"verified": True}, o, 2)
+    for broken in ({"responses": 1}, {"app_bytes": 19}, {"verified": False}):
+        assert not patterns.every_segment({**segments, **broken}, {"verified": True}, o, 2), broken
 
 
 def test_a_scan_finds_a_name_test():

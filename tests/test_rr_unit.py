@@ -253,7 +253,7 @@ def test_ack_only_packets_by_the_transports_own_count():
 @pytest.mark.parametrize(
     "args, words, code",
     [
-        (["--pattern", "rr", "--stack", "udp"], ["udp has none"], STACK_CANNOT),
+        (["--pattern", "rr", "--stack", "udp"], ["udp has no connection"], STACK_CANNOT),
         (["--period", "5ms"], ["--period applies to --pattern rr and handshakes"], STACK_CANNOT),
         (["--payload", "256"], ["--payload applies to --pattern rr only"], STACK_CANNOT),
         (["--pattern", "rr", "--stack", "tcp", "--rr-streams", "one"], ["--rr-streams chooses QUIC"], STACK_CANNOT),
