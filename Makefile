@@ -102,7 +102,16 @@ $(BUILD)/bin/qprof-wl: $(WL_SRC) $(WL_HDR) $(BUILD)/msquic/.stamp
 	@mkdir -p $(BUILD)/bin
 	$(CC) $(CFLAGS_WL) -I$(BUILD)/msquic/include $(NGTCP2_CFLAGS) -o $@ $(WL_SRC) \
 	    -L$(BUILD)/msquic/lib -lmsquic -lssl -lcrypto $(NGTCP2_LIBS) -lhttp_parser -lnghttp2 -lnghttp3 -lpthread \
-	    -Wl,-rpath,'$$ORIGIN/../msquic/lib'
+	    -ldl -rdynamic -Wl,-rpath,'$$ORIGIN/../msquic/lib'
+# --stack quiche: qprof-wl's transport over quiche's C API, in a library of
+# its own that qprof-wl loads (wl_plugin.c says why): quiche and the
+# BoringSSL it runs on from workloads/rs/quiche-ffi (rs-workloads builds it
+# and puts it and the headers in $(BUILD)/rs-ffi), their symbols kept inside.
+QUICHE_PLUGIN := $(BUILD)/lib/libqprof-wl-quiche.so
+$(QUICHE_PLUGIN): workloads/quiche/wl_quiche.c $(WL_HDR) $(BUILD)/rs-ffi/libqprof_quiche_ffi.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_WL) -fPIC -shared -fvisibility=hidden -I$(BUILD)/rs-ffi/include -o $@ $< \
+	    $(BUILD)/rs-ffi/libqprof_quiche_ffi.a -Wl,--exclude-libs,ALL -lstdc++ -lgcc_s -lpthread -ldl -lm
 
 # A second msquic, built with another flag, that only the tests run: --msquic
 # PATH on a build of the user's own (tests/test_msquic_path.py).
@@ -114,6 +123,7 @@ msquic-variant: fetch
 # what is stale.
 rs-workloads: fetch
 	workloads/rs/build.sh $(BUILD)
+	@$(MAKE) --no-print-directory $(QUICHE_PLUGIN)
 
 # eBPF probes: libbpf CO-RE, vmlinux.h generated from this kernel's BTF,
 # one skeleton per probe (probes/NAME.bpf.c + NAME.c + NAME.h).

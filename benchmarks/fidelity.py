@@ -257,7 +257,7 @@ def run_ngtcp2_examples(topo, nbytes: int, tmp: str) -> tuple:
 # quiche's pairing: qprof's downloads and the apps' are the same work.
 QUICHE_SIZE, QUICHE_COUNT = 1 << 30, 3
 QUICHE_QPROF_ARGS = ["--pattern", "download", "--size", str(QUICHE_SIZE), "--count", str(QUICHE_COUNT)]
-# qprof's quiche workload's windows (workloads/rs/quiche), given to the apps.
+# qprof's quiche workload's windows (the quiche transport, workloads/quiche/wl_quiche.c), given to the apps.
 QUICHE_WINDOWS = [
     *("--max-data", str(64 << 20), "--max-window", str(64 << 20)),
     *("--max-stream-data", str(16 << 20), "--max-stream-window", str(16 << 20)),
@@ -460,17 +460,19 @@ def main():
         for rnd in range(args.rounds):
             order = jobs[rnd % len(jobs) :] + jobs[: rnd % len(jobs)]
             for stack, who in order:
-                if who == "qprof" and stack == "ngtcp2":
-                    rec = qprof_record(stack, ["--direction", "down"], args.duration, runs_dir)
-                    window_bytes[stack] = rec["bytes"]
+                # Both qprofs run the work its reference pairs with: ngtcp2's
+                # examples download, quiche's apps download files.
+                qprof = args.qprof_before if who == "before" else QPROF
+                if who != "ref" and stack == "ngtcp2":
+                    rec = qprof_record(stack, ["--direction", "down"], args.duration, runs_dir, qprof)
+                    if who == "qprof":
+                        window_bytes[stack] = rec["bytes"]
                     res = rec["throughput_gbps"], rec["cpu"]["system"]["ns_per_byte"]["total"]
-                elif who == "qprof" and stack == "quiche":
-                    rec = qprof_record(stack, QUICHE_QPROF_ARGS, None, runs_dir)
+                elif who != "ref" and stack == "quiche":
+                    rec = qprof_record(stack, QUICHE_QPROF_ARGS, None, runs_dir, qprof)
                     res = rec["throughput_gbps"], rec["cpu"]["system"]["ns_per_byte"]["total"]
-                elif who == "qprof":
-                    res = run_qprof(stack, args.duration, runs_dir, direction=args.direction)
-                elif who == "before":
-                    res = run_qprof(stack, args.duration, runs_dir, args.qprof_before, args.direction)
+                elif who != "ref":
+                    res = run_qprof(stack, args.duration, runs_dir, qprof, args.direction)
                 else:
                     with Topology("netns", f"fd{os.getpid() % 10000}") as topo:
                         if stack == "tcp":

@@ -630,15 +630,18 @@ def check_workload_build() -> Result:
 
 @_check("other QUIC implementations")
 def check_other_quic_builds() -> Result:
-    """The workloads of the QUIC implementations beside msquic (workloads/rs/):
-    without one, only its --stack is refused."""
+    """The workloads of the QUIC implementations beside msquic (workloads/rs/)
+    and qprof-wl's transports in libraries of their own (quiche's): without
+    one, only its --stack is refused."""
     from qprof.describe.transports import STACKS
 
-    others = [s for s in STACKS.values() if s.workload != "qprof-wl"]
+    others = [s for s in STACKS.values() if s.workload != "qprof-wl" or s.plugin]
     missing, ok = [], []
     for s in others:
         try:
             binary = paths.workload_binary(s.workload)
+            if s.plugin:
+                paths.plugin_library(s.plugin)
         except NotBuilt as e:
             missing.append(_missing_of(e))
             continue
@@ -649,7 +652,8 @@ def check_other_quic_builds() -> Result:
     if missing:
         stacks = ", ".join(s.name for s in others if s.name not in ok)
         return LIMITED, f"{'; '.join(missing)}: `qprof run --stack {stacks}` refuses to start", MAKE_BUILD
-    return OK, f"{', '.join(s.workload for s in others)} in {paths.build_dir() / 'bin'}; --help runs", ""
+    built = [s.plugin or s.workload for s in others]
+    return OK, f"{', '.join(built)} in {paths.build_dir()} (bin, lib); --help runs", ""
 
 
 @_check("probes build")

@@ -28,6 +28,8 @@ def check(plan: Plan, faults: Faults = NO_FAULTS) -> Path:
     binary = paths.workload_binary()
     for fp in plan.flows:  # another QUIC implementation's, beside it
         paths.workload_binary(fp.stack.workload)
+        if fp.stack.plugin:
+            paths.plugin_library(fp.stack.plugin)
     if opts.msquic is not None:
         msquic_library(opts.msquic)
     if opts.cpus is not None and not opts.guest:

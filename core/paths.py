@@ -21,6 +21,14 @@ def workload_binary(name: str = "qprof-wl") -> Path:
     return path
 
 
+def plugin_library(name: str) -> Path:
+    """A transport of qprof-wl's in a library of its own (describe/transports.py, plugin)."""
+    path = build_dir() / "lib" / name
+    if not os.path.isfile(path):
+        raise NotBuilt(f"the workload is not built ({path} is missing); run `make build` in {REPO_ROOT}.")
+    return path
+
+
 def probe_binary(name: str) -> Path:
     """QPROF_PROBE_DIR overrides where probe tools are found (tests use it
     to stand in a probe that fails to load)."""

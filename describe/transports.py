@@ -23,6 +23,9 @@ class Stack:
     io_size: int  # default bytes per send: secnetperf's for QUIC, iperf3's for TCP
     library: str = ""  # a QUIC stack's implementation: msquic, quinn
     workload: str = "qprof-wl"  # the workload's program (build/bin)
+    # A transport of qprof-wl's in a library of its own, which qprof-wl
+    # loads for the stack (build/lib; workloads/wl_plugin.c says why).
+    plugin: str = ""
     dwarf_stack_bytes: int = 8192  # user stack perf copies per sample (collectors/perf.py says why)
     # A QUIC library's GRO, as qprof's interposer steers it (describe/offload.py):
     # "receive" when the library believes GRO only once a receive came
@@ -92,8 +95,8 @@ STACKS: Dict[str, Stack] = {
         library="msquic",
         gro_needs_gso=True,
     ),
-    # The other QUIC implementations, each in a workload of its own
-    # (workloads/rs/) speaking qprof-wl's protocol: bulk up and downloads.
+    # quinn in a workload of its own (workloads/rs/) speaking qprof-wl's
+    # protocol: bulk up, downloads and rr.
     "quinn": Stack(
         "quinn",
         "udp",
@@ -119,6 +122,9 @@ STACKS: Dict[str, Stack] = {
         library="ngtcp2",
         gro_word="setsockopt",  # wl_ngtcp2.c's offloads(): UDP_GRO taken
     ),
+    # quiche through its C API, a transport of qprof-wl's (in a library of
+    # its own beside qprof-wl: workloads/quiche/wl_quiche.c): every pattern,
+    # written once, runs on it.
     "quiche": Stack(
         "quiche",
         "udp",
@@ -127,9 +133,8 @@ STACKS: Dict[str, Stack] = {
         rw_is_network=False,
         io_size=64 << 10,
         library="quiche",
-        workload="qprof-wl-quiche",
+        plugin="libqprof-wl-quiche.so",
         dwarf_stack_bytes=32768,
-        patterns=("bulk", "download", "rr"),
     ),
     # Raw UDP, no reliability or crypto: the kernel's floor for a UDP transport.
     "udp": Stack(

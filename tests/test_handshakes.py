@@ -23,7 +23,15 @@ def handshakes_run(runs_dir, stack, *extra, conns=3):
 @needs_build
 @pytest.mark.parametrize(
     "stack, resume",
-    [("quic", False), ("quic", True), ("ngtcp2", True), ("tcp", False), ("tcp-tls", False), ("tcp-tls", True)],
+    [
+        ("quic", False),
+        ("quic", True),
+        ("ngtcp2", True),
+        ("quiche", True),
+        ("tcp", False),
+        ("tcp-tls", False),
+        ("tcp-tls", True),
+    ],
 )
 def test_handshakes(runs_dir, stack, resume):
     """Invariants that hold at any speed: every connection the client
@@ -77,7 +85,7 @@ def test_handshakes(runs_dir, stack, resume):
         if stack == "quic":
             assert h["early_data"] >= n - conns  # the request went as 0-RTT and was taken
         else:
-            assert h["early_data"] == 0  # qprof offers no early data over TCP, nor on ngtcp2
+            assert h["early_data"] == 0  # qprof offers no early data over TCP, nor on ngtcp2 or quiche
     cpu = h["per_handshake"]["cpu_s"]
     assert cpu["client"] > 0 and cpu["server"] > 0 and cpu["machine"] >= max(cpu["client"], cpu["server"])
     # As fast as it can: nothing offered, nothing waited, nothing late.

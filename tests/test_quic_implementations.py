@@ -1,9 +1,10 @@
 # SPDX-License-Identifier: GPL-2.0-only
-"""QUIC implementations beside msquic (issue 28): quinn's and quiche's
-workloads (workloads/rs/) speak qprof-wl's protocol, so their runs are
+"""QUIC implementations beside msquic (issue 28): ngtcp2 and quiche are
+transports of qprof-wl's (quiche's in a library of its own), quinn's
+workload (workloads/rs/) speaks qprof-wl's protocol, so their runs are
 measured as a quic one is: data verified, the probes' counts against the
 library's own, flame graphs whose categories know rustls, aws-lc,
-BoringSSL, quinn's and quiche's code."""
+BoringSSL, GnuTLS, quinn's, quiche's and ngtcp2's code."""
 
 import math
 import re
@@ -44,8 +45,10 @@ def locked_version(krate: str) -> str:
 
 
 IMPLEMENTATIONS = ("quinn", "quiche", "ngtcp2")
-# In workloads of their own (workloads/rs/): bulk up, downloads and rr, one connection.
-RUST = ("quinn", "quiche")
+# In a workload of its own (workloads/rs/): bulk up, downloads and rr, one connection.
+RUST = ("quinn",)
+# Transports of qprof-wl's: every pattern, written once, runs on them.
+QPROF_WL = ("ngtcp2", "quiche")
 
 
 def debian_version(package: str) -> str:
@@ -299,20 +302,22 @@ def test_the_workloads_exit_codes_are_qprof_wls():
 
 @pytest.mark.system
 @needs_build
-def test_ngtcp2_runs_every_pattern_of_qprof_wl(runs_dir):
-    """ngtcp2 is a transport of qprof-wl's: requests and responses, and
-    handshakes, written once over the transports, run on it too."""
+@pytest.mark.parametrize("stack", QPROF_WL)
+def test_qprof_wls_transports_run_every_pattern(runs_dir, stack):
+    """ngtcp2 and quiche are transports of qprof-wl's: requests and
+    responses, and handshakes, written once over the transports, run on
+    them too."""
     rec = run_json(
-        runs_dir, "--stack", "ngtcp2", "--pattern", "rr", "--period", "5ms", "--duration", "0.5s", "--warmup", "0.3s"
+        runs_dir, "--stack", stack, "--pattern", "rr", "--period", "5ms", "--duration", "0.5s", "--warmup", "0.3s"
     )
     rr = rec["rr"]
     # The window's responses: its requests, or one more by where the schedule's t0 falls (test_rr).
     assert rec["verified"] is True and 0 < rr["responses"] <= rr["requests_due"], rr
-    rec = run_json(runs_dir, "--stack", "ngtcp2", "--pattern", "handshakes", "--duration", "1s", "--sample-hz", "1000")
+    rec = run_json(runs_dir, "--stack", stack, "--pattern", "handshakes", "--duration", "1s", "--sample-hz", "1000")
     assert rec["verified"] is True and rec["handshakes"]["handshakes"] > 0, rec["handshakes"]
-    assert rec["environment"]["quic_library"]["name"] == "ngtcp2"
-    # A second of nothing but handshakes: GnuTLS's and nettle's key
-    # exchange and signatures are named, on both sides.
+    assert rec["environment"]["quic_library"]["name"] == stack
+    # A second of nothing but handshakes: the TLS library's key exchange
+    # and signatures (GnuTLS's and nettle's; BoringSSL's) are named, on both sides.
     for side in ("client", "server"):
         least, _ = category_bracket(runs_dir / rec["id"], rec, side, HANDSHAKE_LEAVES)
         handshake_ns = rec["flame"]["sides"][side]["categories_ns_per_byte"]["handshake"] * rec["bytes"]
@@ -320,17 +325,19 @@ def test_ngtcp2_runs_every_pattern_of_qprof_wl(runs_dir):
 
 
 @pytest.mark.unit
-def test_ngtcp2_takes_what_qprof_wl_takes():
-    resolve("ngtcp2", pattern="rr", rr_streams="one")
+@pytest.mark.parametrize("stack", QPROF_WL)
+def test_qprof_wls_transports_take_what_qprof_wl_takes(stack):
+    resolve(stack, pattern="rr", rr_streams="one")
     # What a run asks of the workload reaches it (--direction was once
     # taken and left behind: the run went up while qprof read it as down).
-    p = resolve("ngtcp2", direction="both", conns=2)
+    p = resolve(stack, direction="both", conns=2)
     for role in ("client", "server"):
         argv = options.workload_args(p.options, role)
         assert argv[argv.index("--direction") + 1] == "both" and argv[argv.index("--conns") + 1] == "2"
-    argv = options.workload_args(resolve("ngtcp2", pattern="rr", rr_streams="one").options, "client")
+    argv = options.workload_args(resolve(stack, pattern="rr", rr_streams="one").options, "client")
     assert argv[argv.index("--rr-streams") + 1] == "one"
-    argv = options.workload_args(resolve("ngtcp2", pattern="download", resume=True).options, "server")
+    argv = options.workload_args(resolve(stack, pattern="download", resume=True).options, "server")
     assert "--resume" in argv  # the server sends its tickets only when asked
+    resolve(stack, pattern="video")
     with pytest.raises(errors.StackCannot, match="--pacing is msquic's"):
-        resolve("ngtcp2", pacing="off")
+        resolve(stack, pacing="off")

@@ -33,8 +33,8 @@ MODES = {
     "tcp": ("tcp", []),
     "tcp-tls-one": ("tcp-tls", ["--tcp-conns", "one"]),
     "tcp-tls-on-demand": ("tcp-tls", ["--tcp-conns", "on-demand"]),
-    # The other QUIC implementations: ngtcp2 a transport of qprof-wl's, quinn
-    # and quiche workloads of their own that speak its protocol (wlproto).
+    # The other QUIC implementations: ngtcp2 and quiche transports of
+    # qprof-wl's, quinn a workload of its own that speaks its protocol (wlproto).
     "ngtcp2-per-request": ("ngtcp2", []),
     "quinn-per-request": ("quinn", []),
     "quinn-one": ("quinn", ["--rr-streams", "one"]),

@@ -18,21 +18,22 @@
 static const char usage[] =
 	"Usage: qprof-wl --stack STACK --role server|client [OPTIONS]\n"
 	"\n"
-	"  -s, --stack STACK        quic (msquic), ngtcp2 (ngtcp2 with GnuTLS), tcp, tcp-tls,\n"
-	"                           tcp-ktls or udp\n"
+	"  -s, --stack STACK        quic (msquic), ngtcp2 (ngtcp2 with GnuTLS), quiche (quiche\n"
+	"                           with BoringSSL, from lib/libqprof-wl-quiche.so), tcp,\n"
+	"                           tcp-tls, tcp-ktls or udp\n"
 	"  -r, --role ROLE          server or client; bulk: the client sends and the server\n"
 	"                           verifies, download: the other way round, rr: both send\n"
 	"                           and verify\n"
 	"  -a, --addr IPV4          server: address to listen on; client: to connect to\n"
 	"  -p, --port PORT          UDP/TCP port (default 4433)\n"
-	"      --cert FILE          server certificate (PEM): quic, ngtcp2, tcp-tls, tcp-ktls\n"
-	"      --key FILE           server private key (PEM): quic, ngtcp2, tcp-tls, tcp-ktls\n"
+	"      --cert FILE          server certificate (PEM): quic, ngtcp2, quiche, tcp-tls, tcp-ktls\n"
+	"      --key FILE           server private key (PEM): quic, ngtcp2, quiche, tcp-tls, tcp-ktls\n"
 	"      --pattern P          bulk (default: one connection, the client uploads),\n"
 	"                           download (--count connections, the server sends),\n"
 	"                           rr (requests on a schedule, each answered; see below)\n"
 	"                           or handshakes (new connections, --conns at once, each\n"
 	"                           echoing 8 bytes, as secnetperf hps and netperf TCP_CRR)\n"
-	"  -n, --streams N          bulk: quic, ngtcp2: streams in the one connection; tcp,\n"
+	"  -n, --streams N          bulk: QUIC stacks: streams in the one connection; tcp,\n"
 	"                           tcp-tls, tcp-ktls: connections, a thread each (default 1);\n"
 	"                           with --direction both, N each way (--conns x N x 2 at most\n"
 	"                           64);\n"
@@ -49,7 +50,7 @@ static const char usage[] =
 	"      --size N             download: bytes the server sends per connection\n"
 	"      --count N            download: connections, one after another (default 1); rr\n"
 	"                           --rr-mode closed: requests in all, then the client ends\n"
-	"      --resume             download, handshakes; quic, ngtcp2, tcp-tls, tcp-ktls: the client\n"
+	"      --resume             download, handshakes; QUIC stacks, tcp-tls, tcp-ktls: the client\n"
 	"                           resumes each\n"
 	"                           connection after the first with the session ticket the\n"
 	"                           previous one got (quic: and sends its request as 0-RTT);\n"
@@ -64,7 +65,7 @@ static const char usage[] =
 	"      --request N          rr: bytes of each request (default --payload), 16 to 16777216\n"
 	"      --response N         rr: bytes of each response (default --payload); give both\n"
 	"                           roles the same --request and --response\n"
-	"      --rr-streams S       rr, quic, ngtcp2 client: per-request (default: a new\n"
+	"      --rr-streams S       rr, QUIC stacks, client: per-request (default: a new\n"
 	"                           bidirectional stream for each request, as HTTP/3) or one\n"
 	"                           (one stream carries every request and response, back to\n"
 	"                           back)\n"
@@ -225,7 +226,8 @@ struct flag {
 
 /* clang-format off: one row a flag */
 static const struct flag flags[] = {
-	{FLAG("stack", 's', F_CHOICE, stack), .choices = "quic|ngtcp2|tcp|tcp-tls|tcp-ktls|udp"},
+	{FLAG("stack", 's', F_CHOICE, stack),
+	 .choices = "quic|ngtcp2|quiche|tcp|tcp-tls|tcp-ktls|udp"},
 	{FLAG("role", 'r', F_CHOICE, role), .choices = "server|client"},
 	{FLAG("addr", 'a', F_STR, addr)},
 	{FLAG("port", 'p', F_NUM, port), .lo = 1, .hi = 65535},
@@ -235,13 +237,13 @@ static const struct flag flags[] = {
 	{FLAG("streams", 'n', F_NUM, streams), .lo = 1, .hi = 1000}, /* bulk: check_rules */
 	{FLAG("conns", 0, F_NUM, conns), .lo = 1, .hi = 64, .patterns = P_BULK | P_RR | P_HS},
 	{FLAG("direction", 0, F_CHOICE, direction), .choices = "up|down|both",
-	 .stacks = "quic|ngtcp2|tcp|tcp-tls|tcp-ktls", .patterns = P_BULK},
+	 .stacks = "quic|ngtcp2|quiche|tcp|tcp-tls|tcp-ktls", .patterns = P_BULK},
 	{FLAG("duration-ms", 't', F_NUM, duration_ms), .lo = 1, .hi = UINT64_MAX,
 	 .patterns = P_BULK | P_RR | P_HS},
 	{FLAG("bytes", 'b', F_NUM, bytes), .lo = 1, .hi = UINT64_MAX, .patterns = P_BULK},
 	{FLAG("size", 0, F_NUM, size), .lo = 1, .hi = UINT64_MAX, .patterns = P_DOWNLOAD},
 	{FLAG("count", 0, F_NUM, count), .lo = 1, .hi = UINT64_MAX, .patterns = P_DOWNLOAD | P_RR},
-	{FLAG("resume", 0, F_BOOL, resume), .stacks = "quic|ngtcp2|tcp-tls|tcp-ktls",
+	{FLAG("resume", 0, F_BOOL, resume), .stacks = "quic|ngtcp2|quiche|tcp-tls|tcp-ktls",
 	 .patterns = P_DOWNLOAD | P_HS},
 	{FLAG("period-us", 0, F_NUM, period_us), .lo = WL_RR_PERIOD_MIN_US,
 	 .hi = WL_RR_PERIOD_MAX_US, .unit = " microseconds", .patterns = P_RR | P_HS},
@@ -252,7 +254,7 @@ static const struct flag flags[] = {
 	{FLAG("response", 0, F_NUM, response), .lo = WL_RR_PAYLOAD_MIN, .hi = WL_RR_PAYLOAD_MAX,
 	 .unit = " bytes", .patterns = P_RR},
 	{FLAG("rr-streams", 0, F_CHOICE, rr_streams), .choices = "per-request|one",
-	 .stacks = "quic|ngtcp2", .patterns = P_RR},
+	 .stacks = "quic|ngtcp2|quiche", .patterns = P_RR},
 	{FLAG("tcp-conns", 0, F_CHOICE, tcp_conns), .choices = "one|on-demand",
 	 .stacks = TCP_STACKS, .patterns = P_RR},
 	{FLAG("rr-mode", 0, F_CHOICE, rr_mode), .choices = "open|closed", .patterns = P_RR},
@@ -481,6 +483,7 @@ static int check_rules(struct wl_opts *o)
 		return WL_EXIT_USAGE;
 	}
 	if (o->rr && strcmp(o->stack, "quic") && strcmp(o->stack, "ngtcp2") &&
+	    strcmp(o->stack, "quiche") &&
 	    (o->conns ? o->conns : 1) * o->streams > WL_RR_MAX_CONNS) {
 		wl_warn("--conns x --streams is at most %d tcp connections for --pattern rr",
 			WL_RR_MAX_CONNS);

@@ -309,13 +309,18 @@ int wl_role_run(const struct wl_opts *o)
 		wl_role.p = &wl_udp_bulk;
 	} else {
 		const bool ngtcp2 = !strcmp(o->stack, "ngtcp2");
+		const bool quiche = !strcmp(o->stack, "quiche");
+		const struct wl_transport *t = quiche			   ? wl_plugin("quiche")
+					       : ngtcp2			   ? &wl_ngtcp2
+					       : !strcmp(o->stack, "quic") ? &wl_quic
+									   : &wl_tcp;
 
-		wl_role.t = wl_app_over(o, ngtcp2		       ? &wl_ngtcp2
-					   : !strcmp(o->stack, "quic") ? &wl_quic
-								       : &wl_tcp);
-		wl_role.label = !strcmp(o->stack, "quic") || ngtcp2 ? "QUIC"
-				: !strcmp(o->stack, "tcp")	    ? "TCP"
-								    : "TLS";
+		if (!t)
+			return WL_EXIT_LIB_OPEN;
+		wl_role.t = wl_app_over(o, t);
+		wl_role.label = !strcmp(o->stack, "quic") || ngtcp2 || quiche ? "QUIC"
+				: !strcmp(o->stack, "tcp")		      ? "TCP"
+									      : "TLS";
 		wl_role.p = o->download ? &wl_download
 			    : o->rr	? &wl_rr_pattern
 			    : o->hs	? &wl_hs

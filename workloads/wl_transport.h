@@ -237,6 +237,11 @@ struct wl_transport {
 };
 
 extern const struct wl_transport wl_quic, wl_tcp, wl_udp;
+/*
+ * A transport in a library of its own (wl_plugin.c), loaded for its stack:
+ * build/lib/libqprof-wl-STACK.so's wl_STACK; NULL, having said why.
+ */
+const struct wl_transport *wl_plugin(const char *stack);
 
 /* Thin wrappers, so patterns read as calls. */
 int wl_send(struct wl_stream *s, const uint8_t *hdr, uint32_t hdr_len, const uint8_t *body,

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0-only
-# qprof's Rust workloads (one binary per QUIC implementation, sharing
-# wlproto), every crate pinned by checksum in Cargo.lock beside this file.
+# qprof's Rust parts (quinn's workload on wlproto; quiche's C API as a
+# static library), every crate pinned by checksum in Cargo.lock beside this file.
 # Usage: build.sh --fetch      download every crate into $CARGO_HOME (network)
-#        build.sh BUILD_DIR    build offline; binaries in BUILD_DIR/bin
+#        build.sh BUILD_DIR    build offline; binaries in BUILD_DIR/bin, quiche's in BUILD_DIR/rs-ffi
 # QPROF_RS_TARGET_DIR: cargo's target directory, BUILD_DIR/rs by default; one
 # shared with another checkout's build rebuilds only what differs (cargo
 # decides; docs/setup.md).
@@ -18,6 +18,21 @@ target=${QPROF_RS_TARGET_DIR:-$out/rs}
 # frame (the standard library's are as rustup built them).
 RUSTFLAGS="-C force-frame-pointers=yes" cargo build --release --locked --offline \
     --manifest-path "$here/Cargo.toml" --target-dir "$target" --quiet
-for b in qprof-wl-quinn qprof-wl-quiche; do
+for b in qprof-wl-quinn; do
     cp "$target/release/$b" "$out/bin/$b.new" && mv "$out/bin/$b.new" "$out/bin/$b"
 done
+# quiche's C API for qprof-wl's quiche transport (the Makefile's
+# QUICHE_PLUGIN): the static library quiche-ffi makes, and the headers of
+# the quiche and the BoringSSL it was built from, in BUILD_DIR/rs-ffi;
+# each copied only when it changed, so make rebuilds only then.
+ffi="$out/rs-ffi"
+mkdir -p "$ffi/include"
+lib="$target/release/libqprof_quiche_ffi.a"
+cmp -s "$lib" "$ffi/libqprof_quiche_ffi.a" || { cp "$lib" "$ffi/lib.new" && mv "$ffi/lib.new" "$ffi/libqprof_quiche_ffi.a"; }
+cargo metadata --format-version 1 --locked --offline --manifest-path "$here/Cargo.toml" |
+    python3 -c '
+import json, os, sys
+dirs = {p["name"]: os.path.dirname(p["manifest_path"]) for p in json.load(sys.stdin)["packages"]}
+print(os.path.join(dirs["quiche"], "include", "quiche.h"))
+print(os.path.join(dirs["boring-sys"], "deps", "boringssl", "include", "openssl"))
+' | while read -r src; do cp -ru "$src" "$ffi/include/"; done

@@ -1,0 +1,1356 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * The quiche transport (wl_transport.h): QUIC in Cloudflare's quiche,
+ * through the C API the crate exports (its "ffi" feature), on the
+ * BoringSSL that boring-sys vendors, driven by the one event loop
+ * (wl_loop.c) as wl_ngtcp2.c's connections are: a client's connection has
+ * a connected UDP socket of its own, the server one listening socket whose
+ * datagrams go to their connection by DCID; each connection has a timerfd
+ * for quiche's timeout. Every handler runs on the loop's thread. So every
+ * pattern qprof-wl runs (wl_role.h) runs on quiche, written once.
+ *
+ * A plugin: qprof-wl loads build/lib/libqprof-wl-quiche.so for --stack
+ * quiche (wl_plugin.c), whose BoringSSL stays inside it (linked with
+ * --exclude-libs) beside the OpenSSL qprof-wl's TCP stacks use; its calls
+ * into qprof-wl (the loop, the reports) resolve against the executable.
+ *
+ * TLS: each connection's SSL is made here, from a context that offers TLS
+ * 1.3's TLS_AES_128_GCM_SHA256 alone (BoringSSL's cipher lists leave TLS
+ * 1.3 alone; SSL_CTX_set1_tls13_ciphers does not, and quiche's own
+ * configuration does not reach it), ALPN "qprof", the run's certificate
+ * (server), no chain check (client: the certificate is self-signed, as
+ * for the other stacks). Each handshake proves the suite it ran.
+ *
+ * quiche copies what it is given to send: a message handed to wl_send
+ * waits here only until quiche takes it (its header copied here, its
+ * body in the pattern region or the caller's own buffer), and wl_room() is
+ * the stream's capacity in quiche (flow control and congestion window)
+ * less what waits. A stream is closed once quiche has collected it (its
+ * FIN acknowledged and the peer's read, or aborted).
+ *
+ * Sending: every packet quiche has, consecutive ones of one size to one
+ * peer in one sendmsg with a UDP_SEGMENT cmsg (GSO), sent at once (quiche
+ * computes a release time, which quiche's apps without SO_TXTIME do not
+ * wait for either); receiving splits what UDP_GRO coalesced. Each as the
+ * kernel takes it (qprof's offload interposer makes it refuse them).
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <openssl/ssl.h>
+#include <quiche.h>
+
+#include "../wl_transport.h"
+#include "../wl_udpio.h"
+
+#define CIDLEN 16		  /* our connection IDs: a short header's DCID is ours */
+#define GSO_MAX 64		  /* segments a sendmsg (the kernel's UDP_MAX_SEGMENTS) */
+#define GSO_MAX_BYTES 65507	  /* and bytes: an IPv4 UDP payload's most */
+#define MAX_DATAGRAM 1350	  /* each way: quiche's apps' (quiche-server's MAX_DATAGRAM_SIZE) */
+#define PKT_MAX 1500		  /* a packet's room in the batch buffer */
+#define RX_BUF 65536		  /* a recvmsg's: what GRO coalesces at most */
+#define RX_BURST 64		  /* recvmsg calls before the connections are served */
+#define APP_BUF (128u << 10)	  /* what one stream_recv copies out at most */
+#define SOCK_BUF (2u << 20)	  /* SO_SNDBUF, SO_RCVBUF asked */
+#define CONN_WINDOW (64ull << 20) /* initial_max_data and the window's cap */
+#define STREAM_WINDOW (16ull << 20) /* each stream's */
+#define MAX_STREAMS 128		    /* initial_max_streams_*: at least WL_MAX_STREAMS */
+#define FIRST_ROOM (64u << 10)	    /* a stream quiche has not seen yet takes this first */
+#define IDLE_TIMEOUT_MS 30000
+#define HANDSHAKE_TIMEOUT_NS 10000000000ull /* as msquic's (wl_quic.c) */
+#define CIPHER_ID 0x1301		    /* TLS_AES_128_GCM_SHA256 */
+#define CIPHER "TLS13_AES_128_GCM_SHA256"
+
+static const uint8_t alpn_wire[] = "\x05qprof";
+
+/* The boring-sys version the build took (workloads/rs/quiche-ffi). */
+const char *qprof_boring_sys_version(void);
+
+/* A message on a stream, kept until quiche has taken all of it. */
+struct msg {
+	struct msg *next;
+	uint32_t hlen, blen, done; /* done: its bytes quiche has taken */
+	const uint8_t *body;
+	void *tag;
+	uint8_t hdr[WL_HDR_MAX];
+};
+
+struct wl_stream {
+	struct wl_conn *c;
+	struct wl_stream *next;
+	int64_t id;
+	const struct wl_stream_handlers *hd; /* NULL: refused */
+	void *ctx;
+	bool send_only, recv_only, started;
+	struct msg *head, *tail; /* not yet taken by quiche */
+	uint64_t queued;	 /* their bytes not yet taken */
+	bool fin_req, fin_written, peer_fin, aborted, abort_req, abort_done;
+	bool starved; /* room() said 0: writable is owed once there is room */
+	bool owe_writable, gone;
+};
+
+struct wl_conn {
+	quiche_conn *qc;
+	SSL *ssl;
+	const struct wl_conn_handlers *hd;
+	void *ctx;
+	unsigned flags;
+	bool server;
+	int fd, timer;
+	struct sockaddr_in local, remote;
+	struct wl_stream *streams;
+	struct wl_end end;
+	uint64_t t_connect;
+	uint64_t armed; /* when the timer fires; UINT64_MAX - 1: not set (it fired, or new) */
+	int busy;	/* in a read, a timer or a service: handlers' asks wait */
+	bool again;	/* something was asked meanwhile */
+	bool dead;	/* over: its closed handlers come with the service's end */
+	bool close_req;
+	uint64_t close_code;
+	bool touched, stats;
+	int64_t next_bidi, next_uni; /* our next stream IDs */
+	uint8_t cid[CIDLEN], odcid[QUICHE_MAX_CONN_ID_LEN];
+	size_t odcid_len;
+	struct wl_conn *next, *tnext; /* server: the live ones; touched in a read */
+	uint64_t counts[3];	      /* its part of N.sum: sent, lost packets, lost bytes */
+};
+
+/*
+ * The socket's counts, written by the loop's thread under a sequence count
+ * so that a mark (the control thread) reads them all as of one moment, a
+ * call's datagrams with the call.
+ */
+struct udp_stats {
+	_Atomic uint64_t seq;
+	_Atomic uint64_t tx_dgrams, tx_bytes, tx_ios, rx_dgrams, rx_bytes, rx_ios;
+};
+
+static struct {
+	const struct wl_opts *o;
+	bool server;
+	struct sockaddr_in addr;
+	SSL_CTX *tls;
+	quiche_config *cfg;
+	struct wl_accept acc;
+	int listen_fd;
+	bool listening;
+	bool gso, gro_set, gro_seen, probed;
+	int sndbuf, rcvbuf; /* granted, as getsockopt says */
+	struct wl_conn *live;
+	uint8_t *txbuf, *rxbuf, *appbuf;
+	struct udp_stats u;
+	/* What marks report, kept by the loop's thread under the lock. */
+	pthread_mutex_t lock;
+	struct wl_conn *stats_conn;
+	uint64_t sum[3]; /* sent, lost packets, lost bytes: every connection's, gone or live */
+	bool have_levels;
+	uint64_t levels[3]; /* the stats connection's cwnd, RTT (us), path MTU */
+	char group[64];	    /* the first handshake's key exchange */
+	/* --resume: the client's last session (the server's tickets are BoringSSL's, per context) */
+	uint8_t *session;
+	size_t session_len;
+} N = {.listen_fd = -1, .lock = PTHREAD_MUTEX_INITIALIZER};
+
+static void service(struct wl_conn *c);
+
+/* Statistics and reports */
+
+static void udp_count(uint64_t ios, uint64_t dgrams, uint64_t bytes, bool tx)
+{
+	atomic_fetch_add_explicit(&N.u.seq, 1, memory_order_relaxed);
+	atomic_thread_fence(memory_order_release);
+	atomic_fetch_add_explicit(tx ? &N.u.tx_ios : &N.u.rx_ios, ios, memory_order_relaxed);
+	atomic_fetch_add_explicit(tx ? &N.u.tx_dgrams : &N.u.rx_dgrams, dgrams,
+				  memory_order_relaxed);
+	atomic_fetch_add_explicit(tx ? &N.u.tx_bytes : &N.u.rx_bytes, bytes, memory_order_relaxed);
+	atomic_fetch_add_explicit(&N.u.seq, 1, memory_order_release);
+}
+
+static void json_library(struct wl_json *j)
+{
+	struct wl_json p;
+	char crypto[160];
+
+	wl_json_begin(&p);
+	wl_json_str(&p, "name", "quiche");
+	wl_json_str(&p, "version", quiche_version());
+	snprintf(crypto, sizeof(crypto),
+		 "BoringSSL as boring-sys %s vendors and builds it (BORINGSSL_API_VERSION %d)",
+		 qprof_boring_sys_version(), BORINGSSL_API_VERSION);
+	wl_json_str(&p, "crypto", crypto);
+	wl_json_str(&p, "cipher", CIPHER);
+	pthread_mutex_lock(&N.lock);
+	if (N.group[0])
+		wl_json_str(&p, "key_exchange", N.group);
+	pthread_mutex_unlock(&N.lock);
+	wl_json_raw(j, "quic_library", wl_json_end(&p));
+	wl_json_begin(&p);
+	wl_json_u64(&p, "initial_max_data", CONN_WINDOW);
+	wl_json_u64(&p, "max_connection_window", CONN_WINDOW);
+	wl_json_u64(&p, "initial_max_stream_data_uni", STREAM_WINDOW);
+	wl_json_u64(&p, "initial_max_stream_data_bidi", STREAM_WINDOW);
+	wl_json_u64(&p, "max_stream_window", STREAM_WINDOW);
+	wl_json_u64(&p, "initial_max_streams_uni", MAX_STREAMS);
+	wl_json_u64(&p, "initial_max_streams_bidi",
+		    N.server && N.acc.peer_bidi_streams > MAX_STREAMS ? N.acc.peer_bidi_streams
+								      : MAX_STREAMS);
+	wl_json_u64(&p, "max_send_udp_payload_size", MAX_DATAGRAM);
+	wl_json_u64(&p, "max_idle_timeout_ms", IDLE_TIMEOUT_MS);
+	wl_json_str(&p, "congestion_control", "cubic");
+	wl_json_bool(&p, "pacing", false);
+	wl_json_bool(&p, "encryption", true);
+	wl_json_u64(&p, "socket_send_buffer", (uint64_t)N.sndbuf);
+	wl_json_u64(&p, "socket_recv_buffer", (uint64_t)N.rcvbuf);
+	wl_json_raw(j, "quic_settings", wl_json_end(&p));
+	wl_json_bool(j, "send_segmentation", N.gso);
+	wl_json_bool(j, "recv_coalescing", N.gro_set && N.gro_seen);
+}
+
+static void q_json_mark(struct wl_json *j)
+{
+	static const char *const udp[] = {"udp_tx_datagrams", "udp_tx_bytes", "udp_tx_ios",
+					  "udp_rx_datagrams", "udp_rx_bytes", "udp_rx_ios"};
+	_Atomic uint64_t *const src[] = {&N.u.tx_dgrams, &N.u.tx_bytes, &N.u.tx_ios,
+					 &N.u.rx_dgrams, &N.u.rx_bytes, &N.u.rx_ios};
+	uint64_t v[6], sum[3], levels[3], seq;
+	struct wl_json p;
+	bool have;
+	int i;
+
+	for (;;) {
+		seq = atomic_load_explicit(&N.u.seq, memory_order_acquire);
+		if (seq & 1)
+			continue;
+		for (i = 0; i < 6; i++)
+			v[i] = atomic_load_explicit(src[i], memory_order_relaxed);
+		atomic_thread_fence(memory_order_acquire);
+		if (atomic_load_explicit(&N.u.seq, memory_order_relaxed) == seq)
+			break;
+	}
+	pthread_mutex_lock(&N.lock);
+	memcpy(sum, N.sum, sizeof(sum));
+	memcpy(levels, N.levels, sizeof(levels));
+	have = N.have_levels;
+	pthread_mutex_unlock(&N.lock);
+	wl_json_begin(&p);
+	for (i = 0; i < 6; i++)
+		wl_json_u64(&p, udp[i], v[i]);
+	wl_json_u64(&p, "sent_packets", sum[0]);
+	wl_json_u64(&p, "lost_packets", sum[1]);
+	wl_json_u64(&p, "lost_bytes", sum[2]);
+	if (have) {
+		wl_json_u64(&p, "cwnd", levels[0]);
+		wl_json_u64(&p, "rtt_us", levels[1]);
+		wl_json_u64(&p, "current_mtu", levels[2]);
+	}
+	wl_json_raw(j, "quic_stats", wl_json_end(&p));
+}
+
+static void q_json_done(struct wl_json *j, const struct wl_end *last)
+{
+	if (last && last->closed_by_transport)
+		wl_json_str(j, "transport_status", last->transport_status);
+	if (last && last->closed_by_peer)
+		wl_json_u64(j, "peer_error_code", last->peer_error);
+	json_library(j);
+	q_json_mark(j);
+}
+
+/* The connection's counts into the sums, and (the stats connection) its levels. */
+static void snapshot(struct wl_conn *c)
+{
+	quiche_stats st;
+	quiche_path_stats ps;
+	uint64_t now[3];
+	size_t i;
+
+	if (!c->qc)
+		return;
+	quiche_conn_stats(c->qc, &st);
+	now[0] = st.sent;
+	now[1] = st.lost;
+	now[2] = st.lost_bytes;
+	pthread_mutex_lock(&N.lock);
+	for (i = 0; i < 3; i++) {
+		N.sum[i] += now[i] - c->counts[i];
+		c->counts[i] = now[i];
+	}
+	if (c->stats) {
+		for (i = 0; i < st.paths_count; i++)
+			if (!quiche_conn_path_stats(c->qc, i, &ps) && ps.active) {
+				N.levels[0] = ps.cwnd;
+				N.levels[1] = ps.rtt / 1000;
+				N.levels[2] = ps.pmtu;
+				N.have_levels = true;
+				break;
+			}
+	}
+	pthread_mutex_unlock(&N.lock);
+}
+
+/* Sockets */
+
+/* 2 MiB each way, forced past the sysctl limits if need be (root); granted: what the kernel took. */
+static void sock_bufs(int fd)
+{
+	const int want = SOCK_BUF;
+	int v;
+	socklen_t len = sizeof(v);
+
+	setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &want, sizeof(want));
+	if (getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, &len) || v / 2 < want)
+		setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &want, sizeof(want));
+	setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &want, sizeof(want));
+	len = sizeof(v);
+	if (getsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, &len) || v / 2 < want)
+		setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &want, sizeof(want));
+	/* The kernel reports twice what it grants (its bookkeeping's share). */
+	len = sizeof(v);
+	if (!getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, &len))
+		N.sndbuf = v / 2;
+	len = sizeof(v);
+	if (!getsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, &len))
+		N.rcvbuf = v / 2;
+}
+
+/* GSO and GRO, each where the first socket's kernel took it (wl_udpio.h). */
+static int udp_socket(void)
+{
+	int fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+
+	if (fd < 0)
+		return -1;
+	sock_bufs(fd);
+	if (!N.probed) {
+		N.probed = true;
+		N.gso = wl_udp_gso_taken(fd);
+		N.gro_set = !wl_udp_gro_on(fd);
+	} else if (N.gro_set) {
+		wl_udp_gro_on(fd);
+	}
+	return fd;
+}
+
+/* One sendmsg of len bytes to `to`, segments of seg (GSO when more than one); a full socket waits. */
+static void send_batch(struct wl_conn *c, const struct sockaddr_in *to, uint8_t *buf, size_t len,
+		       size_t seg)
+{
+	union wl_udp_cmsg ctl;
+	struct iovec iov = {buf, len};
+	struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1};
+	const size_t n = (len + seg - 1) / seg;
+	int tries = 0;
+	ssize_t r;
+
+	if (c->server) {
+		m.msg_name = (void *)to;
+		m.msg_namelen = sizeof(*to);
+	}
+	if (n > 1 && !N.gso) {
+		size_t off;
+
+		for (off = 0; off < len; off += seg)
+			send_batch(c, to, buf + off, len - off < seg ? len - off : seg, seg);
+		return;
+	}
+	if (n > 1)
+		wl_udp_gso(&m, &ctl, (uint16_t)seg);
+	for (;;) {
+		r = sendmsg(c->fd, &m, 0);
+		if (r >= 0 || errno == EINTR)
+			break;
+		if ((errno == EAGAIN || errno == ENOBUFS) && tries++ < 100) {
+			struct pollfd p = {.fd = c->fd, .events = POLLOUT};
+
+			poll(&p, 1, 10);
+			continue;
+		}
+		if (n > 1 && (errno == EIO || errno == EINVAL || errno == ENOPROTOOPT)) {
+			/* The device or the interposer refuses GSO: one datagram a call from now on. */
+			N.gso = false;
+			send_batch(c, to, buf, len, seg);
+			return;
+		}
+		break; /* lost: quiche sends it again */
+	}
+	if (r >= 0)
+		udp_count(1, n, len, true);
+}
+
+/* Ends and errors */
+
+static void set_transport_end(struct wl_conn *c, const char *why)
+{
+	if (c->end.closed_by_transport || c->end.closed_by_peer)
+		return;
+	c->end.closed_by_transport = true;
+	c->end.transport_status = why;
+}
+
+/* The connection is over (closed, draining, or failed): what ended it, into c->end. */
+static void conn_over(struct wl_conn *c)
+{
+	bool app;
+	uint64_t code;
+	const uint8_t *reason;
+	size_t rlen;
+
+	c->dead = true;
+	if (c->end.closed_by_transport || c->end.closed_by_peer)
+		return;
+	if (quiche_conn_peer_error(c->qc, &app, &code, &reason, &rlen)) {
+		if (app || code == 0) {
+			c->end.closed_by_peer = true;
+			c->end.peer_error = app ? code : 0;
+			c->end.t_peer_closed = wl_now_ns();
+		} else {
+			set_transport_end(c,
+					  "the peer closed the connection with a transport error");
+		}
+	} else if (quiche_conn_is_timed_out(c->qc)) {
+		set_transport_end(c, c->end.connected ? "idle timeout" : "handshake timeout");
+	} else if (quiche_conn_local_error(c->qc, &app, &code, &reason, &rlen) && !app && code) {
+		set_transport_end(c, code >= 0x100 && code < 0x200
+					     ? "TLS handshake failed"
+					     : "quiche closed the connection");
+	}
+}
+
+/* Streams */
+
+static struct wl_stream *stream_new(struct wl_conn *c, int64_t id)
+{
+	struct wl_stream *s = calloc(1, sizeof(*s));
+
+	if (!s)
+		return NULL;
+	s->c = c;
+	s->id = id;
+	s->next = c->streams;
+	c->streams = s;
+	return s;
+}
+
+static struct wl_stream *stream_of(struct wl_conn *c, int64_t id)
+{
+	struct wl_stream *s;
+
+	for (s = c->streams; s; s = s->next)
+		if (s->id == id)
+			return s;
+	return NULL;
+}
+
+static void stream_free(struct wl_stream *s)
+{
+	struct wl_stream **pp;
+	struct msg *m;
+
+	while ((m = s->head)) {
+		s->head = m->next;
+		if (m->tag && s->hd && s->hd->sent)
+			s->hd->sent(s, s->ctx, m->tag, true);
+		free(m);
+	}
+	for (pp = &s->c->streams; *pp && *pp != s; pp = &(*pp)->next)
+		;
+	if (*pp)
+		*pp = s->next;
+	free(s);
+}
+
+static size_t q_room(struct wl_stream *s)
+{
+	ssize_t cap;
+	size_t room;
+
+	if (s->c->dead || s->fin_req || s->aborted || s->recv_only)
+		return 0;
+	cap = s->started ? quiche_conn_stream_capacity(s->c->qc, (uint64_t)s->id) : FIRST_ROOM;
+	room = cap > 0 && (uint64_t)cap > s->queued ? (size_t)((uint64_t)cap - s->queued) : 0;
+	if (!room)
+		s->starved = true;
+	return room;
+}
+
+/* Ours are numbered as they are opened, in order: known at once. */
+static int64_t q_stream_id(struct wl_stream *s)
+{
+	return s->id;
+}
+
+static void peer_aborted(struct wl_stream *s)
+{
+	if (s->aborted)
+		return;
+	s->aborted = true;
+	if (s->hd && s->hd->aborted)
+		s->hd->aborted(s, s->ctx);
+	s->abort_req = true;
+	s->c->again = true;
+}
+
+/* What waits on s, to quiche, as far as it takes it; the FIN with the last byte. */
+static void stream_write(struct wl_stream *s)
+{
+	struct wl_conn *c = s->c;
+	struct msg *m;
+
+	while ((m = s->head)) {
+		const uint32_t total = m->hlen + m->blen;
+		const bool last = !m->next && s->fin_req;
+
+		if (m->done < total) {
+			const bool in_hdr = m->done < m->hlen;
+			const uint8_t *p =
+				in_hdr ? m->hdr + m->done : m->body + (m->done - m->hlen);
+			const size_t len = in_hdr ? m->hlen - m->done : total - m->done;
+			/* The FIN goes with the stream's last bytes (quiche drops it from a partial write). */
+			const bool fin = last && (!in_hdr || !m->blen);
+			uint64_t err = 0;
+			ssize_t n =
+				quiche_conn_stream_send(c->qc, (uint64_t)s->id, p, len, fin, &err);
+
+			if (n == QUICHE_ERR_STREAM_STOPPED || n == QUICHE_ERR_STREAM_RESET) {
+				peer_aborted(s);
+				return;
+			}
+			if (n == QUICHE_ERR_DONE || n == 0)
+				return; /* no room: on when the peer's ACKs and credit come */
+			if (n < 0) {
+				set_transport_end(c, "quiche refused a stream's data");
+				c->dead = true;
+				return;
+			}
+			s->started = true;
+			m->done += (uint32_t)n;
+			s->queued -= (uint64_t)n;
+			if (fin && (size_t)n == len)
+				s->fin_written = true;
+			if (m->done < total)
+				continue; /* the body after the header, or quiche's no-room next */
+		}
+		s->head = m->next;
+		if (!s->head)
+			s->tail = NULL;
+		if (m->tag && s->hd && s->hd->sent)
+			s->hd->sent(s, s->ctx, m->tag, false);
+		free(m);
+	}
+	if (s->fin_req && !s->fin_written) {
+		uint64_t err = 0;
+		ssize_t n = quiche_conn_stream_send(c->qc, (uint64_t)s->id, NULL, 0, true, &err);
+
+		if (n >= 0) {
+			s->started = true;
+			s->fin_written = true;
+		} else if (n == QUICHE_ERR_STREAM_STOPPED || n == QUICHE_ERR_STREAM_RESET) {
+			peer_aborted(s);
+		}
+	}
+}
+
+/* Reading: every readable stream's bytes to its handlers; a stream the peer opened first. */
+static void streams_read(struct wl_conn *c)
+{
+	quiche_stream_iter *it = quiche_conn_readable(c->qc);
+	uint64_t id;
+
+	while (it && quiche_stream_iter_next(it, &id) && !c->dead) {
+		struct wl_stream *s = stream_of(c, (int64_t)id);
+
+		/* One of ours, gone (aborted): nothing more for it. */
+		if (!s && (id & 1) != (c->server ? 0 : 1)) {
+			quiche_conn_stream_shutdown(c->qc, id, QUICHE_SHUTDOWN_READ,
+						    WL_CLOSE_ERROR);
+			continue;
+		}
+		if (!s) {
+			if (!(s = stream_new(c, (int64_t)id))) {
+				c->dead = true;
+				set_transport_end(c, "out of memory");
+				break;
+			}
+			s->started = true;
+			s->recv_only = (id & 2) != 0;
+			s->hd = c->hd->stream ? c->hd->stream(c, c->ctx, s, &s->ctx) : NULL;
+			if (!s->hd)
+				s->abort_req = true; /* refused */
+			else if (!s->recv_only)
+				s->owe_writable = true;
+		}
+		for (;;) {
+			bool fin = false;
+			uint64_t err = 0;
+			ssize_t n =
+				quiche_conn_stream_recv(c->qc, id, N.appbuf, APP_BUF, &fin, &err);
+
+			if (n == QUICHE_ERR_STREAM_RESET) {
+				peer_aborted(s);
+				break;
+			}
+			if (n < 0)
+				break;
+			if (n && s->hd && !s->aborted && s->hd->data)
+				s->hd->data(s, s->ctx, N.appbuf, (size_t)n);
+			if (fin && !s->peer_fin) {
+				s->peer_fin = true;
+				if (s->hd && !s->aborted && s->hd->fin)
+					s->hd->fin(s, s->ctx);
+			}
+			if (fin || !n)
+				break;
+		}
+	}
+	if (it)
+		quiche_stream_iter_free(it);
+}
+
+/* Over once quiche has collected it (asked of a stream that is done both ways), or aborted. */
+static bool stream_over(struct wl_stream *s)
+{
+	if (s->abort_done)
+		return true;
+	if (!(s->send_only || s->peer_fin) || !(s->recv_only || s->fin_written))
+		return false;
+	/* A stream only the peer sends on is quiche's to collect once its FIN is read. */
+	if (s->recv_only)
+		return true;
+	return quiche_conn_stream_capacity(s->c->qc, (uint64_t)s->id) ==
+	       QUICHE_ERR_INVALID_STREAM_STATE;
+}
+
+/* Writing: packets, batched for GSO */
+
+static void conn_flush(struct wl_conn *c)
+{
+	struct sockaddr_in to = c->remote;
+	size_t off = 0, seg = 0, npkts = 0;
+	quiche_send_info si;
+
+	while (!c->dead) {
+		ssize_t n = quiche_conn_send(c->qc, N.txbuf + off, PKT_MAX, &si);
+		bool same;
+
+		if (n == QUICHE_ERR_DONE)
+			break;
+		if (n < 0) {
+			conn_over(c);
+			break;
+		}
+		same = si.to_len == sizeof(to) && !memcmp(&si.to, &to, sizeof(to));
+		/*
+		 * Segments of one size to one peer, the last perhaps shorter,
+		 * within one UDP payload; else the batch goes first.
+		 */
+		if (npkts && ((size_t)n > seg || !same || off + (size_t)n > GSO_MAX_BYTES)) {
+			send_batch(c, &to, N.txbuf, off, seg);
+			memmove(N.txbuf, N.txbuf + off, (size_t)n);
+			off = 0;
+			npkts = 0;
+		}
+		if (!npkts) {
+			seg = (size_t)n;
+			if (si.to_len == sizeof(to))
+				memcpy(&to, &si.to, sizeof(to));
+		}
+		off += (size_t)n;
+		npkts++;
+		if ((size_t)n < seg || npkts == GSO_MAX || !N.gso) {
+			send_batch(c, &to, N.txbuf, off, seg);
+			off = 0;
+			npkts = 0;
+		}
+	}
+	if (npkts)
+		send_batch(c, &to, N.txbuf, off, seg);
+}
+
+/* Service: what handlers asked for, the writes, then the handlers owed */
+
+#define IMMINENT_NS 50000ull
+
+static void arm(struct wl_conn *c)
+{
+	const uint64_t t = quiche_conn_timeout_as_nanos(c->qc), now = wl_now_ns();
+	uint64_t e;
+
+	if (t == UINT64_MAX)
+		return;
+	e = now + t;
+	/*
+	 * Set for no later already: it fires then, quiche_conn_on_timeout
+	 * finds what is due (perhaps nothing), and it is set again; a
+	 * timerfd_settime a pass cost ngtcp2's transport 10-20% of a bulk
+	 * run's CPU (wl_ngtcp2.c). Due within IMMINENT_NS: the loop's next pass.
+	 */
+	if (e >= c->armed)
+		return;
+	if (e <= now + IMMINENT_NS) {
+		wl_loop_again(c->timer);
+		return;
+	}
+	c->armed = e;
+	wl_timer_arm(c->timer, e);
+}
+
+static void finish(struct wl_conn *c)
+{
+	struct wl_conn **pp;
+
+	c->busy = 1; /* for good: what its handlers ask now does nothing */
+	snapshot(c);
+	while (c->streams) {
+		struct wl_stream *s = c->streams;
+
+		if (s->hd && s->hd->closed)
+			s->hd->closed(s, s->ctx, false);
+		stream_free(s);
+	}
+	wl_loop_del(c->timer);
+	close(c->timer);
+	if (!c->server && c->fd >= 0) {
+		wl_loop_del(c->fd);
+		close(c->fd);
+	}
+	for (pp = &N.live; *pp && *pp != c; pp = &(*pp)->next)
+		;
+	if (*pp)
+		*pp = c->next;
+	c->hd->closed(c, c->ctx, &c->end);
+	pthread_mutex_lock(&N.lock);
+	if (N.stats_conn == c)
+		N.stats_conn = NULL;
+	pthread_mutex_unlock(&N.lock);
+	quiche_conn_free(c->qc); /* and its SSL */
+	free(c);
+}
+
+/* The handshake is done: the suite it ran proved, the session kept (--resume), connected said. */
+static void handshake_done(struct wl_conn *c)
+{
+	const SSL_CIPHER *cs = SSL_get_current_cipher(c->ssl);
+	const char *group = SSL_get_curve_name(SSL_get_curve_id(c->ssl));
+
+	c->end.connected = true;
+	c->end.t_connected = wl_now_ns();
+	if (!cs || SSL_CIPHER_get_protocol_id(cs) != CIPHER_ID) {
+		c->end.exit_code = WL_EXIT_TLS_CONFIG;
+		c->end.transport_status =
+			"the connection runs another suite than TLS_AES_128_GCM_SHA256";
+		c->close_req = true;
+		c->close_code = WL_CLOSE_ERROR;
+		return;
+	}
+	pthread_mutex_lock(&N.lock);
+	if (group && !N.group[0])
+		snprintf(N.group, sizeof(N.group), "%s", group);
+	pthread_mutex_unlock(&N.lock);
+	if (c->hd->connected)
+		c->hd->connected(c, c->ctx);
+}
+
+static void service(struct wl_conn *c)
+{
+	struct wl_stream *s, *nx;
+	int rounds = 0;
+
+	if (c->busy) {
+		c->again = true;
+		return;
+	}
+	c->busy++;
+	do {
+		c->again = false;
+		if (!c->dead && (quiche_conn_is_closed(c->qc) || quiche_conn_is_draining(c->qc)))
+			conn_over(c);
+		if (!c->end.connected && !c->dead && quiche_conn_is_established(c->qc))
+			handshake_done(c);
+		if (!c->dead)
+			streams_read(c);
+		for (s = c->streams; s && !c->dead; s = s->next)
+			if (s->abort_req && !s->abort_done) {
+				uint64_t code = WL_CLOSE_ERROR;
+
+				s->abort_done = true;
+				if (s->started || s->recv_only) {
+					quiche_conn_stream_shutdown(c->qc, (uint64_t)s->id,
+								    QUICHE_SHUTDOWN_READ, code);
+					quiche_conn_stream_shutdown(c->qc, (uint64_t)s->id,
+								    QUICHE_SHUTDOWN_WRITE, code);
+				}
+			}
+		if (c->close_req && !c->dead) {
+			quiche_conn_close(c->qc, true, c->close_code, NULL, 0);
+			conn_flush(c); /* the CONNECTION_CLOSE: the connection is over for us */
+			c->dead = true;
+		}
+		for (s = c->streams; s && !c->dead; s = s->next)
+			if (!s->abort_done && (s->head || (s->fin_req && !s->fin_written)))
+				stream_write(s);
+		if (!c->dead)
+			conn_flush(c);
+		for (s = c->streams; s; s = nx) {
+			nx = s->next;
+			if (c->dead || !stream_over(s))
+				continue;
+			if (s->hd && s->hd->closed)
+				s->hd->closed(s, s->ctx, !s->aborted && !s->abort_done);
+			stream_free(s);
+			nx = c->streams; /* the list may have changed */
+		}
+		for (s = c->streams; s && !c->dead; s = s->next)
+			if ((s->owe_writable || s->starved) && s->hd && !s->fin_req &&
+			    !s->aborted && !s->recv_only) {
+				s->owe_writable = s->starved = false;
+				if (q_room(s) > 0) {
+					s->starved = false;
+					if (s->hd->writable)
+						s->hd->writable(s, s->ctx);
+				}
+			}
+	} while (c->again && !c->dead && ++rounds < 16);
+	snapshot(c);
+	if (c->dead) {
+		finish(c);
+		return;
+	}
+	arm(c);
+	if (c->again)
+		wl_loop_again(c->timer);
+	c->busy--;
+}
+
+static void on_timer(int fd, uint32_t events, void *arg)
+{
+	struct wl_conn *c = arg;
+	uint64_t v;
+
+	(void)events;
+	if (read(fd, &v, sizeof(v)) == (ssize_t)sizeof(v))
+		c->armed = UINT64_MAX - 1; /* it fired: disarmed now */
+	else if (errno != EAGAIN)
+		return;
+	/* A handshake that never completes: given up, as msquic's and ngtcp2's. */
+	if (!c->end.connected && !c->dead && wl_now_ns() - c->t_connect > HANDSHAKE_TIMEOUT_NS) {
+		set_transport_end(c, "handshake timeout");
+		c->dead = true;
+	} else {
+		quiche_conn_on_timeout(c->qc);
+	}
+	service(c);
+}
+
+/* Reading */
+
+/* One datagram to its connection. */
+static void feed(struct wl_conn *c, uint8_t *p, size_t len, const struct sockaddr_in *from)
+{
+	quiche_recv_info ri = {
+		.from = (struct sockaddr *)from,
+		.from_len = sizeof(*from),
+		.to = (struct sockaddr *)&c->local,
+		.to_len = sizeof(c->local),
+	};
+	ssize_t rv;
+
+	if (c->dead)
+		return;
+	c->busy++;
+	rv = quiche_conn_recv(c->qc, p, len, &ri);
+	if (rv < 0 && rv != QUICHE_ERR_DONE && quiche_conn_is_closed(c->qc))
+		conn_over(c);
+	c->busy--;
+}
+
+/* recvmsg into the read buffer: its length (0: nothing more), *seg the GRO segment size. */
+static ssize_t recv_one(int fd, struct sockaddr_in *from, size_t *seg)
+{
+	union wl_udp_cmsg ctl;
+	struct iovec iov = {N.rxbuf, RX_BUF};
+	struct msghdr m = {
+		.msg_name = from, .msg_namelen = sizeof(*from), .msg_iov = &iov, .msg_iovlen = 1};
+	ssize_t n;
+
+	wl_udp_gro_room(&m, &ctl);
+	n = recvmsg(fd, &m, 0);
+	if (n <= 0)
+		return 0;
+	*seg = wl_udp_gro_size(&m);
+	if (*seg && *seg < (size_t)n)
+		N.gro_seen = true;
+	if (!*seg)
+		*seg = (size_t)n;
+	udp_count(1, ((size_t)n + *seg - 1) / *seg, (uint64_t)n, false);
+	return n;
+}
+
+static void on_client_fd(int fd, uint32_t events, void *arg)
+{
+	struct wl_conn *c = arg;
+	struct sockaddr_in from;
+	size_t seg, off;
+	ssize_t n;
+	int i;
+
+	(void)events;
+	c->busy++;
+	for (i = 0; i < RX_BURST && !c->dead && (n = recv_one(fd, &from, &seg)) > 0; i++)
+		for (off = 0; off < (size_t)n && !c->dead; off += seg)
+			feed(c, N.rxbuf + off, (size_t)n - off < seg ? (size_t)n - off : seg,
+			     &from);
+	c->busy--;
+	service(c);
+}
+
+static struct wl_conn *find_cid(const uint8_t *dcid, size_t len)
+{
+	struct wl_conn *c;
+
+	for (c = N.live; c; c = c->next)
+		if ((len == CIDLEN && !memcmp(c->cid, dcid, CIDLEN)) ||
+		    (len == c->odcid_len && !memcmp(c->odcid, dcid, len)))
+			return c;
+	return NULL;
+}
+
+static struct wl_conn *conn_alloc(bool server, unsigned flags)
+{
+	struct wl_conn *c = calloc(1, sizeof(*c));
+
+	if (!c)
+		return NULL;
+	c->server = server;
+	c->flags = flags;
+	c->fd = -1;
+	c->timer = wl_timer_open();
+	c->armed = UINT64_MAX - 1;
+	/* Client-initiated bidi streams are 0, 4, ...; uni 2, 6, ...; the server's one more. */
+	c->next_bidi = server ? 1 : 0;
+	c->next_uni = server ? 3 : 2;
+	c->t_connect = wl_now_ns();
+	if (c->timer < 0 || wl_loop_add(c->timer, EPOLLIN, on_timer, c)) {
+		if (c->timer >= 0)
+			close(c->timer);
+		free(c);
+		return NULL;
+	}
+	if (getrandom(c->cid, CIDLEN, 0) != CIDLEN) {
+		wl_loop_del(c->timer);
+		close(c->timer);
+		free(c);
+		return NULL;
+	}
+	return c;
+}
+
+static void conn_drop(struct wl_conn *c)
+{
+	if (c->qc)
+		quiche_conn_free(c->qc);
+	else if (c->ssl)
+		SSL_free(c->ssl);
+	if (!c->server && c->fd >= 0)
+		close(c->fd);
+	wl_loop_del(c->timer);
+	close(c->timer);
+	free(c);
+}
+
+/* quiche's connection over an SSL of our context (quiche owns the SSL from here). */
+static int conn_make(struct wl_conn *c)
+{
+	if (!(c->ssl = SSL_new(N.tls)))
+		return -1;
+	if (!c->server) {
+		SSL_set_tlsext_host_name(c->ssl, "localhost");
+		if ((c->flags & WL_CONN_RESUME) && N.session) {
+			SSL_SESSION *sess = SSL_SESSION_from_bytes(N.session, N.session_len, N.tls);
+
+			/* Without one, a full handshake: "resumed" will say so. */
+			if (sess) {
+				SSL_set_session(c->ssl, sess);
+				SSL_SESSION_free(sess);
+			}
+		}
+	}
+	c->qc = quiche_conn_new_with_tls(c->cid, CIDLEN, NULL, 0, (struct sockaddr *)&c->local,
+					 sizeof(c->local), (struct sockaddr *)&c->remote,
+					 sizeof(c->remote), N.cfg, c->ssl, c->server);
+	if (!c->qc)
+		c->ssl = NULL; /* quiche's now, freed with its failed connection */
+	return c->qc ? 0 : -1;
+}
+
+/* Server: a client's Initial that no connection knows; NULL or the connection. */
+static struct wl_conn *server_accept(const uint8_t *dcid, size_t dcid_len,
+				     const struct sockaddr_in *from)
+{
+	struct wl_conn *c;
+
+	if (!N.listening || dcid_len > QUICHE_MAX_CONN_ID_LEN)
+		return NULL;
+	if (!(c = conn_alloc(true, N.acc.flags)))
+		return NULL;
+	c->fd = N.listen_fd;
+	c->local = N.addr;
+	c->remote = *from;
+	memcpy(c->odcid, dcid, dcid_len);
+	c->odcid_len = dcid_len;
+	if (conn_make(c)) {
+		conn_drop(c);
+		return NULL;
+	}
+	c->hd = N.acc.accept(N.acc.arg, c, &c->ctx);
+	if (!c->hd) {
+		conn_drop(c);
+		return NULL;
+	}
+	c->next = N.live;
+	N.live = c;
+	pthread_mutex_lock(&N.lock);
+	if ((c->flags & WL_CONN_STATS) && !N.stats_conn)
+		N.stats_conn = c, c->stats = true;
+	pthread_mutex_unlock(&N.lock);
+	return c;
+}
+
+static void on_listen_fd(int fd, uint32_t events, void *arg)
+{
+	struct wl_conn *touched = NULL, *c;
+	struct sockaddr_in from;
+	size_t seg, off;
+	ssize_t n;
+	int i;
+
+	(void)events, (void)arg;
+	for (i = 0; i < RX_BURST && (n = recv_one(fd, &from, &seg)) > 0; i++)
+		for (off = 0; off < (size_t)n; off += seg) {
+			uint8_t *p = N.rxbuf + off;
+			size_t len = (size_t)n - off < seg ? (size_t)n - off : seg;
+			uint8_t scid[QUICHE_MAX_CONN_ID_LEN], dcid[QUICHE_MAX_CONN_ID_LEN];
+			uint8_t token[256];
+			size_t scid_len = sizeof(scid), dcid_len = sizeof(dcid);
+			size_t token_len = sizeof(token);
+			uint32_t version;
+			uint8_t type;
+
+			if (quiche_header_info(p, len, CIDLEN, &version, &type, scid, &scid_len,
+					       dcid, &dcid_len, token, &token_len) < 0)
+				continue;
+			c = find_cid(dcid, dcid_len);
+			/* quiche_header_info says an Initial as 1. */
+			if (!c && type == 1 && quiche_version_is_supported(version))
+				c = server_accept(dcid, dcid_len, &from);
+			if (!c)
+				continue;
+			if (!c->touched) {
+				c->touched = true;
+				c->busy++; /* held until served below */
+				c->tnext = touched;
+				touched = c;
+			}
+			c->remote = from;
+			feed(c, p, len, &from);
+		}
+	while ((c = touched)) {
+		touched = c->tnext;
+		c->touched = false;
+		c->busy--;
+		service(c);
+	}
+}
+
+/* The operations */
+
+static int alpn_select(SSL *ssl, const uint8_t **out, uint8_t *outlen, const uint8_t *in,
+		       unsigned inlen, void *arg)
+{
+	(void)ssl, (void)arg;
+	if (SSL_select_next_proto((uint8_t **)out, outlen, in, inlen, alpn_wire,
+				  sizeof(alpn_wire) - 1) != OPENSSL_NPN_NEGOTIATED)
+		return SSL_TLSEXT_ERR_ALERT_FATAL;
+	return SSL_TLSEXT_ERR_OK;
+}
+
+/* Client, --resume: the server's ticket came; its session is the one to offer next. */
+static int new_session(SSL *ssl, SSL_SESSION *sess)
+{
+	uint8_t *buf = NULL;
+	size_t len = 0;
+
+	(void)ssl;
+	if (SSL_SESSION_to_bytes(sess, &buf, &len)) {
+		OPENSSL_free(N.session);
+		N.session = buf;
+		N.session_len = len;
+	}
+	return 0; /* not kept: ours is the copy */
+}
+
+static int q_init(const struct wl_opts *o, bool server)
+{
+	N.o = o;
+	N.server = server;
+	N.txbuf = malloc((size_t)GSO_MAX * PKT_MAX + PKT_MAX);
+	N.rxbuf = malloc(RX_BUF);
+	N.appbuf = malloc(APP_BUF);
+	if (!N.txbuf || !N.rxbuf || !N.appbuf)
+		return WL_EXIT_INTERNAL;
+	return WL_EXIT_OK;
+}
+
+static int q_setup(void)
+{
+	static const uint16_t suite = CIPHER_ID;
+
+	N.addr.sin_family = AF_INET;
+	N.addr.sin_port = htons((uint16_t)N.o->port);
+	if (inet_pton(AF_INET, N.o->addr, &N.addr.sin_addr) != 1) {
+		wl_warn("bad IPv4 address %s", N.o->addr);
+		return WL_EXIT_USAGE;
+	}
+	N.tls = SSL_CTX_new(TLS_method());
+	if (!N.tls || !SSL_CTX_set1_tls13_ciphers(N.tls, &suite, NULL, 1) ||
+	    !SSL_CTX_set_min_proto_version(N.tls, TLS1_3_VERSION)) {
+		wl_warn("BoringSSL refuses TLS_AES_128_GCM_SHA256 alone");
+		return WL_EXIT_TLS_CONFIG;
+	}
+	if (N.server) {
+		if (SSL_CTX_use_certificate_chain_file(N.tls, N.o->cert) != 1 ||
+		    SSL_CTX_use_PrivateKey_file(N.tls, N.o->key, SSL_FILETYPE_PEM) != 1 ||
+		    SSL_CTX_check_private_key(N.tls) != 1) {
+			wl_warn("loading the server certificate %s and key %s failed", N.o->cert,
+				N.o->key);
+			return WL_EXIT_TLS_CONFIG;
+		}
+		SSL_CTX_set_alpn_select_cb(N.tls, alpn_select, NULL);
+	} else {
+		SSL_CTX_set_alpn_protos(N.tls, alpn_wire, sizeof(alpn_wire) - 1);
+		/* No chain check: the run's certificate is self-signed (the handshake's signature is). */
+		SSL_CTX_set_verify(N.tls, SSL_VERIFY_NONE, NULL);
+		if (N.o->resume) {
+			SSL_CTX_set_session_cache_mode(N.tls, SSL_SESS_CACHE_CLIENT);
+			SSL_CTX_sess_set_new_cb(N.tls, new_session);
+		}
+	}
+	N.cfg = quiche_config_new(QUICHE_PROTOCOL_VERSION);
+	if (!N.cfg) {
+		wl_warn("quiche refuses its configuration");
+		return WL_EXIT_LIB_OPEN;
+	}
+	quiche_config_verify_peer(N.cfg, false);
+	quiche_config_set_max_idle_timeout(N.cfg, IDLE_TIMEOUT_MS);
+	quiche_config_set_max_recv_udp_payload_size(N.cfg, MAX_DATAGRAM);
+	quiche_config_set_max_send_udp_payload_size(N.cfg, MAX_DATAGRAM);
+	quiche_config_set_initial_max_data(N.cfg, CONN_WINDOW);
+	quiche_config_set_max_connection_window(N.cfg, CONN_WINDOW);
+	quiche_config_set_initial_max_stream_data_bidi_local(N.cfg, STREAM_WINDOW);
+	quiche_config_set_initial_max_stream_data_bidi_remote(N.cfg, STREAM_WINDOW);
+	quiche_config_set_initial_max_stream_data_uni(N.cfg, STREAM_WINDOW);
+	quiche_config_set_max_stream_window(N.cfg, STREAM_WINDOW);
+	quiche_config_set_initial_max_streams_uni(N.cfg, MAX_STREAMS);
+	quiche_config_set_initial_max_streams_bidi(N.cfg, MAX_STREAMS);
+	/* One path (quiche's apps' default): every packet of a GSO run goes to the one peer address. */
+	quiche_config_set_disable_active_migration(N.cfg, true);
+	return WL_EXIT_OK;
+}
+
+static int q_listen(const struct wl_accept *a)
+{
+	int code;
+
+	N.acc = *a;
+	if (a->peer_bidi_streams > MAX_STREAMS)
+		quiche_config_set_initial_max_streams_bidi(N.cfg, a->peer_bidi_streams);
+	if (a->peer_uni_streams > MAX_STREAMS)
+		quiche_config_set_initial_max_streams_uni(N.cfg, a->peer_uni_streams);
+	N.listen_fd = udp_socket();
+	if (N.listen_fd < 0) {
+		wl_warn("socket failed: %s", strerror(errno));
+		return WL_EXIT_INTERNAL;
+	}
+	code = wl_bind(N.listen_fd, &N.addr, "UDP", N.o);
+	if (code)
+		return code;
+	if (wl_loop_add(N.listen_fd, EPOLLIN, on_listen_fd, NULL)) {
+		wl_warn("cannot watch the UDP socket: %s", strerror(errno));
+		return WL_EXIT_INTERNAL;
+	}
+	N.listening = true;
+	return WL_EXIT_OK;
+}
+
+/* Latecomers' Initials are dropped; the socket stays, for the live connections. */
+static void q_listen_stop(void)
+{
+	N.listening = false;
+}
+
+static int q_connect(const struct wl_conn_handlers *h, void *ctx, unsigned flags,
+		     struct wl_conn **out)
+{
+	socklen_t len = sizeof(struct sockaddr_in);
+	struct wl_conn *c = conn_alloc(false, flags);
+
+	if (!c) {
+		wl_warn("cannot make a connection: %s", strerror(errno));
+		return WL_EXIT_INTERNAL;
+	}
+	c->hd = h;
+	c->ctx = ctx;
+	c->remote = N.addr;
+	c->fd = udp_socket();
+	if (c->fd < 0 || connect(c->fd, (struct sockaddr *)&N.addr, sizeof(N.addr)) ||
+	    getsockname(c->fd, (struct sockaddr *)&c->local, &len)) {
+		wl_warn("UDP socket to %s:%d failed: %s", N.o->addr, N.o->port, strerror(errno));
+		conn_drop(c);
+		return WL_EXIT_LIB_OPEN;
+	}
+	if (conn_make(c)) {
+		wl_warn("quiche cannot make a connection");
+		conn_drop(c);
+		return WL_EXIT_LIB_OPEN;
+	}
+	if (wl_loop_add(c->fd, EPOLLIN, on_client_fd, c)) {
+		wl_warn("cannot watch the UDP socket: %s", strerror(errno));
+		conn_drop(c);
+		return WL_EXIT_INTERNAL;
+	}
+	pthread_mutex_lock(&N.lock);
+	if ((flags & WL_CONN_STATS) && !N.stats_conn)
+		N.stats_conn = c, c->stats = true;
+	pthread_mutex_unlock(&N.lock);
+	*out = c;
+	service(c); /* the Initial */
+	return WL_EXIT_OK;
+}
+
+static int q_open(struct wl_conn *c, const struct wl_stream_handlers *h, void *ctx, unsigned flags,
+		  struct wl_stream **out)
+{
+	struct wl_stream *s;
+	int64_t *next = (flags & WL_STREAM_UNI) ? &c->next_uni : &c->next_bidi;
+
+	if (c->dead)
+		return WL_EXIT_CONN_LOST;
+	if (!(s = stream_new(c, *next)))
+		return WL_EXIT_INTERNAL;
+	*next += 4;
+	s->hd = h;
+	s->ctx = ctx;
+	s->send_only = flags & WL_STREAM_UNI;
+	s->owe_writable = true;
+	*out = s;
+	service(c);
+	return WL_EXIT_OK;
+}
+
+static int q_send(struct wl_stream *s, const uint8_t *hdr, uint32_t hdr_len, const uint8_t *body,
+		  uint32_t body_len, unsigned flags, void *tag)
+{
+	struct wl_conn *c = s->c;
+	struct msg *m;
+
+	if (c->dead || s->fin_req || s->aborted || hdr_len > WL_HDR_MAX)
+		return WL_EXIT_CONN_LOST;
+	if (hdr_len || body_len || tag) {
+		if (!(m = malloc(sizeof(*m))))
+			return WL_EXIT_INTERNAL;
+		*m = (struct msg){.hlen = hdr_len, .blen = body_len, .body = body, .tag = tag};
+		memcpy(m->hdr, hdr, hdr_len);
+		if (s->tail)
+			s->tail->next = m;
+		else
+			s->head = m;
+		s->tail = m;
+		s->queued += hdr_len + body_len;
+	}
+	if (flags & WL_SEND_FIN)
+		s->fin_req = true;
+	service(c);
+	return WL_EXIT_OK;
+}
+
+static void q_abort(struct wl_stream *s)
+{
+	s->abort_req = true;
+	service(s->c);
+}
+
+static void q_close(struct wl_conn *c, uint64_t code)
+{
+	if (c->dead || c->close_req)
+		return;
+	c->close_req = true;
+	c->close_code = code;
+	service(c);
+}
+
+static void q_conn_info(struct wl_conn *c, struct wl_dl *r)
+{
+	quiche_stats st;
+
+	if (c->t_connect)
+		r->t_connect = c->t_connect;
+	if (c->end.connected) {
+		r->t_handshake = c->end.t_connected;
+		r->has_resumed = r->has_early = true;
+		r->resumed = quiche_conn_is_resumed(c->qc);
+		r->early_data = false; /* not offered: this transport sends no 0-RTT */
+	}
+	quiche_conn_stats(c->qc, &st);
+	r->has_counters = r->has_lost = true;
+	r->retransmits = st.retrans;
+	r->lost_packets = st.lost;
+	r->packets_sent = st.sent;
+	r->packets_received = st.recv;
+}
+
+static void q_fini(void)
+{
+	if (N.listen_fd >= 0) {
+		wl_loop_del(N.listen_fd);
+		close(N.listen_fd);
+	}
+	if (N.cfg)
+		quiche_config_free(N.cfg);
+	if (N.tls)
+		SSL_CTX_free(N.tls);
+	OPENSSL_free(N.session);
+	free(N.txbuf);
+	free(N.rxbuf);
+	free(N.appbuf);
+}
+
+__attribute__((visibility("default"))) const struct wl_transport wl_quiche = {
+	.name = "quiche",
+	.multistream = true,
+	.init = q_init,
+	.setup = q_setup,
+	.listen = q_listen,
+	.listen_stop = q_listen_stop,
+	.connect = q_connect,
+	.open = q_open,
+	.send = q_send,
+	.room = q_room,
+	.abort = q_abort,
+	.close = q_close,
+	.stream_id = q_stream_id,
+	.conn_info = q_conn_info,
+	.json_connected = json_library,
+	.json_mark = q_json_mark,
+	.json_done = q_json_done,
+	.fini = q_fini,
+};
