@@ -26,9 +26,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/udp.h>
-#include <poll.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -51,7 +49,6 @@
 #define PKT_MAX 1500		      /* a packet's room in the batch buffer */
 #define RX_BUF 65536		      /* a recvmsg's: what GRO coalesces at most */
 #define RX_BURST 64		      /* recvmsg calls before the connections are served */
-#define SOCK_BUF (2u << 20)	      /* SO_SNDBUF, SO_RCVBUF asked */
 #define MAX_DATA (64ull << 20)	      /* initial_max_data */
 #define MAX_STREAM_DATA (16ull << 20) /* initial_max_stream_data_* */
 #define MAX_STREAMS 128		      /* initial_max_streams_*: at least WL_MAX_STREAMS */
@@ -117,10 +114,6 @@ struct wl_conn {
 	uint64_t pkts_sent, pkts_recv, stream_lost;
 };
 
-struct udp_stats {
-	_Atomic uint64_t tx_dgrams, tx_bytes, tx_ios, rx_dgrams, rx_bytes, rx_ios;
-};
-
 static struct {
 	const struct wl_opts *o;
 	bool server;
@@ -129,11 +122,9 @@ static struct {
 	struct wl_accept acc;
 	int listen_fd;
 	bool listening;
-	bool gso, gro, probed;
-	int sndbuf, rcvbuf; /* granted, as getsockopt says */
+	struct wl_udp_io io; /* the sockets' datapath (wl_udpio.c) */
 	struct wl_conn *live;
 	uint8_t *txbuf, *rxbuf;
-	struct udp_stats u;
 	/* The reported connection's figures, for a mark on the control thread. */
 	pthread_mutex_t lock;
 	struct wl_conn *stats_conn;
@@ -169,11 +160,11 @@ static void json_library(struct wl_json *j)
 	wl_json_u64(&p, "receive_window", MAX_DATA);
 	wl_json_u64(&p, "stream_receive_window", MAX_STREAM_DATA);
 	wl_json_u64(&p, "send_window", SEND_WINDOW);
-	wl_json_u64(&p, "socket_send_buffer", (uint64_t)N.sndbuf);
-	wl_json_u64(&p, "socket_recv_buffer", (uint64_t)N.rcvbuf);
+	wl_json_u64(&p, "socket_send_buffer", (uint64_t)N.io.sndbuf);
+	wl_json_u64(&p, "socket_recv_buffer", (uint64_t)N.io.rcvbuf);
 	wl_json_raw(j, "quic_settings", wl_json_end(&p));
-	wl_json_bool(j, "send_segmentation", N.gso);
-	wl_json_bool(j, "recv_coalescing", N.gro);
+	wl_json_bool(j, "send_segmentation", N.io.gso);
+	wl_json_bool(j, "recv_coalescing", N.io.gro);
 }
 
 static void ng_json_mark(struct wl_json *j)
@@ -184,12 +175,7 @@ static void ng_json_mark(struct wl_json *j)
 	bool have;
 
 	wl_json_begin(&p);
-	wl_json_u64(&p, "udp_tx_datagrams", atomic_load(&N.u.tx_dgrams));
-	wl_json_u64(&p, "udp_tx_bytes", atomic_load(&N.u.tx_bytes));
-	wl_json_u64(&p, "udp_tx_ios", atomic_load(&N.u.tx_ios));
-	wl_json_u64(&p, "udp_rx_datagrams", atomic_load(&N.u.rx_dgrams));
-	wl_json_u64(&p, "udp_rx_bytes", atomic_load(&N.u.rx_bytes));
-	wl_json_u64(&p, "udp_rx_ios", atomic_load(&N.u.rx_ios));
+	wl_udp_io_json(&N.io, &p);
 	pthread_mutex_lock(&N.lock);
 	have = N.have_stat;
 	st = N.stat;
@@ -234,102 +220,17 @@ static void snapshot(struct wl_conn *c)
 	pthread_mutex_unlock(&N.lock);
 }
 
-/* Sockets */
-
-/* 2 MiB each way, forced past the sysctl limits if need be (root); granted: what the kernel took. */
-static void sock_bufs(int fd)
-{
-	const int want = SOCK_BUF;
-	int v;
-	socklen_t len = sizeof(v);
-
-	setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &want, sizeof(want));
-	if (getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, &len) || v / 2 < want)
-		setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &want, sizeof(want));
-	setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &want, sizeof(want));
-	len = sizeof(v);
-	if (getsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, &len) || v / 2 < want)
-		setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &want, sizeof(want));
-	/* The kernel reports twice what it grants (its bookkeeping's share). */
-	len = sizeof(v);
-	if (!getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, &len))
-		N.sndbuf = v / 2;
-	len = sizeof(v);
-	if (!getsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, &len))
-		N.rcvbuf = v / 2;
-}
-
-/* GSO and GRO, each where the first socket's kernel took it (wl_udpio.h). */
-static void offloads(int fd)
-{
-	if (!N.probed) {
-		N.probed = true;
-		N.gso = wl_udp_gso_taken(fd);
-		N.gro = !wl_udp_gro_on(fd);
-		return;
-	}
-	if (N.gro)
-		wl_udp_gro_on(fd);
-}
+/* Sockets: the one datapath (wl_udpio.c) */
 
 static int udp_socket(void)
 {
-	int fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-
-	if (fd < 0)
-		return -1;
-	sock_bufs(fd);
-	offloads(fd);
-	return fd;
+	return wl_udp_io_socket(&N.io);
 }
 
 /* One sendmsg of len bytes, segments of seg (GSO when more than one); a full socket waits. */
 static void send_batch(struct wl_conn *c, uint8_t *buf, size_t len, size_t seg)
 {
-	union wl_udp_cmsg ctl;
-	struct iovec iov = {buf, len};
-	struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1};
-	const size_t n = (len + seg - 1) / seg;
-	int tries = 0;
-	ssize_t r;
-
-	if (c->server) {
-		m.msg_name = &c->remote;
-		m.msg_namelen = sizeof(c->remote);
-	}
-	if (n > 1 && !N.gso) {
-		size_t off;
-
-		for (off = 0; off < len; off += seg)
-			send_batch(c, buf + off, len - off < seg ? len - off : seg, seg);
-		return;
-	}
-	if (n > 1)
-		wl_udp_gso(&m, &ctl, (uint16_t)seg);
-	for (;;) {
-		r = sendmsg(c->fd, &m, 0);
-		if (r >= 0 || errno == EINTR)
-			break;
-		if ((errno == EAGAIN || errno == ENOBUFS) && tries++ < 100) {
-			struct pollfd p = {.fd = c->fd, .events = POLLOUT};
-
-			poll(&p, 1, 10);
-			continue;
-		}
-		if (n > 1 && (errno == EIO || errno == EINVAL || errno == ENOPROTOOPT)) {
-			/* The device or the interposer refuses GSO: one datagram a call from now on. */
-			N.gso = false;
-			send_batch(c, buf, len, seg);
-			return;
-		}
-		break; /* lost: ngtcp2 sends it again */
-	}
-	if (r < 0)
-		return;
-	atomic_fetch_add_explicit(&N.u.tx_ios, 1, memory_order_relaxed);
-	atomic_fetch_add_explicit(&N.u.tx_dgrams, n, memory_order_relaxed);
-	atomic_fetch_add_explicit(&N.u.tx_bytes, len, memory_order_relaxed);
-	c->pkts_sent += n;
+	c->pkts_sent += wl_udp_io_send(&N.io, c->fd, c->server ? &c->remote : NULL, buf, len, seg);
 }
 
 /* Ends and errors */
@@ -761,7 +662,7 @@ static void conn_write(struct wl_conn *c)
 			seg = (size_t)n;
 		off += (size_t)n;
 		npkts++;
-		if ((size_t)n < seg || npkts == GSO_MAX || !N.gso) {
+		if ((size_t)n < seg || npkts == GSO_MAX || !N.io.gso) {
 			send_batch(c, N.txbuf, off, seg);
 			off = 0;
 			npkts = 0;
@@ -972,24 +873,7 @@ static void feed(struct wl_conn *c, const uint8_t *p, size_t len)
 /* recvmsg into the read buffer: its length (0: nothing more), *seg the GRO segment size. */
 static ssize_t recv_one(int fd, struct sockaddr_in *from, size_t *seg)
 {
-	union wl_udp_cmsg ctl;
-	struct iovec iov = {N.rxbuf, RX_BUF};
-	struct msghdr m = {
-		.msg_name = from, .msg_namelen = sizeof(*from), .msg_iov = &iov, .msg_iovlen = 1};
-	ssize_t n;
-
-	wl_udp_gro_room(&m, &ctl);
-	n = recvmsg(fd, &m, 0);
-	if (n <= 0)
-		return 0;
-	*seg = wl_udp_gro_size(&m);
-	if (!*seg)
-		*seg = (size_t)n;
-	atomic_fetch_add_explicit(&N.u.rx_ios, 1, memory_order_relaxed);
-	atomic_fetch_add_explicit(&N.u.rx_bytes, (uint64_t)n, memory_order_relaxed);
-	atomic_fetch_add_explicit(&N.u.rx_dgrams, ((size_t)n + *seg - 1) / *seg,
-				  memory_order_relaxed);
-	return n;
+	return wl_udp_io_recv(&N.io, fd, N.rxbuf, RX_BUF, from, seg);
 }
 
 static void on_client_fd(int fd, uint32_t events, void *arg)

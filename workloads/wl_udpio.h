@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * The UDP datapath's kernel interface, once for qprof-wl's transports that
- * do their own UDP I/O (udp's wl_udp.c, ngtcp2's wl_ngtcp2.c): a send of
+ * do their own UDP I/O (udp's wl_udp.c, ngtcp2's wl_ngtcp2.c, quiche's
+ * quiche/wl_quiche.c): a send of
  * consecutive datagrams of one size that the kernel cuts (GSO, a
  * UDP_SEGMENT cmsg) and a receive of datagrams the kernel joined (GRO,
  * the UDP_GRO socket option and its cmsg of the segment size), as the
@@ -15,9 +16,12 @@
 
 #include <netinet/in.h>
 #include <netinet/udp.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/types.h>
 
 /* Older C libraries' headers lack them (Linux 4.18 and 5.0). */
 #ifndef UDP_SEGMENT
@@ -90,5 +94,44 @@ static inline int wl_udp_gso_taken(int fd)
 	setsockopt(fd, SOL_UDP, UDP_SEGMENT, &zero, sizeof(zero));
 	return 1;
 }
+
+/*
+ * The datapath of a QUIC transport's sockets (wl_udpio.c: ngtcp2's and
+ * quiche's), written by the loop's thread: what the kernel took (GSO,
+ * GRO, the buffers it granted) and the counts, under a sequence count so
+ * that a mark (the control thread) reads them all as of one moment, a
+ * call's datagrams with the call.
+ */
+struct wl_json;
+
+struct wl_udp_io {
+	bool gso, gro, gro_seen,
+		probed;	    /* gro: UDP_GRO taken; gro_seen: a receive came coalesced */
+	int sndbuf, rcvbuf; /* granted, as getsockopt says */
+	_Atomic uint64_t seq;
+	_Atomic uint64_t tx_dgrams, tx_bytes, tx_ios, rx_dgrams, rx_bytes, rx_ios;
+};
+
+/*
+ * A non-blocking UDP socket with 2 MiB buffers each way and the offloads
+ * the first one's kernel took; -1 (errno).
+ */
+int wl_udp_io_socket(struct wl_udp_io *io);
+/*
+ * One sendmsg of len bytes in datagrams of seg (GSO when more than one,
+ * one a call once the kernel refused it), to `to` (NULL: a connected
+ * socket); a full socket waits. The datagrams sent: 0, lost (the library
+ * sends them again).
+ */
+size_t wl_udp_io_send(struct wl_udp_io *io, int fd, const struct sockaddr_in *to, uint8_t *buf,
+		      size_t len, size_t seg);
+/*
+ * One recvmsg into buf: its length (0: nothing more), *seg the GRO
+ * segment size (the length: one datagram).
+ */
+ssize_t wl_udp_io_recv(struct wl_udp_io *io, int fd, uint8_t *buf, size_t cap,
+		       struct sockaddr_in *from, size_t *seg);
+/* The counts as of one moment (udp_tx_datagrams ... udp_rx_ios), any thread. */
+void wl_udp_io_json(struct wl_udp_io *io, struct wl_json *j);
 
 #endif

@@ -38,9 +38,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
-#include <poll.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -62,7 +60,6 @@
 #define RX_BUF 65536		  /* a recvmsg's: what GRO coalesces at most */
 #define RX_BURST 64		  /* recvmsg calls before the connections are served */
 #define APP_BUF (128u << 10)	  /* what one stream_recv copies out at most */
-#define SOCK_BUF (2u << 20)	  /* SO_SNDBUF, SO_RCVBUF asked */
 #define CONN_WINDOW (64ull << 20) /* initial_max_data and the window's cap */
 #define STREAM_WINDOW (16ull << 20) /* each stream's */
 #define MAX_STREAMS 128		    /* initial_max_streams_*: at least WL_MAX_STREAMS */
@@ -126,16 +123,6 @@ struct wl_conn {
 	uint64_t counts[3];	      /* its part of N.sum: sent, lost packets, lost bytes */
 };
 
-/*
- * The socket's counts, written by the loop's thread under a sequence count
- * so that a mark (the control thread) reads them all as of one moment, a
- * call's datagrams with the call.
- */
-struct udp_stats {
-	_Atomic uint64_t seq;
-	_Atomic uint64_t tx_dgrams, tx_bytes, tx_ios, rx_dgrams, rx_bytes, rx_ios;
-};
-
 static struct {
 	const struct wl_opts *o;
 	bool server;
@@ -145,11 +132,9 @@ static struct {
 	struct wl_accept acc;
 	int listen_fd;
 	bool listening;
-	bool gso, gro_set, gro_seen, probed;
-	int sndbuf, rcvbuf; /* granted, as getsockopt says */
+	struct wl_udp_io io; /* the sockets' datapath (wl_udpio.c, qprof-wl's) */
 	struct wl_conn *live;
 	uint8_t *txbuf, *rxbuf, *appbuf;
-	struct udp_stats u;
 	/* What marks report, kept by the loop's thread under the lock. */
 	pthread_mutex_t lock;
 	struct wl_conn *stats_conn;
@@ -165,17 +150,6 @@ static struct {
 static void service(struct wl_conn *c);
 
 /* Statistics and reports */
-
-static void udp_count(uint64_t ios, uint64_t dgrams, uint64_t bytes, bool tx)
-{
-	atomic_fetch_add_explicit(&N.u.seq, 1, memory_order_relaxed);
-	atomic_thread_fence(memory_order_release);
-	atomic_fetch_add_explicit(tx ? &N.u.tx_ios : &N.u.rx_ios, ios, memory_order_relaxed);
-	atomic_fetch_add_explicit(tx ? &N.u.tx_dgrams : &N.u.rx_dgrams, dgrams,
-				  memory_order_relaxed);
-	atomic_fetch_add_explicit(tx ? &N.u.tx_bytes : &N.u.rx_bytes, bytes, memory_order_relaxed);
-	atomic_fetch_add_explicit(&N.u.seq, 1, memory_order_release);
-}
 
 static void json_library(struct wl_json *j)
 {
@@ -210,42 +184,27 @@ static void json_library(struct wl_json *j)
 	wl_json_str(&p, "congestion_control", "cubic");
 	wl_json_bool(&p, "pacing", false);
 	wl_json_bool(&p, "encryption", true);
-	wl_json_u64(&p, "socket_send_buffer", (uint64_t)N.sndbuf);
-	wl_json_u64(&p, "socket_recv_buffer", (uint64_t)N.rcvbuf);
+	wl_json_u64(&p, "socket_send_buffer", (uint64_t)N.io.sndbuf);
+	wl_json_u64(&p, "socket_recv_buffer", (uint64_t)N.io.rcvbuf);
 	wl_json_raw(j, "quic_settings", wl_json_end(&p));
-	wl_json_bool(j, "send_segmentation", N.gso);
-	wl_json_bool(j, "recv_coalescing", N.gro_set && N.gro_seen);
+	wl_json_bool(j, "send_segmentation", N.io.gso);
+	/* quiche's apps believe GRO once a receive came coalesced (the stack's gro_word). */
+	wl_json_bool(j, "recv_coalescing", N.io.gro && N.io.gro_seen);
 }
 
 static void q_json_mark(struct wl_json *j)
 {
-	static const char *const udp[] = {"udp_tx_datagrams", "udp_tx_bytes", "udp_tx_ios",
-					  "udp_rx_datagrams", "udp_rx_bytes", "udp_rx_ios"};
-	_Atomic uint64_t *const src[] = {&N.u.tx_dgrams, &N.u.tx_bytes, &N.u.tx_ios,
-					 &N.u.rx_dgrams, &N.u.rx_bytes, &N.u.rx_ios};
-	uint64_t v[6], sum[3], levels[3], seq;
+	uint64_t sum[3], levels[3];
 	struct wl_json p;
 	bool have;
-	int i;
 
-	for (;;) {
-		seq = atomic_load_explicit(&N.u.seq, memory_order_acquire);
-		if (seq & 1)
-			continue;
-		for (i = 0; i < 6; i++)
-			v[i] = atomic_load_explicit(src[i], memory_order_relaxed);
-		atomic_thread_fence(memory_order_acquire);
-		if (atomic_load_explicit(&N.u.seq, memory_order_relaxed) == seq)
-			break;
-	}
 	pthread_mutex_lock(&N.lock);
 	memcpy(sum, N.sum, sizeof(sum));
 	memcpy(levels, N.levels, sizeof(levels));
 	have = N.have_levels;
 	pthread_mutex_unlock(&N.lock);
 	wl_json_begin(&p);
-	for (i = 0; i < 6; i++)
-		wl_json_u64(&p, udp[i], v[i]);
+	wl_udp_io_json(&N.io, &p);
 	wl_json_u64(&p, "sent_packets", sum[0]);
 	wl_json_u64(&p, "lost_packets", sum[1]);
 	wl_json_u64(&p, "lost_bytes", sum[2]);
@@ -299,93 +258,18 @@ static void snapshot(struct wl_conn *c)
 	pthread_mutex_unlock(&N.lock);
 }
 
-/* Sockets */
+/* Sockets: qprof-wl's one datapath (wl_udpio.c) */
 
-/* 2 MiB each way, forced past the sysctl limits if need be (root); granted: what the kernel took. */
-static void sock_bufs(int fd)
-{
-	const int want = SOCK_BUF;
-	int v;
-	socklen_t len = sizeof(v);
-
-	setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &want, sizeof(want));
-	if (getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, &len) || v / 2 < want)
-		setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &want, sizeof(want));
-	setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &want, sizeof(want));
-	len = sizeof(v);
-	if (getsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, &len) || v / 2 < want)
-		setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &want, sizeof(want));
-	/* The kernel reports twice what it grants (its bookkeeping's share). */
-	len = sizeof(v);
-	if (!getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, &len))
-		N.sndbuf = v / 2;
-	len = sizeof(v);
-	if (!getsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, &len))
-		N.rcvbuf = v / 2;
-}
-
-/* GSO and GRO, each where the first socket's kernel took it (wl_udpio.h). */
 static int udp_socket(void)
 {
-	int fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-
-	if (fd < 0)
-		return -1;
-	sock_bufs(fd);
-	if (!N.probed) {
-		N.probed = true;
-		N.gso = wl_udp_gso_taken(fd);
-		N.gro_set = !wl_udp_gro_on(fd);
-	} else if (N.gro_set) {
-		wl_udp_gro_on(fd);
-	}
-	return fd;
+	return wl_udp_io_socket(&N.io);
 }
 
 /* One sendmsg of len bytes to `to`, segments of seg (GSO when more than one); a full socket waits. */
 static void send_batch(struct wl_conn *c, const struct sockaddr_in *to, uint8_t *buf, size_t len,
 		       size_t seg)
 {
-	union wl_udp_cmsg ctl;
-	struct iovec iov = {buf, len};
-	struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1};
-	const size_t n = (len + seg - 1) / seg;
-	int tries = 0;
-	ssize_t r;
-
-	if (c->server) {
-		m.msg_name = (void *)to;
-		m.msg_namelen = sizeof(*to);
-	}
-	if (n > 1 && !N.gso) {
-		size_t off;
-
-		for (off = 0; off < len; off += seg)
-			send_batch(c, to, buf + off, len - off < seg ? len - off : seg, seg);
-		return;
-	}
-	if (n > 1)
-		wl_udp_gso(&m, &ctl, (uint16_t)seg);
-	for (;;) {
-		r = sendmsg(c->fd, &m, 0);
-		if (r >= 0 || errno == EINTR)
-			break;
-		if ((errno == EAGAIN || errno == ENOBUFS) && tries++ < 100) {
-			struct pollfd p = {.fd = c->fd, .events = POLLOUT};
-
-			poll(&p, 1, 10);
-			continue;
-		}
-		if (n > 1 && (errno == EIO || errno == EINVAL || errno == ENOPROTOOPT)) {
-			/* The device or the interposer refuses GSO: one datagram a call from now on. */
-			N.gso = false;
-			send_batch(c, to, buf, len, seg);
-			return;
-		}
-		break; /* lost: quiche sends it again */
-	}
-	if (r >= 0)
-		udp_count(1, n, len, true);
+	wl_udp_io_send(&N.io, c->fd, c->server ? to : NULL, buf, len, seg);
 }
 
 /* Ends and errors */
@@ -667,7 +551,7 @@ static void conn_flush(struct wl_conn *c)
 		}
 		off += (size_t)n;
 		npkts++;
-		if ((size_t)n < seg || npkts == GSO_MAX || !N.gso) {
+		if ((size_t)n < seg || npkts == GSO_MAX || !N.io.gso) {
 			send_batch(c, &to, N.txbuf, off, seg);
 			off = 0;
 			npkts = 0;
@@ -877,23 +761,7 @@ static void feed(struct wl_conn *c, uint8_t *p, size_t len, const struct sockadd
 /* recvmsg into the read buffer: its length (0: nothing more), *seg the GRO segment size. */
 static ssize_t recv_one(int fd, struct sockaddr_in *from, size_t *seg)
 {
-	union wl_udp_cmsg ctl;
-	struct iovec iov = {N.rxbuf, RX_BUF};
-	struct msghdr m = {
-		.msg_name = from, .msg_namelen = sizeof(*from), .msg_iov = &iov, .msg_iovlen = 1};
-	ssize_t n;
-
-	wl_udp_gro_room(&m, &ctl);
-	n = recvmsg(fd, &m, 0);
-	if (n <= 0)
-		return 0;
-	*seg = wl_udp_gro_size(&m);
-	if (*seg && *seg < (size_t)n)
-		N.gro_seen = true;
-	if (!*seg)
-		*seg = (size_t)n;
-	udp_count(1, ((size_t)n + *seg - 1) / *seg, (uint64_t)n, false);
-	return n;
+	return wl_udp_io_recv(&N.io, fd, N.rxbuf, RX_BUF, from, seg);
 }
 
 static void on_client_fd(int fd, uint32_t events, void *arg)

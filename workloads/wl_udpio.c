@@ -1,0 +1,164 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * The one UDP datapath of qprof-wl's QUIC transports that do their own
+ * I/O (wl_udpio.h): ngtcp2's (wl_ngtcp2.c) and quiche's
+ * (quiche/wl_quiche.c, a library of its own, which reaches these through
+ * qprof-wl's exported symbols). A socket with the run's buffers and
+ * offloads, a batch of datagrams of one size sent in one call (GSO), a
+ * receive of what the kernel joined (GRO), and the counts a mark reads as
+ * of one moment.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include "wl.h"
+#include "wl_udpio.h"
+
+#define SOCK_BUF (2u << 20) /* SO_SNDBUF, SO_RCVBUF asked */
+
+/* 2 MiB each way, forced past the sysctl limits if need be (root); granted: what the kernel took. */
+static void sock_bufs(struct wl_udp_io *io, int fd)
+{
+	const int want = SOCK_BUF;
+	int v;
+	socklen_t len = sizeof(v);
+
+	setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &want, sizeof(want));
+	if (getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, &len) || v / 2 < want)
+		setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &want, sizeof(want));
+	setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &want, sizeof(want));
+	len = sizeof(v);
+	if (getsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, &len) || v / 2 < want)
+		setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &want, sizeof(want));
+	/* The kernel reports twice what it grants (its bookkeeping's share). */
+	len = sizeof(v);
+	if (!getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, &len))
+		io->sndbuf = v / 2;
+	len = sizeof(v);
+	if (!getsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, &len))
+		io->rcvbuf = v / 2;
+}
+
+int wl_udp_io_socket(struct wl_udp_io *io)
+{
+	int fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+
+	if (fd < 0)
+		return -1;
+	sock_bufs(io, fd);
+	/* GSO and GRO, each where the first socket's kernel took it. */
+	if (!io->probed) {
+		io->probed = true;
+		io->gso = wl_udp_gso_taken(fd);
+		io->gro = !wl_udp_gro_on(fd);
+	} else if (io->gro) {
+		wl_udp_gro_on(fd);
+	}
+	return fd;
+}
+
+/* One update of the counts, by the loop's thread, under the sequence count. */
+static void count(struct wl_udp_io *io, bool tx, uint64_t dgrams, uint64_t bytes)
+{
+	atomic_fetch_add_explicit(&io->seq, 1, memory_order_relaxed);
+	atomic_thread_fence(memory_order_release);
+	atomic_fetch_add_explicit(tx ? &io->tx_ios : &io->rx_ios, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(tx ? &io->tx_dgrams : &io->rx_dgrams, dgrams,
+				  memory_order_relaxed);
+	atomic_fetch_add_explicit(tx ? &io->tx_bytes : &io->rx_bytes, bytes, memory_order_relaxed);
+	atomic_fetch_add_explicit(&io->seq, 1, memory_order_release);
+}
+
+size_t wl_udp_io_send(struct wl_udp_io *io, int fd, const struct sockaddr_in *to, uint8_t *buf,
+		      size_t len, size_t seg)
+{
+	union wl_udp_cmsg ctl;
+	struct iovec iov = {buf, len};
+	struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1};
+	const size_t n = (len + seg - 1) / seg;
+	int tries = 0;
+	ssize_t r;
+
+	if (to) {
+		m.msg_name = (void *)to;
+		m.msg_namelen = sizeof(*to);
+	}
+	if (n > 1 && !io->gso) {
+		size_t off, sent = 0;
+
+		for (off = 0; off < len; off += seg)
+			sent += wl_udp_io_send(io, fd, to, buf + off,
+					       len - off < seg ? len - off : seg, seg);
+		return sent;
+	}
+	if (n > 1)
+		wl_udp_gso(&m, &ctl, (uint16_t)seg);
+	for (;;) {
+		r = sendmsg(fd, &m, 0);
+		if (r >= 0 || errno == EINTR)
+			break;
+		if ((errno == EAGAIN || errno == ENOBUFS) && tries++ < 100) {
+			struct pollfd p = {.fd = fd, .events = POLLOUT};
+
+			poll(&p, 1, 10);
+			continue;
+		}
+		if (n > 1 && (errno == EIO || errno == EINVAL || errno == ENOPROTOOPT)) {
+			/* The device or the interposer refuses GSO: one datagram a call from now on. */
+			io->gso = false;
+			return wl_udp_io_send(io, fd, to, buf, len, seg);
+		}
+		break; /* lost: the library sends it again */
+	}
+	if (r < 0)
+		return 0;
+	count(io, true, n, len);
+	return n;
+}
+
+ssize_t wl_udp_io_recv(struct wl_udp_io *io, int fd, uint8_t *buf, size_t cap,
+		       struct sockaddr_in *from, size_t *seg)
+{
+	union wl_udp_cmsg ctl;
+	struct iovec iov = {buf, cap};
+	struct msghdr m = {
+		.msg_name = from, .msg_namelen = sizeof(*from), .msg_iov = &iov, .msg_iovlen = 1};
+	ssize_t n;
+
+	wl_udp_gro_room(&m, &ctl);
+	n = recvmsg(fd, &m, 0);
+	if (n <= 0)
+		return 0;
+	*seg = wl_udp_gro_size(&m);
+	if (*seg && *seg < (size_t)n)
+		io->gro_seen = true;
+	if (!*seg)
+		*seg = (size_t)n;
+	count(io, false, ((size_t)n + *seg - 1) / *seg, (uint64_t)n);
+	return n;
+}
+
+void wl_udp_io_json(struct wl_udp_io *io, struct wl_json *j)
+{
+	static const char *const names[] = {"udp_tx_datagrams", "udp_tx_bytes", "udp_tx_ios",
+					    "udp_rx_datagrams", "udp_rx_bytes", "udp_rx_ios"};
+	_Atomic uint64_t *const src[] = {&io->tx_dgrams, &io->tx_bytes, &io->tx_ios,
+					 &io->rx_dgrams, &io->rx_bytes, &io->rx_ios};
+	uint64_t v[6], seq;
+	int i;
+
+	for (;;) {
+		seq = atomic_load_explicit(&io->seq, memory_order_acquire);
+		if (seq & 1)
+			continue;
+		for (i = 0; i < 6; i++)
+			v[i] = atomic_load_explicit(src[i], memory_order_relaxed);
+		atomic_thread_fence(memory_order_acquire);
+		if (atomic_load_explicit(&io->seq, memory_order_relaxed) == seq)
+			break;
+	}
+	for (i = 0; i < 6; i++)
+		wl_json_u64(j, names[i], v[i]);
+}
