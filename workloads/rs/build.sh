@@ -29,10 +29,19 @@ ffi="$out/rs-ffi"
 mkdir -p "$ffi/include"
 lib="$target/release/libqprof_quiche_ffi.a"
 cmp -s "$lib" "$ffi/libqprof_quiche_ffi.a" || { cp "$lib" "$ffi/lib.new" && mv "$ffi/lib.new" "$ffi/libqprof_quiche_ffi.a"; }
-cargo metadata --format-version 1 --locked --offline --manifest-path "$here/Cargo.toml" |
-    python3 -c '
-import json, os, sys
-dirs = {p["name"]: os.path.dirname(p["manifest_path"]) for p in json.load(sys.stdin)["packages"]}
-print(os.path.join(dirs["quiche"], "include", "quiche.h"))
-print(os.path.join(dirs["boring-sys"], "deps", "boringssl", "include", "openssl"))
-' | while read -r src; do cp -ru "$src" "$ffi/include/"; done
+# The crates' sources as make fetch left them in cargo's registry, at the
+# versions Cargo.lock pins (cargo metadata would want every platform's
+# crates, which fetch leaves out).
+locked() { sed -n "/^name = \"$1\"\$/{n;s/^version = \"\(.*\)\"\$/\1/p;q}" "$here/Cargo.lock"; }
+registry="${CARGO_HOME:-$HOME/.cargo}/registry/src"
+crate_dir() {
+    local d
+    for d in "$registry"/*/"$1-$(locked "$1")"; do
+        [ -d "$d" ] && { echo "$d"; return; }
+    done
+    echo "build.sh: $1 $(locked "$1") is not in $registry; run make fetch" >&2
+    exit 1
+}
+quiche_dir=$(crate_dir quiche)
+boring_dir=$(crate_dir boring-sys)
+cp -ru "$quiche_dir/include/quiche.h" "$boring_dir/deps/boringssl/include/openssl" "$ffi/include/"
