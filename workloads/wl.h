@@ -4,6 +4,7 @@
 #define QPROF_WL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -419,5 +420,39 @@ struct wl_dl {
 	uint64_t retransmits, lost_packets, packets_sent, packets_received;
 };
 void wl_emit_dl(const char *event, const struct wl_dl *d);
+
+/*
+ * A sequence count over counts one thread writes and another reads whole
+ * (a mark on the control thread): the writer makes it odd while it
+ * updates them; a reader that saw it odd, or saw it move, reads again.
+ */
+static inline void wl_seq_write_begin(_Atomic uint64_t *s)
+{
+	atomic_store_explicit(s, atomic_load_explicit(s, memory_order_relaxed) + 1,
+			      memory_order_relaxed);
+	atomic_thread_fence(memory_order_release);
+}
+
+static inline void wl_seq_write_end(_Atomic uint64_t *s)
+{
+	atomic_store_explicit(s, atomic_load_explicit(s, memory_order_relaxed) + 1,
+			      memory_order_release);
+}
+
+static inline uint64_t wl_seq_read_begin(_Atomic uint64_t *s)
+{
+	uint64_t v;
+
+	while ((v = atomic_load_explicit(s, memory_order_acquire)) & 1)
+		;
+	return v;
+}
+
+/* After the reads since wl_seq_read_begin returned v: whether to read again. */
+static inline bool wl_seq_read_retry(_Atomic uint64_t *s, uint64_t v)
+{
+	atomic_thread_fence(memory_order_acquire);
+	return atomic_load_explicit(s, memory_order_relaxed) != v;
+}
 
 #endif

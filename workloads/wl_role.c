@@ -196,11 +196,17 @@ static void on_mark(const char *name, void *arg)
 {
 	struct wl_stream_bytes sb;
 	struct wl_json j;
-	uint64_t t_ns;
+	uint64_t t_ns, bytes, seq;
 
 	(void)arg;
 	t_ns = wl_json_mark(&j, name);
-	wl_json_u64(&j, "app_bytes", app_bytes(&sb));
+	do {
+		seq = wl_seq_read_begin(&wl_role.counts_seq);
+		bytes = app_bytes(&sb);
+		if (wl_role.t->mark_snapshot)
+			wl_role.t->mark_snapshot();
+	} while (wl_seq_read_retry(&wl_role.counts_seq, seq));
+	wl_json_u64(&j, "app_bytes", bytes);
 	if (wl_role.p->json_mark)
 		wl_role.p->json_mark(&j);
 	if (wl_role.per_stream)

@@ -60,7 +60,13 @@ struct wl_role {
 	_Atomic bool stopping;	    /* "stop", the duration's end, or the first failure */
 	struct wl_failure failure;  /* wl_role_fail */
 	_Atomic uint64_t app_bytes; /* sender: handed to the transport; receiver: checked */
-	_Atomic bool started;	    /* client: past wl_role_wait_start */
+	/*
+	 * Around a transfer thread's update of app_bytes with a transport's
+	 * own counts of the same bytes (udp's datagrams): a mark reads them
+	 * as of one moment (wl_seq_*, the transport's mark_snapshot).
+	 */
+	_Atomic uint64_t counts_seq;
+	_Atomic bool started; /* client: past wl_role_wait_start */
 
 	_Atomic bool connected; /* "connected" is out; t_connected_ns set before */
 	uint64_t t_connected_ns, t_transfer_done_ns;

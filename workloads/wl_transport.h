@@ -228,6 +228,12 @@ struct wl_transport {
 	/* A download's figures: handshake times, resumption, early data, counters. */
 	void (*conn_info)(struct wl_conn *c, struct wl_dl *r);
 
+	/*
+	 * A mark's read of app_bytes calls it under wl_role.counts_seq: the
+	 * counts json_mark then reports, as of that moment (udp's datagrams
+	 * with the bytes they carried). NULL: json_mark reads its own as it goes.
+	 */
+	void (*mark_snapshot)(void);
 	/* The transport's own fields of the reports. */
 	void (*json_connected)(struct wl_json *j);
 	void (*json_mark)(struct wl_json *j);

@@ -210,10 +210,12 @@ static bool on_datagram(const uint8_t *p, size_t len)
 			     (unsigned long long)seq, len);
 		return false;
 	}
+	wl_seq_write_begin(&wl_role.counts_seq);
 	if (!account(seq)) {
 		bump(&udp_state.datagrams, 1);
 		bump(&wl_role.app_bytes, len);
 	}
+	wl_seq_write_end(&wl_role.counts_seq);
 	return true;
 }
 
@@ -530,8 +532,10 @@ static int dgram_client(void)
 			break;
 		}
 		seq += n;
+		wl_seq_write_begin(&wl_role.counts_seq);
 		bump(&udp_state.datagrams, n);
 		bump(&wl_role.app_bytes, bytes);
+		wl_seq_write_end(&wl_role.counts_seq);
 	}
 	wl_role.t_transfer_done_ns = wl_now_ns();
 	if (!wl_role.failure.code)
@@ -548,18 +552,37 @@ static void udp_json_connected(struct wl_json *j)
 	(void)j;
 }
 
-/* The datagram counters, in marks and "done" (after the role's app_bytes). */
+/*
+ * The datagram counters as of the role's read of app_bytes (a mark): the
+ * datagrams with the bytes they carried, the loss with them.
+ */
+static struct {
+	uint64_t io_calls, datagrams, lost, reordered, duplicates, highest_seq, gro_segments;
+} udp_seen;
+
+static void udp_mark_snapshot(void)
+{
+	udp_seen.io_calls = get(&udp_state.io_calls);
+	udp_seen.datagrams = get(&udp_state.datagrams);
+	udp_seen.lost = get(&udp_state.lost);
+	udp_seen.reordered = get(&udp_state.reordered);
+	udp_seen.duplicates = get(&udp_state.duplicates);
+	udp_seen.highest_seq = get(&udp_state.highest_seq);
+	udp_seen.gro_segments = get(&udp_state.gro_segments);
+}
+
+/* The datagram counters, in marks (as the role's read saw them) and "done". */
 static void udp_json_mark(struct wl_json *j)
 {
-	wl_json_u64(j, "io_calls", get(&udp_state.io_calls));
-	wl_json_u64(j, "datagrams", get(&udp_state.datagrams));
+	wl_json_u64(j, "io_calls", udp_seen.io_calls);
+	wl_json_u64(j, "datagrams", udp_seen.datagrams);
 	if (!wl_role.server)
 		return;
-	wl_json_u64(j, "lost", get(&udp_state.lost));
-	wl_json_u64(j, "reordered", get(&udp_state.reordered));
-	wl_json_u64(j, "duplicates", get(&udp_state.duplicates));
-	wl_json_u64(j, "highest_seq", get(&udp_state.highest_seq));
-	wl_json_u64(j, "gro_segments", get(&udp_state.gro_segments));
+	wl_json_u64(j, "lost", udp_seen.lost);
+	wl_json_u64(j, "reordered", udp_seen.reordered);
+	wl_json_u64(j, "duplicates", udp_seen.duplicates);
+	wl_json_u64(j, "highest_seq", udp_seen.highest_seq);
+	wl_json_u64(j, "gro_segments", udp_seen.gro_segments);
 }
 
 /* The counters and the socket as set up: GRO and the receive buffer, or how it sent. */
@@ -568,6 +591,7 @@ static void udp_json_done(struct wl_json *j, const struct wl_end *last)
 	const uint64_t sockbuf = udp_state.sockbuf < 0 ? 0 : (uint64_t)udp_state.sockbuf;
 
 	(void)last;
+	udp_mark_snapshot(); /* the transfer is over: the counts stand still */
 	udp_json_mark(j);
 	if (wl_role.server) {
 		wl_json_bool(j, "gro", udp_state.gro);
@@ -688,6 +712,7 @@ const struct wl_transport wl_udp = {
 	.name = "udp",
 	.init = udp_init,
 	.listen = udp_listen,
+	.mark_snapshot = udp_mark_snapshot,
 	.json_connected = udp_json_connected,
 	.json_mark = udp_json_mark,
 	.json_done = udp_json_done,

@@ -62,13 +62,12 @@ int wl_udp_io_socket(struct wl_udp_io *io)
 /* One update of the counts, by the loop's thread, under the sequence count. */
 static void count(struct wl_udp_io *io, bool tx, uint64_t dgrams, uint64_t bytes)
 {
-	atomic_fetch_add_explicit(&io->seq, 1, memory_order_relaxed);
-	atomic_thread_fence(memory_order_release);
+	wl_seq_write_begin(&io->seq);
 	atomic_fetch_add_explicit(tx ? &io->tx_ios : &io->rx_ios, 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(tx ? &io->tx_dgrams : &io->rx_dgrams, dgrams,
 				  memory_order_relaxed);
 	atomic_fetch_add_explicit(tx ? &io->tx_bytes : &io->rx_bytes, bytes, memory_order_relaxed);
-	atomic_fetch_add_explicit(&io->seq, 1, memory_order_release);
+	wl_seq_write_end(&io->seq);
 }
 
 size_t wl_udp_io_send(struct wl_udp_io *io, int fd, const struct sockaddr_in *to, uint8_t *buf,
@@ -149,16 +148,11 @@ void wl_udp_io_json(struct wl_udp_io *io, struct wl_json *j)
 	uint64_t v[6], seq;
 	int i;
 
-	for (;;) {
-		seq = atomic_load_explicit(&io->seq, memory_order_acquire);
-		if (seq & 1)
-			continue;
+	do {
+		seq = wl_seq_read_begin(&io->seq);
 		for (i = 0; i < 6; i++)
 			v[i] = atomic_load_explicit(src[i], memory_order_relaxed);
-		atomic_thread_fence(memory_order_acquire);
-		if (atomic_load_explicit(&io->seq, memory_order_relaxed) == seq)
-			break;
-	}
+	} while (wl_seq_read_retry(&io->seq, seq));
 	for (i = 0; i < 6; i++)
 		wl_json_u64(j, names[i], v[i]);
 }
