@@ -220,7 +220,6 @@ lint: deps $(TEST_VENV)
 # alone, and whatever the first two found.
 PYTEST := $(VENV)/bin/python -m pytest -ra
 test: deps $(TEST_VENV) build msquic-variant guest test-tools lint
-	cargo test --locked --offline --quiet --manifest-path workloads/rs/Cargo.toml --target-dir $(BUILD)/rs -p wlproto
 	@t0=$$(date +%s); tmp=$$(mktemp -d /tmp/qprof-beside.XXXXXX); \
 	QPROF_TEST_SESSION=beside TMPDIR=$$tmp nice -n 10 env --default-signal=INT $(PYTEST) -q -p no:cacheprovider \
 		--durations=10 -m 'unit or beside' tests > $$tmp.log 2>&1 & \

@@ -83,9 +83,9 @@ STACKS_DIR = "stacks"  # the folded stacks, in the run directory
 DEFAULT_CALL_GRAPH = "dwarf"
 DWARF_STACK_BYTES = 8192
 # A stack may ask for more (describe/transports.py, dwarf_stack_bytes):
-# quinn's async tasks keep their futures on the stack, and 8192 bytes
-# reached a thread entry for 74% of its client's samples and 59% of its
-# server's; 32768 for 99.8% of both (2026-11-25, a 2 s bulk run at 999 Hz).
+# quinn's transport (quinn-proto's deep frames; when it was tokio's tasks,
+# their futures): 8192 bytes reached a thread entry for 1-6% of a 2 s bulk
+# run's samples, 32768 for 99-100% (2026-11-29).
 # quiche's workload, under its deep frames: 75% and 27% at 8192, 99.6% and
 # 99.5% at 32768.
 

@@ -269,7 +269,7 @@ OPTIONS: List[Option] = [
         False,
         "download and handshakes: each connection resumes an earlier one's session (QUIC 0-RTT, "
         "TLS 1.3 resumption); the record says which did.",
-        stacks=("quic", "ngtcp2", "quiche", "tcp-tls", "tcp-ktls"),
+        stacks=("quic", "quinn", "ngtcp2", "quiche", "tcp-tls", "tcp-ktls"),
         workload="--resume",
         patterns=("download", "handshakes"),
     ),
@@ -466,7 +466,7 @@ OPTIONS: List[Option] = [
         choices=DIRECTIONS,
         fill="up",
         fill_note="bulk",
-        stacks=("quic", "ngtcp2", "quiche", "tcp", "tcp-tls", "tcp-ktls"),
+        stacks=("quic", "quinn", "ngtcp2", "quiche", "tcp", "tcp-tls", "tcp-ktls"),
         vary=True,
         workload="--direction",
         metavar="up|down|both",

@@ -69,7 +69,7 @@ class Pattern:
     # it cannot know the client's last one.
     server_told: bool = False
     # What one of its events is called, and the client's report of each
-    # (wlproto's and wl_role.c's event names).
+    # (wl_role.c's event names).
     unit: str = ""
     event: str = ""
     # A count window's plan in words, from the run's options (the progress line).

@@ -120,27 +120,12 @@ def _resolve_mix(opts: RunOptions, cpus: int) -> Plan:
 
 
 def _implementation(opts: RunOptions, stack: transports.Stack) -> None:
-    """The QUIC implementations beside msquic in workloads of their own
-    (workloads/rs/) take bulk upload, downloads and rr on one connection;
-    ngtcp2, a transport of qprof-wl's, every pattern (resumption without
-    0-RTT)."""
-    if not stack.is_quic or stack.library == "msquic":
-        return
-    fix = "use --stack quic (msquic) for it"
-    if stack.workload == "qprof-wl":
-        return
+    """A stack whose row names the patterns its transport runs (None: every one) refuses the rest."""
     if stack.patterns is not None and opts.pattern not in stack.patterns:
         raise errors.StackCannot(
-            f"{stack.name}'s workload runs --pattern {patterns.words(stack.patterns)}, not {opts.pattern}; {fix}."
+            f"--stack {stack.name} runs --pattern {patterns.words(stack.patterns)}, not {opts.pattern}; "
+            "use --stack quic (msquic) for it."
         )
-    if opts.direction not in (None, "up"):
-        raise errors.StackCannot(
-            f"{stack.name}'s workload sends up only (client to server); {fix}, or drop --direction."
-        )
-    if opts.conns not in (None, 1):
-        raise errors.StackCannot(f"{stack.name}'s workload opens one connection; {fix}, or use --streams.")
-    if opts.resume:
-        raise errors.StackCannot(f"{stack.name}'s workload does not resume sessions; {fix}, or drop --resume.")
 
 
 def _bulk_length(opts: RunOptions) -> RunOptions:
@@ -303,11 +288,6 @@ def _video(opts: RunOptions) -> RunOptions:
     loop with one in flight (the next asked for when the last is in), for
     as many segments as the media holds; the window is the whole session,
     from the connect to the last segment."""
-    if transports.STACKS[opts.stack].workload != "qprof-wl":
-        raise errors.StackCannot(
-            f"--pattern video runs in qprof-wl (quic, ngtcp2 and the TCP stacks); {opts.stack}'s workload does "
-            "not count its requests yet. Use one of those."
-        )
     for name, given in (
         ("bytes", opts.bytes is not None),
         ("warmup", bool(opts.warmup_s)),

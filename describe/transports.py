@@ -95,8 +95,9 @@ STACKS: Dict[str, Stack] = {
         library="msquic",
         gro_needs_gso=True,
     ),
-    # quinn in a workload of its own (workloads/rs/) speaking qprof-wl's
-    # protocol: bulk up, downloads and rr.
+    # quinn's protocol crate (quinn-proto) on rustls, a transport of
+    # qprof-wl's (in a library of its own beside qprof-wl:
+    # workloads/rs/quinn): every pattern, written once, runs on it.
     "quinn": Stack(
         "quinn",
         "udp",
@@ -105,10 +106,9 @@ STACKS: Dict[str, Stack] = {
         rw_is_network=False,
         io_size=64 << 10,
         library="quinn",
-        workload="qprof-wl-quinn",
+        plugin="libqprof-wl-quinn.so",
         dwarf_stack_bytes=32768,
-        patterns=("bulk", "download", "rr"),
-        gro_word="setsockopt",  # quinn-udp's gro_segments: 64 once UDP_GRO was taken
+        gro_word="setsockopt",  # the record's recv_coalescing: UDP_GRO taken, as quinn-udp says it
     ),
     # ngtcp2 on its GnuTLS crypto helper (Debian's), a transport of
     # qprof-wl's beside msquic: every pattern, written once, runs on it.

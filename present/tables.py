@@ -622,7 +622,7 @@ def _own_counters(rec: dict) -> Table:
         w = Table(title="msquic's own counters over the window (UDP)", title_justify="left")
         cols = ("SIDE", "SEND CALLS", "DGRAMS OUT", "RECV CALLS", "DGRAMS IN", "LOST", "CONG")
     elif transports.has_quic_stats(rec["stack"]):
-        # Their send calls; quinn does not count its receive calls (describe/derive.py crosscheck).
+        # The library's own counters (quic_stats): its calls and datagrams each way, losses.
         w = Table(title=f"{rec['stack']}'s own counters over the window (UDP)", title_justify="left")
         cols = ("SIDE", "SEND CALLS", "DGRAMS OUT", "DGRAMS IN", "LOST", "CONG")
     elif transports.datagram(rec["stack"]):

@@ -120,7 +120,7 @@ def test_rust_workloads_and_their_locked_dependencies_from_empty_cargo_home(fetc
     )
     pkgs = json.loads(r.stdout)["packages"]
     names = {p["name"] for p in pkgs}
-    assert {"wlproto", "qprof-wl-quinn", "quinn", "quinn-udp", "rustls", "aws-lc-rs", "aws-lc-sys"} <= names
+    assert {"wlffi", "qprof-wl-quinn", "quinn-proto", "rustls", "aws-lc-rs", "aws-lc-sys"} <= names
     assert {"qprof-quiche-ffi", "quiche", "boring", "boring-sys", "cdylib-link-lines"} <= names
     # Every registry crate's source is in the fetched cargo home.
     registry = [p for p in pkgs if p["source"] and p["source"].startswith("registry+")]

@@ -73,8 +73,8 @@ def in_flight_at_most(events: list, per_conn: int) -> int:
         ("quic", 2, 3, ["--rr-streams", "one"]),
         ("tcp", 8, 16, []),  # 128 connections, a request in flight on each
         ("tcp-tls", 2, 3, []),
-        # The other QUIC implementations' workloads: one connection.
-        ("quinn", 1, 8, []),
+        # The other QUIC implementations, transports of qprof-wl's.
+        ("quinn", 2, 8, []),
         ("quiche", 1, 3, ["--rr-streams", "one"]),
     ],
 )

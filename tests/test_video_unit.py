@@ -83,7 +83,7 @@ def test_video_refuses_what_it_sets_or_cannot_do(kw, words):
         resolved(stack="quic", pattern="video", **kw)
 
 
-@pytest.mark.parametrize("stack", ["quinn", "udp"])
+@pytest.mark.parametrize("stack", ["udp"])
 def test_video_runs_where_requests_are_counted(stack):
     with pytest.raises(errors.QprofError, match="--pattern video"):
         resolved(stack=stack, pattern="video")

@@ -33,8 +33,7 @@ MODES = {
     "tcp": ("tcp", []),
     "tcp-tls-one": ("tcp-tls", ["--tcp-conns", "one"]),
     "tcp-tls-on-demand": ("tcp-tls", ["--tcp-conns", "on-demand"]),
-    # The other QUIC implementations: ngtcp2 and quiche transports of
-    # qprof-wl's, quinn a workload of its own that speaks its protocol (wlproto).
+    # The other QUIC implementations, transports of qprof-wl's.
     "ngtcp2-per-request": ("ngtcp2", []),
     "quinn-per-request": ("quinn", []),
     "quinn-one": ("quinn", ["--rr-streams", "one"]),

@@ -19,15 +19,16 @@ static const char usage[] =
 	"Usage: qprof-wl --stack STACK --role server|client [OPTIONS]\n"
 	"\n"
 	"  -s, --stack STACK        quic (msquic), ngtcp2 (ngtcp2 with GnuTLS), quiche (quiche\n"
-	"                           with BoringSSL, from lib/libqprof-wl-quiche.so), tcp,\n"
-	"                           tcp-tls, tcp-ktls or udp\n"
+	"                           with BoringSSL, from lib/libqprof-wl-quiche.so), quinn\n"
+	"                           (quinn-proto with rustls, from lib/libqprof-wl-quinn.so),\n"
+	"                           tcp, tcp-tls, tcp-ktls or udp\n"
 	"  -r, --role ROLE          server or client; bulk: the client sends and the server\n"
 	"                           verifies, download: the other way round, rr: both send\n"
 	"                           and verify\n"
 	"  -a, --addr IPV4          server: address to listen on; client: to connect to\n"
 	"  -p, --port PORT          UDP/TCP port (default 4433)\n"
-	"      --cert FILE          server certificate (PEM): quic, ngtcp2, quiche, tcp-tls, tcp-ktls\n"
-	"      --key FILE           server private key (PEM): quic, ngtcp2, quiche, tcp-tls, tcp-ktls\n"
+	"      --cert FILE          server certificate (PEM): the QUIC stacks, tcp-tls, tcp-ktls\n"
+	"      --key FILE           server private key (PEM): the QUIC stacks, tcp-tls, tcp-ktls\n"
 	"      --pattern P          bulk (default: one connection, the client uploads),\n"
 	"                           download (--count connections, the server sends),\n"
 	"                           rr (requests on a schedule, each answered; see below)\n"
@@ -223,11 +224,11 @@ struct flag {
 	.name = n, .short_name = s, .kind = k, .off = offsetof(struct wl_opts, f), \
 	.size = sizeof(((struct wl_opts *)0)->f)
 #define TCP_STACKS "tcp|tcp-tls|tcp-ktls"
+#define QUIC_STACKS "quic|ngtcp2|quiche|quinn"
 
 /* clang-format off: one row a flag */
 static const struct flag flags[] = {
-	{FLAG("stack", 's', F_CHOICE, stack),
-	 .choices = "quic|ngtcp2|quiche|tcp|tcp-tls|tcp-ktls|udp"},
+	{FLAG("stack", 's', F_CHOICE, stack), .choices = QUIC_STACKS "|" TCP_STACKS "|udp"},
 	{FLAG("role", 'r', F_CHOICE, role), .choices = "server|client"},
 	{FLAG("addr", 'a', F_STR, addr)},
 	{FLAG("port", 'p', F_NUM, port), .lo = 1, .hi = 65535},
@@ -237,13 +238,13 @@ static const struct flag flags[] = {
 	{FLAG("streams", 'n', F_NUM, streams), .lo = 1, .hi = 1000}, /* bulk: check_rules */
 	{FLAG("conns", 0, F_NUM, conns), .lo = 1, .hi = 64, .patterns = P_BULK | P_RR | P_HS},
 	{FLAG("direction", 0, F_CHOICE, direction), .choices = "up|down|both",
-	 .stacks = "quic|ngtcp2|quiche|tcp|tcp-tls|tcp-ktls", .patterns = P_BULK},
+	 .stacks = QUIC_STACKS "|" TCP_STACKS, .patterns = P_BULK},
 	{FLAG("duration-ms", 't', F_NUM, duration_ms), .lo = 1, .hi = UINT64_MAX,
 	 .patterns = P_BULK | P_RR | P_HS},
 	{FLAG("bytes", 'b', F_NUM, bytes), .lo = 1, .hi = UINT64_MAX, .patterns = P_BULK},
 	{FLAG("size", 0, F_NUM, size), .lo = 1, .hi = UINT64_MAX, .patterns = P_DOWNLOAD},
 	{FLAG("count", 0, F_NUM, count), .lo = 1, .hi = UINT64_MAX, .patterns = P_DOWNLOAD | P_RR},
-	{FLAG("resume", 0, F_BOOL, resume), .stacks = "quic|ngtcp2|quiche|tcp-tls|tcp-ktls",
+	{FLAG("resume", 0, F_BOOL, resume), .stacks = QUIC_STACKS "|tcp-tls|tcp-ktls",
 	 .patterns = P_DOWNLOAD | P_HS},
 	{FLAG("period-us", 0, F_NUM, period_us), .lo = WL_RR_PERIOD_MIN_US,
 	 .hi = WL_RR_PERIOD_MAX_US, .unit = " microseconds", .patterns = P_RR | P_HS},
@@ -254,7 +255,7 @@ static const struct flag flags[] = {
 	{FLAG("response", 0, F_NUM, response), .lo = WL_RR_PAYLOAD_MIN, .hi = WL_RR_PAYLOAD_MAX,
 	 .unit = " bytes", .patterns = P_RR},
 	{FLAG("rr-streams", 0, F_CHOICE, rr_streams), .choices = "per-request|one",
-	 .stacks = "quic|ngtcp2|quiche", .patterns = P_RR},
+	 .stacks = QUIC_STACKS, .patterns = P_RR},
 	{FLAG("tcp-conns", 0, F_CHOICE, tcp_conns), .choices = "one|on-demand",
 	 .stacks = TCP_STACKS, .patterns = P_RR},
 	{FLAG("rr-mode", 0, F_CHOICE, rr_mode), .choices = "open|closed", .patterns = P_RR},
@@ -482,8 +483,7 @@ static int check_rules(struct wl_opts *o)
 		wl_warn("--streams is for --pattern bulk and rr --rr-mode closed: a download, or an open loop's request, goes on one stream");
 		return WL_EXIT_USAGE;
 	}
-	if (o->rr && strcmp(o->stack, "quic") && strcmp(o->stack, "ngtcp2") &&
-	    strcmp(o->stack, "quiche") &&
+	if (o->rr && in_list(TCP_STACKS, o->stack) &&
 	    (o->conns ? o->conns : 1) * o->streams > WL_RR_MAX_CONNS) {
 		wl_warn("--conns x --streams is at most %d tcp connections for --pattern rr",
 			WL_RR_MAX_CONNS);

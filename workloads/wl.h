@@ -417,6 +417,7 @@ struct wl_dl {
 	bool has_resumed, resumed;  /* TLS: the session was resumed */
 	bool has_early, early_data; /* TLS: the request went as early data and was taken */
 	bool has_counters, has_lost;
+	bool no_retransmits; /* has_counters, but the library counts no retransmissions (quinn) */
 	uint64_t retransmits, lost_packets, packets_sent, packets_received;
 };
 void wl_emit_dl(const char *event, const struct wl_dl *d);

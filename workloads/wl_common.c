@@ -362,7 +362,8 @@ void wl_emit_dl(const char *event, const struct wl_dl *d)
 	if (d->has_early)
 		wl_json_bool(&j, "early_data", d->early_data);
 	if (d->has_counters) {
-		wl_json_u64(&j, "retransmits", d->retransmits);
+		if (!d->no_retransmits)
+			wl_json_u64(&j, "retransmits", d->retransmits);
 		if (d->has_lost)
 			wl_json_u64(&j, "lost_packets", d->lost_packets);
 		wl_json_u64(&j, "packets_sent", d->packets_sent);

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "wl_transport.h"
+#include "wl_udpio.h"
 
 const struct wl_transport *wl_plugin(const char *stack)
 {
@@ -43,4 +44,34 @@ const struct wl_transport *wl_plugin(const char *stack)
 	if (!t)
 		wl_warn("%s has no %s: %s", path, sym, dlerror());
 	return t;
+}
+
+/*
+ * A plugin written in another language mirrors these structures
+ * (workloads/rs/wlffi): their sizes as this program was built, so that it
+ * can refuse to run against another layout; 0 for a name it does not know.
+ */
+size_t wl_abi_size(const char *what)
+{
+	static const struct {
+		const char *name;
+		size_t size;
+	} sizes[] = {
+		{"wl_json", sizeof(struct wl_json)},
+		{"wl_opts", sizeof(struct wl_opts)},
+		{"wl_end", sizeof(struct wl_end)},
+		{"wl_dl", sizeof(struct wl_dl)},
+		{"wl_stream_handlers", sizeof(struct wl_stream_handlers)},
+		{"wl_conn_handlers", sizeof(struct wl_conn_handlers)},
+		{"wl_accept", sizeof(struct wl_accept)},
+		{"wl_transport", sizeof(struct wl_transport)},
+		{"wl_udp_io", sizeof(struct wl_udp_io)},
+		{"sockaddr_in", sizeof(struct sockaddr_in)},
+	};
+	size_t i;
+
+	for (i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
+		if (!strcmp(sizes[i].name, what))
+			return sizes[i].size;
+	return 0;
 }

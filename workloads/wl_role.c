@@ -302,6 +302,26 @@ static void emit_done(int code)
 	wl_emit("%s", wl_json_end(&j));
 }
 
+/* Each stack's transport: built in, or (NULL) in a library of its own that wl_plugin loads. */
+static const struct stack {
+	const char *name, *label;
+	const struct wl_transport *t;
+} stacks[] = {
+	{"quic", "QUIC", &wl_quic},   {"ngtcp2", "QUIC", &wl_ngtcp2}, {"quiche", "QUIC", NULL},
+	{"quinn", "QUIC", NULL},      {"tcp", "TCP", &wl_tcp},	      {"tcp-tls", "TLS", &wl_tcp},
+	{"tcp-ktls", "TLS", &wl_tcp},
+};
+
+static const struct stack *stack_of(const char *name)
+{
+	size_t i;
+
+	for (i = 0; i < sizeof(stacks) / sizeof(stacks[0]); i++)
+		if (!strcmp(stacks[i].name, name))
+			return &stacks[i];
+	return NULL;
+}
+
 int wl_role_run(const struct wl_opts *o)
 {
 	int code;
@@ -314,19 +334,15 @@ int wl_role_run(const struct wl_opts *o)
 		wl_role.label = "UDP";
 		wl_role.p = &wl_udp_bulk;
 	} else {
-		const bool ngtcp2 = !strcmp(o->stack, "ngtcp2");
-		const bool quiche = !strcmp(o->stack, "quiche");
-		const struct wl_transport *t = quiche			   ? wl_plugin("quiche")
-					       : ngtcp2			   ? &wl_ngtcp2
-					       : !strcmp(o->stack, "quic") ? &wl_quic
-									   : &wl_tcp;
+		const struct stack *st = stack_of(o->stack);
+		const struct wl_transport *t = st && st->t ? st->t
+					       : st	   ? wl_plugin(st->name)
+							   : NULL;
 
 		if (!t)
 			return WL_EXIT_LIB_OPEN;
 		wl_role.t = wl_app_over(o, t);
-		wl_role.label = !strcmp(o->stack, "quic") || ngtcp2 || quiche ? "QUIC"
-				: !strcmp(o->stack, "tcp")		      ? "TCP"
-									      : "TLS";
+		wl_role.label = st->label;
 		wl_role.p = o->download ? &wl_download
 			    : o->rr	? &wl_rr_pattern
 			    : o->hs	? &wl_hs

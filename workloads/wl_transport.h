@@ -248,6 +248,8 @@ extern const struct wl_transport wl_quic, wl_tcp, wl_udp;
  * build/lib/libqprof-wl-STACK.so's wl_STACK; NULL, having said why.
  */
 const struct wl_transport *wl_plugin(const char *stack);
+/* The size of struct NAME as this program was built (a plugin in Rust checks its mirrors: wlffi). */
+size_t wl_abi_size(const char *name);
 
 /* Thin wrappers, so patterns read as calls. */
 int wl_send(struct wl_stream *s, const uint8_t *hdr, uint32_t hdr_len, const uint8_t *body,

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0-only
-# qprof's Rust parts (quinn's workload on wlproto; quiche's C API as a
-# static library), every crate pinned by checksum in Cargo.lock beside this file.
+# qprof's Rust parts (quinn's transport, a plugin of qprof-wl's; quiche's C
+# API as a static library), every crate pinned by checksum in Cargo.lock beside this file.
 # Usage: build.sh --fetch      download every crate into $CARGO_HOME (network)
-#        build.sh BUILD_DIR    build offline; binaries in BUILD_DIR/bin, quiche's in BUILD_DIR/rs-ffi
+#        build.sh BUILD_DIR    build offline; quinn's plugin in BUILD_DIR/lib, quiche's library in BUILD_DIR/rs-ffi
 # QPROF_RS_TARGET_DIR: cargo's target directory, BUILD_DIR/rs by default; one
 # shared with another checkout's build rebuilds only what differs (cargo
 # decides; docs/setup.md).
@@ -12,15 +12,16 @@ here=$(cd "$(dirname "$0")" && pwd)
 if [ "$1" = --fetch ]; then
     exec cargo fetch --locked --manifest-path "$here/Cargo.toml" --target "$(rustc -vV | sed -n 's/^host: //p')"
 fi
-out=$(mkdir -p "$1/bin" && cd "$1" && pwd)
+out=$(mkdir -p "$1/lib" && cd "$1" && pwd)
 target=${QPROF_RS_TARGET_DIR:-$out/rs}
 # Frame pointers in our code and the crates', so perf walks every Rust
 # frame (the standard library's are as rustup built them).
 RUSTFLAGS="-C force-frame-pointers=yes" cargo build --release --locked --offline \
     --manifest-path "$here/Cargo.toml" --target-dir "$target" --quiet
-for b in qprof-wl-quinn; do
-    cp "$target/release/$b" "$out/bin/$b.new" && mv "$out/bin/$b.new" "$out/bin/$b"
-done
+# quinn's transport, which qprof-wl loads for --stack quinn (wl_plugin.c).
+cp "$target/release/libqprof_wl_quinn.so" "$out/lib/libqprof-wl-quinn.so.new"
+mv "$out/lib/libqprof-wl-quinn.so.new" "$out/lib/libqprof-wl-quinn.so"
+rm -f "$out/bin/qprof-wl-quinn" # the program it replaced
 # quiche's C API for qprof-wl's quiche transport (the Makefile's
 # QUICHE_PLUGIN): the static library quiche-ffi makes, and the headers of
 # the quiche and the BoringSSL it was built from, in BUILD_DIR/rs-ffi;
