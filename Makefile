@@ -2,9 +2,9 @@
 # qprof: `make run` and `make test` do all set-up on a fresh machine.
 #   deps      Debian packages, a Python venv with qprof and its PyPI deps
 #   fetch     every crate the build needs (crates.io), so `build` runs offline
-#   build     msquic (from crates.io, with cmake), the workload, and the Rust
-#             workloads of the other QUIC implementations (quinn; quiche, whose
-#             boring-sys builds BoringSSL with cmake, g++ and git)
+#   build     msquic (from crates.io, with cmake), the workload, and the
+#             transports of the other QUIC implementations from crates.io (quinn's;
+#             quiche's, whose boring-sys builds BoringSSL with cmake, g++ and git)
 #   run       build, then `qprof run --stack quic`
 #   lint      ruff (Python) and clang-format (C) check the style
 #   test-tools  Debian packages only the tests use (Go's pprof reads qprof's pprof export;
@@ -119,7 +119,7 @@ MSQUIC_VARIANT := $(BUILD)/msquic-nopool
 msquic-variant: fetch
 	workloads/msquic/build.sh $(MSQUIC_VARIANT) -DQUIC_ENABLE_POOL_ALLOC=OFF
 
-# The other QUIC implementations' workloads (workloads/rs/): cargo decides
+# The other QUIC implementations' transports (workloads/rs/): cargo decides
 # what is stale.
 rs-workloads: fetch
 	workloads/rs/build.sh $(BUILD)
