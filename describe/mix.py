@@ -12,7 +12,7 @@ Where a flow's figures come from:
   the receiver's clock (as a single run's throughput);
 - retransmissions: its sender's stack's own count, TCP_INFO's
   tcpi_total_retrans (segments), msquic's SendSuspectedLostPackets or
-  the other QUIC libraries' lost packets (RETRANSMITS_SOURCE);
+  the other QUIC libraries' lost packets (the stack row's retransmits_source);
 - CPU: its two processes' on-CPU time by schedstat, per byte it moved.
 The eBPF probes and perf attach to one client and one server process, so
 a mix runs without them (the record says so); a single run profiles a
@@ -34,18 +34,6 @@ from qprof.describe.derive import jain_index
 MAX_FLOWS_PER_CPU = 16
 MIX_PATTERNS = ("bulk", "rr")
 _ENTRY = re.compile(r"([a-z][a-z0-9-]*)(?::(\d+))?(?::([a-z]+))?", re.ASCII)
-# Where a flow's retransmissions come from, by its sender's stack: the
-# library's own count where it keeps one over the connection's life.
-# ngtcp2's loss count is a closed stream's, and a bulk flow's stream is
-# open until the end: none.
-RETRANSMITS_SOURCE = {
-    "quic": "msquic SendSuspectedLostPackets (packets)",
-    "quinn": "quinn PathStats lost_packets (packets)",
-    "quiche": "quiche Stats lost (packets)",
-    "ngtcp2": None,
-    "tcp": "TCP_INFO tcpi_total_retrans (segments)",
-    "udp": None,
-}
 
 
 @dataclass(frozen=True)
@@ -223,7 +211,6 @@ def describe_flow(m: FlowMeasurement, cpu_window_s: float) -> dict:
     nbytes = _delta(m, "server", "app_bytes")
     seconds = _delta(m, "server", "t_ns") / 1e9
     oncpu = {side: _oncpu_s(m, side) for side in ("client", "server")}
-    family = f["stack"] if f["stack"] in RETRANSMITS_SOURCE else "tcp"
     out = {
         "flow": f["index"],
         "stack": f["stack"],
@@ -235,7 +222,7 @@ def describe_flow(m: FlowMeasurement, cpu_window_s: float) -> dict:
         "share": None,
         "tcp_congestion_control": m.done["client"].get("tcp_congestion_control"),
         "retransmits": _retransmits(m, "client"),
-        "retransmits_source": RETRANSMITS_SOURCE[family],
+        "retransmits_source": transports.STACKS[f["stack"]].retransmits_source,
         "retransmits_per_mb": None,
         "oncpu_s": oncpu,
         "ns_per_byte": {side: oncpu[side] * 1e9 / nbytes if nbytes else None for side in oncpu},

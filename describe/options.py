@@ -21,11 +21,15 @@ from dataclasses import asdict, field, fields, make_dataclass, replace
 from typing import Callable, Dict, List, Optional, Tuple
 
 from qprof import errors
-from qprof.describe import link, pinning
+from qprof.describe import link, pinning, transports
 from qprof.describe.direction import DIRECTIONS
 from qprof.units import parse_duration_s, parse_rate_bit, parse_size_bytes, rate_text
 
-STACK_NAMES = ("quic", "quinn", "ngtcp2", "quiche", "udp", "tcp", "tcp-tls", "tcp-ktls")
+# The stacks, and the kinds options name, from their rows (describe/transports.py).
+STACK_NAMES = tuple(transports.STACKS)
+QUIC_STACKS = tuple(n for n, s in transports.STACKS.items() if s.is_quic)
+SESSION_STACKS = tuple(n for n, s in transports.STACKS.items() if s.sessions)
+CONNECTION_STACKS = tuple(n for n, s in transports.STACKS.items() if not s.datagram)
 PROBE_NAMES = ("syscalls", "packets", "cputhread")
 TOPOLOGIES = ("netns", "loopback")
 EXEC_PROFILES = ("lowlat", "maxtput")
@@ -33,7 +37,7 @@ ONOFF = ("on", "off")
 UDP_SEND_MODES = ("sendmsg", "sendmmsg", "gso")
 CALL_GRAPHS = ("dwarf", "fp")
 PATTERNS = ("bulk", "download", "rr", "handshakes", "video")
-TCP_STACKS = ("tcp", "tcp-tls", "tcp-ktls")
+TCP_STACKS = tuple(n for n, s in transports.STACKS.items() if s.transport == "tcp")
 APPS = ("h1", "h2", "h3")
 MIN_INTERVAL_S = 0.1
 
@@ -269,7 +273,7 @@ OPTIONS: List[Option] = [
         False,
         "download and handshakes: each connection resumes an earlier one's session (QUIC 0-RTT, "
         "TLS 1.3 resumption); the record says which did.",
-        stacks=("quic", "quinn", "ngtcp2", "quiche", "tcp-tls", "tcp-ktls"),
+        stacks=SESSION_STACKS,
         workload="--resume",
         patterns=("download", "handshakes"),
     ),
@@ -334,7 +338,7 @@ OPTIONS: List[Option] = [
         "rr, QUIC stacks: a new stream per request (as HTTP/3) or one long stream",
         default_text="per-request",
         choices=("per-request", "one"),
-        stacks=("quic", "quinn", "ngtcp2", "quiche"),
+        stacks=QUIC_STACKS,
         vary=True,
         workload="--rr-streams",
         metavar="per-request|one",
@@ -466,7 +470,7 @@ OPTIONS: List[Option] = [
         choices=DIRECTIONS,
         fill="up",
         fill_note="bulk",
-        stacks=("quic", "quinn", "ngtcp2", "quiche", "tcp", "tcp-tls", "tcp-ktls"),
+        stacks=CONNECTION_STACKS,
         vary=True,
         workload="--direction",
         metavar="up|down|both",

@@ -11,6 +11,7 @@ from qprof import errors
 
 TLS_VERSIONS = ("1.2", "1.3")
 UDP_IP_HEADERS = 28  # IPv4 + UDP
+TCP = "TCP_INFO tcpi_total_retrans (segments)"  # the TCP stacks' retransmissions
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,11 @@ class Stack:
     sessions: bool = True  # a TLS or QUIC session a connection may resume (--resume)
     # The patterns its workload runs (describe/patterns.py); None: every one.
     patterns: Optional[Tuple[str, ...]] = None
+    # Where a --mix flow's retransmissions come from: the sender's own count
+    # over the connection's life, in its own words; None: it keeps none
+    # (ngtcp2 counts a closed stream's losses, and a bulk flow's stream is
+    # open until the end; udp resends nothing).
+    retransmits_source: Optional[str] = None
 
     @property
     def configurable_tls(self) -> bool:
@@ -94,6 +100,7 @@ STACKS: Dict[str, Stack] = {
         io_size=64 << 10,
         library="msquic",
         gro_needs_gso=True,
+        retransmits_source="msquic SendSuspectedLostPackets (packets)",
     ),
     # quinn's protocol crate (quinn-proto) on rustls, a transport of
     # qprof-wl's (in a library of its own beside qprof-wl:
@@ -109,6 +116,7 @@ STACKS: Dict[str, Stack] = {
         plugin="libqprof-wl-quinn.so",
         dwarf_stack_bytes=32768,
         gro_word="setsockopt",  # the record's recv_coalescing: UDP_GRO taken, as quinn-udp says it
+        retransmits_source="quinn PathStats lost_packets (packets)",
     ),
     # ngtcp2 on its GnuTLS crypto helper (Debian's), a transport of
     # qprof-wl's beside msquic: every pattern, written once, runs on it.
@@ -135,14 +143,28 @@ STACKS: Dict[str, Stack] = {
         library="quiche",
         plugin="libqprof-wl-quiche.so",
         dwarf_stack_bytes=32768,
+        retransmits_source="quiche Stats lost (packets)",
     ),
     # Raw UDP, no reliability or crypto: the kernel's floor for a UDP transport.
     "udp": Stack(
         "udp", "udp", "none", sendfile=False, rw_is_network=False, io_size=64 << 10, datagram=True, sessions=False
     ),
-    "tcp": Stack("tcp", "tcp", "none", sendfile=True, rw_is_network=True, io_size=128 << 10, sessions=False),
-    "tcp-tls": Stack("tcp-tls", "tcp", "user", sendfile=False, rw_is_network=True, io_size=128 << 10),
-    "tcp-ktls": Stack("tcp-ktls", "tcp", "kernel", sendfile=True, rw_is_network=True, io_size=128 << 10),
+    "tcp": Stack(
+        "tcp",
+        "tcp",
+        "none",
+        sendfile=True,
+        rw_is_network=True,
+        io_size=128 << 10,
+        sessions=False,
+        retransmits_source=TCP,
+    ),
+    "tcp-tls": Stack(
+        "tcp-tls", "tcp", "user", sendfile=False, rw_is_network=True, io_size=128 << 10, retransmits_source=TCP
+    ),
+    "tcp-ktls": Stack(
+        "tcp-ktls", "tcp", "kernel", sendfile=True, rw_is_network=True, io_size=128 << 10, retransmits_source=TCP
+    ),
 }
 
 

@@ -8,6 +8,7 @@ ast, never imported: a page may name code whose imports need root or the
 build."""
 
 import ast
+import json
 import re
 from pathlib import Path
 from typing import Dict, List
@@ -231,3 +232,61 @@ def test_the_readme_layout_names_every_package():
 def test_the_docs_index_lists_every_page():
     index = (DOCS / "README.md").read_text()
     assert [p.name for p in PAGES[1:] if p.name != "README.md" and f"]({p.name})" not in index] == []
+
+
+def _code_of(path: Path) -> str:
+    """A source file without its comments, help text and docstrings: the code that could name a stack."""
+    text = path.read_text()
+    if path.suffix == ".py":
+        tree = ast.parse(text)
+        docs = {
+            id(n.body[0].value)
+            for n in ast.walk(tree)
+            if isinstance(n, (ast.Module, ast.FunctionDef, ast.ClassDef))
+            and n.body
+            and isinstance(n.body[0], ast.Expr)
+            and isinstance(n.body[0].value, ast.Constant)
+        }
+        return "\n".join(
+            n.value
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs
+        )
+    if path.suffix == ".json":  # what a record may hold, not its descriptions
+        words: List[str] = []
+
+        def walk(v):
+            if isinstance(v, dict):
+                for k, x in v.items():
+                    words.extend(str(e) for e in x) if k == "enum" else walk(x)
+            elif isinstance(v, list):
+                for x in v:
+                    walk(x)
+
+        walk(json.loads(text))
+        return "\n".join(words)
+    if path.suffix in (".c", ".h"):
+        text = re.sub(r"/\*.*?\*/|//[^\n]*", "", text, flags=re.S)
+        return re.sub(r"static const char usage\[\] =.*?;\n", "", text, flags=re.S)
+    return re.sub(r"(?m)#.*$", "", text)
+
+
+def test_a_quic_library_is_its_four_places():
+    """Each stack whose row names a plugin (quiche, quinn) is named by no
+    code but its adapter, its build lines, its row and its category rules
+    (the page's four places); comments and help text may name it."""
+    from qprof.describe import transports
+
+    plugins = [n for n, s in transports.STACKS.items() if s.plugin]
+    assert plugins
+    code = [p for d in PACKAGES for p in (REPO / d).rglob("*.py")]
+    code += list((REPO / "describe" / "schema").glob("*.json"))
+    code += [p for p in (REPO / "workloads").glob("*.[ch]")]
+    for name in plugins:
+        places = {REPO / "describe" / "transports.py"}
+        found = [
+            str(p.relative_to(REPO))
+            for p in code
+            if p not in places and re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", _code_of(p))
+        ]
+        assert found == [], (name, found)

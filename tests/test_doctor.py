@@ -308,7 +308,7 @@ def test_an_empty_build_dir_fails_each_build_check_naming_what_and_make_build(tm
     other = checks["other QUIC implementations"]
     assert other["verdict"] == "limited" and "make build" in other["fix"], other
     assert f"{tmp_path}/lib/libqprof-wl-quinn.so is missing" in other["detail"], other
-    assert "--stack quiche, quinn" in other["detail"], other
+    assert "--stack quinn, quiche" in other["detail"], other
     if os.geteuid() == 0:
         # Nothing to load: the probes are not tried, and that is not the kernel's fault.
         assert checks["tracepoints"]["verdict"] == "unknown" and "make build" in checks["tracepoints"]["fix"]

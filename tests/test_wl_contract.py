@@ -38,17 +38,22 @@ def c_flags() -> dict:
     """qprof_wl.c's flag table: name -> {choices, stacks, hidden}; a row may span lines."""
     table = re.search(r"static const struct flag flags\[\] = \{(.*?)\n\};", MAIN_C.read_text(), re.S)
     assert table, "qprof_wl.c has no flag table"
-    # Its string macros (TCP_STACKS, QUIC_STACKS), and a value as C joins
-    # adjacent literals and macros ("quic|..." or QUIC_STACKS "|" TCP_STACKS).
-    macros = dict(re.findall(r'^#define (\w+) "([^"]*)"$', MAIN_C.read_text(), re.M))
-    assert macros["TCP_STACKS"] == "|".join(options.TCP_STACKS)
+    # A value as C joins adjacent literals and its string macros
+    # ("quic|..." or QUIC_STACKS "|" TCP_STACKS), each macro so joined too.
+    text = MAIN_C.read_text()
+    seq = r'(?:"[^"]*"|[A-Z_]+)(?:\s+(?:"[^"]*"|[A-Z_]+))*'
+    bodies = dict(re.findall(rf"^#define ([A-Z_]+) ({seq})$", text, re.M))
+
+    def joined(body: str) -> str:
+        return "".join(
+            lit if not macro else joined(bodies[macro]) for lit, macro in re.findall(r'"([^"]*)"|([A-Z_]+)', body)
+        )
+
+    assert joined(bodies["TCP_STACKS"]) == "|".join(options.TCP_STACKS)
 
     def strings(row: str, key: str):
-        m = re.search(rf'\.{key} = ((?:"[^"]*"|[A-Z_]+)(?:\s+(?:"[^"]*"|[A-Z_]+))*)', row)
-        if not m:
-            return None
-        parts = re.findall(r'"([^"]*)"|([A-Z_]+)', m.group(1))
-        return tuple("".join(lit if macro == "" else macros[macro] for lit, macro in parts).split("|"))
+        m = re.search(rf"\.{key} = ({seq})", row)
+        return tuple(joined(m.group(1)).split("|")) if m else None
 
     flags = {}
     for row in re.split(r"\n\t(?=\{FLAG\()", table.group(1))[1:]:
@@ -59,6 +64,12 @@ def c_flags() -> dict:
             "hidden": ".hidden = true" in row,
         }
     return flags
+
+
+def taken(words) -> set:
+    """The stacks a flag row names: PLUGIN stands for every stack whose row names a plugin."""
+    plugins = {n for n, s in transports.STACKS.items() if s.plugin} if "PLUGIN" in words else set()
+    return set(words) - {"PLUGIN"} | plugins
 
 
 def test_exit_codes_agree():
@@ -93,16 +104,16 @@ def test_each_option_table_flag_is_taken_as_qprof_passes_it(opt):
         assert flag["choices"] is not None and set(flag["choices"]) == passed, flag
     if flag["stacks"] is not None:
         # the workload refuses the flag on a stack outside its row: qprof must not pass it there
-        # (qprof-wl's stacks; the other implementations' workloads take their own flags)
-        ours = {s for s in opt.workload_stacks if transports.STACKS[s].workload == "qprof-wl"}
-        assert ours and ours <= set(flag["stacks"]), (opt.workload_stacks, flag)
+        assert opt.workload_stacks and set(opt.workload_stacks) <= taken(flag["stacks"]), (opt.workload_stacks, flag)
 
 
 def test_the_choices_qprof_knows_are_the_workloads():
     flags = c_flags()
-    # Every stack is qprof-wl's (quiche's and quinn's transports in libraries it loads).
-    ours = {n for n, s in transports.STACKS.items() if s.workload == "qprof-wl"}
-    assert set(flags["stack"]["choices"]) == ours == set(options.STACK_NAMES)
+    # Every stack is qprof-wl's: built in, or a transport in a library it
+    # loads (PLUGIN: quiche's, quinn's), which no name of qprof-wl's names.
+    assert all(s.workload == "qprof-wl" for s in transports.STACKS.values())
+    assert taken(flags["stack"]["choices"]) == set(options.STACK_NAMES)
+    assert not {n for n, s in transports.STACKS.items() if s.plugin} & set(flags["stack"]["choices"])
     assert set(flags["send-mode"]["choices"]) == set(options.UDP_SEND_MODES)
     assert set(flags["gro"]["choices"]) == set(options.ONOFF)
     assert set(flags["exec-profile"]["choices"]) == set(options.EXEC_PROFILES)

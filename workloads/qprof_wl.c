@@ -18,10 +18,9 @@
 static const char usage[] =
 	"Usage: qprof-wl --stack STACK --role server|client [OPTIONS]\n"
 	"\n"
-	"  -s, --stack STACK        quic (msquic), ngtcp2 (ngtcp2 with GnuTLS), quiche (quiche\n"
-	"                           with BoringSSL, from lib/libqprof-wl-quiche.so), quinn\n"
-	"                           (quinn-proto with rustls, from lib/libqprof-wl-quinn.so),\n"
-	"                           tcp, tcp-tls, tcp-ktls or udp\n"
+	"  -s, --stack STACK        quic (msquic), ngtcp2 (ngtcp2 with GnuTLS), tcp, tcp-tls,\n"
+	"                           tcp-ktls, udp, or a QUIC library's transport in a library\n"
+	"                           of its own, lib/libqprof-wl-STACK.so\n"
 	"  -r, --role ROLE          server or client; bulk: the client sends and the server\n"
 	"                           verifies, download: the other way round, rr: both send\n"
 	"                           and verify\n"
@@ -224,7 +223,14 @@ struct flag {
 	.name = n, .short_name = s, .kind = k, .off = offsetof(struct wl_opts, f), \
 	.size = sizeof(((struct wl_opts *)0)->f)
 #define TCP_STACKS "tcp|tcp-tls|tcp-ktls"
-#define QUIC_STACKS "quic|ngtcp2|quiche|quinn"
+/*
+ * A QUIC library's transport in a library of its own, which wl_role_run
+ * loads for a --stack this program does not hold (wl_plugin.c): quiche's,
+ * quinn's, or a user's, lib/libqprof-wl-STACK.so.
+ */
+#define PLUGIN "PLUGIN"
+#define QUIC_STACKS "quic|ngtcp2|" PLUGIN
+#define BUILTIN_STACKS "quic|ngtcp2|" TCP_STACKS "|udp"
 
 /* clang-format off: one row a flag */
 static const struct flag flags[] = {
@@ -301,7 +307,11 @@ static const char *words(const char *list, char *buf, size_t len)
 	size_t k = 0;
 
 	for (; *list && k + 4 < len; list++) {
-		if (*list != '|')
+		if (!strncmp(list, PLUGIN, strlen(PLUGIN))) {
+			k += (size_t)snprintf(buf + k, len - k, "%s",
+					      "NAME (lib/libqprof-wl-NAME.so)");
+			list += strlen(PLUGIN) - 1;
+		} else if (*list != '|')
 			buf[k++] = *list;
 		else if (list == last)
 			k += (size_t)snprintf(buf + k, len - k, " or ");
@@ -312,13 +322,31 @@ static const char *words(const char *list, char *buf, size_t len)
 	return buf;
 }
 
+static bool in_list(const char *list, const char *v);
+
+/* A name a plugin may have: lower-case letters, digits and '-' (it names a file). */
+static bool plugin_name(const char *v)
+{
+	if (!*v || in_list(BUILTIN_STACKS, v))
+		return false;
+	for (; *v; v++)
+		if (!((*v >= 'a' && *v <= 'z') || (*v >= '0' && *v <= '9') || *v == '-'))
+			return false;
+	return true;
+}
+
+/* v is one of list's |-separated words; the word PLUGIN is any stack a plugin may be. */
 static bool in_list(const char *list, const char *v)
 {
 	size_t n = strlen(v);
 
-	for (const char *p = list; p; p = strchr(p, '|'), p = p ? p + 1 : NULL)
+	for (const char *p = list; p; p = strchr(p, '|'), p = p ? p + 1 : NULL) {
 		if (!strncmp(p, v, n) && (p[n] == '|' || !p[n]))
 			return true;
+		if (!strncmp(p, PLUGIN, strlen(PLUGIN)) &&
+		    (p[strlen(PLUGIN)] == '|' || !p[strlen(PLUGIN)]) && plugin_name(v))
+			return true;
+	}
 	return false;
 }
 

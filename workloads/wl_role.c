@@ -302,25 +302,14 @@ static void emit_done(int code)
 	wl_emit("%s", wl_json_end(&j));
 }
 
-/* Each stack's transport: built in, or (NULL) in a library of its own that wl_plugin loads. */
+/* The stacks built in; any other is a QUIC library's transport that wl_plugin loads. */
 static const struct stack {
 	const char *name, *label;
 	const struct wl_transport *t;
 } stacks[] = {
-	{"quic", "QUIC", &wl_quic},   {"ngtcp2", "QUIC", &wl_ngtcp2}, {"quiche", "QUIC", NULL},
-	{"quinn", "QUIC", NULL},      {"tcp", "TCP", &wl_tcp},	      {"tcp-tls", "TLS", &wl_tcp},
-	{"tcp-ktls", "TLS", &wl_tcp},
+	{"quic", "QUIC", &wl_quic},  {"ngtcp2", "QUIC", &wl_ngtcp2}, {"tcp", "TCP", &wl_tcp},
+	{"tcp-tls", "TLS", &wl_tcp}, {"tcp-ktls", "TLS", &wl_tcp},
 };
-
-static const struct stack *stack_of(const char *name)
-{
-	size_t i;
-
-	for (i = 0; i < sizeof(stacks) / sizeof(stacks[0]); i++)
-		if (!strcmp(stacks[i].name, name))
-			return &stacks[i];
-	return NULL;
-}
 
 int wl_role_run(const struct wl_opts *o)
 {
@@ -334,15 +323,17 @@ int wl_role_run(const struct wl_opts *o)
 		wl_role.label = "UDP";
 		wl_role.p = &wl_udp_bulk;
 	} else {
-		const struct stack *st = stack_of(o->stack);
-		const struct wl_transport *t = st && st->t ? st->t
-					       : st	   ? wl_plugin(st->name)
-							   : NULL;
+		const struct stack *st = NULL;
+		const struct wl_transport *t;
 
+		for (size_t i = 0; i < sizeof(stacks) / sizeof(stacks[0]) && !st; i++)
+			if (!strcmp(stacks[i].name, o->stack))
+				st = &stacks[i];
+		t = st ? st->t : wl_plugin(o->stack);
 		if (!t)
 			return WL_EXIT_LIB_OPEN;
 		wl_role.t = wl_app_over(o, t);
-		wl_role.label = st->label;
+		wl_role.label = st ? st->label : "QUIC";
 		wl_role.p = o->download ? &wl_download
 			    : o->rr	? &wl_rr_pattern
 			    : o->hs	? &wl_hs

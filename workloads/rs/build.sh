@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0-only
-# qprof's Rust parts (quinn's transport, a plugin of qprof-wl's; quiche's C
-# API as a static library), every crate pinned by checksum in Cargo.lock beside this file.
+# qprof's Rust parts (the transports of qprof-wl's written in Rust, quinn's,
+# each a library qprof-wl loads; quiche's C API as a static library), every
+# crate pinned by checksum in Cargo.lock beside this file.
 # Usage: build.sh --fetch      download every crate into $CARGO_HOME (network)
-#        build.sh BUILD_DIR    build offline; quinn's plugin in BUILD_DIR/lib, quiche's library in BUILD_DIR/rs-ffi
+#        build.sh BUILD_DIR    build offline; the transports in BUILD_DIR/lib, quiche's library in BUILD_DIR/rs-ffi
 # QPROF_RS_TARGET_DIR: cargo's target directory, BUILD_DIR/rs by default; one
 # shared with another checkout's build rebuilds only what differs (cargo
 # decides; docs/setup.md).
@@ -18,10 +19,16 @@ target=${QPROF_RS_TARGET_DIR:-$out/rs}
 # frame (the standard library's are as rustup built them).
 RUSTFLAGS="-C force-frame-pointers=yes" cargo build --release --locked --offline \
     --manifest-path "$here/Cargo.toml" --target-dir "$target" --quiet
-# quinn's transport, which qprof-wl loads for --stack quinn (wl_plugin.c).
-cp "$target/release/libqprof_wl_quinn.so" "$out/lib/libqprof-wl-quinn.so.new"
-mv "$out/lib/libqprof-wl-quinn.so.new" "$out/lib/libqprof-wl-quinn.so"
-rm -f "$out/bin/qprof-wl-quinn" # the program it replaced
+# Each transport crate's library (a cdylib named qprof_wl_STACK: quinn's),
+# which qprof-wl loads for --stack STACK (wl_plugin.c).
+for so in "$target"/release/libqprof_wl_*.so; do
+    [ -e "$so" ] || continue
+    name=$(basename "$so" .so)
+    stack=${name#libqprof_wl_}
+    cp "$so" "$out/lib/libqprof-wl-${stack//_/-}.so.new"
+    mv "$out/lib/libqprof-wl-${stack//_/-}.so.new" "$out/lib/libqprof-wl-${stack//_/-}.so"
+done
+rm -f "$out/bin/qprof-wl-quinn" # the program quinn's transport replaced
 # quiche's C API for qprof-wl's quiche transport (the Makefile's
 # QUICHE_PLUGIN): the static library quiche-ffi makes, and the headers of
 # the quiche and the BoringSSL it was built from, in BUILD_DIR/rs-ffi;
