@@ -23,6 +23,7 @@ Observed state comes from the probes and the stacks' own counters, and a
 run whose observation contradicts its request is an error, not a result.
 """
 
+import math
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Dict, List, Optional, Tuple
@@ -246,14 +247,15 @@ def observe(rec: dict, max_datagram: int) -> dict:
     for r in receivers:
         if transport in ("quic", "udp"):
             if syscalls.get(r) is not None:
-                nbytes, msgs = _recv_bytes_and_messages(syscalls[r]["by_syscall"])
+                nbytes, msgs, most = _recv_bytes_and_messages(syscalls[r]["by_syscall"])
                 per_msg = nbytes / msgs if msgs else None
                 ev[key(r, "recv_bytes_per_message")] = per_msg
                 ev["max_datagram_bytes"] = max_datagram
                 if per_msg is not None:
                     # Coalesced: more bytes than a datagram per message, past
-                    # what the edges can tear (EDGE_TORN_CALLS).
-                    sides[r]["gro"] = "on" if nbytes > (msgs + EDGE_TORN_CALLS) * max_datagram else "off"
+                    # what the edges can tear (EDGE_TORN_CALLS, each a call's datagrams).
+                    torn = EDGE_TORN_CALLS * most
+                    sides[r]["gro"] = "on" if nbytes > (msgs + torn) * max_datagram else "off"
         elif dev.get(r) and dev[r].get("rx") is not None:
             ev[f"{r}_rx_gro_entries"] = dev[r]["rx"].get("gro_entry")
             ev[f"{r}_rx_gso_skbs"] = dev[r]["rx"].get("gso_skbs")
@@ -338,22 +340,30 @@ def onoff(v: Optional[bool]) -> Optional[str]:
     return None if v is None else ("on" if v else "off")
 
 
-# The syscalls probe adds a call's count and then its bytes, and an edge
-# reads the two apart: a call that ends as an edge is read can be in one
-# and not the other, once at each edge. A CI run with GRO off read 1472
-# bytes per message, one datagram more than its messages, and was refused.
+# The syscalls probe adds a call's messages and then its bytes, and an
+# edge reads the two apart: a call that ends as an edge is read can be in
+# one and not the other, once at each edge. A CI run with GRO off read
+# 1472 bytes per message, one datagram more than its messages, and was
+# refused; another, msquic's recvmmsg, 53 datagrams' bytes (one call's)
+# more, so a torn call is as many datagrams as one call takes.
 EDGE_TORN_CALLS = 2
 
 
-def _recv_bytes_and_messages(calls: dict) -> Tuple[int, int]:
+def _recv_bytes_and_messages(calls: dict) -> Tuple[int, int, int]:
+    """The receive calls' bytes and messages, and the most messages one
+    call asks for (recvmmsg's vector, by the probe's mean; else one)."""
     msgs = nbytes = 0
+    most = 1
     for name in ("recvmmsg", "recvmsg", "recvfrom"):
         c = calls.get(name)
         if not c:
             continue
         nbytes += c["bytes"]
         msgs += c["msgs_returned"] if name == "recvmmsg" else c["calls"] - c["errors"]
-    return nbytes, msgs
+        done = c["calls"] - c["errors"]
+        if name == "recvmmsg" and done and c.get("msgs_requested"):
+            most = max(most, math.ceil(c["msgs_requested"] / done))
+    return nbytes, msgs, most
 
 
 def contradictions(effective: Dict[str, Optional[str]], observed: dict) -> List[str]:

@@ -277,10 +277,17 @@ static __always_inline int count_exit(struct pt_regs *regs, long ret, const bool
 	}
 	switch (idx) {
 	case QP_SENDMMSG:
-	case QP_RECVMMSG:
+	case QP_RECVMMSG: {
+		/*
+		 * The vector's bytes read first, then the call's counts added
+		 * together: a reader that copies the entry meanwhile finds the
+		 * two a few instructions apart, not a whole vector's reads.
+		 */
+		__u64 sum = mmsg_bytes(regs->si, ret);
+
 		s->msgs_requested += (__u32)regs->dx;
 		s->msgs_returned += ret;
-		s->bytes += mmsg_bytes(regs->si, ret);
+		s->bytes += sum;
 		if (ret > QP_MAX_MMSG)
 			s->mmsg_truncated++;
 		if (count_datagrams && idx == QP_RECVMMSG) {
@@ -291,6 +298,7 @@ static __always_inline int count_exit(struct pt_regs *regs, long ret, const bool
 				s->datagrams_most = d;
 		}
 		break;
+	}
 	case QP_RECVMSG:
 		s->bytes += ret;
 		if (count_datagrams) {
