@@ -92,9 +92,9 @@ def test_the_faults_stay_hidden():
         (["--stack", "sctp"], errors.UnknownStack.exit_code, ["sctp", "quic"]),
         (["--duration", "ten"], errors.BadValue.exit_code, ["malformed --duration 'ten'"]),
         (
-            ["--stack", "quinn", "--pattern", "download", "--resume"],
+            ["--stack", "tcp", "--pattern", "download", "--resume"],
             errors.StackCannot.exit_code,
-            ["quinn's workload does not resume sessions", "use --stack quic"],
+            ["--resume resumes a TLS or QUIC session, and tcp has none", "use quic or tcp-tls"],
         ),
         (["--stack", "tcp", "--cipher", "X"], errors.BadTls.exit_code, ["--tls and --cipher", "plain tcp"]),
         (["--stack", "quic", "--sendfile"], errors.SendfileUnsupported.exit_code, ["--sendfile", "quic"]),
