@@ -19,8 +19,9 @@ def flame(rec: dict, n: int) -> Optional[dict]:
     out = {}
     for side, fig in flame["sides"].items():
         nbytes = side_bytes(rec, side)
-        if fig["ns_per_byte"] is None:  # the side moved no bytes
-            out[side] = {"total": fig["samples"] * rec["flame"]["sample_period_ns"] / n, "categories": None}
+        if fig["ns_per_byte"] is None:  # the side moved no bytes (its samples' time), or left no sample
+            total = fig["samples"] * rec["flame"]["sample_period_ns"] / n if fig["samples"] else None
+            out[side] = {"total": total, "categories": None}
             continue
         out[side] = {
             "total": fig["ns_per_byte"] * nbytes / n,

@@ -26,6 +26,9 @@ def run_figures(record: dict, stacks_dir: Path, pids: Optional[Dict[str, int]] =
             out[side] = _no_bytes(data.stacks)
             continue
         fig = normalize.figures(data.stacks, period_ns, nbytes)
+        if not fig.samples:
+            out[side] = _no_samples(sides.measured_ns_per_byte(record, side))
+            continue
         w = weighting.side_weights(record, stacks_dir, side, (pids or {}).get(side))
         shown = normalize.figures(w[0], period_ns, nbytes) if w else fig
         measured = sides.measured_ns_per_byte(record, side)
@@ -44,6 +47,21 @@ def run_figures(record: dict, stacks_dir: Path, pids: Optional[Dict[str, int]] =
             out[side]["sampled_ns_per_byte"] = fig.ns_per_byte
             out[side]["weighting"] = w[1]
     return out
+
+
+def _no_samples(measured: Optional[float]) -> dict:
+    """A side that moved bytes but left no stack sample in the window (its
+    CPU's timer lost them all, or the window was shorter than a sample
+    period): no graph, so no figure drawn from one, rather than zeros."""
+    return {
+        "samples": 0,
+        "ns_per_byte": None,
+        "measured_ns_per_byte": measured,
+        "gap_percent": None,
+        "stack_quality": None,
+        "categories_ns_per_byte": None,
+        "absent_reason": "perf recorded no stack sample of this side in the window",
+    }
 
 
 def _no_bytes(stacks) -> dict:

@@ -842,10 +842,11 @@ def _print_flame(rec: dict, console: Console) -> None:
     t.add_column("CATEGORY")
     for side in sides:
         t.add_column(side.upper(), justify="right")
-    cats = next(iter(sides.values()))["categories_ns_per_byte"]
+    # A side with no bytes or no sample has no figure drawn (— = not measured).
+    cats = next((f["categories_ns_per_byte"] for f in sides.values() if f["categories_ns_per_byte"]), {})
     for cat in cats:
-        t.add_row(cat, *(f"{sides[s]['categories_ns_per_byte'][cat]:.3f}" for s in sides))
-    t.add_row("[bold]graph total[/]", *(f"[bold]{sides[s]['ns_per_byte']:.3f}[/]" for s in sides))
+        t.add_row(cat, *(num((sides[s]["categories_ns_per_byte"] or {}).get(cat), "{:.3f}") for s in sides))
+    t.add_row("[bold]graph total[/]", *(num(sides[s]["ns_per_byte"], "[bold]{:.3f}[/]") for s in sides))
     t.add_row("measured", *(num(sides[s]["measured_ns_per_byte"]) for s in sides))
     t.add_row("gap", *(num(sides[s]["gap_percent"], "{:+.1f}%") for s in sides))
     t.add_row(

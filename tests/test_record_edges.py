@@ -159,3 +159,32 @@ def test_what_limited_a_run_is_never_left_unsaid():
             s = _saturation(u, **kw)
             assert s["limited_by"] in link.LIMITS and s["limited_by_means"] == link.LIMITS[s["limited_by"]]
             assert (s["limited_by"] == "link") == (u >= link.SATURATED)
+
+
+def test_a_side_with_no_sample_has_no_graph_figures(tmp_path):
+    """A side that moved bytes but left no stack sample (its CPU's timer
+    lost every one: CI saw a server on a CPU that recorded 4% of its
+    samples get none) has no graph to divide: its figures drawn from the
+    graph are absent, and say why, rather than zeros; the other side's
+    stand, and the table shows the absent ones as not measured."""
+    import io
+    import shutil
+
+    from rich.console import Console
+
+    from qprof.present import tables
+
+    run_dir = tmp_path / "quic"
+    shutil.copytree(DATA / "quic", run_dir)
+    (run_dir / "stacks" / "server.folded").write_text("")
+    rec = _valid(record.describe(_measurement("quic"), run_dir))
+    server, client = rec["flame"]["sides"]["server"], rec["flame"]["sides"]["client"]
+    assert server["samples"] == 0 and server["absent_reason"], server
+    for key in ("ns_per_byte", "gap_percent", "stack_quality", "categories_ns_per_byte"):
+        assert server[key] is None, key
+    assert server["measured_ns_per_byte"] > 0
+    assert client["samples"] > 0 and client["ns_per_byte"] > 0 and client["categories_ns_per_byte"]
+    out = io.StringIO()
+    tables._print_flame({"id": "20261124-000000-000000", **rec}, Console(file=out, width=120))
+    row = next(line for line in out.getvalue().splitlines() if "graph total" in line)
+    assert "—" in row and f"{client['ns_per_byte']:.3f}" in row, row
