@@ -365,11 +365,11 @@ OPTIONS: List[Option] = [
         "rr and video: an application protocol over the stack, each request and response one message of "
         "it, framed by its own library: h1 (HTTP/1.1 over a TCP stack, POST and 200 with Content-Length, "
         "http-parser), h2 (HTTP/2 over a TCP stack, a stream per request on one connection, nghttp2 and its "
-        "HPACK) or h3 (HTTP/3 over quic, a stream per request, nghttp3 and its QPACK); the record splits "
+        "HPACK) or h3 (HTTP/3 over a QUIC stack, a stream per request, nghttp3 and its QPACK); the record splits "
         "the bytes per request into payload, the protocol's framing and headers, and the transport's "
         "(unset: the bare messages)",
         choices=APPS,
-        stacks=("quic",) + TCP_STACKS,
+        stacks=QUIC_STACKS + TCP_STACKS,
         vary=True,
         workload="--app",
         metavar="|".join(APPS),

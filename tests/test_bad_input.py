@@ -238,7 +238,8 @@ def test_app_advice_leads_to_a_run(stack, app):
     for a in apps:
         assert run_plan("--stack", stack, "--pattern", "rr", "--app", a).options.app == a
     for s in stacks:
-        assert run_plan("--stack", s, "--pattern", "rr", "--app", "h3" if s == "quic" else "h1").options.stack == s
+        app = "h3" if s in ("quic", "quinn", "quiche", "ngtcp2") else "h1"
+        assert run_plan("--stack", s, "--pattern", "rr", "--app", app).options.stack == s
 
 
 @pytest.mark.unit

@@ -261,14 +261,22 @@ def test_the_rust_transports_exit_codes_are_qprof_wls():
 @pytest.mark.parametrize("stack", QPROF_WL)
 def test_qprof_wls_transports_run_every_pattern(runs_dir, stack):
     """ngtcp2, quiche and quinn are transports of qprof-wl's: requests
-    and responses, and handshakes, written once over the transports, run
-    on them too."""
+    and responses (bare and as HTTP/3), and handshakes, written once over
+    the transports, run on them too."""
     rec = run_json(
         runs_dir, "--stack", stack, "--pattern", "rr", "--period", "5ms", "--duration", "0.5s", "--warmup", "0.3s"
     )
     rr = rec["rr"]
     # The window's responses: its requests, or one more by where the schedule's t0 falls (test_rr).
     assert rec["verified"] is True and 0 < rr["responses"] <= rr["requests_due"], rr
+    # HTTP/3 over it (wl_h3.c over the transport): every request a POST answered by a 200, framed by nghttp3.
+    rec = run_json(
+        runs_dir, *("--stack", stack, "--pattern", "rr", "--app", "h3", "--period", "5ms", "--duration", "0.5s")
+    )
+    rr = rec["rr"]
+    assert rec["verified"] is True and 0 < rr["responses"] <= rr["requests_due"], rr
+    for way in ("client_to_server", "server_to_client"):
+        assert rr["data_volume"][way]["framing_bytes"] > 0, rr["data_volume"]
     rec = run_json(runs_dir, "--stack", stack, "--pattern", "handshakes", "--duration", "1s", "--sample-hz", "1000")
     assert rec["verified"] is True and rec["handshakes"]["handshakes"] > 0, rec["handshakes"]
     assert rec["environment"]["quic_library"]["name"] == stack

@@ -308,7 +308,7 @@ def test_bad_rr_options(args, words, code):
             ["--tcp-conns"],
             BAD_VALUE,
         ),
-        (["--stack", "quinn", "--pattern", "rr", "--app", "h3"], ["--app", "quinn"], STACK_CANNOT),
+        (["--stack", "quinn", "--pattern", "rr", "--app", "h2"], ["--app h2", "--app h3"], STACK_CANNOT),
         (["--stack", "quic", "--pattern", "rr", "--app", "h3", "--rr-streams", "one"], ["--rr-streams one"], BAD_VALUE),
         (["--stack", "tcp", "--pattern", "rr", "--app", "h9"], ["--app", "h9"], BAD_VALUE),
     ],

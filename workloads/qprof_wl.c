@@ -265,8 +265,8 @@ static const struct flag flags[] = {
 	{FLAG("tcp-conns", 0, F_CHOICE, tcp_conns), .choices = "one|on-demand",
 	 .stacks = TCP_STACKS, .patterns = P_RR},
 	{FLAG("rr-mode", 0, F_CHOICE, rr_mode), .choices = "open|closed", .patterns = P_RR},
-	{FLAG("app", 0, F_CHOICE, app), .choices = "h1|h2|h3",
-	 .stacks = "quic|tcp|tcp-tls|tcp-ktls", .patterns = P_RR},
+	{FLAG("app", 0, F_CHOICE, app), .choices = "h1|h2|h3", .stacks = QUIC_STACKS "|" TCP_STACKS,
+	 .patterns = P_RR},
 	{FLAG("tcp-cc", 0, F_STR, tcp_cc), .stacks = TCP_STACKS},
 	{FLAG("io-size", 0, F_NUM, io_size), .lo = 1024, .hi = 1u << 20, .pow2 = true,
 	 .unit = " bytes"},
@@ -517,10 +517,10 @@ static int check_rules(struct wl_opts *o)
 			WL_RR_MAX_CONNS);
 		return WL_EXIT_USAGE;
 	}
-	if (o->app && (!strcmp(o->app, "h3") != !strcmp(o->stack, "quic"))) {
+	if (o->app && (!strcmp(o->app, "h3") != in_list(QUIC_STACKS, o->stack))) {
 		wl_warn("--app %s is for %s; --stack %s takes --app %s", o->app,
-			!strcmp(o->app, "h3") ? "quic" : "the tcp stacks", o->stack,
-			!strcmp(o->stack, "quic") ? "h3" : "h1 or h2");
+			!strcmp(o->app, "h3") ? "the QUIC stacks" : "the tcp stacks", o->stack,
+			in_list(QUIC_STACKS, o->stack) ? "h3" : "h1 or h2");
 		return WL_EXIT_USAGE;
 	}
 	if (o->app && !strcmp(o->app, "h2") && o->tcp_on_demand) {

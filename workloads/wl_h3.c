@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0-only
 /*
- * --app h3: HTTP/3 over msquic's streams, framed by nghttp3 (Debian's
- * libnghttp3), as a transport over wl_quic.c (wl_app.h says how an
- * application layer sits).
+ * --app h3: HTTP/3 over a QUIC transport's streams (msquic's, wl_quic.c;
+ * ngtcp2's, quiche's, quinn's), framed by nghttp3 (Debian's libnghttp3),
+ * as a transport over it (wl_app.h says how an application layer sits).
  *
  * Each request of the pattern goes on a bidirectional stream of its own
  * as one HTTP/3 request (POST, :authority, :path, content-type,
@@ -20,13 +20,17 @@
  * nghttp3 is not thread-safe, and a connection's streams call in from
  * msquic's worker while the pattern calls from the loop, so each
  * connection's calls into it hold the connection's (recursive) lock. What
- * nghttp3 writes is handed to msquic as it comes (a send a frame piece,
- * kept until msquic's SEND_COMPLETE, which with send buffering off is
- * the peer's acknowledgment, whence nghttp3_conn_add_ack_offset).
+ * nghttp3 writes is handed to the transport as it comes (a send a frame
+ * piece, WL_SEND_OWNED), and handed back to nghttp3 as acknowledged
+ * (nghttp3_conn_add_ack_offset) once the transport's sent handler says it
+ * has left nghttp3's hands: msquic's SEND_COMPLETE, which with send
+ * buffering off is the peer's acknowledgment; ngtcp2's acknowledgment;
+ * quiche and quinn once they have taken it (a copy). nghttp3 keeps what
+ * it wrote only until then, for a transport that sends from it.
  *
  * Named for the flame graph's categories as wl_h1.c is: h3_* is the
  * framing's own work ("HTTP framing", with nghttp3 itself), wl_h3_* hands
- * on to the pattern or to msquic and is the workload's.
+ * on to the pattern or to the transport and is the workload's.
  */
 #define _GNU_SOURCE
 #include <nghttp3/nghttp3.h>
@@ -48,7 +52,7 @@ struct wl_stream {
 	struct wl_conn *c;
 	struct wl_stream *lower;
 	enum kind kind;
-	int64_t id; /* -1 until msquic has started it */
+	int64_t id; /* -1 until the transport has started it */
 	const struct wl_stream_handlers *h;
 	void *ctx;
 	/* Sending: the pattern's messages until the peer has them all (nghttp3's word). */
@@ -140,7 +144,7 @@ static int h3_refuse(const char *why)
 	return NGHTTP3_ERR_CALLBACK_FAILURE;
 }
 
-/* Writing: what nghttp3 has to send, to msquic */
+/* Writing: what nghttp3 has to send, to the transport */
 
 /* A send's tag: its length, so its acknowledgment can be handed back to nghttp3. */
 static void *len_tag(size_t len)
@@ -158,7 +162,7 @@ static bool is_body(const struct wl_stream *s, const uint8_t *p)
 }
 
 /*
- * Everything nghttp3 has to write, handed to msquic; every byte of it that
+ * Everything nghttp3 has to write, handed to the transport; every byte of it that
  * is not a body counts as framing. A failure fails the run.
  */
 static void h3_flush(struct wl_conn *c)
@@ -413,7 +417,7 @@ static void try_bind(struct wl_conn *c)
 	}
 }
 
-/* msquic's handlers (wl_quic.c), each under the connection's lock */
+/* The transport's handlers, each under the connection's lock */
 
 static void wl_h3_writable(struct wl_stream *ls, void *ctx)
 {
@@ -539,14 +543,16 @@ static void wl_h3_connected(struct wl_conn *lc, void *ctx)
 	for (int i = 0; i < H3_UNI; i++) {
 		struct wl_stream *s = stream_new(c, LOCAL_UNI);
 
+		/* Its place first: its writable handler binds the three once all have IDs. */
+		c->uni[i] = s;
 		if (!s ||
 		    wl_app_lower->open(c->lower, &lower_stream_h, s, WL_STREAM_UNI, &s->lower)) {
 			wl_role_fail(WL_EXIT_INTERNAL, "HTTP/3's control streams could not open");
+			c->uni[i] = NULL;
 			if (s)
 				stream_free(s);
 			break;
 		}
-		c->uni[i] = s;
 	}
 	unlock(c);
 }
@@ -728,11 +734,12 @@ static int wl_h3_send(struct wl_stream *s, const uint8_t *hdr, uint32_t hdr_len,
 	}
 	s->fin = s->fin || (flags & WL_SEND_FIN);
 	if (!s->submitted) {
-		/* The server's response goes at once; the client's request once it can. */
-		if (c->server && len && !h3_submit(s, len))
-			h3_flush(c);
-		else if (!c->server)
-			try_submit(s);
+		/*
+		 * Submitted once the connection's own streams are bound (msquic
+		 * binds them before a request can be answered; a transport on the
+		 * loop may read a request in the pass that completes the handshake).
+		 */
+		try_submit(s);
 	} else {
 		nghttp3_conn_resume_stream(c->h3, s->id);
 		h3_flush(c);

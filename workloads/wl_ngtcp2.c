@@ -988,7 +988,8 @@ static void settings_params(ngtcp2_settings *set, ngtcp2_transport_params *tp, b
 	tp->initial_max_stream_data_bidi_remote = MAX_STREAM_DATA;
 	tp->initial_max_stream_data_uni = MAX_STREAM_DATA;
 	tp->initial_max_streams_bidi = server ? MAX_STREAMS : 0;
-	tp->initial_max_streams_uni = server ? MAX_STREAMS : 0;
+	/* The client's peer may open unidirectional streams too (HTTP/3's control and QPACK streams). */
+	tp->initial_max_streams_uni = MAX_STREAMS;
 	if (server && N.acc.peer_bidi_streams > MAX_STREAMS)
 		tp->initial_max_streams_bidi = N.acc.peer_bidi_streams;
 	if (server && N.acc.peer_uni_streams > MAX_STREAMS)
@@ -1163,6 +1164,19 @@ static void ng_listen_stop(void)
 	N.listening = false;
 }
 
+/*
+ * The pattern asked for something (connect, open, send, abort, close):
+ * done by a service, never inside the call (wl_transport.h): inside a
+ * handler's, once the service it runs in goes round; else on the loop's
+ * next pass, so no handler runs within the caller's call.
+ */
+static void asked(struct wl_conn *c)
+{
+	c->again = true;
+	if (!c->busy)
+		wl_loop_again(c->timer);
+}
+
 static int ng_connect(const struct wl_conn_handlers *h, void *ctx, unsigned flags,
 		      struct wl_conn **out)
 {
@@ -1215,7 +1229,7 @@ static int ng_connect(const struct wl_conn_handlers *h, void *ctx, unsigned flag
 		N.stats_conn = c, c->stats = true;
 	pthread_mutex_unlock(&N.lock);
 	*out = c;
-	service(c); /* the Initial */
+	asked(c); /* the Initial */
 	return WL_EXIT_OK;
 fail:
 	if (c->qc)
@@ -1255,7 +1269,7 @@ static int ng_open(struct wl_conn *c, const struct wl_stream_handlers *h, void *
 	s->send_only = flags & WL_STREAM_UNI;
 	s->owe_writable = true;
 	*out = s;
-	service(c);
+	asked(c);
 	return WL_EXIT_OK;
 }
 
@@ -1288,14 +1302,20 @@ static int ng_send(struct wl_stream *s, const uint8_t *hdr, uint32_t hdr_len, co
 	}
 	if (flags & WL_SEND_FIN)
 		s->fin_req = true;
-	service(c);
+	asked(c);
 	return WL_EXIT_OK;
+}
+
+/* Ours are numbered by ngtcp2 as they are opened: known at once. */
+static int64_t ng_stream_id(struct wl_stream *s)
+{
+	return s->id;
 }
 
 static void ng_abort(struct wl_stream *s)
 {
 	s->abort_req = true;
-	service(s->c);
+	asked(s->c);
 }
 
 static void ng_close(struct wl_conn *c, uint64_t code)
@@ -1304,7 +1324,7 @@ static void ng_close(struct wl_conn *c, uint64_t code)
 		return;
 	c->close_req = true;
 	c->close_code = code;
-	service(c);
+	asked(c);
 }
 
 static void ng_conn_info(struct wl_conn *c, struct wl_dl *r)
@@ -1355,6 +1375,7 @@ const struct wl_transport wl_ngtcp2 = {
 	.room = ng_room,
 	.abort = ng_abort,
 	.close = ng_close,
+	.stream_id = ng_stream_id,
 	.conn_info = ng_conn_info,
 	.json_connected = json_library,
 	.json_mark = ng_json_mark,

@@ -36,6 +36,10 @@
  *     the loop's thread, its UDP socket and expiry timerfd in the epoll set.
  *   - A pattern may call into the transport from a handler of the same
  *     connection, or from the loop's thread (timers, control commands).
+ *     No QUIC transport calls a handler from inside such a call: msquic's
+ *     come on its worker; ngtcp2's, quiche's and quinn's do what was
+ *     asked in a service of the connection, the one under way (a
+ *     handler's call) or one on the loop's next pass.
  *     For a TCP connection whose handlers run on the loop's thread that
  *     is one thread; for msquic any thread will do. A dedicated TCP
  *     connection is driven only from its own handlers, except close().

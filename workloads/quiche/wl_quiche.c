@@ -1066,6 +1066,19 @@ static void q_listen_stop(void)
 	N.listening = false;
 }
 
+/*
+ * The pattern asked for something (connect, open, send, abort, close):
+ * done by a service, never inside the call (wl_transport.h): inside a
+ * handler's, once the service it runs in goes round; else on the loop's
+ * next pass, so no handler runs within the caller's call.
+ */
+static void asked(struct wl_conn *c)
+{
+	c->again = true;
+	if (!c->busy)
+		wl_loop_again(c->timer);
+}
+
 static int q_connect(const struct wl_conn_handlers *h, void *ctx, unsigned flags,
 		     struct wl_conn **out)
 {
@@ -1101,7 +1114,7 @@ static int q_connect(const struct wl_conn_handlers *h, void *ctx, unsigned flags
 		N.stats_conn = c, c->stats = true;
 	pthread_mutex_unlock(&N.lock);
 	*out = c;
-	service(c); /* the Initial */
+	asked(c); /* the Initial */
 	return WL_EXIT_OK;
 }
 
@@ -1121,7 +1134,7 @@ static int q_open(struct wl_conn *c, const struct wl_stream_handlers *h, void *c
 	s->send_only = flags & WL_STREAM_UNI;
 	s->owe_writable = true;
 	*out = s;
-	service(c);
+	asked(c);
 	return WL_EXIT_OK;
 }
 
@@ -1147,14 +1160,14 @@ static int q_send(struct wl_stream *s, const uint8_t *hdr, uint32_t hdr_len, con
 	}
 	if (flags & WL_SEND_FIN)
 		s->fin_req = true;
-	service(c);
+	asked(c);
 	return WL_EXIT_OK;
 }
 
 static void q_abort(struct wl_stream *s)
 {
 	s->abort_req = true;
-	service(s->c);
+	asked(s->c);
 }
 
 static void q_close(struct wl_conn *c, uint64_t code)
@@ -1163,7 +1176,7 @@ static void q_close(struct wl_conn *c, uint64_t code)
 		return;
 	c->close_req = true;
 	c->close_code = code;
-	service(c);
+	asked(c);
 }
 
 static void q_conn_info(struct wl_conn *c, struct wl_dl *r)

@@ -1181,6 +1181,17 @@ unsafe extern "C" fn q_listen_stop() {
     (*st()).listening = false;
 }
 
+/// The pattern asked for something (connect, open, send, abort, close):
+/// done by a service, never inside the call (wl_transport.h): inside a
+/// handler's, once the service it runs in goes round; else on the loop's
+/// next pass, so no handler runs within the caller's call.
+unsafe fn asked(c: *mut Conn) {
+    (*c).again = true;
+    if (*c).busy == 0 {
+        wl_loop_again((*c).timer);
+    }
+}
+
 unsafe extern "C" fn q_connect(
     h: *const WlConnHandlers,
     ctx: *mut c_void,
@@ -1242,7 +1253,7 @@ unsafe extern "C" fn q_connect(
     (*n).conns.insert(ch, c);
     take_stats(c, flags);
     *out = c as *mut WlConn;
-    service(c); /* the Initial */
+    asked(c); /* the Initial */
     exit::OK
 }
 
@@ -1266,7 +1277,7 @@ unsafe extern "C" fn q_open(
     (*s).uni = uni;
     (*s).owe_writable = true;
     *out = s as *mut WlStream;
-    service(c);
+    asked(c);
     exit::OK
 }
 
@@ -1304,14 +1315,14 @@ unsafe extern "C" fn q_send(
     if flags & WL_SEND_FIN != 0 {
         (*s).fin_req = true;
     }
-    service(c);
+    asked(c);
     exit::OK
 }
 
 unsafe extern "C" fn q_abort(s: *mut WlStream) {
     let s = s as *mut Stream;
     (*s).abort_req = true;
-    service((*s).c);
+    asked((*s).c);
 }
 
 unsafe extern "C" fn q_close(c: *mut WlConn, code: u64) {
@@ -1321,7 +1332,7 @@ unsafe extern "C" fn q_close(c: *mut WlConn, code: u64) {
     }
     (*c).close_req = true;
     (*c).close_code = code;
-    service(c);
+    asked(c);
 }
 
 unsafe extern "C" fn q_conn_info(c: *mut WlConn, r: *mut WlDl) {
