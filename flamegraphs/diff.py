@@ -17,8 +17,8 @@ from . import categories, draw, folded, normalize, sides
 class SideDiff:
     side: str
     unit: normalize.Unit  # both runs'
-    a_ns_per_unit: float
-    b_ns_per_unit: float
+    a_ns_per_unit: Optional[float]  # None: no sample on this side (no graph to divide)
+    b_ns_per_unit: Optional[float]
     change_percent: Optional[float]
     svg: Optional[Path]  # None: B has no samples on this side
 
@@ -77,6 +77,9 @@ def render(run_a: sides.Run, run_b: sides.Run, which: Iterable[str], svg_for: Ca
                 draw.diff_subtitle(run_a.id, run_a.record, run_b.id, run_b.record, unit),
                 unit,
             )
-        change = normalize.gap_percent(fb.ns_per_unit, fa.ns_per_unit)
-        out.append(SideDiff(side, unit, fa.ns_per_unit, fb.ns_per_unit, change, svg))
+        # A side with no sample has no figure, as its record says (summary._no_samples).
+        a = fa.ns_per_unit if fa.samples else None
+        b = fb.ns_per_unit if fb.samples else None
+        change = normalize.gap_percent(b, a) if a is not None and b is not None else None
+        out.append(SideDiff(side, unit, a, b, change, svg))
     return out

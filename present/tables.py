@@ -457,10 +457,11 @@ def print_comparison(rec: dict, console: Optional[Console] = None) -> None:
             # Diffed per byte, or per unit of work (ns, shown in us): the keys say which.
             per = next((k[len("a_ns_per_") :] for k in d if k.startswith("a_ns_per_")), "byte")
             a, b = d[f"a_ns_per_{per}"], d[f"b_ns_per_{per}"]
-            a, b, unit = (a, b, "ns/B") if per == "byte" else (a / 1e3, b / 1e3, f"us/{per}")
+            scale, unit = (1, "ns/B") if per == "byte" else (1e3, f"us/{per}")
+            a, b = (None if v is None else v / scale for v in (a, b))
             console.print(
-                f"flame diff {side}: {labels[0]} (run {fd['a']}) {a:.3f} {unit} -> "
-                f"{labels[1]} (run {fd['b']}) {b:.3f} {unit}: {cdir / where if d['svg'] else where}"
+                f"flame diff {side}: {labels[0]} (run {fd['a']}) {num(a)} {unit} -> "
+                f"{labels[1]} (run {fd['b']}) {num(b)} {unit}: {cdir / where if d['svg'] else where}"
             )
     elif fd:
         console.print(f"flame diff: none ({fd.get('absent')})")
@@ -1081,6 +1082,10 @@ def print_flame_categories(
         console.print(Text(f"the capture undercounts: {incomplete}.", style="yellow"))
 
 
+def _shown(u, v: Optional[float]) -> Optional[float]:
+    return None if v is None else u.shown(v)
+
+
 def flame_diff_line(d: diff.SideDiff, b_id: str) -> str:
     """One greppable line per side diffed: A -> B in the runs' unit, or
     that B has nothing on this side to draw."""
@@ -1088,6 +1093,6 @@ def flame_diff_line(d: diff.SideDiff, b_id: str) -> str:
         return f"{d.side}: run {b_id} has no samples on this side, nothing drawn"
     u = d.unit
     return (
-        f"{d.side}: A {u.shown(d.a_ns_per_unit):.3f} {u.figure} -> B {u.shown(d.b_ns_per_unit):.3f} {u.figure} "
+        f"{d.side}: A {num(_shown(u, d.a_ns_per_unit))} {u.figure} -> B {num(_shown(u, d.b_ns_per_unit))} {u.figure} "
         f"({num(d.change_percent, '{:+.1f}%')}) -> {d.svg}"
     )
