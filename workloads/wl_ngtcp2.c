@@ -222,11 +222,6 @@ static void snapshot(struct wl_conn *c)
 
 /* Sockets: the one datapath (wl_udpio.c) */
 
-static int udp_socket(void)
-{
-	return wl_udp_io_socket(&N.io);
-}
-
 /* One sendmsg of len bytes, segments of seg (GSO when more than one); a full socket waits. */
 static void send_batch(struct wl_conn *c, uint8_t *buf, size_t len, size_t seg)
 {
@@ -1142,18 +1137,9 @@ static int ng_listen(const struct wl_accept *a)
 	int code;
 
 	N.acc = *a;
-	N.listen_fd = udp_socket();
-	if (N.listen_fd < 0) {
-		wl_warn("socket failed: %s", strerror(errno));
-		return WL_EXIT_INTERNAL;
-	}
-	code = wl_bind(N.listen_fd, &N.addr, "UDP", N.o);
+	code = wl_udp_io_listen(&N.io, &N.addr, N.o, on_listen_fd, NULL, &N.listen_fd);
 	if (code)
 		return code;
-	if (wl_loop_add(N.listen_fd, EPOLLIN, on_listen_fd, NULL)) {
-		wl_warn("cannot watch the UDP socket: %s", strerror(errno));
-		return WL_EXIT_INTERNAL;
-	}
 	N.listening = true;
 	return WL_EXIT_OK;
 }
@@ -1184,7 +1170,6 @@ static int ng_connect(const struct wl_conn_handlers *h, void *ctx, unsigned flag
 	ngtcp2_transport_params tp;
 	ngtcp2_cid dcid, scid;
 	ngtcp2_path path;
-	socklen_t len = sizeof(struct sockaddr_in);
 	struct wl_conn *c = conn_alloc(false, flags);
 	int rv;
 
@@ -1196,9 +1181,8 @@ static int ng_connect(const struct wl_conn_handlers *h, void *ctx, unsigned flag
 	c->ctx = ctx;
 	c->t_connect = wl_now_ns();
 	c->remote = N.addr;
-	c->fd = udp_socket();
-	if (c->fd < 0 || connect(c->fd, (struct sockaddr *)&N.addr, sizeof(N.addr)) ||
-	    getsockname(c->fd, (struct sockaddr *)&c->local, &len)) {
+	c->fd = wl_udp_io_connect(&N.io, &N.addr, &c->local);
+	if (c->fd < 0) {
 		wl_warn("UDP socket to %s:%d failed: %s", N.o->addr, N.o->port, strerror(errno));
 		goto fail;
 	}

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0-only
 /*
  * The one UDP datapath of qprof-wl's QUIC transports that do their own
- * I/O (wl_udpio.h): ngtcp2's (wl_ngtcp2.c) and quiche's
- * (quiche/wl_quiche.c, a library of its own, which reaches these through
- * qprof-wl's exported symbols). A socket with the run's buffers and
+ * I/O (wl_udpio.h): ngtcp2's (wl_ngtcp2.c), quiche's (quiche/wl_quiche.c)
+ * and quinn's (rs/quinn), the last two libraries of their own, which
+ * reach these through qprof-wl's exported symbols. A socket with the run's buffers and
  * offloads, a batch of datagrams of one size sent in one call (GSO), a
  * receive of what the kernel joined (GRO), and the counts a mark reads as
  * of one moment.
@@ -11,9 +11,12 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <poll.h>
+#include <string.h>
+#include <sys/epoll.h>
 #include <unistd.h>
 
 #include "wl.h"
+#include "wl_transport.h"
 #include "wl_udpio.h"
 
 #define SOCK_BUF (2u << 20) /* SO_SNDBUF, SO_RCVBUF asked */
@@ -55,6 +58,43 @@ int wl_udp_io_socket(struct wl_udp_io *io)
 		io->gro = !wl_udp_gro_on(fd);
 	} else if (io->gro) {
 		wl_udp_gro_on(fd);
+	}
+	return fd;
+}
+
+int wl_udp_io_listen(struct wl_udp_io *io, const struct sockaddr_in *a, const struct wl_opts *o,
+		     void (*fn)(int fd, uint32_t events, void *arg), void *arg, int *fd)
+{
+	int code;
+
+	*fd = wl_udp_io_socket(io);
+	if (*fd < 0) {
+		wl_warn("socket failed: %s", strerror(errno));
+		return WL_EXIT_INTERNAL;
+	}
+	code = wl_bind(*fd, a, "UDP", o);
+	if (code)
+		return code;
+	if (wl_loop_add(*fd, EPOLLIN, fn, arg)) {
+		wl_warn("cannot watch the UDP socket: %s", strerror(errno));
+		return WL_EXIT_INTERNAL;
+	}
+	return WL_EXIT_OK;
+}
+
+int wl_udp_io_connect(struct wl_udp_io *io, const struct sockaddr_in *to, struct sockaddr_in *local)
+{
+	socklen_t len = sizeof(*local);
+	int fd = wl_udp_io_socket(io), e;
+
+	if (fd < 0)
+		return -1;
+	if (connect(fd, (const struct sockaddr *)to, sizeof(*to)) ||
+	    getsockname(fd, (struct sockaddr *)local, &len)) {
+		e = errno;
+		close(fd);
+		errno = e;
+		return -1;
 	}
 	return fd;
 }

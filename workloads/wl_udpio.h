@@ -2,7 +2,7 @@
 /*
  * The UDP datapath's kernel interface, once for qprof-wl's transports that
  * do their own UDP I/O (udp's wl_udp.c, ngtcp2's wl_ngtcp2.c, quiche's
- * quiche/wl_quiche.c): a send of
+ * quiche/wl_quiche.c, quinn's rs/quinn): a send of
  * consecutive datagrams of one size that the kernel cuts (GSO, a
  * UDP_SEGMENT cmsg) and a receive of datagrams the kernel joined (GRO,
  * the UDP_GRO socket option and its cmsg of the segment size), as the
@@ -117,6 +117,16 @@ struct wl_udp_io {
  * the first one's kernel took; -1 (errno).
  */
 int wl_udp_io_socket(struct wl_udp_io *io);
+struct wl_opts;
+/*
+ * Server: a socket of the datapath bound to a (wl_bind's sentences) and
+ * watched by the loop (fn, arg) in *fd: 0, or an exit code after saying why.
+ */
+int wl_udp_io_listen(struct wl_udp_io *io, const struct sockaddr_in *a, const struct wl_opts *o,
+		     void (*fn)(int fd, uint32_t events, void *arg), void *arg, int *fd);
+/* Client: a socket of the datapath connected to `to`, *local its address; its fd, or -1 (errno). */
+int wl_udp_io_connect(struct wl_udp_io *io, const struct sockaddr_in *to,
+		      struct sockaddr_in *local);
 /*
  * One sendmsg of len bytes in datagrams of seg (GSO when more than one,
  * one a call once the kernel refused it), to `to` (NULL: a connected

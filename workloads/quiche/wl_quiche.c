@@ -260,11 +260,6 @@ static void snapshot(struct wl_conn *c)
 
 /* Sockets: qprof-wl's one datapath (wl_udpio.c) */
 
-static int udp_socket(void)
-{
-	return wl_udp_io_socket(&N.io);
-}
-
 /* One sendmsg of len bytes to `to`, segments of seg (GSO when more than one); a full socket waits. */
 static void send_batch(struct wl_conn *c, const struct sockaddr_in *to, uint8_t *buf, size_t len,
 		       size_t seg)
@@ -1044,18 +1039,9 @@ static int q_listen(const struct wl_accept *a)
 		quiche_config_set_initial_max_streams_bidi(N.cfg, a->peer_bidi_streams);
 	if (a->peer_uni_streams > MAX_STREAMS)
 		quiche_config_set_initial_max_streams_uni(N.cfg, a->peer_uni_streams);
-	N.listen_fd = udp_socket();
-	if (N.listen_fd < 0) {
-		wl_warn("socket failed: %s", strerror(errno));
-		return WL_EXIT_INTERNAL;
-	}
-	code = wl_bind(N.listen_fd, &N.addr, "UDP", N.o);
+	code = wl_udp_io_listen(&N.io, &N.addr, N.o, on_listen_fd, NULL, &N.listen_fd);
 	if (code)
 		return code;
-	if (wl_loop_add(N.listen_fd, EPOLLIN, on_listen_fd, NULL)) {
-		wl_warn("cannot watch the UDP socket: %s", strerror(errno));
-		return WL_EXIT_INTERNAL;
-	}
 	N.listening = true;
 	return WL_EXIT_OK;
 }
@@ -1082,7 +1068,6 @@ static void asked(struct wl_conn *c)
 static int q_connect(const struct wl_conn_handlers *h, void *ctx, unsigned flags,
 		     struct wl_conn **out)
 {
-	socklen_t len = sizeof(struct sockaddr_in);
 	struct wl_conn *c = conn_alloc(false, flags);
 
 	if (!c) {
@@ -1092,9 +1077,8 @@ static int q_connect(const struct wl_conn_handlers *h, void *ctx, unsigned flags
 	c->hd = h;
 	c->ctx = ctx;
 	c->remote = N.addr;
-	c->fd = udp_socket();
-	if (c->fd < 0 || connect(c->fd, (struct sockaddr *)&N.addr, sizeof(N.addr)) ||
-	    getsockname(c->fd, (struct sockaddr *)&c->local, &len)) {
+	c->fd = wl_udp_io_connect(&N.io, &N.addr, &c->local);
+	if (c->fd < 0) {
 		wl_warn("UDP socket to %s:%d failed: %s", N.o->addr, N.o->port, strerror(errno));
 		conn_drop(c);
 		return WL_EXIT_LIB_OPEN;

@@ -264,20 +264,16 @@ fn from_sockaddr(s: &sockaddr_in) -> SocketAddr {
     ))
 }
 
-/// A socket of the datapath, with quinn-udp's IP_PMTUDISC_PROBE (quinn's path MTU discovery needs DF).
-unsafe fn udp_socket() -> c_int {
-    let fd = wl_udp_io_socket(&mut (*st()).io);
-    if fd >= 0 {
-        let v: c_int = libc::IP_PMTUDISC_PROBE;
-        libc::setsockopt(
-            fd,
-            libc::IPPROTO_IP,
-            libc::IP_MTU_DISCOVER,
-            &v as *const c_int as *const c_void,
-            size_of::<c_int>() as libc::socklen_t,
-        );
-    }
-    fd
+/// quinn-udp's IP_PMTUDISC_PROBE on a socket of the datapath (quinn's path MTU discovery needs DF).
+unsafe fn pmtud(fd: c_int) {
+    let v: c_int = libc::IP_PMTUDISC_PROBE;
+    libc::setsockopt(
+        fd,
+        libc::IPPROTO_IP,
+        libc::IP_MTU_DISCOVER,
+        &v as *const c_int as *const c_void,
+        size_of::<c_int>() as libc::socklen_t,
+    );
 }
 
 // ------------------------------------------------------------ ends
@@ -1154,24 +1150,19 @@ unsafe extern "C" fn q_listen(a: *const WlAccept) -> c_int {
         true,
         None,
     ));
-    let fd = udp_socket();
-    if fd < 0 {
-        warn(&format!("socket failed: {}", std::io::Error::last_os_error()));
-        return exit::INTERNAL;
-    }
-    (*n).listen_fd = fd;
     let sa = to_sockaddr(&(*n).addr);
-    let code = wl_bind(fd, &sa, c"UDP".as_ptr(), (*n).o);
+    let code = wl_udp_io_listen(
+        &mut (*n).io,
+        &sa,
+        (*n).o,
+        on_fd,
+        std::ptr::null_mut(),
+        &mut (*n).listen_fd,
+    );
     if code != 0 {
         return code;
     }
-    if wl_loop_add(fd, EPOLLIN, on_fd, std::ptr::null_mut()) != 0 {
-        warn(&format!(
-            "cannot watch the UDP socket: {}",
-            std::io::Error::last_os_error()
-        ));
-        return exit::INTERNAL;
-    }
+    pmtud((*n).listen_fd);
     (*n).listening = true;
     exit::OK
 }
@@ -1199,25 +1190,18 @@ unsafe extern "C" fn q_connect(
     out: *mut *mut WlConn,
 ) -> c_int {
     let n = st();
-    let fd = udp_socket();
     let sa = to_sockaddr(&(*n).addr);
-    if fd < 0
-        || libc::connect(
-            fd,
-            &sa as *const sockaddr_in as *const libc::sockaddr,
-            size_of::<sockaddr_in>() as u32,
-        ) != 0
-    {
+    let mut local: sockaddr_in = std::mem::zeroed();
+    let fd = wl_udp_io_connect(&mut (*n).io, &sa, &mut local);
+    if fd < 0 {
         warn(&format!(
             "UDP socket to {} failed: {}",
             (*n).addr,
             std::io::Error::last_os_error()
         ));
-        if fd >= 0 {
-            libc::close(fd);
-        }
         return exit::LIB_OPEN;
     }
+    pmtud(fd);
     let cfg = (*n).client.clone().unwrap();
     let ep = (*n).endpoint.as_mut().unwrap();
     let (ch, q) = match ep.connect(Instant::now(), cfg, (*n).addr, SERVER_NAME) {

@@ -269,6 +269,15 @@ extern "C" {
     pub fn wl_json_bool(j: *mut WlJson, key: *const c_char, v: bool);
     pub fn wl_json_raw(j: *mut WlJson, key: *const c_char, raw: *const c_char);
     pub fn wl_udp_io_socket(io: *mut WlUdpIo) -> c_int;
+    pub fn wl_udp_io_listen(
+        io: *mut WlUdpIo,
+        a: *const sockaddr_in,
+        o: *const WlOpts,
+        f: LoopFn,
+        arg: *mut c_void,
+        fd: *mut c_int,
+    ) -> c_int;
+    pub fn wl_udp_io_connect(io: *mut WlUdpIo, to: *const sockaddr_in, local: *mut sockaddr_in) -> c_int;
     pub fn wl_udp_io_send(
         io: *mut WlUdpIo,
         fd: c_int,
