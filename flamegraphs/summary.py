@@ -49,30 +49,28 @@ def run_figures(record: dict, stacks_dir: Path, pids: Optional[Dict[str, int]] =
     return out
 
 
+def _no_figures(samples: int, measured: Optional[float], stack_quality: Optional[float], reason: str) -> dict:
+    """A side with no graph to divide: its samples, and no figure drawn from them, with why."""
+    return {
+        "samples": samples,
+        "ns_per_byte": None,
+        "measured_ns_per_byte": measured,
+        "gap_percent": None,
+        "stack_quality": stack_quality,
+        "categories_ns_per_byte": None,
+        "absent_reason": reason,
+    }
+
+
 def _no_samples(measured: Optional[float]) -> dict:
     """A side that moved bytes but left no stack sample in the window (its
     CPU's timer lost them all, or the window was shorter than a sample
     period): no graph, so no figure drawn from one, rather than zeros."""
-    return {
-        "samples": 0,
-        "ns_per_byte": None,
-        "measured_ns_per_byte": measured,
-        "gap_percent": None,
-        "stack_quality": None,
-        "categories_ns_per_byte": None,
-        "absent_reason": "perf recorded no stack sample of this side in the window",
-    }
+    return _no_figures(0, measured, None, "perf recorded no stack sample of this side in the window")
 
 
 def _no_bytes(stacks) -> dict:
     """A side whose window moved no bytes: its samples, and no figure per byte."""
     samples = sum(stacks.values())
     complete = sum(n for s, n in stacks.items() if normalize.stack_complete(s))
-    return {
-        "samples": samples,
-        "ns_per_byte": None,
-        "measured_ns_per_byte": None,
-        "gap_percent": None,
-        "stack_quality": complete / samples if samples else None,
-        "categories_ns_per_byte": None,
-    }
+    return _no_figures(samples, None, complete / samples if samples else None, "this side moved no bytes in the window")

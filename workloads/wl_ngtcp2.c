@@ -1150,17 +1150,10 @@ static void ng_listen_stop(void)
 	N.listening = false;
 }
 
-/*
- * The pattern asked for something (connect, open, send, abort, close):
- * done by a service, never inside the call (wl_transport.h): inside a
- * handler's, once the service it runs in goes round; else on the loop's
- * next pass, so no handler runs within the caller's call.
- */
+/* What a pattern asked for, in a service (wl_loop_asked). */
 static void asked(struct wl_conn *c)
 {
-	c->again = true;
-	if (!c->busy)
-		wl_loop_again(c->timer);
+	wl_loop_asked(&c->again, c->busy, c->timer);
 }
 
 static int ng_connect(const struct wl_conn_handlers *h, void *ctx, unsigned flags,

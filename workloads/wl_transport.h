@@ -276,6 +276,19 @@ void wl_loop_wake(void);
 /* Loop's thread: call fd's function again after this batch (events 0), once; dropped if fd goes first. */
 void wl_loop_again(int fd);
 /*
+ * A transport the loop drives (ngtcp2's, quiche's; quinn's in Rust), asked
+ * for something by a pattern (connect, open, send, abort, close): done by
+ * a service, never inside the call (THREADS above): inside a handler's
+ * (busy), once the service it runs in goes round (*again); else on the
+ * loop's next pass, through the connection's timer fd.
+ */
+static inline void wl_loop_asked(bool *again, int busy, int timer_fd)
+{
+	*again = true;
+	if (!busy)
+		wl_loop_again(timer_fd);
+}
+/*
  * Run until done(arg) is true, checking it after every batch of events
  * and every wake (a time to act is a timerfd in the loop). -1 if epoll
  * fails.

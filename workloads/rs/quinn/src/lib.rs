@@ -161,21 +161,16 @@ fn st() -> *mut State {
 
 // ------------------------------------------------------------ reports
 
-fn counts(q: &Connection) -> [u64; 4] {
-    let p = q.stats().path;
-    [p.sent_packets, p.lost_packets, p.lost_bytes, p.congestion_events]
-}
-
 /// The connection's counts into the sums, and (the stats connection) its levels.
 unsafe fn snapshot(c: *mut Conn) {
-    let now = counts(&(*c).q);
+    let p = (*c).q.stats().path;
+    let now = [p.sent_packets, p.lost_packets, p.lost_bytes, p.congestion_events];
     let mut s = STATS.lock().unwrap();
     for i in 0..4 {
         s.sum[i] += now[i] - (*c).counts[i];
     }
     (*c).counts = now;
     if (*c).stats {
-        let p = (*c).q.stats().path;
         s.levels = Some((p.cwnd, p.rtt.as_micros() as u64, p.current_mtu as u64));
     }
 }
@@ -683,11 +678,12 @@ unsafe fn service(c: *mut Conn) {
         (*c).again = false;
         endpoint_events(c);
         app_events(c);
-        let streams: Vec<*mut Stream> = (*c).streams.clone();
-        for &s in &streams {
-            if (*c).dead {
-                break;
-            }
+        // By index, not over a copy: a handler may open a stream (pushed at
+        // the end); only the closed step below takes one out.
+        let mut i = 0;
+        while i < (*c).streams.len() && !(*c).dead {
+            let s = (&(*c).streams)[i];
+            i += 1;
             if (*s).id.is_none() {
                 (*s).id = (*c).q.streams().open(if (*s).uni { Dir::Uni } else { Dir::Bi });
             }
@@ -713,10 +709,10 @@ unsafe fn service(c: *mut Conn) {
             conn_flush(c); /* the CONNECTION_CLOSE: the connection is over for us */
             (*c).dead = true;
         }
-        for &s in &streams {
-            if (*c).dead {
-                break;
-            }
+        let mut i = 0;
+        while i < (*c).streams.len() && !(*c).dead {
+            let s = (&(*c).streams)[i];
+            i += 1;
             if !(*s).abort_done && (!(*s).queue.is_empty() || ((*s).fin_req && !(*s).fin_written)) {
                 stream_write(s);
             }
@@ -725,8 +721,11 @@ unsafe fn service(c: *mut Conn) {
             conn_flush(c);
             endpoint_events(c);
         }
-        for &s in &streams {
-            if (*c).dead || !(*c).streams.contains(&s) || !stream_over(s) {
+        let mut i = 0;
+        while i < (*c).streams.len() && !(*c).dead {
+            let s = (&(*c).streams)[i];
+            if !stream_over(s) {
+                i += 1;
                 continue;
             }
             if !(*s).hd.is_null() {
@@ -734,13 +733,12 @@ unsafe fn service(c: *mut Conn) {
                     f(s as *mut c_void, (*s).ctx, !(*s).aborted && !(*s).abort_done);
                 }
             }
-            stream_free(s);
+            stream_free(s); /* out of the list: the next is at i now */
         }
-        let streams: Vec<*mut Stream> = (*c).streams.clone();
-        for &s in &streams {
-            if (*c).dead {
-                break;
-            }
+        let mut i = 0;
+        while i < (*c).streams.len() && !(*c).dead {
+            let s = (&(*c).streams)[i];
+            i += 1;
             if ((*s).owe_writable || (*s).starved)
                 && !(*s).hd.is_null()
                 && !(*s).fin_req
@@ -750,9 +748,8 @@ unsafe fn service(c: *mut Conn) {
                 && !(*s).blocked
             {
                 (*s).owe_writable = false;
-                (*s).starved = false;
+                (*s).starved = false; /* q_room says it again if there is none */
                 if q_room(s as *mut c_void) > 0 {
-                    (*s).starved = false;
                     if let Some(f) = (*(*s).hd).writable {
                         f(s as *mut c_void, (*s).ctx);
                     }
@@ -1224,7 +1221,7 @@ unsafe extern "C" fn q_connect(
     (*c).hd = h;
     (*c).ctx = ctx;
     (*c).offered_0rtt = (*c).q.has_0rtt();
-    let _ = flags & WL_CONN_RESUME; /* rustls offers the cached session whenever it has one */
+    // WL_CONN_RESUME needs nothing here: rustls offers its cached session (--resume keeps one).
     if wl_loop_add(fd, EPOLLIN, on_fd, std::ptr::null_mut()) != 0 {
         warn(&format!(
             "cannot watch the UDP socket: {}",
