@@ -15,6 +15,7 @@ such a qprof cleanly.
 """
 
 import signal
+import threading
 from contextlib import contextmanager
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -65,8 +66,14 @@ def rearm() -> None:
 
 @contextmanager
 def deferred():
-    """A block no signal cuts: one arriving inside is raised at its end."""
+    """A block no signal cuts: one arriving inside is raised at its end.
+    Python runs signal handlers in the main thread only, so only there is
+    there anything to hold; another thread's block holds nothing, and never
+    raises the main thread's interrupt in its own place."""
     global _depth, _pending, _interrupted
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
     _depth += 1
     try:
         yield
