@@ -246,13 +246,16 @@ def test_check_refuses_a_baseline_of_another_stack(runs_dir):
     assert "different stacks (quic, tcp)" in line and "--force" in line
     assert r.stdout == ""
     # --force compares them anyway, and says so: a verdict, not a refusal.
-    # msquic moves a fraction of what plain TCP does on any machine (RESULTS:
-    # 0.4-0.5 of its throughput), so quic held to a tcp baseline regressed.
+    # msquic encrypts every byte in user space and plain TCP encrypts none,
+    # so quic's server spends several times tcp's CPU a byte on any machine
+    # (+170% here); its throughput is a fraction of tcp's on most, but a
+    # 1-second tcp window disturbed by a neighbour can come near it (ci on
+    # b291c8b), so the verdict is held to the CPU a byte alone.
     r = qprof("check", quic, "--baseline", tcp, "--force", runs_dir=runs_dir)
     assert r.returncode == errors.Regression.exit_code, r.stderr
     assert "different stacks (quic, tcp); compared anyway (--force)" in " ".join(r.stdout.split())
     line = one_sentence(r.stderr)
-    assert f"{quic} regressed against {tcp}" in line and "throughput" in line, line
+    assert f"{quic} regressed against {tcp}" in line and "server ns/B +" in line, line
 
 
 @pytest.mark.system
