@@ -1,15 +1,15 @@
 # SPDX-License-Identifier: GPL-2.0-only
 """The record's `handshakes` for `--pattern handshakes` (secnetperf's hps,
 netperf's TCP_CRR): new connections, --conns at once, each a handshake and
-an 8-byte echo, from the client's per-connection reports (workloads/wl.h,
+an 8-byte exchange, from the client's per-connection reports (workloads/wl.h,
 the "handshake" event, as a download's).
 
-The window's handshakes are the connections whose echo came back inside
+The window's handshakes are the connections whose answer came back inside
 it (by the client's clock), so the rate is theirs over the window's
 length and the CPU per handshake is the window's CPU over them. The
 times run from the connect call: `handshake` to the transport's handshake
 done (QUIC CONNECTED, SSL_connect, or TCP's connect), `complete` to the
-echo checked, `tcp_handshake` (TLS over TCP) to TCP's connect. Each goes
+answer checked, `tcp_handshake` (TLS over TCP) to TCP's connect. Each goes
 into an HDR histogram as rr's delays do (1 ns units, within 0.1%).
 Resumption and 0-RTT are counted as they happened; a stack without
 sessions (tcp) has none to count (None).
@@ -34,7 +34,7 @@ def completed_ns(e: dict) -> int:
 
 
 def in_window(events: List[dict], start_ns: int, end_ns: int) -> List[dict]:
-    """The handshakes whose echo came back inside [start, end), in order."""
+    """The handshakes whose answer came back inside [start, end), in order."""
     done = (e for e in events if e["event"] == "handshake" and "complete_ns" in e)
     return sorted((e for e in done if start_ns <= completed_ns(e) < end_ns), key=lambda e: e["i"])
 
@@ -88,7 +88,7 @@ def describe(
         "handshakes": n,
         "per_s": n / seconds if seconds > 0 else None,
         # Each role's own count over the window (the client's marks count a
-        # connection as it closes, the events as its echo came: at most
+        # connection as it closes, the events as its answer came: at most
         # --conns apart at each edge).
         "counted": by_marks,
         "resumed": _count(window, "resumed"),

@@ -216,7 +216,7 @@ OPTIONS: List[Option] = [
         "What moves: bulk (one side sends, by --direction, for --duration or --bytes), download (the server "
         "sends --size bytes on a new connection, --count times, one after another), rr (the client "
         "sends a --payload request every --period, open loop, and the server answers each), handshakes "
-        "(new connections, --conns at once, each echoing 8 bytes, as secnetperf's hps and netperf's TCP_CRR) "
+        "(new connections, --conns at once, each a checked 8-byte exchange, as secnetperf's hps and netperf's TCP_CRR) "
         "or video (a player fetching --duration of media at --bitrate in --segment pieces over one "
         "connection, one after another, playing once --prebuffer is in: startup delay and stalls).",
         choices=PATTERNS,

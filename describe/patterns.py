@@ -34,7 +34,7 @@ def whole_streams(got: dict, gave: dict, opts, expected: int) -> bool:
 
 
 def both_checked(got: dict, gave: dict, opts, expected: int) -> bool:
-    """Each side checked what it received (requests, responses, echoes) and
+    """Each side checked what it received (requests, responses, answers) and
     matched responses to requests; a request still unanswered is a figure."""
     return got.get("verified") is True and gave.get("verified") is True
 

@@ -88,35 +88,35 @@ struct wl_opts {
 };
 
 /*
- * --pattern handshakes (wl_hs.c): the client keeps --conns connections
- * opening at once (default 1), each a new handshake (with --resume: the
- * last session's, QUIC sending its request as 0-RTT). On each it sends
- * an 8-byte word (its index, as the pattern's seed scrambles it), which
- * the server echoes and ends; the client checks the echo, closes the
- * connection and opens the next, until "stop" or --duration-ms (checked
- * as connections end). The client reports each connection as a packed
- * "handshake" record (wl_emit_packed: i, bytes, t_connect_ns and, from
- * it, tcp_handshake_ns, handshake_ns, complete_ns; resumed, early_data
- * as 0 or 1; wait_ns, an open loop's from the due time to the connect
- * call; WL_ABSENT where the stack or the loop has none); marks and
- * "done" add handshakes (client: checked; server: echoed and closed
- * cleanly) and connections_opened, the client's "done" resumed and
+ * --pattern download and --pattern handshakes (wl_exchange.c): one
+ * machinery, a connection an exchange. On each connection the client
+ * asks for N bytes (the request: N, 8 bytes little-endian), the server
+ * answers with N bytes of the pattern from offset 0 and ends the stream
+ * (QUIC: FIN on the one bidirectional stream; TCP: close_notify and FIN),
+ * and the client checks every byte and closes the connection; a request
+ * for another N fails the server (exit 5).
+ *
+ * download: N = --size, --count connections strictly one after another.
+ * The client reports each connection in a {"event":"download"} line, the
+ * server in a {"event":"served"} line; "done" then adds "pattern" and
+ * "downloads".
+ *
+ * handshakes: N = WL_HS_MSG. The client keeps --conns connections opening
+ * at once (default 1), each a new handshake (with --resume: the last
+ * session's, QUIC sending its request as 0-RTT), opening the next as one
+ * closes, until "stop", --duration-ms or --count. The client reports each
+ * connection as a packed "handshake" record (wl_emit_packed: i, bytes,
+ * t_connect_ns and, from it, tcp_handshake_ns, handshake_ns, complete_ns;
+ * resumed, early_data as 0 or 1; wait_ns, an open loop's from the due
+ * time to the connect call; WL_ABSENT where the stack or the loop has
+ * none); marks and "done" add handshakes (client: checked; server:
+ * delivered) and connections_opened, the client's "done" resumed and
  * early_data, and with --period-us period_us, connections_due and late.
  */
 #define WL_HS_MSG 8
-
-/*
- * --pattern download: the client makes --count connections strictly one
- * after another. On each it sends a request (the 8-byte little-endian
- * --size), the server answers with --size bytes of the pattern from offset
- * 0 and ends the stream (QUIC: FIN on the one bidirectional stream; TCP:
- * close_notify and FIN), and the client checks every byte. The client
- * reports each connection in a {"event":"download"} line, the server in a
- * {"event":"served"} line; "done" then adds "pattern" and "downloads".
- */
 #define WL_DL_REQUEST_LEN 8
 
-/* The 8-byte little-endian words on the wire: a download's request, an rr message's sequence number. */
+/* The 8-byte little-endian words on the wire: an exchange's request, an rr message's sequence number. */
 void wl_put_le64(uint8_t *p, uint64_t v);
 uint64_t wl_get_le64(const uint8_t *p);
 

@@ -262,7 +262,8 @@ static const struct wl_control_ops control_ops = {
 
 /*
  * The receiver checks what it gets: bulk's receiving roles (by --direction:
- * per_stream, wl_bulk.c), udp's server, download's client, both in rr.
+ * per_stream, wl_bulk.c), udp's server, download's client, both in rr
+ * and handshakes (whose server's request is the exchange's proof too).
  */
 static bool receiver(void)
 {

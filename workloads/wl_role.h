@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0-only
 /*
  * The role (wl_role.c) and the patterns it runs (wl_bulk.c,
- * wl_download.c, wl_rr_pattern.c, wl_hs.c), written once over wl_transport.h. The
+ * wl_exchange.c, wl_rr_pattern.c), written once over wl_transport.h. The
  * role picks the transport by --stack, runs the control channel, and
  * gives the events every pattern shares: "ready", "connected" (once a
  * run), the marks and "done", each with the pattern's fields and then the
