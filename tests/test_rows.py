@@ -169,3 +169,43 @@ def test_an_options_patterns_are_rows():
     for o in options.OPTIONS:
         assert set(o.patterns + o.set_by) <= set(patterns.PATTERNS), o.name
         assert not set(o.patterns) & set(o.set_by), o.name
+
+
+# The transports qprof-wl runs a pattern over (workloads/wl_transport.h):
+# msquic's, TCP's with its TLS layer, ngtcp2's, quiche's, quinn's, the
+# UDP datapath and the application layers. A pattern is the role's: none
+# of them asks which pattern runs (wl_opts' pattern words, wl_role.p).
+TRANSPORTS = (
+    "workloads/wl_quic.c",
+    "workloads/wl_quic_report.c",
+    "workloads/wl_tcp.c",
+    "workloads/wl_tls.c",
+    "workloads/wl_ngtcp2.c",
+    "workloads/quiche/wl_quiche.c",
+    "workloads/rs/quinn/src/lib.rs",
+    "workloads/wl_udpio.c",
+    "workloads/wl_app.c",
+    "workloads/wl_h1.c",
+    "workloads/wl_h2.c",
+    "workloads/wl_h3.c",
+)
+A_PATTERN_WORD = re.compile(
+    r"(->|\.)(download|rr|hs|rr_closed|rr_one_stream|pattern)\b(?!\s*\()|\bwl_role\.p\b|\bwl_(bulk|download|hs|rr_pattern)\b"
+)
+
+
+def _code(path) -> str:
+    text = path.read_text()
+    text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
+    return re.sub(r"//[^\n]*", "", text)
+
+
+def test_no_transport_asks_which_pattern_runs():
+    found = {}
+    for rel in TRANSPORTS:
+        hits = [m.group(0) for m in A_PATTERN_WORD.finditer(_code(REPO / rel))]
+        if hits:
+            found[rel] = hits
+    assert found == {}
+    # The scan finds such a test where there is one.
+    assert A_PATTERN_WORD.search("if (q.o->rr) {") and A_PATTERN_WORD.search("o->download || x")

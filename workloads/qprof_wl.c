@@ -532,6 +532,11 @@ static int check_rules(struct wl_opts *o)
 		wl_warn("--rr-streams one is not HTTP/3, which puts each request on a stream of its own");
 		return WL_EXIT_USAGE;
 	}
+	/* The sender's: a bulk upload's client, a download's server. */
+	if (o->sendfile && client == o->download) {
+		wl_warn("--sendfile is for the sender: the client of a bulk upload, the server of a download");
+		return WL_EXIT_USAGE;
+	}
 	if (o->download && !o->size) {
 		wl_warn("--pattern download needs --size N, the bytes per download, on both roles");
 		return WL_EXIT_USAGE;

@@ -420,7 +420,8 @@ static int open_config(const struct wl_accept *a)
 	set.SendBufferingEnabled = 0;
 	set.IsSet.SendBufferingEnabled = 1;
 	/*
-	 * rr: a stream's receive window holds a whole message and its framing.
+	 * A stream's receive window holds a whole message and its framing
+	 * (--payload, --request, --response: the messages of rr and video).
 	 * msquic sends first come, first served, but passes to the next stream
 	 * while one waits for its peer's stream window (64 KiB by default, and
 	 * slow to grow under load): an open loop of 16 MiB messages queued
@@ -428,7 +429,7 @@ static int open_config(const struct wl_accept *a)
 	 * came whole (1 to 19 responses in 2 s over 20 runs; CI once saw none).
 	 * Messages inside the default keep it, as secnetperf runs.
 	 */
-	if (q.o->rr) {
+	{
 		uint32_t req = q.o->request ? q.o->request : q.o->payload;
 		uint32_t resp = q.o->response ? q.o->response : q.o->payload;
 		uint64_t need = (uint64_t)(req > resp ? req : resp) + 4096, win = 1;

@@ -190,9 +190,8 @@ static int tcp_init(const struct wl_opts *o, bool server)
 	T.server = server;
 	if (code)
 		return code;
-	/* A peer that leaves mid-transfer is an error, not a signal. */
-	if (o->download || o->rr)
-		signal(SIGPIPE, SIG_IGN);
+	/* A peer that leaves mid-transfer is an error (EPIPE), not a signal, as iperf3 has it. */
+	signal(SIGPIPE, SIG_IGN);
 	return 0;
 }
 

@@ -73,9 +73,8 @@ int wl_tls_init(const struct wl_opts *o, bool server)
 		wl_warn("--tls must be 1.2 or 1.3, not %s", o->tls_version);
 		return WL_EXIT_TLS_CONFIG;
 	}
-	if (o->sendfile && (server != o->download || L.mode == WL_TLS_USER)) {
-		wl_warn("--sendfile is for the %s of tcp or tcp-ktls: user-space TLS must encrypt in user space",
-			o->download ? "server (the sender) of a download" : "client");
+	if (o->sendfile && L.mode == WL_TLS_USER) {
+		wl_warn("--sendfile is for tcp or tcp-ktls: user-space TLS must encrypt in user space");
 		return WL_EXIT_USAGE;
 	}
 	if (o->sendfile && (L.memfd = memfd_create("qprof-pattern", MFD_CLOEXEC)) >= 0)
