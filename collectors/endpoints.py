@@ -13,11 +13,11 @@ import time
 from contextlib import ExitStack
 from dataclasses import asdict
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import TYPE_CHECKING, Dict, List, NamedTuple, Optional
 
 from qprof import errors
 from qprof.collectors import devices, environment, listen, procfs
-from qprof.collectors.edges import Reading, host_reading
+from qprof.collectors.edges import host_reading
 from qprof.collectors.faults import NO_FAULTS, Faults
 from qprof.collectors.perf import STACKS_DIR, PerfRecorder, capture_record
 from qprof.collectors.probes import HostProbes, ProbeSet, Target, target_for
@@ -28,6 +28,9 @@ from qprof.describe import direction, mix, offload, options, patterns, pinning, 
 from qprof.describe.measurement import Measurement
 from qprof.describe.plan import FlowPlan, Plan
 from qprof.describe.window import Window
+
+if TYPE_CHECKING:
+    from qprof.collectors.windows import Taken
 
 READY_TIMEOUT_S = 10.0
 FINISH_TIMEOUT_S = 30.0
@@ -339,25 +342,25 @@ class Endpoints:
         }
 
 
-def run_measurement(
-    ep: Endpoints,
-    start: Reading,
-    end: Reading,
-    connected: dict,
-    receiver: str,
-    tls_before: dict,
-    intervals,
-    before: dict,
-    after: dict,
-    measured_at: str,
-    done: dict,
-    capture: Optional[dict],
-    probe_records: dict,
-    floor_parts: dict,
-) -> Measurement:
-    """What a run of one flow measured, raw."""
+class Collected(NamedTuple):
+    """What the endpoints gave around a window (collectors/placement.py):
+    when it was measured, each flow's "done", and with one flow the
+    kernel's counters before and after, the probes' records, the stack
+    samples and the floor's parts."""
+
+    measured_at: str
+    done: dict
+    before: Optional[dict] = None
+    after: Optional[dict] = None
+    probe_records: Optional[dict] = None
+    capture: Optional[dict] = None
+    floor_parts: Optional[dict] = None
+
+
+def run_measurement(ep: Endpoints, w: "Taken", c: Collected) -> Measurement:
+    """What a run of one flow measured, raw: its window whole, what came around it."""
     opts, fp = ep.plan.options, ep.plan.flows[0]
-    window = Window(start.edge(), end.edge(), receiver=receiver)
+    window = Window(w.start.edge(), w.end.edge(), receiver=w.receiver)
     if window.bytes <= 0:
         raise errors.PeerDied(patterns.row(opts).empty_window)
     env = environment.describe()
@@ -369,16 +372,16 @@ def run_measurement(
     return Measurement(
         options=asdict(opts),
         environment=env,
-        measured_at=measured_at,
+        measured_at=c.measured_at,
         pids={"client": ep.client.pid, "server": ep.server.pid},
         window=window,
-        connected=connected,
-        done=done[fp.index],
-        tls_before=tls_before,
-        udp={"before": before["udp"], "after": after["udp"]},
-        devices={"before": before["devices"], "after": after["devices"]},
-        probes=probe_records,
-        perf=capture,
+        connected=w.connected[fp.index],
+        done=c.done[fp.index],
+        tls_before=w.tls_before,
+        udp={"before": c.before["udp"], "after": c.after["udp"]},
+        devices={"before": c.before["devices"], "after": c.after["devices"]},
+        probes=c.probe_records,
+        perf=c.capture,
         server_binds=binds,
         reports={"client": ep.client.reports, "server": ep.server.reports} if patterns.row(opts).events else None,
         offload={
@@ -388,8 +391,8 @@ def run_measurement(
             ),
             "interposer": devices.read_interposer_reports(ep.run_path),
         },
-        floor_parts=floor_parts,
-        intervals=intervals,
+        floor_parts=c.floor_parts,
+        intervals=w.intervals,
         hosts=hosts_measured(ep),
     )
 
@@ -413,10 +416,9 @@ def hosts_measured(ep: Endpoints) -> Optional[dict]:
     return {**out, "same_kernel": ep.topo.same_kernel}
 
 
-def mix_measurement(
-    ep: Endpoints, start: Reading, end: Reading, connected: Dict[int, dict], measured_at: str, done: dict
-) -> mix.MixMeasurement:
+def mix_measurement(ep: Endpoints, w: "Taken", c: Collected) -> mix.MixMeasurement:
     """What a mix measured, raw: the machine at the edges, each flow's marks and CPU."""
+    start, end, connected, done = w.start, w.end, w.connected, c.done
     measured = []
     for k, fp in enumerate(ep.plan.flows):
         i = fp.index
@@ -448,7 +450,7 @@ def mix_measurement(
     return mix.MixMeasurement(
         options=asdict(ep.plan.options),
         environment=env,
-        measured_at=measured_at,
+        measured_at=c.measured_at,
         edges={"start": edge(start), "end": edge(end)},
         flows=measured,
     )

@@ -30,7 +30,14 @@ from typing import Dict, List, Optional
 
 from qprof import errors
 from qprof.collectors import devices, emulation, environment, floor, guest, resident, ssh, windows
-from qprof.collectors.endpoints import Endpoints, make_certificate, mix_measurement, now_text, run_measurement
+from qprof.collectors.endpoints import (
+    Collected,
+    Endpoints,
+    make_certificate,
+    mix_measurement,
+    now_text,
+    run_measurement,
+)
 from qprof.collectors.faults import Faults
 from qprof.collectors.remote import HostsTopology, LocalSide, RemoteSide, source_address
 from qprof.collectors.topology import Topology
@@ -89,34 +96,20 @@ def measure_endpoints(plan: Plan, ep: Endpoints, emulated, on_progress, faults: 
     with ep:
         before = ep.kernel_counters() if ep.single else None
         w = windows.measure(plan, ep, emulated, on_progress, faults, on_interval)
-        measured_at = now_text()
-        done = ep.finish()
+        c = Collected(now_text(), ep.finish())
         if ep.single:
-            after = ep.kernel_counters()
-            probe_records = ep.probes.records()
-            capture = ep.stacks()
+            c = c._replace(
+                before=before,
+                after=ep.kernel_counters(),
+                probe_records=ep.probes.records(),
+                capture=ep.stacks(),
+                floor_parts=floor_parts,
+            )
     for i in ep.clients:
         for p in (ep.clients[i], ep.servers[i]):
             if p.done.get("exit_code") != 0:
                 p.raise_exit()
-    if plan.is_mix:
-        return mix_measurement(ep, w.start, w.end, w.connected, measured_at, done)
-    return run_measurement(
-        ep,
-        w.start,
-        w.end,
-        w.connected[plan.flows[0].index],
-        w.receiver,
-        w.tls_before,
-        w.intervals,
-        before,
-        after,
-        measured_at,
-        done,
-        capture,
-        probe_records,
-        floor_parts,
-    )
+    return (mix_measurement if plan.is_mix else run_measurement)(ep, w, c)
 
 
 # The floor is this machine's (collectors/floor.py); a run on hosts has its server on another.
