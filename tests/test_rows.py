@@ -209,3 +209,19 @@ def test_no_transport_asks_which_pattern_runs():
     assert found == {}
     # The scan finds such a test where there is one.
     assert A_PATTERN_WORD.search("if (q.o->rr) {") and A_PATTERN_WORD.search("o->download || x")
+
+
+def test_a_pattern_in_c_is_its_file():
+    """Each pattern qprof-wl runs is entered by WL_PATTERN at the end of
+    its own file (workloads/wl_role.h), and no other C file names it: the
+    role picks --pattern's by its word from the linker's table."""
+    sources = {p: _code(p) for p in sorted((REPO / "workloads").glob("*.[ch]"))}
+    entered = {m.group(1): p for p, text in sources.items() for m in re.finditer(r"WL_PATTERN\((\w+)\);", text)}
+    assert {"wl_bulk", "wl_download", "wl_hs", "wl_rr_pattern"} <= set(entered)
+    named = {
+        (name, str(p.relative_to(REPO)))
+        for name, home in entered.items()
+        for p, text in sources.items()
+        if p != home and re.search(rf"\b{name}\b(?!\.[ch]\b)", text)
+    }
+    assert named == set()

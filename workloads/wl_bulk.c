@@ -694,10 +694,18 @@ static void bulk_json_done(struct wl_json *j, int code)
 	}
 }
 
-const struct wl_pattern wl_bulk = {
+/* The receiving roles, by --direction (per_stream). */
+static bool bulk_checks(void)
+{
+	return wl_role.per_stream;
+}
+
+static const struct wl_pattern wl_bulk = {
 	.name = "bulk",
 	.server = bulk_server,
 	.client = bulk_client,
 	.json_mark = bulk_json_mark,
 	.json_done = bulk_json_done,
+	.checks = bulk_checks,
 };
+WL_PATTERN(wl_bulk);

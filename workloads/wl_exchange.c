@@ -622,6 +622,8 @@ static int server(const struct preset *p)
 	return wl_role_serve(&a, served, NULL, all_gone);
 }
 
+static const struct wl_pattern wl_download;
+
 /* Marks may come before the role's work begins (its transport's setup): the preset by the pattern. */
 static const struct preset *preset(void)
 {
@@ -672,20 +674,36 @@ static int hs_client(void)
 	return client(&handshakes);
 }
 
-const struct wl_pattern wl_download = {
+/* A download's client checks the answer (its server's check of the request is no content check). */
+static bool dl_checks(void)
+{
+	return !wl_role.server;
+}
+
+/* Both: the client the answer, the server the request (the exchange's proof both ways). */
+static bool hs_checks(void)
+{
+	return true;
+}
+
+static const struct wl_pattern wl_download = {
 	.name = "download",
 	.exit_stops = true,
 	.server = dl_server,
 	.client = dl_client,
 	.json_mark = json_mark,
 	.json_done = json_done,
+	.checks = dl_checks,
 };
+WL_PATTERN(wl_download);
 
-const struct wl_pattern wl_hs = {
+static const struct wl_pattern wl_hs = {
 	.name = "handshakes",
 	.exit_stops = true,
 	.server = hs_server,
 	.client = hs_client,
 	.json_mark = json_mark,
 	.json_done = json_done,
+	.checks = hs_checks,
 };
+WL_PATTERN(wl_hs);

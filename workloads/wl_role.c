@@ -260,17 +260,10 @@ static const struct wl_control_ops control_ops = {
 	.exit = on_exit_cmd,
 };
 
-/*
- * The receiver checks what it gets: bulk's receiving roles (by --direction:
- * per_stream, wl_bulk.c), udp's server, download's client, both in rr
- * and handshakes (whose server's request is the exchange's proof too).
- */
+/* The receiver checks what it gets: the pattern says which role that is. */
 static bool receiver(void)
 {
-	if (wl_role.p == &wl_bulk)
-		return wl_role.per_stream;
-	return wl_role.p == &wl_rr_pattern || wl_role.p == &wl_hs ||
-	       wl_role.server == (wl_role.p == &wl_udp_bulk);
+	return wl_role.p->checks && wl_role.p->checks();
 }
 
 static void emit_done(int code)
@@ -312,6 +305,17 @@ static const struct stack {
 	{"tcp-tls", "TLS", &wl_tcp}, {"tcp-ktls", "TLS", &wl_tcp},
 };
 
+/* The patterns WL_PATTERN entered, between the linker's bounds of their section. */
+extern const struct wl_pattern *const __start_wl_patterns[], *const __stop_wl_patterns[];
+
+static const struct wl_pattern *pattern_named(const char *name)
+{
+	for (const struct wl_pattern *const *p = __start_wl_patterns; p < __stop_wl_patterns; p++)
+		if (!strcmp((*p)->name, name))
+			return *p;
+	return NULL;
+}
+
 int wl_role_run(const struct wl_opts *o)
 {
 	int code;
@@ -335,10 +339,11 @@ int wl_role_run(const struct wl_opts *o)
 			return WL_EXIT_LIB_OPEN;
 		wl_role.t = wl_app_over(o, t);
 		wl_role.label = st ? st->label : "QUIC";
-		wl_role.p = o->download ? &wl_download
-			    : o->rr	? &wl_rr_pattern
-			    : o->hs	? &wl_hs
-					: &wl_bulk;
+		wl_role.p = pattern_named(o->pattern);
+		if (!wl_role.p) {
+			wl_warn("--pattern %s is not built into this qprof-wl", o->pattern);
+			return WL_EXIT_USAGE;
+		}
 	}
 	sem_init(&wl_role.may_start, 0, 0);
 	sem_init(&wl_role.may_exit, 0, 0);

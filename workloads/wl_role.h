@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0-only
 /*
  * The role (wl_role.c) and the patterns it runs (wl_bulk.c,
- * wl_exchange.c, wl_rr_pattern.c), written once over wl_transport.h. The
+ * wl_exchange.c, wl_rr_pattern.c, each entered by WL_PATTERN), written
+ * once over wl_transport.h. The
  * role picks the transport by --stack, runs the control channel, and
  * gives the events every pattern shares: "ready", "connected" (once a
  * run), the marks and "done", each with the pattern's fields and then the
@@ -25,7 +26,7 @@
 #include "wl_transport.h"
 
 struct wl_pattern {
-	const char *name;
+	const char *name; /* --pattern's word (WL_PATTERN enters it) */
 	/*
 	 * What "exit" (or EOF) ends as "stop" does, before the role may go (a
 	 * bulk role is done by then). exit_stops: the role (download and rr
@@ -43,12 +44,24 @@ struct wl_pattern {
 	void (*json_done)(struct wl_json *j, int code);
 	/* "stop" or "exit" came (the control thread): wl_role.stopping is set already. */
 	void (*stop)(void);
+	/* Whether this role checks what it receives ("done"'s verified); NULL: it checks nothing. */
+	bool (*checks)(void);
 };
+
+/*
+ * A pattern is its file: WL_PATTERN(p) at its end enters p in the table
+ * wl_role_run picks --pattern's from (a section of pointers the linker
+ * gathers), so no other file names it. udp's wl_udp_bulk is its
+ * transport's own and not entered.
+ */
+#define WL_PATTERN(p)                                              \
+	static const struct wl_pattern *const wl_pattern_entry_##p \
+		__attribute__((used, section("wl_patterns"), aligned(sizeof(void *)))) = &(p)
 
 /* wl_ngtcp2.c: QUIC in ngtcp2 with GnuTLS, on the loop (--stack ngtcp2). */
 extern const struct wl_transport wl_ngtcp2;
 
-extern const struct wl_pattern wl_bulk, wl_download, wl_rr_pattern, wl_hs, wl_udp_bulk;
+extern const struct wl_pattern wl_udp_bulk;
 
 struct wl_role {
 	const struct wl_opts *o;

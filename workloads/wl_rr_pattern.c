@@ -914,11 +914,19 @@ static void rr_json_done(struct wl_json *j, int code)
 		    atomic_load(wl_role.server ? &wl_rr.served : &wl_rr.responses));
 }
 
-const struct wl_pattern wl_rr_pattern = {
+/* Both roles: the server its requests, the client its responses. */
+static bool rr_checks(void)
+{
+	return true;
+}
+
+static const struct wl_pattern wl_rr_pattern = {
 	.name = "rr",
 	.exit_stops = true,
 	.server = rr_server,
 	.client = rr_client,
 	.json_mark = rr_json_mark,
 	.json_done = rr_json_done,
+	.checks = rr_checks,
 };
+WL_PATTERN(wl_rr_pattern);

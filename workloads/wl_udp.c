@@ -719,6 +719,12 @@ const struct wl_transport wl_udp = {
 	.fini = udp_fini,
 };
 
+/* The server: each datagram by its sequence number. */
+static bool dgram_checks(void)
+{
+	return wl_role.server;
+}
+
 const struct wl_pattern wl_udp_bulk = {
 	.name = "udp-bulk",
 	/* The receiver runs until told; a sender still waiting for "start" never starts. */
@@ -727,6 +733,7 @@ const struct wl_pattern wl_udp_bulk = {
 	.client = dgram_client,
 	/* Its mark fields are the transport's counters. */
 	.json_done = dgram_json_done,
+	.checks = dgram_checks,
 	/*
 	 * "stop" needs nothing past wl_role.stopping: the sender looks at it
 	 * before each call, the receiver at least every RECV_POLL_MS.
