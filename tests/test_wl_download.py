@@ -4,14 +4,17 @@
 --size bytes of the pattern, and the client checks every byte. One
 "download" event per connection on the client, one "served" on the server;
 a server sending another pattern period fails the client's content check
-(exit 5); udp and --count 0 are refused (exit 2); with --resume every
-connection after the first resumes, as the TLS library itself reports."""
+(exit 5), a request for another --size the server's (exit 5); udp and
+--count 0 are refused (exit 2); with --resume every connection after the
+first resumes, as the TLS library itself reports. Handshakes are the same
+exchange (wl_exchange.c) with 8 bytes, to a --count too."""
 
 import json
 import subprocess
 
 import pytest
 
+from qprof.collectors.controlled import unpacked
 from qprof.collectors.workload import WorkloadExit
 
 from conftest import REPO, free_port, needs_build
@@ -182,3 +185,44 @@ def test_count_zero_is_refused():
     )
     assert r.returncode == WorkloadExit.USAGE
     assert len(r.stderr.splitlines()) == 1, r.stderr
+
+
+@pytest.mark.parametrize("stack", ["quic", "tcp"])
+def test_a_request_for_another_size_fails_the_server(stack, cert):
+    """The server checks what it was asked for: a client whose --size is
+    not the server's is refused in one sentence (exit 5), and no download
+    is counted on either side."""
+    client, server = download(stack, cert, server_args=["--size", str(2 * SIZE)])
+    assert server.returncode == WorkloadExit.VERIFY, server.stderr
+    assert f"asked for {SIZE} bytes" in server.stderr and f"not the {2 * SIZE}" in server.stderr, server.stderr
+    assert len(server.stderr.splitlines()) == 1
+    assert client.returncode not in (0, None) and events(client.stdout, "download") == []
+    assert events(server.stdout, "served") == []
+
+
+@pytest.mark.parametrize("stack", ["quic", "tcp-tls"])
+def test_handshakes_to_a_count(stack, cert):
+    """Handshakes are the same exchange with 8 bytes: with --count N on
+    both roles the client opens N connections, checks each answer and
+    ends, and the server ends once it delivered N."""
+    common = ["--stack", stack, "--addr", "127.0.0.1", "--port", str(free_port())]
+    common += ["--pattern", "handshakes", "--count", "5", "--conns", "2"]
+    server = subprocess.Popen(
+        [WL, *common, "--role", "server", *cert], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert '"ready"' in server.stdout.readline()
+        client = subprocess.run([WL, *common, "--role", "client"], capture_output=True, text=True, timeout=60)
+        out, err = server.communicate(timeout=30)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+    assert client.returncode == 0 and server.returncode == 0, client.stderr + err
+    handshakes = [e for line in client.stdout.splitlines() for e in unpacked(line.encode())]
+    handshakes = [e for e in handshakes if e["event"] == "handshake"]
+    assert sorted(h["i"] for h in handshakes) == list(range(5))
+    assert all(h["bytes"] == 8 for h in handshakes)
+    done = {"client": events(client.stdout, "done")[0], "server": events(out, "done")[0]}
+    for side, d in done.items():
+        assert d["handshakes"] == 5 and d["connections_opened"] == 5 and d["verified"] is True, (side, d)

@@ -49,8 +49,9 @@ static const char usage[] =
 	"                           fall due for MS)\n"
 	"  -b, --bytes N            the sender: send N bytes per stream, then FIN\n"
 	"      --size N             download: bytes the server sends per connection\n"
-	"      --count N            download: connections, one after another (default 1); rr\n"
-	"                           --rr-mode closed: requests in all, then the client ends\n"
+	"      --count N            download: connections, one after another (default 1);\n"
+	"                           handshakes: connections in all; rr --rr-mode closed:\n"
+	"                           requests in all; then the client ends (the server too)\n"
 	"      --resume             download, handshakes; QUIC stacks, tcp-tls, tcp-ktls: the client\n"
 	"                           resumes each\n"
 	"                           connection after the first with the session ticket the\n"
@@ -250,7 +251,8 @@ static const struct flag flags[] = {
 	 .patterns = P_BULK | P_RR | P_HS},
 	{FLAG("bytes", 'b', F_NUM, bytes), .lo = 1, .hi = UINT64_MAX, .patterns = P_BULK},
 	{FLAG("size", 0, F_NUM, size), .lo = 1, .hi = UINT64_MAX, .patterns = P_DOWNLOAD},
-	{FLAG("count", 0, F_NUM, count), .lo = 1, .hi = UINT64_MAX, .patterns = P_DOWNLOAD | P_RR},
+	{FLAG("count", 0, F_NUM, count), .lo = 1, .hi = UINT64_MAX,
+	 .patterns = P_DOWNLOAD | P_RR | P_HS},
 	{FLAG("resume", 0, F_BOOL, resume), .stacks = QUIC_STACKS "|tcp-tls|tcp-ktls",
 	 .patterns = P_DOWNLOAD | P_HS},
 	{FLAG("period-us", 0, F_NUM, period_us), .lo = WL_RR_PERIOD_MIN_US,
