@@ -21,7 +21,7 @@ from dataclasses import asdict, field, fields, make_dataclass, replace
 from typing import Callable, Dict, List, Optional, Tuple
 
 from qprof import errors
-from qprof.describe import link, pinning, transports
+from qprof.describe import link, patterns, pinning, transports
 from qprof.describe.direction import DIRECTIONS
 from qprof.units import parse_duration_s, parse_rate_bit, parse_size_bytes, rate_text
 
@@ -36,7 +36,8 @@ EXEC_PROFILES = ("lowlat", "maxtput")
 ONOFF = ("on", "off")
 UDP_SEND_MODES = ("sendmsg", "sendmmsg", "gso")
 CALL_GRAPHS = ("dwarf", "fp")
-PATTERNS = ("bulk", "download", "rr", "handshakes", "video")
+# The patterns, from their rows (describe/patterns.py).
+PATTERNS = tuple(patterns.PATTERNS)
 TCP_STACKS = tuple(n for n, s in transports.STACKS.items() if s.transport == "tcp")
 APPS = ("h1", "h2", "h3")
 MIN_INTERVAL_S = 0.1
