@@ -10,8 +10,10 @@ server that keeps encryption on, a TCP server that accepts one
 connection), so the
 tests see qprof's real handling of it."""
 
+import os
+import signal
 from dataclasses import dataclass
-from typing import List, Optional
+from typing import Callable, List, Optional, Tuple
 
 FAULTS = (
     "handshake",
@@ -88,6 +90,29 @@ class Faults:
     def argv(self) -> List[str]:
         """The same faults for a qprof started elsewhere (the guest)."""
         return ["--inject-fault", self.name] if self.name else []
+
+    # The measured path's named points (collectors/windows.py): each calls
+    # its hook, which does nothing unless its fault was asked for, so the
+    # window itself holds no fault's logic.
+
+    def sending(self, sender_pid: int) -> None:
+        """A fixed-size transfer or the downloads started: the stall fault
+        freezes the sender, and the watchdog must end the run."""
+        if self.stall:
+            os.kill(sender_pid, signal.SIGSTOP)
+
+    def watchdog(self, patient: Tuple[float, float]) -> Tuple[float, float]:
+        """(no byte for this long ends the run, progress read this often):
+        the stall fault wants the watchdog's verdict, not its patience, so
+        it gets a short one (tests/test_exit_codes.py)."""
+        return (2.0, 0.5) if self.stall else patient
+
+    def window_opened(self, wait_until: Callable[[int], None], t_start_ns: int, duration_s: float, server) -> None:
+        """A timed window opened at t_start_ns: the kill-server fault
+        SIGKILLs the server 30% into it (server: its WorkloadProcess)."""
+        if self.kill_server:
+            wait_until(t_start_ns + int(duration_s * 0.3e9))
+            server.proc.kill()
 
 
 NO_FAULTS = Faults()

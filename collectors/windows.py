@@ -12,8 +12,6 @@ Every edge is collectors/edges.py's `take` over all of the endpoints'
 flows; perf samples exactly the window.
 """
 
-import os
-import signal
 import time
 from typing import Callable, NamedTuple, Optional, Tuple
 
@@ -36,10 +34,8 @@ STALL_S = 30.0
 
 
 def _watchdog(faults: Faults) -> Tuple[float, float]:
-    """(no byte for this long ends the run, progress read this often): the
-    stall fault freezes the sender and wants the watchdog's verdict, not
-    its patience, so it gets a short one (tests/test_exit_codes.py)."""
-    return (2.0, 0.5) if faults.stall else (STALL_S, PROGRESS_CHECK_S)
+    """(no byte for this long ends the run, progress read this often)."""
+    return faults.watchdog((STALL_S, PROGRESS_CHECK_S))
 
 
 class Taken(NamedTuple):
@@ -81,8 +77,7 @@ def _downloads(plan: Plan, ep: Endpoints, emulated, on_progress, faults: Faults,
         ep.perf.enable()
     start = _edge("start", ep, emulated)
     client.send("start")
-    if faults.stall:  # the sender freezes; the watchdog below must end the run
-        os.kill(ep.server.pid, signal.SIGSTOP)
+    faults.sending(ep.server.pid)
     on_progress(row.counting(opts))
     unit, event = row.unit, row.event
     stall_s, check_s = _watchdog(faults)
@@ -113,8 +108,7 @@ def _fixed_size(plan: Plan, ep: Endpoints, emulated, on_progress, faults: Faults
     start = _edge("start", ep, emulated)
     client.send("start")
     connected = client.wait_event("connected", CONNECT_TIMEOUT_S)
-    if faults.stall:  # the sender freezes; the watchdog below must end the run
-        os.kill(_role(ep, direction.senders(opts)[0]).pid, signal.SIGSTOP)
+    faults.sending(_role(ep, direction.senders(opts)[0]).pid)
     on_progress("measuring until the last byte arrives")
     stall_s, check_s = _watchdog(faults)
     for role in direction.receivers(opts):
@@ -162,9 +156,7 @@ def _timed(plan: Plan, ep: Endpoints, emulated, on_progress, faults: Faults, on_
         ep.perf.enable()
     start = _edge("start", ep, emulated)
     on_progress(f"measuring {opts.duration_s:g} s")
-    if faults.kill_server:
-        sleep_watching(start.t_ns + int(opts.duration_s * 0.3e9), procs)
-        ep.server.proc.kill()
+    faults.window_opened(lambda t_ns: sleep_watching(t_ns, procs), start.t_ns, opts.duration_s, ep.server)
     end_ns = start.t_ns + int(opts.duration_s * 1e9)
     intervals = None
     receiver = direction.window_receiver(opts)
