@@ -325,6 +325,7 @@ static bool open_one(uint64_t due_ns)
 	if (o->resume && x->r.i > 0 && wl_role.t->early_data && !atomic_exchange(&x->asked, true) &&
 	    ask(x, WL_SEND_EARLY)) {
 		wl_role_fail(WL_EXIT_INTERNAL, "sending the request as early data failed");
+		x->closing = true;
 		wl_role.t->close(x->c, WL_CLOSE_ERROR);
 	}
 	return true;
