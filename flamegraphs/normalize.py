@@ -50,11 +50,14 @@ class Unit:
 
 
 BYTE = Unit("byte", "bytes", "ns/B", 1, "fs/B", FS_PER_NS, "ps/B")
-# Per request: CPU per request is microseconds (tens of them on loopback),
-# so us/request printed, ns/request labels, ps/request counts.
-REQUEST = Unit("request", "requests", "us/request", 1_000, "ps/request", PS_PER_NS, "ns/request")
-# Per handshake: hundreds of microseconds (key exchange, signatures), printed as us.
-HANDSHAKE = Unit("handshake", "handshakes", "us/handshake", 1_000, "ps/handshake", PS_PER_NS, "ns/handshake")
+
+
+def per_event(one: str, many: str) -> Unit:
+    """A pattern's unit of work (flamegraphs/sides.py, PER_UNIT): its CPU
+    is microseconds (tens for a request on loopback, hundreds for a
+    handshake's key exchange), so us printed, ns labels, ps counts."""
+    return Unit(one, many, f"us/{one}", 1_000, f"ps/{one}", PS_PER_NS, f"ns/{one}")
+
 
 # The outermost real frame of a complete stack: where a thread starts in
 # user space, or where a kernel thread or idle starts. Names as seen in
@@ -149,7 +152,7 @@ def figures(
     unit: Unit = BYTE,
 ) -> SideFigures:
     """A side's figures per unit; divisor is its bytes (BYTE, the default)
-    or the requests answered (REQUEST)."""
+    or the units of work done (a PER_UNIT unit of flamegraphs/sides.py)."""
     if divisor <= 0:
         raise ValueError(f"{unit.divisor_key} must be positive to express CPU per {unit.name}")
     by_cat = categories.categorize(stacks, classifier)

@@ -200,10 +200,16 @@ class PerUnit(NamedTuple):
     done: str  # "answered", "completed"
 
 
+# The patterns drawn per unit of work, each whole in its entry.
 PER_UNIT = {
-    "rr": PerUnit(normalize.REQUEST, ("rr", "responses"), ("rr", "per_request", "cpu_s"), "answered"),
+    "rr": PerUnit(
+        normalize.per_event("request", "requests"), ("rr", "responses"), ("rr", "per_request", "cpu_s"), "answered"
+    ),
     "handshakes": PerUnit(
-        normalize.HANDSHAKE, ("handshakes", "handshakes"), ("handshakes", "per_handshake", "cpu_s"), "completed"
+        normalize.per_event("handshake", "handshakes"),
+        ("handshakes", "handshakes"),
+        ("handshakes", "per_handshake", "cpu_s"),
+        "completed",
     ),
 }
 

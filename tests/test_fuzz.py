@@ -47,7 +47,7 @@ from qprof import files
 from qprof.collectors import compare, controlled
 from qprof.describe import link, mix, offload, options, pinning
 from qprof.errors import QprofError
-from qprof.flamegraphs import categories, draw, folded, normalize
+from qprof.flamegraphs import categories, draw, folded, normalize, sides
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO / "tests" / "data"
@@ -203,7 +203,7 @@ FOLDED = inputs("folded", joined(FOLDED_LINE, "\n"))
 def drawn(data: folded.Folded):
     """What `qprof flame` makes of a side's stacks, drawing aside."""
     classifier = categories.Classifier()
-    for unit in (normalize.BYTE, normalize.REQUEST):
+    for unit in (normalize.BYTE, sides.PER_UNIT["rr"].unit):
         fig = normalize.figures(data.stacks, 10_101_010, 1_000_000, classifier, unit)
         normalize.scaled(data.stacks, 10_101_010, 1_000_000, unit)
         draw.side_subtitle("r", fig, 1.0, normalize.gap_percent(fig.ns_per_unit, 1.0), None)
