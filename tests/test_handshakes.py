@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: GPL-2.0-only
 """--pattern handshakes (secnetperf's hps, netperf's TCP_CRR): new
-connections, --conns at once, each a handshake and a checked echo; the
+connections, --conns at once, each a handshake and a checked 8-byte answer; the
 rate, the times, resumption as it happened, and the CPU per handshake."""
 
 import json
@@ -36,12 +36,12 @@ def handshakes_run(runs_dir, stack, *extra, conns=3):
 )
 def test_handshakes(runs_dir, stack, resume):
     """Invariants that hold at any speed: every connection the client
-    opened completed its handshake and echo (the run ends only once the
+    opened completed its handshake and its answer (the run ends only once the
     open ones have), never more than --conns at once, the window's count
     and each role's own count at most --conns apart at each edge, each
     time in its order, resumption as the stacks reported it, and CPU per
     handshake on both sides. Every connection ends by the client's close
-    after its echo, so the server's count of clean ends is the client's."""
+    after its answer, so the server's count of clean ends is the client's."""
     conns = 3
     rec = handshakes_run(runs_dir, stack, *(["--resume"] if resume else []), conns=conns)
     assert rec["status"] == "complete" and rec["verified"] is True
@@ -51,16 +51,16 @@ def test_handshakes(runs_dir, stack, resume):
     whole = h["whole_run"]
     assert whole["handshakes"] == whole["connections_opened"] >= n
     # The window's handshakes against the client's own counter at the same
-    # edges (it counts a connection as it closes, the window as its echo
+    # edges (it counts a connection as it closes, the window as its answer
     # came: at most --conns apart at each). The server's marks are read a
     # moment apart from the client's, so only its whole run is held to the
-    # client's: every echo it gave, the client checked.
+    # client's: every answer it gave, the client checked.
     assert abs(h["counted"]["client"] - n) <= 2 * conns, (h["counted"], n)
     kept = json.loads((runs_dir / rec["id"] / "measurement.json").read_text())
     assert kept["done"]["server"]["handshakes"] == whole["handshakes"]
     events = [e for e in kept["reports"]["client"] if e["event"] == "handshake"]
     assert len(events) == whole["handshakes"] and len({e["i"] for e in events}) == len(events)
-    # Never more than --conns connections open at once: from connect to echo checked.
+    # Never more than --conns connections open at once: from connect to answer checked.
     most = most_at_once([(e["t_connect_ns"], e["t_connect_ns"] + e["complete_ns"]) for e in events])
     assert 1 <= most <= conns
     for e in events:
@@ -82,8 +82,8 @@ def test_handshakes(runs_dir, stack, resume):
     else:
         if stack == "quinn":
             # rustls spends a ticket a connection, and a resumed connection's
-            # new tickets come after its echo (the server sends them once the
-            # client's Finished arrives; the echo went as 0.5-RTT data before),
+            # new tickets come after its answer (the server sends them once the
+            # client's Finished arrives; the answer went as 0.5-RTT data before),
             # so the client is gone before they arrive: the two tickets of a
             # full handshake buy two resumed ones. Every one resumed took 0-RTT.
             assert 0 < h["resumed"] < n and 0 < whole["resumed"] < whole["handshakes"], (h, whole)
@@ -115,7 +115,7 @@ def test_handshakes_at_an_offered_rate(runs_dir, stack):
 
     And the pacer keeps its schedule: where the run's own handshake times
     say the client had twice the capacity the period asks (--conns slots,
-    each busy a connection's connect-to-echo time), what fell due was
+    each busy a connection's connect-to-answer time), what fell due was
     opened, but for the --conns open at an instant, one falling due as it
     is read, and those the client counted late (a stalled loop opens its
     backlog late, and says so). A pacer that opened one connection a

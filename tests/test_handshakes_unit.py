@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: GPL-2.0-only
 """describe/handshakes.py on made-up reports: the window holds the
-handshakes whose echo came inside it, the rate is theirs over its length,
+handshakes whose answer came inside it, the rate is theirs over its length,
 resumption is counted where a stack reports it and absent where none
 does, and the costs are per handshake; and the options `qprof run
 --pattern handshakes` refuses before anything runs."""
@@ -39,10 +39,10 @@ def marks(client, server):
     }
 
 
-def test_the_window_holds_the_echoes_that_came_inside_it():
+def test_the_window_holds_the_answers_that_came_inside_it():
     ev = events(100)
-    start = T0 + 10 * 1_000_000 + 300_000 + 11  # just past handshake 10's echo
-    end = T0 + 60 * 1_000_000 + 300_000 + 60  # handshake 60's echo: outside, [start, end)
+    start = T0 + 10 * 1_000_000 + 300_000 + 11  # just past handshake 10's answer
+    end = T0 + 60 * 1_000_000 + 300_000 + 60  # handshake 60's answer: outside, [start, end)
     done = {"handshakes": 100, "connections_opened": 100, "resumed": 50, "early_data": 0}
     got = handshakes.describe(ev, start, end, 2, True, None, done, marks(50, 49), REC, None)
     assert got["handshakes"] == 49  # 11 .. 59

@@ -369,7 +369,7 @@ def test_downloads_from_a_host(run_there):
 
 def test_handshakes_with_a_host(run_there):
     """--pattern handshakes: new TLS connections to the server there, at
-    most --conns at once, each a handshake and a checked echo; the
+    most --conns at once, each a handshake and a checked 8-byte answer; the
     server's count of them is the client's, each time in its order."""
     conns = 3
     rec, m, _ = run_there("--stack", "tcp-tls", "--pattern", "handshakes", "--conns", str(conns), *SHORT)

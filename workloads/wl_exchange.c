@@ -39,10 +39,11 @@
 
 /* What makes one pattern of the machinery: the rest is the options'. */
 struct preset {
-	const char *counted;	 /* its count's field in marks and "done" */
-	const char *one;	 /* one exchange in a sentence: "download 3", "connection 3" */
-	const char *verify_key;	 /* "done"'s field for the first failed check */
-	unsigned flags;		 /* the client's connections' (the server adds WL_CONN_SENDER) */
+	const char *counted;	/* its count's field in marks and "done" */
+	const char *one;	/* one exchange in a sentence: "download 3", "connection 3" */
+	const char *verify_key; /* "done"'s field for the first failed check */
+	unsigned client_flags;	/* each side's connections' WL_CONN_* hints */
+	unsigned server_flags;
 	bool reports_each;	 /* each side reports each connection: download's, served */
 	bool counts_connections; /* connections_opened, resumed, early_data, an open loop's */
 };
@@ -51,7 +52,8 @@ static const struct preset download = {
 	.counted = "downloads",
 	.one = "download",
 	.verify_key = "verify_fail_download",
-	.flags = WL_CONN_DEDICATED,
+	.client_flags = WL_CONN_DEDICATED | WL_CONN_NODELAY,
+	.server_flags = WL_CONN_DEDICATED | WL_CONN_SENDER | WL_CONN_NODELAY,
 	.reports_each = true,
 };
 
@@ -59,6 +61,8 @@ static const struct preset handshakes = {
 	.counted = "handshakes",
 	.one = "connection",
 	.verify_key = "verify_fail_connection",
+	.client_flags = WL_CONN_NODELAY,
+	.server_flags = WL_CONN_NODELAY,
 	.counts_connections = true,
 };
 
@@ -80,7 +84,6 @@ struct ex {
 };
 
 static struct {
-	const struct preset *p;
 	uint64_t n;		 /* the answer's bytes */
 	_Atomic uint64_t opened; /* client: connections started; server: accepted */
 	_Atomic uint64_t done;	 /* client: checked; server: delivered */
@@ -96,10 +99,18 @@ static struct {
 	_Atomic uint64_t late; /* connected after the next one fell due */
 } ex = {.timer = -1};
 
-static void set_up(const struct preset *p)
+static const struct wl_pattern wl_download;
+
+/* The preset the role runs, by its pattern (a mark may come before its work begins). */
+static const struct preset *preset(void)
 {
-	ex.p = p;
-	ex.n = p == &download ? wl_role.o->size : WL_HS_MSG;
+	return wl_role.p == &wl_download ? &download : &handshakes;
+}
+
+/* The answer's bytes, once the role's work begins. */
+static void set_up(void)
+{
+	ex.n = preset() == &download ? wl_role.o->size : WL_HS_MSG;
 }
 
 /* Client */
@@ -190,8 +201,8 @@ static void client_connected(struct wl_conn *c, void *ctx)
 	if (atomic_exchange(&x->asked, true)) /* asked already, early */
 		return;
 	if (ask(x, 0)) {
-		wl_role_fail(WL_EXIT_CONN_LOST, "sending the request of %s %llu failed", ex.p->one,
-			     (unsigned long long)x->r.i);
+		wl_role_fail(WL_EXIT_CONN_LOST, "sending the request of %s %llu failed",
+			     preset()->one, (unsigned long long)x->r.i);
 		x->closing = true;
 		wl_role.t->close(c, WL_CLOSE_ERROR);
 	}
@@ -204,9 +215,9 @@ static int client_outcome(struct ex *x, const struct wl_end *e)
 	char which[48];
 
 	if (x->bad) {
-		wl_role_verify_failed(x->off, i, ex.p->verify_key);
+		wl_role_verify_failed(x->off, i, preset()->verify_key);
 		wl_role_fail(WL_EXIT_VERIFY, "%s %llu failed the content check at offset %llu%s",
-			     ex.p->one, i, (unsigned long long)x->off,
+			     preset()->one, i, (unsigned long long)x->off,
 			     x->overrun ? ": more than was asked for arrived" : "");
 		return WL_EXIT_VERIFY;
 	}
@@ -218,14 +229,14 @@ static int client_outcome(struct ex *x, const struct wl_end *e)
 		/* The run ends: a connection still opening is closed, not failed. */
 		if (wl_role_stopping())
 			return -1;
-		snprintf(which, sizeof(which), " (%s %llu)", ex.p->one, i);
+		snprintf(which, sizeof(which), " (%s %llu)", preset()->one, i);
 		return wl_role_handshake_failed(e, which);
 	}
 	if (!x->fin || x->off != ex.n) {
 		if (wl_role_stopping() && !x->aborted)
 			return -1;
 		wl_role_fail(WL_EXIT_CONN_LOST, "%s %llu ended after %llu of %llu bytes: %s",
-			     ex.p->one, i, (unsigned long long)x->off, (unsigned long long)ex.n,
+			     preset()->one, i, (unsigned long long)x->off, (unsigned long long)ex.n,
 			     wl_end_why(e));
 		return WL_EXIT_CONN_LOST;
 	}
@@ -242,7 +253,7 @@ static void report(const struct wl_dl *r, uint64_t wait)
 {
 	const uint64_t t0 = r->t_connect;
 
-	if (ex.p->reports_each) {
+	if (preset()->reports_each) {
 		wl_emit_dl("download", r);
 		return;
 	}
@@ -275,7 +286,7 @@ static void client_closed(struct wl_conn *c, void *ctx, const struct wl_end *e)
 		atomic_fetch_add(&ex.resumed, x->r.has_resumed && x->r.resumed);
 		atomic_fetch_add(&ex.early, x->r.has_early && x->r.early_data);
 	}
-	if (e->exit_code || code > 0 || ex.p->reports_each)
+	if (e->exit_code || code > 0 || preset()->reports_each)
 		wl_role.end = *e;
 	free(x);
 	/*
@@ -313,8 +324,7 @@ static bool open_one(uint64_t due_ns)
 	x->r.i = atomic_fetch_add(&ex.opened, 1); /* t_connect: the transport's, as it connects */
 	atomic_fetch_add(&ex.live, 1);
 	code = wl_role.t->connect(&client_conn, x,
-				  ex.p->flags | WL_CONN_NODELAY | (o->resume ? WL_CONN_RESUME : 0),
-				  &x->c);
+				  preset()->client_flags | (o->resume ? WL_CONN_RESUME : 0), &x->c);
 	if (code) {
 		free(x);
 		atomic_fetch_sub(&ex.live, 1);
@@ -382,12 +392,12 @@ static bool client_over(void *arg)
 	return (atomic_load(&ex.ending) || wl_role.failure.code) && !atomic_load(&ex.live);
 }
 
-static int client(const struct preset *p)
+static int client(void)
 {
 	const struct wl_opts *o = wl_role.o;
 	int k, code;
 
-	set_up(p);
+	set_up();
 	ex.period_ns = o->period_us * 1000ull;
 	if (ex.period_ns) {
 		ex.timer = wl_timer_open();
@@ -471,7 +481,7 @@ static void server_fin(struct wl_stream *s, void *ctx)
 
 	if (!wl_role.t->multistream) {
 		/* TCP: the client's FIN is its close; on the loop, the connection is then over. */
-		if (!(ex.p->flags & WL_CONN_DEDICATED))
+		if (!(preset()->server_flags & WL_CONN_DEDICATED))
 			wl_role.t->close(x->c, x->fin ? WL_CLOSE_OK : WL_CLOSE_ERROR);
 		else if (!x->sending && x->req_len) {
 			wl_role_fail(WL_EXIT_CONN_LOST,
@@ -547,7 +557,7 @@ static void server_closed(struct wl_conn *c, void *ctx, const struct wl_end *e)
 	if (x->delivered) {
 		x->r.bytes = x->off;
 		wl_role.t_transfer_done_ns = x->r.t_complete;
-		if (ex.p->reports_each)
+		if (preset()->reports_each)
 			wl_emit_dl("served", &x->r);
 		atomic_fetch_add(&ex.done, 1);
 	} else if (wl_role.failure.code || (wl_role_stopping() && !e->exit_code)) {
@@ -610,25 +620,16 @@ static bool all_gone(void *arg)
 	return !atomic_load(&ex.live);
 }
 
-static int server(const struct preset *p)
+static int server(void)
 {
 	const struct wl_accept a = {
 		.accept = accept_conn,
-		.flags = p->flags | (p->flags & WL_CONN_DEDICATED ? WL_CONN_SENDER : 0) |
-			 WL_CONN_NODELAY,
+		.flags = preset()->server_flags,
 		.peer_bidi_streams = 1,
 	};
 
-	set_up(p);
+	set_up();
 	return wl_role_serve(&a, served, NULL, all_gone);
-}
-
-static const struct wl_pattern wl_download;
-
-/* Marks may come before the role's work begins (its transport's setup): the preset by the pattern. */
-static const struct preset *preset(void)
-{
-	return wl_role.p == &wl_download ? &download : &handshakes;
 }
 
 static void json_mark(struct wl_json *j)
@@ -655,26 +656,6 @@ static void json_done(struct wl_json *j, int code)
 	wl_json_u64(j, "streams_completed", atomic_load(&ex.done));
 }
 
-static int dl_server(void)
-{
-	return server(&download);
-}
-
-static int dl_client(void)
-{
-	return client(&download);
-}
-
-static int hs_server(void)
-{
-	return server(&handshakes);
-}
-
-static int hs_client(void)
-{
-	return client(&handshakes);
-}
-
 /* A download's client checks the answer (its server's check of the request is no content check). */
 static bool dl_checks(void)
 {
@@ -690,8 +671,8 @@ static bool hs_checks(void)
 static const struct wl_pattern wl_download = {
 	.name = "download",
 	.exit_stops = true,
-	.server = dl_server,
-	.client = dl_client,
+	.server = server,
+	.client = client,
 	.json_mark = json_mark,
 	.json_done = json_done,
 	.checks = dl_checks,
@@ -701,8 +682,8 @@ WL_PATTERN(wl_download);
 static const struct wl_pattern wl_hs = {
 	.name = "handshakes",
 	.exit_stops = true,
-	.server = hs_server,
-	.client = hs_client,
+	.server = server,
+	.client = client,
 	.json_mark = json_mark,
 	.json_done = json_done,
 	.checks = hs_checks,
