@@ -29,15 +29,16 @@ def read_system() -> SystemCpu:
 def read_process(pid: int) -> ProcessCpu:
     with open(f"/proc/{pid}/stat") as f:
         utime_s, stime_s = parse_pid_stat(f.read())
-    oncpu_ns = 0
+    oncpu_ns, threads = 0, 0
     task_dir = f"/proc/{pid}/task"
     for tid in os.listdir(task_dir):
         try:
             with open(f"{task_dir}/{tid}/schedstat") as f:
                 oncpu_ns += int(f.read().split()[0])
+            threads += 1
         except FileNotFoundError:
             pass  # thread exited between listdir and open
-    return ProcessCpu(utime_s, stime_s, oncpu_ns / 1e9)
+    return ProcessCpu(utime_s, stime_s, oncpu_ns / 1e9, threads)
 
 
 def read_tasks() -> Dict[tuple, int]:

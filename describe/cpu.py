@@ -64,14 +64,19 @@ class SystemCpu:
 
 @dataclass(frozen=True)
 class ProcessCpu:
-    """One process, all threads."""
+    """One process, all threads: its times, and how many threads it had
+    (a level, not a count over time: a difference keeps the later one's;
+    None in a measurement stored before it was read)."""
 
     user_s: float
     system_s: float
     oncpu_s: float  # schedstat, ns resolution
+    threads: Optional[int] = None
 
     def __sub__(self, other: "ProcessCpu") -> "ProcessCpu":
-        return ProcessCpu(self.user_s - other.user_s, self.system_s - other.system_s, self.oncpu_s - other.oncpu_s)
+        return ProcessCpu(
+            self.user_s - other.user_s, self.system_s - other.system_s, self.oncpu_s - other.oncpu_s, self.threads
+        )
 
 
 def parse_proc_stat(text: str) -> SystemCpu:
@@ -148,6 +153,7 @@ def process_figures(d: ProcessCpu, nbytes: int, window_s: float) -> Dict[str, Op
         "softirq_s": None,
         "total_s": total_s,
         "oncpu_schedstat_s": d.oncpu_s,
+        "threads": d.threads,
         "ticks_absent_reason": absent,
         "ns_per_byte": {
             "user": per_byte(user_s, nbytes),

@@ -80,6 +80,9 @@ def tasks_out(tasks: dict) -> dict:
 def _edge_out(e: Edge) -> dict:
     d = asdict(e)
     d["tasks"] = tasks_out(e.tasks)
+    for side in ("server", "client"):
+        if d[side]["threads"] is None:  # stored before threads were read: as it was
+            del d[side]["threads"]
     if e.hosts is None:  # a run on one machine: as edges were before hosts
         del d["hosts"]
     return d

@@ -23,7 +23,10 @@ def test_udp_datagram_size_and_batch(runs_dir):
     probe saw 8 messages asked of every sendmmsg and 1200 bytes in each
     one the server received; the packets probe saw 1200-byte datagrams
     (in frames with their UDP, IP and Ethernet headers) leave the client's
-    veth."""
+    veth. An edge's copy of the probe's map can pass a call whose exit is
+    being counted, its `calls` added and its messages not yet (a plain
+    copy, docs/probes.md): within one call at each edge, so the window's
+    messages are 8 per call within one call."""
     rec = run_json(
         runs_dir,
         *("--stack", "udp", "--dgram-size", "1200", "--batch", "8", "--send-mode", "sendmmsg", "--gso", "off"),
@@ -32,7 +35,8 @@ def test_udp_datagram_size_and_batch(runs_dir):
     assert rec["status"] == "complete" and rec["verified"] is True
     assert rec["workload"]["client"]["report"]["batch"] == 8
     calls = rec["syscalls"]["client"]["by_syscall"]["sendmmsg"]
-    assert calls["calls"] > 0 and calls["msgs_requested"] == 8 * calls["calls"], calls
+    assert calls["calls"] > 0 and abs(calls["msgs_requested"] - 8 * calls["calls"]) <= 8, calls
+    assert calls["msgs_requested"] % 8 == 0, calls
     received = rec["syscalls"]["server"]["by_syscall"]
     msgs = sum(c.get("msgs_returned", 0) for c in received.values())
     got = sum(c["bytes"] for c in received.values())
@@ -49,8 +53,10 @@ def test_udp_datagram_size_and_batch(runs_dir):
 def test_exec_profile_changes_msquic_threads(runs_dir):
     """--exec-profile maxtput against lowlat, in one comparison: msquic's
     max-throughput profile runs its datapath on threads of their own, so
-    the cputhread probe times more threads on the server, and the record
-    says which profile each run asked."""
+    the server process has more threads (/proc, at the window's end), and
+    the record says which profile each run asked. Not the cputhread
+    probe's list: it holds the threads that ran in the window, and a
+    partition's worker with nothing to do may not run in half a second."""
     r = qprof(
         *("compare", "--stack", "quic", "--vary", "exec-profile=lowlat,maxtput", "--repeat", "1"),
         *("--duration", "0.5s", "--warmup", "0.3s", "--sample-hz", "0", "--json"),
@@ -64,7 +70,11 @@ def test_exec_profile_changes_msquic_threads(runs_dir):
         rec = json.loads((runs_dir / run["id"] / "run.json").read_text())
         assert rec["verified"] is True
         recs[rec["config"]["exec_profile"]] = rec
-    threads = {p: len(rec["cpu_threads"]["server"]["threads"]) for p, rec in recs.items()}
+    threads = {p: rec["cpu"]["server"]["threads"] for p, rec in recs.items()}
+    for rec in recs.values():
+        # The two instruments' threads: every one that ran is one of the
+        # process's (no msquic thread ends inside the window).
+        assert 0 < len(rec["cpu_threads"]["server"]["threads"]) <= rec["cpu"]["server"]["threads"], rec["cpu"]
     assert set(threads) == {"lowlat", "maxtput"} and threads["maxtput"] > threads["lowlat"], threads
 
 
