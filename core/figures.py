@@ -20,7 +20,7 @@ Pure: records in, numbers out.
 """
 
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 SIDES = ("client", "server", "system")  # whose CPU a per-side figure divides
 
@@ -270,6 +270,37 @@ TABLE: Tuple[Figure, ...] = (
     Figure("udp_loss_share", "datagrams lost", "share", ("workload", "server", "window"), _loss_share),
 )
 FIGURE: Dict[str, Figure] = {f.key: f for f in TABLE}
+
+
+class UnitOfWork(NamedTuple):
+    """A pattern whose CPU is drawn and exported per unit of work, not per
+    byte (flamegraphs/sides.py): the unit's name, one and many, where the
+    record counts the window's units, where it keeps each side's measured
+    CPU for one (side keys below it), and the verb its units take."""
+
+    one: str
+    many: str
+    count: Tuple[str, ...]
+    cpu_s: Tuple[str, ...]
+    done: str  # "answered", "completed"
+
+
+# By pattern, beside the figures its section holds; every other pattern's
+# CPU is per byte.
+UNITS_OF_WORK: Dict[str, UnitOfWork] = {
+    "rr": UnitOfWork("request", "requests", ("rr", "responses"), ("rr", "per_request", "cpu_s"), "answered"),
+    "handshakes": UnitOfWork(
+        "handshake", "handshakes", ("handshakes", "handshakes"), ("handshakes", "per_handshake", "cpu_s"), "completed"
+    ),
+}
+
+
+def unit_of_work(pattern) -> Optional[UnitOfWork]:
+    """The pattern's unit of work (a record's config.pattern, which may be
+    anything a damaged record holds), or None: per byte."""
+    return UNITS_OF_WORK.get(pattern) if isinstance(pattern, str) else None
+
+
 HEADLINE: Tuple[Figure, ...] = tuple(f for f in TABLE if f.headline)
 INDEXED: Tuple[Figure, ...] = tuple(f for f in TABLE if f.column)  # the run history's figure columns
 

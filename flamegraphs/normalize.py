@@ -53,7 +53,7 @@ BYTE = Unit("byte", "bytes", "ns/B", 1, "fs/B", FS_PER_NS, "ps/B")
 
 
 def per_event(one: str, many: str) -> Unit:
-    """A pattern's unit of work (flamegraphs/sides.py, PER_UNIT): its CPU
+    """A pattern's unit of work (figures.UNITS_OF_WORK): its CPU
     is microseconds (tens for a request on loopback, hundreds for a
     handshake's key exchange), so us printed, ns labels, ps counts."""
     return Unit(one, many, f"us/{one}", 1_000, f"ps/{one}", PS_PER_NS, f"ns/{one}")
@@ -152,7 +152,7 @@ def figures(
     unit: Unit = BYTE,
 ) -> SideFigures:
     """A side's figures per unit; divisor is its bytes (BYTE, the default)
-    or the units of work done (a PER_UNIT unit of flamegraphs/sides.py)."""
+    or the units of work done (a unit of work of figures.UNITS_OF_WORK)."""
     if divisor <= 0:
         raise ValueError(f"{unit.divisor_key} must be positive to express CPU per {unit.name}")
     by_cat = categories.categorize(stacks, classifier)

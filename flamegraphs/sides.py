@@ -7,7 +7,7 @@ the collectors measured for the same side, to hold the graph against."""
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, NamedTuple, Optional, Tuple
+from typing import Callable, Optional
 
 from qprof import figures, files
 from qprof.errors import BadStacks, NoStacks
@@ -111,7 +111,7 @@ def load_run(runs_dir: Path, run_id: str = "latest") -> Run:
         if not units_done(record):
             pattern = record["config"]["pattern"]
             raise BadStacks(
-                f"run {rid} {PER_UNIT[pattern].done} no {unit.divisor_key} in its window, so there is no "
+                f"run {rid} {_per_unit(record).done} no {unit.divisor_key} in its window, so there is no "
                 f"per-{unit.name} figure to draw; make a new run with `qprof run --pattern {pattern}`."
             )
     elif not record.get("bytes") or record["bytes"] <= 0:
@@ -190,40 +190,15 @@ def _float(v) -> Optional[float]:
     return None if figures.number(v) is None else float(v)
 
 
-class PerUnit(NamedTuple):
-    """A pattern drawn per unit of work: the unit, where the record counts
-    the window's units, where it keeps their measured CPU, and the verb."""
-
-    unit: normalize.Unit
-    count: Tuple[str, ...]
-    cpu_s: Tuple[str, ...]
-    done: str  # "answered", "completed"
-
-
-# The patterns drawn per unit of work, each whole in its entry.
-PER_UNIT = {
-    "rr": PerUnit(
-        normalize.per_event("request", "requests"), ("rr", "responses"), ("rr", "per_request", "cpu_s"), "answered"
-    ),
-    "handshakes": PerUnit(
-        normalize.per_event("handshake", "handshakes"),
-        ("handshakes", "handshakes"),
-        ("handshakes", "per_handshake", "cpu_s"),
-        "completed",
-    ),
-}
-
-
-def _per_unit(record: dict) -> Optional[PerUnit]:
-    pattern = figures.get(record, "config", "pattern")
-    return PER_UNIT.get(pattern) if isinstance(pattern, str) else None
+def _per_unit(record: dict) -> Optional[figures.UnitOfWork]:
+    return figures.unit_of_work(figures.get(record, "config", "pattern"))
 
 
 def unit_of(record: dict) -> normalize.Unit:
     """Request/response runs are drawn per request, handshake runs per
     handshake, all others per byte."""
     p = _per_unit(record)
-    return p.unit if p else normalize.BYTE
+    return normalize.per_event(p.one, p.many) if p else normalize.BYTE
 
 
 def units_done(record: dict) -> int:

@@ -66,14 +66,14 @@ def golden_samples(case):
 @pytest.mark.unit
 def test_per_request_is_samples_times_period_over_requests():
     stacks = {"p;start_thread;QuicSend": 3, "p;start_thread;aesni_enc": 1, "p;[unknown];x": 2}
-    fig = normalize.figures(stacks, 1_000_000, REQUESTS, unit=sides.PER_UNIT["rr"].unit)
+    fig = normalize.figures(stacks, 1_000_000, REQUESTS, unit=sides.unit_of({"config": {"pattern": "rr"}}))
     # 6 samples of 1 ms over 400 requests: 15,000 ns = 15 us a request.
     assert fig.ns_per_unit == pytest.approx(6 * 1_000_000 / REQUESTS) == 15_000
     assert fig.shown == pytest.approx(15.0)
     assert sum(fig.categories_ns_per_unit.values()) == pytest.approx(fig.ns_per_unit, rel=1e-12)
     assert fig.stack_quality == pytest.approx(4 / 6)
     # Drawn counts: whole ps per request, each stack its samples x period / requests.
-    assert normalize.scaled(stacks, 1_000_000, REQUESTS, sides.PER_UNIT["rr"].unit) == {
+    assert normalize.scaled(stacks, 1_000_000, REQUESTS, sides.unit_of({"config": {"pattern": "rr"}})) == {
         "p;start_thread;QuicSend": 7_500_000,
         "p;start_thread;aesni_enc": 2_500_000,
         "p;[unknown];x": 5_000_000,
@@ -98,7 +98,7 @@ def test_per_byte_is_the_same_path():
 def test_an_rr_run_is_drawn_per_request(runs):
     _, path = add_run(runs, "tcp-tls", edit=as_rr())
     run = sides.load_run(runs, "latest")
-    assert run.unit == sides.PER_UNIT["rr"].unit
+    assert run.unit == sides.unit_of({"config": {"pattern": "rr"}})
     assert all(run.divisor(side) == REQUESTS for side in SIDES)
     assert run.measured_ns_per_unit("client") == pytest.approx(120_000)
     assert run.measured_ns_per_unit("server") == pytest.approx(45_000)

@@ -203,7 +203,7 @@ FOLDED = inputs("folded", joined(FOLDED_LINE, "\n"))
 def drawn(data: folded.Folded):
     """What `qprof flame` makes of a side's stacks, drawing aside."""
     classifier = categories.Classifier()
-    for unit in (normalize.BYTE, sides.PER_UNIT["rr"].unit):
+    for unit in (normalize.BYTE, sides.unit_of({"config": {"pattern": "rr"}})):
         fig = normalize.figures(data.stacks, 10_101_010, 1_000_000, classifier, unit)
         normalize.scaled(data.stacks, 10_101_010, 1_000_000, unit)
         draw.side_subtitle("r", fig, 1.0, normalize.gap_percent(fig.ns_per_unit, 1.0), None)
