@@ -11,10 +11,11 @@ download time). A figure a stack does not give is absent, never zero.
 """
 
 import statistics
+from dataclasses import replace
 from typing import Dict, List, Optional
 
 from qprof import errors
-from qprof.describe import derive
+from qprof.describe import derive, options, transports
 
 PERCENTILES = (5, 25, 50, 75, 95)
 TIMES = {
@@ -117,3 +118,27 @@ def _wire(rec: dict, count: int) -> Optional[dict]:
         tx = dev[side]["tx"]
         out[name] = {"bytes": tx["wire_bytes"] / count, "packets": tx["wire_packets"] / count}
     return out
+
+
+# --- its step of plan.resolve, and its section of the record ------------------
+
+
+def resolve(opts: "options.RunOptions") -> "options.RunOptions":
+    for name, given in (
+        ("duration", opts.duration_s is not None),
+        ("bytes", opts.bytes is not None),
+        ("warmup", bool(opts.warmup_s)),
+    ):
+        if given:
+            raise errors.StackCannot(
+                f"--{name} does not apply to --pattern download, whose window is its --count downloads "
+                f"of --size bytes each; drop --{name}."
+            )
+    if opts.streams != 1:
+        raise errors.StackCannot("--pattern download uses one stream per connection; drop --streams.")
+    if opts.resume and not transports.sessions(opts.stack):
+        raise errors.StackCannot("--resume resumes a TLS or QUIC session, and tcp has none; use quic or tcp-tls.")
+    return replace(options.filled(opts, "size", "count"), warmup_s=0.0)
+
+
+SECTIONS = {"downloads": lambda opts, m, rec: describe(m.reports, opts.size, opts.count, opts.resume, rec)}

@@ -24,7 +24,8 @@ Without --period these are None: nothing was offered or late.
 import statistics
 from typing import Dict, List, Optional
 
-from qprof.describe import per_unit, rr
+from qprof import errors
+from qprof.describe import options, per_unit, rr, transports
 
 TIMES = ("tcp_handshake", "handshake", "complete")
 
@@ -109,3 +110,46 @@ def describe(
         "per_handshake": per_unit.costs(rec, n, wire),
         "flame_ns_per_handshake": per_unit.flame(rec, n),
     }
+
+
+# --- its step of plan.resolve, and its section of the record ------------------
+
+
+def resolve(opts: "options.RunOptions") -> "options.RunOptions":
+    """New connections, --conns at once, for a timed window: as fast as
+    the client can, or one every --period (an open loop)."""
+    if opts.bytes is not None:
+        raise errors.StackCannot(
+            "--bytes does not apply to --pattern handshakes, which runs for --duration; drop --bytes."
+        )
+    if opts.streams != 1:
+        raise errors.StackCannot(
+            "--pattern handshakes opens one stream per connection; for more at once raise --conns, and drop --streams."
+        )
+    if opts.resume and not transports.sessions(opts.stack):
+        raise errors.StackCannot("--resume resumes a TLS or QUIC session, and tcp has none; use quic or tcp-tls.")
+    if opts.period_s is not None:
+        rr.schedule(opts, "connection")
+    return options.filled(opts, "conns")
+
+
+def section(opts: "options.RunOptions", m, rec: dict) -> dict:
+    edges = {
+        e: {"client": w.client_mark, "server": w.server_mark}
+        for e, w in (("start", m.window.start), ("end", m.window.end))
+    }
+    return describe(
+        m.reports["client"],
+        m.window.start.client_mark["t_ns"],
+        m.window.end.client_mark["t_ns"],
+        opts.conns,
+        opts.resume,
+        opts.period_s,
+        m.done["client"],
+        edges,
+        rec,
+        rr.wire(rec),
+    )
+
+
+SECTIONS = {"handshakes": section}

@@ -1,7 +1,10 @@
 # SPDX-License-Identifier: GPL-2.0-only
 """The patterns qprof drives (--pattern), one row each: what differs
 between them, asked of the row, as describe/transports.py's rows are for
-the stacks (tests/test_stack_rows.py holds the code to it).
+the stacks (tests/test_rows.py holds the code to it). What a pattern does
+beyond the row's words is in its module, which the row names: its step
+of plan.resolve and its own sections of the record (describe/bulk.py,
+downloads.py, rr.py, handshakes.py, video.py).
 
 Who sends the measured bytes and who verifies them: bulk by --direction
 (up: the client sends, as iperf3; down: the server, as iperf3 -R and
@@ -11,18 +14,15 @@ too (requests up, segments down). A window counts the bytes its receiver
 verified: "server", "client", or "both" (the two receivers' bytes added,
 each direction its own goodput)."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Dict, Optional, Tuple
+
+from qprof.describe import bulk, downloads, handshakes, rr, video
 
 ROLES = ("client", "server")
 
 # A window that counted no bytes, said as a run's error (collectors/endpoints.py).
 NO_BYTES = "no bytes arrived inside the window though both sides reported success; see the run's logs."
-
-
-def streams_each_way(opts) -> int:
-    """Bulk's streams each way: --streams on each of --conns connections."""
-    return opts.streams * (opts.conns or 1)
 
 
 def whole_streams(got: dict, gave: dict, opts, expected: int) -> bool:
@@ -86,9 +86,13 @@ class Pattern:
     intervals: bool = False
     # Sends as fast as the stack can, so it should fill a --link's rate.
     fills_link: bool = False
-    # The record's sections that are this pattern's own (describe/record.py,
-    # SECTIONS); every other pattern's are null in its records.
-    sections: Tuple[str, ...] = ()
+    # Its step of plan.resolve (plan._pattern has checked what every
+    # pattern shares): its own options' rules and defaults, in its module.
+    resolve: Callable[[object], object] = lambda opts: opts
+    # The record's sections that are its own, each made from the run's
+    # options, its measurement and the record so far (describe/record.py),
+    # in its module; every other pattern's are null in its records.
+    sections: Dict[str, Callable[[object, object, dict], Optional[dict]]] = field(default_factory=dict)
     # What it does with connections, in words ("" for none: a datagram
     # stack, which has none, runs it).
     connections: str = ""
@@ -113,8 +117,9 @@ PATTERNS: Dict[str, Pattern] = {
         stopped=None,
         intervals=True,
         fills_link=True,
-        sections=("streams", "connections"),
-        expected=streams_each_way,
+        resolve=bulk.resolve,
+        sections=bulk.SECTIONS,
+        expected=bulk.streams_each_way,
     ),
     "download": Pattern(
         "download",
@@ -126,7 +131,8 @@ PATTERNS: Dict[str, Pattern] = {
         unit="downloads",
         event="download",
         counting=lambda o: f"{o.count} downloads of {o.size:,} bytes, each on a new connection",
-        sections=("downloads",),
+        resolve=downloads.resolve,
+        sections=downloads.SECTIONS,
         connections="opens a connection per download",
     ),
     "rr": Pattern(
@@ -143,7 +149,8 @@ PATTERNS: Dict[str, Pattern] = {
         backlog=lambda cfg, role, datagram: (
             (cfg.get("request" if role == "client" else "response") or cfg.get("payload") or 0) > datagram
         ),
-        sections=("rr",),
+        resolve=rr.resolve,
+        sections=rr.SECTIONS,
         connections="matches each response to its request on a connection",
         verified=both_checked,
         empty_window=(
@@ -163,7 +170,8 @@ PATTERNS: Dict[str, Pattern] = {
         event="handshake",
         # Each flight is a few datagrams, sent as the handshake allows.
         backlog=lambda cfg, role, datagram: False,
-        sections=("handshakes",),
+        resolve=handshakes.resolve,
+        sections=handshakes.SECTIONS,
         connections="opens connections",
         verified=both_checked,
     ),
@@ -178,7 +186,8 @@ PATTERNS: Dict[str, Pattern] = {
         event="rr",
         backlog=lambda cfg, role, datagram: role == "server",  # its segments, never the client's requests
         counting=lambda o: f"{o.count} segments of {o.response:,} bytes, one after another on one connection",
-        sections=("video",),
+        resolve=video.resolve,
+        sections=video.SECTIONS,
         connections="fetches segments over a connection",
         verified=every_segment,
     ),

@@ -11,16 +11,14 @@ import copy
 import statistics
 from dataclasses import asdict, fields
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, Optional
 
 from qprof import errors
 from qprof.describe import (
     cpu,
     derive,
     direction,
-    downloads,
     floor,
-    handshakes,
     hosts,
     link,
     mix,
@@ -29,9 +27,7 @@ from qprof.describe import (
     options,
     patterns,
     pinning,
-    rr,
     transports,
-    video,
 )
 from qprof.describe.measurement import Measurement
 from qprof.describe.transports import UDP_IP_HEADERS
@@ -128,8 +124,8 @@ def describe_run(m: Measurement, run_path: Path) -> dict:
     rec["floor"] = floor.figures(opts.stack, m.floor_parts, rec["cpu"], opts.sendfile)
     rec["link"] = link_record(opts, m, rec)
     own = patterns.row(opts).sections
-    for key, section in SECTIONS.items():
-        rec[key] = section(opts, m, rec) if key in own else None
+    for key in SECTIONS:
+        rec[key] = own[key](opts, m, rec) if key in own else None
     rec["intervals"] = intervals_record(opts, m)
     rec["placement"] = pinning.record(opts.cpus, rec["cpu_threads"])
     return rec
@@ -154,130 +150,6 @@ def intervals_record(opts: options.RunOptions, m: Measurement) -> Optional[dict]
     return {"interval_s": opts.interval_s, "samples": samples, "gbps_cv": cv}
 
 
-def streams_record(window: Window, streams: int) -> Optional[dict]:
-    """Each stream's (QUIC) or connection's (TCP) verified bytes over the
-    window, as its receiver counted them, its goodput, and Jain's index
-    over them; None when the receiver does not report them. A stream the
-    receiver has not seen yet (msquic opens a stream at its peer with its
-    first byte) moved nothing: 0. Both ways: up streams first, then down,
-    each counted by the side that receives it (the other's entry is 0)."""
-    a = _stream_bytes(window.start, window.receivers)
-    b = _stream_bytes(window.end, window.receivers)
-    if a is None or b is None:
-        return None
-    if window.receiver == "both":
-        streams *= 2
-    n = max(streams, len(b))
-    a, b = list(a) + [0] * (n - len(a)), list(b) + [0] * (n - len(b))
-    return _shares([y - x for x, y in zip(a, b)], window.seconds)
-
-
-def _shares(got: List[int], seconds: float) -> dict:
-    """Bytes per stream or connection over the window: each one's goodput,
-    Jain's index over them and the smallest share."""
-    return {
-        "bytes": got,
-        "gbps": [g * 8 / seconds / 1e9 if seconds > 0 else None for g in got],
-        "jain_index": derive.jain_index(got),
-        "min_share": min(got) / sum(got) if sum(got) else None,
-    }
-
-
-def connections_record(window: Window, done: dict, per_way: int) -> Optional[dict]:
-    """Each connection's verified bytes over the window, its goodput and
-    Jain's index over them (as iperf3 -P's per-stream lines, secnetperf
-    -conns): the receiver's per-stream counts grouped by the connection
-    each stream went on (its "done" says which: stream_conn, numbered in
-    its own order). Both ways: the server's connections (up) first, then
-    the client's (down). None when a receiver does not say."""
-    # The streams each receiver gets: up ones first, then the down ones.
-    down_first = per_way if window.receiver == "both" else 0
-    ways = {"server": range(0, per_way), "client": range(down_first, down_first + per_way)}
-    got: List[int] = []
-    for role in ("server", "client"):
-        if role not in window.receivers:
-            continue
-        conn_of = (done.get(role) or {}).get("stream_conn")
-        a = getattr(window.start, f"{role}_mark").get("stream_bytes")
-        b = getattr(window.end, f"{role}_mark").get("stream_bytes")
-        if conn_of is None or a is None or b is None:
-            return None
-        by_conn: Dict[int, int] = {}
-        for i in ways[role]:
-            if i < len(conn_of) and conn_of[i] >= 0:
-                moved = (b[i] if i < len(b) else 0) - (a[i] if i < len(a) else 0)
-                by_conn[conn_of[i]] = by_conn.get(conn_of[i], 0) + moved
-        got += [by_conn[c] for c in sorted(by_conn)]
-    return _shares(got, window.seconds) if got else None
-
-
-def _stream_bytes(e, roles) -> Optional[list]:
-    """The receivers' stream_bytes at an edge, added entry by entry."""
-    got = [getattr(e, f"{r}_mark").get("stream_bytes") for r in roles]
-    if any(g is None for g in got):
-        return None
-    n = max(len(g) for g in got)
-    return [sum(g[i] if i < len(g) else 0 for g in got) for i in range(n)]
-
-
-def _wire(rec: dict) -> Optional[dict]:
-    """Each way's wire bytes and packets (the packets probe), or None."""
-    dev = derive.packets_devices(rec)
-    if dev.get("client") and dev.get("server"):
-        return {"client_to_server": dev["client"]["tx"], "server_to_client": dev["server"]["tx"]}
-    return None
-
-
-def handshakes_record(opts: options.RunOptions, m: Measurement, rec: dict) -> dict:
-    edges = {
-        e: {"client": w.client_mark, "server": w.server_mark}
-        for e, w in (("start", m.window.start), ("end", m.window.end))
-    }
-    return handshakes.describe(
-        m.reports["client"],
-        m.window.start.client_mark["t_ns"],
-        m.window.end.client_mark["t_ns"],
-        opts.conns,
-        opts.resume,
-        opts.period_s,
-        m.done["client"],
-        edges,
-        rec,
-        _wire(rec),
-    )
-
-
-def rr_record(opts: options.RunOptions, m: Measurement, rec: dict) -> dict:
-    wire = _wire(rec)
-    return rr.describe(
-        m.reports["client"],
-        m.window.start.client_mark["t_ns"],
-        m.window.end.client_mark["t_ns"],
-        opts.period_s,
-        opts.payload,
-        m.done["client"],
-        rec,
-        wire,
-        opts.request,
-        opts.response,
-        in_flight=opts.conns * opts.streams if opts.rr_mode == "closed" else None,
-    )
-
-
-def video_record(opts: options.RunOptions, m: Measurement, rec: dict) -> Optional[dict]:
-    return video.describe(
-        m.reports["client"],
-        m.window.start.client_mark["t_ns"],
-        m.connected.get("t_ns"),
-        opts.segment,
-        opts.prebuffer,
-        opts.bitrate,
-        opts.response,
-        opts.count,
-        rec,
-    )
-
-
 def link_record(opts: options.RunOptions, m: Measurement, rec: dict):
     """The emulated link (None without --link): what was asked, what the
     kernel has, each direction's qdisc counters over the window, and
@@ -296,16 +168,9 @@ def link_record(opts: options.RunOptions, m: Measurement, rec: dict):
     return out
 
 
-# Each pattern's own sections of the record, by key: a row's sections say
-# which are its (describe/patterns.py); the others are null in its records.
-SECTIONS = {
-    "downloads": lambda opts, m, rec: downloads.describe(m.reports, opts.size, opts.count, opts.resume, rec),
-    "rr": rr_record,
-    "video": video_record,
-    "handshakes": handshakes_record,
-    "streams": lambda opts, m, rec: streams_record(m.window, patterns.streams_each_way(opts)),
-    "connections": lambda opts, m, rec: connections_record(m.window, m.done, patterns.streams_each_way(opts)),
-}
+# Every pattern's own sections of the record, in the rows' order: a run's
+# are its row's, the others null.
+SECTIONS = tuple(dict.fromkeys(key for p in patterns.PATTERNS.values() for key in p.sections))
 
 
 def udp_drops(rec: dict, client_done: dict, server_done: dict) -> dict:

@@ -30,7 +30,8 @@ from typing import Dict, List, Optional, Tuple
 
 from hdrh.histogram import HdrHistogram
 
-from qprof.describe import per_unit
+from qprof import errors
+from qprof.describe import derive, options, per_unit, transports
 from qprof.describe.derive import jain_index
 
 PERCENTILES = (5, 25, 50, 75, 95, 99, 99.9, 99.99)
@@ -250,3 +251,131 @@ def _per_connection(window: List[dict], opened: Optional[int]) -> Optional[dict]
         "jain_index": jain_index(counts),
         "min_share": min(counts) / total if total else None,
     }
+
+
+# --- its step of plan.resolve, and its section of the record ------------------
+
+MIN_RR_PERIOD_S = 100e-6  # qprof-wl's --period-us floor
+WL_RR_MIN = 16  # qprof-wl's WL_RR_PAYLOAD_MIN: a message's sequence number and a little pattern
+MAX_RR_TCP_CONNS = 128  # qprof-wl's WL_RR_MAX_CONNS: rr on a TCP stack, --conns x --streams
+
+
+def resolve(opts: "options.RunOptions") -> "options.RunOptions":
+    """Requests and responses: a connection's stack, the stack's own
+    choice of streams or connections, an open loop at --period or a closed
+    loop with --streams in flight on each of --conns, a timed window."""
+    if opts.rr_streams is not None and opts.stack not in options.BY_NAME["rr-streams"].stacks:
+        raise errors.StackCannot("--rr-streams chooses QUIC's streams; for TCP stacks use --tcp-conns.")
+    if opts.tcp_conns is not None and opts.stack not in options.TCP_STACKS:
+        raise errors.StackCannot("--tcp-conns chooses TCP connections; for quic use --rr-streams.")
+    if opts.bytes is not None:
+        raise errors.StackCannot("--bytes does not apply to --pattern rr, which runs for --duration; drop --bytes.")
+    app(opts)
+    opts = options.filled(opts, "rr-mode", "conns")
+    if opts.rr_mode == "closed":
+        return _closed(opts)
+    if opts.streams != 1:
+        raise errors.StackCannot(
+            "--streams sets the requests in flight on each connection of --rr-mode closed; an open loop's "
+            "--period sets how many are in flight. Add --rr-mode closed, or drop --streams."
+        )
+    if opts.tcp_conns == "on-demand" and opts.conns != 1:
+        raise errors.BadValue("--tcp-conns on-demand opens connections as requests wait; drop --conns.")
+    opts = options.filled(opts, "period", "payload")
+    schedule(opts, "request")
+    return opts
+
+
+def _closed(opts: "options.RunOptions") -> "options.RunOptions":
+    """The closed loop: no schedule to set, and the connections fixed."""
+    if opts.period_s is not None:
+        raise errors.StackCannot(
+            "--period sets an open loop's schedule; --rr-mode closed sends each request when an answer "
+            "comes. Drop --period, or use --rr-mode open."
+        )
+    if opts.tcp_conns == "on-demand":
+        raise errors.StackCannot(
+            "--tcp-conns on-demand opens connections as an open loop's requests wait; --rr-mode closed "
+            "keeps --conns x --streams. Drop --tcp-conns, or use --rr-mode open."
+        )
+    multiplexed = transports.STACKS[opts.stack].is_quic or opts.app == "h2"
+    if not multiplexed and opts.conns * opts.streams > MAX_RR_TCP_CONNS:
+        raise errors.BadValue(
+            f"--conns {opts.conns} x --streams {opts.streams} is {opts.conns * opts.streams} TCP connections "
+            f"(one request in flight on each), more than the {MAX_RR_TCP_CONNS} the workload opens; "
+            "lower --conns or --streams."
+        )
+    return options.filled(opts, "payload")
+
+
+def app(opts: "options.RunOptions") -> None:
+    """--app's protocol over its transport: HTTP/3 over QUIC, a stream a
+    request; HTTP/1.1 over TCP."""
+    if opts.app is None:
+        return
+    row = options.BY_NAME["app"].stacks
+    if opts.stack not in row:
+        raise errors.StackCannot(
+            f"--app runs HTTP over --stack {', '.join(row)}, and {opts.stack}'s workload has no HTTP layer; "
+            "use one of those, or drop --app."
+        )
+    # Which of the apps each stack of the row takes: HTTP/3 over QUIC, the rest over TCP.
+    takes = [a for a in options.APPS if (a == "h3") == transports.STACKS[opts.stack].is_quic]
+    if opts.app not in takes:
+        can = [s for s in row if (opts.app == "h3") == transports.STACKS[s].is_quic]
+        raise errors.StackCannot(
+            f"--app {opts.app} runs over --stack {', '.join(can)}; with --stack {opts.stack} use "
+            f"--app {' or '.join(takes)}."
+        )
+    if opts.rr_streams == "one":
+        raise errors.BadValue(
+            "--app h3 puts each request on a stream of its own, as HTTP/3 does; drop --rr-streams one."
+        )
+    if opts.app == "h2" and opts.tcp_conns == "on-demand":
+        raise errors.BadValue(
+            "--tcp-conns on-demand is HTTP/1.1's way round head-of-line blocking; --app h2 puts every request "
+            "on a stream of one connection. Drop --tcp-conns."
+        )
+
+
+def schedule(opts: "options.RunOptions", unit: str) -> None:
+    """An open loop's --period: one client can keep it, and one falls due inside the window."""
+    # In nanoseconds: 100us parses to 9.999999999999999e-05 s, which is not below the floor.
+    if round(opts.period_s * 1e9) < round(MIN_RR_PERIOD_S * 1e9):
+        raise errors.BadValue(
+            f"--period {opts.period_s * 1e6:g}us is below {MIN_RR_PERIOD_S * 1e6:g}us, faster than one "
+            "client can keep a schedule; raise it."
+        )
+    duration_s = options.filled(opts, "duration").duration_s
+    if opts.period_s >= duration_s:
+        raise errors.BadValue(
+            f"--period {opts.period_s:g}s is not shorter than the {duration_s:g} s window, so no {unit} "
+            "would be due inside it; lower --period or raise --duration."
+        )
+
+
+def wire(rec: dict) -> Optional[dict]:
+    """Each way's wire bytes and packets (the packets probe), or None."""
+    dev = derive.packets_devices(rec)
+    if dev.get("client") and dev.get("server"):
+        return {"client_to_server": dev["client"]["tx"], "server_to_client": dev["server"]["tx"]}
+    return None
+
+
+def section(opts: "options.RunOptions", m, rec: dict) -> dict:
+    return describe(
+        m.reports["client"],
+        m.window.start.client_mark["t_ns"],
+        m.window.end.client_mark["t_ns"],
+        opts.period_s,
+        opts.payload,
+        m.done["client"],
+        rec,
+        wire(rec),
+        opts.request,
+        opts.response,
+        in_flight=opts.conns * opts.streams if opts.rr_mode == "closed" else None,
+    )
+
+
+SECTIONS = {"rr": section}

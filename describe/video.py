@@ -26,9 +26,11 @@ start edge, its clock), the handshake ends at its "connected" event.
 
 import math
 import statistics
+from dataclasses import replace
 from typing import List, Optional
 
-from qprof.describe import per_unit
+from qprof import errors
+from qprof.describe import options, per_unit, rr
 
 
 def playback(arrivals_ns: List[int], segment_ns: int, prebuffer_segments: int) -> dict:
@@ -109,3 +111,67 @@ def _per_media_s(flame: Optional[dict], media_s: float) -> Optional[dict]:
         }
         for side, f in flame.items()
     }
+
+
+# --- its step of plan.resolve, and its section of the record ------------------
+
+
+def resolve(opts: "options.RunOptions") -> "options.RunOptions":
+    """A player over one connection: the media's --duration in --segment
+    pieces of --bitrate x --segment bytes, each a request of rr's closed
+    loop with one in flight (the next asked for when the last is in), for
+    as many segments as the media holds; the window is the whole session,
+    from the connect to the last segment."""
+    for name, given in (
+        ("bytes", opts.bytes is not None),
+        ("warmup", bool(opts.warmup_s)),
+        ("period", opts.period_s is not None),
+        ("conns", opts.conns not in (None, 1)),
+        ("streams", opts.streams != 1),
+        ("tcp-conns", opts.tcp_conns not in (None, "one")),
+    ):
+        if given:
+            raise errors.StackCannot(
+                f"--{name} does not apply to --pattern video, which fetches --duration of media in --segment "
+                f"pieces over one connection, one after another; drop --{name}."
+            )
+    opts = options.filled(opts, "bitrate", "segment", "prebuffer", "duration")
+    rr.app(opts)
+    segments = math.ceil(opts.duration_s / opts.segment - 1e-9)
+    size = round(opts.bitrate * opts.segment / 8)
+    # What video sets itself; a value given (a resolved plan handed to the guest) must be the same.
+    sets = {"count": segments, "request": rr.WL_RR_MIN, "response": size, "rr-mode": "closed"}
+    for name, value in sets.items():
+        given = getattr(opts, options.BY_NAME[name].field)
+        if given is not None and given != value:
+            raise errors.StackCannot(
+                f"--{name} is set by --pattern video from --duration, --segment and --bitrate; drop --{name}."
+            )
+    hi = options.BY_NAME["response"].hi
+    if not rr.WL_RR_MIN <= size <= hi:
+        raise errors.BadValue(
+            f"--bitrate {options.BY_NAME['bitrate'].value_text(opts.bitrate)} x --segment {opts.segment:g}s is "
+            f"{size:,} bytes a segment, outside {rr.WL_RR_MIN} to {hi:,}; change --bitrate or --segment."
+        )
+    if opts.prebuffer > opts.duration_s:
+        raise errors.BadValue(
+            f"--prebuffer {opts.prebuffer:g}s is more than the {opts.duration_s:g} s of media (--duration); lower it."
+        )
+    return replace(opts, rr_mode="closed", conns=1, count=segments, request=rr.WL_RR_MIN, response=size, warmup_s=0.0)
+
+
+def section(opts: "options.RunOptions", m, rec: dict) -> Optional[dict]:
+    return describe(
+        m.reports["client"],
+        m.window.start.client_mark["t_ns"],
+        m.connected.get("t_ns"),
+        opts.segment,
+        opts.prebuffer,
+        opts.bitrate,
+        opts.response,
+        opts.count,
+        rec,
+    )
+
+
+SECTIONS = {"video": section}

@@ -9,7 +9,7 @@ connections add up to what the receiver verified (system)."""
 import pytest
 
 from qprof import errors
-from qprof.describe import options, plan, record
+from qprof.describe import bulk, options, plan
 from qprof.describe.window import Edge, Window
 
 from conftest import needs_build, run_json
@@ -33,7 +33,7 @@ def test_streams_are_grouped_by_their_connection():
     # Six streams on three connections, in the server's accepted order.
     w = Window(edge(0, [0] * 6), edge(10**9, [100, 200, 300, 400, 500, 600]))
     done = {"server": {"stream_conn": [0, 1, 2, 2, 1, 0]}, "client": {}}
-    c = record.connections_record(w, done, 6)
+    c = bulk.connections_record(w, done, 6)
     assert c["bytes"] == [700, 700, 700]
     assert c["jain_index"] == pytest.approx(1.0) and c["min_share"] == pytest.approx(1 / 3)
     assert c["gbps"] == [pytest.approx(700 * 8 / 1e9)] * 3
@@ -44,7 +44,7 @@ def test_both_ways_the_servers_connections_come_first():
     # Two streams each way, one connection each way and side: up streams 0-1, down 2-3.
     w = Window(edge(0, [0, 0, 0, 0], [0, 0, 0, 0]), edge(10**9, [10, 30, 0, 0], [0, 0, 5, 15]), receiver="both")
     done = {"server": {"stream_conn": [0, 0, 1, 1]}, "client": {"stream_conn": [0, 0, 1, 1]}}
-    c = record.connections_record(w, done, 2)
+    c = bulk.connections_record(w, done, 2)
     assert c["bytes"] == [40, 20]
     assert c["jain_index"] == pytest.approx(jain([40, 20]))
 
@@ -52,7 +52,7 @@ def test_both_ways_the_servers_connections_come_first():
 @pytest.mark.unit
 def test_no_mapping_is_absent():
     w = Window(edge(0, [0]), edge(10**9, [10]))
-    assert record.connections_record(w, {"server": {}, "client": {}}, 1) is None
+    assert bulk.connections_record(w, {"server": {}, "client": {}}, 1) is None
 
 
 @pytest.mark.unit

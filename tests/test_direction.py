@@ -10,7 +10,7 @@ import json
 import pytest
 
 from qprof import errors
-from qprof.describe import direction, options, plan, record
+from qprof.describe import bulk, direction, options, plan, record
 from qprof.describe.window import Edge, Window
 
 from conftest import agrees_at_its_edges, edges_apart_ns, in_flight, needs_build, run_json
@@ -141,7 +141,7 @@ def test_both_ways_adds_the_receivers_and_keeps_each_direction():
     rec = record.direction_record(options.RunOptions(direction="both"), w)
     assert rec["up"] == {"bytes": 1000, "gbps": pytest.approx(1000 * 8 / 2 / 1e9)}
     assert rec["down"] == {"bytes": 2000, "gbps": pytest.approx(2000 * 8 / 2 / 1e9)}
-    s = record.streams_record(w, 2)
+    s = bulk.streams_record(w, 2)
     assert s["bytes"] == [500, 500, 1000, 1000]
 
 

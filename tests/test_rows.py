@@ -142,15 +142,25 @@ def test_a_scan_finds_a_name_test():
     assert names_in(node.comparators[0], patterns.PATTERNS) and A_PATTERN.search(ast.unparse(node.left))
 
 
-def test_each_pattern_section_is_described_and_a_rows():
-    """Every pattern has its step of resolve; every section a pattern's
-    row names is one the record describes, and every section the record
-    describes is some pattern's own."""
-    from qprof.describe import plan, record
+def test_a_pattern_is_its_row_and_its_module():
+    """A pattern's step of resolve and its own sections of the record are
+    in one module, which its row names (describe/patterns.py), not in
+    plan.py or record.py; no section is two patterns'; the record has
+    every row's sections and no other pattern's."""
+    from qprof.describe import record
 
-    assert set(plan.STEPS) == set(patterns.PATTERNS)  # and each pattern has its step of resolve
+    modules = {}
+    for p in patterns.PATTERNS.values():
+        made_in = {p.resolve.__module__, *(f.__module__ for f in p.sections.values())}
+        assert len(made_in) == 1 and made_in <= {f"qprof.describe.{m}" for m in MODULES}, (p.name, made_in)
+        modules[p.name] = made_in.pop()
+        assert p.sections, p.name
+    assert len(set(modules.values())) == len(modules), modules
     named = [key for p in patterns.PATTERNS.values() for key in p.sections]
-    assert sorted(named) == sorted(set(named)) and set(named) == set(record.SECTIONS)
+    assert sorted(named) == sorted(set(named)) and tuple(named) == record.SECTIONS
+
+
+MODULES = ("bulk", "downloads", "rr", "handshakes", "video")
 
 
 def test_a_count_window_says_what_it_counts():

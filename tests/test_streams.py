@@ -8,7 +8,7 @@ from statistics import mean, pvariance
 
 import pytest
 
-from qprof.describe import derive, record
+from qprof.describe import bulk, derive
 from qprof.describe.window import Edge, Window
 
 from conftest import needs_build, run_json
@@ -42,7 +42,7 @@ def over_one_second(stream_bytes):
     stream_bytes[i]."""
     start = [1000 * (i + 1) for i in range(len(stream_bytes))]  # counts need not start at 0
     end = [a + b for a, b in zip(start, stream_bytes)]
-    return record.streams_record(Window(edge(0, start), edge(10**9, end)), len(stream_bytes))
+    return bulk.streams_record(Window(edge(0, start), edge(10**9, end)), len(stream_bytes))
 
 
 @pytest.mark.unit
@@ -83,7 +83,7 @@ def test_jain_rises_as_bytes_move_from_the_largest_stream_to_the_smallest():
 def test_streams_over_the_window():
     # A third stream opened inside the window: it started from nothing.
     w = Window(edge(0, [100, 200]), edge(2 * 10**9, [600, 700, 250]))
-    s = record.streams_record(w, 3)
+    s = bulk.streams_record(w, 3)
     assert s["bytes"] == [500, 500, 250]
     assert s["gbps"] == [pytest.approx(500 * 8 / 2 / 1e9)] * 2 + [pytest.approx(250 * 8 / 2 / 1e9)]
     assert s["jain_index"] == pytest.approx(1250**2 / (3 * (500**2 * 2 + 250**2)))
@@ -92,7 +92,7 @@ def test_streams_over_the_window():
 
 @pytest.mark.unit
 def test_no_per_stream_counts_is_absent():
-    assert record.streams_record(Window(edge(0, None), edge(10**9, None)), 1) is None
+    assert bulk.streams_record(Window(edge(0, None), edge(10**9, None)), 1) is None
 
 
 @pytest.mark.system
@@ -134,6 +134,6 @@ def test_a_stream_the_receiver_never_saw_moved_nothing():
     # msquic opens a stream at its peer with the stream's first byte: with
     # FIFO scheduling the third stream may not have started by the window's end.
     w = Window(edge(0, [100]), edge(10**9, [900, 300]))
-    s = record.streams_record(w, 3)
+    s = bulk.streams_record(w, 3)
     assert s["bytes"] == [800, 300, 0]
     assert s["min_share"] == 0 and s["jain_index"] == pytest.approx(1100**2 / (3 * (800**2 + 300**2)))
