@@ -59,11 +59,28 @@ def c_flags() -> dict:
     for row in re.split(r"\n\t(?=\{FLAG\()", table.group(1))[1:]:
         name = re.match(r"\{FLAG\(\"([a-z-]+)\"", row).group(1)
         flags[name] = {
-            "choices": strings(row, "choices"),
+            # A pattern's word: one of the patterns the C files enter.
+            "choices": tuple(c_patterns()) if "F_PATTERN" in row else strings(row, "choices"),
             "stacks": strings(row, "stacks"),
             "hidden": ".hidden = true" in row,
+            "some_patterns": ".some_patterns = true" in row,
         }
     return flags
+
+
+def c_patterns() -> dict:
+    """The patterns qprof-wl holds: each `struct wl_pattern` a C file
+    enters with WL_PATTERN (workloads/wl_role.h), word -> the flags of
+    some patterns only that it takes."""
+    out = {}
+    for path in sorted((REPO / "workloads").glob("*.c")):
+        text = path.read_text()
+        for var in re.findall(r"^WL_PATTERN\((\w+)\);", text, re.M):
+            body = re.search(rf"struct wl_pattern {var} = \{{(.*?)\n\}};", text, re.S).group(1)
+            word = re.search(r'\.name\s*=\s*"([a-z]+)"', body).group(1)
+            taken = re.search(r'\.flags\s*=\s*"([^"]*)"', body)
+            out[word] = tuple(taken.group(1).split("|")) if taken else ()
+    return out
 
 
 def taken(words) -> set:
@@ -124,3 +141,21 @@ def test_help_names_every_flag_but_the_hidden():
     flags = c_flags()
     assert [n for n, f in flags.items() if not f["hidden"] and f"--{n} " not in usage] == []
     assert [n for n, f in flags.items() if f["hidden"] and f"--{n}" in usage] == []
+
+
+def test_each_pattern_takes_the_flags_qprof_passes_it():
+    """A flag of some patterns only is taken by each pattern qprof passes
+    it with (the option table's patterns and set_by, as the pattern
+    option passes each pattern: video as rr), and a pattern names only
+    such flags."""
+    flags, wl = c_flags(), c_patterns()
+    assert {"bulk", "download", "rr", "handshakes"} <= set(wl)
+    word = options.BY_NAME["pattern"].workload_value
+    for o in options.OPTIONS:
+        flag = flags.get((o.workload or "--")[2:])
+        if not (flag and flag["some_patterns"]):
+            continue
+        for p in o.patterns + o.set_by:
+            assert o.workload[2:] in wl[word(p)], (o.name, p, wl[word(p)])
+    for p, taken in wl.items():
+        assert all(flags[f]["some_patterns"] for f in taken), (p, taken)

@@ -194,15 +194,14 @@ static const char usage[] =
 	"           --tcp-conns on-demand\n";
 /* clang-format on */
 
-/* The patterns a flag belongs to; 0: every one. */
-enum { P_BULK = 1, P_DOWNLOAD = 2, P_RR = 4, P_HS = 8 };
-
-enum flag_kind { F_STR, F_BOOL, F_NUM, F_CHOICE };
+/* F_PATTERN: a pattern's word, one of those WL_PATTERN entered (wl_role.h). */
+enum flag_kind { F_STR, F_BOOL, F_NUM, F_CHOICE, F_PATTERN };
 
 /*
- * Every flag once: its field in struct wl_opts, its range or choices, and
- * the stacks and patterns it is for. A flag given (its field moved off the
- * default) outside those is refused by its name. tests/test_wl_contract.py
+ * Every flag once: its field in struct wl_opts, its range or choices, the
+ * stacks it is for, and whether it is some patterns' only (each pattern
+ * names those it takes, in its own file). A flag given (its field moved
+ * off the default) outside those is refused by its name. tests/test_wl_contract.py
  * reads this table against qprof's own (describe/options.py): every flag
  * qprof passes exists here, takes the same choices and is not refused for
  * a stack or pattern qprof passes it with.
@@ -217,8 +216,8 @@ struct flag {
 	const char *unit; /* F_NUM: in the refusal */
 	const char *choices;
 	const char *stacks; /* "a|b"; NULL: every stack */
-	unsigned patterns;
-	bool hidden; /* not in --help: the tests' */
+	bool some_patterns; /* for the patterns whose flags name it (wl_role.h); false: every one */
+	bool hidden;	    /* not in --help: the tests' */
 };
 
 #define FLAG(n, s, k, f)                                                           \
@@ -242,34 +241,33 @@ static const struct flag flags[] = {
 	{FLAG("port", 'p', F_NUM, port), .lo = 1, .hi = 65535},
 	{FLAG("cert", 0, F_STR, cert)},
 	{FLAG("key", 0, F_STR, key)},
-	{FLAG("pattern", 0, F_CHOICE, pattern), .choices = "bulk|download|rr|handshakes"},
+	{FLAG("pattern", 0, F_PATTERN, pattern)},
 	{FLAG("streams", 'n', F_NUM, streams), .lo = 1, .hi = 1000}, /* bulk: check_rules */
-	{FLAG("conns", 0, F_NUM, conns), .lo = 1, .hi = 64, .patterns = P_BULK | P_RR | P_HS},
+	{FLAG("conns", 0, F_NUM, conns), .lo = 1, .hi = 64, .some_patterns = true},
 	{FLAG("direction", 0, F_CHOICE, direction), .choices = "up|down|both",
-	 .stacks = QUIC_STACKS "|" TCP_STACKS, .patterns = P_BULK},
+	 .stacks = QUIC_STACKS "|" TCP_STACKS, .some_patterns = true},
 	{FLAG("duration-ms", 't', F_NUM, duration_ms), .lo = 1, .hi = UINT64_MAX,
-	 .patterns = P_BULK | P_RR | P_HS},
-	{FLAG("bytes", 'b', F_NUM, bytes), .lo = 1, .hi = UINT64_MAX, .patterns = P_BULK},
-	{FLAG("size", 0, F_NUM, size), .lo = 1, .hi = UINT64_MAX, .patterns = P_DOWNLOAD},
-	{FLAG("count", 0, F_NUM, count), .lo = 1, .hi = UINT64_MAX,
-	 .patterns = P_DOWNLOAD | P_RR | P_HS},
+	 .some_patterns = true},
+	{FLAG("bytes", 'b', F_NUM, bytes), .lo = 1, .hi = UINT64_MAX, .some_patterns = true},
+	{FLAG("size", 0, F_NUM, size), .lo = 1, .hi = UINT64_MAX, .some_patterns = true},
+	{FLAG("count", 0, F_NUM, count), .lo = 1, .hi = UINT64_MAX, .some_patterns = true},
 	{FLAG("resume", 0, F_BOOL, resume), .stacks = QUIC_STACKS "|tcp-tls|tcp-ktls",
-	 .patterns = P_DOWNLOAD | P_HS},
+	 .some_patterns = true},
 	{FLAG("period-us", 0, F_NUM, period_us), .lo = WL_RR_PERIOD_MIN_US,
-	 .hi = WL_RR_PERIOD_MAX_US, .unit = " microseconds", .patterns = P_RR | P_HS},
+	 .hi = WL_RR_PERIOD_MAX_US, .unit = " microseconds", .some_patterns = true},
 	{FLAG("payload", 0, F_NUM, payload), .lo = WL_RR_PAYLOAD_MIN, .hi = WL_RR_PAYLOAD_MAX,
-	 .unit = " bytes", .patterns = P_RR},
+	 .unit = " bytes", .some_patterns = true},
 	{FLAG("request", 0, F_NUM, request), .lo = WL_RR_PAYLOAD_MIN, .hi = WL_RR_PAYLOAD_MAX,
-	 .unit = " bytes", .patterns = P_RR},
+	 .unit = " bytes", .some_patterns = true},
 	{FLAG("response", 0, F_NUM, response), .lo = WL_RR_PAYLOAD_MIN, .hi = WL_RR_PAYLOAD_MAX,
-	 .unit = " bytes", .patterns = P_RR},
+	 .unit = " bytes", .some_patterns = true},
 	{FLAG("rr-streams", 0, F_CHOICE, rr_streams), .choices = "per-request|one",
-	 .stacks = QUIC_STACKS, .patterns = P_RR},
+	 .stacks = QUIC_STACKS, .some_patterns = true},
 	{FLAG("tcp-conns", 0, F_CHOICE, tcp_conns), .choices = "one|on-demand",
-	 .stacks = TCP_STACKS, .patterns = P_RR},
-	{FLAG("rr-mode", 0, F_CHOICE, rr_mode), .choices = "open|closed", .patterns = P_RR},
+	 .stacks = TCP_STACKS, .some_patterns = true},
+	{FLAG("rr-mode", 0, F_CHOICE, rr_mode), .choices = "open|closed", .some_patterns = true},
 	{FLAG("app", 0, F_CHOICE, app), .choices = "h1|h2|h3", .stacks = QUIC_STACKS "|" TCP_STACKS,
-	 .patterns = P_RR},
+	 .some_patterns = true},
 	{FLAG("tcp-cc", 0, F_STR, tcp_cc), .stacks = TCP_STACKS},
 	{FLAG("io-size", 0, F_NUM, io_size), .lo = 1024, .hi = 1u << 20, .pow2 = true,
 	 .unit = " bytes"},
@@ -280,7 +278,7 @@ static const struct flag flags[] = {
 	{FLAG("encrypt", 0, F_CHOICE, encrypt), .choices = "on|off", .stacks = "quic"},
 	{FLAG("tls", 0, F_STR, tls_version)}, /* wl_tcp.c's check: exit 9, as for a cipher */
 	{FLAG("cipher", 0, F_STR, cipher)},
-	{FLAG("sendfile", 0, F_BOOL, sendfile), .patterns = P_BULK | P_DOWNLOAD},
+	{FLAG("sendfile", 0, F_BOOL, sendfile), .some_patterns = true},
 	{FLAG("send-mode", 0, F_CHOICE, send_mode), .choices = "sendmsg|sendmmsg|gso",
 	 .stacks = "udp"},
 	{FLAG("batch", 0, F_NUM, batch), .lo = 1, .hi = 65535, .stacks = "udp"},
@@ -356,11 +354,19 @@ static bool in_list(const char *list, const char *v)
 /* One flag's value into its field; 0, or the usage exit after saying why. */
 static int set_flag(struct wl_opts *o, const struct flag *f, const char *arg)
 {
-	char *field = (char *)o + f->off, *end, buf[128];
+	char *field = (char *)o + f->off, *end, buf[128], pbuf[128];
 	unsigned long long v;
 
 	switch (f->kind) {
 	case F_BOOL: *(bool *)field = true; return 0;
+	case F_PATTERN:
+		if (!wl_pattern_named(arg)) {
+			wl_warn("--%s must be %s, not %s", f->name,
+				words(wl_pattern_words(pbuf, sizeof(pbuf)), buf, sizeof(buf)), arg);
+			return WL_EXIT_USAGE;
+		}
+		*(const char **)field = arg;
+		return 0;
 	case F_CHOICE:
 		if (!in_list(f->choices, arg)) {
 			wl_warn("--%s must be %s, not %s", f->name,
@@ -438,16 +444,8 @@ static int parse_flags(int argc, char **argv, struct wl_opts *o)
 	return 0;
 }
 
-static unsigned pattern_bit(const char *pattern)
-{
-	return !strcmp(pattern, "download")	? P_DOWNLOAD
-	       : !strcmp(pattern, "rr")		? P_RR
-	       : !strcmp(pattern, "handshakes") ? P_HS
-						: P_BULK;
-}
-
 /* A flag given outside the stacks or patterns it is for; 0 if none. */
-static int check_scope(const struct wl_opts *o)
+static int check_scope(const struct wl_opts *o, const struct wl_pattern *p)
 {
 	char buf[128];
 	size_t i;
@@ -462,7 +460,7 @@ static int check_scope(const struct wl_opts *o)
 				words(f->stacks, buf, sizeof(buf)), o->stack);
 			return WL_EXIT_USAGE;
 		}
-		if (f->patterns && !(f->patterns & pattern_bit(o->pattern))) {
+		if (f->some_patterns && !in_list(p->flags, f->name)) {
 			wl_warn("--%s is not for --pattern %s", f->name, o->pattern);
 			return WL_EXIT_USAGE;
 		}
@@ -470,54 +468,23 @@ static int check_scope(const struct wl_opts *o)
 	return 0;
 }
 
-/* bulk --direction down: the client only receives, until the server's FIN. */
-static bool sends_down_only(const struct wl_opts *o)
-{
-	return !o->rr && o->direction && !strcmp(o->direction, "down");
-}
-
-/* The rules between flags that one flag's row cannot say; one sentence each. */
-static int check_rules(struct wl_opts *o)
+/*
+ * The rules between flags that one flag's row cannot say, one sentence
+ * each; a pattern's between its own flags are its (its resolve).
+ */
+static int check_rules(struct wl_opts *o, const struct wl_pattern *p)
 {
 	const bool client = !strcmp(o->role, "client");
 
-	if ((o->rr || o->download || o->hs) && !strcmp(o->stack, "udp")) {
+	if (!p->on_datagrams && !strcmp(o->stack, "udp")) {
 		wl_warn("--pattern %s is for quic, tcp, tcp-tls and tcp-ktls: udp has no stream to answer a request on",
 			o->pattern);
 		return WL_EXIT_USAGE;
 	}
-	if (o->rr && !o->payload && (!o->request || !o->response)) {
-		wl_warn("--pattern rr needs --payload N, the bytes of each request and each response, or --request and --response, on both roles");
-		return WL_EXIT_USAGE;
-	}
-	if (o->rr && client && !o->rr_closed && !o->period_us) {
-		wl_warn("--pattern rr needs --period-us N on the client, the microseconds between requests, or --rr-mode closed");
-		return WL_EXIT_USAGE;
-	}
-	if (o->rr_closed && o->period_us) {
-		wl_warn("--period-us is for --rr-mode open: a closed loop sends each request when an answer comes");
-		return WL_EXIT_USAGE;
-	}
-	if (o->rr && o->count && !o->rr_closed) {
-		wl_warn("--count is for --rr-mode closed: an open loop's requests fall due for --duration-ms");
-		return WL_EXIT_USAGE;
-	}
-	if (o->rr_closed && o->tcp_on_demand) {
-		wl_warn("--tcp-conns on-demand is for --rr-mode open: a closed loop keeps its --conns x --streams connections");
-		return WL_EXIT_USAGE;
-	}
-	if (o->tcp_on_demand && o->conns > 1) {
-		wl_warn("--tcp-conns on-demand opens its own connections: drop --conns");
-		return WL_EXIT_USAGE;
-	}
-	if ((o->download || o->hs || (o->rr && !o->rr_closed)) && o->streams != 1) {
-		wl_warn("--streams is for --pattern bulk and rr --rr-mode closed: a download, or an open loop's request, goes on one stream");
-		return WL_EXIT_USAGE;
-	}
-	if (o->rr && in_list(TCP_STACKS, o->stack) &&
-	    (o->conns ? o->conns : 1) * o->streams > WL_RR_MAX_CONNS) {
-		wl_warn("--conns x --streams is at most %d tcp connections for --pattern rr",
-			WL_RR_MAX_CONNS);
+	if (p->tcp_conns_most && in_list(TCP_STACKS, o->stack) &&
+	    (unsigned)(o->conns ? o->conns : 1) * o->streams > p->tcp_conns_most) {
+		wl_warn("--conns x --streams is at most %u tcp connections for --pattern %s",
+			p->tcp_conns_most, o->pattern);
 		return WL_EXIT_USAGE;
 	}
 	if (o->app && (!strcmp(o->app, "h3") != in_list(QUIC_STACKS, o->stack))) {
@@ -535,12 +502,8 @@ static int check_rules(struct wl_opts *o)
 		return WL_EXIT_USAGE;
 	}
 	/* The sender's: a bulk upload's client, a download's server. */
-	if (o->sendfile && client == o->download) {
+	if (o->sendfile && client == p->server_sends) {
 		wl_warn("--sendfile is for the sender: the client of a bulk upload, the server of a download");
-		return WL_EXIT_USAGE;
-	}
-	if (o->download && !o->size) {
-		wl_warn("--pattern download needs --size N, the bytes per download, on both roles");
 		return WL_EXIT_USAGE;
 	}
 	if (o->duration_ms && o->bytes) {
@@ -550,30 +513,6 @@ static int check_rules(struct wl_opts *o)
 	if (!client && strcmp(o->stack, "tcp") && strcmp(o->stack, "udp") &&
 	    (!o->cert || !o->key)) {
 		wl_warn("the server needs --cert and --key");
-		return WL_EXIT_USAGE;
-	}
-	if (client && (o->rr || o->hs) && !o->duration_ms && !o->count && !o->control) {
-		wl_warn("--pattern %s: the client needs --duration-ms (or --count, closed), or --control to go on until \"stop\"",
-			o->pattern);
-		return WL_EXIT_USAGE;
-	}
-	if (!o->download && !o->rr && !o->hs &&
-	    (o->conns ? o->conns : 1) * o->streams *
-			    (o->direction && !strcmp(o->direction, "both") ? 2 : 1) >
-		    WL_MAX_STREAMS) {
-		wl_warn("--conns x --streams (x 2 with --direction both) is at most %d streams in all",
-			WL_MAX_STREAMS);
-		return WL_EXIT_USAGE;
-	}
-	if (client && !o->download && !o->hs && !(o->rr && o->count) && !sends_down_only(o) &&
-	    !o->duration_ms && !o->bytes && !o->control) {
-		wl_warn("the client needs --duration-ms, --bytes or --control");
-		return WL_EXIT_USAGE;
-	}
-	if (!client && !o->download && !o->rr && o->direction && strcmp(o->direction, "up") &&
-	    strcmp(o->stack, "udp") && !o->duration_ms && !o->bytes && !o->control) {
-		wl_warn("--direction %s: the server sends, and needs --duration-ms, --bytes or --control",
-			o->direction);
 		return WL_EXIT_USAGE;
 	}
 	if (o->wait_start && !o->control) {
@@ -586,7 +525,7 @@ static int check_rules(struct wl_opts *o)
 int main(int argc, char **argv)
 {
 	struct wl_opts o = defaults;
-	uint32_t period, most;
+	const struct wl_pattern *p;
 	int code;
 
 	code = parse_flags(argc, argv, &o);
@@ -596,28 +535,17 @@ int main(int argc, char **argv)
 		wl_warn("--stack and --role are required; see --help");
 		return WL_EXIT_USAGE;
 	}
-	o.download = !strcmp(o.pattern, "download");
-	o.rr = !strcmp(o.pattern, "rr");
-	o.hs = !strcmp(o.pattern, "handshakes");
+	p = wl_pattern_named(o.pattern);
 	o.rr_one_stream = o.rr_streams && !strcmp(o.rr_streams, "one");
 	o.tcp_on_demand = o.tcp_conns && !strcmp(o.tcp_conns, "on-demand");
 	o.rr_closed = o.rr_mode && !strcmp(o.rr_mode, "closed");
-	code = check_scope(&o);
+	code = check_scope(&o, p);
 	if (!code)
-		code = check_rules(&o);
+		code = check_rules(&o, p);
+	if (!code && p->resolve)
+		code = p->resolve(&o, !strcmp(o.role, "client"));
 	if (code)
 		return code;
-	if (o.download && !o.count)
-		o.count = 1;
-	if (o.rr) {
-		wl_rr_init(&o);
-		/* A period of at least twice the larger message: a message's pattern is one piece. */
-		most = wl_rr.request > wl_rr.response ? wl_rr.request : wl_rr.response;
-		for (period = 1024; period < 2 * most; period <<= 1)
-			;
-		wl_pattern_init(period);
-	} else {
-		wl_pattern_init(o.io_size);
-	}
+	wl_pattern_init(p->period ? p->period(&o) : o.io_size);
 	return wl_role_run(&o);
 }

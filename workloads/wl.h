@@ -73,18 +73,15 @@ struct wl_opts {
 	uint32_t batch;		    /* udp client: datagrams per call; 0: wl_udp.c's default */
 	uint32_t dgram_size;	    /* udp client: UDP payload bytes; 0: 1472 */
 	const char *gro;	    /* udp server: UDP_GRO "on" or "off"; NULL: on */
-	bool download;		    /* --pattern download: see below */
 	uint64_t size;		    /* download: bytes the server sends per connection */
 	uint64_t count;		    /* download: connections, one after another */
 	bool resume;		    /* download, TLS stacks: resume sessions (QUIC: 0-RTT) */
-	bool rr;		    /* --pattern rr: see below */
 	uint64_t period_us;	    /* rr client: between two requests' due times */
 	uint32_t payload;	    /* rr: bytes of each request and of each response */
 	uint32_t request, response; /* rr: ... each apart (0: --payload) */
 	bool rr_one_stream;	    /* rr, quic client: every request on one stream */
 	bool tcp_on_demand; /* rr, TCP stacks client: a connection per overlapping request */
 	bool rr_closed;	    /* rr client: --rr-mode closed, see below */
-	bool hs;	    /* --pattern handshakes: see below */
 };
 
 /*

@@ -700,6 +700,31 @@ static bool bulk_checks(void)
 	return wl_role.per_stream;
 }
 
+/* Its streams' limit; what ends each side (--direction down: the client's is the server's FIN). */
+static int bulk_resolve(struct wl_opts *o, bool client)
+{
+	const bool up = !o->direction || !strcmp(o->direction, "up");
+	const bool both = o->direction && !strcmp(o->direction, "both");
+
+	if ((o->conns ? o->conns : 1) * o->streams * (both ? 2 : 1) > WL_MAX_STREAMS) {
+		wl_warn("--conns x --streams (x 2 with --direction both) is at most %d streams in all",
+			WL_MAX_STREAMS);
+		return WL_EXIT_USAGE;
+	}
+	if (o->duration_ms || o->bytes || o->control)
+		return 0;
+	if (client && (up || both)) {
+		wl_warn("the client needs --duration-ms, --bytes or --control");
+		return WL_EXIT_USAGE;
+	}
+	if (!client && !up) {
+		wl_warn("--direction %s: the server sends, and needs --duration-ms, --bytes or --control",
+			o->direction);
+		return WL_EXIT_USAGE;
+	}
+	return 0;
+}
+
 static const struct wl_pattern wl_bulk = {
 	.name = "bulk",
 	.server = bulk_server,
@@ -707,5 +732,8 @@ static const struct wl_pattern wl_bulk = {
 	.json_mark = bulk_json_mark,
 	.json_done = bulk_json_done,
 	.checks = bulk_checks,
+	.flags = "conns|direction|duration-ms|bytes|sendfile",
+	.on_datagrams = true,
+	.resolve = bulk_resolve,
 };
 WL_PATTERN(wl_bulk);

@@ -668,6 +668,31 @@ static bool hs_checks(void)
 	return true;
 }
 
+/* A download: one stream, --size given, one connection unless --count says. */
+static int dl_resolve(struct wl_opts *o, bool client)
+{
+	int code = wl_one_stream(o);
+
+	(void)client;
+	if (code)
+		return code;
+	if (!o->size) {
+		wl_warn("--pattern download needs --size N, the bytes per download, on both roles");
+		return WL_EXIT_USAGE;
+	}
+	if (!o->count)
+		o->count = 1;
+	return 0;
+}
+
+/* Handshakes: one stream, and a client told when to end. */
+static int hs_resolve(struct wl_opts *o, bool client)
+{
+	int code = wl_one_stream(o);
+
+	return code || !client ? code : wl_timed_client(o);
+}
+
 static const struct wl_pattern wl_download = {
 	.name = "download",
 	.exit_stops = true,
@@ -676,6 +701,9 @@ static const struct wl_pattern wl_download = {
 	.json_mark = json_mark,
 	.json_done = json_done,
 	.checks = dl_checks,
+	.flags = "size|count|resume|sendfile",
+	.server_sends = true,
+	.resolve = dl_resolve,
 };
 WL_PATTERN(wl_download);
 
@@ -687,5 +715,7 @@ static const struct wl_pattern wl_hs = {
 	.json_mark = json_mark,
 	.json_done = json_done,
 	.checks = hs_checks,
+	.flags = "conns|duration-ms|count|resume|period-us",
+	.resolve = hs_resolve,
 };
 WL_PATTERN(wl_hs);

@@ -308,12 +308,40 @@ static const struct stack {
 /* The patterns WL_PATTERN entered, between the linker's bounds of their section. */
 extern const struct wl_pattern *const __start_wl_patterns[], *const __stop_wl_patterns[];
 
-static const struct wl_pattern *pattern_named(const char *name)
+const struct wl_pattern *wl_pattern_named(const char *name)
 {
 	for (const struct wl_pattern *const *p = __start_wl_patterns; p < __stop_wl_patterns; p++)
 		if (!strcmp((*p)->name, name))
 			return *p;
 	return NULL;
+}
+
+const char *wl_pattern_words(char *buf, size_t len)
+{
+	size_t k = 0;
+
+	buf[0] = 0;
+	for (const struct wl_pattern *const *p = __start_wl_patterns; p < __stop_wl_patterns; p++)
+		k += (size_t)snprintf(buf + k, k < len ? len - k : 0, "%s%s", k ? "|" : "",
+				      (*p)->name);
+	return buf;
+}
+
+int wl_one_stream(const struct wl_opts *o)
+{
+	if (o->streams == 1)
+		return 0;
+	wl_warn("--streams is for --pattern bulk and rr --rr-mode closed: a download, or an open loop's request, goes on one stream");
+	return WL_EXIT_USAGE;
+}
+
+int wl_timed_client(const struct wl_opts *o)
+{
+	if (o->duration_ms || o->count || o->control)
+		return 0;
+	wl_warn("--pattern %s: the client needs --duration-ms (or --count, closed), or --control to go on until \"stop\"",
+		o->pattern);
+	return WL_EXIT_USAGE;
 }
 
 int wl_role_run(const struct wl_opts *o)
@@ -339,7 +367,7 @@ int wl_role_run(const struct wl_opts *o)
 			return WL_EXIT_LIB_OPEN;
 		wl_role.t = wl_app_over(o, t);
 		wl_role.label = st ? st->label : "QUIC";
-		wl_role.p = pattern_named(o->pattern);
+		wl_role.p = wl_pattern_named(o->pattern);
 		if (!wl_role.p) {
 			wl_warn("--pattern %s is not built into this qprof-wl", o->pattern);
 			return WL_EXIT_USAGE;

@@ -46,7 +46,34 @@ struct wl_pattern {
 	void (*stop)(void);
 	/* Whether this role checks what it receives ("done"'s verified); NULL: it checks nothing. */
 	bool (*checks)(void);
+	/*
+	 * The flags of some patterns only (qprof_wl.c's table marks them) that
+	 * this one takes, "a|b"; one given to another pattern is refused.
+	 */
+	const char *flags;
+	/* udp runs it, as its own datagram pattern (bulk: wl_udp_bulk). */
+	bool on_datagrams;
+	/* The server sends the payload (a download): --sendfile is the server's. */
+	bool server_sends;
+	/* A connection a request in flight on TCP: at most this many (0: no cap). */
+	unsigned tcp_conns_most;
+	/*
+	 * Its rules between its own flags, one sentence each, and its defaults,
+	 * after the flags' own checks (qprof_wl.c): 0 or WL_EXIT_USAGE. NULL: none.
+	 */
+	int (*resolve)(struct wl_opts *o, bool client);
+	/* The payload pattern's period its messages need; NULL: --io-size's. */
+	uint32_t (*period)(const struct wl_opts *o);
 };
+
+/* The pattern --pattern NAME names, or NULL: none is built in. */
+const struct wl_pattern *wl_pattern_named(const char *name);
+/* Every pattern's word, "a|b|c", in buf. */
+const char *wl_pattern_words(char *buf, size_t len);
+/* A rule the patterns share: one stream a connection unless said (0 or WL_EXIT_USAGE). */
+int wl_one_stream(const struct wl_opts *o);
+/* Another: a timed client needs --duration-ms, --count or --control (0 or WL_EXIT_USAGE). */
+int wl_timed_client(const struct wl_opts *o);
 
 /*
  * A pattern is its file: WL_PATTERN(p) at its end enters p in the table

@@ -920,6 +920,54 @@ static bool rr_checks(void)
 	return true;
 }
 
+/* The messages' sizes, the loop's kind and what ends a client; then wl_rr's settings. */
+static int rr_resolve(struct wl_opts *o, bool client)
+{
+	int code;
+
+	if (!o->payload && (!o->request || !o->response)) {
+		wl_warn("--pattern rr needs --payload N, the bytes of each request and each response, or --request and --response, on both roles");
+		return WL_EXIT_USAGE;
+	}
+	if (client && !o->rr_closed && !o->period_us) {
+		wl_warn("--pattern rr needs --period-us N on the client, the microseconds between requests, or --rr-mode closed");
+		return WL_EXIT_USAGE;
+	}
+	if (o->rr_closed && o->period_us) {
+		wl_warn("--period-us is for --rr-mode open: a closed loop sends each request when an answer comes");
+		return WL_EXIT_USAGE;
+	}
+	if (o->count && !o->rr_closed) {
+		wl_warn("--count is for --rr-mode closed: an open loop's requests fall due for --duration-ms");
+		return WL_EXIT_USAGE;
+	}
+	if (o->rr_closed && o->tcp_on_demand) {
+		wl_warn("--tcp-conns on-demand is for --rr-mode open: a closed loop keeps its --conns x --streams connections");
+		return WL_EXIT_USAGE;
+	}
+	if (o->tcp_on_demand && o->conns > 1) {
+		wl_warn("--tcp-conns on-demand opens its own connections: drop --conns");
+		return WL_EXIT_USAGE;
+	}
+	code = o->rr_closed ? 0 : wl_one_stream(o);
+	if (!code && client)
+		code = wl_timed_client(o);
+	if (!code)
+		wl_rr_init(o);
+	return code;
+}
+
+/* A period of at least twice the larger message: a message's pattern is one piece. */
+static uint32_t rr_period(const struct wl_opts *o)
+{
+	uint32_t most = wl_rr.request > wl_rr.response ? wl_rr.request : wl_rr.response, period;
+
+	(void)o;
+	for (period = 1024; period < 2 * most; period <<= 1)
+		;
+	return period;
+}
+
 static const struct wl_pattern wl_rr_pattern = {
 	.name = "rr",
 	.exit_stops = true,
@@ -928,5 +976,10 @@ static const struct wl_pattern wl_rr_pattern = {
 	.json_mark = rr_json_mark,
 	.json_done = rr_json_done,
 	.checks = rr_checks,
+	.flags =
+		"conns|duration-ms|count|period-us|payload|request|response|rr-streams|tcp-conns|rr-mode|app",
+	.tcp_conns_most = WL_RR_MAX_CONNS,
+	.resolve = rr_resolve,
+	.period = rr_period,
 };
 WL_PATTERN(wl_rr_pattern);

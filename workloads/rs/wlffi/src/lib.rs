@@ -71,11 +71,9 @@ pub struct WlOpts {
     pub batch: u32,
     pub dgram_size: u32,
     pub gro: *const c_char,
-    pub download: bool,
     pub size: u64,
     pub count: u64,
     pub resume: bool,
-    pub rr: bool,
     pub period_us: u64,
     pub payload: u32,
     pub request: u32,
@@ -83,7 +81,6 @@ pub struct WlOpts {
     pub rr_one_stream: bool,
     pub tcp_on_demand: bool,
     pub rr_closed: bool,
-    pub hs: bool,
 }
 
 /// struct wl_end (wl_transport.h).
