@@ -76,8 +76,6 @@ class Option:
         fill=None,
         fill_note: Optional[str] = None,
         default_text: Optional[str] = None,
-        patterns: Tuple[str, ...] = (),
-        set_by: Tuple[str, ...] = (),
     ):
         self.name = name  # the flag without "--", and the --vary key
         self.field = field_name or name.replace("-", "_")
@@ -107,8 +105,10 @@ class Option:
         # The patterns whose runs take it (() = every one), and those that
         # set it themselves, holding a value given to theirs (video's count,
         # rr's settings it fixes): describe/plan.py refuses it elsewhere.
-        self.patterns = patterns
-        self.set_by = set_by
+        # Each pattern's row says (its `options` and `sets`), so these are
+        # filled from the rows once the table is made.
+        self.patterns: Tuple[str, ...] = ()
+        self.set_by: Tuple[str, ...] = ()
 
     @property
     def help_text(self) -> str:
@@ -254,7 +254,6 @@ OPTIONS: List[Option] = [
         fill=1 << 20,
         vary=True,
         workload="--size",
-        patterns=("download",),
     ),
     Option(
         "count",
@@ -265,8 +264,6 @@ OPTIONS: List[Option] = [
         fill=10,
         hi=100_000,
         workload="--count",
-        patterns=("download",),
-        set_by=("video",),
     ),
     Option(
         "resume",
@@ -276,7 +273,6 @@ OPTIONS: List[Option] = [
         "TLS 1.3 resumption); the record says which did.",
         stacks=SESSION_STACKS,
         workload="--resume",
-        patterns=("download", "handshakes"),
     ),
     Option(
         "period",
@@ -292,7 +288,6 @@ OPTIONS: List[Option] = [
         vary=True,
         workload="--period-us",
         workload_value=lambda s: str(round(s * 1e6)),
-        patterns=("rr", "handshakes"),
     ),
     Option(
         "payload",
@@ -304,7 +299,6 @@ OPTIONS: List[Option] = [
         hi=16 << 20,
         vary=True,
         workload="--payload",
-        patterns=("rr",),
     ),
     Option(
         "request",
@@ -316,8 +310,6 @@ OPTIONS: List[Option] = [
         hi=16 << 20,
         vary=True,
         workload="--request",
-        patterns=("rr",),
-        set_by=("video",),
     ),
     Option(
         "response",
@@ -329,8 +321,6 @@ OPTIONS: List[Option] = [
         hi=16 << 20,
         vary=True,
         workload="--response",
-        patterns=("rr",),
-        set_by=("video",),
     ),
     Option(
         "rr-streams",
@@ -343,7 +333,6 @@ OPTIONS: List[Option] = [
         vary=True,
         workload="--rr-streams",
         metavar="per-request|one",
-        patterns=("rr", "video"),
     ),
     Option(
         "tcp-conns",
@@ -357,7 +346,6 @@ OPTIONS: List[Option] = [
         vary=True,
         workload="--tcp-conns",
         metavar="one|on-demand",
-        patterns=("rr",),
     ),
     Option(
         "app",
@@ -374,7 +362,6 @@ OPTIONS: List[Option] = [
         vary=True,
         workload="--app",
         metavar="|".join(APPS),
-        patterns=("rr", "video"),
     ),
     Option(
         "bitrate",
@@ -386,7 +373,6 @@ OPTIONS: List[Option] = [
         lo=8_000,
         hi=256_000_000,
         vary=True,
-        patterns=("video",),
     ),
     Option(
         "segment",
@@ -397,7 +383,6 @@ OPTIONS: List[Option] = [
         fill_note="video",
         lo=0.0,
         vary=True,
-        patterns=("video",),
     ),
     Option(
         "prebuffer",
@@ -408,7 +393,6 @@ OPTIONS: List[Option] = [
         fill_note="video",
         lo=0.0,
         vary=True,
-        patterns=("video",),
     ),
     Option(
         "rr-mode",
@@ -423,8 +407,6 @@ OPTIONS: List[Option] = [
         vary=True,
         workload="--rr-mode",
         metavar="open|closed",
-        patterns=("rr",),
-        set_by=("video",),
     ),
     Option(
         "warmup",
@@ -459,8 +441,6 @@ OPTIONS: List[Option] = [
         hi=64,
         vary=True,
         workload="--conns",
-        patterns=("bulk", "rr", "handshakes"),
-        set_by=("video",),
     ),
     Option(
         "direction",
@@ -813,6 +793,9 @@ OPTIONS: List[Option] = [
     Option("runs-dir", "text", "runs", "Where run directories are written.", envvar="QPROF_RUNS_DIR"),
 ]
 BY_NAME: Dict[str, Option] = {o.name: o for o in OPTIONS}
+for _o in OPTIONS:  # what each pattern's row says it takes and sets, in the rows' order
+    _o.patterns = tuple(p.name for p in patterns.PATTERNS.values() if _o.name in p.options)
+    _o.set_by = tuple(p.name for p in patterns.PATTERNS.values() if _o.name in p.sets)
 BY_FIELD: Dict[str, Option] = {o.field: o for o in OPTIONS}
 # `qprof compare --vary rtt=10ms,50ms` sets one key of the link on top of --link.
 LINK_PARTS: Tuple[str, ...] = ("rtt", "loss", "rate", "jitter")

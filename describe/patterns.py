@@ -86,6 +86,11 @@ class Pattern:
     intervals: bool = False
     # Sends as fast as the stack can, so it should fill a --link's rate.
     fills_link: bool = False
+    # The options of some patterns only that it takes (the option table's
+    # names; every other option is every pattern's), and those it sets
+    # itself from others, holding a value given to be the one it sets.
+    options: Tuple[str, ...] = ()
+    sets: Tuple[str, ...] = ()
     # Its step of plan.resolve (plan._pattern has checked what every
     # pattern shares): its own options' rules and defaults, in its module.
     resolve: Callable[[object], object] = lambda opts: opts
@@ -117,6 +122,7 @@ PATTERNS: Dict[str, Pattern] = {
         stopped=None,
         intervals=True,
         fills_link=True,
+        options=("conns",),
         resolve=bulk.resolve,
         sections=bulk.SECTIONS,
         expected=bulk.streams_each_way,
@@ -131,6 +137,7 @@ PATTERNS: Dict[str, Pattern] = {
         unit="downloads",
         event="download",
         counting=lambda o: f"{o.count} downloads of {o.size:,} bytes, each on a new connection",
+        options=("size", "count", "resume"),
         resolve=downloads.resolve,
         sections=downloads.SECTIONS,
         connections="opens a connection per download",
@@ -149,6 +156,7 @@ PATTERNS: Dict[str, Pattern] = {
         backlog=lambda cfg, role, datagram: (
             (cfg.get("request" if role == "client" else "response") or cfg.get("payload") or 0) > datagram
         ),
+        options=("period", "payload", "request", "response", "rr-streams", "tcp-conns", "app", "rr-mode", "conns"),
         resolve=rr.resolve,
         sections=rr.SECTIONS,
         connections="matches each response to its request on a connection",
@@ -170,6 +178,7 @@ PATTERNS: Dict[str, Pattern] = {
         event="handshake",
         # Each flight is a few datagrams, sent as the handshake allows.
         backlog=lambda cfg, role, datagram: False,
+        options=("resume", "period", "conns"),
         resolve=handshakes.resolve,
         sections=handshakes.SECTIONS,
         connections="opens connections",
@@ -186,6 +195,8 @@ PATTERNS: Dict[str, Pattern] = {
         event="rr",
         backlog=lambda cfg, role, datagram: role == "server",  # its segments, never the client's requests
         counting=lambda o: f"{o.count} segments of {o.response:,} bytes, one after another on one connection",
+        options=("rr-streams", "app", "bitrate", "segment", "prebuffer"),
+        sets=("count", "request", "response", "rr-mode", "conns"),
         resolve=video.resolve,
         sections=video.SECTIONS,
         connections="fetches segments over a connection",

@@ -175,10 +175,12 @@ def test_a_count_window_says_what_it_counts():
 
 
 def test_an_options_patterns_are_rows():
-    """The patterns an option's row says take it, or set it, are patterns."""
-    for o in options.OPTIONS:
-        assert set(o.patterns + o.set_by) <= set(patterns.PATTERNS), o.name
-        assert not set(o.patterns) & set(o.set_by), o.name
+    """The options a pattern's row takes or sets are options of the table,
+    none both, and none every pattern's (no need to name it then)."""
+    for p in patterns.PATTERNS.values():
+        assert set(p.options + p.sets) <= set(options.BY_NAME), p.name
+        assert not set(p.options) & set(p.sets), p.name
+    assert all(set(o.patterns) != set(patterns.PATTERNS) for o in options.OPTIONS)
 
 
 # The transports qprof-wl runs a pattern over (workloads/wl_transport.h):
