@@ -44,3 +44,23 @@ def test_a_client_told_to_go_before_start_never_starts(stack, pattern, how):
     done = [e for e in events if e["event"] == "done"]
     assert len(done) == 1 and done[0]["exit_code"] == 0 and done[0]["app_bytes"] == 0, events
     assert not [e for e in events if e["event"] == "connected"], events
+
+
+def test_a_pattern_word_and_its_flags_are_the_patterns_own():
+    """--pattern takes the word of a pattern a C file entered, and its
+    refusal names every one; a flag of some patterns only, given to a
+    pattern whose file does not name it, is refused by the two names."""
+    from test_wl_contract import c_patterns
+
+    def refused(*argv) -> str:
+        argv = [WL, "--stack", "tcp", "--role", "client", *argv]
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=10)
+        assert r.returncode == WorkloadExit.USAGE and r.stdout == "", r
+        assert len(r.stderr.splitlines()) == 1, r.stderr
+        return r.stderr
+
+    said = refused("--pattern", "nope")
+    assert "--pattern must be" in said and "not nope" in said
+    assert all(word in said for word in c_patterns()), said
+    assert "--period-us is not for --pattern download" in refused("--pattern", "download", "--period-us", "100")
+    assert "--size is not for --pattern rr" in refused("--pattern", "rr", "--size", "10")
