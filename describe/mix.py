@@ -231,7 +231,7 @@ def describe_flow(m: FlowMeasurement, cpu_window_s: float) -> dict:
     }
     if out["retransmits"] is not None and nbytes:
         out["retransmits_per_mb"] = out["retransmits"] / (nbytes / 1e6)
-    if f["pattern"] == "rr":
+    if "rr" in patterns.PATTERNS[f["pattern"]].sections:  # its requests' figures, as a run's rr section
         o = m.options
         rec = {"cpu": {side: {"oncpu_schedstat_s": oncpu[side]} for side in oncpu}}
         out["rr"] = rr.describe(
@@ -266,7 +266,7 @@ def by_stack(flows: List[dict]) -> Dict[str, dict]:
     return out
 
 
-def bottleneck(link_rec: Optional[dict], bulk_bytes: int, rr_bytes: int) -> Optional[dict]:
+def bottleneck(link_rec: Optional[dict], flows_bytes: int) -> Optional[dict]:
     """The bottleneck's own counters on the data's direction (client to
     server): what it passed and dropped, and how the flows' verified bytes
     compare with what crossed it (headers and retransmissions make it
@@ -283,8 +283,8 @@ def bottleneck(link_rec: Optional[dict], bulk_bytes: int, rr_bytes: int) -> Opti
         **{k: root[k] for k in link.COUNTERS},
         "utilisation": d.get("utilisation"),
         "netem_drops_percent": d.get("netem_drops_percent"),
-        "flows_bytes": bulk_bytes + rr_bytes,
-        "flows_bytes_over_wire_bytes": (bulk_bytes + rr_bytes) / root["bytes"] if root["bytes"] else None,
+        "flows_bytes": flows_bytes,
+        "flows_bytes_over_wire_bytes": flows_bytes / root["bytes"] if root["bytes"] else None,
     }
 
 
@@ -299,40 +299,41 @@ def describe(m: MixMeasurement) -> dict:
     busy, idle = (None, None) if ticks_absent else (system.busy_s, system.idle_total_s)
     utilisation = cpu.utilisation(system, cpu_window_s)
     flows = [describe_flow(f, cpu_window_s) for f in m.flows]
-    bulk = [f for f in flows if f["pattern"] == "bulk"]
-    bulk_bytes = sum(f["bytes"] for f in bulk)
-    rr_bytes = sum(f["bytes"] for f in flows if f["pattern"] == "rr")
-    for f in bulk:
-        f["share"] = f["bytes"] / bulk_bytes if bulk_bytes else None
+    # The flows that send as fast as they can share the bottleneck: each one's share of their bytes.
+    filling = [f for f in flows if patterns.PATTERNS[f["pattern"]].fills_link]
+    filling_bytes = sum(f["bytes"] for f in filling)
+    for f in filling:
+        f["share"] = f["bytes"] / filling_bytes if filling_bytes else None
     link_rec = None
     if m.link is not None:
         text = m.options["link"]
         link_rec = link.describe(text, link.parse(text), m.link, {"start": start["qdiscs"], "end": end["qdiscs"]})
         busiest = max((u for f in flows for u in f["cpu_utilisation"].values() if u is not None), default=None)
-        link.add_saturation(link_rec, cpu_window_s, utilisation, busiest, any(f["pattern"] == "bulk" for f in flows))
+        link.add_saturation(link_rec, cpu_window_s, utilisation, busiest, bool(filling))
     seconds = statistics.fmean(f["window_s"] for f in flows)
+    every_byte = sum(f["bytes"] for f in flows)
     return {
-        "bytes": bulk_bytes + rr_bytes,
+        "bytes": every_byte,
         "window_s": seconds,
         "cpu_window_s": cpu_window_s,
-        "throughput_gbps": (bulk_bytes + rr_bytes) * 8 / seconds / 1e9 if seconds > 0 else None,
+        "throughput_gbps": every_byte * 8 / seconds / 1e9 if seconds > 0 else None,
         "link": link_rec,
         "mix": {
             "spec": m.options["mix"],
             "instruments": "goodput from each receiver's verified bytes, retransmissions from each sender's "
             "stack, CPU from each process's schedstat; no eBPF probes or stack samples in a mix",
             "flows": flows,
-            "jain_index": jain_index(f["bytes"] for f in bulk),
+            "jain_index": jain_index(f["bytes"] for f in filling),
             # A bulk flow that verified no byte in the window: starved by
             # the others (a finding, not a failure; record_warnings says it).
-            "starved": [f["flow"] for f in bulk if f["bytes"] == 0],
-            "by_stack": by_stack(bulk),
+            "starved": [f["flow"] for f in filling if f["bytes"] == 0],
+            "by_stack": by_stack(filling),
             "system_cpu": {
                 "busy_s": busy,
                 "idle_s": idle,
                 "utilisation": utilisation,
                 "ticks_absent_reason": ticks_absent,
             },
-            "bottleneck": bottleneck(link_rec, bulk_bytes, rr_bytes),
+            "bottleneck": bottleneck(link_rec, every_byte),
         },
     }

@@ -20,7 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from qprof import history
-from qprof.describe import offload, transports
+from qprof.describe import offload, options, transports
 from qprof.files import COMPARISON_RECORD
 from qprof.flamegraphs import categories, diff, normalize
 from qprof.present.format import ABSENT, compact, count, field, num
@@ -930,7 +930,7 @@ def print_run_list(rows: List[dict], root: Path, console: Optional[Console] = No
     t.add_column("MACHINE")
     for row in rows:
         stack = row["stack"] or ABSENT
-        if row["pattern"] and row["pattern"] != "bulk":
+        if row["pattern"] and row["pattern"] != options.BY_NAME["pattern"].default:  # named when not the default
             stack += f" {row['pattern']}"
         if row["kind"] == "comparison":
             stack = f"compare {stack}"

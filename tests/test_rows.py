@@ -31,8 +31,9 @@ A_STACK = re.compile(r"(\bstack|stack_name|stack\.name|\[['\"]stack['\"]\]|\.get
 # Left: each file's tests of a stack's name. core reads records and
 # imports nothing of describe/: udp's sender's bytes (core/perbyte.py).
 LEFT = Counter({"core/perbyte.py": 1})
-# What holds a pattern's name: pattern, opts.pattern, a flow's options.pattern.
-A_PATTERN = re.compile(r"\bpattern$")
+# What holds a pattern's name: pattern, opts.pattern, a flow's options.pattern,
+# a record's or a flow's ["pattern"] or .get("pattern").
+A_PATTERN = re.compile(r"(\bpattern|\[['\"]pattern['\"]\]|\.get\(['\"]pattern['\"]\))$")
 # Left: each file's tests of a pattern's name: none.
 LEFT_PATTERNS: Counter = Counter()
 
@@ -138,8 +139,9 @@ def test_a_scan_finds_a_name_test():
         node = ast.parse(line).body[0].value
         parts = [node.left, *node.comparators]
         assert names_in(parts[1]) and A_STACK.search(ast.unparse(parts[0])), line
-    node = ast.parse('fp.options.pattern in ("rr", "video")').body[0].value
-    assert names_in(node.comparators[0], patterns.PATTERNS) and A_PATTERN.search(ast.unparse(node.left))
+    for line in ('fp.options.pattern in ("rr", "video")', 'f["pattern"] == "bulk"', 'cfg.get("pattern") != "rr"'):
+        node = ast.parse(line).body[0].value
+        assert names_in(node.comparators[0], patterns.PATTERNS) and A_PATTERN.search(ast.unparse(node.left)), line
 
 
 def test_a_pattern_is_its_row_and_its_module():
