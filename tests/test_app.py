@@ -81,9 +81,14 @@ def test_http_splits_each_request_by_layer(runs_dir, stack, app, extra):
         tx = devices[sender]["tx"]
         assert v[way]["wire_packets"] * n == pytest.approx(tx["wire_packets"])
         window = rec["workload"][sender]["window"]
-        own = (window.get("tcp_info") or {}).get("segs_out")
-        if own is None:
-            own = window["perf_counters"]["udp_send"]
+        tcp = window.get("tcp_info")
+        own = window["perf_counters"]["udp_send"] if tcp is None else tcp["segs_out"]
+        if tcp is not None and sender == "server":
+            # An accepted socket's segs_out leaves out the SYN-ACK its
+            # listener sent for it: one packet a connection accepted in the
+            # window (measured: --tcp-conns on-demand opened 12 in a CI
+            # window, and the server's count came 12 short of the device's).
+            own += tcp["connections"]
         lo, wire, hi = (record.derive.ip_packets(d[sender]["tx"]) for d in (least, devices, most))
         assert lo <= wire <= hi and lo - 2 <= own <= hi + 2, (way, lo, wire, hi, own, tx)
     # A request's head names its host, so it is longer than a response's.
