@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from qprof import errors, interrupts, remains
+from qprof.describe import patterns
 
 PR_SET_PDEATHSIG = 1
 
@@ -49,14 +50,30 @@ class ProcessEnded(Exception):
     """The process ended (or reported its end) while we waited on it."""
 
 
-# qprof-wl's "connected" and per-download events (workloads/wl.h); the
-# per-request and per-handshake ones come packed (RAW_EVENTS).
-REPORT_EVENTS = ("connected", "download", "served")
-# The ones that come at the rate of the work (a closed loop answers 100k+
-# requests a second): kept as they came and parsed once read, after the
-# run, so that the reader costs the measured machine as little as it can
-# (parsing each as it came took 40% of a CPU in a closed-loop rr run).
-RAW_EVENTS = tuple(f'{{"event":"{e}_batch",'.encode() for e in ("rr", "handshake"))
+# qprof-wl's "connected" and each pattern's report of one piece of work,
+# its client's and its server's (a download's "download" and "served";
+# workloads/wl.h), as the patterns' rows name them.
+REPORT_EVENTS = (
+    "connected",
+    *dict.fromkeys(e for p in patterns.PATTERNS.values() for e in (p.event, p.server_event) if e),
+)
+# Those that come at the rate of the work (a closed loop answers 100k+
+# requests a second) come packed, "EVENT_batch" (wl.h, wl_emit_packed):
+# kept as they came and parsed once read, after the run, so that the
+# reader costs the measured machine as little as it can (parsing each as
+# it came took 40% of a CPU in a closed-loop rr run).
+RAW_START = b'{"event":"'
+
+
+def packed(line: bytes) -> bool:
+    """A line of packed events: the name of its event, its first field,
+    ends in _batch."""
+    if not line.startswith(RAW_START):
+        return False
+    end = line.find(b'"', len(RAW_START), len(RAW_START) + 40)
+    return end > 0 and line.endswith(b"_batch", len(RAW_START), end)
+
+
 ABSENT = 2**64 - 1  # wl.h's WL_ABSENT: a field the stack did not measure
 
 
@@ -122,7 +139,7 @@ class ControlledProcess:
         self.events: "queue.Queue[dict]" = queue.Queue()
         self.done: Optional[dict] = None
         # Reports that come one per piece of work (a download), kept in
-        # order whatever is being waited for when they arrive; RAW_EVENTS
+        # order whatever is being waited for when they arrive; packed ones
         # as their lines, parsed into reports when read.
         self._reports: List[dict] = []
         self._raw: List[bytes] = []
@@ -173,7 +190,7 @@ class ControlledProcess:
 
     def _read_events(self) -> None:
         for line in self.proc.stdout:
-            if line.startswith(RAW_EVENTS):
+            if packed(line):
                 with self._raw_lock:
                     self._raw.append(line)
                 continue

@@ -72,6 +72,8 @@ class Pattern:
     # (wl_role.c's event names).
     unit: str = ""
     event: str = ""
+    # The server's report of each, where it makes one (a download's "served").
+    server_event: str = ""
     # A count window's plan in words, from the run's options (the progress line).
     counting: Optional[Callable[[object], str]] = None
     # Whether a role ever has more than a datagram to send at once (so GSO
@@ -136,6 +138,7 @@ PATTERNS: Dict[str, Pattern] = {
         events=True,
         unit="downloads",
         event="download",
+        server_event="served",
         counting=lambda o: f"{o.count} downloads of {o.size:,} bytes, each on a new connection",
         options=("size", "count", "resume"),
         resolve=downloads.resolve,
