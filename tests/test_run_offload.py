@@ -268,7 +268,10 @@ def test_udp_without_gso(runs_dir, mode):
         assert "sendmmsg" not in calls
     else:
         batch = rec["workload"]["client"]["report"]["batch"]
-        assert calls["sendmmsg"]["msgs_requested"] == batch * calls["sendmmsg"]["calls"]
+        # batch messages asked of every call, but for a call torn from its
+        # count at each edge (EDGE_TORN_CALLS).
+        asked, made = calls["sendmmsg"]["msgs_requested"], calls["sendmmsg"]["calls"]
+        assert asked % batch == 0 and abs(asked - batch * made) <= offload.EDGE_TORN_CALLS * batch, calls
         assert c["datagrams_per_send_call"] == pytest.approx(batch, rel=0.02)
     assert rec["workload"]["server"]["window"]["gro_segments"] == 0
     # Every datagram the server received is one message of 1472 bytes, but
