@@ -408,6 +408,10 @@ def test_a_request_flow_beside_bulk_flows_of_two_stacks(runs_dir):
         runs_dir,
         *("--mix", "quic:1,tcp-tls:1,quic:1:rr", "--period", "20ms", "--payload", "512"),
         *("--link", "rate=20mbit,queue=100", "--duration", "2s"),
+        # Two congestion controls beside a request flow may leave the link
+        # short of full (a CI run: 87%), which qprof says; nothing below
+        # needs a full link.
+        allow=(r"^qprof: warning: run \S+: the link carried \d+% of its .* so the emulation held the run back",),
     )
     m = rec["mix"]
     quic, tls, rr = m["flows"]
