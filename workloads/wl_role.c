@@ -321,9 +321,10 @@ const char *wl_pattern_words(char *buf, size_t len)
 	size_t k = 0;
 
 	buf[0] = 0;
-	for (const struct wl_pattern *const *p = __start_wl_patterns; p < __stop_wl_patterns; p++)
-		k += (size_t)snprintf(buf + k, k < len ? len - k : 0, "%s%s", k ? "|" : "",
-				      (*p)->name);
+	/* Once the words fill buf, the last is cut short and the rest left out. */
+	for (const struct wl_pattern *const *p = __start_wl_patterns;
+	     p < __stop_wl_patterns && k < len; p++)
+		k += (size_t)snprintf(buf + k, len - k, "%s%s", k ? "|" : "", (*p)->name);
 	return buf;
 }
 
