@@ -6,12 +6,11 @@ workloads. What an edge holds, and every figure made from two of them,
 is describe/window.py's."""
 
 import time
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
-from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from dataclasses import dataclass
+from typing import Callable, Iterable, List, Optional, Sequence, Tuple
 
 from qprof import errors
-from qprof.collectors import emulation, procfs
+from qprof.collectors import emulation
 from qprof.collectors.probes import AFTER, BEFORE
 from qprof.collectors.workload import WorkloadProcess
 from qprof.describe import cpu
@@ -54,31 +53,24 @@ class Reading:
 
 
 def take(
-    name: str,
-    pairs: Sequence[Tuple[WorkloadProcess, WorkloadProcess]],
-    probes=None,
-    emulated=None,
-    kernel: bool = True,
-    sides: Optional[dict] = None,
-    same_kernel: bool = False,
+    name: str, pairs: Sequence[Tuple[WorkloadProcess, WorkloadProcess]], probes, emulated, kernel: bool, sides
 ) -> Reading:
     """Every instrument's reading at one instant, as near as can be: all
     marks are asked for at once (each process answers as soon as it runs),
-    the kernel's counters are read meanwhile, then the answers collected;
-    the probes also read once before the marks are asked for and once
-    after all have come back (their bracket, collectors/probes.py).
-    pairs: each flow's (server, client); kernel: read every task's
-    schedstat and each side's TLS and loss counters (a run of one flow);
-    sides: a run on hosts, each role's part read by its side on its host
-    (host_reading).
+    the sides' counters are read meanwhile (sides.read, wherever each side
+    runs: collectors/sides.py), then the answers collected; the probes
+    also read once before the marks are asked for and once after all have
+    come back (their bracket, collectors/probes.py). pairs: each flow's
+    (server, client); kernel: read every task's schedstat and each side's
+    TLS and loss counters (a run of one flow).
 
-    A run on hosts' NICs (ethtool and tc, processes of their own, there or
-    here) are read outside the window: before the start edge's instant,
-    after any other edge's, so that their CPU is not the window's. The
-    --link's qdisc counters stay inside the edge, after the marks are asked
-    for: what a server verified by its mark has crossed the qdisc by then
-    (tests/test_mix.py holds the bytes to that)."""
-    before = _nics(sides, kernel) if name == START else None
+    A NIC's counters (a run on hosts': ethtool and tc, processes of their
+    own, there or here) are read outside the window: before the start
+    edge's instant, after any other edge's, so that their CPU is not the
+    window's. The --link's qdisc counters stay inside the edge, after the
+    marks are asked for: what a server verified by its mark has crossed
+    the qdisc by then (tests/test_mix.py holds the bytes to that)."""
+    before = sides.nics(kernel) if name == START else None
     if probes is not None:
         # The probes read once before anything else is asked and once after
         # every mark has come back (BEFORE, AFTER): what a workload counted
@@ -89,41 +81,22 @@ def take(
     for server, client in pairs:
         server.request_mark(name)
         client.request_mark(name)
-    if sides is not None:
-        try:
-            reading = host_reading(sides, {"server": pairs[0][0].pid, "client": pairs[0][1].pid}, kernel, same_kernel)
-        except errors.QprofError:
-            _raise_ended(pairs)  # a side's host could not read a process that has gone: its end says why
-            raise
-    else:
-        t_ns = time.monotonic_ns()
-        system = procfs.read_system()
-        flows = [{"server": procfs.read_process(s.pid), "client": procfs.read_process(c.pid)} for s, c in pairs]
-        tasks = tls_stat = net = None
-        if kernel:
-            server, client = pairs[0]
-            tasks, tls_stat, net = procfs.read_kernel({"server": server.pid, "client": client.pid})
-        reading = Reading(t_ns, system, flows, None, tasks, tls_stat, net)
+    try:
+        reading = sides.read([{"server": s.pid, "client": c.pid} for s, c in pairs], kernel)
+    except errors.QprofError:
+        _raise_ended(pairs)  # a side that could not read a process that has gone: its end says why
+        raise
     reading.qdiscs = emulation.read_counters(emulated.endpoints) if emulated else None
     _collect_marks(name, reading.flows, pairs, probes)
     if probes is not None:
         probes.request_mark(name + AFTER)
         probes.collect_mark(name + AFTER)
-    for role, nic in (before if name == START else _nics(sides, kernel)).items():
+    for role, nic in (before if name == START else sides.nics(kernel)).items():
         reading.hosts[role]["nic"] = nic
     return reading
 
 
 START = "start"  # the edge whose outside is before it (windows.py names its edges so)
-
-
-def _nics(sides: Optional[dict], kernel: bool) -> dict:
-    """A run on hosts (kernel): each side's NIC read on its host, all hosts at once."""
-    if sides is None or not kernel:
-        return {}
-    with ThreadPoolExecutor(len(sides)) as pool:
-        asked = {role: pool.submit(side.nic, side.endpoint.ifname) for role, side in sides.items()}
-        return {role: f.result() for role, f in asked.items()}
 
 
 def _raise_ended(pairs, within_s: float = 2.0) -> None:
@@ -147,50 +120,6 @@ def _collect_marks(name: str, flows: List[dict], pairs, probes) -> None:
         probes.collect_mark(name)
 
 
-def host_reading(sides: dict, pids: Dict[str, int], kernel: bool, same_kernel: bool) -> Reading:
-    """An edge of a run on hosts: each role's part read on its host, in its
-    own clock (its side's edge), t_ns ours. The machine's CPU and softnet
-    are every kernel's summed (once where the hosts are one kernel); a
-    side's CPU, TLS and namespace counters are its own host's; the task
-    table holds each side's own threads, and each host keeps its whole
-    one, with its clock and /proc/stat, under hosts (their others are
-    theirs: pids of two kernels are not one key space)."""
-    t_ns = time.monotonic_ns()
-
-    def ask(role: str, pid: int):
-        # Its answer and when it came, in our clock: the host read its part
-        # between t_ns and then (its clock's offset places it there).
-        return sides[role].edge({role: pid}, kernel), time.monotonic_ns()
-
-    # Every host at once: one read after another would put each later
-    # host's reading a whole round trip (a slow host's read) after the marks.
-    with ThreadPoolExecutor(len(pids)) as pool:
-        asked = {role: pool.submit(ask, role, pid) for role, pid in pids.items()}
-        answers = {role: f.result() for role, f in asked.items()}
-    parts = {role: part for role, (part, _) in answers.items()}
-    kernels = [next(iter(parts))] if same_kernel else list(parts)
-    system = sum(
-        (cpu.SystemCpu(**parts[r]["system"]) for r in kernels[1:]), cpu.SystemCpu(**parts[kernels[0]]["system"])
-    )
-    flows = [{role: cpu.ProcessCpu(**parts[role]["processes"][role]) for role in pids}]
-    hosts = {
-        role: {"host": sides[role].name, "t_ns": p["t_ns"], "answered_ns": answers[role][1], "system": p["system"]}
-        for role, p in parts.items()
-    }
-    if not kernel:
-        return Reading(t_ns, system, flows, None, hosts=hosts)
-    tasks, tls_stat, net = {}, {}, {}
-    for role, p in parts.items():
-        host_tasks = {tuple(int(x) for x in k.split("/")): ns for k, ns in p["tasks"].items()}
-        tasks.update({k: ns for k, ns in host_tasks.items() if k[0] == pids[role]})
-        hosts[role]["tasks"] = p["tasks"]
-        tls_stat[role] = p["tls_stat"][role]
-        net[role] = p["net"][role]
-    softnets = [parts[r]["net"]["softnet"] for r in kernels]
-    net["softnet"] = None if None in softnets else {k: sum(s[k] for s in softnets) for k in softnets[0]}
-    return Reading(t_ns, system, flows, None, tasks, tls_stat, net, hosts)
-
-
 def sample_intervals(
     start: Edge,
     end_ns: int,
@@ -199,7 +128,7 @@ def sample_intervals(
     server: WorkloadProcess,
     client: WorkloadProcess,
     on_sample: Callable[[dict, dict], None],
-    cpu_now: Optional[Callable[[], dict]] = None,
+    cpu_now: Callable[[], dict],
 ) -> List[dict]:
     """Inside the window, every interval_s until end_ns: the receiver's
     (a role, or "both") verified bytes (a mark each) and both processes'
@@ -207,7 +136,7 @@ def sample_intervals(
     and /proc/stat. Each sample goes to on_sample(previous, this) as it is
     taken (the live lines); the list is the measurement's. cpu_now: the
     machine's and both sides' CPU now, as {"system", "server_oncpu_s",
-    "client_oncpu_s"} (Endpoints.cpu_now; by default read here)."""
+    "client_oncpu_s"} (Endpoints.cpu_now)."""
     procs = (server, client)
     marked = [p for p in procs if receiver in ("both", p.role)]
     samples: List[dict] = []
@@ -221,16 +150,7 @@ def sample_intervals(
         sleep_watching(due, procs)
         for p in marked:
             p.request_mark(f"interval-{k}")
-        t_ns = time.monotonic_ns()
-        if cpu_now is not None:
-            sample = {"t_ns": t_ns, **cpu_now()}
-        else:
-            sample = {
-                "t_ns": t_ns,
-                "system": asdict(procfs.read_system()),
-                "server_oncpu_s": procfs.read_process(server.pid).oncpu_s,
-                "client_oncpu_s": procfs.read_process(client.pid).oncpu_s,
-            }
+        sample = {"t_ns": time.monotonic_ns(), **cpu_now()}
         sample.update(receiver_sample({p.role: p.wait_event("mark", MARK_TIMEOUT_S) for p in marked}, receiver))
         samples.append(sample)
         on_sample(prev, sample)

@@ -17,11 +17,8 @@ from typing import TYPE_CHECKING, Dict, List, NamedTuple, Optional
 
 from qprof import errors
 from qprof.collectors import devices, environment, listen, procfs
-from qprof.collectors.edges import host_reading
 from qprof.collectors.faults import NO_FAULTS, Faults
-from qprof.collectors.perf import STACKS_DIR, PerfRecorder, capture_record
-from qprof.collectors.probes import HostProbes, ProbeSet, Target, target_for
-from qprof.collectors.remote import LOCAL, HostsPerf
+from qprof.collectors.perf import STACKS_DIR
 from qprof.collectors.topology import Topology
 from qprof.collectors.workload import WorkloadProcess
 from qprof.describe import direction, mix, offload, options, patterns, pinning, transports
@@ -34,8 +31,6 @@ if TYPE_CHECKING:
 
 READY_TIMEOUT_S = 10.0
 FINISH_TIMEOUT_S = 30.0
-# qprof-wl's pattern period is max(--io-size, this) (workloads/wl.h, WL_PAT_PERIOD_MIN).
-PATTERN_PERIOD_MIN = 64 << 10
 
 
 def make_certificate(run_path: Path) -> tuple:
@@ -103,38 +98,34 @@ class Endpoints:
     probes attached to both before it connects); perf armed, not yet
     sampling. servers[i], clients[i]: flow i's processes.
 
-    sides: a run placed on hosts (collectors/remote.py), role -> its side,
-    whose host runs that role's workload, probes and perf from its own
-    build, and reads its part of each edge; topo is then their HostsTopology."""
+    sides: where the two sides run (collectors/sides.py): both on this
+    machine, in topo (OnMachine), or each on its host (OnHosts, whose
+    HostsTopology topo is); whichever, each side's workload, probes, perf
+    and part of each edge are asked of them."""
 
     def __init__(
         self,
         plan: Plan,
-        binary: Path,
+        sides,
         topo: Topology,
         run_path: Path,
         cert,
         key,
         faults: Faults = NO_FAULTS,
-        sides: Optional[Dict[str, object]] = None,
     ):
-        self.plan, self.binary, self.topo, self.run_path = plan, binary, topo, run_path
+        self.plan, self.sides, self.topo, self.run_path = plan, sides, topo, run_path
         self.cert, self.key, self.faults = cert, key, faults
-        self.sides = sides
-        self.counted: Optional[Dict[str, str]] = None  # a run on hosts: each side's perf stat output
         self.single = not plan.is_mix
         self.servers: Dict[int, WorkloadProcess] = {}
         self.clients: Dict[int, WorkloadProcess] = {}
-        self.probes: Optional[ProbeSet] = None
-        self.perf: Optional[PerfRecorder] = None
+        self.probes = None  # the probes (a run of one flow), perf: what sides.instruments gave
+        self.perf = None
         self.envs = {fp.index: self._env(fp) for fp in plan.flows}
         self._stack = ExitStack()
 
     def _env(self, fp: FlowPlan) -> Dict[str, Dict[str, str]]:
         # The interposer's reports go in the run directory, for a run's one flow.
-        env = devices.interposer_env(fp.offload, self.run_path if self.single else None)
-        if self.faults.no_interposer:  # the steering silently not taking effect
-            env = {"client": {}, "server": {}}
+        env = self.faults.interposer_env(devices.interposer_env(fp.offload, self.run_path if self.single else None))
         if fp.options.msquic is not None:
             lib_dir = msquic_dir(self.run_path, fp.options.msquic)
             env = {role: {**env.get(role, {}), "LD_LIBRARY_PATH": str(lib_dir)} for role in ("client", "server")}
@@ -144,31 +135,17 @@ class Endpoints:
         return self.run_path / (f"{role}.log" if self.single else f"flow{fp.index}-{role}.log")
 
     def _argv(self, fp: FlowPlan, role: str, port: int) -> List[str]:
-        side = self.sides[role] if self.sides else None
-        binary = side.binary(fp.stack.workload) if side else self.binary.with_name(fp.stack.workload)
-        run_path = self.run_path if self.single else None
-        if side is not None and run_path is not None:
-            run_path = Path(side.file_path(listen.REPORT_NAME)).parent
         return workload_argv(
-            binary,
+            self.sides.binary(role, fp.stack.workload),
             fp.options,
             role,
             self.topo.server.addr,
             port,
             fp.offload,
             self.envs[fp.index],
-            run_path,
-            side.build_dir if side else None,
+            self.sides.report_dir(role) if self.single else None,  # a run's one server's bind report
+            self.sides.build_dir(role),
         )
-
-    def _server_files(self) -> tuple:
-        """The certificate and key where the server runs."""
-        if not self.sides:
-            return str(self.cert), str(self.key)
-        there = self.sides["server"].put(
-            {"server-cert.pem": self.cert.read_text(), "server-key.pem": self.key.read_text()}
-        )
-        return there["server-cert.pem"], there["server-key.pem"]
 
     def __enter__(self) -> "Endpoints":
         try:
@@ -182,82 +159,26 @@ class Endpoints:
         self._stack.close()
 
     def _start(self) -> None:
-        f = self.faults
-        cert, key = self._server_files()
+        f = self.faults  # each fault's hook changes a workload's command line, or nothing
+        cert, key = self.sides.server_files(self.cert, self.key)
         for fp in self.plan.flows:
-            argv = self._argv(fp, "server", fp.port) + ["--cert", cert, "--key", key]
-            if f.verify:  # the server expects another pattern period than the client sends
-                period = max(fp.options.io_size, PATTERN_PERIOD_MIN)
-                argv += ["--io-size", str(period * 2 if period < 1 << 20 else period // 2)]
-            if f.encrypt_one_side:  # the last --encrypt wins: the server does not ask
-                argv += ["--encrypt", "on"]
-            if f.one_accept:
-                argv += ["--fault", "one-accept"]
+            argv = self._argv(fp, "server", fp.port) + ["--cert", cert, "--key", key] + f.server_args(fp.options)
             self.servers[fp.index] = self._stack.enter_context(
                 WorkloadProcess("server", argv, self.topo.server, self._log(fp, "server"))
             )
         for fp in self.plan.flows:
             self.servers[fp.index].wait_event("ready", READY_TIMEOUT_S)
-            port = fp.port + 1 if f.handshake else fp.port
-            argv = self._argv(fp, "client", port) + ["--wait-start"]
-            if f.tls_mismatch:
-                argv += ["--tls", "1.2" if (fp.options.tls_version or "1.3") == "1.3" else "1.3"]
-            if f.ktls_claim:
-                argv += ["--fault", "ktls-claim"]
+            argv = self._argv(fp, "client", f.client_port(fp.port)) + ["--wait-start"] + f.client_args(fp.options)
             self.clients[fp.index] = self._stack.enter_context(
                 WorkloadProcess("client", argv, self.topo.client, self._log(fp, "client"))
             )
             # Each side's end is read beside its peer's (WorkloadProcess.raise_exit).
             self.clients[fp.index].peer = self.servers[fp.index]
             self.servers[fp.index].peer = self.clients[fp.index]
-        opts = self.plan.options
-        if self.sides:
-            self._start_instruments_on_hosts()
-            return
-        if self.single:
-            target = target_for(self.topo, {"server": self.server.pid, "client": self.client.pid})
-            self.probes = self._stack.enter_context(ProbeSet(list(opts.probes), target, self.run_path, opts))
-        if opts.sample_hz:
-            self.perf = self._stack.enter_context(
-                PerfRecorder(
-                    self.run_path,
-                    opts.sample_hz,
-                    opts.keep_perf_data,
-                    opts.call_graph,
-                    transports.STACKS[opts.stack].dwarf_stack_bytes,
-                )
-            )
-
-    def _start_instruments_on_hosts(self) -> None:
-        """Each side's probes on its own host, for its own process and its
-        NIC; perf on each host."""
-        opts = self.plan.options
-        sets = {}
-        for role, side in self.sides.items():
-            pid = (self.server if role == "server" else self.client).pid
-            target = Target(pids={role: pid}, devices={role: f"{side.endpoint.ifname}@host"})
-            remote = side if side.name != LOCAL else None
-            sets[role] = self._stack.enter_context(
-                ProbeSet(list(opts.probes), target, self.run_path, opts, side=remote, tag=role)
-            )
-        self.probes = HostProbes(sets, self.topo.same_kernel)
-        perfs = {}
-        if opts.sample_hz:
-            for role, side in self.sides.items():
-                perfs[role] = self._stack.enter_context(
-                    side.perf(
-                        self.run_path,
-                        opts.sample_hz,
-                        opts.call_graph,
-                        opts.keep_perf_data,
-                        transports.STACKS[opts.stack].dwarf_stack_bytes,
-                    )
-                )
-        counters = {}
-        for role, side in self.sides.items():  # hardware counters: each side's process, on its host
-            pid = (self.server if role == "server" else self.client).pid
-            counters[role] = self._stack.enter_context(side.stat(self.run_path, pid, role))
-        self.perf = HostsPerf(perfs, counters)
+        pids = {"server": self.server.pid, "client": self.client.pid}
+        self.probes, self.perf = self.sides.instruments(
+            self._stack, self.plan.options, pids, self.run_path, self.single
+        )
 
     @property
     def server(self) -> WorkloadProcess:
@@ -295,44 +216,18 @@ class Endpoints:
         if self.perf is None:
             return None
         pids, out_dir = {"client": self.client.pid, "server": self.server.pid}, self.run_path / STACKS_DIR
-        if self.sides:
-            self.counted = self.perf.counted()  # each side's hardware counters, while their perf stats are ours
-            return self.perf.capture(pids, out_dir, self.topo.same_kernel)
-        got = self.perf.capture(pids, out_dir)
-        return capture_record(self.perf, got["samples"], got["samples_per_cpu"])
+        return self.sides.capture(self.perf, pids, out_dir)
 
     def endpoint_pairs(self):
         return (("client", self.topo.client), ("server", self.topo.server))
 
     def cpu_now(self) -> dict:
         """The machine's CPU (every host's) and both sides' on-CPU seconds now: an interval's sample."""
-        if not self.sides:
-            return {
-                "system": asdict(procfs.read_system()),
-                "server_oncpu_s": procfs.read_process(self.server.pid).oncpu_s,
-                "client_oncpu_s": procfs.read_process(self.client.pid).oncpu_s,
-            }
-        r = host_reading(
-            self.sides, {"server": self.server.pid, "client": self.client.pid}, False, self.topo.same_kernel
-        )
-        f = r.flows[0]
-        return {
-            "system": asdict(r.system),
-            "server_oncpu_s": f["server"].oncpu_s,
-            "client_oncpu_s": f["client"].oncpu_s,
-        }
+        return self.sides.cpu_now({"server": self.server.pid, "client": self.client.pid})
 
     def tls_stat(self) -> dict:
         """Each side's kernel TLS counters now (None without kernel TLS)."""
-        if self.sides:
-            return {
-                role: side.edge({role: p.pid})["tls_stat"][role]
-                for role, side, p in (
-                    ("client", self.sides["client"], self.client),
-                    ("server", self.sides["server"], self.server),
-                )
-            }
-        return {"client": procfs.read_tls_stat(self.client.pid), "server": procfs.read_tls_stat(self.server.pid)}
+        return self.sides.tls_stat({"client": self.client.pid, "server": self.server.pid})
 
     def kernel_counters(self) -> dict:
         """The namespaces' UDP counters and the veths' device counters (a run's, around its window)."""
@@ -366,9 +261,6 @@ def run_measurement(ep: Endpoints, w: "Taken", c: Collected) -> Measurement:
     env = environment.describe()
     env["topology"] = ep.topo.describe()
     netns = ep.topo.kind == "netns"
-    binds = listen.read_report(ep.run_path)
-    if ep.sides:
-        binds = listen.parse_report(ep.sides["server"].read_file(listen.REPORT_NAME))
     return Measurement(
         options=asdict(opts),
         environment=env,
@@ -382,7 +274,7 @@ def run_measurement(ep: Endpoints, w: "Taken", c: Collected) -> Measurement:
         devices={"before": c.before["devices"], "after": c.after["devices"]},
         probes=c.probe_records,
         perf=c.capture,
-        server_binds=binds,
+        server_binds=ep.sides.binds(ep.run_path),
         reports={"client": ep.client.reports, "server": ep.server.reports} if patterns.row(opts).events else None,
         offload={
             **fp.offload.describe(),
@@ -393,27 +285,8 @@ def run_measurement(ep: Endpoints, w: "Taken", c: Collected) -> Measurement:
         },
         floor_parts=c.floor_parts,
         intervals=w.intervals,
-        hosts=hosts_measured(ep),
+        hosts=ep.sides.hosts(),
     )
-
-
-def hosts_measured(ep: Endpoints) -> Optional[dict]:
-    """A run on hosts: each role's host, where it was reached, its
-    environment and its clock against ours (Measurement.hosts)."""
-    if not ep.sides:
-        return None
-    counted = ep.counted or {}
-    out = {
-        role: {
-            "host": side.name,
-            "address": side.endpoint.addr,
-            "environment": side.environment,
-            "clock": asdict(side.clock) if side.clock is not None else None,
-            "perf_stat": {"output": counted[role]} if role in counted else None,
-        }
-        for role, side in ep.sides.items()
-    }
-    return {**out, "same_kernel": ep.topo.same_kernel}
 
 
 def mix_measurement(ep: Endpoints, w: "Taken", c: Collected) -> mix.MixMeasurement:

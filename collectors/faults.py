@@ -13,7 +13,7 @@ tests see qprof's real handling of it."""
 import os
 import signal
 from dataclasses import dataclass
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 FAULTS = (
     "handshake",
@@ -29,6 +29,8 @@ FAULTS = (
     "encrypt-one-side",
     "one-accept",
 )
+# qprof-wl's pattern period is max(--io-size, this) (workloads/wl.h, WL_PAT_PERIOD_MIN).
+PATTERN_PERIOD_MIN = 64 << 10
 
 
 @dataclass(frozen=True)
@@ -90,6 +92,33 @@ class Faults:
     def argv(self) -> List[str]:
         """The same faults for a qprof started elsewhere (the guest)."""
         return ["--inject-fault", self.name] if self.name else []
+
+    # The workloads' start's named points (collectors/endpoints.py): each
+    # changes a command line or an environment only for its fault.
+
+    def interposer_env(self, env: Dict[str, Dict[str, str]]) -> Dict[str, Dict[str, str]]:
+        """Each role's GSO/GRO steering environment: none under no-interposer
+        (the steering silently not taking effect)."""
+        return {"client": {}, "server": {}} if self.no_interposer else env
+
+    def server_args(self, opts) -> List[str]:
+        """What a flow's server (its options: opts) is told beside its own options."""
+        if self.verify:  # the server expects another pattern period than the client sends
+            period = max(opts.io_size, PATTERN_PERIOD_MIN)
+            return ["--io-size", str(period * 2 if period < 1 << 20 else period // 2)]
+        if self.encrypt_one_side:  # the last --encrypt wins: the server does not ask
+            return ["--encrypt", "on"]
+        return ["--fault", "one-accept"] if self.one_accept else []
+
+    def client_port(self, port: int) -> int:
+        """The port a client connects to: the next one under handshake."""
+        return port + 1 if self.handshake else port
+
+    def client_args(self, opts) -> List[str]:
+        """What a flow's client is told beside its own options."""
+        if self.tls_mismatch:
+            return ["--tls", "1.2" if (opts.tls_version or "1.3") == "1.3" else "1.3"]
+        return ["--fault", "ktls-claim"] if self.ktls_claim else []
 
     # The measured path's named points (collectors/windows.py): each calls
     # its hook, which does nothing unless its fault was asked for, so the

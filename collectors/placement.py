@@ -40,6 +40,7 @@ from qprof.collectors.endpoints import (
 )
 from qprof.collectors.faults import Faults
 from qprof.collectors.remote import HostsTopology, LocalSide, RemoteSide, source_address
+from qprof.collectors.sides import OnHosts, OnMachine
 from qprof.collectors.topology import Topology
 from qprof.describe import link, measurement, options
 from qprof.describe.plan import Plan, link_devices
@@ -83,7 +84,7 @@ class Local:
         tcp_ecn = None if opts.ecn is None or not tcp else int(opts.ecn == "on")
         with Topology(opts.topology, rundir.id[-6:], mtu=opts.mtu, ecn=tcp_ecn) as topo:
             emulated = set_up(topo, opts, features, what, rundir.path, on_progress)
-            ep = Endpoints(plan, self.binary, topo, rundir.path, cert, key, faults)
+            ep = Endpoints(plan, OnMachine(self.binary, topo, rundir.path), topo, rundir.path, cert, key, faults)
             m = measure_endpoints(plan, ep, emulated, on_progress, faults, on_interval, floor_parts)
             m.link = emulated.applied if emulated else None
         return m
@@ -132,13 +133,12 @@ class Hosts:
 
     def __init__(
         self,
-        binary: Path,
         server: str,
         ssh_config: Optional[str],
         client: Optional[str] = None,
         server_addr: Optional[str] = None,
     ):
-        self.binary, self.server, self.ssh_config = binary, server, ssh_config
+        self.server, self.ssh_config = server, ssh_config
         self.client, self.server_addr = client, server_addr
         self.hosts: List[ssh.SshHost] = []
         self.sides: Dict[str, object] = {}
@@ -195,7 +195,8 @@ class Hosts:
         on_progress(f"run {rundir.id}: {opts.stack}, {', '.join(where)}, output in {rundir.path}")
         with ExitStack() as undo:
             emulated = self._link(opts, undo, on_progress) if opts.link else None
-            ep = Endpoints(plan, self.binary, HostsTopology(sides), rundir.path, cert, key, faults, sides=sides)
+            topo = HostsTopology(sides)
+            ep = Endpoints(plan, OnHosts(sides, topo), topo, rundir.path, cert, key, faults)
             m = measure_endpoints(plan, ep, emulated, on_progress, faults, on_interval, {"absent": HOSTS_FLOOR_ABSENT})
             m.link = emulated.applied if emulated else None
         return m

@@ -81,7 +81,7 @@ def _placement(opts, binary: Path, on_guest):
     if opts.guest:
         return placement.Guest(on_guest)
     if opts.server:
-        return placement.Hosts(binary, opts.server, opts.ssh_config, opts.client, opts.server_addr)
+        return placement.Hosts(opts.server, opts.ssh_config, opts.client, opts.server_addr)
     return placement.Local(binary)
 
 

@@ -57,8 +57,7 @@ def measure(plan: Plan, ep: Endpoints, emulated, on_progress, faults: Faults, on
 
 
 def _edge(name: str, ep: Endpoints, emulated) -> Reading:
-    same_kernel = getattr(ep.topo, "same_kernel", False)
-    return take(name, ep.pairs, ep.probes, emulated, kernel=ep.single, sides=ep.sides, same_kernel=same_kernel)
+    return take(name, ep.pairs, ep.probes, emulated, kernel=ep.single, sides=ep.sides)
 
 
 def _tls_stat(ep: Endpoints) -> dict:

@@ -261,3 +261,45 @@ def test_the_circle_check_sees_a_circle():
     assert not cycle({"rundir": {"history", "files"}, "history": {"files"}, "files": set()})
     assert nested_imports("def f():\n    from .rundir import load\n") == [2]
     assert nested_imports("from . import rundir\n\ndef f():\n    import json\n") == []
+
+
+# The modules that start a run's processes and read its edges (issue 40):
+# they ask a run's sides (collectors/sides.py), never where a side runs.
+PLACE_BLIND = ("collectors/endpoints.py", "collectors/edges.py", "collectors/windows.py")
+# What only collectors/sides.py chooses between: the instruments of a place.
+PLACED = {"ProbeSet", "HostProbes", "target_for", "PerfRecorder", "HostsPerf", "LOCAL", "LocalSide", "RemoteSide"}
+
+
+def asks_where(source: str) -> List[str]:
+    """Where a module tests a run's sides (an `if` on `sides`) or picks a place's instrument."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.If, ast.IfExp, ast.BoolOp)):
+            test = node.test if not isinstance(node, ast.BoolOp) else node
+            names = {
+                n.attr if isinstance(n, ast.Attribute) else n.id
+                for n in ast.walk(test)
+                if hasattr(n, "id") or isinstance(n, ast.Attribute)
+            }
+            if "sides" in names:
+                out.append(f"{node.lineno}: tests the sides")
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("qprof.collectors"):
+            out += [
+                f"{node.lineno}: imports {a.name}"
+                for a in node.names
+                if a.name in PLACED or node.module.endswith(".remote")
+            ]
+    return out
+
+
+def test_endpoints_and_edges_never_ask_where_a_side_runs():
+    bad = [f"{p}:{w}" for p in PLACE_BLIND for w in asks_where((REPO / p).read_text())]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_check_sees_a_side_asked_where_it_runs():
+    assert asks_where("if self.sides:\n    pass\n")
+    assert asks_where("x = a if ep.sides else b\n")
+    assert asks_where("from qprof.collectors.probes import ProbeSet\n")
+    assert asks_where("from qprof.collectors.remote import HostsTopology\n")
+    assert not asks_where("from qprof.collectors.sides import OnMachine\nself.sides.read([], True)\n")
