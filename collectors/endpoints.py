@@ -289,7 +289,7 @@ def run_measurement(ep: Endpoints, w: "Taken", c: Collected) -> Measurement:
     )
 
 
-def mix_measurement(ep: Endpoints, w: "Taken", c: Collected) -> mix.MixMeasurement:
+def mix_measurement(ep: Endpoints, w: "Taken", c: Collected) -> Measurement:
     """What a mix measured, raw: the machine at the edges, each flow's marks and CPU."""
     start, end, connected, done = w.start, w.end, w.connected, c.done
     measured = []
@@ -320,7 +320,7 @@ def mix_measurement(ep: Endpoints, w: "Taken", c: Collected) -> mix.MixMeasureme
     env = environment.describe()
     env["topology"] = ep.topo.describe()
     edge = lambda r: {"t_ns": r.t_ns, "system": asdict(r.system), "qdiscs": r.qdiscs}  # noqa: E731
-    return mix.MixMeasurement(
+    return Measurement(
         options=asdict(ep.plan.options),
         environment=env,
         measured_at=c.measured_at,

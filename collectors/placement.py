@@ -2,7 +2,7 @@
 """Where a plan's endpoints run, each behind one small interface:
 
     prepare()  what it needs, before the run directory exists (or its refusal)
-    measure(plan, rundir, on_progress, faults, on_interval) -> Measurement | MixMeasurement
+    measure(plan, rundir, on_progress, faults, on_interval) -> Measurement (a run's or a mix's)
     close()    what prepare() holds let go, on every path
 
 - Local: two network namespaces joined by veth (with the --link's qdiscs

@@ -4,8 +4,9 @@ own client and server process, started together through one bottleneck
 (the --link on the veth pair).
 
 This module is pure: parsing and checking a mix, each flow's options, and
-the record from a MixMeasurement. collectors/runner.py measures it as it measures a run: N flows of one plan
-(describe/plan.py).
+the record from a mix's Measurement (describe/measurement.py: each
+flow's FlowMeasurement). collectors/runner.py measures it as it measures
+a run: N flows of one plan (describe/plan.py).
 
 Where a flow's figures come from:
 - goodput: its receiver's own count of verified bytes, over the window by
@@ -19,10 +20,9 @@ a mix runs without them (the record says so); a single run profiles a
 stack, a mix measures how stacks share a link.
 """
 
-import json
 import re
 import statistics
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import dataclass, replace
 from typing import Dict, List, Optional
 
 from qprof import errors
@@ -163,26 +163,6 @@ class FlowMeasurement:
     reports: Optional[List[dict]] = None  # rr: the client's events
 
 
-@dataclass
-class MixMeasurement:
-    options: dict  # asdict(RunOptions) of the run, --mix included
-    environment: dict
-    measured_at: str
-    edges: Dict[str, dict]  # edge -> {t_ns, system: asdict(SystemCpu), qdiscs}
-    flows: List[FlowMeasurement]
-    link: Optional[dict] = None  # with --link: link.apply's plan and the qdiscs read back
-    placement: Optional[dict] = None  # where it ran, beyond this machine: {"guest_run": its directory}
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=1)
-
-    @classmethod
-    def from_json(cls, text: str) -> "MixMeasurement":
-        d = json.loads(text)
-        d["flows"] = [FlowMeasurement(**f) for f in d["flows"]]
-        return cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})
-
-
 def _delta(m: FlowMeasurement, side: str, key: str) -> int:
     return m.marks["end"][side][key] - m.marks["start"][side][key]
 
@@ -288,7 +268,7 @@ def bottleneck(link_rec: Optional[dict], flows_bytes: int) -> Optional[dict]:
     }
 
 
-def describe(m: MixMeasurement) -> dict:
+def describe(m) -> dict:
     """The record's figures for a mix (the caller adds id, config and the
     environment): each flow, the stacks' shares, Jain's index over the
     bulk flows, the system's CPU and the bottleneck."""

@@ -52,7 +52,7 @@ def _options(kept: dict) -> options.RunOptions:
 
 def describe(m, run_path: Path) -> dict:
     """The record of a measurement: a run's (describe_run) or a mix's."""
-    if isinstance(m, mix.MixMeasurement):
+    if m.is_mix:
         rec = {"stack": "mix", "config": m.options, **mix.describe(m)}
         for flow, fm in zip(rec["mix"]["flows"], m.flows):
             flow.update(mix_flow_proof(fm))

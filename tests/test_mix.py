@@ -9,7 +9,7 @@ from dataclasses import asdict, replace
 import pytest
 
 from qprof import errors, paths
-from qprof.describe import mix, options, plan, record
+from qprof.describe import measurement, mix, options, plan, record
 
 from conftest import needs_build, run_json
 from refusals import refused
@@ -207,7 +207,7 @@ def _system(busy_s, idle_s):
 @pytest.mark.unit
 def test_describe_shares_jain_and_the_bottleneck():
     # One flow at a quarter of the other: Jain's index is (4 + 1)^2 / (2 (16 + 1)) = 25/34.
-    m = mix.MixMeasurement(
+    m = measurement.Measurement(
         options={"mix": "tcp:1,quic:1", "link": None},
         environment={},
         measured_at="",
@@ -217,7 +217,7 @@ def test_describe_shares_jain_and_the_bottleneck():
         },
         flows=[_flow(1, "tcp", 4_000_000, 7, 0.2), _flow(2, "quic", 1_000_000, 3, 0.4)],
     )
-    m = mix.MixMeasurement.from_json(m.to_json())  # what the run directory keeps gives the same record
+    m = measurement.Measurement.from_json(m.to_json())  # what the run directory keeps gives the same record
     rec = mix.describe(m)
     tcp, quic = rec["mix"]["flows"]
     assert rec["mix"]["jain_index"] == pytest.approx(25 / 34)
@@ -257,8 +257,8 @@ def _knobbed_mix(tmp_path, quic_server=None, tcp_client=None):
         "start": {"t_ns": 0, "system": _system(0, 0), "qdiscs": None},
         "end": {"t_ns": 1_000_000_000, "system": _system(1, 1), "qdiscs": None},
     }
-    m = mix.MixMeasurement(options=asdict(opts), environment={}, measured_at="", edges=edges, flows=flows)
-    return lib, mix.MixMeasurement.from_json(m.to_json())
+    m = measurement.Measurement(options=asdict(opts), environment={}, measured_at="", edges=edges, flows=flows)
+    return lib, measurement.Measurement.from_json(m.to_json())
 
 
 @pytest.mark.unit
