@@ -51,13 +51,14 @@ $(VENV)/.installed-%: $(VENV)/.installed
 	touch $@
 
 # This checkout's Python byte-compiled (its top folders, qprof's packages
-# among them), as pip compiles what it installs and not an editable
+# among them, and their subpackages: describe/patterns; not the venv or
+# the build), as pip compiles what it installs and not an editable
 # install: where PYTHONDONTWRITEBYTECODE is set, as on CI's machines, each
 # `qprof` compiled its modules afresh at every start (0.15-0.3 s here, more
 # in the TCG guest, whose userland this is). compileall writes whatever
 # that says, and only what is stale.
 pyc: venv
-	@$(PY) -m compileall -q -r 1 .
+	@$(PY) -m compileall -q -r 2 -x "/(\.venv|build)/" .
 
 # Everything `build` takes from crates.io, downloaded here (checksums in the
 # Cargo.lock files); `build` itself then runs offline. tests/test_cold_setup.py

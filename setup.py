@@ -21,7 +21,7 @@ setup(
     version="0.1.0",
     description="CPU nanoseconds per byte for QUIC (msquic) and TCP/kTLS bulk transfers",
     python_requires=">=3.9",
-    packages=["qprof"] + [f"qprof.{p}" for p in PARTS],
+    packages=["qprof"] + [f"qprof.{p}" for p in PARTS] + ["qprof.describe.patterns"],
     package_dir={"qprof": "core", **{f"qprof.{p}": p for p in PARTS}},
     package_data={"qprof.describe": ["schema/*.json"], "qprof.flamegraphs": ["categories.rules"]},
     install_requires=[

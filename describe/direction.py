@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: GPL-2.0-only
 """Which role sends the data and which checks it, said once for every
-pattern by its row (describe/patterns.py): bulk's by --direction (up,
+pattern by its row (describe/patterns/): bulk's by --direction (up,
 down or both), each other pattern's by its row."""
 
 from typing import Tuple

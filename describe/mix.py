@@ -26,8 +26,9 @@ from dataclasses import dataclass, replace
 from typing import Dict, List, Optional
 
 from qprof import errors
-from qprof.describe import cpu, link, options, patterns, rr, transports
+from qprof.describe import cpu, link, options, patterns, transports
 from qprof.describe.derive import jain_index
+from qprof.describe.patterns import rr
 
 # Each flow is two processes (and msquic's a worker thread per CPU each):
 # past this many flows per CPU they measure the scheduler, not the link.

@@ -36,7 +36,15 @@ EXEC_PROFILES = ("lowlat", "maxtput")
 ONOFF = ("on", "off")
 UDP_SEND_MODES = ("sendmsg", "sendmmsg", "gso")
 CALL_GRAPHS = ("dwarf", "fp")
-# The patterns, from their rows (describe/patterns.py).
+
+
+def _either(items) -> str:
+    """Choices as a sentence offers them: "a", "a or b", "a, b or c"."""
+    items = list(items)
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} or {items[-1]}"
+
+
+# The patterns, from their rows (describe/patterns/).
 PATTERNS = tuple(patterns.PATTERNS)
 TCP_STACKS = tuple(n for n, s in transports.STACKS.items() if s.transport == "tcp")
 APPS = ("h1", "h2", "h3")
@@ -214,12 +222,7 @@ OPTIONS: List[Option] = [
         "pattern",
         "choice",
         "bulk",
-        "What moves: bulk (one side sends, by --direction, for --duration or --bytes), download (the server "
-        "sends --size bytes on a new connection, --count times, one after another), rr (the client "
-        "sends a --payload request every --period, open loop, and the server answers each), handshakes "
-        "(new connections, --conns at once, each a checked 8-byte exchange, as secnetperf's hps and netperf's TCP_CRR) "
-        "or video (a player fetching --duration of media at --bitrate in --segment pieces over one "
-        "connection, one after another, playing once --prebuffer is in: startup delay and stalls).",
+        "What moves: " + _either(f"{p.name} ({p.what})" for p in patterns.PATTERNS.values()) + ".",
         choices=PATTERNS,
         workload="--pattern",
         # video is rr's closed loop, one segment in flight, for --count segments (describe/plan.py).

@@ -40,7 +40,7 @@ class Stack:
     # receiver counts what was lost; its sender's CPU is per byte sent.
     datagram: bool = False
     sessions: bool = True  # a TLS or QUIC session a connection may resume (--resume)
-    # The patterns its workload runs (describe/patterns.py); None: every one.
+    # The patterns its workload runs (describe/patterns/); None: every one.
     patterns: Optional[Tuple[str, ...]] = None
     # Where a --mix flow's retransmissions come from: the sender's own count
     # over the connection's life, in its own words; None: it keeps none

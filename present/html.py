@@ -32,7 +32,7 @@ from typing import Callable, Dict, Iterable, List, Optional
 from rich.console import Console
 
 from qprof import __version__, figures
-from qprof.describe import rr
+from qprof.describe.patterns import rr
 from qprof.errors import QprofError
 from qprof.flamegraphs import categories, draw, normalize, sides
 from qprof.present.format import binary_size, duration_ns

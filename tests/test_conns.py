@@ -9,7 +9,8 @@ connections add up to what the receiver verified (system)."""
 import pytest
 
 from qprof import errors
-from qprof.describe import bulk, options, plan
+from qprof.describe import options, plan
+from qprof.describe.patterns import bulk
 from qprof.describe.window import Edge, Window
 
 from conftest import needs_build, run_json
@@ -59,7 +60,7 @@ def test_no_mapping_is_absent():
 @pytest.mark.parametrize(
     "kw, needle",
     [
-        ({"pattern": "download", "conns": 2}, "--conns applies to --pattern bulk, rr and handshakes"),
+        ({"pattern": "download", "conns": 2}, "--conns applies to --pattern bulk, handshakes and rr"),
         ({"stack": "udp", "conns": 2}, "udp sends one flow"),
         ({"conns": 8, "streams": 9}, "is 72 streams, more than the 64"),
         ({"conns": 20, "streams": 2, "direction": "both"}, "x 2 ways is 80 streams"),

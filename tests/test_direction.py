@@ -10,7 +10,8 @@ import json
 import pytest
 
 from qprof import errors
-from qprof.describe import bulk, direction, options, plan, record
+from qprof.describe import direction, options, plan, record
+from qprof.describe.patterns import bulk
 from qprof.describe.window import Edge, Window
 
 from conftest import agrees_at_its_edges, edges_apart_ns, in_flight, needs_build, run_json

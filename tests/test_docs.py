@@ -125,9 +125,11 @@ def module_index() -> Dict[str, List[Path]]:
     """Short module name -> its files among the project's Python packages."""
     index: Dict[str, List[Path]] = {}
     for folder in PACKAGES:
-        for path in sorted((REPO / folder).glob("*.py")):
+        for path in sorted((REPO / folder).rglob("*.py")):
             if not path.name.startswith("__"):
                 index.setdefault(path.stem, []).append(path)
+            elif path.name == "__init__.py" and path.parent != REPO / folder:  # a subpackage: its name
+                index.setdefault(path.parent.name, []).append(path)
     return index
 
 

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: GPL-2.0-only
-"""describe/handshakes.py on made-up reports: the window holds the
+"""describe/patterns/handshakes.py on made-up reports: the window holds the
 handshakes whose answer came inside it, the rate is theirs over its length,
 resumption is counted where a stack reports it and absent where none
 does, and the costs are per handshake; and the options `qprof run
@@ -8,7 +8,7 @@ does, and the costs are per handshake; and the options `qprof run
 import pytest
 
 from qprof import errors
-from qprof.describe import handshakes
+from qprof.describe.patterns import handshakes
 
 from refusals import refused
 

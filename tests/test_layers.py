@@ -67,7 +67,7 @@ def violations(layer: str, name: str, source: str) -> list:
 def test_imports_point_one_way():
     bad = []
     for layer, folder in FOLDERS.items():
-        for path in sorted((REPO / folder).glob("*.py")):
+        for path in sorted((REPO / folder).rglob("*.py")):
             if path.relative_to(REPO) not in ENTRY:
                 bad += violations(layer, str(path.relative_to(REPO)), path.read_text())
     assert not bad, "\n".join(bad)

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: GPL-2.0-only
-"""describe/rr.py on made-up requests: the window, open-loop delays from
+"""describe/patterns/rr.py on made-up requests: the window, open-loop delays from
 the due time, the HDR percentiles' bounded error, the seed's jitter; and
 the rr and --app options `qprof run` refuses before anything runs."""
 
@@ -9,7 +9,7 @@ import pytest
 from hdrh.histogram import HdrHistogram
 
 from qprof import errors
-from qprof.describe import rr
+from qprof.describe.patterns import rr
 
 from refusals import refused
 
@@ -254,7 +254,7 @@ def test_ack_only_packets_by_the_transports_own_count():
     "args, words, code",
     [
         (["--pattern", "rr", "--stack", "udp"], ["udp has no connection"], STACK_CANNOT),
-        (["--period", "5ms"], ["--period applies to --pattern rr and handshakes"], STACK_CANNOT),
+        (["--period", "5ms"], ["--period applies to --pattern handshakes and rr"], STACK_CANNOT),
         (["--payload", "256"], ["--payload applies to --pattern rr only"], STACK_CANNOT),
         (["--pattern", "rr", "--stack", "tcp", "--rr-streams", "one"], ["--rr-streams chooses QUIC"], STACK_CANNOT),
         (["--pattern", "rr", "--stack", "quic", "--tcp-conns", "on-demand"], ["--tcp-conns chooses TCP"], STACK_CANNOT),

@@ -8,7 +8,8 @@ from statistics import mean, pvariance
 
 import pytest
 
-from qprof.describe import bulk, derive
+from qprof.describe import derive
+from qprof.describe.patterns import bulk
 from qprof.describe.window import Edge, Window
 
 from conftest import needs_build, run_json

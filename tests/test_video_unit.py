@@ -1,11 +1,12 @@
 # SPDX-License-Identifier: GPL-2.0-only
 """--pattern video's player, modelled from the segments' arrival times
-(describe/video.py), and what the plan derives from the media."""
+(describe/patterns/video.py), and what the plan derives from the media."""
 
 import pytest
 
 from qprof import errors
-from qprof.describe import options, plan, video
+from qprof.describe import options, plan
+from qprof.describe.patterns import video
 
 pytestmark = pytest.mark.unit
 

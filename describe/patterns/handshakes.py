@@ -25,7 +25,8 @@ import statistics
 from typing import Dict, List, Optional
 
 from qprof import errors
-from qprof.describe import options, per_unit, rr, transports
+from qprof.describe import options, per_unit, transports
+from qprof.describe.patterns import ROLES, Pattern, both_checked, rr
 
 TIMES = ("tcp_handshake", "handshake", "complete")
 
@@ -153,3 +154,24 @@ def section(opts: "options.RunOptions", m, rec: dict) -> dict:
 
 
 SECTIONS = {"handshakes": section}
+
+
+ROW = Pattern(
+    "handshakes",
+    ROLES,
+    ROLES,
+    "server",
+    "timed",
+    "new connections, --conns at once, each a checked 8-byte exchange, as secnetperf's hps and netperf's TCP_CRR",
+    events=True,
+    server_told=True,
+    unit="handshakes",
+    event="handshake",
+    # Each flight is a few datagrams, sent as the handshake allows.
+    backlog=lambda cfg, role, datagram: False,
+    options=("resume", "period", "conns"),
+    resolve=resolve,
+    sections=SECTIONS,
+    connections="opens connections",
+    verified=both_checked,
+)

@@ -30,7 +30,8 @@ from dataclasses import replace
 from typing import List, Optional
 
 from qprof import errors
-from qprof.describe import options, per_unit, rr
+from qprof.describe import options, per_unit
+from qprof.describe.patterns import ROLES, Pattern, both_checked, rr
 
 
 def playback(arrivals_ns: List[int], segment_ns: int, prebuffer_segments: int) -> dict:
@@ -175,3 +176,36 @@ def section(opts: "options.RunOptions", m, rec: dict) -> Optional[dict]:
 
 
 SECTIONS = {"video": section}
+
+
+def every_segment(got: dict, gave: dict, opts, expected: int) -> bool:
+    """Every segment asked for came, whole and checked, as did each request."""
+    return (
+        both_checked(got, gave, opts, expected)
+        and got.get("responses") == opts.count
+        and got["app_bytes"] == opts.count * opts.response
+    )
+
+
+ROW = Pattern(
+    "video",
+    ROLES,
+    ROLES,
+    "client",
+    "count",
+    (
+        "a player fetching --duration of media at --bitrate in --segment pieces over one connection, one after "
+        "another, playing once --prebuffer is in: startup delay and stalls"
+    ),
+    events=True,
+    unit="segments",
+    event="rr",
+    backlog=lambda cfg, role, datagram: role == "server",  # its segments, never the client's requests
+    counting=lambda o: f"{o.count} segments of {o.response:,} bytes, one after another on one connection",
+    options=("rr-streams", "app", "bitrate", "segment", "prebuffer"),
+    sets=("count", "request", "response", "rr-mode", "conns"),
+    resolve=resolve,
+    sections=SECTIONS,
+    connections="fetches segments over a connection",
+    verified=every_segment,
+)

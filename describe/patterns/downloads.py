@@ -16,6 +16,7 @@ from typing import Dict, List, Optional
 
 from qprof import errors
 from qprof.describe import derive, options, transports
+from qprof.describe.patterns import Pattern
 
 PERCENTILES = (5, 25, 50, 75, 95)
 TIMES = {
@@ -142,3 +143,22 @@ def resolve(opts: "options.RunOptions") -> "options.RunOptions":
 
 
 SECTIONS = {"downloads": lambda opts, m, rec: describe(m.reports, opts.size, opts.count, opts.resume, rec)}
+
+
+ROW = Pattern(
+    "download",
+    ("server",),
+    ("client",),
+    None,
+    "count",
+    "the server sends --size bytes on a new connection, --count times, one after another",
+    events=True,
+    unit="downloads",
+    event="download",
+    server_event="served",
+    counting=lambda o: f"{o.count} downloads of {o.size:,} bytes, each on a new connection",
+    options=("size", "count", "resume"),
+    resolve=resolve,
+    sections=SECTIONS,
+    connections="opens a connection per download",
+)

@@ -9,6 +9,7 @@ from typing import Dict, List, Optional
 
 from qprof import errors
 from qprof.describe import derive, options, transports
+from qprof.describe.patterns import Pattern
 from qprof.describe.window import Window
 
 MAX_STREAMS = 64  # qprof-wl's WL_MAX_STREAMS: --conns x --streams, x 2 with --direction both
@@ -113,3 +114,22 @@ SECTIONS = {
     "streams": lambda opts, m, rec: streams_record(m.window, streams_each_way(opts)),
     "connections": lambda opts, m, rec: connections_record(m.window, m.done, streams_each_way(opts)),
 }
+
+
+ROW = Pattern(
+    "bulk",
+    None,
+    None,
+    None,
+    "timed",
+    "one side sends, by --direction, for --duration or --bytes",
+    events=False,
+    unit="streams",
+    stopped=None,
+    intervals=True,
+    fills_link=True,
+    options=("conns",),
+    resolve=resolve,
+    sections=SECTIONS,
+    expected=streams_each_way,
+)

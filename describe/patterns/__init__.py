@@ -1,10 +1,11 @@
 # SPDX-License-Identifier: GPL-2.0-only
 """The patterns qprof drives (--pattern), one row each: what differs
 between them, asked of the row, as describe/transports.py's rows are for
-the stacks (tests/test_rows.py holds the code to it). What a pattern does
-beyond the row's words is in its module, which the row names: its step
-of plan.resolve and its own sections of the record (describe/bulk.py,
-downloads.py, rr.py, handshakes.py, video.py).
+the stacks (tests/test_rows.py holds the code to it). A pattern is a
+module of this package (bulk.py, downloads.py, rr.py, handshakes.py,
+video.py): its row (ROW), and what it does beyond the row's words, which
+the row names: its step of plan.resolve and its own sections of the
+record.
 
 Who sends the measured bytes and who verifies them: bulk by --direction
 (up: the client sends, as iperf3; down: the server, as iperf3 -R and
@@ -14,10 +15,10 @@ too (requests up, segments down). A window counts the bytes its receiver
 verified: "server", "client", or "both" (the two receivers' bytes added,
 each direction its own goodput)."""
 
+import importlib
+import pkgutil
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Optional, Tuple
-
-from qprof.describe import bulk, downloads, handshakes, rr, video
 
 ROLES = ("client", "server")
 
@@ -39,15 +40,6 @@ def both_checked(got: dict, gave: dict, opts, expected: int) -> bool:
     return got.get("verified") is True and gave.get("verified") is True
 
 
-def every_segment(got: dict, gave: dict, opts, expected: int) -> bool:
-    """Every segment asked for came, whole and checked, as did each request."""
-    return (
-        both_checked(got, gave, opts, expected)
-        and got.get("responses") == opts.count
-        and got["app_bytes"] == opts.count * opts.response
-    )
-
-
 @dataclass(frozen=True)
 class Pattern:
     name: str
@@ -62,6 +54,8 @@ class Pattern:
     # --count downloads or the media's segments, from the client's start
     # to the last one's last byte (collectors/windows.py).
     window: str
+    # What moves, in words (`--pattern`'s help: "What moves: NAME (what), ...").
+    what: str
     # The client reports each event (request, handshake, download, segment),
     # kept as they came for the record's per-event figures.
     events: bool
@@ -112,102 +106,6 @@ class Pattern:
     empty_window: str = NO_BYTES
 
 
-PATTERNS: Dict[str, Pattern] = {
-    "bulk": Pattern(
-        "bulk",
-        None,
-        None,
-        None,
-        "timed",
-        events=False,
-        unit="streams",
-        stopped=None,
-        intervals=True,
-        fills_link=True,
-        options=("conns",),
-        resolve=bulk.resolve,
-        sections=bulk.SECTIONS,
-        expected=bulk.streams_each_way,
-    ),
-    "download": Pattern(
-        "download",
-        ("server",),
-        ("client",),
-        None,
-        "count",
-        events=True,
-        unit="downloads",
-        event="download",
-        server_event="served",
-        counting=lambda o: f"{o.count} downloads of {o.size:,} bytes, each on a new connection",
-        options=("size", "count", "resume"),
-        resolve=downloads.resolve,
-        sections=downloads.SECTIONS,
-        connections="opens a connection per download",
-    ),
-    "rr": Pattern(
-        "rr",
-        ROLES,
-        ROLES,
-        "server",
-        "timed",
-        events=True,
-        unit="requests",
-        event="rr",
-        # A side whose messages (requests: the client's; responses: the
-        # server's) exceed a datagram.
-        backlog=lambda cfg, role, datagram: (
-            (cfg.get("request" if role == "client" else "response") or cfg.get("payload") or 0) > datagram
-        ),
-        options=("period", "payload", "request", "response", "rr-streams", "tcp-conns", "app", "rr-mode", "conns"),
-        resolve=rr.resolve,
-        sections=rr.SECTIONS,
-        connections="matches each response to its request on a connection",
-        verified=both_checked,
-        empty_window=(
-            "no response arrived inside the window though both sides reported success: the server, "
-            "the link or the CPU fell behind the requests due in it; lengthen --period or --duration."
-        ),
-    ),
-    "handshakes": Pattern(
-        "handshakes",
-        ROLES,
-        ROLES,
-        "server",
-        "timed",
-        events=True,
-        server_told=True,
-        unit="handshakes",
-        event="handshake",
-        # Each flight is a few datagrams, sent as the handshake allows.
-        backlog=lambda cfg, role, datagram: False,
-        options=("resume", "period", "conns"),
-        resolve=handshakes.resolve,
-        sections=handshakes.SECTIONS,
-        connections="opens connections",
-        verified=both_checked,
-    ),
-    "video": Pattern(
-        "video",
-        ROLES,
-        ROLES,
-        "client",
-        "count",
-        events=True,
-        unit="segments",
-        event="rr",
-        backlog=lambda cfg, role, datagram: role == "server",  # its segments, never the client's requests
-        counting=lambda o: f"{o.count} segments of {o.response:,} bytes, one after another on one connection",
-        options=("rr-streams", "app", "bitrate", "segment", "prebuffer"),
-        sets=("count", "request", "response", "rr-mode", "conns"),
-        resolve=video.resolve,
-        sections=video.SECTIONS,
-        connections="fetches segments over a connection",
-        verified=every_segment,
-    ),
-}
-
-
 def words(names) -> str:
     """Names as a sentence lists them: "a", "a and b", "a, b and c"."""
     names = list(names)
@@ -217,3 +115,12 @@ def words(names) -> str:
 def row(opts) -> Pattern:
     """The row of opts.pattern (bulk where none is set, as the option's default)."""
     return PATTERNS[getattr(opts, "pattern", None) or "bulk"]
+
+
+# The patterns: every module of this package is one, its row its ROW
+# (a new pattern is a module here, and nothing in this file changes),
+# in the order of their modules' names.
+PATTERNS: Dict[str, Pattern] = {}
+for _m in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+    _row = importlib.import_module(f"{__name__}.{_m.name}").ROW
+    PATTERNS[_row.name] = _row

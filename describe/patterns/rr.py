@@ -33,6 +33,7 @@ from hdrh.histogram import HdrHistogram
 from qprof import errors
 from qprof.describe import derive, options, per_unit, transports
 from qprof.describe.derive import jain_index
+from qprof.describe.patterns import ROLES, Pattern, both_checked
 
 PERCENTILES = (5, 25, 50, 75, 95, 99, 99.9, 99.99)
 LOWEST_NS, HIGHEST_NS, SIGNIFICANT_DIGITS = 1, 60_000_000_000, 3
@@ -379,3 +380,30 @@ def section(opts: "options.RunOptions", m, rec: dict) -> dict:
 
 
 SECTIONS = {"rr": section}
+
+
+ROW = Pattern(
+    "rr",
+    ROLES,
+    ROLES,
+    "server",
+    "timed",
+    "the client sends a --payload request every --period, open loop, and the server answers each",
+    events=True,
+    unit="requests",
+    event="rr",
+    # A side whose messages (requests: the client's; responses: the
+    # server's) exceed a datagram.
+    backlog=lambda cfg, role, datagram: (
+        (cfg.get("request" if role == "client" else "response") or cfg.get("payload") or 0) > datagram
+    ),
+    options=("period", "payload", "request", "response", "rr-streams", "tcp-conns", "app", "rr-mode", "conns"),
+    resolve=resolve,
+    sections=SECTIONS,
+    connections="matches each response to its request on a connection",
+    verified=both_checked,
+    empty_window=(
+        "no response arrived inside the window though both sides reported success: the server, "
+        "the link or the CPU fell behind the requests due in it; lengthen --period or --duration."
+    ),
+)
