@@ -4,9 +4,13 @@ figures (collectors) and the flame graphs' (flamegraphs)."""
 
 
 def side_bytes(record: dict, side: str) -> int:
-    """The bytes a side's CPU is divided by: what it sent for a raw UDP
-    sender (datagrams may be lost), else what the receiver verified."""
+    """The bytes a side's CPU is divided by: what it sent for a sender of
+    raw datagrams (the record's transport: UDP with no TLS, so no
+    reliability, and datagrams may be lost), else what the receiver
+    verified."""
     sent = record.get("bytes_sent")
-    if side == "client" and record.get("stack") == "udp" and isinstance(sent, int) and sent > 0:
+    transport = record.get("transport") or {}
+    raw = transport.get("protocol") == "udp" and transport.get("tls") == "none"
+    if side == "client" and raw and isinstance(sent, int) and sent > 0:
         return sent
     return int(record["bytes"])

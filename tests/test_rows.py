@@ -30,9 +30,9 @@ PRODUCT = ("cli", "core", "collectors", "describe", "present", "flamegraphs")
 # What holds a stack's name: a variable or field named stack or stack_name,
 # a row's .name, a record's ["stack"] or .get("stack").
 A_STACK = re.compile(r"(\bstack|stack_name|stack\.name|\[['\"]stack['\"]\]|\.get\(['\"]stack['\"]\))$")
-# Left: each file's tests of a stack's name. core reads records and
-# imports nothing of describe/: udp's sender's bytes (core/perbyte.py).
-LEFT = Counter({"core/perbyte.py": 1})
+# Left: each file's tests of a stack's name: none (core, which reads
+# records without describe/, asks a record's transport, core/perbyte.py).
+LEFT: Counter = Counter()
 # What holds a pattern's name: pattern, opts.pattern, a flow's options.pattern,
 # a record's or a flow's ["pattern"] or .get("pattern").
 A_PATTERN = re.compile(r"(\bpattern|\[['\"]pattern['\"]\]|\.get\(['\"]pattern['\"]\))$")
@@ -78,6 +78,21 @@ def test_stacks_are_asked_by_their_row_not_their_name():
     grown = {f: n for f, n in per_file.items() if n > LEFT[f]}
     assert grown == {}, [t for t in found if t[0] in grown]
     assert per_file == LEFT, "a name test went to its row: lower LEFT to match"
+
+
+def test_a_raw_datagram_senders_bytes_are_what_it_sent():
+    """core/perbyte.py divides a raw UDP client's CPU by what it sent (loss
+    is a figure), told by the record's transport, not the stack's name;
+    every other side, and a QUIC client over UDP, by the verified bytes."""
+    from qprof.perbyte import side_bytes
+
+    raw = {"bytes": 900, "bytes_sent": 1000, "transport": {"protocol": "udp", "tls": "none"}}
+    assert (side_bytes(raw, "client"), side_bytes(raw, "server")) == (1000, 900)
+    for transport in ({"protocol": "udp", "tls": "quic"}, {"protocol": "tcp", "tls": "none"}):
+        assert side_bytes({**raw, "transport": transport}, "client") == 900, transport
+    assert [s.name for s in transports.STACKS.values() if (s.transport, s.tls) == ("udp", "none")] == [
+        s.name for s in transports.STACKS.values() if s.datagram
+    ]
 
 
 def test_patterns_are_asked_by_their_row_not_their_name():
