@@ -33,7 +33,8 @@ from qprof.describe.patterns import rr
 # Each flow is two processes (and msquic's a worker thread per CPU each):
 # past this many flows per CPU they measure the scheduler, not the link.
 MAX_FLOWS_PER_CPU = 16
-MIX_PATTERNS = ("bulk", "rr")
+# The patterns a mix's flows run: those whose row says they mix.
+MIX_PATTERNS = tuple(p.name for p in patterns.PATTERNS.values() if p.mixes)
 _ENTRY = re.compile(r"([a-z][a-z0-9-]*)(?::(\d+))?(?::([a-z]+))?", re.ASCII)
 
 
@@ -67,8 +68,9 @@ def parse(text: str, default_pattern: str, base_port: int, cpus: int) -> List[Fl
             raise errors.BadMix(f"--mix entry '{item}' has no flows; give it a count of 1 or more, or drop it.")
         if pattern not in MIX_PATTERNS:
             raise errors.BadMix(
-                f"--mix entry '{item}' asks for pattern '{pattern}'; a mix's flows are bulk or rr "
-                "(downloads end, so they cannot share a window)."
+                f"--mix entry '{item}' asks for pattern '{pattern}'; a mix's flows are "
+                f"{patterns.words(MIX_PATTERNS, 'or')}, each a flow beside the others "
+                f"for one --duration; run --pattern {pattern} without --mix."
             )
         row = patterns.PATTERNS[pattern]
         if row.connections and transports.datagram(stack):

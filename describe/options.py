@@ -38,12 +38,6 @@ UDP_SEND_MODES = ("sendmsg", "sendmmsg", "gso")
 CALL_GRAPHS = ("dwarf", "fp")
 
 
-def _either(items) -> str:
-    """Choices as a sentence offers them: "a", "a or b", "a, b or c"."""
-    items = list(items)
-    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} or {items[-1]}"
-
-
 # The patterns, from their rows (describe/patterns/).
 PATTERNS = tuple(patterns.PATTERNS)
 TCP_STACKS = tuple(n for n, s in transports.STACKS.items() if s.transport == "tcp")
@@ -222,7 +216,7 @@ OPTIONS: List[Option] = [
         "pattern",
         "choice",
         "bulk",
-        "What moves: " + _either(f"{p.name} ({p.what})" for p in patterns.PATTERNS.values()) + ".",
+        "What moves: " + patterns.words((f"{p.name} ({p.what})" for p in patterns.PATTERNS.values()), "or") + ".",
         choices=PATTERNS,
         workload="--pattern",
         # video is rr's closed loop, one segment in flight, for --count segments (describe/plan.py).

@@ -117,6 +117,8 @@ def test_the_rows_say_what_the_names_said():
     taking = {o.name: o.patterns for o in options.OPTIONS}
     assert (taking["resume"], taking["period"]) == (("download", "handshakes"), ("handshakes", "rr"))
     assert patterns.words(["bulk", "download", "rr"]) == "bulk, download and rr"
+    assert patterns.words(["bulk", "rr"], "or") == "bulk or rr"
+    assert [p.name for p in patterns.PATTERNS.values() if p.mixes] == ["bulk", "rr"]
     assert all(set(s.patterns or ()) <= set(patterns.PATTERNS) for s in transports.STACKS.values())
     assert [p.name for p in patterns.PATTERNS.values() if not p.connections] == ["bulk"]
     rules = {p.name: p.verified.__name__ for p in patterns.PATTERNS.values()}

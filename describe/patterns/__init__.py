@@ -82,6 +82,10 @@ class Pattern:
     intervals: bool = False
     # Sends as fast as the stack can, so it should fill a --link's rate.
     fills_link: bool = False
+    # Runs as a flow of --mix, beside others through one bottleneck, for
+    # the mix's one --duration, and a flow's figures describe it (its
+    # goodput and share, an rr section's requests: describe/mix.py).
+    mixes: bool = False
     # The options of some patterns only that it takes (the option table's
     # names; every other option is every pattern's), and those it sets
     # itself from others, holding a value given to be the one it sets.
@@ -106,10 +110,11 @@ class Pattern:
     empty_window: str = NO_BYTES
 
 
-def words(names) -> str:
-    """Names as a sentence lists them: "a", "a and b", "a, b and c"."""
+def words(names, last: str = "and") -> str:
+    """Names as a sentence lists them: "a", "a and b", "a, b and c" (last:
+    the word before the last one, "or" for choices)."""
     names = list(names)
-    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} {last} {names[-1]}"
 
 
 def row(opts) -> Pattern:

@@ -128,6 +128,7 @@ ROW = Pattern(
     stopped=None,
     intervals=True,
     fills_link=True,
+    mixes=True,
     options=("conns",),
     resolve=resolve,
     sections=SECTIONS,

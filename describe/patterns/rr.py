@@ -392,6 +392,7 @@ ROW = Pattern(
     events=True,
     unit="requests",
     event="rr",
+    mixes=True,
     # A side whose messages (requests: the client's; responses: the
     # server's) exceed a datagram.
     backlog=lambda cfg, role, datagram: (
