@@ -203,8 +203,17 @@ def test_requests_answered_on_schedule(runs_dir, stack, extra):
     # The stack samples per request: each side's graph over the requests answered.
     if stack == "tcp":
         f = r["flame_ns_per_request"]
-        assert set(f) == {"client", "server", "others"} and f["client"]["total"] > 0
-        assert sum(f["client"]["categories"].values()) == pytest.approx(f["client"]["total"])
+        assert set(f) == {"client", "server", "others"}
+        for side in ("client", "server"):
+            if rec["flame"]["sides"][side]["samples"] == 0:
+                # Its CPU's timer lost every sample of it (CI saw a client's
+                # 27 ms on CPU leave none, that CPU at 2% of its samples): no
+                # graph to divide, so null, and the capture says why.
+                assert f[side] == {"total": None, "categories": None}, (side, f[side])
+                assert f"the {side}'s samples came to 0%" in rec["flame"]["incomplete_reason"]
+                continue
+            assert f[side]["total"] > 0, side
+            assert sum(f[side]["categories"].values()) == pytest.approx(f[side]["total"])
     else:
         assert r["flame_ns_per_request"] is None
 
