@@ -5,6 +5,7 @@
 #   build     msquic (from crates.io, with cmake), the workload, and the
 #             transports of the other QUIC implementations from crates.io (quinn's;
 #             quiche's, whose boring-sys builds BoringSSL with cmake, g++ and git)
+#             and from the Go module proxy (quic-go's, with the Go its go.mod names)
 #   run       build, then `qprof run --stack quic`
 #   lint      ruff (Python) and clang-format (C) check the style
 #   test-tools  Debian packages only the tests use (Go's pprof reads qprof's pprof export;
@@ -20,9 +21,10 @@ CC ?= cc
 CFLAGS_WL := -O3 -g -fno-omit-frame-pointer -Wall -Wextra -Werror -std=gnu11
 APT_PKGS := iproute2 procps openssl libssl-dev cmake ninja-build gcc g++ make perl python3-venv linux-perf bpftrace ethtool iperf3 \
             clang llvm bpftool libbpf-dev libelf-dev zlib1g-dev pkg-config clang-format git \
-            libngtcp2-dev libngtcp2-crypto-gnutls-dev libgnutls28-dev libhttp-parser-dev libnghttp2-dev libnghttp3-dev
+            libngtcp2-dev libngtcp2-crypto-gnutls-dev libgnutls28-dev libhttp-parser-dev libnghttp2-dev libnghttp3-dev \
+            golang-go
 
-.PHONY: all deps apt venv pyc fetch build msquic msquic-variant workload rs-workloads probes inferno guest test-tools bench-tools run lint test check bench clean
+.PHONY: all deps apt venv pyc fetch build msquic msquic-variant workload rs-workloads go-workloads probes inferno guest test-tools bench-tools run lint test check bench clean
 all: build
 
 deps: apt venv pyc
@@ -60,15 +62,17 @@ $(VENV)/.installed-%: $(VENV)/.installed
 pyc: venv
 	@$(PY) -m compileall -q -r 2 -x "/(\.venv|build)/" .
 
-# Everything `build` takes from crates.io, downloaded here (checksums in the
-# Cargo.lock files); `build` itself then runs offline. tests/test_cold_setup.py
-# runs this with an empty CARGO_HOME.
+# Everything `build` takes from crates.io and the Go module proxy,
+# downloaded here (checksums in the Cargo.lock files and go.sum, Go's
+# toolchain checked as any module is); `build` itself then runs offline.
+# tests/test_cold_setup.py runs this with an empty CARGO_HOME and GOMODCACHE.
 fetch: apt
 	@workloads/msquic/build.sh --fetch >/dev/null
 	@flamegraphs/inferno/build.sh --fetch >/dev/null
 	@workloads/rs/build.sh --fetch
+	@workloads/go/build.sh --fetch
 
-build: msquic workload rs-workloads probes inferno
+build: msquic workload rs-workloads go-workloads probes inferno
 
 msquic: fetch
 	workloads/msquic/build.sh $(BUILD)/msquic
@@ -125,6 +129,10 @@ msquic-variant: fetch
 rs-workloads: fetch
 	workloads/rs/build.sh $(BUILD)
 	@$(MAKE) --no-print-directory $(QUICHE_PLUGIN)
+
+# quic-go's transport (workloads/go/): Go decides what is stale.
+go-workloads: fetch
+	workloads/go/build.sh $(BUILD)
 
 # eBPF probes: libbpf CO-RE, vmlinux.h generated from this kernel's BTF,
 # one skeleton per probe (probes/NAME.bpf.c + NAME.c + NAME.h).
@@ -199,9 +207,10 @@ run: deps build
 	$(VENV)/bin/qprof run --stack quic
 
 # Style, as ruff.toml and .clang-format say; part of `make test`.
-C_SRC := $(shell git ls-files 'probes/*.c' 'probes/*.h' 'workloads/*.c' 'workloads/*.h' 'workloads/*/*.c' 2>/dev/null)
+C_SRC := $(shell git ls-files 'probes/*.c' 'probes/*.h' 'workloads/*.c' 'workloads/*.h' 'workloads/*/*.c' 'workloads/go/*/*.[ch]' 2>/dev/null)
 lint: deps $(TEST_VENV)
 	cargo fmt --manifest-path workloads/rs/Cargo.toml --all -- --check
+	workloads/go/build.sh --fmt-check
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	clang-format --dry-run --Werror --style=file $(C_SRC)

@@ -14,6 +14,10 @@ The knobs are where each stack decides:
   word, which the interposer gives while leaving GRO off: under --gro off
   their own report of GRO is not evidence (their rows' gro_word), the
   probes' view of what the receiver got is.
+- quic-go: Go makes its system calls itself, past any interposer, so
+  --gso off is quic-go's own QUIC_GO_DISABLE_GSO, set by its transport
+  from the interposer's setting; quic-go never asks for GRO (its row's
+  gro_word "none"), so --gro on is refused.
 - udp: the workload's own send mode (gso, or sendmmsg of single
   datagrams) and the receiver's UDP_GRO socket option.
 - tcp stacks: TSO/GSO and GRO of the run's veth pair (ethtool in each
@@ -99,6 +103,11 @@ def plan(
 
 
 def _plan_quic(p: OffloadPlan, stack: transports.Stack, gso, gro) -> None:
+    if stack.gro_word == "none" and gro == "on":
+        raise errors.StackCannot(
+            f"{stack.library} never asks the kernel for GRO (each datagram is a receive of its own), so "
+            f"{stack.name} cannot run with --gro on; drop it (--gro off is what {stack.name} does anyway)."
+        )
     if stack.gro_needs_gso:
         if gso == "off" and gro == "on":
             raise errors.StackCannot(

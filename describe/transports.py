@@ -32,7 +32,8 @@ class Stack:
     # "receive" when the library believes GRO only once a receive came
     # coalesced, "setsockopt" when UDP_GRO's setsockopt taking is its word
     # (the interposer takes it and ignores it, so under --gro off the
-    # socket does not coalesce and the library's word is not evidence).
+    # socket does not coalesce and the library's word is not evidence),
+    # "none" when the library never asks for GRO (--gro on is refused).
     gro_word: str = "receive"
     gro_needs_gso: bool = False  # the library tests GRO only after a GSO send: GSO off means GRO off
     # A flow of datagrams with no connection (udp): nothing to open, answer
@@ -144,6 +145,23 @@ STACKS: Dict[str, Stack] = {
         plugin="libqprof-wl-quiche.so",
         dwarf_stack_bytes=32768,
         retransmits_source="quiche Stats lost (packets)",
+    ),
+    # quic-go (Go, crypto/tls) through its own UDP I/O, a transport of
+    # qprof-wl's in a library of its own (workloads/go/quic-go, built as a
+    # C shared library with its Go runtime inside): every pattern, written
+    # once, runs on it.
+    "quic-go": Stack(
+        "quic-go",
+        "udp",
+        "quic",
+        sendfile=False,
+        rw_is_network=False,
+        io_size=64 << 10,
+        library="quic-go",
+        plugin="libqprof-wl-quic-go.so",
+        dwarf_stack_bytes=32768,
+        gro_word="none",  # quic-go receives with recvmmsg, 8 datagrams a call, never UDP_GRO
+        retransmits_source="quic-go ConnectionStats PacketsLost (packets)",
     ),
     # Raw UDP, no reliability or crypto: the kernel's floor for a UDP transport.
     "udp": Stack(

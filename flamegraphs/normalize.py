@@ -70,7 +70,9 @@ def per_event(one: str, many: str) -> Unit:
 # not copy looks like (a process in execve or exit, its memory going away).
 _USER_ENTRY = re.compile(
     r"^(start_thread|clone3?|__clone3?|__clone_internal|_start|_dl_start\w*|__libc_start_main\w*"
-    r"|__libc_start_call_main|thread_start)$"
+    r"|__libc_start_call_main|thread_start"
+    # Go's: every goroutine's stack ends in goexit, a runtime thread's own (g0) in mstart.
+    r"|runtime\.(goexit|mstart|rt0_go)(\.abi\d)?)$"
 )
 _KERNEL_ENTRY = re.compile(
     r"^(ret_from_fork\w*|secondary_startup_64\w*|common_startup_64|x86_64_start_\w+"

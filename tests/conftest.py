@@ -184,7 +184,12 @@ def most_at_once(spans) -> int:
 # Leaf frames of a handshake's public-key work, as a person would spot
 # them in OpenSSL, quictls, aws-lc or BoringSSL (X25519, ECDSA and P-256,
 # bignums, certificates) and GnuTLS (symbol-less hogweed and GMP).
-HANDSHAKE_LEAVES = r"(?i)x25519|ecdsa|nistz256|evp_pkey|^bn_|x509|^\[libhogweed\.so|^__gmpn_"
+# Go's crypto names its X25519 field arithmetic edwards25519/field, its
+# P-256 nistec, its ML-KEM mlkem and its RSA arithmetic bigmod.
+HANDSHAKE_LEAVES = (
+    r"(?i)x25519|ecdsa|nistz256|evp_pkey|^bn_|x509|^\[libhogweed\.so|^__gmpn_"
+    r"|^crypto/internal/fips140/(edwards25519|nistec|mlkem|bigmod)\b"
+)
 
 
 def category_bracket(run_dir: Path, rec: dict, side: str, frames: str) -> tuple:

@@ -4,12 +4,13 @@ downloads is fetched here into empty directories, and what the build then
 reads offline is found there. A warm cargo home, pip cache or apt list on
 the machine running the tests cannot hide a missing download step.
 
-The downloads are real (crates.io ~140 MB, PyPI, Debian's lists); nothing
-is compiled.
+The downloads are real (crates.io ~140 MB, the Go module proxy ~90 MB with
+Go's toolchain, PyPI, Debian's lists); nothing is compiled.
 """
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -37,25 +38,27 @@ def target():
 
 
 def cold_env(tmp_path: Path) -> dict:
-    """An environment whose cargo home and pip cache are empty."""
+    """An environment whose cargo home, Go module cache and pip cache are empty."""
     (tmp_path / "cargo").mkdir()
     return {
         **os.environ,
         "CARGO_HOME": str(tmp_path / "cargo"),
+        "GOMODCACHE": str(tmp_path / "gomod"),
+        "GOFLAGS": "-modcacherw",  # a module cache pytest's tmp_path cleanup can remove
         "PIP_NO_CACHE_DIR": "1",
         "PIP_CACHE_DIR": str(tmp_path / "pip-cache"),
     }
 
 
-def run(argv, env, **kw):
-    r = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=REPO, timeout=900, **kw)
+def run(argv, env, cwd=REPO, **kw):
+    r = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=cwd, timeout=900, **kw)
     assert r.returncode == 0, f"{argv} failed:\n{r.stderr[-3000:]}"
     return r
 
 
 @pytest.fixture(scope="module")
 def fetched(tmp_path_factory, target):
-    """`make fetch` with an empty CARGO_HOME: every crate the build reads."""
+    """`make fetch` with an empty CARGO_HOME and GOMODCACHE: every crate and module the build reads."""
     tmp = tmp_path_factory.mktemp("cold")
     env = cold_env(tmp)
     run(["make", "--no-print-directory", "fetch"], env)
@@ -125,6 +128,21 @@ def test_rust_workloads_and_their_locked_dependencies_from_empty_cargo_home(fetc
     # Every registry crate's source is in the fetched cargo home.
     registry = [p for p in pkgs if p["source"] and p["source"].startswith("registry+")]
     assert registry and all(Path(p["manifest_path"]).is_relative_to(fetched["CARGO_HOME"]) for p in registry)
+
+
+def test_go_and_quic_go_from_empty_module_cache(fetched):
+    """quic-go's transport (workloads/go/): the Go its go.mod's toolchain
+    line names, from the module proxy into the empty module cache (Debian
+    12's Go is too old to build quic-go), and every package the build
+    compiles, listed offline by that Go from what `fetch` got."""
+    src = REPO / "workloads" / "go" / "quic-go"
+    want = re.search(r"^toolchain (go\S+)$", (src / "go.mod").read_text(), re.M).group(1)
+    go = next(Path(fetched["GOMODCACHE"], "golang.org").glob(f"toolchain@v0.0.1-{want}.linux-*/bin/go"))
+    env = {**fetched, "GOTOOLCHAIN": "local", "GOPROXY": "off", "GOFLAGS": "-mod=readonly"}
+    assert run([str(go), "version"], env).stdout.split()[2] == want
+    r = run([str(go), "list", "-deps", "-f", "{{.ImportPath}} {{.Module}}", "."], {**env, "PWD": str(src)}, cwd=src)
+    modules = {line.split(" ", 1)[1] for line in r.stdout.splitlines() if " " in line and "<nil>" not in line}
+    assert "github.com/quic-go/quic-go v0.65.0" in modules and "golang.org/x/net" in " ".join(modules), modules
 
 
 def test_offline_build_step_refuses_what_was_not_fetched(tmp_path, target):

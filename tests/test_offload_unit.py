@@ -196,6 +196,9 @@ def test_what_a_library_cannot_do_is_refused_before_the_run():
     # msquic tests GRO only after a GSO send: its row says so.
     refused(["--stack", "quic", "--gso", "off", "--gro", "on"], errors.StackCannot.exit_code, ["msquic", "--gso off"])
     refused(["--stack", "quinn", "--send-mode", "gso"], errors.StackCannot.exit_code, ["--stack udp only"])
+    # quic-go never asks for GRO (its row's gro_word "none"): --gro on cannot be honoured, off is planned.
+    refused(["--stack", "quic-go", "--gro", "on"], errors.StackCannot.exit_code, ["quic-go never asks", "drop it"])
+    assert offload.plan("quic-go", "netns", "off", "off").env["server"] == {"QPROF_GSO": "off", "QPROF_GRO": "off"}
     # The others' GSO and GRO are independent: each way round is planned.
     for stack in ("quinn", "ngtcp2", "quiche"):
         for gso, gro in (("off", "on"), ("on", "off")):

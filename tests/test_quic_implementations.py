@@ -1,10 +1,11 @@
 # SPDX-License-Identifier: GPL-2.0-only
-"""QUIC implementations beside msquic (issue 28): ngtcp2, quiche and quinn
-are transports of qprof-wl's (quiche's and quinn's in a library of their
-own), so their runs are
+"""QUIC implementations beside msquic (issues 28 and 41): ngtcp2, quiche,
+quinn and quic-go are transports of qprof-wl's (quiche's, quinn's and
+quic-go's in a library of their own), so their runs are
 measured as a quic one is: data verified, the probes' counts against the
 library's own, flame graphs whose categories know rustls, aws-lc,
-BoringSSL, GnuTLS, quinn's, quiche's and ngtcp2's code."""
+BoringSSL, GnuTLS, Go's crypto/tls and runtime, quinn's, quiche's,
+quic-go's and ngtcp2's code."""
 
 import math
 import re
@@ -44,7 +45,8 @@ def locked_version(krate: str) -> str:
     return re.search(rf'name = "{krate}"\nversion = "([^"]+)"', RS_LOCK.read_text()).group(1)
 
 
-IMPLEMENTATIONS = ("quinn", "quiche", "ngtcp2")
+GO_MOD = REPO / "workloads" / "go" / "quic-go" / "go.mod"
+IMPLEMENTATIONS = ("quinn", "quiche", "ngtcp2", "quic-go")
 # Transports of qprof-wl's: every pattern, written once, runs on them.
 QPROF_WL = IMPLEMENTATIONS
 
@@ -55,8 +57,15 @@ def debian_version(package: str) -> str:
     return re.sub(r"^\d+:", "", out).split("+")[0].split("-")[0]
 
 
+def go_mod(what: str) -> str:
+    """go.mod's pin: a module's version, or `toolchain`'s Go."""
+    return re.search(rf"^\s*{re.escape(what)} (\S+)$", GO_MOD.read_text(), re.M).group(1)
+
+
 def crypto_of(stack: str) -> str:
-    """What the library's workload says it runs on, from the Cargo.lock pins."""
+    """What the library's workload says it runs on, from the Cargo.lock and go.mod pins."""
+    if stack == "quic-go":
+        return f"crypto/tls of {go_mod('toolchain')}"
     if stack == "quinn":
         return f"rustls {locked_version('rustls')} on aws-lc-rs {locked_version('aws-lc-rs')}"
     if stack == "ngtcp2":
@@ -68,6 +77,8 @@ def version_of(stack: str) -> str:
     """Cargo.lock's pin (quinn's protocol crate, which qprof-wl drives), or Debian's package for ngtcp2."""
     if stack == "ngtcp2":
         return debian_version("libngtcp2-dev")
+    if stack == "quic-go":
+        return go_mod("github.com/quic-go/quic-go")
     return locked_version("quinn-proto" if stack == "quinn" else stack)
 
 

@@ -2,7 +2,8 @@
 /*
  * A transport that lives in a library of its own, loaded when its stack
  * runs: build/lib/libqprof-wl-STACK.so beside this program's bin/, whose
- * symbol wl_STACK is its struct wl_transport. What such a library links
+ * symbol wl_STACK (a '-' of the stack's name a '_': wl_quic_go for
+ * quic-go) is its struct wl_transport. What such a library links
  * (quiche's BoringSSL beside qprof-wl's OpenSSL) stays inside it; its
  * calls into qprof-wl (the loop, the reports: wl_transport.h, wl.h)
  * resolve against this program, which exports them (-rdynamic).
@@ -40,6 +41,9 @@ const struct wl_transport *wl_plugin(const char *stack)
 		return NULL;
 	}
 	snprintf(sym, sizeof(sym), "wl_%s", stack);
+	for (slash = sym; *slash; slash++)
+		if (*slash == '-')
+			*slash = '_';
 	t = dlsym(h, sym);
 	if (!t)
 		wl_warn("%s has no %s: %s", path, sym, dlerror());

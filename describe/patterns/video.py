@@ -107,7 +107,8 @@ def _per_media_s(flame: Optional[dict], media_s: float) -> Optional[dict]:
         return None
     return {
         side: {
-            "total": f["total"] / media_s,
+            # None: the side left no sample in the window (per_unit.flame).
+            "total": None if f["total"] is None else f["total"] / media_s,
             "categories": None if f["categories"] is None else {c: v / media_s for c, v in f["categories"].items()},
         }
         for side, f in flame.items()
