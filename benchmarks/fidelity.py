@@ -16,6 +16,9 @@ each tool once, in an order that rotates from round to round.
            qprof's window moved, the server's from its page cache
   quinn    qprof run --stack quinn    vs  quinn's perf tool (quinn-perf client --uni-requests 1
            --bi-requests 0 --upload-size 1000G --download-size 0; --direction down swaps the sizes)
+  quic-go  qprof run --stack quic-go  vs  quic-go's perf tool (perf --upload-bytes N
+           --download-bytes 0, N the bytes qprof's window moved in that round; --direction
+           down swaps them): one connection, one stream, as qprof's run
   quiche   qprof run --stack quiche --pattern download --size 1G --count 3
                                       vs  quiche's apps (quiche-server, quiche-client
            --http-version HTTP/0.9): three downloads of a 1 GiB file from tmpfs, a process
@@ -67,6 +70,13 @@ chosen), where qprof's quinn workload runs rustls's default provider,
 aws-lc-rs, with AES-128-GCM alone; its figures are the client's sent
 bytes per interval, iperf3's JSON shape.
 
+quic-go's perf tool (github.com/quic-go/perf) is not on the Go module
+proxy: build it by hand against the quic-go workloads/go/quic-go/go.mod
+pins (`go mod edit -require github.com/quic-go/quic-go@v0.65.0`, with
+the Go its toolchain line names) and pass --quic-go-perf PATH. Its
+windows start at 1 MiB and grow to 1 GiB; it writes and reads 16 KiB a
+call. Its time is its own upload's or download's (after the handshake).
+
 quiche's apps live in quiche's repository only (apps/, not on
 crates.io): build them by hand against the quiche and boring versions
 workloads/rs/Cargo.lock pins (copy that Cargo.lock beside apps/ and point
@@ -83,6 +93,7 @@ the apps' figure less it beside the raw one.
 
 USAGE: .venv/bin/python benchmarks/fidelity.py [--rounds N] [--duration S] [--secnetperf PATH] [--stacks LIST]
        [--qprof-before CMD] [--direction up|down] [--quinn-perf PATH] [--quiche-apps DIR]
+       [--quic-go-perf PATH]
 (the venv's Python: it makes the namespaces with qprof's own Topology)
 """
 
@@ -105,7 +116,7 @@ from qprof.collectors import procfs  # noqa: E402
 from qprof.collectors.topology import Topology  # noqa: E402
 
 # The stacks whose reference is not secnetperf.
-OWN_REFERENCE = ("tcp", "quinn", "ngtcp2", "quiche")
+OWN_REFERENCE = ("tcp", "quinn", "ngtcp2", "quiche", "quic-go")
 
 
 def busy_s(a, b) -> float:
@@ -215,6 +226,32 @@ def run_quinn_perf(topo, duration: float, path: str, direction: str = "up") -> t
     nbytes = sum(i["sum"]["bytes"] for i in j["intervals"])
     seconds = sum(i["sum"]["seconds"] for i in j["intervals"])
     return nbytes * 8 / seconds / 1e9, busy * 1e9 / nbytes
+
+
+def run_quic_go_perf(topo, nbytes: int, path: str, direction: str = "up") -> tuple:
+    """quic-go's perf tool: one stream that uploads (or, down, downloads)
+    nbytes; its rate over its own transfer's time, which it logs."""
+    up, down = (nbytes, 0) if direction == "up" else (0, nbytes)
+    addr = f"{topo.server.addr}:4433"
+    client = [path, "--server-address", addr, "--upload-bytes", str(up), "--download-bytes", str(down)]
+    server = subprocess.Popen(
+        topo.server.command([path, "--run-server", "--server-address", addr]),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        time.sleep(0.5)
+        before = procfs.read_system()
+        r = subprocess.run(topo.client.command(client), capture_output=True, text=True, timeout=120)
+        after = procfs.read_system()
+    finally:
+        server.kill()
+        server.wait()
+    way = "uploaded" if direction == "up" else "downloaded"
+    m = re.search(rf"{way} [^:]+: ([\d.]+)s", r.stderr)
+    if r.returncode != 0 or not m:
+        sys.exit(f"quic-go's perf failed: {r.stderr.strip()[-300:]}")
+    return nbytes * 8 / float(m.group(1)) / 1e9, busy_s(before, after) * 1e9 / nbytes
 
 
 def _served_file(tmp: str, nbytes: int) -> tuple:
@@ -402,6 +439,7 @@ def main():
     )
     ap.add_argument("--quinn-perf", help="path of quinn's perf tool, built against workloads/rs/Cargo.lock's quinn")
     ap.add_argument("--quiche-apps", metavar="DIR", help="directory of quiche-server and quiche-client (quiche's apps)")
+    ap.add_argument("--quic-go-perf", help="quic-go's perf tool, built against go.mod's quic-go")
     ap.add_argument("--qprof-before", metavar="CMD", help="another qprof to run beside this one, interleaved")
     ap.add_argument("--direction", choices=("up", "down"), default="up", help="down: the server sends, in every tool")
     ap.add_argument(
@@ -422,6 +460,10 @@ def main():
         print("no --quiche-apps: quiche not compared (quiche's apps; see the docstring)")
         if not args.qprof_before:
             stacks = [s for s in stacks if s != "quiche"]
+    if args.quic_go_perf is None and "quic-go" in stacks:
+        print("no --quic-go-perf: quic-go not compared (quic-go's perf tool; see the docstring)")
+        if not args.qprof_before:
+            stacks = [s for s in stacks if s != "quic-go"]
     if "ngtcp2" in stacks and shutil.which("gtlsclient") is None:
         print("no gtlsclient: ngtcp2 not compared (`make bench-tools` installs Debian's ngtcp2 examples)")
     if args.secnetperf is None:
@@ -440,6 +482,7 @@ def main():
         "quinn": "quinn-perf",
         "ngtcp2": "gtlsclient (down)",
         "quiche": "quiche apps (down)",
+        "quic-go": "quic-go perf",
     }
     got = {s: {"qprof": [], "ref": [], "before": []} for s in stacks}
     refs_there = {
@@ -447,6 +490,7 @@ def main():
         "quinn": args.quinn_perf is not None,
         "ngtcp2": shutil.which("gtlsclient") is not None,
         "quiche": args.quiche_apps is not None,
+        "quic-go": args.quic_go_perf is not None,
     }
     has_ref = {s: refs_there.get(s, args.secnetperf is not None) for s in stacks}
     whos = ("qprof", "ref") + (("before",) if args.qprof_before else ())
@@ -471,6 +515,12 @@ def main():
                 elif who != "ref" and stack == "quiche":
                     rec = qprof_record(stack, QUICHE_QPROF_ARGS, None, runs_dir, qprof)
                     res = rec["throughput_gbps"], rec["cpu"]["system"]["ns_per_byte"]["total"]
+                elif who != "ref" and stack == "quic-go":
+                    way = ["--direction", args.direction] if args.direction != "up" else []
+                    rec = qprof_record(stack, way, args.duration, runs_dir, qprof)
+                    if who == "qprof":
+                        window_bytes[stack] = rec["bytes"]
+                    res = rec["throughput_gbps"], rec["cpu"]["system"]["ns_per_byte"]["total"]
                 elif who != "ref":
                     res = run_qprof(stack, args.duration, runs_dir, qprof, args.direction)
                 else:
@@ -481,6 +531,9 @@ def main():
                             res = run_quinn_perf(topo, args.duration, args.quinn_perf, args.direction)
                         elif stack == "quiche":
                             res = run_quiche_apps(topo, args.quiche_apps, examples_dir)
+                        elif stack == "quic-go":
+                            nbytes = window_bytes.get(stack, int(args.duration * 0.3e9))
+                            res = run_quic_go_perf(topo, nbytes, args.quic_go_perf, args.direction)
                         elif stack == "ngtcp2":
                             nbytes = window_bytes.get(stack, int(args.duration * 1e9))
                             res = run_ngtcp2_examples(topo, nbytes, examples_dir)

@@ -242,6 +242,38 @@ SHIPPED = [
         "ksys_write_[k];vfs_write_[k];ext4_buffered_write_iter_[k];file_update_time_flags_[k]",
         "other",
     ),
+    # quic-go, as a capture names it (issue 41): Go's AES-GCM under quic-go's
+    # sealer is crypto; quic-go's own code and the transport's (package main)
+    # protocol; Go's collector, allocator and scheduler are "runtime", but not
+    # the goexit every goroutine's stack starts at, nor its memmove.
+    (
+        "qprof-wl;runtime.goexit.abi0;github.com/quic-go/quic-go.(*Conn).run;github.com/quic-go/quic-go."
+        "(*packetPacker).appendShortHeaderPacket;github.com/quic-go/quic-go/internal/handshake.(*updatableAEAD).Seal;"
+        "crypto/internal/fips140/aes/gcm.(*GCM).Seal;crypto/internal/fips140/aes/gcm.gcmAesEnc.abi0",
+        "crypto",
+    ),
+    ("qprof-wl;runtime.goexit.abi0;github.com/quic-go/quic-go.(*Conn).run;runtime.selectgo", "runtime"),
+    ("qprof-wl;runtime.goexit.abi0;runtime.gcBgMarkWorker;runtime.gcDrain;runtime.scanobject", "runtime"),
+    ("qprof-wl;runtime.goexit.abi0;main.(*stream).reader;github.com/quic-go/quic-go.(*Stream).Read", "protocol"),
+    (
+        "qprof-wl;runtime.goexit.abi0;github.com/quic-go/quic-go.(*Conn).handleFrames;"
+        "github.com/quic-go/quic-go/internal/wire.(*FrameParser).ParseStreamFrame;runtime.memmove",
+        "copies",
+    ),
+    (
+        "qprof-wl;runtime.goexit.abi0;main.(*stream).reader;runtime.cgocall;wlg_data;receive;wl_pattern_check.avx2",
+        "verification",
+    ),
+    (
+        "qprof-wl;runtime.goexit.abi0;github.com/quic-go/quic-go.(*Transport).listen;"
+        "github.com/quic-go/quic-go.(*oobConn).ReadPacket;main.(*udpConn).ReadBatch;"
+        "golang.org/x/net/ipv4.(*payloadHandler).ReadBatch;golang.org/x/net/internal/socket.(*Conn).recvMsgs",
+        "receive syscalls",
+    ),
+    (
+        "qprof-wl;runtime.goexit.abi0;crypto/tls.(*Conn).handshakeContext;crypto/internal/fips140/mlkem.kemKeyGen",
+        "handshake",
+    ),
 ]
 
 
@@ -280,6 +312,11 @@ def test_shipped_rules_leave_lock_and_skid_frames_unmatched():
         ("bash;entry_SYSCALL_64_after_hwframe_[k];do_syscall_64_[k];x64_sys_call_[k];__x64_sys_exit_group_[k]", False),
         ("qprof-wl;asm_exc_page_fault_[k];exc_page_fault_[k]", False),
         ("qprof-wl;clone3;start_thread;CxPlatWorkerThread", True),
+        # Go: a goroutine's stack starts at goexit, a runtime thread's own at
+        # mstart; one that starts on the system stack lost its goroutine.
+        ("qprof-wl;runtime.goexit.abi0;github.com/quic-go/quic-go.(*Conn).run", True),
+        ("qprof-wl;runtime.mstart.abi0;runtime.mstart0;runtime.schedule", True),
+        ("qprof-wl;runtime.systemstack.abi0;runtime.newstack", False),
         ("qprof-wl;CxPlatEncrypt;EVP_EncryptUpdate;ossl_gcm_stream_update", False),
         ("qprof-wl;[unknown];__strcmp_avx2", False),
         ("memfd:sealed-91;[unknown] ;[unknown] ;entry_SYSCALL_64_after_hwframe_[k]", False),

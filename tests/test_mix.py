@@ -9,7 +9,7 @@ from dataclasses import asdict, replace
 import pytest
 
 from qprof import errors, paths
-from qprof.describe import measurement, mix, options, plan, record
+from qprof.describe import measurement, mix, options, plan, record, transports
 
 from conftest import needs_build, run_json
 from refusals import refused
@@ -20,10 +20,7 @@ BAD_MIX, UNKNOWN_STACK = errors.BadMix.exit_code, errors.UnknownStack.exit_code
 # the Ethernet frame tbf counts: a full TCP segment carries 1448 bytes (MSS
 # 1460 less timestamps) in 1514; a UDP datagram 1472, of which QUIC's
 # stream data is less (whichever library's).
-PAYLOAD_PER_FRAME = {
-    **{s: 1448 / 1514 for s in ("tcp", "tcp-tls", "tcp-ktls")},
-    **{s: 1472 / 1514 for s in ("quic", "quinn", "quiche", "ngtcp2", "udp")},
-}
+PAYLOAD_PER_FRAME = {s: (1472 if row.transport == "udp" else 1448) / 1514 for s, row in transports.STACKS.items()}
 # The project's msquic built again with another flag (`make msquic-variant`), as test_msquic_path's.
 VARIANT = paths.build_dir() / "msquic-nopool" / "lib" / "libmsquic.so.2"
 # The most bytes of a frame that are not its transport's payload (Ethernet,

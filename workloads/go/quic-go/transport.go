@@ -829,7 +829,10 @@ func goJsonMark(j *C.struct_wl_json) {
 		u[0], u[1], u[2], u[3], u[4], u[5])
 	if c := st.stats.Load(); c != nil && c.qc != nil {
 		s := c.qc.ConnectionStats()
-		out += fmt.Sprintf(`,"sent_packets":%d,"lost_packets":%d,"lost_bytes":%d,"cwnd":%d,"rtt_us":%d`,
+		// quic-go's own names: PacketsLost and BytesLost fall when a packet
+		// declared lost arrives after all, so they are not the lost_packets
+		// of the other libraries (a count that only grows).
+		out += fmt.Sprintf(`,"sent_packets":%d,"packets_lost":%d,"bytes_lost":%d,"cwnd":%d,"rtt_us":%d`,
 			s.PacketsSent, s.PacketsLost, s.BytesLost, s.CongestionWindow, s.SmoothedRTT.Microseconds())
 	}
 	jsonRaw(j, "quic_stats", out+"}")
