@@ -107,11 +107,12 @@ def test_a_download_at_a_rate_takes_at_least_size_over_rate(runs_dir):
 
 @pytest.mark.system
 @needs_build
-@pytest.mark.parametrize("stack", ["quic", "quinn", "ngtcp2", "quiche", "tcp-tls"])
+@pytest.mark.parametrize("stack", ["quic", "quinn", "ngtcp2", "quiche", "quic-go", "tcp-tls"])
 def test_resume_is_reported_as_it_happened(runs_dir, stack):
     """The first connection is full; the later ones resume, and say so on
     both sides (QUIC: msquic's SessionResumed and 0-RTT on each side;
     quinn: 0-RTT taken, quinn-proto's accepted_0rtt, on each side;
+    quic-go: crypto/tls's DidResume and quic-go's Used0RTT on each side;
     ngtcp2: GnuTLS's gnutls_session_is_resumed, no 0-RTT; quiche:
     quiche_conn_is_resumed, BoringSSL's ticket, no 0-RTT; TLS:
     SSL_session_reused). The record counts what the stacks reported."""
@@ -122,7 +123,7 @@ def test_resume_is_reported_as_it_happened(runs_dir, stack):
     assert each[0]["resumed"] is False and all(e["resumed"] is True for e in each[1:]), each
     assert [e["server"]["resumed"] for e in each] == [e["resumed"] for e in each]
     assert d["resumed"] == 3
-    if stack in ("quic", "quinn"):
+    if stack in ("quic", "quinn", "quic-go"):
         # 0-RTT: the request went early; the server saw it so too.
         assert each[0]["early_data"] is False
         assert [e["server"]["early_data"] for e in each] == [e["early_data"] for e in each]

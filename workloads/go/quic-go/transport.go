@@ -85,21 +85,27 @@ var st struct {
 }
 
 type conn struct {
-	mu      sync.Mutex // held around every handler of this connection and its streams
-	cs      *C.struct_wl_conn
-	hd      *C.struct_wl_conn_handlers
-	ctx     C.uintptr_t
-	flags   uint
-	server  bool
-	ready   chan struct{} // closed once qc is set (client: the dial returned)
-	qc      *quic.Conn
-	streams sync.WaitGroup
+	mu     sync.Mutex // held around every handler of this connection and its streams
+	cs     *C.struct_wl_conn
+	hd     *C.struct_wl_conn_handlers
+	ctx    C.uintptr_t
+	flags  uint
+	server bool
+	ready  chan struct{} // closed once qc is set (client: the dial returned)
+	qc     *quic.Conn
+	// Its live streams; once none is left at its end, none may start
+	// (a stream accepted or opened as the connection went).
+	smu   sync.Mutex
+	sdone *sync.Cond
+	live  int
+	over  bool
 	// What conn_info and the closed handler report.
 	tConnect   uint64
 	end        C.struct_wl_end
 	endReason  *C.char
 	offered0RT bool
 	closing    atomic.Bool
+	lastWord   atomic.Bool // a FIN went that nothing will answer: a graceful close waits (quiet)
 }
 
 type msg struct {
@@ -150,6 +156,7 @@ func streamOf(ss *C.struct_wl_stream) *stream { return cgo.Handle(ss.h).Value().
 
 func newConn(hd *C.struct_wl_conn_handlers, ctx C.uintptr_t, flags uint, server bool) *conn {
 	c := &conn{hd: hd, ctx: ctx, flags: flags, server: server, ready: make(chan struct{})}
+	c.sdone = sync.NewCond(&c.smu)
 	c.cs = (*C.struct_wl_conn)(C.calloc(1, C.size_t(unsafe.Sizeof(C.struct_wl_conn{}))))
 	c.cs.h = C.uintptr_t(cgo.NewHandle(c))
 	if flags&C.WL_CONN_STATS != 0 {
@@ -342,9 +349,32 @@ func (c *conn) run() {
 	c.finish()
 }
 
+// A stream starts, unless the connection is over; false: it is.
+func (c *conn) streamBegin() bool {
+	c.smu.Lock()
+	defer c.smu.Unlock()
+	if c.over {
+		return false
+	}
+	c.live++
+	return true
+}
+
+func (c *conn) streamEnd() {
+	c.smu.Lock()
+	c.live--
+	c.sdone.Broadcast()
+	c.smu.Unlock()
+}
+
 // After every stream's closed handler, the connection's.
 func (c *conn) finish() {
-	c.streams.Wait()
+	c.smu.Lock()
+	for c.live > 0 {
+		c.sdone.Wait()
+	}
+	c.over = true
+	c.smu.Unlock()
 	c.mu.Lock()
 	C.wlg_conn_closed(c.hd, c.cs, c.ctx, &c.end)
 	c.mu.Unlock()
@@ -399,26 +429,28 @@ func (c *conn) acceptStreams(uni bool) {
 			s.id.Store(int64(b.StreamID()))
 		}
 		close(s.opened)
+		if !c.streamBegin() {
+			s.cancel()
+			return
+		}
 		s.alloc()
 		c.mu.Lock()
 		var sctx C.uintptr_t
 		hd := C.wlg_stream(c.hd, c.cs, c.ctx, s.cs, &sctx)
 		c.mu.Unlock()
 		if hd == nil {
-			if s.bidi != nil {
-				s.bidi.CancelRead(quic.StreamErrorCode(C.WL_CLOSE_ERROR))
-				s.bidi.CancelWrite(quic.StreamErrorCode(C.WL_CLOSE_ERROR))
-			} else {
-				s.rcv.CancelRead(quic.StreamErrorCode(C.WL_CLOSE_ERROR))
-			}
+			s.cancel()
 			s.free()
+			c.streamEnd()
 			continue
 		}
 		s.hd, s.ctx = hd, sctx
-		s.start(true, s.bidi != nil)
+		// Writable first, then the goroutines: once they run, the stream
+		// may be over and freed before a call after them.
 		if s.bidi != nil {
 			c.handler(func() { C.wlg_writable(s.hd, s.cs, s.ctx) })
 		}
+		s.start(true, s.bidi != nil)
 	}
 }
 
@@ -426,6 +458,17 @@ func (c *conn) handler(f func()) {
 	c.mu.Lock()
 	f()
 	c.mu.Unlock()
+}
+
+// A peer's stream refused: both ways reset.
+func (s *stream) cancel() {
+	code := quic.StreamErrorCode(C.WL_CLOSE_ERROR)
+	if s.bidi != nil {
+		s.bidi.CancelRead(code)
+		s.bidi.CancelWrite(code)
+	} else if s.rcv != nil {
+		s.rcv.CancelRead(code)
+	}
 }
 
 func (s *stream) alloc() {
@@ -443,7 +486,6 @@ func (s *stream) free() {
 // not have is over at once: a send-only stream's receiving, a peer's
 // send-only one's sending); the closed handler after both.
 func (s *stream) start(reads, writes bool) {
-	s.c.streams.Add(1)
 	s.over.Add(2)
 	if reads {
 		go s.reader()
@@ -462,7 +504,7 @@ func (s *stream) start(reads, writes bool) {
 		graceful := !s.aborted.Load() && s.sendFin.Load() && s.peerFin.Load()
 		s.c.handler(func() { C.wlg_stream_closed(s.hd, s.cs, s.ctx, C.bool(graceful)) })
 		s.free()
-		s.c.streams.Done()
+		s.c.streamEnd()
 	}()
 }
 
@@ -558,7 +600,11 @@ func (s *stream) writer() {
 			err = w.Close()
 			if err == nil {
 				s.sendFin.Store(true)
-				s.finConfirmed()
+				// A FIN nothing will answer: a send-only stream's, or
+				// one after the peer's own (see (*conn).quiet).
+				if s.snd != nil || s.peerFin.Load() {
+					s.c.lastWord.Store(true)
+				}
 			}
 		}
 		s.qmu.Lock()
@@ -599,29 +645,26 @@ func (s *stream) cancelQueued() {
 }
 
 // quic-go says nothing when the peer has acknowledged a stream's bytes,
-// and a connection closed at once drops what is unacknowledged. A FIN
-// that nothing from the peer will answer (a send-only stream's; one sent
-// after the peer's own) is taken as delivered once the connection has
-// sent nothing for a probe timeout and a half (RFC 9002's PTO: smoothed
-// RTT, four deviations, the peer's 25 ms ack delay): while anything it
-// sent is unacknowledged, quic-go's PTO fires within that and it sends
-// again. So the stream's closed handler, after which the pattern may
-// close the connection, comes no earlier than the peer has it all.
-func (s *stream) finConfirmed() {
-	if s.snd == nil && !s.peerFin.Load() {
-		return // the peer's FIN is to come, after ours
-	}
-	qc := s.c.qc
+// and a connection closed at once drops what is unacknowledged. Where this
+// end's last word was a FIN nothing will answer (a send-only stream's; one
+// sent after the peer's own FIN), a graceful close waits until the
+// connection has sent nothing for a probe timeout and a half (RFC 9002's
+// PTO: smoothed RTT, four deviations, the peer's 25 ms ack delay): while
+// anything it sent is unacknowledged, quic-go's PTO fires within that and
+// it sends again. Elsewhere the peer's answer came after all this end
+// sent, and the close goes at once (a download's, a request's).
+func (c *conn) quiet() {
+	qc := c.qc
 	last := qc.ConnectionStats().PacketsSent
-	quiet := time.Now()
-	deadline := quiet.Add(idleTimeout)
-	for t := quiet; t.Before(deadline); t = time.Now() {
+	since := time.Now()
+	deadline := since.Add(idleTimeout)
+	for t := since; t.Before(deadline); t = time.Now() {
 		stats := qc.ConnectionStats()
 		if stats.PacketsSent != last {
-			last, quiet = stats.PacketsSent, t
+			last, since = stats.PacketsSent, t
 		}
 		pto := stats.SmoothedRTT + max(4*stats.MeanDeviation, time.Millisecond) + 25*time.Millisecond
-		if t.Sub(quiet) > pto+pto/2 {
+		if t.Sub(since) > pto+pto/2 {
 			return
 		}
 		select {
@@ -646,6 +689,10 @@ func goOpen(cs *C.struct_wl_conn, hd *C.struct_wl_stream_handlers, ctx C.uintptr
 	s := &stream{c: c, hd: hd, ctx: ctx, opened: make(chan struct{})}
 	s.id.Store(-1)
 	uni := flags&C.WL_STREAM_UNI != 0
+	if !c.streamBegin() {
+		warn("quic-go transport: a stream opened on a connection that is over")
+		return C.WL_EXIT_INTERNAL
+	}
 	s.alloc()
 	*out = s.cs
 	// Neither the open nor the writable handler inside the call: a
@@ -671,10 +718,11 @@ func goOpen(cs *C.struct_wl_conn, hd *C.struct_wl_stream_handlers, ctx C.uintptr
 		if c.qc == nil || err != nil {
 			s.aborted.Store(true)
 		}
-		s.start(!uni && s.bidi != nil, true)
+		// Writable first, then the goroutines (see acceptStreams).
 		if err == nil && c.qc != nil {
 			c.handler(func() { C.wlg_writable(s.hd, s.cs, s.ctx) })
 		}
+		s.start(!uni && s.bidi != nil, true)
 	}()
 	return C.WL_EXIT_OK
 }
@@ -745,6 +793,9 @@ func goClose(cs *C.struct_wl_conn, code C.uint64_t) {
 	go func() {
 		<-c.ready
 		if c.qc != nil {
+			if code == C.WL_CLOSE_OK && c.lastWord.Load() {
+				c.quiet()
+			}
 			c.qc.CloseWithError(quic.ApplicationErrorCode(code), "")
 		}
 	}()

@@ -8,6 +8,7 @@ import (
 	"net"
 	"sync"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/net/ipv4"
 	"golang.org/x/sys/unix"
@@ -73,17 +74,26 @@ func (c *udpConn) ReadBatch(ms []ipv4.Message, flags int) (int, error) {
 }
 
 // The datagrams a send of n bytes with these control messages makes: n
-// cut at the UDP_SEGMENT size, else one.
+// cut at the UDP_SEGMENT size, else one. Read in place (a cmsghdr, then
+// its data, each aligned as CMSG_ALIGN says), allocating nothing.
 func segments(n int, oob []byte) uint64 {
-	msgs, err := unix.ParseSocketControlMessage(oob)
-	if err == nil {
-		for _, m := range msgs {
-			if m.Header.Level == unix.IPPROTO_UDP && m.Header.Type == unix.UDP_SEGMENT && len(m.Data) >= 2 {
-				if seg := int(binary.NativeEndian.Uint16(m.Data)); seg > 0 {
-					return uint64((n + seg - 1) / seg)
-				}
+	const hdr = unix.SizeofCmsghdr
+	for len(oob) >= hdr {
+		h := (*unix.Cmsghdr)(unsafe.Pointer(&oob[0]))
+		l := int(h.Len)
+		if l < hdr || l > len(oob) {
+			break
+		}
+		if h.Level == unix.IPPROTO_UDP && h.Type == unix.UDP_SEGMENT && l >= hdr+2 {
+			if seg := int(binary.NativeEndian.Uint16(oob[hdr:])); seg > 0 {
+				return uint64((n + seg - 1) / seg)
 			}
 		}
+		next := unix.CmsgSpace(l - hdr)
+		if next > len(oob) {
+			break
+		}
+		oob = oob[next:]
 	}
 	return 1
 }
