@@ -91,6 +91,15 @@ def sessions(stack_name: Optional[str]) -> bool:
     return stack is not None and stack.sessions
 
 
+def refuse_resume(stack_name: str) -> None:
+    """--resume on a stack whose row says no session to resume: one sentence, the stacks that have one."""
+    if not sessions(stack_name):
+        have = ", ".join(n for n, s in STACKS.items() if s.sessions)
+        raise errors.StackCannot(
+            f"--resume resumes a TLS or QUIC session, and {stack_name} has none to resume; use one of {have}."
+        )
+
+
 STACKS: Dict[str, Stack] = {
     "quic": Stack(
         "quic",
@@ -164,6 +173,25 @@ STACKS: Dict[str, Stack] = {
         # quic-go's PacketsLost goes down when a packet declared lost arrives
         # after all: not a count a window's difference can be taken of.
         retransmits_source=None,
+    ),
+    # s2n-quic (Rust, s2n-tls on aws-lc) on its own tokio runtime and UDP
+    # I/O, a transport of qprof-wl's in a library of its own
+    # (workloads/rs/s2n-quic): every pattern, written once, runs on it.
+    "s2n-quic": Stack(
+        "s2n-quic",
+        "udp",
+        "quic",
+        sendfile=False,
+        rw_is_network=False,
+        io_size=64 << 10,
+        library="s2n-quic",
+        plugin="libqprof-wl-s2n-quic.so",
+        dwarf_stack_bytes=32768,
+        gro_word="setsockopt",  # the record's recv_coalescing: UDP_GRO taken, as s2n-quic-platform says it
+        retransmits_source="s2n-quic packet_lost events (packets)",
+        # s2n-quic 1.91 resumes sessions (and has no 0-RTT) only behind its
+        # unstable feature: --resume is refused, not run as full handshakes.
+        sessions=False,
     ),
     # Raw UDP, no reliability or crypto: the kernel's floor for a UDP transport.
     "udp": Stack(

@@ -26,7 +26,7 @@ CATEGORIES = (
     "crypto",
     "protocol",
     "HTTP framing",  # --app: HTTP/1.1's parser and heads (HTTP/2, HTTP/3 with HPACK and QPACK)
-    "runtime",  # a language runtime's own work: Go's garbage collector, scheduler, stack growth, cgo calls
+    "runtime",  # a runtime's own work: Go's collector, scheduler, stack growth, cgo calls; tokio's scheduler
     "copies",
     "send syscalls",
     "receive syscalls",

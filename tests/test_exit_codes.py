@@ -94,7 +94,7 @@ def test_the_faults_stay_hidden():
         (
             ["--stack", "tcp", "--pattern", "download", "--resume"],
             errors.StackCannot.exit_code,
-            ["--resume resumes a TLS or QUIC session, and tcp has none", "use quic or tcp-tls"],
+            ["--resume resumes a TLS or QUIC session, and tcp has none to resume", "use one of quic,"],
         ),
         (["--stack", "tcp", "--cipher", "X"], errors.BadTls.exit_code, ["--tls and --cipher", "plain tcp"]),
         (["--stack", "quic", "--sendfile"], errors.SendfileUnsupported.exit_code, ["--sendfile", "quic"]),

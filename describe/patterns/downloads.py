@@ -137,8 +137,8 @@ def resolve(opts: "options.RunOptions") -> "options.RunOptions":
             )
     if opts.streams != 1:
         raise errors.StackCannot("--pattern download uses one stream per connection; drop --streams.")
-    if opts.resume and not transports.sessions(opts.stack):
-        raise errors.StackCannot("--resume resumes a TLS or QUIC session, and tcp has none; use quic or tcp-tls.")
+    if opts.resume:
+        transports.refuse_resume(opts.stack)
     return replace(options.filled(opts, "size", "count"), warmup_s=0.0)
 
 

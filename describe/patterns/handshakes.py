@@ -127,8 +127,8 @@ def resolve(opts: "options.RunOptions") -> "options.RunOptions":
         raise errors.StackCannot(
             "--pattern handshakes opens one stream per connection; for more at once raise --conns, and drop --streams."
         )
-    if opts.resume and not transports.sessions(opts.stack):
-        raise errors.StackCannot("--resume resumes a TLS or QUIC session, and tcp has none; use quic or tcp-tls.")
+    if opts.resume:
+        transports.refuse_resume(opts.stack)
     if opts.period_s is not None:
         rr.schedule(opts, "connection")
     return options.filled(opts, "conns")
