@@ -19,6 +19,9 @@ each tool once, in an order that rotates from round to round.
   quic-go  qprof run --stack quic-go  vs  quic-go's perf tool (perf --upload-bytes N
            --download-bytes 0, N the bytes qprof's window moved in that round; --direction
            down swaps them): one connection, one stream, as qprof's run
+  s2n-quic qprof run --stack s2n-quic  vs  s2n-quic's perf tool (s2n-quic-qns perf client
+           --send N --receive 0, N the bytes qprof's window moved in that round;
+           --direction down swaps them), one connection, as qprof's run
   quiche   qprof run --stack quiche --pattern download --size 1G --count 3
                                       vs  quiche's apps (quiche-server, quiche-client
            --http-version HTTP/0.9): three downloads of a 1 GiB file from tmpfs, a process
@@ -77,6 +80,12 @@ the Go its toolchain line names) and pass --quic-go-perf PATH. Its
 windows start at 1 MiB and grow to 1 GiB; it writes and reads 16 KiB a
 call. Its time is its own upload's or download's (after the handshake).
 
+s2n-quic's perf tool (s2n-quic-qns perf, in s2n-quic's repository as
+quic/s2n-quic-qns, not on crates.io): build it by hand and pass
+--s2n-qns PATH. Both ends get a certificate for "qprof" made here with
+openssl. Its figure is the bytes over its client's whole run (handshake
+included), /proc/stat's busy time over the same.
+
 quiche's apps live in quiche's repository only (apps/, not on
 crates.io): build them by hand against the quiche and boring versions
 workloads/rs/Cargo.lock pins (copy that Cargo.lock beside apps/ and point
@@ -93,7 +102,7 @@ the apps' figure less it beside the raw one.
 
 USAGE: .venv/bin/python benchmarks/fidelity.py [--rounds N] [--duration S] [--secnetperf PATH] [--stacks LIST]
        [--qprof-before CMD] [--direction up|down] [--quinn-perf PATH] [--quiche-apps DIR]
-       [--quic-go-perf PATH]
+       [--quic-go-perf PATH] [--s2n-qns PATH]
 (the venv's Python: it makes the namespaces with qprof's own Topology)
 """
 
@@ -116,7 +125,9 @@ from qprof.collectors import procfs  # noqa: E402
 from qprof.collectors.topology import Topology  # noqa: E402
 
 # The stacks whose reference is not secnetperf.
-OWN_REFERENCE = ("tcp", "quinn", "ngtcp2", "quiche", "quic-go")
+OWN_REFERENCE = ("tcp", "quinn", "ngtcp2", "quiche", "quic-go", "s2n-quic")
+# The stacks whose reference moves the bytes qprof's run of the same round moved.
+SAME_BYTES = ("quic-go", "s2n-quic")
 
 
 def busy_s(a, b) -> float:
@@ -252,6 +263,35 @@ def run_quic_go_perf(topo, nbytes: int, path: str, direction: str = "up") -> tup
     if r.returncode != 0 or not m:
         sys.exit(f"quic-go's perf failed: {r.stderr.strip()[-300:]}")
     return nbytes * 8 / float(m.group(1)) / 1e9, busy_s(before, after) * 1e9 / nbytes
+
+
+def run_s2n_qns(topo, nbytes: int, path: str, tmp: str, direction: str = "up") -> tuple:
+    """s2n-quic's perf tool (s2n-quic-qns perf): one connection that sends
+    (or, down, receives) nbytes, timed over its client's whole run."""
+    cert, key = f"{tmp}/qns-cert.pem", f"{tmp}/qns-key.pem"
+    if not os.path.exists(cert):
+        subprocess.run(
+            ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+             "-keyout", key, "-out", cert, "-days", "1", "-subj", "/CN=qprof", "-addext", "subjectAltName=DNS:qprof"],
+            check=True, capture_output=True,
+        )  # fmt: skip
+    send, receive = (nbytes, 0) if direction == "up" else (0, nbytes)
+    ip = topo.server.addr
+    server = [path, "perf", "server", "--ip", ip, "--port", "4433", "--certificate", cert, "--private-key", key]
+    client = [path, "perf", "client", "--ip", ip, "--port", "4433", "--server-name", "qprof", "--ca", cert]
+    client += ["--send", str(send), "--receive", str(receive), "--local-ip", topo.client.addr]
+    srv = subprocess.Popen(topo.server.command(server), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(0.5)
+        before, t0 = procfs.read_system(), time.monotonic()
+        r = subprocess.run(topo.client.command(client), capture_output=True, text=True, timeout=120)
+        seconds, after = time.monotonic() - t0, procfs.read_system()
+    finally:
+        srv.kill()
+        srv.wait()
+    if r.returncode != 0:
+        sys.exit(f"s2n-quic-qns perf failed: {r.stderr.strip()[-300:]}")
+    return nbytes * 8 / seconds / 1e9, busy_s(before, after) * 1e9 / nbytes
 
 
 def _served_file(tmp: str, nbytes: int) -> tuple:
@@ -440,6 +480,7 @@ def main():
     ap.add_argument("--quinn-perf", help="path of quinn's perf tool, built against workloads/rs/Cargo.lock's quinn")
     ap.add_argument("--quiche-apps", metavar="DIR", help="directory of quiche-server and quiche-client (quiche's apps)")
     ap.add_argument("--quic-go-perf", help="quic-go's perf tool, built against go.mod's quic-go")
+    ap.add_argument("--s2n-qns", help="s2n-quic's perf tool (s2n-quic-qns), built by hand")
     ap.add_argument("--qprof-before", metavar="CMD", help="another qprof to run beside this one, interleaved")
     ap.add_argument("--direction", choices=("up", "down"), default="up", help="down: the server sends, in every tool")
     ap.add_argument(
@@ -464,6 +505,10 @@ def main():
         print("no --quic-go-perf: quic-go not compared (quic-go's perf tool; see the docstring)")
         if not args.qprof_before:
             stacks = [s for s in stacks if s != "quic-go"]
+    if args.s2n_qns is None and "s2n-quic" in stacks:
+        print("no --s2n-qns: s2n-quic not compared (s2n-quic-qns; see the docstring)")
+        if not args.qprof_before:
+            stacks = [s for s in stacks if s != "s2n-quic"]
     if "ngtcp2" in stacks and shutil.which("gtlsclient") is None:
         print("no gtlsclient: ngtcp2 not compared (`make bench-tools` installs Debian's ngtcp2 examples)")
     if args.secnetperf is None:
@@ -483,6 +528,7 @@ def main():
         "ngtcp2": "gtlsclient (down)",
         "quiche": "quiche apps (down)",
         "quic-go": "quic-go perf",
+        "s2n-quic": "s2n-quic-qns perf",
     }
     got = {s: {"qprof": [], "ref": [], "before": []} for s in stacks}
     refs_there = {
@@ -491,6 +537,7 @@ def main():
         "ngtcp2": shutil.which("gtlsclient") is not None,
         "quiche": args.quiche_apps is not None,
         "quic-go": args.quic_go_perf is not None,
+        "s2n-quic": args.s2n_qns is not None,
     }
     has_ref = {s: refs_there.get(s, args.secnetperf is not None) for s in stacks}
     whos = ("qprof", "ref") + (("before",) if args.qprof_before else ())
@@ -515,7 +562,7 @@ def main():
                 elif who != "ref" and stack == "quiche":
                     rec = qprof_record(stack, QUICHE_QPROF_ARGS, None, runs_dir, qprof)
                     res = rec["throughput_gbps"], rec["cpu"]["system"]["ns_per_byte"]["total"]
-                elif who != "ref" and stack == "quic-go":
+                elif who != "ref" and stack in SAME_BYTES:
                     way = ["--direction", args.direction] if args.direction != "up" else []
                     rec = qprof_record(stack, way, args.duration, runs_dir, qprof)
                     if who == "qprof":
@@ -534,6 +581,9 @@ def main():
                         elif stack == "quic-go":
                             nbytes = window_bytes.get(stack, int(args.duration * 0.3e9))
                             res = run_quic_go_perf(topo, nbytes, args.quic_go_perf, args.direction)
+                        elif stack == "s2n-quic":
+                            nbytes = window_bytes.get(stack, int(args.duration * 0.8e9))
+                            res = run_s2n_qns(topo, nbytes, args.s2n_qns, examples_dir, args.direction)
                         elif stack == "ngtcp2":
                             nbytes = window_bytes.get(stack, int(args.duration * 1e9))
                             res = run_ngtcp2_examples(topo, nbytes, examples_dir)

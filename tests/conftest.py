@@ -306,10 +306,18 @@ SESSION = os.environ.get("QPROF_TEST_SESSION")
 def another_sessions(pid: str) -> bool:
     """The process is (or was started by) the test session beside this one."""
     try:
-        env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
     except OSError:
         return False
-    tags = [e.split(b"=", 1)[1].decode() for e in env if e.startswith(b"QPROF_TEST_SESSION=")]
+    if not raw:
+        # A zombie shows no environment (a guest's QEMU killed under a run,
+        # not yet reaped): it is its parent's, whose session is its own.
+        try:
+            ppid = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1]
+        except (OSError, IndexError):
+            return False
+        return ppid not in ("0", "1", pid) and another_sessions(ppid)
+    tags = [e.split(b"=", 1)[1].decode() for e in raw.split(b"\0") if e.startswith(b"QPROF_TEST_SESSION=")]
     return bool(tags) and tags[0] != SESSION
 
 

@@ -51,8 +51,11 @@ SSHD = "/usr/sbin/sshd"
 # Debian's ssh.service makes (RuntimeDirectory) and this machine never ran.
 SSHD_RUN_DIR = Path("/run/sshd")
 # What makes `python -m qprof` there this test's qprof, as here, and
-# the test session's name, so what runs there is that session's (conftest.py).
-PASSED_ENV = ("PYTHONPATH", "QPROF_BUILD_DIR", "QPROF_TEST_SESSION")
+# the test session's name and temporary directory, so what runs there is
+# that session's (conftest.py), its perf and ssh directories among the
+# session's own (the beside session's, not /tmp, where the other session
+# counts what it finds as its leftovers).
+PASSED_ENV = ("PYTHONPATH", "QPROF_BUILD_DIR", "QPROF_TEST_SESSION", "TMPDIR")
 START_TIMEOUT_S = 10.0
 # The name of each host's sshd config (leftovers(), conftest.py, knows a
 # test's sshd by its namespace: its title is cut to its argv's room).
