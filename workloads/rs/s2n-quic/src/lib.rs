@@ -72,7 +72,9 @@ const STREAM_WINDOW: u64 = 16 << 20;
 const SEND_BUFFER: u32 = 16 << 20;
 /// Streams of each kind the peer may open at once (wl.h's WL_MAX_STREAMS and more).
 const MAX_STREAMS: u64 = 128;
-const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+/// As msquic's (wl_quic.c) and quic-go's transports: a connection whose peer went
+/// without a word ends well inside qprof's 30 s wait for the "done" report.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(10);
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10); /* as msquic's (wl_quic.c) */
 /// What a stream takes beyond what s2n-quic has taken, before it says no room.
 const ROOM_AHEAD: u64 = 256 << 10;
