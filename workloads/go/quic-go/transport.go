@@ -81,18 +81,15 @@ var st struct {
 	stats    atomic.Pointer[conn] // the first WL_CONN_STATS connection: marks and "done" read it
 	gso      atomic.Int32         // -1 unknown, 0 off, 1 on (quic-go's ConnectionState().GSO)
 	udp      udpCounts
-	conns    sync.WaitGroup
 }
 
 type conn struct {
-	mu     sync.Mutex // held around every handler of this connection and its streams
-	cs     *C.struct_wl_conn
-	hd     *C.struct_wl_conn_handlers
-	ctx    C.uintptr_t
-	flags  uint
-	server bool
-	ready  chan struct{} // closed once qc is set (client: the dial returned)
-	qc     *quic.Conn
+	mu    sync.Mutex // held around every handler of this connection and its streams
+	cs    *C.struct_wl_conn
+	hd    *C.struct_wl_conn_handlers
+	ctx   C.uintptr_t
+	ready chan struct{} // closed once qc is set (client: the dial returned)
+	qc    *quic.Conn
 	// Its live streams; once none is left at its end, none may start
 	// (a stream accepted or opened as the connection went).
 	smu   sync.Mutex
@@ -100,20 +97,18 @@ type conn struct {
 	live  int
 	over  bool
 	// What conn_info and the closed handler report.
-	tConnect   uint64
-	end        C.struct_wl_end
-	endReason  *C.char
-	offered0RT bool
-	closing    atomic.Bool
-	lastWord   atomic.Bool // a FIN went that nothing will answer: a graceful close waits (quiet)
+	tConnect  uint64
+	end       C.struct_wl_end
+	endReason *C.char
+	closing   atomic.Bool
+	lastWord  atomic.Bool // a FIN went that nothing will answer: a graceful close waits (quiet)
 }
 
 type msg struct {
-	hdr    []byte // a copy
-	body   []byte // the pattern region's, or the caller's own until its sent handler
-	fin    bool
-	tag    C.uintptr_t
-	tagged bool
+	hdr  []byte // a copy
+	body []byte // the pattern region's, or the caller's own until its sent handler
+	fin  bool
+	tag  C.uintptr_t
 }
 
 type stream struct {
@@ -154,8 +149,8 @@ func now() uint64 { return uint64(C.wl_now_ns()) }
 func connOf(cs *C.struct_wl_conn) *conn       { return cgo.Handle(cs.h).Value().(*conn) }
 func streamOf(ss *C.struct_wl_stream) *stream { return cgo.Handle(ss.h).Value().(*stream) }
 
-func newConn(hd *C.struct_wl_conn_handlers, ctx C.uintptr_t, flags uint, server bool) *conn {
-	c := &conn{hd: hd, ctx: ctx, flags: flags, server: server, ready: make(chan struct{})}
+func newConn(hd *C.struct_wl_conn_handlers, ctx C.uintptr_t, flags uint) *conn {
+	c := &conn{hd: hd, ctx: ctx, ready: make(chan struct{})}
 	c.sdone = sync.NewCond(&c.smu)
 	c.cs = (*C.struct_wl_conn)(C.calloc(1, C.size_t(unsafe.Sizeof(C.struct_wl_conn{}))))
 	c.cs.h = C.uintptr_t(cgo.NewHandle(c))
@@ -226,7 +221,7 @@ func goSetup() C.int {
 func udpSocket(addr *net.UDPAddr) (*net.UDPConn, C.int) {
 	lc, err := net.ListenUDP("udp4", addr)
 	if err != nil {
-		if errors.Is(err, os.ErrExist) || isAddrInUse(err) {
+		if isAddrInUse(err) {
 			warn("UDP port %s:%d is already in use", C.GoString(st.o.addr), int(st.o.port))
 			return nil, C.WL_EXIT_ADDR_IN_USE
 		}
@@ -268,7 +263,7 @@ func acceptLoop(ln *quic.EarlyListener) {
 			qc.CloseWithError(quic.ApplicationErrorCode(C.WL_CLOSE_ERROR), "")
 			continue
 		}
-		c := newConn(nil, 0, st.accFlags, true)
+		c := newConn(nil, 0, st.accFlags)
 		c.qc = qc
 		close(c.ready)
 		var ctx C.uintptr_t
@@ -281,7 +276,6 @@ func acceptLoop(ln *quic.EarlyListener) {
 			continue
 		}
 		c.hd, c.ctx = hd, ctx
-		st.conns.Add(1)
 		go c.run()
 	}
 }
@@ -293,7 +287,7 @@ func goListenStop() {
 
 //export goConnect
 func goConnect(hd *C.struct_wl_conn_handlers, ctx C.uintptr_t, flags C.uint, out **C.struct_wl_conn) C.int {
-	c := newConn(hd, ctx, uint(flags), false)
+	c := newConn(hd, ctx, uint(flags))
 	*out = c.cs
 	// A socket of its own, as quic-go's DialAddr makes one.
 	uc, code := udpSocket(&net.UDPAddr{IP: net.IPv4zero})
@@ -301,7 +295,6 @@ func goConnect(hd *C.struct_wl_conn_handlers, ctx C.uintptr_t, flags C.uint, out
 		return code
 	}
 	tr := &quic.Transport{Conn: newUDPConn(uc)}
-	st.conns.Add(1)
 	c.tConnect = now()
 	go func() {
 		// DialEarly: with a cached session the pattern's first request
@@ -314,7 +307,6 @@ func goConnect(hd *C.struct_wl_conn_handlers, ctx C.uintptr_t, flags C.uint, out
 			tr.Close()
 			return
 		}
-		c.offered0RT = st.tlsConf.ClientSessionCache != nil
 		c.qc = qc
 		close(c.ready)
 		c.run()
@@ -381,7 +373,6 @@ func (c *conn) finish() {
 	if st.stats.Load() != c {
 		freeConn(c)
 	}
-	st.conns.Done()
 }
 
 func freeConn(c *conn) {
@@ -614,7 +605,7 @@ func (s *stream) writer() {
 			s.starved = false
 		}
 		s.qmu.Unlock()
-		if m.tagged {
+		if m.tag != 0 {
 			s.c.handler(func() { C.wlg_sent(s.hd, s.cs, s.ctx, m.tag, C.bool(err != nil)) })
 		}
 		if err != nil {
@@ -638,7 +629,7 @@ func (s *stream) cancelQueued() {
 	s.queue = nil
 	s.qmu.Unlock()
 	for _, m := range q {
-		if m.tagged {
+		if m.tag != 0 {
 			s.c.handler(func() { C.wlg_sent(s.hd, s.cs, s.ctx, m.tag, true) })
 		}
 	}
@@ -730,7 +721,7 @@ func goOpen(cs *C.struct_wl_conn, hd *C.struct_wl_stream_handlers, ctx C.uintptr
 //export goSend
 func goSend(ss *C.struct_wl_stream, hdr *C.uint8_t, hdrLen C.uint32_t, body *C.uint8_t, bodyLen C.uint32_t, flags C.uint, tag C.uintptr_t) C.int {
 	s := streamOf(ss)
-	m := msg{fin: flags&C.WL_SEND_FIN != 0, tag: tag, tagged: tag != 0}
+	m := msg{fin: flags&C.WL_SEND_FIN != 0, tag: tag}
 	if hdrLen > 0 {
 		m.hdr = C.GoBytes(unsafe.Pointer(hdr), C.int(hdrLen))
 	}
