@@ -16,6 +16,7 @@ PAYLOAD = 128
 # The HTTP layers' frames, as a person would spot them in a stack: the
 # workload's own h1_/h2_/h3_ code and the libraries under it.
 HTTP_FRAMES = r"^h[123]_|http_parser|nghttp[23]"
+KEPT_FOR_FRAMING = 700  # samples; test_http_framing_is_a_category_of_cpu_per_request
 
 
 def app_counts(rec: dict, side: str) -> dict:
@@ -122,7 +123,15 @@ def test_http_framing_is_a_category_of_cpu_per_request(runs_dir, stack, app):
         # from the rules (conftest.category_bracket).
         framing_ns = per[side]["categories"]["HTTP framing"] * n
         least, most = category_bracket(runs_dir / rec["id"], rec, side, HTTP_FRAMES)
-        assert 0 < least * (1 - 1e-9) <= framing_ns <= most * (1 + 1e-9), (side, least, framing_ns, most)
+        kept = rec["flame"]["sides"][side]["samples"]
+        assert least * (1 - 1e-9) <= framing_ns <= most * (1 + 1e-9), (side, least, framing_ns, most, kept)
+        # Framing is about 2% of a side's samples here, so a side that kept
+        # KEPT_FOR_FRAMING of them shows some but one time in a million. A
+        # side on the CPU whose cpu-clock timer loses samples can keep a
+        # few dozen (CI's tcp client once: none of them in framing); its
+        # figure is weighted from those and holds only to the bracket.
+        if kept >= KEPT_FOR_FRAMING:
+            assert least > 0, (side, kept, rec["flame"]["sides"][side].get("weighting"))
 
 
 @needs_build
