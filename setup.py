@@ -44,6 +44,8 @@ setup(
             "selenium>=4.20,<5",  # drives Debian's chromium for tests/test_report.py
             "hypothesis>=6.100,<7",  # tests/test_fuzz.py: what qprof reads from outside, mutated
             "pytest-timeout>=2.3,<3",  # every test's time limit (pytest.ini's timeout, or its own mark)
+            # tests/test_wl_perf.py: a QUIC performance-protocol peer in another implementation
+            "aioquic>=1.2,<2",
         ]
     },
     entry_points={"console_scripts": ["qprof = qprof.cli.main:main"]},

@@ -42,6 +42,7 @@ CALL_GRAPHS = ("dwarf", "fp")
 PATTERNS = tuple(patterns.PATTERNS)
 TCP_STACKS = tuple(n for n, s in transports.STACKS.items() if s.transport == "tcp")
 APPS = ("h1", "h2", "h3")
+PROTOS = ("qprof", "perf")  # bulk on a QUIC stack: the wire's protocol (qprof-wl --proto)
 MIN_INTERVAL_S = 0.1
 
 
@@ -452,6 +453,22 @@ OPTIONS: List[Option] = [
         vary=True,
         workload="--direction",
         metavar="up|down|both",
+    ),
+    Option(
+        "proto",
+        "choice",
+        None,
+        "bulk, QUIC stacks: the wire's protocol: qprof (qprof's own) or perf, the QUIC performance "
+        "protocol (draft-banks-quic-performance, ALPN perf) that msquic's secnetperf and the other "
+        "libraries' perf tools speak: a bidirectional stream each, the client's first 8 bytes the count "
+        "it wants back (0 up; down: --bytes, or 2^64-1 stopped at --duration's end)",
+        choices=PROTOS,
+        fill="qprof",
+        fill_note="bulk on a QUIC stack",
+        stacks=QUIC_STACKS,
+        vary=True,
+        workload="--proto",
+        metavar="|".join(PROTOS),
     ),
     Option(
         "topology",

@@ -313,3 +313,17 @@ def test_a_mix_is_said_to_keep_no_stacks(damaged, command):
     assert r.returncode == NO_STACKS, r.stderr
     line = one_sentence(r.stderr)
     assert "is a --mix, and a mix never samples stacks" in line and "--sample-hz" not in line, line
+
+
+@pytest.mark.unit
+def test_perf_protocol_is_bulk_on_a_quic_stack():
+    """--proto perf is the QUIC performance protocol: bulk's, on a QUIC
+    stack; qprof's own protocol is filled in where it applies, and a TCP
+    stack or another pattern refuses perf in one sentence."""
+    for stack in ("quic", "quinn", "quic-go"):
+        assert run_plan("--stack", stack).options.proto == "qprof"
+        assert run_plan("--stack", stack, "--proto", "perf").options.proto == "perf"
+    assert run_plan("--stack", "tcp").options.proto is None
+    refused(["--stack", "tcp", "--proto", "perf"], STACK_CANNOT, ["--proto applies to --stack quic", "drop --proto"])
+    refused(["--pattern", "rr", "--proto", "perf"], STACK_CANNOT, ["--proto applies to --pattern bulk only"])
+    refused(["--proto", "http"], BAD_VALUE, ["--proto takes qprof or perf"])

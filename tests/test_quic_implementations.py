@@ -139,8 +139,12 @@ def assert_categories(rec, run_dir, work=("crypto", "protocol")):
 @needs_build
 @pytest.mark.parametrize("stack", IMPLEMENTATIONS)
 def test_bulk_is_verified_and_measured(runs_dir, stack):
-    rec = lib_run(runs_dir, stack, "--streams", "2", "--duration", "1.5s", "--warmup", "0.3s")
-    assert rec["verified"] is True and rec["stack"] == stack
+    """A library's bulk upload, measured whole, in the QUIC performance
+    protocol (--proto perf: each stream bidirectional, its count of bytes
+    wanted back 0, answered with the server's FIN); qprof's own protocol
+    is every other test's bulk."""
+    rec = lib_run(runs_dir, stack, "--streams", "2", "--duration", "1.5s", "--warmup", "0.3s", "--proto", "perf")
+    assert rec["verified"] is True and rec["stack"] == stack and rec["config"]["proto"] == "perf"
     lib = rec["environment"]["quic_library"]
     assert lib["name"] == stack and lib["version"] == version_of(stack)
     assert lib["crypto"].startswith(crypto_of(stack)), lib
@@ -175,6 +179,21 @@ def test_bulk_is_verified_and_measured(runs_dir, stack):
     for side in ("client", "server"):
         runtime = flame["sides"][side]["categories_ns_per_byte"]["runtime"]
         assert (runtime > 0) if stack in RUNTIMES else (runtime == 0), (side, runtime)
+
+
+@pytest.mark.system
+@needs_build
+def test_perf_protocols_timed_download_is_stopped_by_its_client(runs_dir):
+    """msquic, --proto perf --direction down: the client asks for 2^64-1
+    bytes and aborts the stream at --duration's end, as secnetperf's timed
+    download does; the run is complete and verified, the client checked
+    every byte that came, and the server sent at least those."""
+    rec = lib_run(runs_dir, "quic", "--proto", "perf", "--direction", "down", "--duration", "1s", "--warmup", "0.3s")
+    assert rec["verified"] is True and rec["status"] == "complete" and rec["config"]["proto"] == "perf"
+    client, server = (rec["workload"][side]["report"] for side in ("client", "server"))
+    assert client["streams_completed"] == server["streams_completed"] == 1, (client, server)
+    assert 0 < client["stream_bytes"][0] == client["app_bytes"] <= server["app_bytes"], (client, server)
+    assert server["request_bytes"] == 0 and rec["bytes"] > 0
 
 
 @pytest.mark.system

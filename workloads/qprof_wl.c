@@ -48,6 +48,14 @@ static const char usage[] =
 	"  -t, --duration-ms MS     the sender: send for MS after the handshake (rr: requests\n"
 	"                           fall due for MS)\n"
 	"  -b, --bytes N            the sender: send N bytes per stream, then FIN\n"
+	"      --proto P            bulk, QUIC stacks: qprof (default) or perf, the QUIC\n"
+	"                           performance protocol (draft-banks-quic-performance, ALPN\n"
+	"                           perf): each stream bidirectional, the client's first 8\n"
+	"                           bytes the count it wants back (big-endian: 0 up, --bytes\n"
+	"                           or 2^64-1 down, stopped at --duration-ms), answered after\n"
+	"                           its FIN; the server needs no --duration-ms or --bytes\n"
+	"      --verify V           bulk receiver: content (default: every byte against the\n"
+	"                           pattern) or size (a peer that is not qprof-wl: counted)\n"
 	"      --size N             download: bytes the server sends per connection\n"
 	"      --count N            download: connections, one after another (default 1);\n"
 	"                           handshakes: connections in all; rr --rr-mode closed:\n"
@@ -284,6 +292,9 @@ static const struct flag flags[] = {
 	{FLAG("batch", 0, F_NUM, batch), .lo = 1, .hi = 65535, .stacks = "udp"},
 	{FLAG("dgram-size", 0, F_NUM, dgram_size), .lo = 1, .hi = 65535, .stacks = "udp"},
 	{FLAG("gro", 0, F_CHOICE, gro), .choices = "on|off", .stacks = "udp"},
+	{FLAG("proto", 0, F_CHOICE, proto), .choices = "qprof|perf", .stacks = QUIC_STACKS,
+	 .some_patterns = true},
+	{FLAG("verify", 0, F_CHOICE, verify), .choices = "content|size", .some_patterns = true},
 	{FLAG("control", 0, F_BOOL, control)},
 	{FLAG("wait-start", 0, F_BOOL, wait_start)},
 	{FLAG("fault", 0, F_CHOICE, fault), .choices = "ktls-claim|one-accept", .hidden = true},
@@ -539,6 +550,8 @@ int main(int argc, char **argv)
 	o.rr_one_stream = o.rr_streams && !strcmp(o.rr_streams, "one");
 	o.tcp_on_demand = o.tcp_conns && !strcmp(o.tcp_conns, "on-demand");
 	o.rr_closed = o.rr_mode && !strcmp(o.rr_mode, "closed");
+	o.alpn = o.proto && !strcmp(o.proto, "perf") ? "perf" : "qprof";
+	o.size_only = o.verify && !strcmp(o.verify, "size");
 	code = check_scope(&o, p);
 	if (!code)
 		code = check_rules(&o, p);

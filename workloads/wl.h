@@ -82,6 +82,11 @@ struct wl_opts {
 	bool rr_one_stream;	    /* rr, quic client: every request on one stream */
 	bool tcp_on_demand; /* rr, TCP stacks client: a connection per overlapping request */
 	bool rr_closed;	    /* rr client: --rr-mode closed, see below */
+	const char *proto;  /* bulk, QUIC stacks: qprof (NULL) or perf, see wl_bulk.c */
+	const char *
+		verify; /* bulk receiver: content (NULL) or size (a peer not sending the pattern) */
+	const char *alpn; /* QUIC stacks' ALPN: "perf" with --proto perf, else "qprof" */
+	bool size_only;	  /* --verify size */
 };
 
 /*

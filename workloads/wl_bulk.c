@@ -23,6 +23,20 @@
  * down streams on the other, as iperf3 --bidir gives each direction its
  * own sockets: on one connection (one msquic worker a side) the down
  * direction starved, 3.6 MB against 3.4 GB up in 2 s on loopback.
+ *
+ * --proto perf (QUIC stacks): the same transfer in the QUIC performance
+ * protocol (draft-banks-quic-performance; ALPN "perf", as msquic's
+ * secnetperf, quinn's and quic-go's perf tools speak it). Every stream
+ * is bidirectional and starts with the client's 8-byte big-endian count
+ * of bytes it wants back: an up stream 0, then the pattern until
+ * --duration-ms or --bytes, FIN; a down stream --bytes (2^64-1 with
+ * --duration-ms, which the client stops at its end by aborting the
+ * stream, as secnetperf's timed download does), FIN at once. The server
+ * reads the count and the request to its FIN, then answers with that
+ * many bytes of the pattern from offset 0 and FIN (an up stream's answer
+ * is the FIN alone); it needs no --duration-ms or --bytes of its own.
+ * --verify size: a receiver whose peer is not qprof-wl counts what came
+ * rather than checking it against the pattern.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -51,13 +65,16 @@ struct bconn {
 struct bstream {
 	struct bconn *bc;
 	struct wl_stream *s;
-	int idx;      /* its number: up streams first (stream_bytes, messages) */
-	bool down;    /* the server sends on it */
-	bool known;   /* server, --direction down or both: its request (or first word) came */
-	uint64_t off; /* sender: bytes handed to the transport; receiver: checked */
-	bool fin;     /* sender: FIN sent; receiver: the peer's came */
-	bool bad;     /* receiver: failed the check; the rest is dropped */
-	bool req;     /* client, down: the request is sent */
+	int idx;       /* its number: up streams first (stream_bytes, messages) */
+	bool down;     /* the server sends on it */
+	bool known;    /* server, --direction down or both: its request (or first word) came */
+	uint64_t off;  /* sender: bytes handed to the transport; receiver: checked */
+	bool fin;      /* sender: FIN sent; receiver: the peer's came */
+	bool bad;      /* receiver: failed the check; the rest is dropped */
+	bool req;      /* client: the request (down) or perf's count (up) is sent */
+	bool go;       /* perf server, down: the request is whole, the answer may go */
+	bool stopped;  /* perf client, down: aborted at --duration-ms */
+	uint64_t want; /* perf server: the bytes asked (UINT64_MAX: until stopped) */
 	uint8_t word[8];
 	uint32_t nword; /* server, not yet known: the first bytes so far */
 };
@@ -66,12 +83,15 @@ static struct {
 	int nconns, per_conn; /* connections; streams on each */
 	int up, down, total;  /* streams each way; total = up + down */
 	bool learn;	      /* server: a stream's way comes with its first bytes */
+	bool perf;	      /* --proto perf */
 	struct bconn conns[WL_MAX_STREAMS];
 	struct bstream streams[WL_MAX_STREAMS];
 	/* Stream number -> its connection's index (server: accepted order), for "done": -1 unknown. */
 	_Atomic int stream_conn[WL_MAX_STREAMS];
 	_Atomic int accepted, started, next_slot, next_up, next_down, connected, closed;
 	_Atomic int streams_done; /* sent: closed after its FIN; received: its FIN came */
+	_Atomic uint64_t
+		request_bytes; /* perf server: what down streams' requests carried past the count */
 	/* TCP client: every connection sends only once all are up (the barrier). */
 	pthread_mutex_t lock;
 	pthread_cond_t all_up;
@@ -115,7 +135,8 @@ static void set_ways(void)
 	 */
 	bulk.per_conn = wl_role.t->multistream ? wl_role.o->streams : 1;
 	bulk.nconns = bulk.total / bulk.per_conn;
-	bulk.learn = wl_role.server && bulk.down > 0;
+	bulk.perf = wl_role.o->proto && !strcmp(wl_role.o->proto, "perf");
+	bulk.learn = wl_role.server && (bulk.down > 0 || bulk.perf);
 	/* A role that receives counts its streams' bytes at their numbers (wl_role.c). */
 	wl_role.per_stream = receives();
 }
@@ -128,46 +149,60 @@ static void release(void)
 	pthread_mutex_unlock(&bulk.lock);
 }
 
+/* A stream is done on this side (sent and closed, or received whole); the last ends the transfer. */
+static void stream_done(void)
+{
+	if (atomic_fetch_add(&bulk.streams_done, 1) + 1 == bulk.total)
+		wl_role.t_transfer_done_ns = wl_now_ns();
+}
+
 /* Sender: fill the room; FIN after --bytes, or once told to stop. */
 static void send_more(struct wl_stream *s, void *ctx)
 {
 	struct bstream *bs = ctx;
 	const uint32_t period = wl_pattern_period(), io = wl_role.o->io_size;
-	const uint64_t end = wl_role.o->bytes;
+	/* perf's server: what the stream asked (0: the FIN alone); UINT64_MAX runs until stopped. */
+	const uint64_t end = bulk.perf && wl_role.server ? bs->want : wl_role.o->bytes;
+	const bool asked = bulk.perf && wl_role.server;
 
 	while (!bs->fin && wl_room(s) > 0) {
 		const uint8_t *body = NULL;
-		uint32_t len = 0;
+		uint8_t count[8] = {0};
+		uint32_t len = 0, hdr_len = 0;
 		unsigned flags = 0;
 
-		if (wl_role_stopping()) {
+		if (bulk.perf && !wl_role.server && !bs->req) {
+			/* perf's up stream: its count of bytes wanted back, 0, goes first. */
+			bs->req = true;
+			hdr_len = sizeof(count);
+		}
+		if (asked && !end) {
+			flags = WL_SEND_FIN;
+		} else if (wl_role_stopping() && !(asked && end != UINT64_MAX)) {
 			flags = WL_SEND_FIN;
 		} else {
 			/* io_size divides the period: a send never crosses its end. */
 			body = wl_pattern_region() + bs->off % period;
 			len = io;
-			if (end && bs->off + len >= end) {
+			if (end && end != UINT64_MAX && bs->off + len >= end) {
 				len = (uint32_t)(end - bs->off);
 				flags = WL_SEND_FIN;
 			}
 		}
-		if (wl_send(s, NULL, 0, body, len, flags, NULL)) {
+		if (wl_send(s, count, hdr_len, body, len, flags, NULL)) {
 			/* The connection's end says how it went. */
 			wl_role.t->close(bs->bc->c, WL_CLOSE_ERROR);
 			return;
 		}
 		bs->off += len;
 		atomic_fetch_add_explicit(&wl_role.app_bytes, len, memory_order_relaxed);
-		if (flags & WL_SEND_FIN)
+		if (flags & WL_SEND_FIN) {
 			bs->fin = true;
+			/* perf's server: the answer is whole (else the client's FIN after it says so). */
+			if (asked && bs->down)
+				stream_done();
+		}
 	}
-}
-
-/* A stream is done on this side (sent and closed, or received whole); the last ends the transfer. */
-static void stream_done(void)
-{
-	if (atomic_fetch_add(&bulk.streams_done, 1) + 1 == bulk.total)
-		wl_role.t_transfer_done_ns = wl_now_ns();
 }
 
 /* Client: a stream is over both ways; the connection closes after its last. */
@@ -220,7 +255,7 @@ static void check(struct bstream *bs, const uint8_t *p, size_t len)
 {
 	if (bs->bad)
 		return;
-	if (!wl_pattern_check(bs->off, p, len)) {
+	if (!wl_role.o->size_only && !wl_pattern_check(bs->off, p, len)) {
 		stream_failed(bs, bs->off,
 			      "received data failed the content check on %s %d at offset %llu",
 			      unit(), bs->idx, (unsigned long long)bs->off);
@@ -236,6 +271,25 @@ static void receive(struct wl_stream *s, void *ctx, const uint8_t *p, size_t len
 	(void)s;
 	check(ctx, p, len);
 }
+
+/* perf client, an up stream: it asked for 0 bytes back, so any that come fail it. */
+static void unasked(struct wl_stream *s, void *ctx, const uint8_t *p, size_t len)
+{
+	struct bstream *bs = ctx;
+
+	(void)s, (void)p;
+	if (!bs->bad)
+		stream_failed(bs, 0, "the server answered %zu bytes on %s %d, which asked for none",
+			      len, unit(), bs->idx);
+}
+
+static const struct wl_stream_handlers perf_sender = {
+	.writable = send_more,
+	.data = unasked,
+	.fin = wl_ignore, /* the server's answer: its FIN alone */
+	.aborted = wl_ignore,
+	.closed = sender_closed,
+};
 
 /* The received side of a stream is whole; with every stream's, the transfer is. */
 static void received_fin(struct bstream *bs)
@@ -254,8 +308,17 @@ static void request_down(struct wl_stream *s, void *ctx)
 	if (bs->req)
 		return;
 	bs->req = true;
-	wl_put_le64(req, WL_BULK_DOWN);
-	if (wl_send(s, req, sizeof(req), NULL, 0, 0, NULL))
+	if (bulk.perf) {
+		/* The count wanted back, big-endian, and the request ends there. */
+		const uint64_t want = wl_role.o->bytes ? wl_role.o->bytes : UINT64_MAX;
+		int i;
+
+		for (i = 0; i < 8; i++)
+			req[i] = (uint8_t)(want >> (56 - 8 * i));
+	} else {
+		wl_put_le64(req, WL_BULK_DOWN);
+	}
+	if (wl_send(s, req, sizeof(req), NULL, 0, bulk.perf ? WL_SEND_FIN : 0, NULL))
 		wl_role.t->close(bs->bc->c, WL_CLOSE_ERROR);
 }
 
@@ -264,20 +327,47 @@ static void down_fin(struct wl_stream *s, void *ctx)
 {
 	struct bstream *bs = ctx;
 
+	if (bulk.perf && wl_role.o->bytes && !bs->bad && bs->off != wl_role.o->bytes)
+		stream_failed(bs, bs->off,
+			      "the server ended %s %d after %llu bytes of the %llu asked", unit(),
+			      bs->idx, (unsigned long long)bs->off,
+			      (unsigned long long)wl_role.o->bytes);
 	received_fin(bs);
-	if (wl_send(s, NULL, 0, NULL, 0, WL_SEND_FIN, NULL))
+	if (!bulk.perf && wl_send(s, NULL, 0, NULL, 0, WL_SEND_FIN, NULL))
 		wl_role.t->close(bs->bc->c, WL_CLOSE_ERROR);
 }
 
 static void down_closed(struct wl_stream *s, void *ctx, bool graceful)
 {
+	struct bstream *bs = ctx;
+
 	(void)s, (void)graceful;
-	client_stream_closed(ctx);
+	/* perf, timed: the client's abort at --duration-ms ended the answer, as asked. */
+	if (bs->stopped && !bs->fin)
+		received_fin(bs);
+	client_stream_closed(bs);
+}
+
+/*
+ * A down stream's bytes. perf, --duration-ms: the stream asked for 2^64-1
+ * bytes, and once the clock has run out the client stops it by aborting
+ * it, as secnetperf's timed download does: here, in a handler of its own,
+ * where the stream is sure to be alive (the next bytes come at once).
+ */
+static void receive_down(struct wl_stream *s, void *ctx, const uint8_t *p, size_t len)
+{
+	struct bstream *bs = ctx;
+
+	check(bs, p, len);
+	if (bulk.perf && !wl_role.o->bytes && !bs->stopped && wl_role_stopping()) {
+		bs->stopped = true;
+		wl_role.t->abort(s);
+	}
 }
 
 static const struct wl_stream_handlers down_receiver = {
 	.writable = request_down,
-	.data = receive,
+	.data = receive_down,
 	.fin = down_fin,
 	.aborted = wl_ignore,
 	.closed = down_closed,
@@ -297,7 +387,10 @@ static void on_timer(int fd, uint32_t events, void *arg)
 /* The sender's --duration-ms, on the loop; an exit code. */
 static int make_timer(void)
 {
-	if (!wl_role.o->duration_ms || !sends())
+	/* perf: the client's clock ends the downloads too; the server answers what is asked. */
+	const bool timed = bulk.perf ? !wl_role.server : sends();
+
+	if (!wl_role.o->duration_ms || !timed)
 		return WL_EXIT_OK;
 	bulk.timer = wl_timer_open();
 	if (bulk.timer < 0 || wl_loop_add(bulk.timer, EPOLLIN, on_timer, NULL)) {
@@ -349,8 +442,9 @@ static void client_connected(struct wl_conn *c, void *ctx)
 		bs->idx = bc->first + i;
 		atomic_store(&bulk.stream_conn[bs->idx], bc->idx);
 		bs->down = bs->idx >= bulk.up;
-		code = bs->down ? wl_role.t->open(c, &down_receiver, bs, 0, &bs->s)
-				: wl_role.t->open(c, &sender, bs, WL_STREAM_UNI, &bs->s);
+		code = bs->down	   ? wl_role.t->open(c, &down_receiver, bs, 0, &bs->s)
+		       : bulk.perf ? wl_role.t->open(c, &perf_sender, bs, 0, &bs->s)
+				   : wl_role.t->open(c, &sender, bs, WL_STREAM_UNI, &bs->s);
 		if (code) {
 			wl_role_fail(code, "opening %s %d failed", unit(), bs->idx);
 			wl_role.t->close(c, WL_CLOSE_ERROR);
@@ -459,6 +553,15 @@ static void receive_fin(struct wl_stream *s, void *ctx)
 		stream_failed(bs, 0, "%s %d ended after %u bytes, before its first 8", unit(),
 			      bs->idx, bs->nword);
 	}
+	if (bulk.perf && bs->known && !bs->bad) {
+		/* perf: the request is whole; the answer follows (an up stream's: the FIN alone). */
+		bs->bc->streams_fin++;
+		if (!bs->down)
+			stream_done(); /* what it sent is all here */
+		bs->go = true;
+		send_more(s, bs);
+		return;
+	}
 	received_fin(bs);
 	/* Ours needs no ending: an up stream is the peer's alone, a dedicated TCP one ends itself. */
 	(void)s;
@@ -486,6 +589,37 @@ static void number(struct bstream *bs, bool down)
 }
 
 /*
+ * perf server: a stream's first 8 bytes are the count it wants back
+ * (big-endian). Its way is this server's --direction; both ways, the
+ * count says it: 0 up, more down. An up stream's count is answered too
+ * (secnetperf's timed upload asks for 2^64-1 and stops the answer as it
+ * comes). More streams either way than --direction and --streams here
+ * fail the check.
+ */
+static void perf_request(struct bstream *bs)
+{
+	uint64_t want = 0;
+	bool down;
+	int i;
+
+	for (i = 0; i < 8; i++)
+		want = want << 8 | bs->word[i];
+	down = bulk.down && (!bulk.up || want > 0);
+	bs->want = want;
+	if (down ? atomic_load(&bulk.next_down) < bulk.down
+		 : atomic_load(&bulk.next_up) < bulk.up) {
+		number(bs, down);
+		return;
+	}
+	bs->known = true;
+	stream_failed(bs, 0,
+		      "%s %d asked for %llu bytes back, one %s stream more than --direction %s "
+		      "--streams %d here",
+		      unit(), bs->idx, (unsigned long long)want, down ? "down" : "up",
+		      wl_role.o->direction ? wl_role.o->direction : "up", wl_role.o->streams);
+}
+
+/*
  * Server, --direction down or both: a stream's first 8 bytes say its way.
  * The request (WL_BULK_DOWN): answer with the pattern, and nothing more
  * may come on it but the FIN. Else (both) an up stream, its first word
@@ -502,6 +636,11 @@ static void learn(struct wl_stream *s, void *ctx, const uint8_t *p, size_t len)
 		check(bs, p, len);
 		return;
 	}
+	if (bs->known && bulk.perf) {
+		/* A down stream's request may carry bytes (secnetperf's timed download sends 64 KiB). */
+		atomic_fetch_add_explicit(&bulk.request_bytes, len, memory_order_relaxed);
+		return;
+	}
 	if (!bs->known) {
 		k = sizeof(bs->word) - bs->nword < len ? sizeof(bs->word) - bs->nword : len;
 		memcpy(bs->word + bs->nword, p, k);
@@ -510,8 +649,18 @@ static void learn(struct wl_stream *s, void *ctx, const uint8_t *p, size_t len)
 		len -= k;
 		if (bs->nword < sizeof(bs->word))
 			return;
-		if (wl_get_le64(bs->word) == WL_BULK_DOWN &&
-		    atomic_load(&bulk.next_down) < bulk.down) {
+		if (bulk.perf) {
+			perf_request(bs);
+			if (bs->bad)
+				return;
+			if (!bs->down)
+				check(bs, p, len);
+			else
+				atomic_fetch_add_explicit(&bulk.request_bytes, len,
+							  memory_order_relaxed);
+			return;
+		} else if (wl_get_le64(bs->word) == WL_BULK_DOWN &&
+			   atomic_load(&bulk.next_down) < bulk.down) {
 			number(bs, true);
 		} else if (bulk.up && atomic_load(&bulk.next_up) < bulk.up) {
 			number(bs, false);
@@ -541,8 +690,21 @@ static void server_writable(struct wl_stream *s, void *ctx)
 {
 	struct bstream *bs = ctx;
 
-	if (bs->known && bs->down)
+	if (bs->known && (bulk.perf ? bs->go : bs->down))
 		send_more(s, bs);
+}
+
+/* The client stopped a stream: perf's timed download ends so, as asked; nothing more goes. */
+static void server_aborted(struct wl_stream *s, void *ctx)
+{
+	struct bstream *bs = ctx;
+
+	(void)s;
+	if (bulk.perf && bs->go && !bs->fin) {
+		bs->fin = true;
+		if (bs->down)
+			stream_done();
+	}
 }
 
 static const struct wl_stream_handlers receiver = {
@@ -557,7 +719,7 @@ static const struct wl_stream_handlers learner = {
 	.writable = server_writable,
 	.data = learn,
 	.fin = receive_fin,
-	.aborted = wl_ignore,
+	.aborted = server_aborted,
 	.closed = receive_closed,
 };
 
@@ -594,12 +756,33 @@ static const struct wl_stream_handlers *server_stream(struct wl_conn *c, void *c
 	return bulk.learn ? &learner : &receiver;
 }
 
+/*
+ * perf: a timed download's answer (2^64-1 asked) that the client ended by
+ * closing the connection, its STOP_SENDING not seen first (s2n-quic's
+ * client sends both at once), ended as asked all the same.
+ */
+static void closed_answers(struct bconn *bc)
+{
+	int i;
+
+	for (i = 0; i < bulk.total; i++) {
+		struct bstream *bs = &bulk.streams[i];
+
+		if (bs->bc == bc && bs->down && bs->go && !bs->fin && bs->want == UINT64_MAX) {
+			bs->fin = true;
+			stream_done();
+		}
+	}
+}
+
 static void server_closed(struct wl_conn *c, void *ctx, const struct wl_end *e)
 {
 	struct bconn *bc = ctx;
 
 	(void)c;
 	wl_role.end = *e;
+	if (bulk.perf && e->connected && !e->exit_code && !(e->closed_by_peer && e->peer_error))
+		closed_answers(bc);
 	if (e->exit_code)
 		wl_role_fail_end(e);
 	else if (!e->connected)
@@ -660,8 +843,9 @@ static int bulk_server(void)
 	set_ways();
 	a.flags = WL_CONN_STATS | (sends() ? WL_CONN_SENDER : 0) |
 		  (wl_role.t->multistream ? 0 : WL_CONN_DEDICATED);
-	a.peer_uni_streams = (uint16_t)bulk.up;
-	a.peer_bidi_streams = (uint16_t)bulk.down;
+	/* perf: every stream bidirectional. */
+	a.peer_uni_streams = (uint16_t)(bulk.perf ? 0 : bulk.up);
+	a.peer_bidi_streams = (uint16_t)(bulk.perf ? bulk.total : bulk.down);
 	code = make_timer();
 	return code ? code : wl_role_serve(&a, server_over, NULL, NULL);
 }
@@ -681,6 +865,8 @@ static void bulk_json_done(struct wl_json *j, int code)
 
 	(void)code;
 	wl_json_u64(j, "streams_completed", (uint64_t)atomic_load(&bulk.streams_done));
+	if (bulk.perf && wl_role.server)
+		wl_json_u64(j, "request_bytes", atomic_load(&bulk.request_bytes));
 	bulk_json_mark(j);
 	/* Which connection each stream went on: the receiver's per-connection goodput. */
 	if (wl_role.per_stream) {
@@ -713,6 +899,12 @@ static int bulk_resolve(struct wl_opts *o, bool client)
 	}
 	if (o->duration_ms || o->bytes || o->control)
 		return 0;
+	if (o->proto && !strcmp(o->proto, "perf")) {
+		if (!client)
+			return 0; /* it answers what each stream asks */
+		wl_warn("--proto perf: the client needs --duration-ms, --bytes or --control");
+		return WL_EXIT_USAGE;
+	}
 	if (client && (up || both)) {
 		wl_warn("the client needs --duration-ms, --bytes or --control");
 		return WL_EXIT_USAGE;
@@ -732,7 +924,7 @@ static const struct wl_pattern wl_bulk = {
 	.json_mark = bulk_json_mark,
 	.json_done = bulk_json_done,
 	.checks = bulk_checks,
-	.flags = "conns|direction|duration-ms|bytes|sendfile",
+	.flags = "conns|direction|duration-ms|bytes|sendfile|proto|verify",
 	.on_datagrams = true,
 	.resolve = bulk_resolve,
 };

@@ -61,7 +61,8 @@
 static const char priority[] = "NORMAL:-VERS-ALL:+VERS-TLS1.3:-CIPHER-ALL:+AES-128-GCM:"
 			       "-GROUP-ALL:+GROUP-SECP256R1:+GROUP-X25519:"
 			       "%DISABLE_TLS13_COMPAT_MODE";
-static const gnutls_datum_t alpn = {(unsigned char *)"qprof", sizeof("qprof") - 1};
+/* --proto's ALPN (wl_opts.alpn), set by ng_init. */
+static gnutls_datum_t alpn;
 
 /* A message on a stream, kept until ngtcp2 has its bytes acknowledged. */
 struct msg {
@@ -1094,6 +1095,8 @@ static int ng_init(const struct wl_opts *o, bool server)
 {
 	N.o = o;
 	N.server = server;
+	alpn.data = (unsigned char *)o->alpn;
+	alpn.size = (unsigned)strlen(o->alpn);
 	N.txbuf = malloc((size_t)GSO_MAX * PKT_MAX + PKT_MAX);
 	N.rxbuf = malloc(RX_BUF);
 	if (!N.txbuf || !N.rxbuf)

@@ -105,7 +105,8 @@ static struct {
 	uint32_t ticket_len;
 } q = {.lock = PTHREAD_MUTEX_INITIALIZER, .ticket_lock = PTHREAD_MUTEX_INITIALIZER};
 
-static const QUIC_BUFFER alpn = {sizeof("qprof") - 1, (uint8_t *)"qprof"};
+/* --proto's ALPN (wl_opts.alpn), set by q_init. */
+static QUIC_BUFFER alpn;
 
 static void q_json_mark(struct wl_json *j)
 {
@@ -883,6 +884,8 @@ static int q_init(const struct wl_opts *o, bool server)
 	if (!strcmp(o->exec_profile, "maxtput"))
 		rc.ExecutionProfile = QUIC_EXECUTION_PROFILE_TYPE_MAX_THROUGHPUT;
 	q.o = o;
+	alpn.Buffer = (uint8_t *)o->alpn;
+	alpn.Length = (uint32_t)strlen(o->alpn);
 	q.region = wl_pattern_region();
 	q.nchunks = wl_pattern_period() / o->io_size;
 	q.chunks = calloc(q.nchunks, sizeof(*q.chunks));

@@ -33,6 +33,8 @@ def resolve(opts: "options.RunOptions") -> "options.RunOptions":
     if transports.datagram(opts.stack):
         return opts
     opts = options.filled(opts, "direction", "conns")
+    if transports.STACKS[opts.stack].is_quic:
+        opts = options.filled(opts, "proto")
     ways = 2 if opts.direction == "both" else 1
     if opts.conns * opts.streams * ways > MAX_STREAMS:
         raise errors.BadValue(
@@ -129,7 +131,7 @@ ROW = Pattern(
     intervals=True,
     fills_link=True,
     mixes=True,
-    options=("conns",),
+    options=("conns", "proto"),
     resolve=resolve,
     sections=SECTIONS,
     expected=streams_each_way,

@@ -69,7 +69,9 @@
 #define CIPHER_ID 0x1301		    /* TLS_AES_128_GCM_SHA256 */
 #define CIPHER "TLS13_AES_128_GCM_SHA256"
 
-static const uint8_t alpn_wire[] = "\x05qprof";
+/* --proto's ALPN (wl_opts.alpn) in its wire form, a length byte first; set by q_init. */
+static uint8_t alpn_wire[16];
+static size_t alpn_wire_len;
 
 /* The boring-sys version the build took (workloads/rs/quiche-ffi). */
 const char *qprof_boring_sys_version(void);
@@ -942,7 +944,7 @@ static int alpn_select(SSL *ssl, const uint8_t **out, uint8_t *outlen, const uin
 {
 	(void)ssl, (void)arg;
 	if (SSL_select_next_proto((uint8_t **)out, outlen, in, inlen, alpn_wire,
-				  sizeof(alpn_wire) - 1) != OPENSSL_NPN_NEGOTIATED)
+				  (unsigned)alpn_wire_len) != OPENSSL_NPN_NEGOTIATED)
 		return SSL_TLSEXT_ERR_ALERT_FATAL;
 	return SSL_TLSEXT_ERR_OK;
 }
@@ -966,6 +968,10 @@ static int q_init(const struct wl_opts *o, bool server)
 {
 	N.o = o;
 	N.server = server;
+	/* qprof_wl.c sets o->alpn to "qprof" or "perf". */
+	alpn_wire_len = 1 + strlen(o->alpn);
+	alpn_wire[0] = (uint8_t)(alpn_wire_len - 1);
+	memcpy(alpn_wire + 1, o->alpn, alpn_wire_len - 1);
 	N.txbuf = malloc((size_t)GSO_MAX * PKT_MAX + PKT_MAX);
 	N.rxbuf = malloc(RX_BUF);
 	N.appbuf = malloc(APP_BUF);
@@ -1000,7 +1006,7 @@ static int q_setup(void)
 		}
 		SSL_CTX_set_alpn_select_cb(N.tls, alpn_select, NULL);
 	} else {
-		SSL_CTX_set_alpn_protos(N.tls, alpn_wire, sizeof(alpn_wire) - 1);
+		SSL_CTX_set_alpn_protos(N.tls, alpn_wire, (unsigned)alpn_wire_len);
 		/* No chain check: the run's certificate is self-signed (the handshake's signature is). */
 		SSL_CTX_set_verify(N.tls, SSL_VERIFY_NONE, NULL);
 		if (N.o->resume) {

@@ -19,7 +19,7 @@
 // batch-reading one.
 //
 // TLS 1.3 (Go picks the suite: AES-128-GCM first where the CPU has AES),
-// ALPN "qprof", the run's certificate (server), no chain check (client:
+// ALPN "qprof" (or "perf", --proto), the run's certificate (server), no chain check (client:
 // the certificate is self-signed, as for every stack; the handshake's
 // signature is checked). --resume: a client session cache and 0-RTT
 // (the server allows it; the client dials early).
@@ -52,7 +52,6 @@ import (
 )
 
 const (
-	alpn       = "qprof"
 	serverName = "qprof"
 	// Flow control far above any bandwidth-delay product between two
 	// namespaces or a --link (quic-go's own maxima: 15 MiB a connection,
@@ -202,10 +201,10 @@ func goSetup() C.int {
 			warn("cannot load the certificate: %v", err)
 			return C.WL_EXIT_TLS_CONFIG
 		}
-		st.tlsConf = &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{alpn}, MinVersion: tls.VersionTLS13}
+		st.tlsConf = &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{C.GoString(st.o.alpn)}, MinVersion: tls.VersionTLS13}
 	} else {
 		st.tlsConf = &tls.Config{
-			ServerName: serverName, NextProtos: []string{alpn}, MinVersion: tls.VersionTLS13,
+			ServerName: serverName, NextProtos: []string{C.GoString(st.o.alpn)}, MinVersion: tls.VersionTLS13,
 			// Self-signed: the handshake's signature is checked, not a chain.
 			InsecureSkipVerify: true,
 		}

@@ -17,7 +17,7 @@
 //! quinn (wl_plugin.c), whose calls into qprof-wl resolve against the
 //! executable; wlffi mirrors the C structures and checks their sizes.
 //!
-//! TLS 1.3 with TLS_AES_128_GCM_SHA256 alone, ALPN "qprof", the run's
+//! TLS 1.3 with TLS_AES_128_GCM_SHA256 alone, ALPN "qprof" (or "perf", --proto), the run's
 //! certificate (server), no chain check (client: the certificate is
 //! self-signed, as for the other stacks; the handshake's signature is
 //! checked). --resume: rustls's in-memory session cache, and 0-RTT (the
@@ -49,7 +49,10 @@ use rustls::{CipherSuite, DigitallySignedStruct, SignatureScheme};
 use serde_json::json;
 use wlffi::*;
 
-const ALPN: &[u8] = b"qprof";
+/// --proto's ALPN: "qprof" or "perf" (qprof_wl.c sets wl_opts.alpn).
+unsafe fn alpn(o: *const WlOpts) -> Vec<u8> {
+    opt_str((*o).alpn).unwrap_or("qprof").as_bytes().to_vec()
+}
 const SERVER_NAME: &str = "qprof";
 /// The connection's window: unlimited (VarInt::MAX).
 const RECEIVE_WINDOW: VarInt = VarInt::MAX;
@@ -998,7 +1001,7 @@ unsafe fn server_config(o: *const WlOpts, peer_bidi: Option<u32>, peer_uni: u32)
         .with_no_client_auth()
         .with_single_cert(certs, key)
         .map_err(|e| format!("rustls refuses the certificate: {e}"))?;
-    c.alpn_protocols = vec![ALPN.to_vec()];
+    c.alpn_protocols = vec![alpn(o)];
     // Tickets only when asked (--resume), with 0-RTT as quinn takes it.
     if (*o).resume {
         c.max_early_data_size = u32::MAX;
@@ -1057,7 +1060,7 @@ unsafe fn client_config(o: *const WlOpts) -> Result<ClientConfig, String> {
         .dangerous()
         .with_custom_certificate_verifier(Arc::new(NoChain(p)))
         .with_no_client_auth();
-    c.alpn_protocols = vec![ALPN.to_vec()];
+    c.alpn_protocols = vec![alpn(o)];
     // --resume: rustls's in-memory session cache (its default), offering
     // 0-RTT on every ticket; else every connection a full handshake.
     if (*o).resume {

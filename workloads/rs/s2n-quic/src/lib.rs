@@ -34,7 +34,7 @@
 //! once s2n-quic says it is closed.
 //!
 //! TLS 1.3 only (s2n-tls's "default_tls13" policy, which s2n-quic sets),
-//! ALPN "qprof", the run's certificate (server); the client checks no
+//! ALPN "qprof" (or "perf", --proto), the run's certificate (server); the client checks no
 //! chain (the run's certificate is self-signed). s2n-quic has no 0-RTT,
 //! and session resumption only behind its unstable_resumption feature:
 //! every connection is a full handshake (conn_info says so).
@@ -61,7 +61,10 @@ use serde_json::json;
 use tokio::sync::{watch, Notify};
 use wlffi::*;
 
-const ALPN: &[u8] = b"qprof";
+/// --proto's ALPN: "qprof" or "perf" (qprof_wl.c sets wl_opts.alpn).
+unsafe fn alpn(o: *const WlOpts) -> &'static [u8] {
+    opt_str((*o).alpn).unwrap_or("qprof").as_bytes()
+}
 const SERVER_NAME: &str = "qprof";
 /// The connection's flow-control window and each stream's: far above any
 /// bandwidth-delay product between two namespaces or a --link (quinn's
@@ -1060,7 +1063,7 @@ unsafe fn server_tls(o: *const WlOpts) -> Result<tls::Server, String> {
     let cert = std::fs::read_to_string(cert).map_err(|e| format!("cannot read the certificate {cert}: {e}"))?;
     let key = std::fs::read_to_string(key).map_err(|e| format!("cannot read the key {key}: {e}"))?;
     tls::Server::builder()
-        .with_application_protocols([ALPN])
+        .with_application_protocols([alpn(o)])
         .and_then(|b| b.with_certificate(cert, key))
         .and_then(|b| b.build())
         .map_err(|e| format!("s2n-tls refuses the configuration: {e}"))
@@ -1069,12 +1072,14 @@ unsafe fn server_tls(o: *const WlOpts) -> Result<tls::Server, String> {
 /// The client checks no chain and no name (the run's certificate is
 /// self-signed; qprof-wl's msquic client: NO_CERTIFICATE_VALIDATION);
 /// the handshake's signature is checked, as every TLS 1.3 client does.
-fn client_tls() -> Result<tls::Client, String> {
+unsafe fn client_tls(o: *const WlOpts) -> Result<tls::Client, String> {
     let mut b = tls::Client::builder()
-        .with_application_protocols([ALPN])
+        .with_application_protocols([alpn(o)])
         .and_then(|b| b.with_empty_trust_store())
         .map_err(|e| format!("s2n-tls refuses the configuration: {e}"))?;
-    unsafe { b.config_mut().disable_x509_verification() }.map_err(|e| format!("s2n-tls: {e}"))?;
+    b.config_mut()
+        .disable_x509_verification()
+        .map_err(|e| format!("s2n-tls: {e}"))?;
     b.build().map_err(|e| format!("s2n-tls refuses the configuration: {e}"))
 }
 
@@ -1129,7 +1134,7 @@ unsafe extern "C" fn q_setup() -> c_int {
     n.addr = SocketAddr::from((ip, (*o).port as u16));
     if !n.server {
         // s2n-tls's set-up (s2n_init, aws-lc's first random draws) is made now, before anything is measured.
-        let tls = match client_tls() {
+        let tls = match client_tls(o) {
             Ok(t) => t,
             Err(why) => {
                 warn(&why);

@@ -81,6 +81,10 @@ pub struct WlOpts {
     pub rr_one_stream: bool,
     pub tcp_on_demand: bool,
     pub rr_closed: bool,
+    pub proto: *const c_char,
+    pub verify: *const c_char,
+    pub alpn: *const c_char,
+    pub size_only: bool,
 }
 
 /// struct wl_end (wl_transport.h).

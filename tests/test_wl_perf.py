@@ -1,0 +1,221 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""qprof-wl --proto perf, run directly on 127.0.0.1: the QUIC performance
+protocol (draft-banks-quic-performance, ALPN "perf") between every pair
+of qprof's QUIC libraries, and against a peer in another implementation
+(aioquic's, from PyPI) that sends and answers bytes of its own (--verify
+size). The protocol's timed download, stopped by the client's abort, runs
+in every pair."""
+
+import asyncio
+import json
+import ssl
+import struct
+import subprocess
+
+import pytest
+from test_wl_download import WL
+
+from conftest import free_port, needs_build
+
+pytestmark = [pytest.mark.system, needs_build]
+LIBRARIES = ("quic", "ngtcp2", "quiche", "quinn", "quic-go", "s2n-quic")
+TIMED_MS = 150  # each pair's --duration-ms: up until then, the download stopped then
+ANSWER = 3_000_000  # bytes a perf peer asks for, or sends, in the aioquic tests
+CHUNK = 1 << 16
+
+
+def events(out: str) -> dict:
+    """A role's JSON lines by event name (the last of each)."""
+    return {e["event"]: e for e in map(json.loads, out.splitlines())}
+
+
+def server(stack: str, port: int, cert: list, *args: str) -> subprocess.Popen:
+    p = subprocess.Popen(
+        [WL, "--stack", stack, "--role", "server", "--addr", "127.0.0.1", "--port", str(port), *cert]
+        + ["--proto", "perf", "--control", *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        bufsize=1,
+    )
+    assert '"ready"' in p.stdout.readline(), p.stderr.read()
+    return p
+
+
+def client_argv(stack: str, port: int, *args: str) -> list:
+    common = ["--stack", stack, "--role", "client", "--addr", "127.0.0.1", "--port", str(port)]
+    return [WL, *common, "--proto", "perf", *args]
+
+
+def server_done(p: subprocess.Popen) -> dict:
+    """The server's done report, once its client has gone; then it exits."""
+    for line in p.stdout:
+        e = json.loads(line)
+        if e["event"] == "done":
+            p.stdin.write("exit\n")
+            p.stdin.flush()
+            p.wait(timeout=10)
+            return e
+    raise AssertionError(f"no done from the server: {p.stderr.read()}")
+
+
+def stop(p: subprocess.Popen) -> None:
+    if p.poll() is None:
+        p.kill()
+    p.wait()
+
+
+@pytest.mark.parametrize("server_stack", LIBRARIES)
+@pytest.mark.parametrize("client_stack", LIBRARIES)
+def test_every_pair_of_libraries_speaks_perf(client_stack, server_stack, cert):
+    """Each library as the client against each as the server, both ways at
+    once (an up stream, its count 0, and a timed download, its count
+    2^64-1, that the client stops by aborting it): every byte checked
+    against the pattern by the side that received it."""
+    port = free_port()
+    srv = server(server_stack, port, cert, "--direction", "both")
+    try:
+        argv = client_argv(client_stack, port, "--direction", "both", "--duration-ms", str(TIMED_MS))
+        c = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        assert c.returncode == 0, c.stderr
+        cdone, sdone = events(c.stdout)["done"], server_done(srv)
+        assert srv.returncode == 0, srv.stderr.read()
+    finally:
+        stop(srv)
+    for done in (cdone, sdone):
+        assert done["verified"] is True and done["streams_completed"] == 2, done
+    # Up: the server checked every byte the client sent, to its FIN.
+    # (Streams are numbered up first: the server's second, the download, it received nothing on.)
+    assert sdone["stream_bytes"] == [cdone["sent_bytes"], 0] and cdone["sent_bytes"] > 0, (cdone, sdone)
+    # Down: the client checked what came before it stopped the stream; the
+    # server sent at least that (the rest was in flight, or never went).
+    down = cdone["stream_bytes"][1]
+    assert 0 < down <= sdone["sent_bytes"], (cdone, sdone)
+    assert sdone["request_bytes"] == 0, sdone
+
+
+# A perf peer written here in aioquic: not qprof-wl, not one of its
+# libraries; its bytes are zeros, not the pattern.
+
+
+def aioquic_config(client: bool, cert: list = ()):
+    from aioquic.quic.configuration import QuicConfiguration
+
+    cfg = QuicConfiguration(is_client=client, alpn_protocols=["perf"])
+    if client:
+        cfg.verify_mode = ssl.CERT_NONE  # the run's certificate is self-signed, as secnetperf's client takes it
+    else:
+        cfg.load_cert_chain(cert[1], cert[3])
+    return cfg
+
+
+async def perf_request(conn, want: int, upload: int) -> int:
+    """One perf request on a new bidirectional stream: the count, `upload`
+    bytes, FIN; the answer's length."""
+    reader, writer = await conn.create_stream()
+    writer.write(struct.pack(">Q", want))
+    for off in range(0, upload, CHUNK):
+        writer.write(bytes(min(CHUNK, upload - off)))
+        await writer.drain()
+    writer.write_eof()
+    got = 0
+    while chunk := await reader.read(CHUNK):
+        got += len(chunk)
+    return got
+
+
+async def aioquic_connection(port: int, want: int, upload: int) -> int:
+    from aioquic.asyncio import connect
+
+    async with connect("127.0.0.1", port, configuration=aioquic_config(True)) as conn:
+        return await perf_request(conn, want, upload)
+
+
+async def aioquic_client(port: int, requests: list) -> list:
+    """Each request on a connection of its own, at once (qprof-wl's bulk
+    both ways takes a connection each way, as iperf3 --bidir)."""
+    return list(await asyncio.gather(*(aioquic_connection(port, want, up) for want, up in requests)))
+
+
+@pytest.mark.parametrize("stack", LIBRARIES)
+def test_a_perf_client_of_another_implementation(stack, cert):
+    """aioquic's client asks a qprof-wl server for ANSWER bytes on one
+    stream and uploads ANSWER zeros on another: the server, told --verify
+    size, counts the upload whole and answers the count asked, no more."""
+    port = free_port()
+    srv = server(stack, port, cert, "--direction", "both", "--verify", "size")
+    try:
+        down, up = asyncio.run(asyncio.wait_for(aioquic_client(port, [(ANSWER, 0), (0, ANSWER)]), 60))
+        done = server_done(srv)
+        assert srv.returncode == 0, srv.stderr.read()
+    finally:
+        stop(srv)
+    assert (down, up) == (ANSWER, 0)
+    assert done["verified"] is True and done["stream_bytes"] == [ANSWER, 0], done
+    assert done["sent_bytes"] == ANSWER and done["request_bytes"] == 0, done
+
+
+def test_content_is_checked_unless_told_otherwise(cert):
+    """Without --verify size the server checks the upload against the
+    pattern: aioquic's zeros fail it (exit 5, at the first byte)."""
+    port = free_port()
+    srv = server("quic", port, cert)
+    try:
+        # The server closes the connection on the failed check: aioquic's
+        # stream then ends as if answered (an empty answer), or in an error.
+        try:
+            asyncio.run(asyncio.wait_for(aioquic_client(port, [(0, ANSWER)]), 30))
+        except ConnectionError:
+            pass
+        done = server_done(srv)
+    finally:
+        stop(srv)
+    assert srv.returncode == 5 and done["verified"] is False, done
+    assert "failed the content check on stream 0 at offset 0" in srv.stderr.read()
+
+
+async def aioquic_server(port: int, cert: list, uploads: list):
+    from aioquic.asyncio import serve
+
+    async def answer(reader, writer):
+        want = struct.unpack(">Q", await reader.readexactly(8))[0]
+        got = 0
+        while chunk := await reader.read(CHUNK):
+            got += len(chunk)
+        uploads.append(got)
+        for off in range(0, want, CHUNK):
+            writer.write(bytes(min(CHUNK, want - off)))
+            await writer.drain()
+        writer.write_eof()
+
+    def on_stream(reader, writer):
+        asyncio.ensure_future(answer(reader, writer))
+
+    return await serve("127.0.0.1", port, configuration=aioquic_config(False, cert), stream_handler=on_stream)
+
+
+async def against_aioquic(stack: str, port: int, cert: list):
+    uploads: list = []
+    srv = await aioquic_server(port, cert, uploads)
+    try:
+        argv = client_argv(stack, port, "--direction", "both", "--bytes", str(ANSWER), "--verify", "size")
+        p = await asyncio.create_subprocess_exec(*argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        out, err = await asyncio.wait_for(p.communicate(), 60)
+        return p.returncode, out.decode(), err.decode(), uploads
+    finally:
+        srv.close()
+
+
+@pytest.mark.parametrize("stack", LIBRARIES)
+def test_a_perf_server_of_another_implementation(stack, cert):
+    """A qprof-wl client against aioquic's server, both ways with --bytes:
+    the server answers the count asked with zeros, which the client
+    (--verify size) counts whole; it received the client's upload whole."""
+    code, out, err, uploads = asyncio.run(against_aioquic(stack, free_port(), cert))
+    assert code == 0, err
+    done = events(out)["done"]
+    assert done["verified"] is True and done["streams_completed"] == 2, done
+    assert done["stream_bytes"] == [0, ANSWER] and done["sent_bytes"] == ANSWER, done
+    # The down stream's request carried its count alone; the up stream's, the pattern's bytes.
+    assert sorted(uploads) == [0, ANSWER], uploads
