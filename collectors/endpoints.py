@@ -62,8 +62,8 @@ def workload_argv(
     """qprof-wl's command line for one role of a flow (env: the role's
     offload environment, collectors/devices.py; run_path: where the
     server's bind report goes, on its host; build_dir: that host's build)."""
-    stack = transports.STACKS[opts.stack]
-    argv = [str(binary), "--stack", opts.stack, "--role", role, "--addr", addr, "--port", str(port), "--control"]
+    stack = transports.STACKS[transports.side_stack(opts, role)]
+    argv = [str(binary), "--stack", stack.name, "--role", role, "--addr", addr, "--port", str(port), "--control"]
     argv += options.workload_args(opts, role)
     argv += transports.workload_args(
         stack, role, opts.tls_version, opts.cipher, opts.sendfile, role in direction.senders(opts)

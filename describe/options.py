@@ -588,6 +588,18 @@ OPTIONS: List[Option] = [
         metavar="on|off",
     ),
     Option(
+        "server-stack",
+        "choice",
+        None,
+        "QUIC stacks: the server's library, when it is not --stack's (the client's): two libraries meeting as "
+        "they would on a network, each side measured as itself; the record's environment.quic_library "
+        "names both",
+        default_text="--stack's",
+        choices=QUIC_STACKS,
+        stacks=QUIC_STACKS,
+        metavar="STACK",
+    ),
+    Option(
         "msquic",
         "text",
         None,

@@ -54,6 +54,11 @@ def resolve(opts: RunOptions, cpus: int = 1) -> Plan:
     options.check(opts)
     _hosts(opts)
     if opts.mix:
+        if opts.server_stack is not None:
+            raise errors.BadMix(
+                "--server-stack pairs the two sides of one run, and a --mix's flows each name their own stack; "
+                "drop --server-stack."
+            )
         return _resolve_mix(opts, cpus)
     opts, stack = resolve_one(opts)
     return Plan(opts, (_flow(0, stack, opts),))
@@ -87,7 +92,27 @@ def resolve_one(opts: RunOptions) -> Tuple[RunOptions, transports.Stack]:
             f"(at most {opts.mtu - UDP_IP_HEADERS} bytes of UDP payload); lower it."
         )
     _option_rows(opts)
+    if opts.server_stack is not None:
+        _server_stack(opts)
     return opts, stack
+
+
+def _server_stack(opts: RunOptions) -> None:
+    """--server-stack: the server's library runs what the client's does,
+    each refusing what its own row refuses; msquic's knobs (--msquic
+    among them) would reach one side of a pair only."""
+    server = transports.validate(opts.server_stack, opts.tls_version, opts.cipher, opts.sendfile)
+    _implementation(opts, server)
+    if opts.resume:
+        transports.refuse_resume(opts.server_stack)
+    offload.plan(opts.server_stack, opts.topology, opts.gso, opts.gro)
+    for o in options.OPTIONS:
+        value = getattr(opts, o.field)
+        if o.stacks == ("quic",) and value not in (None, False, o.default, o.fill) and opts.server_stack != opts.stack:
+            raise errors.StackCannot(
+                f"--{o.name} is msquic's, and the server runs {opts.server_stack}, whose workload keeps its "
+                f"library's own; drop --{o.name} or --server-stack."
+            )
 
 
 def _flow(index: int, stack: transports.Stack, o: RunOptions, mix_flow: Optional[mix.Flow] = None) -> FlowPlan:

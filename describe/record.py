@@ -116,12 +116,17 @@ def describe_run(m: Measurement, run_path: Path) -> dict:
             # server by their threads' on-CPU time (compare/check: core/figures.py).
             weighted = any("weighting" in f for f in flame["sides"].values())
             flame["weighting"] = weighting.SOURCE if weighted else None
-    rec.update(derive_probe_figures(rec, m.pids, direction.senders(opts)))
+    sides = {side: transports.side_stack(opts, side) for side in ("client", "server")}
+    rec.update(derive_probe_figures(rec, m.pids, direction.senders(opts), sides))
     rec["observers"] = derive.observer_cost(m.probes, rec["bytes"], flame)
     if transports.datagram(opts.stack) and not loopback:
         rec["crosscheck"].setdefault("server", {})["udp_drops"] = udp_drops(rec, m.done["client"], m.done["server"])
     rec["offload"] = offload_record(opts, m, rec)
-    rec["floor"] = floor.figures(opts.stack, m.floor_parts, rec["cpu"], opts.sendfile)
+    rec["floor"] = (
+        floor.figures(opts.stack, m.floor_parts, rec["cpu"], opts.sendfile)
+        if transports.side_stack(opts, "server") == opts.stack
+        else {"absent": "a pair of libraries (--server-stack) has no one floor: each side's is its own library's"}
+    )
     rec["link"] = link_record(opts, m, rec)
     own = patterns.row(opts).sections
     for key in SECTIONS:
@@ -266,13 +271,19 @@ def build_record(opts, m: Measurement) -> dict:
     client_done, server_done = m.done["client"], m.done["server"]
     nbytes = window.bytes
     stack = transports.STACKS[opts.stack]
+    server_stack = transports.STACKS[transports.side_stack(opts, "server")]
     env = copy.deepcopy(m.environment)
     if stack.is_quic:
         env["quic_library"] = quic_library(opts, stack, connected, client_done, server_done)
-    if stack.msquic:
-        env["msquic_version"] = connected.get("msquic_version")
+        if server_stack is not stack:
+            # A pair (--server-stack): the server's own, as its report says it.
+            env["quic_library"]["server"] = library_named(opts, server_stack, server_done)
+    if stack.msquic or server_stack.msquic:
+        # The msquic side's report (both, unless a pair).
+        said = connected if stack.msquic else server_done
+        env["msquic_version"] = said.get("msquic_version")
         # msquic says "Unknown" where its build embedded no hash (the project's: the crate's source has no git).
-        git_hash = connected.get("msquic_git_hash")
+        git_hash = said.get("msquic_git_hash")
         env["msquic_git_hash"] = None if git_hash in (None, "", MSQUIC_NO_HASH) else git_hash
         env["msquic_library"] = loaded_msquic(opts, client_done, server_done)
         env["msquic_send_segmentation"] = {
@@ -324,7 +335,7 @@ def build_record(opts, m: Measurement) -> dict:
     # side's CPU is per byte moved either way.
     sent = window.sent
     client_bytes = sent if stack.datagram else nbytes
-    transport = transport_record(stack, client_done, server_done, tls_before, window)
+    transport = transport_record(stack, client_done, server_done, tls_before, window, server_stack)
     prove_knobs(opts, stack, transport)
     return {
         "stack": opts.stack,
@@ -356,20 +367,26 @@ def build_record(opts, m: Measurement) -> dict:
     }
 
 
-def quic_library(opts, stack, connected: dict, client_done: dict, server_done: dict) -> dict:
-    """Which QUIC implementation ran, its version and its crypto, as its
-    workload said, and whether each side's library found GSO (sending)
-    and GRO (receiving) on its socket: one shape for every implementation."""
+def library_named(opts, stack, said: dict) -> dict:
+    """A QUIC implementation's name, version and crypto, as its workload's
+    report (its connected or its done) says them."""
     if stack.msquic:
-        own = {
+        return {
             "name": "msquic",
-            "version": connected.get("msquic_version"),
+            "version": said.get("msquic_version"),
             # The project's build links quictls; a --msquic build's crypto is its own.
             "crypto": "quictls, as msquic's build links it" if opts.msquic is None else None,
         }
-    else:
-        said = connected.get("quic_library") or {}
-        own = {k: said.get(k) for k in ("name", "version", "crypto")}
+    lib = said.get("quic_library") or {}
+    return {k: lib.get(k) for k in ("name", "version", "crypto")}
+
+
+def quic_library(opts, stack, connected: dict, client_done: dict, server_done: dict) -> dict:
+    """Which QUIC implementation ran (the client's; a pair's server's under
+    "server"), its version and its crypto, as its workload said, and
+    whether each side's library found GSO (sending) and GRO (receiving) on
+    its socket: one shape for every implementation."""
+    own = library_named(opts, stack, connected)
     dones = {"client": client_done, "server": server_done}
     for key in ("send_segmentation", "recv_coalescing"):
         own[key] = {side: d.get(key) for side, d in dones.items()}
@@ -428,24 +445,30 @@ def _mark_delta(a: dict, b: dict) -> dict:
     return out
 
 
-def transport_settings(stack, client_done: dict, server_done: dict) -> dict:
+def transport_settings(stack, client_done: dict, server_done: dict, server_stack=None) -> dict:
     """The transport, and what each side's connections ran with as its
-    workload read them back: QUIC's settings, TCP's ECN."""
+    workload read them back: QUIC's settings, TCP's ECN (server_stack: a
+    pair's server's row)."""
     rec = {"protocol": stack.transport, "tls": stack.tls}
     if stack.is_quic:
         # What each side's reported connection ran with, read back from msquic
         # (conn_settings); another implementation's workload says what it set.
-        key = "conn_settings" if stack.msquic else "quic_settings"
-        rec["quic_settings"] = {"client": client_done.get(key), "server": server_done.get(key)}
+        rows = {"client": stack, "server": server_stack or stack}
+        dones = {"client": client_done, "server": server_done}
+        rec["quic_settings"] = {
+            side: dones[side].get("conn_settings" if rows[side].msquic else "quic_settings") for side in rows
+        }
     if stack.transport == "tcp":
         # Each side's connections, and those whose TCP_INFO says they negotiated ECN.
         rec["tcp_ecn"] = {side: _ecn_counts(done) for side, done in (("client", client_done), ("server", server_done))}
     return rec
 
 
-def transport_record(stack, client_done: dict, server_done: dict, tls_before: dict, window: Window) -> dict:
+def transport_record(
+    stack, client_done: dict, server_done: dict, tls_before: dict, window: Window, server_stack=None
+) -> dict:
     """TLS as the sockets reported it, and the kernel's proof for kTLS."""
-    rec = transport_settings(stack, client_done, server_done)
+    rec = transport_settings(stack, client_done, server_done, server_stack)
     if not stack.configurable_tls:
         return rec
     ktls = {
@@ -586,7 +609,7 @@ def _prove_ktls(ktls: dict, tls_stat: dict) -> None:
             )
 
 
-def derive_probe_figures(rec: dict, pids: dict, senders=("client",)) -> dict:
+def derive_probe_figures(rec: dict, pids: dict, senders=("client",), stacks: Optional[dict] = None) -> dict:
     """Per-side syscall figures and their cross-checks with the workload's
     own counts; senders: the roles that send the measured bytes."""
     stack = transports.STACKS[rec["stack"]]
@@ -625,7 +648,9 @@ def derive_probe_figures(rec: dict, pids: dict, senders=("client",)) -> dict:
         )
         own = rec["workload"][side]["window"]
         sends = side in senders
-        return calls, f, derive.crosscheck(stack.name, sends, f, own, out_dgrams, in_dgrams, rx_absent)
+        # Each side's own library's counters (a pair's two: --server-stack).
+        name = (stacks or {}).get(side, stack.name)
+        return calls, f, derive.crosscheck(name, sends, f, own, out_dgrams, in_dgrams, rx_absent)
 
     sides, checks = {}, {}
     for side in ("client", "server"):

@@ -91,6 +91,13 @@ def sessions(stack_name: Optional[str]) -> bool:
     return stack is not None and stack.sessions
 
 
+def side_stack(opts, side: str) -> str:
+    """The stack a side runs: --stack's, or the server's own (--server-stack)."""
+    if side == "server" and getattr(opts, "server_stack", None):
+        return opts.server_stack
+    return opts.stack
+
+
 def refuse_resume(stack_name: str) -> None:
     """--resume on a stack whose row says no session to resume: one sentence, the stacks that have one."""
     if not sessions(stack_name):

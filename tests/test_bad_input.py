@@ -327,3 +327,26 @@ def test_perf_protocol_is_bulk_on_a_quic_stack():
     refused(["--stack", "tcp", "--proto", "perf"], STACK_CANNOT, ["--proto applies to --stack quic", "drop --proto"])
     refused(["--pattern", "rr", "--proto", "perf"], STACK_CANNOT, ["--proto applies to --pattern bulk only"])
     refused(["--proto", "http"], BAD_VALUE, ["--proto takes qprof or perf"])
+
+
+@pytest.mark.unit
+def test_a_pair_of_libraries_runs_each_on_its_side():
+    """--server-stack: the server's workload runs the server's library and
+    the client's the client's; what one side's library cannot do, or
+    what one library's knob would set on one side only, is refused."""
+    from qprof.collectors import endpoints
+
+    p = run_plan("--stack", "quinn", "--server-stack", "quic")
+    o = p.options
+    argv = {role: endpoints.workload_argv("qprof-wl", o, role, "10.0.0.1", 4433) for role in ("client", "server")}
+    assert [a[a.index("--stack") + 1] for a in argv.values()] == ["quinn", "quic"]
+    refused(["--stack", "tcp", "--server-stack", "quic"], STACK_CANNOT, ["--server-stack applies to --stack quic"])
+    refused(["--stack", "quinn", "--server-stack", "tcp"], BAD_VALUE, ["--server-stack takes quic"])
+    refused(["--stack", "quic", "--server-stack", "quinn", "--pacing", "off"], STACK_CANNOT, ["--pacing is msquic's"])
+    refused(["--stack", "quic", "--server-stack", "quinn", "--msquic", "/x.so"], STACK_CANNOT, ["--msquic is msquic's"])
+    refused(
+        ["--stack", "quinn", "--server-stack", "s2n-quic", "--pattern", "download", "--resume"],
+        STACK_CANNOT,
+        ["s2n-quic has none to resume"],
+    )
+    refused(["--mix", "quic:1,tcp:1", "--server-stack", "quinn"], BAD_MIX, ["--server-stack pairs the two sides"])

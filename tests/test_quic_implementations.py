@@ -197,6 +197,35 @@ def test_perf_protocols_download_in_a_run(runs_dir):
     assert server["request_bytes"] == 0 and rec["bytes"] > 0
 
 
+# Each library once, on one side of a pair (--server-stack); every
+# ordered pair speaks to every other in tests/test_wl_perf.py.
+PAIRS = (("quic", "quinn"), ("quiche", "quic-go"), ("s2n-quic", "ngtcp2"))
+
+
+@pytest.mark.system
+@needs_build
+@pytest.mark.parametrize("client, server", PAIRS)
+def test_a_pair_of_libraries_is_each_measured_as_itself(runs_dir, client, server):
+    """--server-stack: a client of one library against a server of
+    another, each byte checked; the record names each side's library as
+    its report said it, each side's own counters agree with the probes,
+    and the floor, one library's crypto, is absent with its reason."""
+    rec = run_json(runs_dir, "--stack", client, "--server-stack", server, "--duration", "0.5s", "--sample-hz", "0")
+    assert rec["verified"] is True and rec["stack"] == client and rec["config"]["server_stack"] == server
+    lib = rec["environment"]["quic_library"]
+    names = {"quic": "msquic"}
+    assert (lib["name"], lib["server"]["name"]) == (names.get(client, client), names.get(server, server)), lib
+    assert lib["server"]["version"] and lib["server"]["crypto"], lib
+    for side, stack in (("client", client), ("server", server)):
+        own = rec["crosscheck"][side]
+        library = "msquic" if stack == "quic" else transports.STACKS[stack].library
+        assert own["source"].startswith(library), (side, own["source"])
+        assert agrees_at_its_edges(own["udp_send_calls"]), (side, own)
+        # What the workload set, in the side's own library's names.
+        assert rec["transport"]["quic_settings"][side], rec["transport"]
+    assert "pair of libraries" in rec["floor"]["absent"]
+
+
 @pytest.mark.system
 @needs_build
 @pytest.mark.parametrize("stack", IMPLEMENTATIONS)
