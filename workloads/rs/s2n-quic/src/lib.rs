@@ -1394,8 +1394,20 @@ unsafe extern "C" fn q_conn_info(c: *mut WlConn, r: *mut WlDl) {
     let _ = c.server;
 }
 
+/// How long the client's end waits for its connections' closes to go out.
+const CLOSE_FLUSH: Duration = Duration::from_secs(3);
+
 unsafe extern "C" fn q_fini() {
-    if let Some(n) = (*G.0.get()).as_ref() {
+    if let Some(n) = (*G.0.get()).as_mut() {
+        // A closed connection's CONNECTION_CLOSE goes out on the endpoint's
+        // task, later: stopping the runtime at once lost it 1 time in 6 here,
+        // and the peer then waited out its idle timeout (10 s). The client
+        // waits for its endpoint to be idle first (bounded: a handle kept
+        // elsewhere would hold it), its runtime still driven by its thread.
+        if let Some(client) = n.client.as_mut() {
+            let _ =
+                n.rt.block_on(async { tokio::time::timeout(CLOSE_FLUSH, client.wait_idle()).await });
+        }
         n.stop.notify_one();
     }
 }
