@@ -121,6 +121,9 @@ struct wl_opts {
 /* The 8-byte little-endian words on the wire: an exchange's request, an rr message's sequence number. */
 void wl_put_le64(uint8_t *p, uint64_t v);
 uint64_t wl_get_le64(const uint8_t *p);
+/* The QUIC performance protocol's count (wl_bulk.c, --proto perf): big-endian. */
+void wl_put_be64(uint8_t *p, uint64_t v);
+uint64_t wl_get_be64(const uint8_t *p);
 
 /*
  * --pattern rr: request/response, open loop. Request k falls due at

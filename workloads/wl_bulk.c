@@ -309,12 +309,8 @@ static void request_down(struct wl_stream *s, void *ctx)
 		return;
 	bs->req = true;
 	if (bulk.perf) {
-		/* The count wanted back, big-endian, and the request ends there. */
-		const uint64_t want = wl_role.o->bytes ? wl_role.o->bytes : UINT64_MAX;
-		int i;
-
-		for (i = 0; i < 8; i++)
-			req[i] = (uint8_t)(want >> (56 - 8 * i));
+		/* The count wanted back, and the request ends there. */
+		wl_put_be64(req, wl_role.o->bytes ? wl_role.o->bytes : UINT64_MAX);
 	} else {
 		wl_put_le64(req, WL_BULK_DOWN);
 	}
@@ -598,13 +594,9 @@ static void number(struct bstream *bs, bool down)
  */
 static void perf_request(struct bstream *bs)
 {
-	uint64_t want = 0;
-	bool down;
-	int i;
+	const uint64_t want = wl_get_be64(bs->word);
+	const bool down = bulk.down && (!bulk.up || want > 0);
 
-	for (i = 0; i < 8; i++)
-		want = want << 8 | bs->word[i];
-	down = bulk.down && (!bulk.up || want > 0);
 	bs->want = want;
 	if (down ? atomic_load(&bulk.next_down) < bulk.down
 		 : atomic_load(&bulk.next_up) < bulk.up) {

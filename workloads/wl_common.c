@@ -99,6 +99,24 @@ uint64_t wl_get_le64(const uint8_t *p)
 	return v;
 }
 
+void wl_put_be64(uint8_t *p, uint64_t v)
+{
+	int i;
+
+	for (i = 0; i < 8; i++)
+		p[i] = (uint8_t)(v >> (56 - 8 * i));
+}
+
+uint64_t wl_get_be64(const uint8_t *p)
+{
+	uint64_t v = 0;
+	int i;
+
+	for (i = 0; i < 8; i++)
+		v = v << 8 | p[i];
+	return v;
+}
+
 uint64_t wl_now_ns(void)
 {
 	struct timespec ts;
