@@ -321,6 +321,17 @@ def another_sessions(pid: str) -> bool:
     return bool(tags) and tags[0] != SESSION
 
 
+def init_reaps(pid: str) -> bool:
+    """An exited process that only init has left to reap: its parent died
+    first (a guest's QEMU whose launcher went before it), so it holds
+    nothing but its pid, and is no session's to clean up."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return False
+    return fields[0] == "Z" and fields[1] == "1"
+
+
 def others_netns() -> set:
     """The namespaces the other session's live processes claim in their
     ledgers (core/remains.py): its test hosts', which are not this
@@ -373,7 +384,9 @@ def leftovers():
         )
 
     found += [
-        f"process {line.strip()}" for line in ps.splitlines() if a_runs(line) and not another_sessions(line.split()[0])
+        f"process {line.strip()}"
+        for line in ps.splitlines()
+        if a_runs(line) and not another_sessions(line.split()[0]) and not init_reaps(line.split()[0])
     ]
     found += netns_processes(theirs) if system_wide else []
     state = Path(os.environ.get("QPROF_STATE_DIR", "/run/qprof"))

@@ -17,7 +17,9 @@ from test_wl_download import WL
 
 from conftest import free_port, needs_build
 
-pytestmark = [pytest.mark.system, needs_build]
+# It measures nothing (each check holds at any speed) and makes nothing
+# system-wide: `make test` runs it beside the guest tier.
+pytestmark = [pytest.mark.system, pytest.mark.beside, needs_build]
 LIBRARIES = ("quic", "ngtcp2", "quiche", "quinn", "quic-go", "s2n-quic")
 TIMED_MS = 150  # each pair's --duration-ms: up until then, the download stopped then
 ANSWER = 3_000_000  # bytes a perf peer asks for, or sends, in the aioquic tests
