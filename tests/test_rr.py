@@ -208,9 +208,12 @@ def test_requests_answered_on_schedule(runs_dir, stack, extra):
             if rec["flame"]["sides"][side]["samples"] == 0:
                 # Its CPU's timer lost every sample of it (CI saw a client's
                 # 27 ms on CPU leave none, that CPU at 2% of its samples): no
-                # graph to divide, so null, and the capture says why.
+                # graph to divide, so null. The capture says why: the side's
+                # share where its on-CPU time made the loss plain, else (a
+                # few ms, CI's server once) the CPU's coverage.
                 assert f[side] == {"total": None, "categories": None}, (side, f[side])
-                assert f"the {side}'s samples came to 0%" in rec["flame"]["incomplete_reason"]
+                reason = rec["flame"]["incomplete_reason"] or ""
+                assert f"the {side}'s samples came to 0%" in reason or "expected samples" in reason, reason
                 continue
             assert f[side]["total"] > 0, side
             assert sum(f[side]["categories"].values()) == pytest.approx(f[side]["total"])
