@@ -463,7 +463,7 @@ OPTIONS: List[Option] = [
         "libraries' perf tools speak: a bidirectional stream each, the client's first 8 bytes the count "
         "it wants back (0 up; down: --bytes, or 2^64-1 stopped at --duration's end)",
         choices=PROTOS,
-        fill="qprof",
+        fill="perf",
         fill_note="bulk on a QUIC stack",
         stacks=QUIC_STACKS,
         vary=True,
@@ -852,6 +852,15 @@ def filled(opts, *names: str):
     """opts with each named option's table `fill` where it is unset (a new object)."""
     values = {BY_NAME[n].field: BY_NAME[n].fill for n in names if getattr(opts, BY_NAME[n].field) is None}
     return replace(opts, **values) if values else opts
+
+
+def not_taken(name: str, stack: str) -> str:
+    """The sentence that refuses an option on a stack its row does not name."""
+    o = BY_NAME[name]
+    return (
+        f"--{o.name} applies to --stack {', '.join(o.stacks)}, and {stack}'s workload does not take it; "
+        f"drop --{o.name}."
+    )
 
 
 def check(opts) -> None:

@@ -348,10 +348,7 @@ def _option_rows(opts: RunOptions) -> None:
             if o.name == "msquic":
                 reason = f"{opts.stack} does not use msquic"
             raise errors.StackCannot(f"--{o.name} is msquic's, for --stack quic; {reason}. Drop --{o.name}.")
-        raise errors.StackCannot(
-            f"--{o.name} applies to --stack {', '.join(o.stacks)}, and {opts.stack}'s workload does not take it; "
-            f"drop --{o.name}."
-        )
+        raise errors.StackCannot(options.not_taken(o.name, opts.stack))
 
 
 def _link(opts: RunOptions) -> RunOptions:

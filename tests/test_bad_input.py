@@ -321,8 +321,8 @@ def test_perf_protocol_is_bulk_on_a_quic_stack():
     stack; qprof's own protocol is filled in where it applies, and a TCP
     stack or another pattern refuses perf in one sentence."""
     for stack in ("quic", "quinn", "quic-go"):
-        assert run_plan("--stack", stack).options.proto == "qprof"
-        assert run_plan("--stack", stack, "--proto", "perf").options.proto == "perf"
+        assert run_plan("--stack", stack).options.proto == "perf"
+        assert run_plan("--stack", stack, "--proto", "qprof").options.proto == "qprof"
     assert run_plan("--stack", "tcp").options.proto is None
     refused(["--stack", "tcp", "--proto", "perf"], STACK_CANNOT, ["--proto applies to --stack quic", "drop --proto"])
     refused(["--pattern", "rr", "--proto", "perf"], STACK_CANNOT, ["--proto applies to --pattern bulk only"])

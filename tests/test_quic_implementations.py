@@ -139,12 +139,12 @@ def assert_categories(rec, run_dir, work=("crypto", "protocol")):
 @needs_build
 @pytest.mark.parametrize("stack", IMPLEMENTATIONS)
 def test_bulk_is_verified_and_measured(runs_dir, stack):
-    """A library's bulk upload, measured whole, in the QUIC performance
-    protocol (--proto perf: each stream bidirectional, its count of bytes
-    wanted back 0, answered with the server's FIN); qprof's own protocol
-    is every other test's bulk."""
-    rec = lib_run(runs_dir, stack, "--streams", "2", "--duration", "1.5s", "--warmup", "0.3s", "--proto", "perf")
-    assert rec["verified"] is True and rec["stack"] == stack and rec["config"]["proto"] == "perf"
+    """A library's bulk upload, measured whole, in qprof's own protocol
+    (--proto qprof: each stream one way, the server told the direction by
+    its options); the QUIC performance protocol, the default, is every
+    other test's bulk."""
+    rec = lib_run(runs_dir, stack, "--streams", "2", "--duration", "1.5s", "--warmup", "0.3s", "--proto", "qprof")
+    assert rec["verified"] is True and rec["stack"] == stack and rec["config"]["proto"] == "qprof"
     lib = rec["environment"]["quic_library"]
     assert lib["name"] == stack and lib["version"] == version_of(stack)
     assert lib["crypto"].startswith(crypto_of(stack)), lib
@@ -184,12 +184,12 @@ def test_bulk_is_verified_and_measured(runs_dir, stack):
 @pytest.mark.system
 @needs_build
 def test_perf_protocols_download_in_a_run(runs_dir):
-    """msquic, --proto perf --direction down in a run: the client asks for
+    """msquic, --direction down in a run (the perf protocol): the client asks for
     2^64-1 bytes, and the run stops the server once the window is read,
     which ends the answer with its FIN, as qprof's own download ends (the
     client's abort, secnetperf's way, is a qprof-wl client's with
     --duration-ms: tests/test_wl_perf.py). Every byte sent was checked."""
-    rec = lib_run(runs_dir, "quic", "--proto", "perf", "--direction", "down", "--duration", "1s", "--warmup", "0.3s")
+    rec = lib_run(runs_dir, "quic", "--direction", "down", "--duration", "1s", "--warmup", "0.3s")
     assert rec["verified"] is True and rec["status"] == "complete" and rec["config"]["proto"] == "perf"
     client, server = (rec["workload"][side]["report"] for side in ("client", "server"))
     assert client["streams_completed"] == server["streams_completed"] == 1, (client, server)

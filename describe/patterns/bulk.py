@@ -23,6 +23,10 @@ def streams_each_way(opts) -> int:
 def resolve(opts: "options.RunOptions") -> "options.RunOptions":
     """Bulk's --direction: udp's receiver counts loss at the server only;
     both ways opens --streams each way."""
+    if opts.proto is not None and not transports.STACKS[opts.stack].is_quic:
+        # perf is the fill on a QUIC stack, so the option rows' catch-all
+        # would take it for the plan's own value elsewhere.
+        raise errors.StackCannot(options.not_taken("proto", opts.stack))
     if transports.datagram(opts.stack) and opts.direction not in (None, "up"):
         raise errors.StackCannot(
             f"--direction {opts.direction}: udp sends from the client only (the server counts what is lost); "
