@@ -96,7 +96,8 @@ static struct {
 	pthread_mutex_t lock;
 	pthread_cond_t all_up;
 	bool released;
-	int timer; /* the sender's --duration-ms */
+	int timer;		/* the sender's --duration-ms */
+	_Atomic bool timed_out; /* perf client: its own --duration-ms ran out */
 } bulk = {.lock = PTHREAD_MUTEX_INITIALIZER, .all_up = PTHREAD_COND_INITIALIZER, .timer = -1};
 
 static const char *unit(void)
@@ -345,17 +346,22 @@ static void down_closed(struct wl_stream *s, void *ctx, bool graceful)
 }
 
 /*
- * A down stream's bytes. perf, --duration-ms: the stream asked for 2^64-1
- * bytes, and once the clock has run out the client stops it by aborting
- * it, as secnetperf's timed download does: here, in a handler of its own,
- * where the stream is sure to be alive (the next bytes come at once).
+ * A down stream's bytes. perf, timed: the stream asked for 2^64-1 bytes,
+ * and once the client's own --duration-ms has run out, or "stop" came to
+ * a client that only receives (its server is not one qprof can tell), the
+ * client stops it by aborting it, as secnetperf's timed download does:
+ * here, in a handler of its own, where the stream is sure to be alive
+ * (the next bytes come at once). A client told "stop" that sends too
+ * (--direction both) stops its own streams only: the run stops its
+ * server too, whose FIN ends the answer whole.
  */
 static void receive_down(struct wl_stream *s, void *ctx, const uint8_t *p, size_t len)
 {
 	struct bstream *bs = ctx;
 
 	check(bs, p, len);
-	if (bulk.perf && !wl_role.o->bytes && !bs->stopped && wl_role_stopping()) {
+	if (bulk.perf && !wl_role.o->bytes && !bs->stopped && wl_role_stopping() &&
+	    (atomic_load(&bulk.timed_out) || !sends())) {
 		bs->stopped = true;
 		wl_role.t->abort(s);
 	}
@@ -375,6 +381,7 @@ static void on_timer(int fd, uint32_t events, void *arg)
 
 	(void)events, (void)arg;
 	if (read(fd, &v, sizeof(v)) > 0) {
+		atomic_store(&bulk.timed_out, true);
 		atomic_store(&wl_role.stopping, true);
 		wl_loop_wake();
 	}
