@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Dict, List, NamedTuple, Optional
 
 from qprof import errors
-from qprof.collectors import devices, environment, listen, procfs
+from qprof.collectors import devices, environment, external, listen, procfs
+from qprof.collectors.external import ExternalServer
 from qprof.collectors.faults import NO_FAULTS, Faults
 from qprof.collectors.perf import STACKS_DIR
 from qprof.collectors.topology import Topology
@@ -162,13 +163,13 @@ class Endpoints:
         f = self.faults  # each fault's hook changes a workload's command line, or nothing
         cert, key = self.sides.server_files(self.cert, self.key)
         for fp in self.plan.flows:
-            argv = self._argv(fp, "server", fp.port) + ["--cert", cert, "--key", key] + f.server_args(fp.options)
-            self.servers[fp.index] = self._stack.enter_context(
-                WorkloadProcess("server", argv, self.topo.server, self._log(fp, "server"))
-            )
+            self.servers[fp.index] = self._stack.enter_context(self._server(fp, cert, key))
         for fp in self.plan.flows:
             self.servers[fp.index].wait_event("ready", READY_TIMEOUT_S)
             argv = self._argv(fp, "client", f.client_port(fp.port)) + ["--wait-start"] + f.client_args(fp.options)
+            if fp.options.server_cmd:
+                # Another implementation's answer: its bytes counted, not the pattern's.
+                argv += ["--verify", "size"]
             self.clients[fp.index] = self._stack.enter_context(
                 WorkloadProcess("client", argv, self.topo.client, self._log(fp, "client"))
             )
@@ -179,6 +180,15 @@ class Endpoints:
         self.probes, self.perf = self.sides.instruments(
             self._stack, self.plan.options, pids, self.run_path, self.single
         )
+
+    def _server(self, fp: FlowPlan, cert: str, key: str):
+        """The flow's server: qprof-wl, or the user's program (--server-cmd)."""
+        log = self._log(fp, "server")
+        if fp.options.server_cmd:
+            argv = external.server_argv(fp.options, self.topo.server.addr, fp.port, cert, key)
+            return ExternalServer(argv, self.topo.server, log, fp.port)
+        argv = self._argv(fp, "server", fp.port) + ["--cert", cert, "--key", key] + self.faults.server_args(fp.options)
+        return WorkloadProcess("server", argv, self.topo.server, log)
 
     @property
     def server(self) -> WorkloadProcess:

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: GPL-2.0-only
 """What only this machine can answer about a resolved plan, before
 anything starts: root, the workload built, kernel TLS, the TCP congestion
-control asked for, the qdiscs a --link needs. A guest run leaves the
+control asked for, the qdiscs a --link needs, --server-cmd's program. A guest run leaves the
 kernel's questions to the guest's kernel (a refusal there comes back with
 its sentence). describe/plan.py has checked everything else."""
 
@@ -11,8 +11,9 @@ import sys
 from pathlib import Path
 
 from qprof import errors, paths
-from qprof.collectors import capabilities, procfs, topology
+from qprof.collectors import capabilities, external, procfs, topology
 from qprof.collectors.faults import NO_FAULTS, Faults
+from qprof.describe import external as described_external
 from qprof.describe import link, pinning
 from qprof.describe.plan import Plan
 
@@ -32,6 +33,9 @@ def check(plan: Plan, faults: Faults = NO_FAULTS) -> Path:
             paths.plugin_library(fp.stack.plugin)
     if opts.msquic is not None:
         msquic_library(opts.msquic)
+    if opts.server_cmd is not None:
+        # Refused before anything starts; the plan checked its words.
+        external.program_path(described_external.words(opts.server_cmd))
     if opts.cpus is not None and not opts.guest:
         # The guest's own qprof checks its CPUs.
         pinning.check_host(pinning.parse(opts.cpus), os.sched_getaffinity(0))

@@ -3,6 +3,7 @@
 (see workloads/wl.h for its events and commands), and what its ending
 means as a QprofError."""
 
+import re
 import signal
 import subprocess
 import time
@@ -48,6 +49,30 @@ OWN_CAUSES = (
     WorkloadExit.TLS_CONFIG,
 )
 PEER_GRACE_S = 1.0
+
+
+# A handshake that failed on the application protocol, in each library's words.
+_ALPN = re.compile(r"ALPN|application.protocol|APPLICATION_PROTOCOL", re.IGNORECASE)
+
+
+def external_failure(code, msg: str, where: str) -> Optional[errors.QprofError]:
+    """A client's end against --server-cmd's program, as the error that
+    explains it (None: the client's own, as against qprof-wl)."""
+    if code == WorkloadExit.HANDSHAKE and _ALPN.search(msg):
+        return errors.ExternalAlpn(
+            f"{msg}: the server program does not speak ALPN perf, the QUIC performance protocol; "
+            f"give --server-cmd a perf server{where}."
+        )
+    if code == WorkloadExit.HANDSHAKE:
+        return errors.HandshakeFailed(
+            f"{msg}; check that the server program is a QUIC server on TLS 1.3 that takes {{addr}} and {{port}}{where}."
+        )
+    if code == WorkloadExit.VERIFY:
+        # --verify size: the client counts the answer, and the server ended it early.
+        return errors.ExternalAnsweredShort(
+            f"{msg}: the server program answered fewer bytes than the client asked{where}."
+        )
+    return None
 
 
 class WorkloadProcess(ControlledProcess):
@@ -101,6 +126,11 @@ class WorkloadProcess(ControlledProcess):
             code = self._there(code, msg)
         if code not in OWN_CAUSES and self.peer is not None and self.peer._ends_with_own_cause(PEER_GRACE_S):
             self.peer.raise_exit()
+        if getattr(self.peer, "external", False):
+            # Its server is a program of the user's (--server-cmd): what its client's end says of it.
+            failure = external_failure(code, msg, where)
+            if failure is not None:
+                raise failure
         if code == WorkloadExit.ADDR_IN_USE:
             raise errors.PortInUse(f"{msg}: pick a free one with --port{where}.")
         if code == WorkloadExit.TLS_CONFIG:

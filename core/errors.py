@@ -289,6 +289,52 @@ class RemoteLost(QprofError):
     exit_code = 58
 
 
+# A program of the user's in a side's place (--server-cmd,
+# collectors/external.py): each way it can fail to be one, its own code.
+
+
+class ExternalNotFound(QprofError):
+    """--server-cmd's program is not on PATH, or its path is not an executable file."""
+
+    exit_code = 60
+
+
+class ExternalExited(QprofError):
+    """The program ended before the run was over (at once, or mid-run)."""
+
+    exit_code = 61
+
+
+class ExternalNotListening(QprofError):
+    """The program bound no UDP port in the time a server is given to."""
+
+    exit_code = 62
+
+
+class ExternalWrongPort(QprofError):
+    """The program bound UDP ports, but not the run's."""
+
+    exit_code = 63
+
+
+class ExternalLeftBehind(QprofError):
+    """Processes the program started outlived it; qprof killed them."""
+
+    exit_code = 64
+
+
+class ExternalAlpn(QprofError):
+    """The program's handshake offered another application protocol than perf."""
+
+    exit_code = 65
+
+
+class ExternalAnsweredShort(QprofError):
+    """The program ended a stream's answer before the bytes its client asked."""
+
+    exit_code = 66
+
+
 class Interrupted(QprofError):
     """Ctrl-C or SIGTERM: 128 + SIGINT, as shells report it."""
 

@@ -600,6 +600,17 @@ OPTIONS: List[Option] = [
         metavar="STACK",
     ),
     Option(
+        "server-cmd",
+        "text",
+        None,
+        "bulk, QUIC stacks: run this program as the server instead of qprof-wl, in the server's place, "
+        "and profile it: a QUIC performance protocol server (ALPN perf) of any implementation, yours "
+        "included; {addr} {port} {cert} {key} {alpn} {bytes} {duration_s} are filled in. The client is "
+        "--stack's qprof-wl, which asks for the bytes and counts them (--direction down)",
+        stacks=QUIC_STACKS,
+        metavar="CMD",
+    ),
+    Option(
         "msquic",
         "text",
         None,

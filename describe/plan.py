@@ -54,6 +54,11 @@ def resolve(opts: RunOptions, cpus: int = 1) -> Plan:
     options.check(opts)
     _hosts(opts)
     if opts.mix:
+        if opts.server_cmd is not None:
+            raise errors.BadMix(
+                "--server-cmd runs one program in the server's place, and a --mix's flows each run their own "
+                "qprof-wl; drop --server-cmd."
+            )
         if opts.server_stack is not None:
             raise errors.BadMix(
                 "--server-stack pairs the two sides of one run, and a --mix's flows each name their own stack; "
@@ -94,6 +99,8 @@ def resolve_one(opts: RunOptions) -> Tuple[RunOptions, transports.Stack]:
     _option_rows(opts)
     if opts.server_stack is not None:
         _server_stack(opts)
+    if opts.server_cmd is not None:
+        _one_side_msquic(opts, "the server is --server-cmd's program", "--server-cmd")
     return opts, stack
 
 
@@ -106,13 +113,19 @@ def _server_stack(opts: RunOptions) -> None:
     if opts.resume:
         transports.refuse_resume(opts.server_stack)
     offload.plan(opts.server_stack, opts.topology, opts.gso, opts.gro)
+    if opts.server_stack != opts.stack:
+        _one_side_msquic(
+            opts, f"the server runs {opts.server_stack}, whose workload keeps its library's own", "--server-stack"
+        )
+
+
+def _one_side_msquic(opts: RunOptions, server: str, flag: str) -> None:
+    """msquic's knobs (--msquic among them) would reach the client alone
+    when the server is not msquic's qprof-wl: refused, naming the server."""
     for o in options.OPTIONS:
         value = getattr(opts, o.field)
-        if o.stacks == ("quic",) and value not in (None, False, o.default, o.fill) and opts.server_stack != opts.stack:
-            raise errors.StackCannot(
-                f"--{o.name} is msquic's, and the server runs {opts.server_stack}, whose workload keeps its "
-                f"library's own; drop --{o.name} or --server-stack."
-            )
+        if o.stacks == ("quic",) and value not in (None, False, o.default, o.fill):
+            raise errors.StackCannot(f"--{o.name} is msquic's, and {server}; drop --{o.name} or {flag}.")
 
 
 def _flow(index: int, stack: transports.Stack, o: RunOptions, mix_flow: Optional[mix.Flow] = None) -> FlowPlan:

@@ -18,6 +18,7 @@ from qprof.describe import (
     cpu,
     derive,
     direction,
+    external,
     floor,
     hosts,
     link,
@@ -122,10 +123,13 @@ def describe_run(m: Measurement, run_path: Path) -> dict:
     if transports.datagram(opts.stack) and not loopback:
         rec["crosscheck"].setdefault("server", {})["udp_drops"] = udp_drops(rec, m.done["client"], m.done["server"])
     rec["offload"] = offload_record(opts, m, rec)
+    server = transports.side_stack(opts, "server")
     rec["floor"] = (
         floor.figures(opts.stack, m.floor_parts, rec["cpu"], opts.sendfile)
-        if transports.side_stack(opts, "server") == opts.stack
+        if server == opts.stack
         else {"absent": "a pair of libraries (--server-stack) has no one floor: each side's is its own library's"}
+        if server is not None
+        else {"absent": f"{external.ABSENT_REASON}, so its library's crypto, the floor's, is not known"}
     )
     rec["link"] = link_record(opts, m, rec)
     own = patterns.row(opts).sections
@@ -271,14 +275,23 @@ def build_record(opts, m: Measurement) -> dict:
     client_done, server_done = m.done["client"], m.done["server"]
     nbytes = window.bytes
     stack = transports.STACKS[opts.stack]
-    server_stack = transports.STACKS[transports.side_stack(opts, "server")]
+    # None: the server is a program of the user's (--server-cmd).
+    server_stack = transports.STACKS.get(transports.side_stack(opts, "server"))
     env = copy.deepcopy(m.environment)
     if stack.is_quic:
         env["quic_library"] = quic_library(opts, stack, connected, client_done, server_done)
-        if server_stack is not stack:
+        if server_stack is None:
+            env["quic_library"]["server"] = {
+                "name": None,
+                "version": None,
+                "crypto": None,
+                "program": server_done.get("program"),
+                "absent_reason": external.ABSENT_REASON,
+            }
+        elif server_stack is not stack:
             # A pair (--server-stack): the server's own, as its report says it.
             env["quic_library"]["server"] = library_named(opts, server_stack, server_done)
-    if stack.msquic or server_stack.msquic:
+    if stack.msquic or (server_stack is not None and server_stack.msquic):
         # The msquic side's report (both, unless a pair).
         said = connected if stack.msquic else server_done
         env["msquic_version"] = said.get("msquic_version")
@@ -322,12 +335,16 @@ def build_record(opts, m: Measurement) -> dict:
         # arrived passed the content check, and no more arrived than were
         # sent; loss is a figure.
         verified = got.get("verified") is True and got["app_bytes"] <= gave["app_bytes"]
+    elif server_stack is None:
+        # --server-cmd: the client counted the answer's bytes, each stream
+        # whole (--verify size); the program's own count is not seen.
+        verified = got.get("verified") is True and got["streams_completed"] == expected
     else:
         verified = row.verified(got, gave, opts, expected)
     if receiver != "both" and not verified:
         raise errors.VerifyFailed(
             f"the {receiver} verified {got['app_bytes']} bytes on {got['streams_completed']} {what} "
-            f"but the {sender} sent {gave['app_bytes']} on {expected}; see the run's logs."
+            f"but the {sender} sent {gave.get('app_bytes')} on {expected}; see the run's logs."
         )
 
     # The sender's CPU is per byte it sent; for reliable stacks that is the
@@ -347,6 +364,7 @@ def build_record(opts, m: Measurement) -> dict:
         "bytes_sent": sent,
         "direction": direction_record(opts, window),
         "verified": verified,
+        "verification": "sizes" if server_stack is None else "content",
         "window_s": window.seconds,
         "cpu_window_s": window.cpu_seconds,
         "throughput_gbps": nbytes * 8 / window.seconds / 1e9 if window.seconds > 0 else None,
@@ -358,7 +376,11 @@ def build_record(opts, m: Measurement) -> dict:
         },
         "workload": {
             side: {
-                "window": _mark_delta(getattr(window.start, f"{side}_mark"), getattr(window.end, f"{side}_mark")),
+                "window": (
+                    None
+                    if getattr(window.end, f"{side}_mark").get("external")
+                    else _mark_delta(getattr(window.start, f"{side}_mark"), getattr(window.end, f"{side}_mark"))
+                ),
                 "report": done,
             }
             for side, done in (("client", client_done), ("server", server_done))

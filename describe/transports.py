@@ -91,8 +91,12 @@ def sessions(stack_name: Optional[str]) -> bool:
     return stack is not None and stack.sessions
 
 
-def side_stack(opts, side: str) -> str:
-    """The stack a side runs: --stack's, or the server's own (--server-stack)."""
+def side_stack(opts, side: str) -> Optional[str]:
+    """The stack a side runs: --stack's, or the server's own
+    (--server-stack); None for a program of the user's (--server-cmd),
+    which is no row of qprof's."""
+    if side == "server" and getattr(opts, "server_cmd", None):
+        return None
     if side == "server" and getattr(opts, "server_stack", None):
         return opts.server_stack
     return opts.stack

@@ -65,10 +65,14 @@ class Window:
         return self.mark_delta(self.receiver, "app_bytes")
 
     @property
-    def sent(self) -> int:
-        """Bytes the sender handed to its transport (both ways: each side's sent_bytes)."""
+    def sent(self) -> Optional[int]:
+        """Bytes the sender handed to its transport (both ways: each side's
+        sent_bytes); None for a program of the user's (--server-cmd), whose
+        marks count nothing."""
         if self.receiver == "both":
             return self.mark_delta("both", "sent_bytes")
+        if getattr(self.end, f"{self.sender}_mark").get("external"):
+            return None
         return self.mark_delta(self.sender, "app_bytes")
 
     @property

@@ -636,6 +636,10 @@ def _own_counters(rec: dict) -> Table:
         w.add_column(col, justify="left" if col == "SIDE" else "right")
     for side in ("client", "server"):
         win = rec["workload"][side]["window"]
+        if win is None:
+            # --server-cmd: a program qprof cannot see into.
+            w.add_row(side, "not seen: an external program", *[""] * (len(cols) - 2))
+            continue
         if transports.msquic(rec["stack"]):
             pc, cs = win.get("perf_counters") or {}, win.get("conn_stats") or {}
             w.add_row(
@@ -787,6 +791,9 @@ def _print_probes(rec: dict, console: Console) -> None:
     for side in ("client", "server"):
         c = checks.get(side)
         if not c:
+            continue
+        if "absent_reason" in c and "source" not in c:
+            parts.append(f"{side} absent ({c['absent_reason']})")
             continue
         names = [k for k in c if k != "source"]
         parts.append(f"{side} " + ", ".join(f"{k} {_ratio(c[k])}" for k in names))

@@ -316,6 +316,26 @@ def test_a_mix_is_said_to_keep_no_stacks(damaged, command):
 
 
 @pytest.mark.unit
+def test_an_external_server_is_refused_where_it_cannot_run():
+    """--server-cmd: bulk on a QUIC stack, the server sending, on this
+    machine; its template names only what a run fills in. The direction is
+    filled in as down (the client counts what arrives)."""
+    cmd = ["--server-cmd", "perf_server -p {port}"]
+    plan = run_plan("--stack", "quinn", *cmd)
+    assert plan.options.direction == "down" and plan.options.proto == "perf"
+    refused(["--stack", "tcp", *cmd], STACK_CANNOT, ["--server-cmd applies to --stack quic,", "drop --server-cmd"])
+    refused(["--pattern", "rr", *cmd], STACK_CANNOT, ["--server-cmd applies to --pattern bulk only"])
+    refused([*cmd, "--proto", "qprof"], STACK_CANNOT, ["not qprof's own", "drop --proto qprof"])
+    refused([*cmd, "--direction", "up"], STACK_CANNOT, ["--direction up", "the server sends"])
+    refused([*cmd, "--server-stack", "quinn"], STACK_CANNOT, ["--server-stack: --server-cmd runs its program"])
+    refused([*cmd, "--pacing", "off"], STACK_CANNOT, ["--pacing is msquic's", "--server-cmd's program"])
+    refused([*cmd, "--mix", "quic:1"], errors.BadMix.exit_code, ["drop --server-cmd"])
+    refused(["--server-cmd", "perf_server -p {prot}"], BAD_VALUE, ["{prot}", "{port}"])
+    refused(["--server-cmd", "perf_server 'unbalanced"], BAD_VALUE, ["does not parse", "quotes"])
+    refused(["--server-cmd", ""], BAD_VALUE, ["empty"])
+
+
+@pytest.mark.unit
 def test_perf_protocol_is_bulk_on_a_quic_stack():
     """--proto perf is the QUIC performance protocol: bulk's, on a QUIC
     stack; qprof's own protocol is filled in where it applies, and a TCP

@@ -8,11 +8,10 @@ in every pair."""
 
 import asyncio
 import json
-import ssl
-import struct
 import subprocess
 
 import pytest
+from perf_peer import aioquic_client, aioquic_server
 from test_wl_download import WL
 
 from conftest import free_port, needs_build
@@ -23,7 +22,6 @@ pytestmark = [pytest.mark.system, pytest.mark.beside, needs_build]
 LIBRARIES = ("quic", "ngtcp2", "quiche", "quinn", "quic-go", "s2n-quic")
 TIMED_MS = 150  # each pair's --duration-ms: up until then, the download stopped then
 ANSWER = 3_000_000  # bytes a perf peer asks for, or sends, in the aioquic tests
-CHUNK = 1 << 16
 
 
 def events(out: str) -> dict:
@@ -97,49 +95,6 @@ def test_every_pair_of_libraries_speaks_perf(client_stack, server_stack, cert):
     assert sdone["request_bytes"] == 0, sdone
 
 
-# A perf peer written here in aioquic: not qprof-wl, not one of its
-# libraries; its bytes are zeros, not the pattern.
-
-
-def aioquic_config(client: bool, cert: list = ()):
-    from aioquic.quic.configuration import QuicConfiguration
-
-    cfg = QuicConfiguration(is_client=client, alpn_protocols=["perf"])
-    if client:
-        cfg.verify_mode = ssl.CERT_NONE  # the run's certificate is self-signed, as secnetperf's client takes it
-    else:
-        cfg.load_cert_chain(cert[1], cert[3])
-    return cfg
-
-
-async def perf_request(conn, want: int, upload: int) -> int:
-    """One perf request on a new bidirectional stream: the count, `upload`
-    bytes, FIN; the answer's length."""
-    reader, writer = await conn.create_stream()
-    writer.write(struct.pack(">Q", want))
-    for off in range(0, upload, CHUNK):
-        writer.write(bytes(min(CHUNK, upload - off)))
-        await writer.drain()
-    writer.write_eof()
-    got = 0
-    while chunk := await reader.read(CHUNK):
-        got += len(chunk)
-    return got
-
-
-async def aioquic_connection(port: int, want: int, upload: int) -> int:
-    from aioquic.asyncio import connect
-
-    async with connect("127.0.0.1", port, configuration=aioquic_config(True)) as conn:
-        return await perf_request(conn, want, upload)
-
-
-async def aioquic_client(port: int, requests: list) -> list:
-    """Each request on a connection of its own, at once (qprof-wl's bulk
-    both ways takes a connection each way, as iperf3 --bidir)."""
-    return list(await asyncio.gather(*(aioquic_connection(port, want, up) for want, up in requests)))
-
-
 @pytest.mark.parametrize("stack", LIBRARIES)
 def test_a_perf_client_of_another_implementation(stack, cert):
     """aioquic's client asks a qprof-wl server for ANSWER bytes on one
@@ -177,29 +132,9 @@ def test_content_is_checked_unless_told_otherwise(cert):
     assert "failed the content check on stream 0 at offset 0" in srv.stderr.read()
 
 
-async def aioquic_server(port: int, cert: list, uploads: list):
-    from aioquic.asyncio import serve
-
-    async def answer(reader, writer):
-        want = struct.unpack(">Q", await reader.readexactly(8))[0]
-        got = 0
-        while chunk := await reader.read(CHUNK):
-            got += len(chunk)
-        uploads.append(got)
-        for off in range(0, want, CHUNK):
-            writer.write(bytes(min(CHUNK, want - off)))
-            await writer.drain()
-        writer.write_eof()
-
-    def on_stream(reader, writer):
-        asyncio.ensure_future(answer(reader, writer))
-
-    return await serve("127.0.0.1", port, configuration=aioquic_config(False, cert), stream_handler=on_stream)
-
-
 async def against_aioquic(stack: str, port: int, cert: list):
     uploads: list = []
-    srv = await aioquic_server(port, cert, uploads)
+    srv = await aioquic_server("127.0.0.1", port, cert[1], cert[3], uploads)
     try:
         argv = client_argv(stack, port, "--direction", "both", "--bytes", str(ANSWER), "--verify", "size")
         p = await asyncio.create_subprocess_exec(*argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)

@@ -8,7 +8,7 @@ lines and secnetperf -conns show)."""
 from typing import Dict, List, Optional
 
 from qprof import errors
-from qprof.describe import derive, options, transports
+from qprof.describe import derive, external, options, transports
 from qprof.describe.patterns import Pattern
 from qprof.describe.window import Window
 
@@ -36,6 +36,7 @@ def resolve(opts: "options.RunOptions") -> "options.RunOptions":
         raise errors.StackCannot("--conns: udp sends one flow of datagrams; use quic or a TCP stack, or drop --conns.")
     if transports.datagram(opts.stack):
         return opts
+    opts = external.resolve(opts)
     opts = options.filled(opts, "direction", "conns")
     if transports.STACKS[opts.stack].is_quic:
         opts = options.filled(opts, "proto")
@@ -135,7 +136,7 @@ ROW = Pattern(
     intervals=True,
     fills_link=True,
     mixes=True,
-    options=("conns", "proto"),
+    options=("conns", "proto", "server-cmd"),
     resolve=resolve,
     sections=SECTIONS,
     expected=streams_each_way,

@@ -1,0 +1,140 @@
+# SPDX-License-Identifier: GPL-2.0-only
+"""--server-cmd: a program qprof does not build, in the server's place,
+profiled beside --stack's qprof-wl client through the QUIC performance
+protocol (docs/own-implementation.md).
+
+The programs are qprof-wl itself, started as a plain command that qprof
+knows nothing of (the docs page's example, run as written), and a perf
+server in another implementation, aioquic's (tests/perf_peer.py). Every
+way a program can fail to be a server is held to its exit code, its
+sentence and nothing left behind (the runs_dir fixture's leftovers())."""
+
+import re
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO, impossible_figures, needs_build, qprof
+from test_bad_input import one_sentence, refused_run, run_statuses
+
+pytestmark = [pytest.mark.system, needs_build]
+
+PAGE = REPO / "docs" / "own-implementation.md"
+PEER = f"{sys.executable} {REPO / 'tests' / 'perf_peer.py'}" + " --addr {addr} --port {port} --cert {cert} --key {key}"
+WL = "./build/bin/qprof-wl --stack quic --role server --addr {addr} --cert {cert} --key {key}"
+QUICK = ("--duration", "0.5s", "--warmup", "0.3s", "--probes", "none", "--sample-hz", "0")
+# A capture on this VM's sample-losing CPU is weighted and says so.
+SAMPLING_WARNINGS = r"incomplete|samples|weighted"
+
+
+def example() -> list:
+    """The page's worked example, its arguments after `qprof run`."""
+    block = re.search(r"```sh\n(qprof run .*?)\n```", PAGE.read_text(), re.S).group(1)
+    words = shlex.split(block.replace("\\\n", " "))
+    assert words[:2] == ["qprof", "run"], words
+    return words[2:]
+
+
+def run_here(runs_dir, *args) -> dict:
+    """`qprof run --json ARGS` from the repository's top, as the page has it."""
+    r = qprof("run", "--json", *args, runs_dir=runs_dir, cwd=REPO)
+    assert r.returncode == 0, r.stderr
+    assert all(re.search(SAMPLING_WARNINGS, line) for line in r.stderr.splitlines() if line.strip()), r.stderr
+    import json
+
+    rec = json.loads(r.stdout)
+    assert impossible_figures(rec) == []
+    return rec
+
+
+def holds_an_external_server(rec: dict, program: str) -> None:
+    """What a run with --server-cmd says of its server, whatever it is."""
+    assert rec["verified"] is True and rec["verification"] == "sizes", rec["verification"]
+    assert rec["config"]["direction"] == "down" and rec["config"]["proto"] == "perf"
+    assert rec["direction"]["down"]["bytes"] == rec["bytes"] > 0
+    # The client counted every byte it asked for, each stream whole.
+    client = rec["workload"]["client"]["report"]
+    assert client["verified"] is True and client["app_bytes"] >= rec["bytes"], client
+    # Nothing the program alone could count is made up.
+    assert rec["bytes_sent"] is None and rec["workload"]["server"]["window"] is None
+    server = rec["environment"]["quic_library"]["server"]
+    assert server["name"] is None and server["program"].endswith(program) and server["absent_reason"], server
+    assert "absent_reason" in rec["crosscheck"]["server"] and "absent" in rec["floor"], rec["floor"]
+    assert rec["transport"]["quic_settings"]["server"] is None
+    # Measured by its pid: its CPU, and the syscalls probe saw it send at
+    # least the bytes its client counted (their QUIC packets' payload).
+    # (schedstat's ns: a short window has too few of /proc's ticks for the rest.)
+    assert rec["cpu"]["server"]["oncpu_schedstat_s"] > 0 and rec["cpu"]["server"]["ns_per_byte"]["oncpu"] > 0
+    assert rec["syscalls"]["server"]["send_bytes"] >= rec["bytes"], rec["syscalls"]["server"]
+    assert rec["workload"]["server"]["report"]["external"] is True
+
+
+def test_the_pages_example_profiles_a_program_qprof_cannot_see_into(runs_dir):
+    """docs/own-implementation.md's example as written: qprof-wl's quiche
+    server as a plain program, an msquic client asking for its bytes."""
+    args = example()
+    rec = run_here(runs_dir, *args)
+    holds_an_external_server(rec, "qprof-wl")
+    assert rec["stack"] == "quic" and rec["config"]["server_cmd"] == args[args.index("--server-cmd") + 1]
+    # Its threads are the program's: qprof-wl's, under perf and the cputhread probe.
+    threads = rec["cpu_threads"]["server"]["threads"]
+    assert threads and all(t["comm"].startswith("qprof-wl") for t in threads), threads
+    # Its stacks are quiche's, and qprof's rules know them: protocol and crypto both seen.
+    cats = rec["flame"]["sides"]["server"]["categories_ns_per_byte"]
+    if rec["flame"]["sides"]["server"]["samples"] >= 700:  # as tests/test_app.py: enough kept to expect each
+        assert cats["protocol"] > 0 and cats["crypto"] > 0, cats
+
+
+def test_a_perf_server_of_another_implementation(runs_dir):
+    """aioquic's perf server (Python), a fixed size: every byte asked for
+    arrived, counted by the client; the server's CPU is the interpreter's."""
+    rec = run_here(runs_dir, "--stack", "quinn", "--bytes", "3M", "--server-cmd", PEER)
+    holds_an_external_server(rec, sys.executable.rsplit("/", 1)[-1])
+    assert rec["bytes"] == 3 << 20
+
+
+@pytest.mark.parametrize(
+    "case,server_cmd,extra,code,words",
+    [
+        ("exits at once", "false", (), 61, ["the server program exited with code 1 before the run was over"]),
+        ("never listens", "sleep 61.25", (), 62, ["bound no UDP port within 10 s", "the run's is"]),
+        ("another port", WL + " --port 4999", (), 63, ["listens on UDP port 4999, not the run's", "{port}"]),
+        (
+            "leaves a child",
+            f"sh -c 'sleep 61.5 & exec {WL} --port {{port}} --proto perf'",
+            (),
+            64,
+            ["left 1 process of its own behind", "(sleep)", "qprof killed them"],
+        ),
+        ("another ALPN", WL + " --port {port} --proto qprof", (), 65, ["does not speak ALPN perf"]),
+        (
+            "answers short",
+            PEER + " --short 1000",
+            ("--bytes", "1M"),
+            66,
+            ["after 1047576 bytes of the 1048576 asked", "answered fewer bytes than the client asked"],
+        ),
+    ],
+)
+def test_a_program_that_is_no_server(runs_dir, case, server_cmd, extra, code, words):
+    """Each its exit code and one sentence; the record says incomplete
+    with it; the program's whole process group is gone (the runs_dir
+    fixture holds the namespaces and qprof-wl to none left)."""
+    args = [*QUICK, "--server-cmd", server_cmd]
+    if extra:
+        args = ["--probes", "none", "--sample-hz", "0", "--server-cmd", server_cmd, *extra]
+    r = qprof("run", "--stack", "quic", *args, runs_dir=runs_dir, cwd=REPO)
+    assert r.returncode == code, (case, r.stderr)
+    line = one_sentence(r.stderr)
+    for w in words:
+        assert w in line, (case, line)
+    assert run_statuses(runs_dir) == ["incomplete"]
+    left = subprocess.run(["pgrep", "-f", "sleep 61"], capture_output=True, text=True).stdout
+    assert left == "", left
+
+
+def test_a_program_not_found_is_refused_before_anything_runs(runs_dir):
+    refused_run(runs_dir, ["--stack", "quic", "--server-cmd", "no-such-perf-server -p {port}"], 60, ["not found"])
+    refused_run(runs_dir, ["--stack", "quic", "--server-cmd", "perf_server -p {prot}"], 4, ["{prot}", "{port}"])
