@@ -17,12 +17,13 @@ from typing import TYPE_CHECKING, Dict, List, NamedTuple, Optional
 
 from qprof import errors
 from qprof.collectors import devices, environment, external, listen, procfs
-from qprof.collectors.external import ExternalServer
+from qprof.collectors.external import ExternalClient, ExternalServer
 from qprof.collectors.faults import NO_FAULTS, Faults
 from qprof.collectors.perf import STACKS_DIR
 from qprof.collectors.topology import Topology
 from qprof.collectors.workload import WorkloadProcess
 from qprof.describe import direction, mix, offload, options, patterns, pinning, transports
+from qprof.describe import external as describe_external
 from qprof.describe.measurement import Measurement
 from qprof.describe.plan import FlowPlan, Plan
 from qprof.describe.window import Window
@@ -32,6 +33,9 @@ if TYPE_CHECKING:
 
 READY_TIMEOUT_S = 10.0
 FINISH_TIMEOUT_S = 30.0
+# How long an external client (--client-cmd) may run on past the run's
+# end, beyond the margin its {duration_s} runs past the window's.
+CLIENT_HANG_S = 10.0
 
 
 def make_certificate(run_path: Path) -> tuple:
@@ -136,16 +140,22 @@ class Endpoints:
         return self.run_path / (f"{role}.log" if self.single else f"flow{fp.index}-{role}.log")
 
     def _argv(self, fp: FlowPlan, role: str, port: int) -> List[str]:
-        return workload_argv(
-            self.sides.binary(role, fp.stack.workload),
-            fp.options,
-            role,
-            self.topo.server.addr,
-            port,
-            fp.offload,
-            self.envs[fp.index],
-            self.sides.report_dir(role) if self.single else None,  # a run's one server's bind report
-            self.sides.build_dir(role),
+        # The other side another implementation's (--server-cmd, --client-cmd):
+        # its bytes are counted, not held to the pattern.
+        other = ["--verify", "size"] if describe_external.role_of(fp.options) not in (None, role) else []
+        return (
+            workload_argv(
+                self.sides.binary(role, fp.stack.workload),
+                fp.options,
+                role,
+                self.topo.server.addr,
+                port,
+                fp.offload,
+                self.envs[fp.index],
+                self.sides.report_dir(role) if self.single else None,  # a run's one server's bind report
+                self.sides.build_dir(role),
+            )
+            + other
         )
 
     def __enter__(self) -> "Endpoints":
@@ -160,19 +170,12 @@ class Endpoints:
         self._stack.close()
 
     def _start(self) -> None:
-        f = self.faults  # each fault's hook changes a workload's command line, or nothing
         cert, key = self.sides.server_files(self.cert, self.key)
         for fp in self.plan.flows:
             self.servers[fp.index] = self._stack.enter_context(self._server(fp, cert, key))
         for fp in self.plan.flows:
-            self.servers[fp.index].wait_event("ready", READY_TIMEOUT_S)
-            argv = self._argv(fp, "client", f.client_port(fp.port)) + ["--wait-start"] + f.client_args(fp.options)
-            if fp.options.server_cmd:
-                # Another implementation's answer: its bytes counted, not the pattern's.
-                argv += ["--verify", "size"]
-            self.clients[fp.index] = self._stack.enter_context(
-                WorkloadProcess("client", argv, self.topo.client, self._log(fp, "client"))
-            )
+            self.servers[fp.index].wait_event("ready", self.faults.patience(READY_TIMEOUT_S))
+            self.clients[fp.index] = self._stack.enter_context(self._client(fp, cert, key))
             # Each side's end is read beside its peer's (WorkloadProcess.raise_exit).
             self.clients[fp.index].peer = self.servers[fp.index]
             self.servers[fp.index].peer = self.clients[fp.index]
@@ -184,11 +187,23 @@ class Endpoints:
     def _server(self, fp: FlowPlan, cert: str, key: str):
         """The flow's server: qprof-wl, or the user's program (--server-cmd)."""
         log = self._log(fp, "server")
-        if fp.options.server_cmd:
-            argv = external.server_argv(fp.options, self.topo.server.addr, fp.port, cert, key)
+        if fp.options.server_cmd is not None:
+            argv = external.program_argv(fp.options, "server", self.topo.server.addr, fp.port, cert, key)
             return ExternalServer(argv, self.topo.server, log, fp.port)
         argv = self._argv(fp, "server", fp.port) + ["--cert", cert, "--key", key] + self.faults.server_args(fp.options)
         return WorkloadProcess("server", argv, self.topo.server, log)
+
+    def _client(self, fp: FlowPlan, cert: str, key: str):
+        """The flow's client: qprof-wl waiting for "start", or the user's
+        program (--client-cmd), which a shell holds until then."""
+        log = self._log(fp, "client")
+        port = self.faults.client_port(fp.port)
+        if fp.options.client_cmd is not None:
+            argv = external.program_argv(fp.options, "client", self.topo.server.addr, port, cert, key)
+            hang_s = describe_external.CLIENT_MARGIN_S + self.faults.patience(CLIENT_HANG_S)
+            return ExternalClient(argv, self.topo.client, log, hang_s)
+        argv = self._argv(fp, "client", port) + ["--wait-start"] + self.faults.client_args(fp.options)
+        return WorkloadProcess("client", argv, self.topo.client, log)
 
     @property
     def server(self) -> WorkloadProcess:

@@ -42,13 +42,14 @@ POLL_S = 0.02
 _SOCKET = re.compile(r"socket:\[(\d+)\]")
 
 
-def program_path(argv: List[str]) -> str:
+def program_path(argv: List[str], role: str = "server") -> str:
     """The program the command runs, found as exec would find it; a
     command that names none is refused before anything starts."""
     found = shutil.which(argv[0])
+    found = os.path.abspath(found) if found is not None else None
     if found is None:
         raise errors.ExternalNotFound(
-            f"--server-cmd's program '{argv[0]}' is not found"
+            f"{external.FLAGS[role]}'s program '{argv[0]}' is not found"
             + (" or not executable" if "/" in argv[0] else " on PATH")
             + "; give its path."
         )
@@ -104,15 +105,16 @@ def bound_udp_ports(pid: int, inodes: Set[str]) -> Set[int]:
     return ports
 
 
-class ExternalServer(ControlledProcess):
-    """The user's server program, in the server's place (module docstring)."""
+class ExternalProgram(ControlledProcess):
+    """A program of the user's in one side's place (module docstring):
+    what both roles answer alike."""
 
     external = True
 
-    def __init__(self, argv: List[str], endpoint: Endpoint, log_path: Path, port: int):
-        self.program = program_path(argv)
-        super().__init__("server", endpoint.command(argv), log_path)
-        self.role, self.port, self.host = "server", port, None
+    def __init__(self, role: str, argv: List[str], endpoint: Endpoint, log_path: Path, stdin=subprocess.DEVNULL):
+        self.program = program_path(argv, role)
+        super().__init__(role, endpoint.command(argv), log_path)
+        self.role, self.host, self._stdin = role, None, stdin
         self.peer: Optional[ControlledProcess] = None
         self._marks: List[dict] = []
         self.ended_by_us = False
@@ -120,7 +122,7 @@ class ExternalServer(ControlledProcess):
     def __enter__(self):
         self._log = open(self.log_path, "wb")
         try:
-            start_owned(self, self.argv, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT)
+            start_owned(self, self.argv, stdin=self._stdin, stdout=self._log, stderr=subprocess.STDOUT)
         except BaseException:
             self.kill()
             raise
@@ -139,6 +141,11 @@ class ExternalServer(ControlledProcess):
             if self._claim is not None:
                 remains.ledger().release("pids", self._claim)
                 self._claim = None
+            if self.proc.stdin is not None:
+                try:
+                    self.proc.stdin.close()
+                except OSError:
+                    pass
             if self._log:
                 self._log.close()
 
@@ -152,13 +159,8 @@ class ExternalServer(ControlledProcess):
     def reports(self) -> List[dict]:
         return []
 
-    def send(self, command: str) -> None:
-        if command == "stop" and self.peer is not None:
-            # The answer is stopped by its client (perf: STOP_SENDING).
-            self.peer.send("stop")
-
     def request_mark(self, name: str) -> None:
-        """A mark of its own: the time, and no counter (its client counts)."""
+        """A mark of its own: the time, and no counter (qprof-wl's side counts)."""
         self._marks.append({"event": "mark", "name": name, "t_ns": time.monotonic_ns(), "external": True})
 
     def mark(self, name: str, timeout_s: float = 5.0) -> dict:
@@ -168,13 +170,11 @@ class ExternalServer(ControlledProcess):
     def wait_event(self, name: str, timeout_s: float) -> dict:
         if name == "mark":
             return self._marks.pop(0)
-        if name == "ready":
-            return self._wait_listening(timeout_s)
         if name == "done":
             if self.done is None:
-                self.done = self._end()
+                self.done = self._end(timeout_s)
             return self.done
-        raise errors.Timeout(f"the server program gives no '{name}' event; see {self.log_path}.")
+        raise errors.Timeout(f"the {self.role} program gives no '{name}' event; see {self.log_path}.")
 
     def finish(self, timeout_s: float) -> dict:
         return self.wait_event("done", timeout_s)
@@ -185,8 +185,64 @@ class ExternalServer(ControlledProcess):
             return
         how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
         raise errors.ExternalExited(
-            f"the server program {how} before the run was over; its output is in {self.log_path}."
+            f"the {self.role} program {how} before the run was over; its output is in {self.log_path}."
         )
+
+    def _end(self, timeout_s: float) -> dict:
+        raise NotImplementedError
+
+    def _done(self, ended_by) -> dict:
+        """Its done, once whatever of its group outlived it (given
+        TERM_GRACE_S to follow it) is killed and named."""
+        deadline = time.monotonic() + TERM_GRACE_S
+        while (left := group_pids(self.proc.pid)) and time.monotonic() < deadline:
+            time.sleep(POLL_S)
+        if left:
+            names = ", ".join(f"{p} ({_comm(p)})" for p in left)
+            self._kill_group(signal.SIGKILL)
+            raise errors.ExternalLeftBehind(
+                f"the {self.role} program left {len(left)} process{'es' if len(left) > 1 else ''} of its own "
+                f"behind when it ended ({names}); qprof killed them: make it end what it starts before it exits."
+            )
+        return {
+            "event": "done",
+            "exit_code": 0,
+            "external": True,
+            "program": self.program,
+            "ended_by": ended_by,
+            "verified": None,
+        }
+
+    def _ends_with_own_cause(self, within_s: float) -> bool:
+        """Whether it ends within within_s: a program qprof did not end explains the run's end."""
+        deadline = time.monotonic() + within_s
+        while self.proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(POLL_S)
+        return self.proc.poll() is not None and not self.ended_by_us
+
+    def raise_exit(self) -> None:
+        """Its end, raised as the error that explains it."""
+        self._exited_early()
+        raise errors.ExternalExited(f"the {self.role} program stopped answering; its output is in {self.log_path}.")
+
+
+class ExternalServer(ExternalProgram):
+    """--server-cmd's program: ready once it listens on the run's port,
+    ended once its client is done."""
+
+    def __init__(self, argv: List[str], endpoint: Endpoint, log_path: Path, port: int):
+        super().__init__("server", argv, endpoint, log_path)
+        self.port = port
+
+    def send(self, command: str) -> None:
+        if command == "stop" and self.peer is not None:
+            # The answer is stopped by its client (perf: STOP_SENDING).
+            self.peer.send("stop")
+
+    def wait_event(self, name: str, timeout_s: float) -> dict:
+        if name == "ready":
+            return self._wait_listening(timeout_s)
+        return super().wait_event(name, timeout_s)
 
     def _wait_listening(self, timeout_s: float) -> dict:
         """Its "ready": its group holds a UDP socket bound to the run's port."""
@@ -202,7 +258,7 @@ class ExternalServer(ControlledProcess):
             others = sorted(p for p in ports if p)
             if others:
                 elsewhere_since = elsewhere_since or now
-                if now - elsewhere_since >= OTHER_PORT_GRACE_S:
+                if now - elsewhere_since >= OTHER_PORT_GRACE_S or now >= deadline:
                     raise errors.ExternalWrongPort(
                         f"the server program listens on UDP port {', '.join(map(str, others))}, not the run's "
                         f"{self.port}; put {{port}} in --server-cmd where it takes its port."
@@ -214,13 +270,11 @@ class ExternalServer(ControlledProcess):
                 )
             time.sleep(POLL_S)
 
-    def _end(self) -> dict:
-        """The run is over: the program ended (SIGTERM, then SIGKILL after
-        TERM_GRACE_S), and whatever of its group outlived it (given
-        TERM_GRACE_S to follow it) killed and named."""
+    def _end(self, timeout_s: float) -> dict:
+        """Its client is done: the program ended (SIGTERM, then SIGKILL
+        after TERM_GRACE_S), unless it ended by itself with exit 0."""
         if self.proc.poll() not in (None, 0):
             self._exited_early()  # a server that failed, once its client was done
-        # One that served its client and ended by itself (exit 0) is done too.
         self.ended_by_us = self.proc.poll() is None
         if self.ended_by_us:
             self.proc.send_signal(signal.SIGTERM)
@@ -230,36 +284,72 @@ class ExternalServer(ControlledProcess):
                 self.proc.kill()
                 self.proc.wait()
         code = self.proc.returncode
-        deadline = time.monotonic() + TERM_GRACE_S
-        while (left := group_pids(self.proc.pid)) and time.monotonic() < deadline:
-            time.sleep(POLL_S)
-        if left:
-            names = ", ".join(f"{p} ({_comm(p)})" for p in left)
+        return self._done({0: "itself", -signal.SIGTERM: "SIGTERM", -signal.SIGKILL: "SIGKILL"}.get(code, code))
+
+
+# A client started by a shell that waits for the run's "start", then
+# becomes the program (exec): its pid, which the instruments attach to
+# before it starts, is the program's.
+WAIT_THEN_EXEC = ["/bin/sh", "-c", 'read _ && exec "$@"', "sh"]
+
+
+class ExternalClient(ExternalProgram):
+    """--client-cmd's program: started at the run's "start", connected
+    when its server says so, done when it exits by itself within
+    `hang_s` of the run's asking (its {duration_s} past the window)."""
+
+    def __init__(self, argv: List[str], endpoint: Endpoint, log_path: Path, hang_s: float):
+        self.hang_s = hang_s
+        super().__init__("client", WAIT_THEN_EXEC + argv, endpoint, log_path, stdin=subprocess.PIPE)
+        self.program = program_path(argv, "client")
+
+    def send(self, command: str) -> None:
+        """ "start" lets it run; it ends by itself, so nothing else is said."""
+        if command == "start":
+            try:
+                self.proc.stdin.write(b"go\n")
+                self.proc.stdin.flush()
+            except (BrokenPipeError, ValueError):
+                pass
+
+    def wait_event(self, name: str, timeout_s: float) -> dict:
+        if name == "connected":
+            return self._wait_connected(timeout_s)
+        return super().wait_event(name, timeout_s)
+
+    def _wait_connected(self, timeout_s: float) -> dict:
+        """The program says nothing; its server, qprof-wl, says when it
+        connected. It may end first (its handshake failed: another ALPN,
+        another address), and its end says so."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self._exited_early()
+            try:
+                return self.peer.wait_event("connected", min(0.2, max(0.0, deadline - time.monotonic())))
+            except errors.Timeout:
+                if time.monotonic() >= deadline:
+                    raise errors.ExternalNoConnection(
+                        f"the client program made no connection to the server within {timeout_s:g} s; check that "
+                        f"it takes {{addr}} and {{port}} and speaks QUIC; its output is in {self.log_path}."
+                    ) from None
+
+    def _end(self, timeout_s: float) -> dict:
+        """Its exit, within hang_s: 0, else the code explains the run's end."""
+        try:
+            self.proc.wait(timeout=self.hang_s)
+        except subprocess.TimeoutExpired:
+            self.ended_by_us = True
             self._kill_group(signal.SIGKILL)
-            raise errors.ExternalLeftBehind(
-                f"the server program left {len(left)} process{'es' if len(left) > 1 else ''} of its own behind "
-                f"when it ended ({names}); qprof killed them: make it end what it starts when it gets SIGTERM."
-            )
-        return {
-            "event": "done",
-            "exit_code": 0,
-            "external": True,
-            "program": self.program,
-            "ended_by": {0: "itself", -signal.SIGTERM: "SIGTERM", -signal.SIGKILL: "SIGKILL"}.get(code, code),
-            "verified": None,
-        }
-
-    def _ends_with_own_cause(self, within_s: float) -> bool:
-        """Whether it ends within within_s: a server qprof did not end explains the run's end."""
-        deadline = time.monotonic() + within_s
-        while self.proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(POLL_S)
-        return self.proc.poll() is not None and not self.ended_by_us
-
-    def raise_exit(self) -> None:
-        """Its end, raised as the error that explains it."""
-        self._exited_early()
-        raise errors.ExternalExited(f"the server program stopped answering; its output is in {self.log_path}.")
+            self.proc.wait()
+            raise errors.ExternalHung(
+                f"the client program was still running {self.hang_s:g} s after the run's end; qprof killed it: "
+                f"make it stop after {{duration_s}} seconds (or {{bytes}} bytes)."
+            ) from None
+        if self.proc.returncode != 0:
+            code = self.proc.returncode
+            how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
+            raise errors.ExternalExited(f"the client program {how}; its output is in {self.log_path}.")
+        return self._done("itself")
 
 
 def _comm(pid: int) -> str:
@@ -269,5 +359,6 @@ def _comm(pid: int) -> str:
         return "gone"
 
 
-def server_argv(opts, addr: str, port: int, cert: str, key: str) -> List[str]:
-    return external.argv(opts.server_cmd, external.values(opts, addr, port, cert, key))
+def program_argv(opts, role: str, addr: str, port: int, cert: str, key: str) -> List[str]:
+    """The role's program's command line in this run (describe/external.py)."""
+    return external.argv(external.template(opts, role), external.values(opts, addr, port, cert, key, role), role)

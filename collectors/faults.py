@@ -7,7 +7,8 @@ the server refuses, the GSO/GRO interposer left out, a server checking
 against another pattern, a frozen sender, a kernel without netem, a
 workload claiming kTLS it never enabled, a guest out of time, a quic
 server that keeps encryption on, a TCP server that accepts one
-connection), so the
+connection, a program in a side's place given 1 s to listen, connect or
+end), so the
 tests see qprof's real handling of it."""
 
 import os
@@ -28,6 +29,7 @@ FAULTS = (
     "guest-deadline",
     "encrypt-one-side",
     "one-accept",
+    "impatient",
 )
 # qprof-wl's pattern period is max(--io-size, this) (workloads/wl.h, WL_PAT_PERIOD_MIN).
 PATTERN_PERIOD_MIN = 64 << 10
@@ -88,6 +90,16 @@ class Faults:
     @property
     def one_accept(self) -> bool:  # the TCP server accepts its first connection only (later ones wait, handshaking)
         return self.name == "one-accept"
+
+    @property
+    def impatient(self) -> bool:  # a program of the user's is given 1 s to listen, connect or end
+        return self.name == "impatient"
+
+    def patience(self, wait_s: float) -> float:
+        """How long qprof waits on a program of the user's (--server-cmd,
+        --client-cmd) to listen, connect or end: the impatient fault's 1 s,
+        for the tests of each such wait's verdict (tests/test_external.py)."""
+        return 1.0 if self.impatient else wait_s
 
     def argv(self) -> List[str]:
         """The same faults for a qprof started elsewhere (the guest)."""

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: GPL-2.0-only
 """What only this machine can answer about a resolved plan, before
 anything starts: root, the workload built, kernel TLS, the TCP congestion
-control asked for, the qdiscs a --link needs, --server-cmd's program. A guest run leaves the
+control asked for, the qdiscs a --link needs, --server-cmd's or --client-cmd's program. A guest run leaves the
 kernel's questions to the guest's kernel (a refusal there comes back with
 its sentence). describe/plan.py has checked everything else."""
 
@@ -33,9 +33,10 @@ def check(plan: Plan, faults: Faults = NO_FAULTS) -> Path:
             paths.plugin_library(fp.stack.plugin)
     if opts.msquic is not None:
         msquic_library(opts.msquic)
-    if opts.server_cmd is not None:
+    role = described_external.role_of(opts)
+    if role is not None:
         # Refused before anything starts; the plan checked its words.
-        external.program_path(described_external.words(opts.server_cmd))
+        external.program_path(described_external.words(described_external.template(opts, role), role), role)
     if opts.cpus is not None and not opts.guest:
         # The guest's own qprof checks its CPUs.
         pinning.check_host(pinning.parse(opts.cpus), os.sched_getaffinity(0))

@@ -106,7 +106,7 @@ def _fixed_size(plan: Plan, ep: Endpoints, emulated, on_progress, faults: Faults
         ep.perf.enable()
     start = _edge("start", ep, emulated)
     client.send("start")
-    connected = client.wait_event("connected", CONNECT_TIMEOUT_S)
+    connected = client.wait_event("connected", faults.patience(CONNECT_TIMEOUT_S))
     faults.sending(_role(ep, direction.senders(opts)[0]).pid)
     on_progress("measuring until the last byte arrives")
     stall_s, check_s = _watchdog(faults)
@@ -139,7 +139,7 @@ def _timed(plan: Plan, ep: Endpoints, emulated, on_progress, faults: Faults, on_
     tls_before = _tls_stat(ep) if ep.single else None
     for c in ep.clients.values():
         c.send("start")
-    connected = {i: c.wait_event("connected", CONNECT_TIMEOUT_S) for i, c in ep.clients.items()}
+    connected = {i: c.wait_event("connected", faults.patience(CONNECT_TIMEOUT_S)) for i, c in ep.clients.items()}
     flows = f"{len(connected)} flows connected" if len(connected) > 1 else "connected"
     on_progress(f"{flows}; warming up {opts.warmup_s:g} s")
     sleep_watching(max(e["t_ns"] for e in connected.values()) + int(opts.warmup_s * 1e9), procs)

@@ -289,7 +289,7 @@ class RemoteLost(QprofError):
     exit_code = 58
 
 
-# A program of the user's in a side's place (--server-cmd,
+# A program of the user's in a side's place (--server-cmd, --client-cmd,
 # collectors/external.py): each way it can fail to be one, its own code.
 
 
@@ -333,6 +333,18 @@ class ExternalAnsweredShort(QprofError):
     """The program ended a stream's answer before the bytes its client asked."""
 
     exit_code = 66
+
+
+class ExternalHung(QprofError):
+    """--client-cmd's program ran on past the run's end; qprof killed it."""
+
+    exit_code = 67
+
+
+class ExternalNoConnection(QprofError):
+    """--client-cmd's program made no connection to the run's server."""
+
+    exit_code = 68
 
 
 class Interrupted(QprofError):

@@ -11,7 +11,7 @@ workload's control thread (wl-control) is left out either way.
 
 from typing import Dict, List, Optional
 
-from qprof.describe import external, transports
+from qprof.describe import transports
 
 SEND = ("sendmsg", "sendmmsg", "sendto", "sendfile", "splice")
 RECV = ("recvmsg", "recvmmsg", "recvfrom")
@@ -202,9 +202,6 @@ def crosscheck(
     for the TLS stacks the ratio is recorded, not expected to be 1. A
     check of received datagrams the probes did not count has no eBPF
     figure and says why (absent_reason)."""
-
-    if own is None:
-        return {"absent_reason": external.ABSENT_REASON}
 
     def received(theirs) -> dict:
         if rx_absent:

@@ -611,6 +611,17 @@ OPTIONS: List[Option] = [
         metavar="CMD",
     ),
     Option(
+        "client-cmd",
+        "text",
+        None,
+        "bulk, QUIC stacks: run this program as the client instead of qprof-wl, in the client's place, "
+        "and profile it: a QUIC performance protocol client (ALPN perf) of any implementation that uploads "
+        "for {duration_s} seconds or {bytes} bytes (--direction up); the server is --stack's qprof-wl, which "
+        "counts what arrives. The same placeholders as --server-cmd",
+        stacks=QUIC_STACKS,
+        metavar="CMD",
+    ),
+    Option(
         "msquic",
         "text",
         None,

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Dict, Optional, Tuple
 
 from qprof import errors
-from qprof.describe import link, mix, offload, options, patterns, transports
+from qprof.describe import external, link, mix, offload, options, patterns, transports
 from qprof.describe.options import RunOptions
 from qprof.describe.transports import UDP_IP_HEADERS
 
@@ -54,11 +54,12 @@ def resolve(opts: RunOptions, cpus: int = 1) -> Plan:
     options.check(opts)
     _hosts(opts)
     if opts.mix:
-        if opts.server_cmd is not None:
-            raise errors.BadMix(
-                "--server-cmd runs one program in the server's place, and a --mix's flows each run their own "
-                "qprof-wl; drop --server-cmd."
-            )
+        for flag, given in (("--server-cmd", opts.server_cmd), ("--client-cmd", opts.client_cmd)):
+            if given is not None:
+                raise errors.BadMix(
+                    f"{flag} runs one program in one side's place, and a --mix's flows each run their own "
+                    f"qprof-wl; drop {flag}."
+                )
         if opts.server_stack is not None:
             raise errors.BadMix(
                 "--server-stack pairs the two sides of one run, and a --mix's flows each name their own stack; "
@@ -99,8 +100,9 @@ def resolve_one(opts: RunOptions) -> Tuple[RunOptions, transports.Stack]:
     _option_rows(opts)
     if opts.server_stack is not None:
         _server_stack(opts)
-    if opts.server_cmd is not None:
-        _one_side_msquic(opts, "the server is --server-cmd's program", "--server-cmd")
+    role = external.role_of(opts)
+    if role is not None:
+        _one_side_msquic(opts, f"the {role} is {external.FLAGS[role]}'s program", external.FLAGS[role])
     return opts, stack
 
 

@@ -123,13 +123,13 @@ def describe_run(m: Measurement, run_path: Path) -> dict:
     if transports.datagram(opts.stack) and not loopback:
         rec["crosscheck"].setdefault("server", {})["udp_drops"] = udp_drops(rec, m.done["client"], m.done["server"])
     rec["offload"] = offload_record(opts, m, rec)
-    server = transports.side_stack(opts, "server")
+    ext = external.role_of(opts)
     rec["floor"] = (
-        floor.figures(opts.stack, m.floor_parts, rec["cpu"], opts.sendfile)
-        if server == opts.stack
+        {"absent": f"{external.absent_reason(ext)}, so its library's crypto, the floor's, is not known"}
+        if ext is not None
+        else floor.figures(opts.stack, m.floor_parts, rec["cpu"], opts.sendfile)
+        if transports.side_stack(opts, "server") == opts.stack
         else {"absent": "a pair of libraries (--server-stack) has no one floor: each side's is its own library's"}
-        if server is not None
-        else {"absent": f"{external.ABSENT_REASON}, so its library's crypto, the floor's, is not known"}
     )
     rec["link"] = link_record(opts, m, rec)
     own = patterns.row(opts).sections
@@ -275,18 +275,21 @@ def build_record(opts, m: Measurement) -> dict:
     client_done, server_done = m.done["client"], m.done["server"]
     nbytes = window.bytes
     stack = transports.STACKS[opts.stack]
-    # None: the server is a program of the user's (--server-cmd).
+    # A program of the user's in one side's place (--server-cmd, --client-cmd), or None.
+    ext = external.role_of(opts)
+    # None: the server is such a program.
     server_stack = transports.STACKS.get(transports.side_stack(opts, "server"))
     env = copy.deepcopy(m.environment)
     if stack.is_quic:
+        # (An external client's "connected" is its server's: --stack's library.)
         env["quic_library"] = quic_library(opts, stack, connected, client_done, server_done)
-        if server_stack is None:
-            env["quic_library"]["server"] = {
+        if ext is not None:
+            env["quic_library"][ext] = {
                 "name": None,
                 "version": None,
                 "crypto": None,
-                "program": server_done.get("program"),
-                "absent_reason": external.ABSENT_REASON,
+                "program": m.done[ext].get("program"),
+                "absent_reason": external.absent_reason(ext),
             }
         elif server_stack is not stack:
             # A pair (--server-stack): the server's own, as its report says it.
@@ -335,10 +338,13 @@ def build_record(opts, m: Measurement) -> dict:
         # arrived passed the content check, and no more arrived than were
         # sent; loss is a figure.
         verified = got.get("verified") is True and got["app_bytes"] <= gave["app_bytes"]
-    elif server_stack is None:
+    elif ext == "server":
         # --server-cmd: the client counted the answer's bytes, each stream
         # whole (--verify size); the program's own count is not seen.
         verified = got.get("verified") is True and got["streams_completed"] == expected
+    elif ext == "client":
+        # --client-cmd: the server counted each stream whole, as many as the program opened.
+        verified = got.get("verified") is True and got["streams_completed"] >= 1
     else:
         verified = row.verified(got, gave, opts, expected)
     if receiver != "both" and not verified:
@@ -364,7 +370,7 @@ def build_record(opts, m: Measurement) -> dict:
         "bytes_sent": sent,
         "direction": direction_record(opts, window),
         "verified": verified,
-        "verification": "sizes" if server_stack is None else "content",
+        "verification": "sizes" if ext is not None else "content",
         "window_s": window.seconds,
         "cpu_window_s": window.cpu_seconds,
         "throughput_gbps": nbytes * 8 / window.seconds / 1e9 if window.seconds > 0 else None,
@@ -669,6 +675,9 @@ def derive_probe_figures(rec: dict, pids: dict, senders=("client",), stacks: Opt
             rx_absent=rx_absent,
         )
         own = rec["workload"][side]["window"]
+        if own is None:
+            # A program of the user's (--server-cmd, --client-cmd): no count of its own to check.
+            return calls, f, {"absent_reason": external.absent_reason(side)}
         sends = side in senders
         # Each side's own library's counters (a pair's two: --server-stack).
         name = (stacks or {}).get(side, stack.name)

@@ -93,9 +93,9 @@ def sessions(stack_name: Optional[str]) -> bool:
 
 def side_stack(opts, side: str) -> Optional[str]:
     """The stack a side runs: --stack's, or the server's own
-    (--server-stack); None for a program of the user's (--server-cmd),
-    which is no row of qprof's."""
-    if side == "server" and getattr(opts, "server_cmd", None):
+    (--server-stack); None for a program of the user's (--server-cmd,
+    --client-cmd), which is no row of qprof's."""
+    if getattr(opts, f"{side}_cmd", None):
         return None
     if side == "server" and getattr(opts, "server_stack", None):
         return opts.server_stack

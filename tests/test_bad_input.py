@@ -333,6 +333,13 @@ def test_an_external_server_is_refused_where_it_cannot_run():
     refused(["--server-cmd", "perf_server -p {prot}"], BAD_VALUE, ["{prot}", "{port}"])
     refused(["--server-cmd", "perf_server 'unbalanced"], BAD_VALUE, ["does not parse", "quotes"])
     refused(["--server-cmd", ""], BAD_VALUE, ["empty"])
+    # --client-cmd: the client sends (up), to --stack's qprof-wl server; one side is always qprof-wl's.
+    ccmd = ["--client-cmd", "perf_client -t {addr} -p {port} -d {duration_s}"]
+    assert run_plan("--stack", "quic", *ccmd).options.direction == "up"
+    refused([*ccmd, "--direction", "down"], STACK_CANNOT, ["--direction down", "the client sends"])
+    refused([*ccmd, *cmd], STACK_CANNOT, ["--server-cmd and --client-cmd together", "drop one"])
+    refused([*ccmd, "--mix", "quic:1"], errors.BadMix.exit_code, ["drop --client-cmd"])
+    refused(["--client-cmd", "perf_client {duration}"], BAD_VALUE, ["--client-cmd names {duration}"])
 
 
 @pytest.mark.unit

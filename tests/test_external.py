@@ -1,13 +1,15 @@
 # SPDX-License-Identifier: GPL-2.0-only
-"""--server-cmd: a program qprof does not build, in the server's place,
-profiled beside --stack's qprof-wl client through the QUIC performance
-protocol (docs/own-implementation.md).
+"""--server-cmd and --client-cmd: a program qprof does not build, in one
+side's place, profiled beside --stack's qprof-wl on the other through
+the QUIC performance protocol (docs/own-implementation.md).
 
 The programs are qprof-wl itself, started as a plain command that qprof
 knows nothing of (the docs page's example, run as written), and a perf
 server in another implementation, aioquic's (tests/perf_peer.py). Every
-way a program can fail to be a server is held to its exit code, its
-sentence and nothing left behind (the runs_dir fixture's leftovers())."""
+way a program can fail to be a server or a client is held to its exit
+code, its sentence and nothing left behind (the runs_dir fixture's
+leftovers()); the waits for one to listen, connect or end are the
+impatient fault's 1 s (collectors/faults.py) rather than their 10-15."""
 
 import re
 import shlex
@@ -24,15 +26,16 @@ pytestmark = [pytest.mark.system, needs_build]
 PAGE = REPO / "docs" / "own-implementation.md"
 PEER = f"{sys.executable} {REPO / 'tests' / 'perf_peer.py'}" + " --addr {addr} --port {port} --cert {cert} --key {key}"
 WL = "./build/bin/qprof-wl --stack quic --role server --addr {addr} --cert {cert} --key {key}"
+WL_CLIENT = "./build/bin/qprof-wl --stack quinn --role client --addr {addr} --port {port} --direction up"
 QUICK = ("--duration", "0.5s", "--warmup", "0.3s", "--probes", "none", "--sample-hz", "0")
 # A capture on this VM's sample-losing CPU is weighted and says so.
 SAMPLING_WARNINGS = r"incomplete|samples|weighted"
 
 
-def example() -> list:
-    """The page's worked example, its arguments after `qprof run`."""
-    block = re.search(r"```sh\n(qprof run .*?)\n```", PAGE.read_text(), re.S).group(1)
-    words = shlex.split(block.replace("\\\n", " "))
+def example(flag: str) -> list:
+    """The page's worked example of flag, its arguments after `qprof run`."""
+    blocks = re.findall(r"```sh\n(qprof run .*?)\n```", PAGE.read_text(), re.S)
+    words = next(shlex.split(b.replace("\\\n", " ")) for b in blocks if flag in b)
     assert words[:2] == ["qprof", "run"], words
     return words[2:]
 
@@ -49,34 +52,38 @@ def run_here(runs_dir, *args) -> dict:
     return rec
 
 
-def holds_an_external_server(rec: dict, program: str) -> None:
-    """What a run with --server-cmd says of its server, whatever it is."""
+def holds_an_external_side(rec: dict, side: str, program: str) -> None:
+    """What a run with --server-cmd or --client-cmd says of that side,
+    whatever program it is: it sent, and qprof-wl's side counted."""
+    ours = "client" if side == "server" else "server"
+    way = "down" if side == "server" else "up"
     assert rec["verified"] is True and rec["verification"] == "sizes", rec["verification"]
-    assert rec["config"]["direction"] == "down" and rec["config"]["proto"] == "perf"
-    assert rec["direction"]["down"]["bytes"] == rec["bytes"] > 0
-    # The client counted every byte it asked for, each stream whole.
-    client = rec["workload"]["client"]["report"]
-    assert client["verified"] is True and client["app_bytes"] >= rec["bytes"], client
+    assert rec["config"]["direction"] == way and rec["config"]["proto"] == "perf"
+    assert rec["direction"][way]["bytes"] == rec["bytes"] > 0
+    # qprof-wl counted every byte, each stream whole.
+    counted = rec["workload"][ours]["report"]
+    assert counted["verified"] is True and counted["app_bytes"] >= rec["bytes"], counted
+    assert rec["crosscheck"][ours]["source"], rec["crosscheck"][ours]
     # Nothing the program alone could count is made up.
-    assert rec["bytes_sent"] is None and rec["workload"]["server"]["window"] is None
-    server = rec["environment"]["quic_library"]["server"]
-    assert server["name"] is None and server["program"].endswith(program) and server["absent_reason"], server
-    assert "absent_reason" in rec["crosscheck"]["server"] and "absent" in rec["floor"], rec["floor"]
-    assert rec["transport"]["quic_settings"]["server"] is None
+    assert rec["bytes_sent"] is None and rec["workload"][side]["window"] is None
+    lib = rec["environment"]["quic_library"][side]
+    assert lib["name"] is None and lib["program"].endswith(program) and lib["absent_reason"], lib
+    assert "absent_reason" in rec["crosscheck"][side] and "absent" in rec["floor"], rec["floor"]
+    assert rec["transport"]["quic_settings"][side] is None
     # Measured by its pid: its CPU, and the syscalls probe saw it send at
-    # least the bytes its client counted (their QUIC packets' payload).
+    # least the bytes qprof-wl counted (their QUIC packets' payload).
     # (schedstat's ns: a short window has too few of /proc's ticks for the rest.)
-    assert rec["cpu"]["server"]["oncpu_schedstat_s"] > 0 and rec["cpu"]["server"]["ns_per_byte"]["oncpu"] > 0
-    assert rec["syscalls"]["server"]["send_bytes"] >= rec["bytes"], rec["syscalls"]["server"]
-    assert rec["workload"]["server"]["report"]["external"] is True
+    assert rec["cpu"][side]["oncpu_schedstat_s"] > 0 and rec["cpu"][side]["ns_per_byte"]["oncpu"] > 0
+    assert rec["syscalls"][side]["send_bytes"] >= rec["bytes"], rec["syscalls"][side]
+    assert rec["workload"][side]["report"]["external"] is True
 
 
 def test_the_pages_example_profiles_a_program_qprof_cannot_see_into(runs_dir):
     """docs/own-implementation.md's example as written: qprof-wl's quiche
     server as a plain program, an msquic client asking for its bytes."""
-    args = example()
+    args = example("--server-cmd")
     rec = run_here(runs_dir, *args)
-    holds_an_external_server(rec, "qprof-wl")
+    holds_an_external_side(rec, "server", "qprof-wl")
     assert rec["stack"] == "quic" and rec["config"]["server_cmd"] == args[args.index("--server-cmd") + 1]
     # Its threads are the program's: qprof-wl's, under perf and the cputhread probe.
     threads = rec["cpu_threads"]["server"]["threads"]
@@ -91,15 +98,25 @@ def test_a_perf_server_of_another_implementation(runs_dir):
     """aioquic's perf server (Python), a fixed size: every byte asked for
     arrived, counted by the client; the server's CPU is the interpreter's."""
     rec = run_here(runs_dir, "--stack", "quinn", "--bytes", "3M", "--server-cmd", PEER)
-    holds_an_external_server(rec, sys.executable.rsplit("/", 1)[-1])
+    holds_an_external_side(rec, "server", sys.executable.rsplit("/", 1)[-1])
     assert rec["bytes"] == 3 << 20
+
+
+def test_a_client_program_qprof_cannot_see_into(runs_dir):
+    """The page's example of a client: qprof-wl's quinn client as a plain
+    program, uploading for the {duration_ms} the run gives it, to an
+    msquic server that counts."""
+    rec = run_here(runs_dir, *example("--client-cmd"))
+    holds_an_external_side(rec, "client", "qprof-wl")
+    threads = rec["cpu_threads"]["client"]["threads"]
+    assert threads and all(t["comm"].startswith("qprof-wl") for t in threads), threads
 
 
 @pytest.mark.parametrize(
     "case,server_cmd,extra,code,words",
     [
         ("exits at once", "false", (), 61, ["the server program exited with code 1 before the run was over"]),
-        ("never listens", "sleep 61.25", (), 62, ["bound no UDP port within 10 s", "the run's is"]),
+        ("never listens", "sleep 61.25", (), 62, ["bound no UDP port within 1 s", "the run's is"]),
         ("another port", WL + " --port 4999", (), 63, ["listens on UDP port 4999, not the run's", "{port}"]),
         (
             "leaves a child",
@@ -125,7 +142,35 @@ def test_a_program_that_is_no_server(runs_dir, case, server_cmd, extra, code, wo
     args = [*QUICK, "--server-cmd", server_cmd]
     if extra:
         args = ["--probes", "none", "--sample-hz", "0", "--server-cmd", server_cmd, *extra]
-    r = qprof("run", "--stack", "quic", *args, runs_dir=runs_dir, cwd=REPO)
+    r = qprof("run", "--inject-fault", "impatient", "--stack", "quic", *args, runs_dir=runs_dir, cwd=REPO)
+    assert r.returncode == code, (case, r.stderr)
+    line = one_sentence(r.stderr)
+    for w in words:
+        assert w in line, (case, line)
+    assert run_statuses(runs_dir) == ["incomplete"]
+    left = subprocess.run(["pgrep", "-f", "sleep 61"], capture_output=True, text=True).stdout
+    assert left == "", left
+
+
+@pytest.mark.parametrize(
+    "case,client_cmd,code,words",
+    [
+        ("exits at once", "false", 61, ["the client program exited with code 1 before the run was over"]),
+        ("never connects", "sleep 61.25", 68, ["made no connection to the server within 1 s", "{port}"]),
+        ("another ALPN", WL_CLIENT + " --proto qprof --duration-ms 500", 61, ["exited with code 4", "client.log"]),
+        ("runs past its end", WL_CLIENT + " --proto perf --duration-ms 60000", 67, ["still running 2 s after"]),
+        (
+            "leaves a child",
+            f"sh -c 'sleep 61.5 & exec {WL_CLIENT} --proto perf --duration-ms {{duration_ms}}'",
+            64,
+            ["the client program left 1 process of its own behind", "(sleep)"],
+        ),
+    ],
+)
+def test_a_program_that_is_no_client(runs_dir, case, client_cmd, code, words):
+    """As test_a_program_that_is_no_server, the client's ways."""
+    args = [*QUICK, "--client-cmd", client_cmd]
+    r = qprof("run", "--inject-fault", "impatient", "--stack", "quic", *args, runs_dir=runs_dir, cwd=REPO)
     assert r.returncode == code, (case, r.stderr)
     line = one_sentence(r.stderr)
     for w in words:
@@ -138,3 +183,4 @@ def test_a_program_that_is_no_server(runs_dir, case, server_cmd, extra, code, wo
 def test_a_program_not_found_is_refused_before_anything_runs(runs_dir):
     refused_run(runs_dir, ["--stack", "quic", "--server-cmd", "no-such-perf-server -p {port}"], 60, ["not found"])
     refused_run(runs_dir, ["--stack", "quic", "--server-cmd", "perf_server -p {prot}"], 4, ["{prot}", "{port}"])
+    refused_run(runs_dir, ["--stack", "quic", "--client-cmd", "no-such-perf-client {addr}"], 60, ["--client-cmd's"])
