@@ -48,6 +48,7 @@
 #include <openssl/ssl.h>
 #include <tquic.h>
 
+#include "../wl_quiclib.h"
 #include "../wl_transport.h"
 #include "../wl_udpio.h"
 
@@ -73,25 +74,15 @@
 /* The tquic version the build took (workloads/rs/tquic-ffi). */
 const char *qprof_tquic_version(void);
 
-/* A message on a stream, kept until tquic has taken all of it. */
-struct msg {
-	struct msg *next;
-	uint32_t hlen, blen, done; /* done: its bytes tquic has taken */
-	const uint8_t *body;
-	void *tag;
-	uint8_t hdr[WL_HDR_MAX];
-};
-
 struct wl_stream {
 	struct wl_conn *c;
 	struct wl_stream *next;
 	int64_t id; /* -1: not yet made in tquic */
 	const struct wl_stream_handlers *hd;
 	void *ctx;
-	bool send_only, recv_only, uni_open;
-	struct msg *head, *tail;
-	uint64_t queued;
-	bool fin_req, fin_written, peer_fin, aborted, abort_req, abort_done;
+	bool send_only, recv_only;
+	struct wl_msgq q; /* what waits until tquic takes it */
+	bool peer_fin, aborted, abort_req, abort_done;
 	bool owe_writable, want;
 };
 
@@ -108,7 +99,7 @@ struct wl_conn {
 	uint64_t t_connect;
 	bool pending; /* client: quic_endpoint_connect to come */
 	bool dead;    /* over: finished at the end of the pass */
-	bool close_req, stats, bad_suite;
+	bool close_req, stats;
 	uint64_t close_code;
 	struct wl_conn *next;
 	uint64_t counts[3]; /* its part of N.sum: sent, lost packets, lost bytes */
@@ -133,16 +124,12 @@ static struct {
 	uint64_t armed;
 	int busy;
 	bool again;
-	unsigned bad_suites; /* handshakes that ran another suite */
-	pthread_mutex_t lock;
-	struct wl_conn *stats_conn;
-	uint64_t sum[3];
-	bool have_levels;
-	uint64_t levels[3]; /* cwnd, smoothed RTT (us), max send payload */
-	char group[64];
+	unsigned bad_suites;	    /* handshakes that ran another suite */
+	struct wl_quic_sums sums;   /* what marks report */
+	struct wl_conn *stats_conn; /* under sums.lock */
 	uint8_t *session;
 	size_t session_len;
-} N = {.listen_fd = -1, .timer = -1, .lock = PTHREAD_MUTEX_INITIALIZER};
+} N = {.listen_fd = -1, .timer = -1, .sums.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static void pump(void);
 
@@ -150,76 +137,39 @@ static void pump(void);
 
 static void json_library(struct wl_json *j)
 {
-	struct wl_json p;
 	char crypto[160];
+	const struct wl_quic_desc d = {
+		.name = "tquic",
+		.version = qprof_tquic_version(),
+		.crypto = crypto,
+		.cipher = CIPHER,
+		.conn_window = CONN_WINDOW,
+		.stream_window = STREAM_WINDOW,
+		.streams_uni = MAX_STREAMS,
+		.streams_bidi = N.server && N.acc.peer_bidi_streams > MAX_STREAMS
+					? N.acc.peer_bidi_streams
+					: MAX_STREAMS,
+		.max_datagram = MAX_DATAGRAM,
+		.idle_timeout_ms = IDLE_TIMEOUT_MS,
+		.send_batch = SEND_BATCH,
+		.congestion_control = "bbr", /* tquic's defaults, as its tools run it */
+		.pacing = true,
+	};
 
-	wl_json_begin(&p);
-	wl_json_str(&p, "name", "tquic");
-	wl_json_str(&p, "version", qprof_tquic_version());
 	snprintf(crypto, sizeof(crypto),
 		 "BoringSSL as tquic %s vendors and builds it (BORINGSSL_API_VERSION %d)",
 		 qprof_tquic_version(), BORINGSSL_API_VERSION);
-	wl_json_str(&p, "crypto", crypto);
-	wl_json_str(&p, "cipher", CIPHER);
-	pthread_mutex_lock(&N.lock);
-	if (N.group[0])
-		wl_json_str(&p, "key_exchange", N.group);
-	pthread_mutex_unlock(&N.lock);
-	wl_json_raw(j, "quic_library", wl_json_end(&p));
-	wl_json_begin(&p);
-	wl_json_u64(&p, "initial_max_data", CONN_WINDOW);
-	wl_json_u64(&p, "max_connection_window", CONN_WINDOW);
-	wl_json_u64(&p, "initial_max_stream_data_uni", STREAM_WINDOW);
-	wl_json_u64(&p, "initial_max_stream_data_bidi", STREAM_WINDOW);
-	wl_json_u64(&p, "max_stream_window", STREAM_WINDOW);
-	wl_json_u64(&p, "initial_max_streams_uni", MAX_STREAMS);
-	wl_json_u64(&p, "initial_max_streams_bidi",
-		    N.server && N.acc.peer_bidi_streams > MAX_STREAMS ? N.acc.peer_bidi_streams
-								      : MAX_STREAMS);
-	wl_json_u64(&p, "max_send_udp_payload_size", MAX_DATAGRAM);
-	wl_json_u64(&p, "max_idle_timeout_ms", IDLE_TIMEOUT_MS);
-	wl_json_u64(&p, "send_batch_size", SEND_BATCH);
-	/* tquic's defaults, as its tools run it */
-	wl_json_str(&p, "congestion_control", "bbr");
-	wl_json_bool(&p, "pacing", true);
-	wl_json_bool(&p, "encryption", true);
-	wl_json_u64(&p, "socket_send_buffer", (uint64_t)N.io.sndbuf);
-	wl_json_u64(&p, "socket_recv_buffer", (uint64_t)N.io.rcvbuf);
-	wl_json_raw(j, "quic_settings", wl_json_end(&p));
-	wl_json_bool(j, "send_segmentation", N.io.gso);
-	wl_json_bool(j, "recv_coalescing", N.io.gro && N.io.gro_seen);
+	wl_quic_json_library(j, &d, &N.sums, &N.io);
 }
 
 static void t_json_mark(struct wl_json *j)
 {
-	uint64_t sum[3], levels[3];
-	struct wl_json p;
-	bool have;
-
-	pthread_mutex_lock(&N.lock);
-	memcpy(sum, N.sum, sizeof(sum));
-	memcpy(levels, N.levels, sizeof(levels));
-	have = N.have_levels;
-	pthread_mutex_unlock(&N.lock);
-	wl_json_begin(&p);
-	wl_udp_io_json(&N.io, &p);
-	wl_json_u64(&p, "sent_packets", sum[0]);
-	wl_json_u64(&p, "lost_packets", sum[1]);
-	wl_json_u64(&p, "lost_bytes", sum[2]);
-	if (have) {
-		wl_json_u64(&p, "cwnd", levels[0]);
-		wl_json_u64(&p, "rtt_us", levels[1]);
-		wl_json_u64(&p, "current_mtu", levels[2]);
-	}
-	wl_json_raw(j, "quic_stats", wl_json_end(&p));
+	wl_quic_sums_json(&N.sums, &N.io, j);
 }
 
 static void t_json_done(struct wl_json *j, const struct wl_end *last)
 {
-	if (last && last->closed_by_transport)
-		wl_json_str(j, "transport_status", last->transport_status);
-	if (last && last->closed_by_peer)
-		wl_json_u64(j, "peer_error_code", last->peer_error);
+	wl_quic_json_end(j, last);
 	json_library(j);
 	t_json_mark(j);
 }
@@ -228,8 +178,9 @@ static void t_json_done(struct wl_json *j, const struct wl_end *last)
 static void snapshot(struct wl_conn *c)
 {
 	const quic_conn_stats_t *st;
-	uint64_t now[3];
-	size_t i;
+	const quic_path_stats_t *ps = NULL;
+	quic_path_address_t pa;
+	uint64_t now[3], levels[3];
 
 	if (!c->qc || !(st = quic_conn_stats(c->qc)))
 		return;
@@ -237,39 +188,23 @@ static void snapshot(struct wl_conn *c)
 	now[1] = st->lost_count;
 	now[2] = st->lost_bytes;
 	c->received = st->recv_count;
-	pthread_mutex_lock(&N.lock);
-	for (i = 0; i < 3; i++) {
-		N.sum[i] += now[i] - c->counts[i];
-		c->counts[i] = now[i];
+	if (c->stats && quic_conn_active_path(c->qc, &pa))
+		ps = quic_conn_path_stats(c->qc, (struct sockaddr *)&pa.local_addr,
+					  pa.local_addr_len, (struct sockaddr *)&pa.remote_addr,
+					  pa.remote_addr_len);
+	if (ps) {
+		levels[0] = ps->final_cwnd;
+		levels[1] = ps->srtt / 1000;
+		levels[2] = MAX_DATAGRAM;
 	}
-	if (c->stats) {
-		quic_path_address_t pa;
-		const quic_path_stats_t *ps =
-			quic_conn_active_path(c->qc, &pa)
-				? quic_conn_path_stats(c->qc, (struct sockaddr *)&pa.local_addr,
-						       pa.local_addr_len,
-						       (struct sockaddr *)&pa.remote_addr,
-						       pa.remote_addr_len)
-				: NULL;
-
-		if (ps) {
-			N.levels[0] = ps->final_cwnd;
-			N.levels[1] = ps->srtt / 1000;
-			N.levels[2] = MAX_DATAGRAM;
-			N.have_levels = true;
-		}
-	}
-	pthread_mutex_unlock(&N.lock);
+	wl_quic_sums_add(&N.sums, c->counts, now, ps ? levels : NULL);
 }
 
 /* Ends */
 
 static void set_transport_end(struct wl_conn *c, const char *why)
 {
-	if (c->end.closed_by_transport || c->end.closed_by_peer)
-		return;
-	c->end.closed_by_transport = true;
-	c->end.transport_status = why;
+	wl_end_transport(&c->end, why);
 }
 
 /* What ended the connection, as tquic says it, into c->end. */
@@ -331,18 +266,21 @@ static struct wl_stream *stream_of(struct wl_conn *c, uint64_t id)
 	return NULL;
 }
 
+/* A message's sent handler (wl_msgq_write's, wl_msgq_clear's). */
+static void msgq_sent(void *arg, void *tag, bool canceled)
+{
+	struct wl_stream *s = arg;
+
+	if (s->hd && s->hd->sent)
+		s->hd->sent(s, s->ctx, tag, canceled);
+}
+
 /* s's closed handler, then s gone. */
 static void stream_end(struct wl_stream *s, bool graceful)
 {
 	struct wl_stream **pp;
-	struct msg *m;
 
-	while ((m = s->head)) {
-		s->head = m->next;
-		if (m->tag && s->hd && s->hd->sent)
-			s->hd->sent(s, s->ctx, m->tag, true);
-		free(m);
-	}
+	wl_msgq_clear(&s->q, msgq_sent, s);
 	if (s->hd && s->hd->closed)
 		s->hd->closed(s, s->ctx, graceful);
 	for (pp = &s->c->streams; *pp && *pp != s; pp = &(*pp)->next)
@@ -356,12 +294,12 @@ static size_t t_room(struct wl_stream *s)
 {
 	ssize_t cap;
 
-	if (s->c->dead || s->fin_req || s->aborted || s->recv_only)
+	if (s->c->dead || s->q.fin_req || s->aborted || s->recv_only)
 		return 0;
 	if (s->id < 0 || !s->c->qc)
-		return STREAM_WINDOW > s->queued ? (size_t)(STREAM_WINDOW - s->queued) : 0;
+		return STREAM_WINDOW > s->q.queued ? (size_t)(STREAM_WINDOW - s->q.queued) : 0;
 	cap = quic_stream_capacity(s->c->qc, (uint64_t)s->id);
-	return cap > 0 && (uint64_t)cap > s->queued ? (size_t)((uint64_t)cap - s->queued) : 0;
+	return cap > 0 && (uint64_t)cap > s->q.queued ? (size_t)((uint64_t)cap - s->q.queued) : 0;
 }
 
 static int64_t t_stream_id(struct wl_stream *s)
@@ -379,68 +317,38 @@ static void peer_aborted(struct wl_stream *s)
 	s->abort_req = true;
 }
 
+/* wl_msgq_write's hand to tquic: no more than the stream's room (tquic copies all it is given first). */
+static ssize_t msgq_take(void *arg, const uint8_t *p, size_t len, bool fin)
+{
+	struct wl_stream *s = arg;
+	ssize_t cap = len ? quic_stream_capacity(s->c->qc, (uint64_t)s->id) : 0, n;
+
+	if (cap == ERR_STREAM_STOPPED || cap == ERR_STREAM_RESET)
+		return WL_MSGQ_ABORTED;
+	if (len && cap <= 0)
+		return WL_MSGQ_FULL; /* on when the peer's ACKs and credit come */
+	if (len && (size_t)cap < len) {
+		len = (size_t)cap;
+		fin = false;
+	}
+	n = quic_stream_write(s->c->qc, (uint64_t)s->id, p, len, fin);
+	if (n == ERR_STREAM_STOPPED || n == ERR_STREAM_RESET)
+		return WL_MSGQ_ABORTED;
+	if (n == ERR_DONE || (n == 0 && len))
+		return WL_MSGQ_FULL;
+	return n < 0 ? WL_MSGQ_FAILED : n;
+}
+
 /* What waits on s, to tquic, as far as it takes it; the FIN with the last byte. */
 static void stream_write(struct wl_stream *s)
 {
-	quic_conn_t *qc = s->c->qc;
-	struct msg *m;
+	int rv = wl_msgq_write(&s->q, msgq_take, msgq_sent, s);
 
-	while ((m = s->head)) {
-		const uint32_t total = m->hlen + m->blen;
-		const bool last = !m->next && s->fin_req;
-
-		if (m->done < total) {
-			const bool in_hdr = m->done < m->hlen;
-			const uint8_t *p =
-				in_hdr ? m->hdr + m->done : m->body + (m->done - m->hlen);
-			size_t len = in_hdr ? m->hlen - m->done : total - m->done;
-			ssize_t cap = quic_stream_capacity(qc, (uint64_t)s->id);
-			bool fin;
-			ssize_t n;
-
-			/* tquic copies all it is given before it takes what fits: no more than fits. */
-			if (cap == ERR_STREAM_STOPPED || cap == ERR_STREAM_RESET) {
-				peer_aborted(s);
-				return;
-			}
-			if (cap <= 0)
-				return; /* on when the peer's ACKs and credit come */
-			if ((size_t)cap < len)
-				len = (size_t)cap;
-			fin = last && m->done + len == total;
-			n = quic_stream_write(qc, (uint64_t)s->id, p, len, fin);
-			if (n == ERR_STREAM_STOPPED || n == ERR_STREAM_RESET) {
-				peer_aborted(s);
-				return;
-			}
-			if (n == ERR_DONE || n == 0)
-				return;
-			if (n < 0) {
-				set_transport_end(s->c, "tquic refused a stream's data");
-				s->c->dead = true;
-				return;
-			}
-			m->done += (uint32_t)n;
-			s->queued -= (uint64_t)n;
-			if (fin && (size_t)n == len)
-				s->fin_written = true;
-			if (m->done < total)
-				continue;
-		}
-		s->head = m->next;
-		if (!s->head)
-			s->tail = NULL;
-		if (m->tag && s->hd && s->hd->sent)
-			s->hd->sent(s, s->ctx, m->tag, false);
-		free(m);
-	}
-	if (s->fin_req && !s->fin_written) {
-		ssize_t n = quic_stream_write(qc, (uint64_t)s->id, NULL, 0, true);
-
-		if (n >= 0)
-			s->fin_written = true;
-		else if (n == ERR_STREAM_STOPPED || n == ERR_STREAM_RESET)
-			peer_aborted(s);
+	if (rv == WL_MSGQ_ABORTED) {
+		peer_aborted(s);
+	} else if (rv == WL_MSGQ_FAILED) {
+		set_transport_end(s->c, "tquic refused a stream's data");
+		s->c->dead = true;
 	}
 }
 
@@ -461,16 +369,16 @@ static void stream_serve(struct wl_stream *s)
 	if (s->abort_done || s->aborted || s->recv_only || s->id < 0 || s->c->dead)
 		return;
 	do {
-		if (s->head || (s->fin_req && !s->fin_written))
+		if (s->q.head || (s->q.fin_req && !s->q.fin_written))
 			stream_write(s);
-		if (s->aborted || s->c->dead || s->head || s->fin_req || !s->hd ||
+		if (s->aborted || s->c->dead || s->q.head || s->q.fin_req || !s->hd ||
 		    !s->hd->writable || t_room(s) == 0)
 			break;
 		s->owe_writable = false;
 		s->hd->writable(s, s->ctx);
-	} while (++rounds < 4 && (s->head || (s->fin_req && !s->fin_written)));
+	} while (++rounds < 4 && (s->q.head || (s->q.fin_req && !s->q.fin_written)));
 	want_write(s, !s->aborted && !s->c->dead &&
-			      (s->head || (s->fin_req && !s->fin_written) || !s->fin_req));
+			      (s->q.head || (s->q.fin_req && !s->q.fin_written) || !s->q.fin_req));
 }
 
 /* tquic's callbacks, in quic_endpoint_process_connections (and _recv, _connect) */
@@ -524,10 +432,10 @@ static void on_conn_created(void *tctx, quic_conn_t *qc)
 	quic_conn_set_context(qc, c);
 	c->next = N.live;
 	N.live = c;
-	pthread_mutex_lock(&N.lock);
+	pthread_mutex_lock(&N.sums.lock);
 	if ((c->flags & WL_CONN_STATS) && !N.stats_conn)
 		N.stats_conn = c, c->stats = true;
-	pthread_mutex_unlock(&N.lock);
+	pthread_mutex_unlock(&N.sums.lock);
 }
 
 static void on_conn_established(void *tctx, quic_conn_t *qc)
@@ -640,7 +548,7 @@ static void on_stream_closed(void *tctx, quic_conn_t *qc, uint64_t id)
 	if (!s)
 		return;
 	stream_end(s, !s->aborted && !s->abort_done && (s->send_only || s->peer_fin) &&
-			      (s->recv_only || s->fin_written));
+			      (s->recv_only || s->q.fin_written));
 }
 
 static void on_new_token(void *tctx, quic_conn_t *qc, const uint8_t *token, size_t len)
@@ -808,7 +716,8 @@ static void conn_asks(struct wl_conn *c)
 			s->want = true;
 			s->owe_writable = true;
 		}
-		if (s->id >= 0 && (s->owe_writable || s->head || (s->fin_req && !s->fin_written)))
+		if (s->id >= 0 &&
+		    (s->owe_writable || s->q.head || (s->q.fin_req && !s->q.fin_written)))
 			stream_serve(s);
 	}
 }
@@ -836,10 +745,10 @@ static void finish(struct wl_conn *c)
 		;
 	if (*pp)
 		*pp = c->next;
-	pthread_mutex_lock(&N.lock);
+	pthread_mutex_lock(&N.sums.lock);
 	if (N.stats_conn == c)
 		N.stats_conn = NULL;
-	pthread_mutex_unlock(&N.lock);
+	pthread_mutex_unlock(&N.sums.lock);
 	c->hd->closed(c, c->ctx, &c->end);
 	free(c);
 }
@@ -979,7 +888,6 @@ static int new_session(SSL *ssl, SSL_SESSION *sess)
 static void handshake_info(const SSL *ssl, int where, int ret)
 {
 	const SSL_CIPHER *cs;
-	const char *group;
 
 	(void)ret;
 	if (!(where & SSL_CB_HANDSHAKE_DONE))
@@ -987,11 +895,7 @@ static void handshake_info(const SSL *ssl, int where, int ret)
 	cs = SSL_get_current_cipher(ssl);
 	if (!cs || SSL_CIPHER_get_protocol_id(cs) != CIPHER_ID)
 		N.bad_suites++;
-	group = SSL_get_curve_name(SSL_get_curve_id(ssl));
-	pthread_mutex_lock(&N.lock);
-	if (group && !N.group[0])
-		snprintf(N.group, sizeof(N.group), "%s", group);
-	pthread_mutex_unlock(&N.lock);
+	wl_quic_sums_group(&N.sums, SSL_get_curve_name(SSL_get_curve_id(ssl)));
 }
 
 static int t_init(const struct wl_opts *o, bool server)
@@ -1155,10 +1059,10 @@ static int t_connect(const struct wl_conn_handlers *h, void *ctx, unsigned flags
 	c->pending = true;
 	c->next = N.live;
 	N.live = c;
-	pthread_mutex_lock(&N.lock);
+	pthread_mutex_lock(&N.sums.lock);
 	if ((flags & WL_CONN_STATS) && !N.stats_conn)
 		N.stats_conn = c, c->stats = true;
-	pthread_mutex_unlock(&N.lock);
+	pthread_mutex_unlock(&N.sums.lock);
 	*out = c;
 	asked(); /* the Initial */
 	return WL_EXIT_OK;
@@ -1184,26 +1088,14 @@ static int t_open(struct wl_conn *c, const struct wl_stream_handlers *h, void *c
 static int t_send(struct wl_stream *s, const uint8_t *hdr, uint32_t hdr_len, const uint8_t *body,
 		  uint32_t body_len, unsigned flags, void *tag)
 {
-	struct msg *m;
+	int code;
 
-	if (s->c->dead || s->fin_req || s->aborted || hdr_len > WL_HDR_MAX)
+	if (s->c->dead || s->q.fin_req || s->aborted || hdr_len > WL_HDR_MAX)
 		return WL_EXIT_CONN_LOST;
-	if (hdr_len || body_len || tag) {
-		if (!(m = malloc(sizeof(*m))))
-			return WL_EXIT_INTERNAL;
-		*m = (struct msg){.hlen = hdr_len, .blen = body_len, .body = body, .tag = tag};
-		memcpy(m->hdr, hdr, hdr_len);
-		if (s->tail)
-			s->tail->next = m;
-		else
-			s->head = m;
-		s->tail = m;
-		s->queued += hdr_len + body_len;
-	}
-	if (flags & WL_SEND_FIN)
-		s->fin_req = true;
-	asked();
-	return WL_EXIT_OK;
+	code = wl_msgq_push(&s->q, hdr, hdr_len, body, body_len, flags & WL_SEND_FIN, tag);
+	if (!code)
+		asked();
+	return code;
 }
 
 static void t_abort(struct wl_stream *s)
