@@ -194,7 +194,7 @@ static void snapshot(struct wl_conn *c)
 					  pa.remote_addr_len);
 	if (ps) {
 		levels[0] = ps->final_cwnd;
-		levels[1] = ps->srtt / 1000;
+		levels[1] = ps->srtt; /* tquic says it in microseconds */
 		levels[2] = MAX_DATAGRAM;
 	}
 	wl_quic_sums_add(&N.sums, c->counts, now, ps ? levels : NULL);
