@@ -49,6 +49,7 @@
 #include <openssl/ssl.h>
 #include <quiche.h>
 
+#include "../wl_boringssl.h"
 #include "../wl_quiclib.h"
 #include "../wl_transport.h"
 #include "../wl_udpio.h"
@@ -69,10 +70,6 @@
 #define HANDSHAKE_TIMEOUT_NS 10000000000ull /* as msquic's (wl_quic.c) */
 #define CIPHER_ID 0x1301		    /* TLS_AES_128_GCM_SHA256 */
 #define CIPHER "TLS13_AES_128_GCM_SHA256"
-
-/* --proto's ALPN (wl_opts.alpn) in its wire form, a length byte first; set by q_init. */
-static uint8_t alpn_wire[16];
-static size_t alpn_wire_len;
 
 /* The boring-sys version the build took (workloads/rs/quiche-ffi). */
 const char *qprof_boring_sys_version(void);
@@ -849,16 +846,6 @@ static void on_listen_fd(int fd, uint32_t events, void *arg)
 
 /* The operations */
 
-static int alpn_select(SSL *ssl, const uint8_t **out, uint8_t *outlen, const uint8_t *in,
-		       unsigned inlen, void *arg)
-{
-	(void)ssl, (void)arg;
-	if (SSL_select_next_proto((uint8_t **)out, outlen, in, inlen, alpn_wire,
-				  (unsigned)alpn_wire_len) != OPENSSL_NPN_NEGOTIATED)
-		return SSL_TLSEXT_ERR_ALERT_FATAL;
-	return SSL_TLSEXT_ERR_OK;
-}
-
 /* Client, --resume: the server's ticket came; its session is the one to offer next. */
 static int new_session(SSL *ssl, SSL_SESSION *sess)
 {
@@ -878,10 +865,6 @@ static int q_init(const struct wl_opts *o, bool server)
 {
 	N.o = o;
 	N.server = server;
-	/* qprof_wl.c sets o->alpn to "qprof" or "perf". */
-	alpn_wire_len = 1 + strlen(o->alpn);
-	alpn_wire[0] = (uint8_t)(alpn_wire_len - 1);
-	memcpy(alpn_wire + 1, o->alpn, alpn_wire_len - 1);
 	N.txbuf = malloc((size_t)GSO_MAX * PKT_MAX + PKT_MAX);
 	N.rxbuf = malloc(RX_BUF);
 	N.appbuf = malloc(APP_BUF);
@@ -893,6 +876,7 @@ static int q_init(const struct wl_opts *o, bool server)
 static int q_setup(void)
 {
 	static const uint16_t suite = CIPHER_ID;
+	int code;
 
 	N.addr.sin_family = AF_INET;
 	N.addr.sin_port = htons((uint16_t)N.o->port);
@@ -906,24 +890,9 @@ static int q_setup(void)
 		wl_warn("BoringSSL refuses TLS_AES_128_GCM_SHA256 alone");
 		return WL_EXIT_TLS_CONFIG;
 	}
-	if (N.server) {
-		if (SSL_CTX_use_certificate_chain_file(N.tls, N.o->cert) != 1 ||
-		    SSL_CTX_use_PrivateKey_file(N.tls, N.o->key, SSL_FILETYPE_PEM) != 1 ||
-		    SSL_CTX_check_private_key(N.tls) != 1) {
-			wl_warn("loading the server certificate %s and key %s failed", N.o->cert,
-				N.o->key);
-			return WL_EXIT_TLS_CONFIG;
-		}
-		SSL_CTX_set_alpn_select_cb(N.tls, alpn_select, NULL);
-	} else {
-		SSL_CTX_set_alpn_protos(N.tls, alpn_wire, (unsigned)alpn_wire_len);
-		/* No chain check: the run's certificate is self-signed (the handshake's signature is). */
-		SSL_CTX_set_verify(N.tls, SSL_VERIFY_NONE, NULL);
-		if (N.o->resume) {
-			SSL_CTX_set_session_cache_mode(N.tls, SSL_SESS_CACHE_CLIENT);
-			SSL_CTX_sess_set_new_cb(N.tls, new_session);
-		}
-	}
+	code = wl_bssl_setup(N.tls, N.o, N.server, new_session);
+	if (code)
+		return code;
 	N.cfg = quiche_config_new(QUICHE_PROTOCOL_VERSION);
 	if (!N.cfg) {
 		wl_warn("quiche refuses its configuration");

@@ -48,6 +48,7 @@
 #include <openssl/ssl.h>
 #include <tquic.h>
 
+#include "../wl_boringssl.h"
 #include "../wl_quiclib.h"
 #include "../wl_transport.h"
 #include "../wl_udpio.h"
@@ -832,21 +833,6 @@ static void on_fd(int fd, uint32_t events, void *arg)
 
 /* The operations */
 
-static int alpn_select(SSL *ssl, const uint8_t **out, uint8_t *outlen, const uint8_t *in,
-		       unsigned inlen, void *arg)
-{
-	static uint8_t wire[16];
-	size_t len = strlen(N.o->alpn);
-
-	(void)ssl, (void)arg;
-	wire[0] = (uint8_t)len;
-	memcpy(wire + 1, N.o->alpn, len);
-	if (SSL_select_next_proto((uint8_t **)out, outlen, in, inlen, wire, (unsigned)len + 1) !=
-	    OPENSSL_NPN_NEGOTIATED)
-		return SSL_TLSEXT_ERR_ALERT_FATAL;
-	return SSL_TLSEXT_ERR_OK;
-}
-
 /* A big-endian length of 8 bytes, then the bytes: tquic's session format. */
 static uint8_t *put_field(uint8_t *p, const uint8_t *b, size_t len)
 {
@@ -912,8 +898,7 @@ static int t_init(const struct wl_opts *o, bool server)
 
 static int tls_setup(void)
 {
-	uint8_t wire[16];
-	size_t len = strlen(N.o->alpn);
+	int code;
 
 	/*
 	 * The BoringSSL tquic vendors has no way to name TLS 1.3's suites: it
@@ -926,25 +911,9 @@ static int tls_setup(void)
 		return WL_EXIT_TLS_CONFIG;
 	}
 	SSL_CTX_set_info_callback(N.tls, handshake_info);
-	if (N.server) {
-		if (SSL_CTX_use_certificate_chain_file(N.tls, N.o->cert) != 1 ||
-		    SSL_CTX_use_PrivateKey_file(N.tls, N.o->key, SSL_FILETYPE_PEM) != 1 ||
-		    SSL_CTX_check_private_key(N.tls) != 1) {
-			wl_warn("loading the server certificate %s and key %s failed", N.o->cert,
-				N.o->key);
-			return WL_EXIT_TLS_CONFIG;
-		}
-		SSL_CTX_set_alpn_select_cb(N.tls, alpn_select, NULL);
-	} else {
-		wire[0] = (uint8_t)len;
-		memcpy(wire + 1, N.o->alpn, len);
-		SSL_CTX_set_alpn_protos(N.tls, wire, (unsigned)len + 1);
-		SSL_CTX_set_verify(N.tls, SSL_VERIFY_NONE, NULL);
-		if (N.o->resume) {
-			SSL_CTX_set_session_cache_mode(N.tls, SSL_SESS_CACHE_CLIENT);
-			SSL_CTX_sess_set_new_cb(N.tls, new_session);
-		}
-	}
+	code = wl_bssl_setup(N.tls, N.o, N.server, new_session);
+	if (code)
+		return code;
 	N.tcfg = quic_tls_config_new_with_ssl_ctx(N.tls);
 	return N.tcfg ? WL_EXIT_OK : WL_EXIT_TLS_CONFIG;
 }
