@@ -103,7 +103,7 @@ struct wl_conn {
 	bool close_req, stats;
 	uint64_t close_code;
 	struct wl_conn *next;
-	uint64_t counts[3]; /* its part of N.sum: sent, lost packets, lost bytes */
+	uint64_t counts[3]; /* its part of N.sums: sent, lost packets, lost bytes */
 	uint64_t received;  /* packets, as of its last snapshot */
 	bool resumed;	    /* its handshake resumed a session */
 };
