@@ -110,7 +110,7 @@ struct wl_conn {
 	uint8_t cid[CIDLEN], odcid[QUICHE_MAX_CONN_ID_LEN];
 	size_t odcid_len;
 	struct wl_conn *next, *tnext; /* server: the live ones; touched in a read */
-	uint64_t counts[3];	      /* its part of N.sum: sent, lost packets, lost bytes */
+	uint64_t counts[3];	      /* its part of N.sums: sent, lost packets, lost bytes */
 };
 
 static struct {
