@@ -4,7 +4,8 @@
 #   fetch     every crate the build needs (crates.io), so `build` runs offline
 #   build     msquic (from crates.io, with cmake), the workload, and the
 #             transports of the other QUIC implementations from crates.io (quinn's;
-#             quiche's, whose boring-sys builds BoringSSL with cmake, g++ and git)
+#             quiche's, whose boring-sys builds BoringSSL with cmake, g++ and git;
+#             tquic's, which builds the BoringSSL it vendors with cmake)
 #             and from the Go module proxy (quic-go's, with the Go its go.mod names)
 #   run       build, then `qprof run --stack quic`
 #   lint      ruff (Python) and clang-format (C) check the style
@@ -117,6 +118,13 @@ $(QUICHE_PLUGIN): workloads/quiche/wl_quiche.c $(WL_HDR) $(BUILD)/rs-ffi/libqpro
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_WL) -fPIC -shared -fvisibility=hidden -I$(BUILD)/rs-ffi/include -o $@ $< \
 	    $(BUILD)/rs-ffi/libqprof_quiche_ffi.a -Wl,--exclude-libs,ALL -lstdc++ -lgcc_s -lpthread -ldl -lm
+# --stack tquic: the same, over tquic's C API and the BoringSSL tquic vendors
+# (workloads/rs/tquic-ffi; rs-workloads puts them in $(BUILD)/rs-ffi/tquic).
+TQUIC_PLUGIN := $(BUILD)/lib/libqprof-wl-tquic.so
+$(TQUIC_PLUGIN): workloads/tquic/wl_tquic.c $(WL_HDR) $(BUILD)/rs-ffi/tquic/libqprof_tquic_ffi.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_WL) -fPIC -shared -fvisibility=hidden -I$(BUILD)/rs-ffi/tquic/include -o $@ $< \
+	    $(BUILD)/rs-ffi/tquic/libqprof_tquic_ffi.a -Wl,--exclude-libs,ALL -lstdc++ -lgcc_s -lpthread -ldl -lm
 
 # A second msquic, built with another flag, that only the tests run: --msquic
 # PATH on a build of the user's own (tests/test_msquic_path.py).
@@ -128,7 +136,7 @@ msquic-variant: fetch
 # what is stale.
 rs-workloads: fetch
 	workloads/rs/build.sh $(BUILD)
-	@$(MAKE) --no-print-directory $(QUICHE_PLUGIN)
+	@$(MAKE) --no-print-directory $(QUICHE_PLUGIN) $(TQUIC_PLUGIN)
 
 # quic-go's transport (workloads/go/): Go decides what is stale.
 go-workloads: fetch

@@ -26,6 +26,9 @@ each tool once, in an order that rotates from round to round.
                                       vs  quiche's apps (quiche-server, quiche-client
            --http-version HTTP/0.9): three downloads of a 1 GiB file from tmpfs, a process
            and a connection each, the server up throughout
+  tquic    qprof run --stack tquic --pattern download --size 1G --count 3
+                                      vs  tquic's tools (tquic_server, tquic_client
+           --alpn http/0.9): the same three downloads, the same way
 
 Both use AES-128-GCM (secnetperf's -cipher:1; its default lets quictls
 choose AES-256-GCM).
@@ -100,9 +103,19 @@ qprof's workload does not do. Each round measures that read alone (dd
 with one block of the file's size, as std::fs::read does it) and prints
 the apps' figure less it beside the raw one.
 
+tquic's tools are on crates.io (tquic_tools, at the tquic version
+workloads/rs/Cargo.lock pins), but qprof never downloads them: build them
+by hand (cargo install tquic_tools --version 1.6.0 --locked --root DIR)
+and pass --tquic-tools DIR/bin. They run tquic's defaults (BBR, pacing,
+1200-byte datagrams, tquic's windows; the server gathers 16 packets a
+send, the client 1), and do their own UDP I/O: one sendto and one
+recvfrom a datagram, no GSO or GRO. tquic_server reads the whole file
+into memory for each request (std::fs::read), as quiche-server does: the
+same dd figure is printed and taken off.
+
 USAGE: .venv/bin/python benchmarks/fidelity.py [--rounds N] [--duration S] [--secnetperf PATH] [--stacks LIST]
        [--qprof-before CMD] [--direction up|down] [--quinn-perf PATH] [--quiche-apps DIR]
-       [--quic-go-perf PATH] [--s2n-qns PATH]
+       [--quic-go-perf PATH] [--s2n-qns PATH] [--tquic-tools DIR]
 (the venv's Python: it makes the namespaces with qprof's own Topology)
 """
 
@@ -125,7 +138,9 @@ from qprof.collectors import procfs  # noqa: E402
 from qprof.collectors.topology import Topology  # noqa: E402
 
 # The stacks whose reference is not secnetperf.
-OWN_REFERENCE = ("tcp", "quinn", "ngtcp2", "quiche", "quic-go", "s2n-quic")
+OWN_REFERENCE = ("tcp", "quinn", "ngtcp2", "quiche", "quic-go", "s2n-quic", "tquic")
+# The stacks paired with a file server's downloads (QUICHE_QPROF_ARGS), less its file reads.
+DOWNLOADS = ("quiche", "tquic")
 # The stacks whose reference moves the bytes qprof's run of the same round moved.
 SAME_BYTES = ("quic-go", "s2n-quic")
 
@@ -341,35 +356,25 @@ QUICHE_WINDOWS = [
 ]
 
 
-def run_quiche_apps(topo, apps: str, tmp: str) -> tuple:
-    """quiche's apps: QUICHE_COUNT downloads of a QUICHE_SIZE file over
-    HTTP/0.9, a quiche-client process each, from one quiche-server. Returns
-    throughput, machine ns/B, and the ns/B of the server's file reads alone."""
-    key, cert, blob = _served_file(tmp, QUICHE_SIZE)
-    addr = topo.server.addr
-    server = subprocess.Popen(
-        topo.server.command(
-            [f"{apps}/quiche-server", "--listen", f"{addr}:4433", "--root", str(blob.parent)]
-            + ["--cert", str(cert), "--key", str(key), "--no-retry", *QUICHE_WINDOWS]
-        ),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    client = [f"{apps}/quiche-client", "--no-verify", "--http-version", "HTTP/0.9", *QUICHE_WINDOWS]
+def _downloads(topo, server_argv: list, client_argv: list, blob: Path, what: str) -> tuple:
+    """QUICHE_COUNT downloads of blob, a client_argv process each, from one
+    server_argv. Returns throughput, machine ns/B, and the ns/B of the
+    server's file reads alone."""
+    server = subprocess.Popen(topo.server.command(server_argv), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         time.sleep(0.5)
         t0, before = time.monotonic(), procfs.read_system()
         for _ in range(QUICHE_COUNT):
             # The body goes to stdout: /dev/null, as cheap a sink as there is.
             r = subprocess.run(
-                topo.client.command([*client, f"https://{addr}:4433/blob"]),
+                topo.client.command(client_argv),
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
                 text=True,
                 timeout=120,
             )
             if r.returncode != 0:
-                sys.exit(f"quiche-client failed: {r.stderr.strip()[-300:]}")
+                sys.exit(f"{what} failed: {r.stderr.strip()[-300:]}")
         seconds, busy = time.monotonic() - t0, busy_s(before, procfs.read_system())
     finally:
         server.kill()
@@ -386,6 +391,29 @@ def run_quiche_apps(topo, apps: str, tmp: str) -> tuple:
     read = busy_s(before, procfs.read_system())
     nbytes = QUICHE_SIZE * QUICHE_COUNT
     return nbytes * 8 / seconds / 1e9, busy * 1e9 / nbytes, read * 1e9 / nbytes
+
+
+def run_quiche_apps(topo, apps: str, tmp: str) -> tuple:
+    """quiche's apps: QUICHE_COUNT downloads of a QUICHE_SIZE file over
+    HTTP/0.9, a quiche-client process each, from one quiche-server."""
+    key, cert, blob = _served_file(tmp, QUICHE_SIZE)
+    addr = topo.server.addr
+    server = [f"{apps}/quiche-server", "--listen", f"{addr}:4433", "--root", str(blob.parent)]
+    server += ["--cert", str(cert), "--key", str(key), "--no-retry", *QUICHE_WINDOWS]
+    client = [f"{apps}/quiche-client", "--no-verify", "--http-version", "HTTP/0.9", *QUICHE_WINDOWS]
+    return _downloads(topo, server, [*client, f"https://{addr}:4433/blob"], blob, "quiche-client")
+
+
+def run_tquic_tools(topo, tools: str, tmp: str) -> tuple:
+    """tquic's tools: the same downloads over HTTP/0.9, a tquic_client
+    process each (one request, its body dropped), from one tquic_server,
+    each on its defaults; logs off."""
+    key, cert, blob = _served_file(tmp, QUICHE_SIZE)
+    addr = topo.server.addr
+    server = [f"{tools}/tquic_server", "--listen", f"{addr}:4433", "--root", str(blob.parent)]
+    server += ["--cert", str(cert), "--key", str(key), "--log-level", "OFF"]
+    client = [f"{tools}/tquic_client", "--connect-to", f"{addr}:4433", "--alpn", "http/0.9", "--log-level", "OFF"]
+    return _downloads(topo, server, [*client, f"https://{addr}:4433/blob"], blob, "tquic_client")
 
 
 # secnetperf's scenario -> qprof's options for the same work.
@@ -481,6 +509,7 @@ def main():
     ap.add_argument("--quiche-apps", metavar="DIR", help="directory of quiche-server and quiche-client (quiche's apps)")
     ap.add_argument("--quic-go-perf", help="quic-go's perf tool, built against go.mod's quic-go")
     ap.add_argument("--s2n-qns", help="s2n-quic's perf tool (s2n-quic-qns), built by hand")
+    ap.add_argument("--tquic-tools", metavar="DIR", help="directory of tquic_server and tquic_client (tquic_tools)")
     ap.add_argument("--qprof-before", metavar="CMD", help="another qprof to run beside this one, interleaved")
     ap.add_argument("--direction", choices=("up", "down"), default="up", help="down: the server sends, in every tool")
     ap.add_argument(
@@ -509,6 +538,10 @@ def main():
         print("no --s2n-qns: s2n-quic not compared (s2n-quic-qns; see the docstring)")
         if not args.qprof_before:
             stacks = [s for s in stacks if s != "s2n-quic"]
+    if args.tquic_tools is None and "tquic" in stacks:
+        print("no --tquic-tools: tquic not compared (tquic's tools; see the docstring)")
+        if not args.qprof_before:
+            stacks = [s for s in stacks if s != "tquic"]
     if "ngtcp2" in stacks and shutil.which("gtlsclient") is None:
         print("no gtlsclient: ngtcp2 not compared (`make bench-tools` installs Debian's ngtcp2 examples)")
     if args.secnetperf is None:
@@ -529,6 +562,7 @@ def main():
         "quiche": "quiche apps (down)",
         "quic-go": "quic-go perf",
         "s2n-quic": "s2n-quic-qns perf",
+        "tquic": "tquic tools (down)",
     }
     got = {s: {"qprof": [], "ref": [], "before": []} for s in stacks}
     refs_there = {
@@ -538,6 +572,7 @@ def main():
         "quiche": args.quiche_apps is not None,
         "quic-go": args.quic_go_perf is not None,
         "s2n-quic": args.s2n_qns is not None,
+        "tquic": args.tquic_tools is not None,
     }
     has_ref = {s: refs_there.get(s, args.secnetperf is not None) for s in stacks}
     whos = ("qprof", "ref") + (("before",) if args.qprof_before else ())
@@ -559,7 +594,7 @@ def main():
                     if who == "qprof":
                         window_bytes[stack] = rec["bytes"]
                     res = rec["throughput_gbps"], rec["cpu"]["system"]["ns_per_byte"]["total"]
-                elif who != "ref" and stack == "quiche":
+                elif who != "ref" and stack in DOWNLOADS:
                     rec = qprof_record(stack, QUICHE_QPROF_ARGS, None, runs_dir, qprof)
                     res = rec["throughput_gbps"], rec["cpu"]["system"]["ns_per_byte"]["total"]
                 elif who != "ref" and stack in SAME_BYTES:
@@ -578,6 +613,8 @@ def main():
                             res = run_quinn_perf(topo, args.duration, args.quinn_perf, args.direction)
                         elif stack == "quiche":
                             res = run_quiche_apps(topo, args.quiche_apps, examples_dir)
+                        elif stack == "tquic":
+                            res = run_tquic_tools(topo, args.tquic_tools, examples_dir)
                         elif stack == "quic-go":
                             nbytes = window_bytes.get(stack, int(args.duration * 0.3e9))
                             res = run_quic_go_perf(topo, nbytes, args.quic_go_perf, args.direction)
@@ -609,11 +646,12 @@ def main():
     )
     for s in (s for s in stacks if has_ref[s]):
         print(f"{s:8} {refs[s]:18} {pair_row(got[s]['qprof'], got[s]['ref'])}")
-    if has_ref.get("quiche") and got["quiche"]["ref"]:
-        less = [(g, ns - read) for g, ns, read in got["quiche"]["ref"]]
-        reads = summary([x[2] for x in got["quiche"]["ref"]])
-        print(f"quiche-server's file reads alone: {reads[0]:.3f} ({reads[1]:.3f}-{reads[2]:.3f}) ns/B; less them:")
-        print(f"{'quiche':8} {'apps less reads':18} {pair_row(got['quiche']['qprof'], less)}")
+    for s, server, label in (("quiche", "quiche-server", "apps"), ("tquic", "tquic_server", "tools")):
+        if has_ref.get(s) and got[s]["ref"]:
+            less = [(g, ns - read) for g, ns, read in got[s]["ref"]]
+            reads = summary([x[2] for x in got[s]["ref"]])
+            print(f"{server}'s file reads alone: {reads[0]:.3f} ({reads[1]:.3f}-{reads[2]:.3f}) ns/B; less them:")
+            print(f"{s:8} {label + ' less reads':18} {pair_row(got[s]['qprof'], less)}")
     if args.qprof_before:
         print(f"\nthis qprof against --qprof-before ({args.qprof_before}), same rounds")
         print(

@@ -8,7 +8,7 @@ The knobs are where each stack decides:
   probe fail for the workload process only; msquic is never patched.
   msquic 2.5.1 tests GRO only after its GSO send succeeded, so GSO off
   means GRO off too (its row's gro_needs_gso).
-- quinn, ngtcp2, quiche: each probes UDP_SEGMENT and sets UDP_GRO on its
+- quinn, ngtcp2, quiche, tquic: each probes UDP_SEGMENT and sets UDP_GRO on its
   sockets, so the same interposer steers them; GSO and GRO are
   independent there. quinn and ngtcp2 take UDP_GRO's setsockopt at its
   word, which the interposer gives while leaving GRO off: under --gro off

@@ -204,6 +204,22 @@ STACKS: Dict[str, Stack] = {
         # unstable feature: --resume is refused, not run as full handshakes.
         sessions=False,
     ),
+    # tquic (Tencent's, Rust, on the BoringSSL it vendors) through its C
+    # API, a transport of qprof-wl's in a library of its own
+    # (workloads/tquic/wl_tquic.c) as quiche's: every pattern, written
+    # once, runs on it.
+    "tquic": Stack(
+        "tquic",
+        "udp",
+        "quic",
+        sendfile=False,
+        rw_is_network=False,
+        io_size=64 << 10,
+        library="tquic",
+        plugin="libqprof-wl-tquic.so",
+        dwarf_stack_bytes=32768,
+        retransmits_source="tquic ConnectionStats lost_count (packets)",
+    ),
     # Raw UDP, no reliability or crypto: the kernel's floor for a UDP transport.
     "udp": Stack(
         "udp", "udp", "none", sendfile=False, rw_is_network=False, io_size=64 << 10, datagram=True, sessions=False

@@ -22,10 +22,17 @@ CHUNK = 1 << 16
 WINDOW = 4 << 20  # unacknowledged answer bytes at most
 
 
-def aioquic_config(client: bool, cert_file: str = "", key_file: str = ""):
+def aioquic_config(client: bool, cert_file: str = "", key_file: str = "", aes128_first: bool = False):
+    """aes128_first: AES-128-GCM ahead of the AES-256-GCM aioquic prefers,
+    for a peer whose TLS cannot narrow TLS 1.3's suites to it and so
+    refuses another (tquic's vendored BoringSSL); the other libraries
+    offer it alone."""
     from aioquic.quic.configuration import QuicConfiguration
+    from aioquic.tls import CipherSuite
 
     cfg = QuicConfiguration(is_client=client, alpn_protocols=["perf"])
+    if aes128_first:
+        cfg.cipher_suites = [CipherSuite.AES_128_GCM_SHA256, CipherSuite.AES_256_GCM_SHA384]
     if client:
         cfg.verify_mode = ssl.CERT_NONE  # the run's certificate is self-signed, as secnetperf's client takes it
     else:
@@ -48,20 +55,22 @@ async def perf_request(conn, want: int, upload: int) -> int:
     return got
 
 
-async def aioquic_connection(port: int, want: int, upload: int) -> int:
+async def aioquic_connection(port: int, want: int, upload: int, aes128_first: bool = False) -> int:
     from aioquic.asyncio import connect
 
-    async with connect("127.0.0.1", port, configuration=aioquic_config(True)) as conn:
+    async with connect("127.0.0.1", port, configuration=aioquic_config(True, aes128_first=aes128_first)) as conn:
         return await perf_request(conn, want, upload)
 
 
-async def aioquic_client(port: int, requests: list) -> list:
+async def aioquic_client(port: int, requests: list, aes128_first: bool = False) -> list:
     """Each request on a connection of its own, at once (qprof-wl's bulk
     both ways takes a connection each way, as iperf3 --bidir)."""
-    return list(await asyncio.gather(*(aioquic_connection(port, want, up) for want, up in requests)))
+    return list(await asyncio.gather(*(aioquic_connection(port, w, up, aes128_first) for w, up in requests)))
 
 
-async def aioquic_server(addr: str, port: int, cert_file: str, key_file: str, uploads: list, short: int = 0):
+async def aioquic_server(
+    addr: str, port: int, cert_file: str, key_file: str, uploads: list, short: int = 0, aes128_first: bool = False
+):
     """A perf server: each stream's count read, its request read to its
     FIN (its length appended to uploads), then the count answered (less
     `short`) and FIN; a stream its client stops ends the answer."""
@@ -96,7 +105,8 @@ async def aioquic_server(addr: str, port: int, cert_file: str, key_file: str, up
     def on_stream(reader, writer):
         asyncio.ensure_future(answer(reader, writer))
 
-    return await serve(addr, port, configuration=aioquic_config(False, cert_file, key_file), stream_handler=on_stream)
+    config = aioquic_config(False, cert_file, key_file, aes128_first)
+    return await serve(addr, port, configuration=config, stream_handler=on_stream)
 
 
 async def serve_forever(args) -> None:

@@ -126,6 +126,7 @@ def test_rust_workloads_and_their_locked_dependencies_from_empty_cargo_home(fetc
     assert {"wlffi", "qprof-wl-quinn", "quinn-proto", "rustls", "aws-lc-rs", "aws-lc-sys"} <= names
     assert {"qprof-quiche-ffi", "quiche", "boring", "boring-sys", "cdylib-link-lines"} <= names
     assert {"qprof-wl-s2n-quic", "s2n-quic", "s2n-tls", "s2n-tls-sys", "tokio"} <= names
+    assert {"qprof-tquic-ffi", "tquic", "ring"} <= names
     # Every registry crate's source is in the fetched cargo home.
     registry = [p for p in pkgs if p["source"] and p["source"].startswith("registry+")]
     assert registry and all(Path(p["manifest_path"]).is_relative_to(fetched["CARGO_HOME"]) for p in registry)

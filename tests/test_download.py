@@ -107,14 +107,15 @@ def test_a_download_at_a_rate_takes_at_least_size_over_rate(runs_dir):
 
 @pytest.mark.system
 @needs_build
-@pytest.mark.parametrize("stack", ["quic", "quinn", "ngtcp2", "quiche", "quic-go", "tcp-tls"])
+@pytest.mark.parametrize("stack", ["quic", "quinn", "ngtcp2", "quiche", "quic-go", "tquic", "tcp-tls"])
 def test_resume_is_reported_as_it_happened(runs_dir, stack):
     """The first connection is full; the later ones resume, and say so on
     both sides (QUIC: msquic's SessionResumed and 0-RTT on each side;
     quinn: 0-RTT taken, quinn-proto's accepted_0rtt, on each side;
     quic-go: crypto/tls's DidResume and quic-go's Used0RTT on each side;
     ngtcp2: GnuTLS's gnutls_session_is_resumed, no 0-RTT; quiche:
-    quiche_conn_is_resumed, BoringSSL's ticket, no 0-RTT; TLS:
+    quiche_conn_is_resumed, BoringSSL's ticket, no 0-RTT; tquic:
+    quic_conn_is_resumed, BoringSSL's ticket, no 0-RTT; TLS:
     SSL_session_reused). The record counts what the stacks reported."""
     rec = download_run(runs_dir, stack, "--resume", count=4)
     d = rec["downloads"]
@@ -129,4 +130,4 @@ def test_resume_is_reported_as_it_happened(runs_dir, stack):
         assert [e["server"]["early_data"] for e in each] == [e["early_data"] for e in each]
         assert d["early_data"] == sum(e["early_data"] for e in each)
     else:
-        assert d["early_data"] == 0  # qprof offers no early data over TCP, nor on ngtcp2 or quiche
+        assert d["early_data"] == 0  # qprof offers no early data over TCP, nor on ngtcp2, quiche or tquic

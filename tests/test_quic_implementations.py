@@ -46,7 +46,7 @@ def locked_version(krate: str) -> str:
 
 
 GO_MOD = REPO / "workloads" / "go" / "quic-go" / "go.mod"
-IMPLEMENTATIONS = ("quinn", "quiche", "ngtcp2", "quic-go", "s2n-quic")
+IMPLEMENTATIONS = ("quinn", "quiche", "ngtcp2", "quic-go", "s2n-quic", "tquic")
 # The libraries whose process holds a runtime's work (flame category
 # "runtime"): Go's (quic-go), tokio's (s2n-quic).
 RUNTIMES = ("quic-go", "s2n-quic")
@@ -78,6 +78,8 @@ def crypto_of(stack: str) -> str:
         return f"rustls {locked_version('rustls')} on aws-lc-rs {locked_version('aws-lc-rs')}"
     if stack == "ngtcp2":
         return f"GnuTLS {debian_version('libgnutls30')}"
+    if stack == "tquic":
+        return f"BoringSSL as tquic {locked_version('tquic')} vendors and builds it"
     return f"BoringSSL as boring-sys {locked_version('boring-sys')} vendors and builds it"
 
 
@@ -197,9 +199,10 @@ def test_perf_protocols_download_in_a_run(runs_dir):
     assert server["request_bytes"] == 0 and rec["bytes"] > 0
 
 
-# Each library once, on one side of a pair (--server-stack); every
+# Each library once, on one side of a pair (--server-stack; tquic, the
+# seventh, beside quiche, the other BoringSSL); every
 # ordered pair speaks to every other in tests/test_wl_perf.py.
-PAIRS = (("quic", "quinn"), ("quiche", "quic-go"), ("s2n-quic", "ngtcp2"))
+PAIRS = (("quic", "quinn"), ("quiche", "quic-go"), ("s2n-quic", "ngtcp2"), ("tquic", "quiche"))
 
 
 @pytest.mark.system

@@ -49,6 +49,8 @@
 #include <openssl/ssl.h>
 #include <quiche.h>
 
+#include "../wl_boringssl.h"
+#include "../wl_quiclib.h"
 #include "../wl_transport.h"
 #include "../wl_udpio.h"
 
@@ -69,21 +71,8 @@
 #define CIPHER_ID 0x1301		    /* TLS_AES_128_GCM_SHA256 */
 #define CIPHER "TLS13_AES_128_GCM_SHA256"
 
-/* --proto's ALPN (wl_opts.alpn) in its wire form, a length byte first; set by q_init. */
-static uint8_t alpn_wire[16];
-static size_t alpn_wire_len;
-
 /* The boring-sys version the build took (workloads/rs/quiche-ffi). */
 const char *qprof_boring_sys_version(void);
-
-/* A message on a stream, kept until quiche has taken all of it. */
-struct msg {
-	struct msg *next;
-	uint32_t hlen, blen, done; /* done: its bytes quiche has taken */
-	const uint8_t *body;
-	void *tag;
-	uint8_t hdr[WL_HDR_MAX];
-};
 
 struct wl_stream {
 	struct wl_conn *c;
@@ -92,9 +81,8 @@ struct wl_stream {
 	const struct wl_stream_handlers *hd; /* NULL: refused */
 	void *ctx;
 	bool send_only, recv_only, started;
-	struct msg *head, *tail; /* not yet taken by quiche */
-	uint64_t queued;	 /* their bytes not yet taken */
-	bool fin_req, fin_written, peer_fin, aborted, abort_req, abort_done;
+	struct wl_msgq q; /* not yet taken by quiche */
+	bool peer_fin, aborted, abort_req, abort_done;
 	bool starved; /* room() said 0: writable is owed once there is room */
 	bool owe_writable, gone;
 };
@@ -122,7 +110,7 @@ struct wl_conn {
 	uint8_t cid[CIDLEN], odcid[QUICHE_MAX_CONN_ID_LEN];
 	size_t odcid_len;
 	struct wl_conn *next, *tnext; /* server: the live ones; touched in a read */
-	uint64_t counts[3];	      /* its part of N.sum: sent, lost packets, lost bytes */
+	uint64_t counts[3];	      /* its part of N.sums: sent, lost packets, lost bytes */
 };
 
 static struct {
@@ -137,17 +125,13 @@ static struct {
 	struct wl_udp_io io; /* the sockets' datapath (wl_udpio.c, qprof-wl's) */
 	struct wl_conn *live;
 	uint8_t *txbuf, *rxbuf, *appbuf;
-	/* What marks report, kept by the loop's thread under the lock. */
-	pthread_mutex_t lock;
-	struct wl_conn *stats_conn;
-	uint64_t sum[3]; /* sent, lost packets, lost bytes: every connection's, gone or live */
-	bool have_levels;
-	uint64_t levels[3]; /* the stats connection's cwnd, RTT (us), path MTU */
-	char group[64];	    /* the first handshake's key exchange */
+	/* What marks report, kept by the loop's thread under its lock. */
+	struct wl_quic_sums sums;
+	struct wl_conn *stats_conn; /* under sums.lock */
 	/* --resume: the client's last session (the server's tickets are BoringSSL's, per context) */
 	uint8_t *session;
 	size_t session_len;
-} N = {.listen_fd = -1, .lock = PTHREAD_MUTEX_INITIALIZER};
+} N = {.listen_fd = -1, .sums.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static void service(struct wl_conn *c);
 
@@ -155,75 +139,38 @@ static void service(struct wl_conn *c);
 
 static void json_library(struct wl_json *j)
 {
-	struct wl_json p;
 	char crypto[160];
+	const struct wl_quic_desc d = {
+		.name = "quiche",
+		.version = quiche_version(),
+		.crypto = crypto,
+		.cipher = CIPHER,
+		.conn_window = CONN_WINDOW,
+		.stream_window = STREAM_WINDOW,
+		.streams_uni = MAX_STREAMS,
+		.streams_bidi = N.server && N.acc.peer_bidi_streams > MAX_STREAMS
+					? N.acc.peer_bidi_streams
+					: MAX_STREAMS,
+		.max_datagram = MAX_DATAGRAM,
+		.idle_timeout_ms = IDLE_TIMEOUT_MS,
+		.congestion_control = "cubic",
+		.pacing = false,
+	};
 
-	wl_json_begin(&p);
-	wl_json_str(&p, "name", "quiche");
-	wl_json_str(&p, "version", quiche_version());
 	snprintf(crypto, sizeof(crypto),
 		 "BoringSSL as boring-sys %s vendors and builds it (BORINGSSL_API_VERSION %d)",
 		 qprof_boring_sys_version(), BORINGSSL_API_VERSION);
-	wl_json_str(&p, "crypto", crypto);
-	wl_json_str(&p, "cipher", CIPHER);
-	pthread_mutex_lock(&N.lock);
-	if (N.group[0])
-		wl_json_str(&p, "key_exchange", N.group);
-	pthread_mutex_unlock(&N.lock);
-	wl_json_raw(j, "quic_library", wl_json_end(&p));
-	wl_json_begin(&p);
-	wl_json_u64(&p, "initial_max_data", CONN_WINDOW);
-	wl_json_u64(&p, "max_connection_window", CONN_WINDOW);
-	wl_json_u64(&p, "initial_max_stream_data_uni", STREAM_WINDOW);
-	wl_json_u64(&p, "initial_max_stream_data_bidi", STREAM_WINDOW);
-	wl_json_u64(&p, "max_stream_window", STREAM_WINDOW);
-	wl_json_u64(&p, "initial_max_streams_uni", MAX_STREAMS);
-	wl_json_u64(&p, "initial_max_streams_bidi",
-		    N.server && N.acc.peer_bidi_streams > MAX_STREAMS ? N.acc.peer_bidi_streams
-								      : MAX_STREAMS);
-	wl_json_u64(&p, "max_send_udp_payload_size", MAX_DATAGRAM);
-	wl_json_u64(&p, "max_idle_timeout_ms", IDLE_TIMEOUT_MS);
-	wl_json_str(&p, "congestion_control", "cubic");
-	wl_json_bool(&p, "pacing", false);
-	wl_json_bool(&p, "encryption", true);
-	wl_json_u64(&p, "socket_send_buffer", (uint64_t)N.io.sndbuf);
-	wl_json_u64(&p, "socket_recv_buffer", (uint64_t)N.io.rcvbuf);
-	wl_json_raw(j, "quic_settings", wl_json_end(&p));
-	wl_json_bool(j, "send_segmentation", N.io.gso);
-	/* quiche's apps believe GRO once a receive came coalesced (the stack's gro_word). */
-	wl_json_bool(j, "recv_coalescing", N.io.gro && N.io.gro_seen);
+	wl_quic_json_library(j, &d, &N.sums, &N.io);
 }
 
 static void q_json_mark(struct wl_json *j)
 {
-	uint64_t sum[3], levels[3];
-	struct wl_json p;
-	bool have;
-
-	pthread_mutex_lock(&N.lock);
-	memcpy(sum, N.sum, sizeof(sum));
-	memcpy(levels, N.levels, sizeof(levels));
-	have = N.have_levels;
-	pthread_mutex_unlock(&N.lock);
-	wl_json_begin(&p);
-	wl_udp_io_json(&N.io, &p);
-	wl_json_u64(&p, "sent_packets", sum[0]);
-	wl_json_u64(&p, "lost_packets", sum[1]);
-	wl_json_u64(&p, "lost_bytes", sum[2]);
-	if (have) {
-		wl_json_u64(&p, "cwnd", levels[0]);
-		wl_json_u64(&p, "rtt_us", levels[1]);
-		wl_json_u64(&p, "current_mtu", levels[2]);
-	}
-	wl_json_raw(j, "quic_stats", wl_json_end(&p));
+	wl_quic_sums_json(&N.sums, &N.io, j);
 }
 
 static void q_json_done(struct wl_json *j, const struct wl_end *last)
 {
-	if (last && last->closed_by_transport)
-		wl_json_str(j, "transport_status", last->transport_status);
-	if (last && last->closed_by_peer)
-		wl_json_u64(j, "peer_error_code", last->peer_error);
+	wl_quic_json_end(j, last);
 	json_library(j);
 	q_json_mark(j);
 }
@@ -233,7 +180,8 @@ static void snapshot(struct wl_conn *c)
 {
 	quiche_stats st;
 	quiche_path_stats ps;
-	uint64_t now[3];
+	uint64_t now[3], levels[3];
+	bool have = false;
 	size_t i;
 
 	if (!c->qc)
@@ -242,22 +190,14 @@ static void snapshot(struct wl_conn *c)
 	now[0] = st.sent;
 	now[1] = st.lost;
 	now[2] = st.lost_bytes;
-	pthread_mutex_lock(&N.lock);
-	for (i = 0; i < 3; i++) {
-		N.sum[i] += now[i] - c->counts[i];
-		c->counts[i] = now[i];
-	}
-	if (c->stats) {
-		for (i = 0; i < st.paths_count; i++)
-			if (!quiche_conn_path_stats(c->qc, i, &ps) && ps.active) {
-				N.levels[0] = ps.cwnd;
-				N.levels[1] = ps.rtt / 1000;
-				N.levels[2] = ps.pmtu;
-				N.have_levels = true;
-				break;
-			}
-	}
-	pthread_mutex_unlock(&N.lock);
+	for (i = 0; c->stats && i < st.paths_count && !have; i++)
+		if (!quiche_conn_path_stats(c->qc, i, &ps) && ps.active) {
+			levels[0] = ps.cwnd;
+			levels[1] = ps.rtt / 1000;
+			levels[2] = ps.pmtu;
+			have = true;
+		}
+	wl_quic_sums_add(&N.sums, c->counts, now, have ? levels : NULL);
 }
 
 /* Sockets: qprof-wl's one datapath (wl_udpio.c) */
@@ -273,10 +213,7 @@ static void send_batch(struct wl_conn *c, const struct sockaddr_in *to, uint8_t 
 
 static void set_transport_end(struct wl_conn *c, const char *why)
 {
-	if (c->end.closed_by_transport || c->end.closed_by_peer)
-		return;
-	c->end.closed_by_transport = true;
-	c->end.transport_status = why;
+	wl_end_transport(&c->end, why);
 }
 
 /* The connection is over (closed, draining, or failed): what ended it, into c->end. */
@@ -333,17 +270,20 @@ static struct wl_stream *stream_of(struct wl_conn *c, int64_t id)
 	return NULL;
 }
 
+/* A message's sent handler (wl_msgq_write's, wl_msgq_clear's). */
+static void msgq_sent(void *arg, void *tag, bool canceled)
+{
+	struct wl_stream *s = arg;
+
+	if (s->hd && s->hd->sent)
+		s->hd->sent(s, s->ctx, tag, canceled);
+}
+
 static void stream_free(struct wl_stream *s)
 {
 	struct wl_stream **pp;
-	struct msg *m;
 
-	while ((m = s->head)) {
-		s->head = m->next;
-		if (m->tag && s->hd && s->hd->sent)
-			s->hd->sent(s, s->ctx, m->tag, true);
-		free(m);
-	}
+	wl_msgq_clear(&s->q, msgq_sent, s);
 	for (pp = &s->c->streams; *pp && *pp != s; pp = &(*pp)->next)
 		;
 	if (*pp)
@@ -356,10 +296,10 @@ static size_t q_room(struct wl_stream *s)
 	ssize_t cap;
 	size_t room;
 
-	if (s->c->dead || s->fin_req || s->aborted || s->recv_only)
+	if (s->c->dead || s->q.fin_req || s->aborted || s->recv_only)
 		return 0;
 	cap = s->started ? quiche_conn_stream_capacity(s->c->qc, (uint64_t)s->id) : FIRST_ROOM;
-	room = cap > 0 && (uint64_t)cap > s->queued ? (size_t)((uint64_t)cap - s->queued) : 0;
+	room = cap > 0 && (uint64_t)cap > s->q.queued ? (size_t)((uint64_t)cap - s->q.queued) : 0;
 	if (!room)
 		s->starved = true;
 	return room;
@@ -382,63 +322,33 @@ static void peer_aborted(struct wl_stream *s)
 	s->c->again = true;
 }
 
+/* wl_msgq_write's hand to quiche (which drops a FIN from a partial write: the next one has it). */
+static ssize_t msgq_take(void *arg, const uint8_t *p, size_t len, bool fin)
+{
+	struct wl_stream *s = arg;
+	uint64_t err = 0;
+	ssize_t n = quiche_conn_stream_send(s->c->qc, (uint64_t)s->id, p, len, fin, &err);
+
+	if (n == QUICHE_ERR_STREAM_STOPPED || n == QUICHE_ERR_STREAM_RESET)
+		return WL_MSGQ_ABORTED;
+	if (n == QUICHE_ERR_DONE || (n == 0 && len))
+		return WL_MSGQ_FULL; /* no room: on when the peer's ACKs and credit come */
+	if (n < 0)
+		return len ? WL_MSGQ_FAILED : WL_MSGQ_FULL;
+	s->started = true;
+	return n;
+}
+
 /* What waits on s, to quiche, as far as it takes it; the FIN with the last byte. */
 static void stream_write(struct wl_stream *s)
 {
-	struct wl_conn *c = s->c;
-	struct msg *m;
+	int rv = wl_msgq_write(&s->q, msgq_take, msgq_sent, s);
 
-	while ((m = s->head)) {
-		const uint32_t total = m->hlen + m->blen;
-		const bool last = !m->next && s->fin_req;
-
-		if (m->done < total) {
-			const bool in_hdr = m->done < m->hlen;
-			const uint8_t *p =
-				in_hdr ? m->hdr + m->done : m->body + (m->done - m->hlen);
-			const size_t len = in_hdr ? m->hlen - m->done : total - m->done;
-			/* The FIN goes with the stream's last bytes (quiche drops it from a partial write). */
-			const bool fin = last && (!in_hdr || !m->blen);
-			uint64_t err = 0;
-			ssize_t n =
-				quiche_conn_stream_send(c->qc, (uint64_t)s->id, p, len, fin, &err);
-
-			if (n == QUICHE_ERR_STREAM_STOPPED || n == QUICHE_ERR_STREAM_RESET) {
-				peer_aborted(s);
-				return;
-			}
-			if (n == QUICHE_ERR_DONE || n == 0)
-				return; /* no room: on when the peer's ACKs and credit come */
-			if (n < 0) {
-				set_transport_end(c, "quiche refused a stream's data");
-				c->dead = true;
-				return;
-			}
-			s->started = true;
-			m->done += (uint32_t)n;
-			s->queued -= (uint64_t)n;
-			if (fin && (size_t)n == len)
-				s->fin_written = true;
-			if (m->done < total)
-				continue; /* the body after the header, or quiche's no-room next */
-		}
-		s->head = m->next;
-		if (!s->head)
-			s->tail = NULL;
-		if (m->tag && s->hd && s->hd->sent)
-			s->hd->sent(s, s->ctx, m->tag, false);
-		free(m);
-	}
-	if (s->fin_req && !s->fin_written) {
-		uint64_t err = 0;
-		ssize_t n = quiche_conn_stream_send(c->qc, (uint64_t)s->id, NULL, 0, true, &err);
-
-		if (n >= 0) {
-			s->started = true;
-			s->fin_written = true;
-		} else if (n == QUICHE_ERR_STREAM_STOPPED || n == QUICHE_ERR_STREAM_RESET) {
-			peer_aborted(s);
-		}
+	if (rv == WL_MSGQ_ABORTED) {
+		peer_aborted(s);
+	} else if (rv == WL_MSGQ_FAILED) {
+		set_transport_end(s->c, "quiche refused a stream's data");
+		s->c->dead = true;
 	}
 }
 
@@ -503,7 +413,7 @@ static bool stream_over(struct wl_stream *s)
 {
 	if (s->abort_done)
 		return true;
-	if (!(s->send_only || s->peer_fin) || !(s->recv_only || s->fin_written))
+	if (!(s->send_only || s->peer_fin) || !(s->recv_only || s->q.fin_written))
 		return false;
 	/* A stream only the peer sends on is quiche's to collect once its FIN is read. */
 	if (s->recv_only)
@@ -610,10 +520,10 @@ static void finish(struct wl_conn *c)
 	if (*pp)
 		*pp = c->next;
 	c->hd->closed(c, c->ctx, &c->end);
-	pthread_mutex_lock(&N.lock);
+	pthread_mutex_lock(&N.sums.lock);
 	if (N.stats_conn == c)
 		N.stats_conn = NULL;
-	pthread_mutex_unlock(&N.lock);
+	pthread_mutex_unlock(&N.sums.lock);
 	quiche_conn_free(c->qc); /* and its SSL */
 	free(c);
 }
@@ -634,10 +544,7 @@ static void handshake_done(struct wl_conn *c)
 		c->close_code = WL_CLOSE_ERROR;
 		return;
 	}
-	pthread_mutex_lock(&N.lock);
-	if (group && !N.group[0])
-		snprintf(N.group, sizeof(N.group), "%s", group);
-	pthread_mutex_unlock(&N.lock);
+	wl_quic_sums_group(&N.sums, group);
 	if (c->hd->connected)
 		c->hd->connected(c, c->ctx);
 }
@@ -678,7 +585,7 @@ static void service(struct wl_conn *c)
 			c->dead = true;
 		}
 		for (s = c->streams; s && !c->dead; s = s->next)
-			if (!s->abort_done && (s->head || (s->fin_req && !s->fin_written)))
+			if (!s->abort_done && (s->q.head || (s->q.fin_req && !s->q.fin_written)))
 				stream_write(s);
 		if (!c->dead)
 			conn_flush(c);
@@ -692,7 +599,7 @@ static void service(struct wl_conn *c)
 			nx = c->streams; /* the list may have changed */
 		}
 		for (s = c->streams; s && !c->dead; s = s->next)
-			if ((s->owe_writable || s->starved) && s->hd && !s->fin_req &&
+			if ((s->owe_writable || s->starved) && s->hd && !s->q.fin_req &&
 			    !s->aborted && !s->recv_only) {
 				s->owe_writable = s->starved = false;
 				if (q_room(s) > 0) {
@@ -884,10 +791,10 @@ static struct wl_conn *server_accept(const uint8_t *dcid, size_t dcid_len,
 	}
 	c->next = N.live;
 	N.live = c;
-	pthread_mutex_lock(&N.lock);
+	pthread_mutex_lock(&N.sums.lock);
 	if ((c->flags & WL_CONN_STATS) && !N.stats_conn)
 		N.stats_conn = c, c->stats = true;
-	pthread_mutex_unlock(&N.lock);
+	pthread_mutex_unlock(&N.sums.lock);
 	return c;
 }
 
@@ -939,16 +846,6 @@ static void on_listen_fd(int fd, uint32_t events, void *arg)
 
 /* The operations */
 
-static int alpn_select(SSL *ssl, const uint8_t **out, uint8_t *outlen, const uint8_t *in,
-		       unsigned inlen, void *arg)
-{
-	(void)ssl, (void)arg;
-	if (SSL_select_next_proto((uint8_t **)out, outlen, in, inlen, alpn_wire,
-				  (unsigned)alpn_wire_len) != OPENSSL_NPN_NEGOTIATED)
-		return SSL_TLSEXT_ERR_ALERT_FATAL;
-	return SSL_TLSEXT_ERR_OK;
-}
-
 /* Client, --resume: the server's ticket came; its session is the one to offer next. */
 static int new_session(SSL *ssl, SSL_SESSION *sess)
 {
@@ -968,10 +865,6 @@ static int q_init(const struct wl_opts *o, bool server)
 {
 	N.o = o;
 	N.server = server;
-	/* qprof_wl.c sets o->alpn to "qprof" or "perf". */
-	alpn_wire_len = 1 + strlen(o->alpn);
-	alpn_wire[0] = (uint8_t)(alpn_wire_len - 1);
-	memcpy(alpn_wire + 1, o->alpn, alpn_wire_len - 1);
 	N.txbuf = malloc((size_t)GSO_MAX * PKT_MAX + PKT_MAX);
 	N.rxbuf = malloc(RX_BUF);
 	N.appbuf = malloc(APP_BUF);
@@ -983,6 +876,7 @@ static int q_init(const struct wl_opts *o, bool server)
 static int q_setup(void)
 {
 	static const uint16_t suite = CIPHER_ID;
+	int code;
 
 	N.addr.sin_family = AF_INET;
 	N.addr.sin_port = htons((uint16_t)N.o->port);
@@ -996,24 +890,9 @@ static int q_setup(void)
 		wl_warn("BoringSSL refuses TLS_AES_128_GCM_SHA256 alone");
 		return WL_EXIT_TLS_CONFIG;
 	}
-	if (N.server) {
-		if (SSL_CTX_use_certificate_chain_file(N.tls, N.o->cert) != 1 ||
-		    SSL_CTX_use_PrivateKey_file(N.tls, N.o->key, SSL_FILETYPE_PEM) != 1 ||
-		    SSL_CTX_check_private_key(N.tls) != 1) {
-			wl_warn("loading the server certificate %s and key %s failed", N.o->cert,
-				N.o->key);
-			return WL_EXIT_TLS_CONFIG;
-		}
-		SSL_CTX_set_alpn_select_cb(N.tls, alpn_select, NULL);
-	} else {
-		SSL_CTX_set_alpn_protos(N.tls, alpn_wire, (unsigned)alpn_wire_len);
-		/* No chain check: the run's certificate is self-signed (the handshake's signature is). */
-		SSL_CTX_set_verify(N.tls, SSL_VERIFY_NONE, NULL);
-		if (N.o->resume) {
-			SSL_CTX_set_session_cache_mode(N.tls, SSL_SESS_CACHE_CLIENT);
-			SSL_CTX_sess_set_new_cb(N.tls, new_session);
-		}
-	}
+	code = wl_bssl_setup(N.tls, N.o, N.server, new_session);
+	if (code)
+		return code;
 	N.cfg = quiche_config_new(QUICHE_PROTOCOL_VERSION);
 	if (!N.cfg) {
 		wl_warn("quiche refuses its configuration");
@@ -1092,10 +971,10 @@ static int q_connect(const struct wl_conn_handlers *h, void *ctx, unsigned flags
 		conn_drop(c);
 		return WL_EXIT_INTERNAL;
 	}
-	pthread_mutex_lock(&N.lock);
+	pthread_mutex_lock(&N.sums.lock);
 	if ((flags & WL_CONN_STATS) && !N.stats_conn)
 		N.stats_conn = c, c->stats = true;
-	pthread_mutex_unlock(&N.lock);
+	pthread_mutex_unlock(&N.sums.lock);
 	*out = c;
 	asked(c); /* the Initial */
 	return WL_EXIT_OK;
@@ -1124,27 +1003,14 @@ static int q_open(struct wl_conn *c, const struct wl_stream_handlers *h, void *c
 static int q_send(struct wl_stream *s, const uint8_t *hdr, uint32_t hdr_len, const uint8_t *body,
 		  uint32_t body_len, unsigned flags, void *tag)
 {
-	struct wl_conn *c = s->c;
-	struct msg *m;
+	int code;
 
-	if (c->dead || s->fin_req || s->aborted || hdr_len > WL_HDR_MAX)
+	if (s->c->dead || s->q.fin_req || s->aborted || hdr_len > WL_HDR_MAX)
 		return WL_EXIT_CONN_LOST;
-	if (hdr_len || body_len || tag) {
-		if (!(m = malloc(sizeof(*m))))
-			return WL_EXIT_INTERNAL;
-		*m = (struct msg){.hlen = hdr_len, .blen = body_len, .body = body, .tag = tag};
-		memcpy(m->hdr, hdr, hdr_len);
-		if (s->tail)
-			s->tail->next = m;
-		else
-			s->head = m;
-		s->tail = m;
-		s->queued += hdr_len + body_len;
-	}
-	if (flags & WL_SEND_FIN)
-		s->fin_req = true;
-	asked(c);
-	return WL_EXIT_OK;
+	code = wl_msgq_push(&s->q, hdr, hdr_len, body, body_len, flags & WL_SEND_FIN, tag);
+	if (!code)
+		asked(s->c);
+	return code;
 }
 
 static void q_abort(struct wl_stream *s)

@@ -53,3 +53,13 @@ crate_dir() {
 quiche_dir=$(crate_dir quiche)
 boring_dir=$(crate_dir boring-sys)
 cp -ru "$quiche_dir/include/quiche.h" "$boring_dir/deps/boringssl/include/openssl" "$ffi/include/"
+# tquic's C API for qprof-wl's tquic transport (the Makefile's TQUIC_PLUGIN),
+# the same way: its static library, and the headers of the tquic and the
+# BoringSSL it vendors, in BUILD_DIR/rs-ffi/tquic (its BoringSSL is not
+# quiche's).
+tq="$ffi/tquic"
+mkdir -p "$tq/include"
+lib="$target/release/libqprof_tquic_ffi.a"
+cmp -s "$lib" "$tq/libqprof_tquic_ffi.a" || { cp "$lib" "$tq/lib.new" && mv "$tq/lib.new" "$tq/libqprof_tquic_ffi.a"; }
+tquic_dir=$(crate_dir tquic)
+cp -ru "$tquic_dir/include/tquic.h" "$tquic_dir/include/tquic_def.h" "$tquic_dir/deps/boringssl/src/include/openssl" "$tq/include/"
