@@ -1,27 +1,31 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: GPL-2.0-only
-"""Benchmark: a server run through --server-cmd against the same server
-built in, and msquic's secnetperf as the server of a qprof run.
+"""Benchmark: a side run through --server-cmd or --client-cmd against
+the same side built in, and msquic's secnetperf in that side's place.
 
 Every round runs each case once, in an order that rotates from round to
-round: qprof run --stack S --direction down (the perf protocol, qprof's
-default), its server qprof-wl's S transport (a) as qprof starts it and
-(b) as a plain program through --server-cmd, S's qprof-wl client asking
-for the bytes either way. The two differ only in how qprof starts and
-stops the server and in what it reads of it (no marks, no report), so
-each side's CPU per byte should agree within the rounds' spread; the
-record's own instruments measure both, the default probes and sampling
-on (their cost is in both alike).
+round: qprof run --stack S (the perf protocol, qprof's default), --role
+server: --direction down, its server qprof-wl's S transport (a) as qprof
+starts it and (b) as a plain program through --server-cmd, S's qprof-wl
+client asking for the bytes either way; --role client: --direction up,
+the client so (--client-cmd), S's qprof-wl server counting. The two
+differ only in how qprof starts and stops the side and in what it reads
+of it (no marks, no report), and the program is given the flags a run
+gives its own side, so each side's CPU per byte should agree within the
+rounds' spread; the record's own instruments measure both, the default
+probes and sampling on (their cost is in both alike).
 
-With --secnetperf PATH, a third case: secnetperf's server
-(-bind:{addr}:{port}) against --stack quic's client (msquic's, the only
-one of qprof's besides ngtcp2's that takes secnetperf 2.5.1's certificate;
-RESULTS.md says why). secnetperf is msquic's tool, in msquic's repository
-only: build it by hand and pass its path; qprof never downloads it. It
-finds its libmsquic.so by its own RUNPATH.
+With --secnetperf PATH, a third case: secnetperf in that place, its
+server (-bind:{addr}:{port}) against --stack quic's client (msquic's,
+the only one of qprof's besides ngtcp2's that takes secnetperf 2.5.1's
+certificate; RESULTS.md says why), or its client (-target:{addr}
+-port:{port} -up:{duration_ms}ms) against msquic's server. secnetperf is
+msquic's tool, in msquic's repository only: build it by hand and pass its
+path; qprof never downloads it. It finds its libmsquic.so by its own
+RUNPATH.
 
 USAGE: .venv/bin/python benchmarks/external_server.py [--rounds N] [--duration S] [--stack S]
-       [--secnetperf PATH]
+       [--role server|client] [--secnetperf PATH]
 """
 
 import argparse
@@ -35,19 +39,20 @@ from median_range import spread
 
 from fidelity import QPROF, REPO
 
-WL = f"{REPO / 'build' / 'bin' / 'qprof-wl'} --role server --addr {{addr}} --port {{port}}"
+WL = f"{REPO / 'build' / 'bin' / 'qprof-wl'} --addr {{addr}} --port {{port}} --proto {{alpn}} --io-size 65536"
 
 
-def record(stack: str, server_cmd, duration: float, runs_dir: str) -> dict:
-    cmd = ["--server-cmd", server_cmd] if server_cmd else []
+def record(stack: str, role: str, cmd, duration: float, runs_dir: str) -> dict:
+    way = "down" if role == "server" else "up"
+    ext = [f"--{role}-cmd", cmd] if cmd else []
     r = subprocess.run(
-        [*QPROF.split(), "run", "--json", "--stack", stack, "--direction", "down", "--duration", f"{duration}s", *cmd],
+        [*QPROF.split(), "run", "--json", "--stack", stack, "--direction", way, "--duration", f"{duration}s", *ext],
         capture_output=True,
         text=True,
         env={**os.environ, "QPROF_RUNS_DIR": runs_dir},
     )
     if r.returncode != 0:
-        sys.exit(f"qprof run --stack {stack} {' '.join(cmd)} failed: {r.stderr.strip()}")
+        sys.exit(f"qprof run --stack {stack} {' '.join(ext)} failed: {r.stderr.strip()}")
     return json.loads(r.stdout)
 
 
@@ -56,26 +61,30 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--duration", type=float, default=3.0)
     ap.add_argument("--stack", default="quic")
+    ap.add_argument("--role", choices=("server", "client"), default="server")
     ap.add_argument("--secnetperf")
     a = ap.parse_args()
-    cases = {
-        "built in": None,
-        # The flags a run gives its own server (endpoints.workload_argv), so the two differ in how they start only.
-        "--server-cmd qprof-wl": f"{WL} --stack {a.stack} --cert {{cert}} --key {{key}} --proto {{alpn}}"
-        + " --direction down --io-size 65536"
-        + (" --exec-profile lowlat" if a.stack == "quic" else ""),
-    }
+    role, way = a.role, "down" if a.role == "server" else "up"
+    # The flags a run gives its own side (endpoints.workload_argv), so the two differ in how they start only.
+    wl = f"{WL} --stack {a.stack} --role {role} --direction {way}" + (
+        " --exec-profile lowlat" if a.stack == "quic" else ""
+    )
+    wl += " --cert {cert} --key {key}" if role == "server" else " --duration-ms {duration_ms}"
+    cases = {"built in": None, f"--{role}-cmd qprof-wl": wl}
     if a.secnetperf:
-        cases["--server-cmd secnetperf"] = f"{a.secnetperf} -bind:{{addr}}:{{port}} -exec:lowlat"
+        cases[f"--{role}-cmd secnetperf"] = (
+            f"{a.secnetperf} -bind:{{addr}}:{{port}} -exec:lowlat"
+            if role == "server"
+            else f"{a.secnetperf} -target:{{addr}} -port:{{port}} -inctarget:0 -exec:lowlat -up:{{duration_ms}}ms"
+        )
     recs = {name: [] for name in cases}
     with tempfile.TemporaryDirectory(prefix="qprof-bench-ext-") as runs_dir:
         for k in range(a.rounds):
             names = list(cases)
             names = names[k % len(names) :] + names[: k % len(names)]
             for name in names:
-                rec = record(
-                    a.stack if name != "--server-cmd secnetperf" else "quic", cases[name], a.duration, runs_dir
-                )
+                stack = "quic" if "secnetperf" in name else a.stack
+                rec = record(stack, role, cases[name], a.duration, runs_dir)
                 recs[name].append(rec)
                 print(
                     f"round {k + 1} {name}: {rec['throughput_gbps']:.2f} Gbit/s, ns/B client "
@@ -83,7 +92,9 @@ def main() -> int:
                     f"{rec['cpu']['server']['ns_per_byte']['oncpu']:.3f}",
                     file=sys.stderr,
                 )
-    head = f"server ({a.stack} client, down, {a.duration:g} s, {a.rounds} rounds)"
+    head = (
+        f"{role} ({a.stack} {'client' if role == 'server' else 'server'}, {way}, {a.duration:g} s, {a.rounds} rounds)"
+    )
     print(f"| {head} | Gbit/s | client ns/B | server ns/B | verification |")
     print("|---|---|---|---|---|")
     for name, rs in recs.items():
