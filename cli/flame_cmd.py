@@ -108,7 +108,7 @@ def print_stacks(opts: FlameOptions) -> None:
 
 def draw_run(opts: FlameOptions) -> List[Path]:
     run = sides.load_run(opts.runs_dir, opts.run_id)
-    classifier = categories.Classifier()
+    classifier = categories.for_run(run.path)
     incomplete = sides.incomplete_reason(run)
     loaded = {side: sides.load_side(run, side).stacks for side in opts.sides}  # all checked before drawing
     figs, svgs = {}, []

@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: GPL-2.0-only
 """What only this machine can answer about a resolved plan, before
 anything starts: root, the workload built, kernel TLS, the TCP congestion
-control asked for, the qdiscs a --link needs, --server-cmd's or --client-cmd's program. A guest run leaves the
+control asked for, the qdiscs a --link needs, --server-cmd's or --client-cmd's program,
+--categories' rules. A guest run leaves the
 kernel's questions to the guest's kernel (a refusal there comes back with
 its sentence). describe/plan.py has checked everything else."""
 
@@ -16,6 +17,7 @@ from qprof.collectors.faults import NO_FAULTS, Faults
 from qprof.describe import external as described_external
 from qprof.describe import link, pinning
 from qprof.describe.plan import Plan
+from qprof.flamegraphs import categories
 
 
 def check(plan: Plan, faults: Faults = NO_FAULTS) -> Path:
@@ -33,6 +35,8 @@ def check(plan: Plan, faults: Faults = NO_FAULTS) -> Path:
             paths.plugin_library(fp.stack.plugin)
     if opts.msquic is not None:
         msquic_library(opts.msquic)
+    if opts.categories is not None:
+        categories_file(opts.categories)
     role = described_external.role_of(opts)
     if role is not None:
         # Refused before anything starts; the plan checked its words.
@@ -86,3 +90,13 @@ def msquic_library(path: str) -> None:
         raise errors.MsquicUnusable(
             f"--msquic {path} cannot be loaded as msquic ({why}); give a libmsquic.so built for this host."
         )
+
+
+def categories_file(path: str) -> str:
+    """--categories' rules, read and parsed (each bad rule refused with its line)."""
+    try:
+        text = Path(path).expanduser().read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise errors.BadValue(f"--categories {path}: cannot read it ({e}); give a file of CATEGORY<TAB>REGEX rules.")
+    categories.parse_rules(text, path)
+    return text

@@ -36,6 +36,7 @@ from qprof.describe import offload, record
 from qprof.describe.measurement import MEASUREMENT
 from qprof.describe.plan import Plan, resolve
 from qprof.files import write_text_atomic
+from qprof.flamegraphs.categories import RUN_RULES
 from qprof.rundir import RunDir
 
 
@@ -71,6 +72,9 @@ def run(
         try:
             with RunDir(Path(opts.runs_dir)) as rundir:
                 rundir.record.update({"stack": "mix" if plan.is_mix else opts.stack, "config": asdict(opts)})
+                if opts.categories is not None:
+                    # The run's own rules, beside its stacks, for every later reading of them.
+                    write_text_atomic(rundir.path / RUN_RULES, preflight.categories_file(opts.categories))
                 return _measure(plan, where, rundir, on_progress, faults, on_interval)
         finally:
             if own:

@@ -837,6 +837,15 @@ OPTIONS: List[Option] = [
         choices=CALL_GRAPHS,
         metavar="|".join(CALL_GRAPHS),
     ),
+    Option(
+        "categories",
+        "text",
+        None,
+        "Flame categories of your own: a file of CATEGORY<TAB>REGEX rules (flamegraphs/categories.rules' "
+        "format), tried before qprof's at each frame; your library's frames, say. Kept in the run directory, "
+        "so every later command reads the run's stacks by them",
+        metavar="FILE",
+    ),
     Option("keep-perf-data", "flag", False, "Keep perf.data in the run directory after folding."),
     Option("runs-dir", "text", "runs", "Where run directories are written.", envvar="QPROF_RUNS_DIR"),
 ]

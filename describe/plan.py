@@ -53,6 +53,11 @@ def resolve(opts: RunOptions, cpus: int = 1) -> Plan:
     bounds a mix's flows), or the first rule it breaks as a QprofError."""
     options.check(opts)
     _hosts(opts)
+    if opts.categories is not None and opts.guest:
+        raise errors.BadValue(
+            "--categories: a guest run's stacks are read by qprof in the guest, where the file is not; "
+            "drop --guest, or categorise the run later with `qprof flame`."
+        )
     if opts.mix:
         for flag, given in (("--server-cmd", opts.server_cmd), ("--client-cmd", opts.client_cmd)):
             if given is not None:

@@ -92,6 +92,19 @@ class Classifier:
         return OTHER
 
 
+# A run's own rules (`qprof run --categories FILE`), kept in its directory.
+RUN_RULES = "categories.rules"
+
+
+def for_run(run_dir: Path) -> Classifier:
+    """The classifier of a run's stacks: the rules its --categories file
+    gave, tried first at each frame, then qprof's."""
+    own = run_dir / RUN_RULES
+    if not own.exists():
+        return Classifier()
+    return Classifier(load_rules(own) + load_rules())
+
+
 def categorize(stacks: Mapping[str, int], classifier: Optional[Classifier] = None) -> Dict[str, int]:
     """{category: samples} in CATEGORIES order."""
     classifier = classifier or Classifier()

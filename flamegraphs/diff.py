@@ -56,7 +56,8 @@ def check_compatible(run_a: sides.Run, run_b: sides.Run) -> None:
 
 def render(run_a: sides.Run, run_b: sides.Run, which: Iterable[str], svg_for: Callable[[str], Path]) -> List[SideDiff]:
     check_compatible(run_a, run_b)
-    classifier = categories.Classifier()
+    # Each run's stacks by its own rules (its --categories, then qprof's).
+    rules_a, rules_b = categories.for_run(run_a.path), categories.for_run(run_b.path)
     loaded = {
         side: (sides.load_side(run_a, side).stacks, sides.load_side(run_b, side).stacks) for side in which
     }  # all checked before drawing
@@ -64,8 +65,8 @@ def render(run_a: sides.Run, run_b: sides.Run, which: Iterable[str], svg_for: Ca
     unit = run_a.unit
     for side, (sa, sb) in loaded.items():
         da, db = run_a.divisor(side), run_b.divisor(side)
-        fa = normalize.figures(sa, run_a.period_ns, da, classifier, unit)
-        fb = normalize.figures(sb, run_b.period_ns, db, classifier, unit)
+        fa = normalize.figures(sa, run_a.period_ns, da, rules_a, unit)
+        fb = normalize.figures(sb, run_b.period_ns, db, rules_b, unit)
         svg = None
         if fb.samples:
             svg = svg_for(side)

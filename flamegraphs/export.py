@@ -140,7 +140,7 @@ def folded_text(loaded: Dict[str, Dict[str, int]]) -> str:
 
 
 def openmetrics_text(run: sides.Run, loaded: Dict[str, Dict[str, int]]) -> str:
-    classifier = categories.Classifier()
+    classifier = categories.for_run(run.path)
     figs = {
         side: normalize.figures(stacks, run.period_ns, run.divisor(side), classifier, run.unit)
         for side, stacks in loaded.items()

@@ -11,13 +11,14 @@ from typing import Dict, Optional
 
 from qprof.perbyte import side_bytes
 
-from . import folded, normalize, sides, weighting
+from . import categories, folded, normalize, sides, weighting
 
 
 def run_figures(record: dict, stacks_dir: Path, pids: Optional[Dict[str, int]] = None) -> Dict[str, dict]:
     """Per side; pids (side -> the workload's pid) lets an incomplete
     capture be weighted by the cputhread probe's threads."""
     period_ns = record["flame"]["sample_period_ns"]
+    classifier = categories.for_run(stacks_dir.parent)
     out = {}
     for side in sides.SIDES:
         data = folded.read(stacks_dir / f"{side}.folded")
@@ -25,12 +26,12 @@ def run_figures(record: dict, stacks_dir: Path, pids: Optional[Dict[str, int]] =
         if nbytes <= 0:
             out[side] = _no_bytes(data.stacks)
             continue
-        fig = normalize.figures(data.stacks, period_ns, nbytes)
+        fig = normalize.figures(data.stacks, period_ns, nbytes, classifier)
         if not fig.samples:
             out[side] = _no_samples(sides.measured_ns_per_byte(record, side))
             continue
         w = weighting.side_weights(record, stacks_dir, side, (pids or {}).get(side))
-        shown = normalize.figures(w[0], period_ns, nbytes) if w else fig
+        shown = normalize.figures(w[0], period_ns, nbytes, classifier) if w else fig
         measured = sides.measured_ns_per_byte(record, side)
         out[side] = {
             "samples": fig.samples,

@@ -451,7 +451,7 @@ def run_flames(run_dir: Path, rec: dict) -> List[Flame]:
     if not all(flames.values()):
         try:
             run = sides.load_run(run_dir.parent, run_dir.name)
-            classifier = categories.Classifier()
+            classifier = categories.for_run(run.path)
             incomplete = sides.incomplete_reason(run)
             for side in (s for s, svg in flames.items() if not svg):
                 stacks = sides.load_side(run, side, warn=lambda msg: None).stacks

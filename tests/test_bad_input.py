@@ -340,6 +340,7 @@ def test_an_external_server_is_refused_where_it_cannot_run():
     refused([*ccmd, *cmd], STACK_CANNOT, ["--server-cmd and --client-cmd together", "drop one"])
     refused([*ccmd, "--mix", "quic:1"], errors.BadMix.exit_code, ["drop --client-cmd"])
     refused(["--client-cmd", "perf_client {duration}"], BAD_VALUE, ["--client-cmd names {duration}"])
+    refused(["--categories", "my.rules", "--guest"], BAD_VALUE, ["--categories: a guest run's stacks", "drop --guest"])
 
 
 @pytest.mark.unit

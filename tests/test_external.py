@@ -18,6 +18,8 @@ import sys
 
 import pytest
 
+from qprof.flamegraphs import categories, folded
+
 from conftest import REPO, impossible_figures, needs_build, qprof
 from test_bad_input import one_sentence, refused_run, run_statuses
 
@@ -97,9 +99,22 @@ def test_the_pages_example_profiles_a_program_qprof_cannot_see_into(runs_dir):
 def test_a_perf_server_of_another_implementation(runs_dir):
     """aioquic's perf server (Python), a fixed size: every byte asked for
     arrived, counted by the client; the server's CPU is the interpreter's."""
-    rec = run_here(runs_dir, "--stack", "quinn", "--bytes", "3M", "--server-cmd", PEER)
+    rules = REPO / "tests" / "data" / "aioquic.rules"
+    rec = run_here(runs_dir, "--stack", "quinn", "--bytes", "3M", "--server-cmd", PEER, "--categories", str(rules))
     holds_an_external_side(rec, "server", sys.executable.rsplit("/", 1)[-1])
     assert rec["bytes"] == 3 << 20
+    # --categories: its rules are the run's, and the record's categories are
+    # its stacks read by them (before qprof's), as every later reading will.
+    run_dir = runs_dir / rec["id"]
+    assert (run_dir / categories.RUN_RULES).read_text() == rules.read_text()
+    stacks = folded.read(run_dir / "stacks" / "server.folded").stacks
+    own = categories.categorize(stacks, categories.for_run(run_dir))
+    if sum(own.values()):
+        period, shown = rec["flame"]["sample_period_ns"], rec["flame"]["sides"]["server"]
+        if "weighting" not in shown:  # a weighted side's figures are its threads' scaled samples
+            assert shown["categories_ns_per_byte"] == {c: n * period / rec["bytes"] for c, n in own.items()}
+        # The interpreter's frames, aioquic's protocol, are "other" by qprof's rules alone.
+        assert own["other"] <= categories.categorize(stacks)["other"]
 
 
 def test_a_client_program_qprof_cannot_see_into(runs_dir):
@@ -180,7 +195,13 @@ def test_a_program_that_is_no_client(runs_dir, case, client_cmd, code, words):
     assert left == "", left
 
 
-def test_a_program_not_found_is_refused_before_anything_runs(runs_dir):
+def test_what_is_refused_before_anything_runs(runs_dir):
+    """A program not found, a template naming what qprof does not fill in,
+    --categories' file unreadable or a rule that does not parse."""
     refused_run(runs_dir, ["--stack", "quic", "--server-cmd", "no-such-perf-server -p {port}"], 60, ["not found"])
     refused_run(runs_dir, ["--stack", "quic", "--server-cmd", "perf_server -p {prot}"], 4, ["{prot}", "{port}"])
     refused_run(runs_dir, ["--stack", "quic", "--client-cmd", "no-such-perf-client {addr}"], 60, ["--client-cmd's"])
+    bad = runs_dir.parent / "bad.rules"
+    bad.write_text("protocol\t^(unclosed\n")
+    refused_run(runs_dir, ["--categories", str(bad)], 4, [f"{bad}:1: bad regular expression"])
+    refused_run(runs_dir, ["--categories", str(runs_dir.parent / "none.rules")], 4, ["cannot read it"])

@@ -450,3 +450,15 @@ def test_perf_script_blocks_are_whole_lines_and_count_each_sample_once(size):
     for b in blocks:
         perf.count_cpus(b, per_cpu)
     assert per_cpu == {"0": 1, "1": 1, "11": 1}
+
+
+def test_a_runs_own_rules_come_before_qprofs(tmp_path):
+    """--categories: the run directory's categories.rules is tried before
+    qprof's at each frame, for every reading of the run's stacks."""
+    stack = "python3;start_thread;_PyEval_EvalFrameDefault"
+    assert categories.for_run(tmp_path).stack_category(stack) == "other"
+    (tmp_path / categories.RUN_RULES).write_text((REPO / "tests" / "data" / "aioquic.rules").read_text())
+    own = categories.for_run(tmp_path)
+    assert own.stack_category(stack) == "protocol"
+    # qprof's rules still follow: a frame only they name keeps its category.
+    assert own.stack_category("python3;start_thread;tcp_sendmsg_[k]") == "kernel net stack"
