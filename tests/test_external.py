@@ -29,7 +29,6 @@ PAGE = REPO / "docs" / "own-implementation.md"
 PEER = f"{sys.executable} {REPO / 'tests' / 'perf_peer.py'}" + " --addr {addr} --port {port} --cert {cert} --key {key}"
 WL = "./build/bin/qprof-wl --stack quic --role server --addr {addr} --cert {cert} --key {key}"
 WL_CLIENT = "./build/bin/qprof-wl --stack quinn --role client --addr {addr} --port {port} --direction up"
-QUICK = ("--duration", "0.5s", "--warmup", "0.3s", "--probes", "none", "--sample-hz", "0")
 # A capture on this VM's sample-losing CPU is weighted and says so.
 SAMPLING_WARNINGS = r"incomplete|samples|weighted"
 
@@ -127,64 +126,51 @@ def test_a_client_program_qprof_cannot_see_into(runs_dir):
     assert threads and all(t["comm"].startswith("qprof-wl") for t in threads), threads
 
 
-@pytest.mark.parametrize(
-    "case,server_cmd,extra,code,words",
-    [
-        ("exits at once", "false", (), 61, ["the server program exited with code 1 before the run was over"]),
-        ("never listens", "sleep 61.25", (), 62, ["bound no UDP port within 1 s", "the run's is"]),
-        ("another port", WL + " --port 4999", (), 63, ["listens on UDP port 4999, not the run's", "{port}"]),
-        (
-            "leaves a child",
-            f"sh -c 'sleep 61.5 & exec {WL} --port {{port}} --proto perf'",
-            (),
-            64,
-            ["left 1 process of its own behind", "(sleep)", "qprof killed them"],
-        ),
-        ("another ALPN", WL + " --port {port} --proto qprof", (), 65, ["does not speak ALPN perf"]),
-        (
-            "answers short",
-            PEER + " --short 1000",
-            ("--bytes", "1M"),
-            66,
-            ["after 1047576 bytes of the 1048576 asked", "answered fewer bytes than the client asked"],
-        ),
-    ],
-)
-def test_a_program_that_is_no_server(runs_dir, case, server_cmd, extra, code, words):
+# Each way a program fails to be a server or a client: (its role, the
+# case, its command, more of `qprof run`'s arguments, its code, words of its sentence).
+NO_GOOD = [
+    ("server", "exits at once", "false", (), 61, ["the server program exited with code 1 before the run was over"]),
+    ("server", "never listens", "sleep 61.25", (), 62, ["bound no UDP port within 1 s", "the run's is"]),
+    ("server", "another port", WL + " --port 4999", (), 63, ["listens on UDP port 4999, not the run's", "{port}"]),
+    (
+        "server",
+        "leaves a child",
+        f"sh -c 'sleep 61.5 & exec {WL} --port {{port}} --proto perf'",
+        (),
+        64,
+        ["left 1 process of its own behind", "(sleep)", "qprof killed them"],
+    ),
+    ("server", "another ALPN", WL + " --port {port} --proto qprof", (), 65, ["does not speak ALPN perf"]),
+    (
+        "server",
+        "answers short",
+        PEER + " --short 1000",
+        ("--bytes", "1M"),
+        66,
+        ["after 1047576 bytes of the 1048576 asked", "answered fewer bytes than the client asked"],
+    ),
+    ("client", "exits at once", "false", (), 61, ["the client program exited with code 1 before the run was over"]),
+    ("client", "never connects", "sleep 61.25", (), 68, ["made no connection to the server within 1 s", "{port}"]),
+    ("client", "another ALPN", WL_CLIENT + " --proto qprof --duration-ms 500", (), 61, ["exited with code 4"]),
+    ("client", "runs past its end", WL_CLIENT + " --proto perf --duration-ms 60000", (), 67, ["still running 2 s"]),
+    (
+        "client",
+        "leaves a child",
+        f"sh -c 'sleep 61.5 & exec {WL_CLIENT} --proto perf --duration-ms {{duration_ms}}'",
+        (),
+        64,
+        ["the client program left 1 process of its own behind", "(sleep)"],
+    ),
+]
+
+
+@pytest.mark.parametrize("role,case,cmd,extra,code,words", NO_GOOD, ids=[f"{r[0]}: {r[1]}" for r in NO_GOOD])
+def test_a_program_that_is_no_server_or_no_client(runs_dir, role, case, cmd, extra, code, words):
     """Each its exit code and one sentence; the record says incomplete
     with it; the program's whole process group is gone (the runs_dir
     fixture holds the namespaces and qprof-wl to none left)."""
-    args = [*QUICK, "--server-cmd", server_cmd]
-    if extra:
-        args = ["--probes", "none", "--sample-hz", "0", "--server-cmd", server_cmd, *extra]
-    r = qprof("run", "--inject-fault", "impatient", "--stack", "quic", *args, runs_dir=runs_dir, cwd=REPO)
-    assert r.returncode == code, (case, r.stderr)
-    line = one_sentence(r.stderr)
-    for w in words:
-        assert w in line, (case, line)
-    assert run_statuses(runs_dir) == ["incomplete"]
-    left = subprocess.run(["pgrep", "-f", "sleep 61"], capture_output=True, text=True).stdout
-    assert left == "", left
-
-
-@pytest.mark.parametrize(
-    "case,client_cmd,code,words",
-    [
-        ("exits at once", "false", 61, ["the client program exited with code 1 before the run was over"]),
-        ("never connects", "sleep 61.25", 68, ["made no connection to the server within 1 s", "{port}"]),
-        ("another ALPN", WL_CLIENT + " --proto qprof --duration-ms 500", 61, ["exited with code 4", "client.log"]),
-        ("runs past its end", WL_CLIENT + " --proto perf --duration-ms 60000", 67, ["still running 2 s after"]),
-        (
-            "leaves a child",
-            f"sh -c 'sleep 61.5 & exec {WL_CLIENT} --proto perf --duration-ms {{duration_ms}}'",
-            64,
-            ["the client program left 1 process of its own behind", "(sleep)"],
-        ),
-    ],
-)
-def test_a_program_that_is_no_client(runs_dir, case, client_cmd, code, words):
-    """As test_a_program_that_is_no_server, the client's ways."""
-    args = [*QUICK, "--client-cmd", client_cmd]
+    timed = ("--duration", "0.5s", "--warmup", "0.3s") if not extra else ()
+    args = [*timed, "--probes", "none", "--sample-hz", "0", f"--{role}-cmd", cmd, *extra]
     r = qprof("run", "--inject-fault", "impatient", "--stack", "quic", *args, runs_dir=runs_dir, cwd=REPO)
     assert r.returncode == code, (case, r.stderr)
     line = one_sentence(r.stderr)
