@@ -77,8 +77,12 @@ def workload_argv(
     if plan is not None:
         role_env = listen.merge((env or {}).get(role, {}), role_env)
         argv += plan.args[role]
-    pinned = pinning.parse(opts.cpus).get(role) if opts.cpus else None
-    return offload.argv_with_env(role_env, pinning.wrapped(argv, pinned))
+    return offload.argv_with_env(role_env, pinning.wrapped(argv, _pinned(opts, role)))
+
+
+def _pinned(opts, role: str) -> Optional[List[int]]:
+    """--cpus' CPUs for the role, or None."""
+    return pinning.parse(opts.cpus).get(role) if opts.cpus else None
 
 
 # The name qprof-wl's loader looks for (its DT_NEEDED); its RUNPATH gives
@@ -189,7 +193,7 @@ class Endpoints:
         log = self._log(fp, "server")
         if fp.options.server_cmd is not None:
             argv = external.program_argv(fp.options, "server", self.topo.server.addr, fp.port, cert, key)
-            return ExternalServer(argv, self.topo.server, log, fp.port)
+            return ExternalServer(argv, self.topo.server, log, fp.port, _pinned(fp.options, "server"))
         argv = self._argv(fp, "server", fp.port) + ["--cert", cert, "--key", key] + self.faults.server_args(fp.options)
         return WorkloadProcess("server", argv, self.topo.server, log)
 
@@ -201,7 +205,7 @@ class Endpoints:
         if fp.options.client_cmd is not None:
             argv = external.program_argv(fp.options, "client", self.topo.server.addr, port, cert, key)
             hang_s = describe_external.CLIENT_MARGIN_S + self.faults.patience(CLIENT_HANG_S)
-            return ExternalClient(argv, self.topo.client, log, hang_s)
+            return ExternalClient(argv, self.topo.client, log, hang_s, _pinned(fp.options, "client"))
         argv = self._argv(fp, "client", port) + ["--wait-start"] + self.faults.client_args(fp.options)
         return WorkloadProcess("client", argv, self.topo.client, log)
 

@@ -31,7 +31,7 @@ from typing import List, Optional, Set
 from qprof import errors, interrupts, remains
 from qprof.collectors.controlled import ControlledProcess, start_owned
 from qprof.collectors.topology import Endpoint
-from qprof.describe import external
+from qprof.describe import external, pinning
 
 # How long a server that holds UDP sockets, none on the run's port, is
 # given to bind it before it is said to listen elsewhere.
@@ -111,10 +111,16 @@ class ExternalProgram(ControlledProcess):
 
     external = True
 
-    def __init__(self, role: str, argv: List[str], endpoint: Endpoint, log_path: Path, stdin=subprocess.DEVNULL):
+    def __init__(
+        self, role: str, argv: List[str], endpoint: Endpoint, log_path: Path, cpus=None, prefix: List[str] = ()
+    ):
+        """argv: the program's command line; cpus: --cpus' list for its
+        role (taskset, which execs it); prefix: what runs first and execs
+        it (a client's WAIT_THEN_EXEC)."""
         self.program = program_path(argv, role)
-        super().__init__(role, endpoint.command(argv), log_path)
-        self.role, self.host, self._stdin = role, None, stdin
+        super().__init__(role, endpoint.command([*prefix, *pinning.wrapped(argv, cpus)]), log_path)
+        self.role, self.host = role, None
+        self._stdin = subprocess.PIPE if prefix else subprocess.DEVNULL
         self.peer: Optional[ControlledProcess] = None
         self._marks: List[dict] = []
         self.ended_by_us = False
@@ -230,8 +236,8 @@ class ExternalServer(ExternalProgram):
     """--server-cmd's program: ready once it listens on the run's port,
     ended once its client is done."""
 
-    def __init__(self, argv: List[str], endpoint: Endpoint, log_path: Path, port: int):
-        super().__init__("server", argv, endpoint, log_path)
+    def __init__(self, argv: List[str], endpoint: Endpoint, log_path: Path, port: int, cpus=None):
+        super().__init__("server", argv, endpoint, log_path, cpus)
         self.port = port
 
     def send(self, command: str) -> None:
@@ -298,10 +304,9 @@ class ExternalClient(ExternalProgram):
     when its server says so, done when it exits by itself within
     `hang_s` of the run's asking (its {duration_s} past the window)."""
 
-    def __init__(self, argv: List[str], endpoint: Endpoint, log_path: Path, hang_s: float):
+    def __init__(self, argv: List[str], endpoint: Endpoint, log_path: Path, hang_s: float, cpus=None):
         self.hang_s = hang_s
-        super().__init__("client", WAIT_THEN_EXEC + argv, endpoint, log_path, stdin=subprocess.PIPE)
-        self.program = program_path(argv, "client")
+        super().__init__("client", argv, endpoint, log_path, cpus, prefix=WAIT_THEN_EXEC)
 
     def send(self, command: str) -> None:
         """ "start" lets it run; it ends by itself, so nothing else is said."""

@@ -96,12 +96,16 @@ def test_the_pages_example_profiles_a_program_qprof_cannot_see_into(runs_dir):
 
 
 def test_a_perf_server_of_another_implementation(runs_dir):
-    """aioquic's perf server (Python), a fixed size: every byte asked for
-    arrived, counted by the client; the server's CPU is the interpreter's."""
+    """aioquic's perf server (Python), a fixed size, pinned: every byte
+    asked for arrived, counted by the client; the server's CPU is the
+    interpreter's, which the page's rules file names."""
     rules = REPO / "tests" / "data" / "aioquic.rules"
-    rec = run_here(runs_dir, "--stack", "quinn", "--bytes", "3M", "--server-cmd", PEER, "--categories", str(rules))
+    args = ("--categories", str(rules), "--cpus", "client=0,server=1")
+    rec = run_here(runs_dir, "--stack", "quinn", "--bytes", "3M", "--server-cmd", PEER, *args)
     holds_an_external_side(rec, "server", sys.executable.rsplit("/", 1)[-1])
     assert rec["bytes"] == 3 << 20
+    # --cpus pins the program as it pins qprof-wl (taskset, which execs it).
+    assert rec["placement"]["on_requested_share"] == {"client": 1.0, "server": 1.0}, rec["placement"]
     # --categories: its rules are the run's, and the record's categories are
     # its stacks read by them (before qprof's), as every later reading will.
     run_dir = runs_dir / rec["id"]
