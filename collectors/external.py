@@ -1,23 +1,29 @@
 # SPDX-License-Identifier: GPL-2.0-only
-"""--server-cmd: the user's program in the server's place, run where
-qprof-wl's server would run (the server's namespace) and measured by its
-pid as qprof-wl is: its CPU, its syscalls and packets, its stack samples.
+"""--server-cmd and --client-cmd: the user's program in one side's place,
+run where qprof-wl's would run (that side's namespace, pinned by --cpus
+as qprof-wl is) and measured by its pid as qprof-wl is: its CPU, its
+syscalls and packets, its stack samples.
 
-It is asked nothing. What the run asks a workload, ExternalServer
-answers for it:
-- "ready": the program holds a UDP socket bound to the run's port in its
-  namespace (its group's sockets, in /proc/PID/net/udp{,6});
-- a mark: the time, and no counter of its own (the client, qprof-wl,
-  counts the bytes);
-- "stop": an external server cannot be told; the run's client stops the
-  answer instead, as secnetperf's timed download does (STOP_SENDING);
-- "done": once its client is done, the program is ended (SIGTERM, then
-  SIGKILL) unless it ended by itself with exit 0, and whatever of its
-  process group outlived it is killed and named.
+It is asked nothing. What the run asks a workload, ExternalServer and
+ExternalClient answer for it:
+- a server's "ready": the program holds a UDP socket bound to the run's
+  port in its namespace (its group's sockets, in /proc/PID/net/udp{,6});
+- a client's "start": the shell that holds it (WAIT_THEN_EXEC) execs it,
+  so the pid the instruments attach to first is the program's; its
+  "connected" is its server's, qprof-wl's;
+- a mark: the time, and no counter of its own (qprof-wl's side counts
+  the bytes);
+- "stop": a program cannot be told; a server's answer is stopped by its
+  client instead, as secnetperf's timed download does (STOP_SENDING), and
+  a client ends by itself, after its {duration_s};
+- "done": a server, once its client is done, is ended (SIGTERM, then
+  SIGKILL) unless it ended by itself with exit 0; a client must exit 0
+  by itself in time; whatever of its process group outlived it is killed
+  and named.
 
-Each way a program can fail to be a server has its sentence and exit
-code (core/errors.py, External*), and nothing of it is left behind: its
-process group is killed on every way out."""
+Each way a program can fail to be a server or a client has its sentence
+and exit code (core/errors.py, External*), and nothing of it is left
+behind: its process group is killed on every way out."""
 
 import os
 import re
