@@ -285,6 +285,8 @@ def run_measurement(ep: Endpoints, w: "Taken", c: Collected) -> Measurement:
     """What a run of one flow measured, raw: its window whole, what came around it."""
     opts, fp = ep.plan.options, ep.plan.flows[0]
     window = Window(w.start.edge(), w.end.edge(), receiver=w.receiver)
+    if fp.stack.programs:
+        window.counted = _pair_bytes(ep, window, c.probe_records or {})
     if window.bytes <= 0:
         raise errors.PeerDied(patterns.row(opts).empty_window)
     env = environment.describe()
@@ -316,6 +318,29 @@ def run_measurement(ep: Endpoints, w: "Taken", c: Collected) -> Measurement:
         intervals=w.intervals,
         hosts=ep.sides.hosts(),
     )
+
+
+def _pair_bytes(ep: Endpoints, window: Window, probe_records: dict) -> int:
+    """A program pair's bytes: what the receiver's receive calls took over
+    the window, by the syscalls probe (describe/external.py). A receiver
+    that sent more than it took was the sender: the run went the other way."""
+    sys_probe = probe_records.get("syscalls") or {}
+    if sys_probe.get("status") != "present":
+        raise errors.InstrumentFailed(
+            f"the syscalls probe, which counts a program pair's bytes, did not run ({sys_probe.get('reason')}); "
+            "see `qprof doctor`."
+        )
+    receiver, sender = window.receiver, window.sender
+    pid = {"client": ep.client.pid, "server": ep.server.pid}
+    got = describe_external.counted_bytes(sys_probe["window"], pid[receiver])
+    out = describe_external.sent_bytes(sys_probe["window"], pid[receiver])
+    if got < out:
+        way = "up" if receiver == "client" else "down"
+        raise errors.ExternalWrongWay(
+            f"the {receiver} program sent {out} bytes in the window and received {got}, so the {sender} did "
+            f"not send the bytes as --direction {ep.plan.options.direction} says; give --direction {way}."
+        )
+    return got
 
 
 def mix_measurement(ep: Endpoints, w: "Taken", c: Collected) -> Measurement:

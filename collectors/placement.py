@@ -42,6 +42,7 @@ from qprof.collectors.faults import Faults
 from qprof.collectors.remote import HostsTopology, LocalSide, RemoteSide, source_address
 from qprof.collectors.sides import OnHosts, OnMachine
 from qprof.collectors.topology import Topology
+from qprof.describe import floor as described_floor
 from qprof.describe import link, measurement, options
 from qprof.describe.plan import Plan, link_devices
 
@@ -74,7 +75,8 @@ class Local:
         cert, key = make_certificate(rundir.path)
         if faults.bad_cert:
             cert.write_text("not a certificate\n")
-        floor_parts = None if plan.is_mix else floor.measure(opts.stack)  # cached; before anything else runs
+        # Cached; before anything else runs. A run with no one floor (describe/floor.py) measures none.
+        floor_parts = floor.measure(opts.stack) if not plan.is_mix and described_floor.measured_for(opts) else None
         features: Dict[str, str] = {}
         for fp in plan.flows:
             features.update(fp.offload.devices)

@@ -30,6 +30,8 @@ def check(plan: Plan, faults: Faults = NO_FAULTS) -> Path:
         raise errors.NotRoot("qprof run needs root (network namespaces, perf, eBPF); run it as root, e.g. with sudo.")
     binary = paths.workload_binary()
     for fp in plan.flows:  # another QUIC implementation's, beside it
+        if fp.stack.programs:
+            continue  # the user's programs, checked below
         paths.workload_binary(fp.stack.workload)
         if fp.stack.plugin:
             paths.plugin_library(fp.stack.plugin)
@@ -37,8 +39,7 @@ def check(plan: Plan, faults: Faults = NO_FAULTS) -> Path:
         msquic_library(opts.msquic)
     if opts.categories is not None:
         categories_file(opts.categories)
-    role = described_external.role_of(opts)
-    if role is not None:
+    for role in described_external.roles(opts):
         # Refused before anything starts; the plan checked its words.
         external.program_path(described_external.words(described_external.template(opts, role), role), role)
     if opts.cpus is not None and not opts.guest:

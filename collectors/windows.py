@@ -159,7 +159,8 @@ def _timed(plan: Plan, ep: Endpoints, emulated, on_progress, faults: Faults, on_
     end_ns = start.t_ns + int(opts.duration_s * 1e9)
     intervals = None
     receiver = direction.window_receiver(opts)
-    if ep.single and opts.interval_s and patterns.row(opts).intervals:
+    # A program pair's receiver counts nothing to sample (its bytes are the probe's, over the window).
+    if ep.single and opts.interval_s and patterns.row(opts).intervals and not plan.flows[0].stack.programs:
         first = start.edge()
         intervals = sample_intervals(
             first,

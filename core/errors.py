@@ -347,6 +347,12 @@ class ExternalNoConnection(QprofError):
     exit_code = 68
 
 
+class ExternalWrongWay(QprofError):
+    """A program pair's receiver, by --direction, sent more than it received."""
+
+    exit_code = 69
+
+
 class Interrupted(QprofError):
     """Ctrl-C or SIGTERM: 128 + SIGINT, as shells report it."""
 

@@ -12,6 +12,14 @@ qprof-wl received. The program itself is measured by its pid, as
 qprof-wl is (collectors/external.py starts it); what only its own
 counters could say (its library, its settings, its cross-check) is
 absent from the record, with the reason.
+
+Both given, the run is a program pair, --stack external (its row in
+describe/transports.py): no qprof-wl runs, so nothing counts the bytes
+but the syscalls probe. The window is timed as any bulk run's (the
+client's start, the warm-up, --duration, the client still sending at
+its end); its bytes are what the receiver's receive calls took
+(counted_bytes: UDP payload, QUIC's headers and acks inside it), and
+nothing is verified.
 """
 
 import shlex
@@ -20,6 +28,8 @@ from dataclasses import replace
 from typing import Dict, List, Optional
 
 from qprof import errors
+from qprof.describe import options, transports
+from qprof.describe.derive import RECV, SEND
 
 # What a template may name, each filled in by the run (values()).
 PLACEHOLDERS = ("addr", "port", "cert", "key", "alpn", "bytes", "duration_s", "duration_ms")
@@ -36,9 +46,37 @@ def template(opts, role: str) -> Optional[str]:
     return getattr(opts, f"{role}_cmd", None)
 
 
+def roles(opts) -> tuple:
+    """The sides that are programs of the user's: none, one, or both (a pair)."""
+    return tuple(r for r in FLAGS if template(opts, r) is not None)
+
+
 def role_of(opts) -> Optional[str]:
-    """Which side is a program of the user's, if either."""
-    return next((r for r in FLAGS if template(opts, r) is not None), None)
+    """Which side is a program of the user's, with the other qprof-wl's; None for none or a pair."""
+    out = roles(opts)
+    return out[0] if len(out) == 1 else None
+
+
+def is_pair(opts) -> bool:
+    """Both sides programs of the user's (--stack external)."""
+    return len(roles(opts)) == 2
+
+
+# What a pair's bytes are, in the record (counted_by).
+PAIR_COUNT = (
+    "the syscalls probe: the UDP payload the {receiver} program's receive calls took inside the window "
+    "(QUIC's packet headers, acks and frames included; no side verified the bytes)"
+)
+
+
+def counted_bytes(syscalls_window: dict, pid: int) -> int:
+    """A pair's bytes: what pid's receive calls took over the probe's window."""
+    return sum(t["bytes"] for t in syscalls_window["threads"] if t["tgid"] == pid and t["sys"] in RECV)
+
+
+def sent_bytes(syscalls_window: dict, pid: int) -> int:
+    """What pid's send calls handed the kernel over the probe's window."""
+    return sum(t["bytes"] for t in syscalls_window["threads"] if t["tgid"] == pid and t["sys"] in SEND)
 
 
 def absent_reason(role: str) -> str:
@@ -102,15 +140,12 @@ def values(opts, addr: str, port: int, cert: str, key: str, role: str = "server"
 def resolve(opts):
     """A run with --server-cmd or --client-cmd, its rules checked and its
     direction filled (the external side sends); opts unchanged without."""
+    if is_pair(opts) or transports.STACKS[opts.stack].programs:
+        return _pair(opts)
     role = role_of(opts)
     if role is None:
         return opts
     flag, way = FLAGS[role], SENDS[role]
-    if opts.server_cmd is not None and opts.client_cmd is not None:
-        raise errors.StackCannot(
-            "--server-cmd and --client-cmd together: qprof-wl on one side counts the bytes the other sends; "
-            "drop one of them."
-        )
     words(template(opts, role), role)
     if opts.proto == "qprof":
         raise errors.StackCannot(
@@ -128,3 +163,60 @@ def resolve(opts):
                 f"qprof-wl; drop {name} or {flag}."
             )
     return replace(opts, direction=way)
+
+
+def _pair(opts):
+    """A program pair's rules (module docstring): --stack external, a
+    timed window, the syscalls probe on, one direction (down unless said)."""
+    given = roles(opts)
+    if len(given) < 2:
+        missing = next(FLAGS[r] for r in FLAGS if r not in given)
+        raise errors.StackCannot(
+            f"--stack external runs two programs of yours, and {missing} is not given; give --client-cmd and "
+            "--server-cmd, or pick a stack of qprof's."
+        )
+    if opts.stack != options.BY_NAME["stack"].default and not transports.STACKS[opts.stack].programs:
+        raise errors.StackCannot(
+            f"--stack {opts.stack}: with --client-cmd and --server-cmd both sides are your programs, so no "
+            f"{opts.stack} runs; drop --stack."
+        )
+    for role in given:
+        words(template(opts, role), role)
+    if opts.proto == "qprof":
+        raise errors.StackCannot(
+            "--proto qprof: --client-cmd and --server-cmd run your programs, which do not speak qprof's own "
+            "protocol; drop --proto."
+        )
+    if opts.direction == "both":
+        raise errors.StackCannot(
+            "--direction both: a program pair's bytes are what one side's receive calls took, one way; "
+            "give --direction up or down."
+        )
+    if opts.bytes:
+        raise errors.StackCannot(
+            "--bytes: a program pair's window is timed (qprof reads the programs' CPU while they run, and "
+            "nothing tells it a transfer's end); give --duration, and {bytes} is 0."
+        )
+    for name in ("gso", "gro"):
+        if getattr(opts, name) is not None:
+            raise errors.StackCannot(
+                f"--{name}: qprof steers a QUIC library's offloads through qprof-wl, and a program pair has none; "
+                f"drop --{name} (your programs' own flags go in their commands)."
+            )
+    if "syscalls" not in (opts.probes or ()):
+        raise errors.StackCannot(
+            "a program pair's bytes are counted by the syscalls probe, which this run leaves out; "
+            "add syscalls to --probes."
+        )
+    for name, given_value in (
+        ("--server-stack", opts.server_stack),
+        ("--server", opts.server),
+        ("--guest", opts.guest),
+    ):
+        if given_value:
+            raise errors.StackCannot(
+                f"{name}: --client-cmd and --server-cmd run their programs in the two namespaces on this "
+                f"machine; drop {name}."
+            )
+    pair = next(n for n, s in transports.STACKS.items() if s.programs)
+    return replace(opts, stack=pair, direction=opts.direction or "down")

@@ -23,6 +23,15 @@ SPECS = {
 }
 
 
+def measured_for(opts) -> bool:
+    """Whether a run has one floor: one stack of qprof's on both sides (not
+    a pair of libraries, --server-stack, nor a program of the user's)."""
+    sides = [opts.stack if not getattr(opts, f"{r}_cmd", None) else None for r in ("client", "server")]
+    if getattr(opts, "server_stack", None):
+        sides[1] = opts.server_stack
+    return sides[0] is not None and sides == [opts.stack] * 2
+
+
 def figures(stack: str, parts: dict, cpu: dict, sendfile: bool = False) -> dict:
     """Each side's floor and the run's CPU per byte as a multiple of it.
     With sendfile the client copies nothing across the socket API."""

@@ -27,9 +27,12 @@ from qprof.units import parse_duration_s, parse_rate_bit, parse_size_bytes, rate
 
 # The stacks, and the kinds options name, from their rows (describe/transports.py).
 STACK_NAMES = tuple(transports.STACKS)
-QUIC_STACKS = tuple(n for n, s in transports.STACKS.items() if s.is_quic)
+# The QUIC stacks qprof-wl runs (not "external", two programs of the user's).
+QUIC_STACKS = tuple(n for n, s in transports.STACKS.items() if s.is_quic and not s.programs)
 SESSION_STACKS = tuple(n for n, s in transports.STACKS.items() if s.sessions)
 CONNECTION_STACKS = tuple(n for n, s in transports.STACKS.items() if not s.datagram)
+# Stacks whose sides are programs of the user's (a pair): no qprof-wl takes a flag there.
+PROGRAM_STACKS = tuple(n for n, s in transports.STACKS.items() if s.programs)
 PROBE_NAMES = ("syscalls", "packets", "cputhread")
 TOPOLOGIES = ("netns", "loopback")
 EXEC_PROFILES = ("lowlat", "maxtput")
@@ -450,6 +453,7 @@ OPTIONS: List[Option] = [
         fill="up",
         fill_note="bulk",
         stacks=CONNECTION_STACKS,
+        workload_stacks=tuple(n for n in CONNECTION_STACKS if n not in PROGRAM_STACKS),
         vary=True,
         workload="--direction",
         metavar="up|down|both",
@@ -606,8 +610,9 @@ OPTIONS: List[Option] = [
         "bulk, QUIC stacks: run this program as the server instead of qprof-wl, in the server's place, "
         "and profile it: a QUIC performance protocol server (ALPN perf) of any implementation, yours "
         "included; {addr} {port} {cert} {key} {alpn} {bytes} {duration_s} are filled in. The client is "
-        "--stack's qprof-wl, which asks for the bytes and counts them (--direction down)",
-        stacks=QUIC_STACKS,
+        "--stack's qprof-wl, which asks for the bytes and counts them (--direction down); with --client-cmd "
+        "too, the two are a program pair (--stack external: docs/own-implementation.md)",
+        stacks=QUIC_STACKS + ("external",),
         metavar="CMD",
     ),
     Option(
@@ -618,7 +623,7 @@ OPTIONS: List[Option] = [
         "and profile it: a QUIC performance protocol client (ALPN perf) of any implementation that uploads "
         "for {duration_s} seconds or {bytes} bytes (--direction up); the server is --stack's qprof-wl, which "
         "counts what arrives. The same placeholders as --server-cmd",
-        stacks=QUIC_STACKS,
+        stacks=QUIC_STACKS + ("external",),
         metavar="CMD",
     ),
     Option(

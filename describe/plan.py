@@ -83,6 +83,8 @@ def resolve_one(opts: RunOptions) -> Tuple[RunOptions, transports.Stack]:
     if opts.io_size is None:
         opts = replace(opts, io_size=stack.io_size)
     opts = _pattern(opts)
+    # A pattern's step may name the stack (bulk: two programs of the user's are "external").
+    stack = transports.STACKS[opts.stack]
     _implementation(opts, stack)
     if patterns.row(opts).window == "timed":
         opts = _bulk_length(opts)

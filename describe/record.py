@@ -123,14 +123,7 @@ def describe_run(m: Measurement, run_path: Path) -> dict:
     if transports.datagram(opts.stack) and not loopback:
         rec["crosscheck"].setdefault("server", {})["udp_drops"] = udp_drops(rec, m.done["client"], m.done["server"])
     rec["offload"] = offload_record(opts, m, rec)
-    ext = external.role_of(opts)
-    rec["floor"] = (
-        {"absent": f"{external.absent_reason(ext)}, so its library's crypto, the floor's, is not known"}
-        if ext is not None
-        else floor.figures(opts.stack, m.floor_parts, rec["cpu"], opts.sendfile)
-        if transports.side_stack(opts, "server") == opts.stack
-        else {"absent": "a pair of libraries (--server-stack) has no one floor: each side's is its own library's"}
-    )
+    rec["floor"] = floor_record(opts, m, rec)
     rec["link"] = link_record(opts, m, rec)
     own = patterns.row(opts).sections
     for key in SECTIONS:
@@ -275,23 +268,24 @@ def build_record(opts, m: Measurement) -> dict:
     client_done, server_done = m.done["client"], m.done["server"]
     nbytes = window.bytes
     stack = transports.STACKS[opts.stack]
-    # A program of the user's in one side's place (--server-cmd, --client-cmd), or None.
-    ext = external.role_of(opts)
+    # A program of the user's in one side's place (--server-cmd, --client-cmd), or None;
+    # outside: every side that is one (a pair's two).
+    ext, outside = external.role_of(opts), external.roles(opts)
     # None: the server is such a program.
     server_stack = transports.STACKS.get(transports.side_stack(opts, "server"))
     env = copy.deepcopy(m.environment)
     if stack.is_quic:
         # (An external client's "connected" is its server's: --stack's library.)
         env["quic_library"] = quic_library(opts, stack, connected, client_done, server_done)
-        if ext is not None:
-            env["quic_library"][ext] = {
+        for side in outside:
+            env["quic_library"][side] = {
                 "name": None,
                 "version": None,
                 "crypto": None,
-                "program": m.done[ext].get("program"),
-                "absent_reason": external.absent_reason(ext),
+                "program": m.done[side].get("program"),
+                "absent_reason": external.absent_reason(side),
             }
-        elif server_stack is not stack:
+        if not outside and server_stack is not stack:
             # A pair (--server-stack): the server's own, as its report says it.
             env["quic_library"]["server"] = library_named(opts, server_stack, server_done)
     if stack.msquic or (server_stack is not None and server_stack.msquic):
@@ -318,7 +312,10 @@ def build_record(opts, m: Measurement) -> dict:
     what, expected = row.unit, row.expected(opts)
     if receiver != "both":
         got, gave = m.done[receiver], m.done[sender]
-    if receiver == "both":
+    if stack.programs:
+        # A program pair: nothing on either side verified a byte; the probe counted them.
+        got, verified = {"app_bytes": None}, None
+    elif receiver == "both":
         for got_role in window.receivers:
             got, gave = m.done[got_role], m.done[direction.other(got_role)]
             if not (
@@ -347,7 +344,7 @@ def build_record(opts, m: Measurement) -> dict:
         verified = got.get("verified") is True and got["streams_completed"] >= 1
     else:
         verified = row.verified(got, gave, opts, expected)
-    if receiver != "both" and not verified:
+    if receiver != "both" and verified is not None and not verified:
         raise errors.VerifyFailed(
             f"the {receiver} verified {got['app_bytes']} bytes on {got['streams_completed']} {what} "
             f"but the {sender} sent {gave.get('app_bytes')} on {expected}; see the run's logs."
@@ -370,7 +367,8 @@ def build_record(opts, m: Measurement) -> dict:
         "bytes_sent": sent,
         "direction": direction_record(opts, window),
         "verified": verified,
-        "verification": "sizes" if ext is not None else "content",
+        "verification": "none" if stack.programs else "sizes" if ext is not None else "content",
+        **({"counted_by": external.PAIR_COUNT.format(receiver=receiver)} if stack.programs else {}),
         "window_s": window.seconds,
         "cpu_window_s": window.cpu_seconds,
         "throughput_gbps": nbytes * 8 / window.seconds / 1e9 if window.seconds > 0 else None,
@@ -393,6 +391,16 @@ def build_record(opts, m: Measurement) -> dict:
         },
         "measured_at": m.measured_at,
     }
+
+
+def floor_record(opts, m: Measurement, rec: dict) -> dict:
+    """The floor multiple where one library's crypto runs both sides (floor.figures), else absent, saying why."""
+    outside = external.roles(opts)
+    if outside:
+        return {"absent": f"{external.absent_reason(outside[0])}, so its library's crypto, the floor's, is not known"}
+    if not floor.measured_for(opts):
+        return {"absent": "a pair of libraries (--server-stack) has no one floor: each side's is its own library's"}
+    return floor.figures(opts.stack, m.floor_parts, rec["cpu"], opts.sendfile)
 
 
 def library_named(opts, stack, said: dict) -> dict:
@@ -436,7 +444,7 @@ def direction_record(opts, window: Window) -> Optional[dict]:
     }
     for way, role in (("up", "server"), ("down", "client")):
         if role in window.receivers:
-            b = window.mark_delta(role, "app_bytes")
+            b = window.bytes if window.receiver == role else window.mark_delta(role, "app_bytes")
             out[way] = {"bytes": b, "gbps": b * 8 / seconds / 1e9 if seconds > 0 else None}
         else:
             out[way] = None

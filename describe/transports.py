@@ -58,6 +58,11 @@ class Stack:
         return self.tls == "quic"
 
     @property
+    def programs(self) -> bool:
+        """Run by programs of the user's, not qprof-wl (describe/external.py)."""
+        return not self.workload
+
+    @property
     def msquic(self) -> bool:
         """msquic's: its reports, counters and knobs are msquic's own."""
         return self.library == "msquic"
@@ -219,6 +224,21 @@ STACKS: Dict[str, Stack] = {
         plugin="libqprof-wl-tquic.so",
         dwarf_stack_bytes=32768,
         retransmits_source="tquic ConnectionStats lost_count (packets)",
+    ),
+    # Two programs of the user's (--client-cmd and --server-cmd, both): no
+    # qprof-wl runs, so no pattern's own counts; a bulk transfer whose bytes
+    # the syscalls probe counts (describe/external.py), over UDP.
+    "external": Stack(
+        "external",
+        "udp",
+        "quic",
+        sendfile=False,
+        rw_is_network=False,
+        io_size=0,
+        workload="",
+        dwarf_stack_bytes=32768,
+        sessions=False,
+        patterns=("bulk",),
     ),
     # Raw UDP, no reliability or crypto: the kernel's floor for a UDP transport.
     "udp": Stack(

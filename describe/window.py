@@ -44,6 +44,9 @@ class Window:
     # server's, the client's (downloads, bulk down), or "both" (bulk both
     # ways: the two receivers' added, each direction its own).
     receiver: str = "server"
+    # A program pair's bytes, counted by the syscalls probe (neither side
+    # counts: describe/external.py); None where the receiver's marks do.
+    counted: Optional[int] = None
 
     @property
     def sender(self) -> str:
@@ -61,7 +64,10 @@ class Window:
 
     @property
     def bytes(self) -> int:
-        """Bytes the receiver (both: the receivers) verified inside the window."""
+        """Bytes the receiver (both: the receivers) verified inside the
+        window; a program pair's, what the probe counted."""
+        if self.counted is not None:
+            return self.counted
         return self.mark_delta(self.receiver, "app_bytes")
 
     @property

@@ -34,6 +34,11 @@ def _headline(rec: dict) -> str:
     if env.get("emulated"):
         where += ", [yellow]emulated guest: compare stacks within the guest only[/]"
     lib = env.get("quic_library")
+    stack = transports.STACKS.get(rec["stack"])
+    if stack is not None and stack.programs:
+        # A program pair: both sides the user's.
+        names = [Path((lib or {}).get(side, {}).get("program") or ABSENT).name for side in ("client", "server")]
+        return where + f"; your programs: client {names[0]}, server {names[1]}"
     if lib is not None and not transports.msquic(rec["stack"]):
         return (
             where + f"; {lib.get('name')} {lib.get('version') or ABSENT} ({lib.get('crypto') or ABSENT})"
@@ -64,8 +69,13 @@ def print_run(rec: dict, console: Optional[Console] = None) -> None:
     env = rec["environment"]
     console.print(_headline(rec))
     console.print(
-        f"window {rec['window_s']:.2f} s: {rec['bytes']:,} bytes verified={rec['verified']}, "
-        f"[bold]{num(rec['throughput_gbps'], '{:.2f}')} Gbit/s[/]"
+        f"window {rec['window_s']:.2f} s: {rec['bytes']:,} bytes "
+        + (
+            "counted by the syscalls probe (not verified), "
+            if rec.get("verification") == "none"
+            else f"verified={rec['verified']}, "
+        )
+        + f"[bold]{num(rec['throughput_gbps'], '{:.2f}')} Gbit/s[/]"
     )
 
     t = Table(title="CPU over the window", title_justify="left")
@@ -99,7 +109,8 @@ def print_run(rec: dict, console: Optional[Console] = None) -> None:
     _print_rr(rec, console)
     _print_video(rec, console)
     _print_handshakes(rec, console)
-    console.print(_own_counters(rec))
+    if not getattr(transports.STACKS.get(rec["stack"]), "programs", False):  # a pair's own counters: none
+        console.print(_own_counters(rec))
     _print_link(rec, console)
     _print_loss(rec, console)
     _print_floor(rec, console)

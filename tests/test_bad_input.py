@@ -337,7 +337,19 @@ def test_an_external_server_is_refused_where_it_cannot_run():
     ccmd = ["--client-cmd", "perf_client -t {addr} -p {port} -d {duration_s}"]
     assert run_plan("--stack", "quic", *ccmd).options.direction == "up"
     refused([*ccmd, "--direction", "down"], STACK_CANNOT, ["--direction down", "the client sends"])
-    refused([*ccmd, *cmd], STACK_CANNOT, ["--server-cmd and --client-cmd together", "drop one"])
+    # Both: a program pair, --stack external, its bytes the syscalls probe's, one way, timed.
+    pair = run_plan(*ccmd, *cmd).options
+    assert (pair.stack, pair.direction, pair.proto) == ("external", "down", None)
+    assert run_plan(*ccmd, *cmd, "--direction", "up").options.direction == "up"
+    refused(["--stack", "external", *cmd], STACK_CANNOT, ["--stack external runs two programs", "--client-cmd"])
+    refused(["--stack", "quinn", *ccmd, *cmd], STACK_CANNOT, ["--stack quinn: with --client-cmd", "drop --stack"])
+    refused([*ccmd, *cmd, "--direction", "both"], STACK_CANNOT, ["--direction both", "give --direction up or down"])
+    refused([*ccmd, *cmd, "--bytes", "1M"], STACK_CANNOT, ["--bytes: a program pair's window is timed"])
+    refused([*ccmd, *cmd, "--probes", "cputhread"], STACK_CANNOT, ["add syscalls to --probes"])
+    refused([*ccmd, *cmd, "--gso", "off"], STACK_CANNOT, ["--gso:", "drop --gso"])
+    refused([*ccmd, *cmd, "--proto", "qprof"], STACK_CANNOT, ["--proto qprof", "drop --proto"])
+    refused([*ccmd, *cmd, "--server-stack", "quic"], STACK_CANNOT, ["--server-stack:", "drop --server-stack"])
+    refused([*ccmd, *cmd, "--pacing", "off"], STACK_CANNOT, ["--pacing is msquic's", "Drop --pacing"])
     refused([*ccmd, "--mix", "quic:1"], errors.BadMix.exit_code, ["drop --client-cmd"])
     refused(["--client-cmd", "perf_client {duration}"], BAD_VALUE, ["--client-cmd names {duration}"])
     refused(["--categories", "my.rules", "--guest"], BAD_VALUE, ["--categories: a guest run's stacks", "drop --guest"])

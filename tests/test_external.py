@@ -33,10 +33,12 @@ WL_CLIENT = "./build/bin/qprof-wl --stack quinn --role client --addr {addr} --po
 SAMPLING_WARNINGS = r"incomplete|samples|weighted"
 
 
-def example(flag: str) -> list:
-    """The page's worked example of flag, its arguments after `qprof run`."""
+def example(*flags: str) -> list:
+    """The page's worked example of exactly these flags (--server-cmd,
+    --client-cmd or both), its arguments after `qprof run`."""
     blocks = re.findall(r"```sh\n(qprof run .*?)\n```", PAGE.read_text(), re.S)
-    words = next(shlex.split(b.replace("\\\n", " ")) for b in blocks if flag in b)
+    given = lambda b: {f for f in ("--server-cmd", "--client-cmd") if f in b}  # noqa: E731
+    words = next(shlex.split(b.replace("\\\n", " ")) for b in blocks if given(b) == set(flags))
     assert words[:2] == ["qprof", "run"], words
     return words[2:]
 
@@ -130,6 +132,46 @@ def test_a_client_program_qprof_cannot_see_into(runs_dir):
     assert threads and all(t["comm"].startswith("qprof-wl") for t in threads), threads
 
 
+def test_a_program_pair_is_profiled_by_what_the_probes_count(runs_dir):
+    """The page's program pair as written: qprof-wl's quiche server and
+    quinn client, both plain programs. No side counts or verifies, so the
+    bytes are the syscalls probe's (what the client's receive calls took),
+    and the record says so; each side is measured by its pid."""
+    args = example("--server-cmd", "--client-cmd")
+    rec = run_here(runs_dir, *args)
+    assert rec["stack"] == "external" and rec["config"]["proto"] is None
+    assert rec["verified"] is None and rec["verification"] == "none" and "client" in rec["counted_by"]
+    assert rec["bytes_total"] is None and rec["bytes_sent"] is None
+    assert rec["config"]["direction"] == "down" and rec["direction"]["down"]["bytes"] == rec["bytes"] > 0
+    # What the record calls its bytes is what the probe saw the client take, and the client sent far less.
+    assert rec["bytes"] == rec["syscalls"]["client"]["recv_bytes"] > rec["syscalls"]["client"]["send_bytes"]
+    assert rec["intervals"] is None and "absent" in rec["floor"]
+    for side in ("client", "server"):
+        lib = rec["environment"]["quic_library"][side]
+        assert lib["name"] is None and lib["program"].endswith("qprof-wl") and lib["absent_reason"], lib
+        assert rec["workload"][side]["window"] is None and "absent_reason" in rec["crosscheck"][side]
+        assert rec["cpu"][side]["oncpu_schedstat_s"] > 0 and rec["cpu"][side]["ns_per_byte"]["oncpu"] > 0
+        threads = rec["cpu_threads"][side]["threads"]
+        assert threads and all(t["comm"].startswith("qprof-wl") for t in threads), threads
+        assert rec["workload"][side]["report"]["external"] is True
+    # The server sent over the window what the client took, give or take
+    # what was on its way at each edge: the direction is the data's.
+    assert rec["syscalls"]["server"]["send_bytes"] > rec["syscalls"]["server"]["recv_bytes"]
+
+
+def test_a_program_pair_told_the_wrong_direction(runs_dir):
+    """The server sends, and --direction up says the client does: the
+    server took less than it sent, so the run says which way to give
+    (exit 69), and leaves nothing."""
+    args = example("--server-cmd", "--client-cmd")
+    quick = ("--duration", "0.5s", "--warmup", "0.3s", "--sample-hz", "0", "--probes", "syscalls")
+    r = qprof("run", *args, *quick, "--direction", "up", runs_dir=runs_dir, cwd=REPO)
+    assert r.returncode == 69, r.stderr
+    line = one_sentence(r.stderr)
+    assert "the server program sent" in line and "give --direction down" in line, line
+    assert run_statuses(runs_dir) == ["incomplete"]
+
+
 # Each way a program fails to be a server or a client: (its role, the
 # case, its command, more of `qprof run`'s arguments, its code, words of its sentence).
 NO_GOOD = [
@@ -191,6 +233,8 @@ def test_what_is_refused_before_anything_runs(runs_dir):
     refused_run(runs_dir, ["--stack", "quic", "--server-cmd", "no-such-perf-server -p {port}"], 60, ["not found"])
     refused_run(runs_dir, ["--stack", "quic", "--server-cmd", "perf_server -p {prot}"], 4, ["{prot}", "{port}"])
     refused_run(runs_dir, ["--stack", "quic", "--client-cmd", "no-such-perf-client {addr}"], 60, ["--client-cmd's"])
+    pair = ["--client-cmd", WL_CLIENT, "--server-cmd", "no-such-perf-server -p {port}"]
+    refused_run(runs_dir, pair, 60, ["--server-cmd's program 'no-such-perf-server' is not found"])
     bad = runs_dir.parent / "bad.rules"
     bad.write_text("protocol\t^(unclosed\n")
     refused_run(runs_dir, ["--categories", str(bad)], 4, [f"{bad}:1: bad regular expression"])

@@ -113,6 +113,8 @@ def _chosen(o: options.Option):
 
 # What an option needs besides itself to get as far as its row.
 NEEDS = {"resume": {"pattern": "download"}, "rr-streams": {"pattern": "rr"}, "tcp-conns": {"pattern": "rr"}}
+# What a stack needs to run at all: a program pair, its two programs.
+STACK_NEEDS = {"external": {"client_cmd": "c {addr}", "server_cmd": "s {port}"}}
 
 
 @pytest.mark.parametrize(
@@ -122,8 +124,8 @@ NEEDS = {"resume": {"pattern": "download"}, "rr-streams": {"pattern": "rr"}, "tc
         for o in options.OPTIONS
         if o.stacks
         for s in options.STACK_NAMES
-        # udp runs bulk only: the pattern such an option needs is refused first.
-        if s not in o.stacks and not (s == "udp" and o.name in NEEDS)
+        # udp and a program pair run bulk only: the pattern such an option needs is refused first.
+        if s not in o.stacks and not (s in ("udp", *options.PROGRAM_STACKS) and o.name in NEEDS)
     ],
 )
 def test_an_option_is_refused_on_a_stack_its_row_does_not_name(name, stack):
@@ -131,13 +133,13 @@ def test_an_option_is_refused_on_a_stack_its_row_does_not_name(name, stack):
     # it would run without the user's choice and say nothing.
     o = options.BY_NAME[name]
     with pytest.raises(errors.QprofError, match=f"--{name}|{stack}'s (workload|transport)"):
-        resolved(stack=stack, **NEEDS.get(name, {}), **{o.field: _chosen(o)})
+        resolved(stack=stack, **NEEDS.get(name, {}), **STACK_NEEDS.get(stack, {}), **{o.field: _chosen(o)})
 
 
 @pytest.mark.parametrize("stack", options.STACK_NAMES)
 def test_what_the_plan_fills_is_no_ones_choice(stack):
     # Each stack's defaults pass its own rows (bulk: every stack runs it).
-    assert resolved(stack=stack).stack == stack
+    assert resolved(stack=stack, **STACK_NEEDS.get(stack, {})).stack == stack
 
 
 def test_every_default_in_the_help_comes_from_the_table():

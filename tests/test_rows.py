@@ -107,7 +107,7 @@ def test_patterns_are_asked_by_their_row_not_their_name():
 
 def test_the_rows_say_what_the_names_said():
     assert [s.name for s in transports.STACKS.values() if s.datagram] == ["udp"]
-    assert [s.name for s in transports.STACKS.values() if not s.sessions] == ["s2n-quic", "udp", "tcp"]
+    assert [s.name for s in transports.STACKS.values() if not s.sessions] == ["s2n-quic", "external", "udp", "tcp"]
     assert [s.name for s in transports.STACKS.values() if s.msquic] == ["quic"]
     assert set(options.STACK_NAMES) == set(transports.STACKS)
     assert options.PATTERNS == tuple(patterns.PATTERNS)

@@ -128,8 +128,10 @@ def test_the_choices_qprof_knows_are_the_workloads():
     flags = c_flags()
     # Every stack is qprof-wl's: built in, or a transport in a library it
     # loads (PLUGIN: quiche's, quinn's), which no name of qprof-wl's names.
-    assert all(s.workload == "qprof-wl" for s in transports.STACKS.values())
-    assert taken(flags["stack"]["choices"]) == set(options.STACK_NAMES)
+    # (but a program pair's, which runs none: --stack external).
+    assert all(s.workload == "qprof-wl" for s in transports.STACKS.values() if not s.programs)
+    assert taken(flags["stack"]["choices"]) == set(options.STACK_NAMES) - set(options.PROGRAM_STACKS)
+    assert options.PROGRAM_STACKS == ("external",)
     assert not {n for n, s in transports.STACKS.items() if s.plugin} & set(flags["stack"]["choices"])
     assert set(flags["send-mode"]["choices"]) == set(options.UDP_SEND_MODES)
     assert set(flags["gro"]["choices"]) == set(options.ONOFF)

@@ -38,7 +38,8 @@ def resolve(opts: "options.RunOptions") -> "options.RunOptions":
         return opts
     opts = external.resolve(opts)
     opts = options.filled(opts, "direction", "conns")
-    if transports.STACKS[opts.stack].is_quic:
+    # (A program pair speaks whatever its programs do: no protocol is filled in.)
+    if opts.stack in options.QUIC_STACKS:
         opts = options.filled(opts, "proto")
     ways = 2 if opts.direction == "both" else 1
     if opts.conns * opts.streams * ways > MAX_STREAMS:
