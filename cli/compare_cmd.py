@@ -55,8 +55,11 @@ from qprof.present.format import compact
 )
 @transfer_options
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison record on stdout instead of the table.")
+@click.option(
+    "--detail", is_flag=True, help="Every figure and category, as `qprof show ID --all`, not the ratios alone."
+)
 @click.pass_context
-def compare_cmd(ctx, stack, stack_list, vary_items, repeat, as_json, **kwargs):
+def compare_cmd(ctx, stack, stack_list, vary_items, repeat, as_json, detail, **kwargs):
     """Run configurations interleaved and repeated, and show them side by side.
 
     Each configuration runs --repeat times in the order A B C A B C ...,
@@ -93,8 +96,10 @@ def compare_cmd(ctx, stack, stack_list, vary_items, repeat, as_json, **kwargs):
     record = _run_with_progress(copts)
     if as_json:
         click.echo(json.dumps(record, indent=2))
-    else:
+    elif detail:
         report.print_comparison(record)
+    else:
+        report.print_comparison_summary(record)
 
 
 def _run_with_progress(copts: compare.CompareOptions) -> dict:

@@ -16,6 +16,7 @@ from qprof.cli.run_options import click_option, to_run_options, transfer_options
 from qprof.collectors import runner
 from qprof.collectors.faults import FAULTS, Faults
 from qprof.describe import options
+from qprof.present import summary
 from qprof.present import tables as report
 
 
@@ -29,11 +30,16 @@ from qprof.present import tables as report
 )
 @transfer_options
 @click_option("mix")
-@click.option("--json", "as_json", is_flag=True, help="Print the run record on stdout instead of the table.")
+@click.option("--json", "as_json", is_flag=True, help="Print the run record on stdout instead of the summary.")
+@click.option(
+    "--detail",
+    is_flag=True,
+    help="Print every table and each interval's line, as `qprof show RUN --all` does, instead of the summary.",
+)
 @click.option("--inject-fault", "fault", type=click.Choice(FAULTS), default=None, hidden=True)
 @click.option("--options-file", type=click.Path(exists=True, dir_okay=False), default=None, hidden=True)
 @click.pass_context
-def run(ctx, stack, as_json, fault, options_file, **kwargs):
+def run(ctx, stack, as_json, detail, fault, options_file, **kwargs):
     """Drive a real bulk transfer and measure its CPU per byte.
 
     The client sends as fast as the stack allows from one network
@@ -59,16 +65,44 @@ def run(ctx, stack, as_json, fault, options_file, **kwargs):
             raise errors.BadMix("--mix names each flow's stack itself; drop --stack.")
         if fault:
             raise errors.BadMix("faults are injected into single runs; drop --mix or --inject-fault.")
-    with guest_progress(opts.guest and sys.stderr.isatty()) as on_guest:
-        on_interval = None if as_json or opts.mix else report.print_interval
-        record = runner.run(opts, faults=Faults(fault), on_interval=on_interval, on_guest=on_guest)
-    report.warn_record(record)
+    with (
+        guest_progress(opts.guest and sys.stderr.isatty()) as on_guest,
+        live(as_json or opts.mix or opts.guest, detail) as shown,
+    ):
+        on_progress, on_interval = shown
+        record = runner.run(
+            opts, on_progress=on_progress, faults=Faults(fault), on_interval=on_interval, on_guest=on_guest
+        )
     if as_json:
+        report.warn_record(record)
         click.echo(json.dumps(record, indent=2))
     elif record["stack"] == "mix":
+        report.warn_record(record)
         report.print_mix(record)
-    else:
+    elif detail:
+        report.warn_record(record)
         report.print_run(record)
+    else:
+        summary.print_summary(record)  # its warnings among its lines
+
+
+@contextmanager
+def live(quiet: bool, detail: bool):
+    """(on_progress, on_interval) for a run: with --detail, or with
+    stdout piped, each stage on stderr (a terminal's) and each interval a
+    line on stdout, as iperf3 -i; on a terminal, one line that says the
+    stage or the latest interval and is gone when the run ends, so the
+    summary is what stays. --json and a mix print no interval."""
+    if detail or quiet or not (sys.stdout.isatty() and sys.stderr.isatty()):
+        yield runner.log, (None if quiet else report.print_interval)
+        return
+    columns = (TextColumn("{task.description}"), TimeElapsedColumn())
+    with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
+        task = progress.add_task("starting", total=None)
+        yield (
+            lambda msg: progress.update(task, description=msg),
+            lambda i: progress.update(task, description=report.interval_text(i)),
+        )
 
 
 class _Left(ProgressColumn):

@@ -8,26 +8,30 @@ import click
 from qprof import history
 from qprof.cli.run_options import runs_dir_option
 from qprof.errors import IncompleteRecord, RunNotFound
-from qprof.present import tables
+from qprof.present import summary, tables
 
 
 @click.command()
 @click.argument("run_id", default="latest", metavar="[RUN_ID|COMPARISON_ID|latest]")
+@click.option("--all", "--detail", "every", is_flag=True, help="Every table, as `qprof run --detail` prints them.")
+@click.option("--why", is_flag=True, help="Why each figure shown as a dash (not measured) is absent.")
 @runs_dir_option
-def show(run_id, runs_dir):
-    """Print a run's or a comparison's tables from its record.
+def show(run_id, every, why, runs_dir):
+    """Print a run's or a comparison's summary (or tables) from its record.
 
-    The same tables `qprof run` and `qprof compare` print when they end,
-    made again from RUNS_DIR/<id>/run.json or
-    RUNS_DIR/comparisons/<id>/comparison.json; nothing is measured. A
-    record that is incomplete (the run failed, was abandoned or still
-    runs) or corrupt is shown as far as it can be read, and said so on
-    stderr with exit code 33.
+    What `qprof run` and `qprof compare` print when they end, made again
+    from RUNS_DIR/<id>/run.json or RUNS_DIR/comparisons/<id>/comparison.json;
+    nothing is measured. --all prints every table instead, --why the
+    reason for each figure the record does not hold. A record that is
+    incomplete (the run failed, was abandoned or still runs) or corrupt
+    is shown as far as it can be read, and said so on stderr with exit
+    code 33.
 
     \b
     EXAMPLES:
-      qprof show                          # the latest run
-      qprof show 20261123-162245-3f9c1a
+      qprof show                          # the latest run's summary
+      qprof show 20261123-162245-3f9c1a --all
+      qprof show latest --why
       qprof show $(qprof ls --kind comparison -n 1 --json | jq -r '.[0].id')
     """
     root = Path(runs_dir)
@@ -38,7 +42,7 @@ def show(run_id, runs_dir):
     rec, problem = history.read_record(path)
     row = history.entry(kind, rel, rid, rec, problem)
     if row["problem"] is None and row["status"] == "complete":
-        printer = tables.record_printer(kind, rec)
+        printer = summary.print_why if why else tables.record_printer(kind, rec, every)
         if kind == "comparison":
             rec = {**rec, "path": str(path.parent)}  # where it is now
         text, failure = tables.rendered(printer, rec)

@@ -481,14 +481,54 @@ def print_comparison(rec: dict, console: Optional[Console] = None) -> None:
 
 _CATEGORIES = "CPU ns/B by flame category"
 
+# A comparison's summary: the figures each configuration is judged by, as ratios to the first.
+RATIO_KEYS = (
+    "throughput_gbps",
+    "client_ns_per_byte",
+    "server_ns_per_byte",
+    "system_ns_per_byte",
+    "download_complete_p50",
+    "download_cpu_ms",
+    "rr_requests_per_s",
+    "rr_delay_pp50",
+    "rr_delay_pp99",
+    "rr_client_cpu_us",
+    "rr_server_cpu_us",
+    "handshakes_per_s",
+    "handshake_client_cpu_us",
+    "handshake_server_cpu_us",
+)
 
-def _comparison_figures(rec: dict):
+
+def print_comparison_summary(rec: dict, console: Optional[Console] = None) -> None:
+    """The comparison's ratio table first (RATIO_KEYS: median, ×ratio to
+    the first configuration, * where the ranges do not overlap); every
+    figure and category is `qprof show ID --all`."""
+    console = console or Console()
+    labels = [str(c["label"]) for c in rec["configs"]]
+    console.print(
+        f"[bold]{len(labels)} configurations × {rec['repeat']} runs, interleaved[/]: "
+        "median ±half its range, ×ratio of medians to the first, * where the ranges do not overlap"
+    )
+    main, _ = _comparison_figures(rec, RATIO_KEYS)
+    t = _figures_as_rows("the ratios", labels, main)
+    if _natural_width(console, t) <= console.width:
+        console.print(t)
+    else:
+        _print_configurations_as_rows(console, labels, main, [])
+    console.print(f"more: qprof show {rec['id']} --all (every figure, the categories, the flame diff)")
+
+
+def _comparison_figures(rec: dict, keys=None):
     """The comparison's figures to show, as (label, unit, cells): the
     headline ones, then the flame categories (label 'side: category')
-    that reach CATEGORY_FLOOR_NS_PER_BYTE in some configuration."""
+    that reach CATEGORY_FLOOR_NS_PER_BYTE in some configuration; keys:
+    only these metrics."""
     main, cats = [], []
     units = rec["metric_units"]
     for key, rows in rec["metrics"].items():
+        if keys is not None and key not in keys:
+            continue
         u = units[key]
         cells = [cell(r, u["unit"], i == 0) for i, r in enumerate(rows)]
         if ": " not in u["label"]:
@@ -969,11 +1009,17 @@ def print_run_list(rows: List[dict], root: Path, console: Optional[Console] = No
 # `qprof show`: a record's tables again, or what an incomplete or corrupt one holds.
 
 
-def record_printer(kind: str, rec: dict) -> Callable:
-    """The printer that draws a complete record of this kind."""
+def record_printer(kind: str, rec: dict, every: bool = True) -> Callable:
+    """The printer that draws a complete record of this kind: every table,
+    or (every False) its summary: a run's (present/summary.py), a
+    comparison's ratios; a mix has its tables only."""
+    from qprof.present import summary
+
     if kind == "comparison":
-        return print_comparison
-    return print_mix if rec.get("stack") == "mix" or "mix" in rec else print_run
+        return print_comparison if every else print_comparison_summary
+    if rec.get("stack") == "mix" or "mix" in rec:
+        return print_mix
+    return print_run if every else summary.print_summary
 
 
 # What a printer raises on a record whose fields are not of their types

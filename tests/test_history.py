@@ -378,17 +378,20 @@ def test_ls_bad_input_is_one_sentence(history_dir, args, words):
 def test_show_a_run_prints_its_tables(history_dir):
     add_runs(history_dir)
     for run_id in ("20261123-162245-0000aa", "latest"):
-        r = qprof_here("show", run_id, "--runs-dir", str(history_dir))
+        r = qprof_here("show", run_id, "--all", "--runs-dir", str(history_dir))
         assert r.returncode == 0 and r.stderr == "", r.stderr
     assert "CPU over the window" in r.stdout and "run 20261123-182128-0000ee" in r.stdout  # latest: the download
-    r = qprof_here("show", "20261123-162245-0000aa", "--runs-dir", str(history_dir))
+    r = qprof_here("show", "20261123-162245-0000aa", "--all", "--runs-dir", str(history_dir))
     assert "6.09 Gbit/s" in r.stdout and r.stdout.rstrip().endswith("run 20261123-162245-0000aa")
+    # Without --all, its summary (tests/test_summary.py), which names the run and the way to every table.
+    r = qprof_here("show", "latest", "--runs-dir", str(history_dir))
+    assert r.returncode == 0 and "qprof show 20261123-182128-0000ee --all" in r.stdout.replace("\n", " ")
 
 
 @pytest.mark.unit
 def test_show_a_comparison_prints_what_compare_printed(history_dir):
     add_runs(history_dir)
-    r = qprof_here("show", COMPARISON, "--runs-dir", str(history_dir))
+    r = qprof_here("show", COMPARISON, "--all", "--runs-dir", str(history_dir))
     assert r.returncode == 0 and r.stderr == "", r.stderr
     assert "2 configurations × 1 runs, interleaved" in r.stdout
     assert f"comparison {COMPARISON}: 2 runs" in r.stdout
