@@ -46,6 +46,8 @@ setup(
             "pytest-timeout>=2.3,<3",  # every test's time limit (pytest.ini's timeout, or its own mark)
             # tests/test_wl_perf.py: a QUIC performance-protocol peer in another implementation
             "aioquic>=1.2,<2",
+            # tests/test_summary.py: a terminal (VT100) that shows what `qprof run` leaves on its screen
+            "pyte>=0.8,<0.9",
         ]
     },
     entry_points={"console_scripts": ["qprof = qprof.cli.main:main"]},

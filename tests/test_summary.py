@@ -4,17 +4,26 @@ with a summary that fits a screen and says the record's own figures;
 every table they printed before is `qprof show RUN --all`, unchanged;
 each dash's reason is `--why`."""
 
+import fcntl
 import io
 import json
+import os
 import re
+import select
 import shutil
+import struct
+import subprocess
+import sys
+import termios
+import time
 
+import pyte
 import pytest
 from rich.console import Console
 
 from qprof.present import summary, tables
 
-from conftest import REPO, qprof_here
+from conftest import REPO, needs_build, qprof_here
 
 DATA = REPO / "tests" / "data"
 RUNS = DATA / "report" / "runs"
@@ -25,8 +34,6 @@ RECORDS = {
     **{n: DATA / "record" / n / "expected.json" for n in ("quic", "quic-download", "tcp-link", "tcp-tls", "udp")},
     "rr": RUNS / RR_RUN / "run.json",
 }
-
-pytestmark = pytest.mark.unit
 
 
 def stored(name: str) -> dict:
@@ -41,6 +48,7 @@ def drawn(printer, rec: dict, width: int) -> str:
     return buf.getvalue()
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("name", RECORDS)
 def test_the_summary_fits_a_screen_and_says_the_records_figures(name):
     rec = stored(name)
@@ -77,6 +85,7 @@ def test_the_summary_fits_a_screen_and_says_the_records_figures(name):
         assert f"{what} ({place})" in why
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("name", RECORDS)
 def test_show_all_is_every_table_as_before(name):
     """`qprof show RUN --all` (and `qprof run --detail`) print what `qprof
@@ -86,6 +95,7 @@ def test_show_all_is_every_table_as_before(name):
     assert drawn(tables.record_printer("run", stored(name), every=True), stored(name), 100) == old
 
 
+@pytest.mark.unit
 def test_why_names_every_reason_the_record_gives():
     rec = stored("quic-download")
     found = summary.absences(rec)
@@ -95,6 +105,7 @@ def test_why_names_every_reason_the_record_gives():
     assert all(r in why for r in found)
 
 
+@pytest.mark.unit
 def test_show_prints_the_summary_all_and_why(tmp_path):
     """The command itself, on a stored runs directory: the summary by
     default, every table with --all, the reasons with --why; a
@@ -114,3 +125,56 @@ def test_show_prints_the_summary_all_and_why(tmp_path):
     assert ratios.returncode == 0 and full.returncode == 0
     assert re.search(r"throughput \(Gbit/s\) .* ×", ratios.stdout) and "flame category" not in ratios.stdout
     assert len(ratios.stdout.splitlines()) < len(full.stdout.splitlines())
+
+
+def on_a_terminal(args, runs_dir, columns=80, rows=200, timeout_s=90) -> pyte.Screen:
+    """`qprof ARGS` with a pseudo-terminal for its stdout and stderr, as
+    a person runs it: what a VT100 of that size shows once it has ended
+    (rows enough that nothing scrolls away)."""
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
+    env = {**os.environ, "QPROF_RUNS_DIR": str(runs_dir), "TERM": "xterm", "COLUMNS": str(columns)}
+    p = subprocess.Popen(
+        [sys.executable, "-m", "qprof", *args], stdin=subprocess.DEVNULL, stdout=slave, stderr=slave, env=env
+    )
+    os.close(slave)
+    screen = pyte.Screen(columns, rows)
+    stream = pyte.ByteStream(screen)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline:
+            if select.select([master], [], [], 0.5)[0]:
+                try:
+                    chunk = os.read(master, 65536)
+                except OSError:  # the pty's other end closed: everything is read
+                    break
+                if not chunk:
+                    break
+                stream.feed(chunk)
+            elif p.poll() is not None:
+                break
+        assert p.wait(timeout=max(1, deadline - time.monotonic())) == 0, "\n".join(screen.display)
+    finally:
+        os.close(master)
+        if p.poll() is None:
+            p.kill()
+    return screen
+
+
+@pytest.mark.system
+@needs_build
+def test_a_run_on_a_terminal_leaves_its_summary_alone(runs_dir):
+    """`qprof run --stack quic` on an 80-column terminal, intervals on:
+    the stage and interval line is gone, and what stays is the summary,
+    at most 25 lines, its figures the record's."""
+    args = ("run", "--stack", "quic", "--duration", "1s", "--warmup", "0.3s", "--interval", "0.25s")
+    shown = [line.rstrip() for line in on_a_terminal(args, runs_dir).display]
+    while shown and not shown[-1]:
+        shown.pop()
+    rec = json.loads((runs_dir / "latest" / "run.json").read_text())
+    assert 0 < len(shown) <= summary.MAX_LINES, "\n".join(shown)
+    assert not any(line.startswith("[") for line in shown), "an interval line stayed"
+    assert shown[0] == summary.findings(rec).what
+    assert f"more: qprof show {rec['id']} --all" in "\n".join(shown)
+    row = next(line for line in shown if line.strip().startswith("on CPU")).split()[2:4]
+    assert row == [f"{rec['cpu'][s]['ns_per_byte']['oncpu']:.3f}" for s in ("client", "server")]
