@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 
 from qprof import errors, remains
+from qprof.cli.progress import stage_line
 from qprof.collectors import guest as guest_vm
 from qprof.collectors import resident
 
@@ -45,11 +46,6 @@ def _root(what: str) -> None:
         )
 
 
-def _progress(stage: str, s: float) -> None:
-    if sys.stderr.isatty():
-        click.echo(f"qprof: guest: {stage} after {s:.0f} s", err=True)
-
-
 @guest.command("start")
 def start():
     """Boot a guest and keep it running for the runs that follow.
@@ -65,8 +61,9 @@ def start():
     """
     _root("start")
     art = guest_vm.artifacts()  # `make guest` not done: refused, nothing made
-    with remains.exclusive("guest start"):
-        g = resident.start(art, _progress)
+    # Its boot takes a minute or more (TCG): a terminal sees each stage as it comes.
+    with remains.exclusive("guest start"), stage_line(sys.stderr.isatty(), lambda msg: None) as say:
+        g = resident.start(art, lambda stage, s: say(f"guest: {stage}"))
     click.echo(
         f"started guest {g.id} ({art.kernel_release}, TCG) in {g.boot_s:.0f} s, paused until a run; "
         "`qprof run --guest` and `qprof compare --guest` use it until `qprof guest stop`."

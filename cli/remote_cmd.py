@@ -5,10 +5,13 @@ docs/remote.md)."""
 import dataclasses
 import json
 import shlex
+import sys
+from typing import List
 
 import click
 
-from qprof import paths
+from qprof import errors, paths
+from qprof.cli.progress import stage_line
 from qprof.cli.run_options import click_option, whole_number
 from qprof.collectors import install, ssh
 from qprof.describe import plan
@@ -112,7 +115,7 @@ def setup(host, ssh_config, path, no_build):
     """
     _given(host, ssh_config)
     with ssh.SshHost(host, ssh_config=ssh_config) as h:
-        done = install.setup(h, path, not no_build, click.echo)
+        done = _setup_shown(h, path, not no_build)
         if no_build:
             click.echo(f"{host}: commit {done['commit'][:12]} at {done['path']}; not checked (not built)")
             return
@@ -123,6 +126,31 @@ def setup(host, ssh_config, path, no_build):
     click.echo(f"{host}: ready: qprof {hello['qprof_version']} at {hello['qprof_commit'][:12]}, {hello['build_dir']}")
     if elsewhere:
         click.echo(f'{host}: a run starts it as {ssh.REMOTE_QPROF_ENV}="{shlex.join(elsewhere)}" says')
+
+
+# The build's last lines kept for a terminal, which saw them on one line only.
+SHOWN_ON_FAILURE = 25
+
+
+def _setup_shown(h, path, build: bool) -> dict:
+    """install.setup, its steps and the build's lines as they come: on a
+    terminal on one line that says the latest (the build takes minutes),
+    each step kept; piped, every line. A failed build's last lines are
+    printed before its sentence, which points at them."""
+    on_terminal = sys.stdout.isatty() and sys.stderr.isatty()
+    seen: List[str] = []
+    with stage_line(on_terminal, click.echo) as say:
+
+        def shown(line: str) -> None:
+            seen.append(line)
+            say(line)
+
+        try:
+            return install.setup(h, path, build, shown)
+        except errors.RemoteNotBuilt:
+            if on_terminal:
+                click.echo("\n".join(seen[-SHOWN_ON_FAILURE:]), err=True)
+            raise
 
 
 def _given(host: str, ssh_config) -> None:

@@ -12,6 +12,7 @@ from rich.progress import BarColumn, Progress, ProgressColumn, TextColumn, TimeE
 from rich.text import Text
 
 from qprof import errors
+from qprof.cli.progress import stage_line
 from qprof.cli.run_options import click_option, to_run_options, transfer_options
 from qprof.collectors import runner
 from qprof.collectors.faults import FAULTS, Faults
@@ -96,13 +97,8 @@ def live(quiet: bool, detail: bool):
     if detail or quiet or not (sys.stdout.isatty() and sys.stderr.isatty()):
         yield runner.log, (None if quiet else report.print_interval)
         return
-    columns = (TextColumn("{task.description}"), TimeElapsedColumn())
-    with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
-        task = progress.add_task("starting", total=None)
-        yield (
-            lambda msg: progress.update(task, description=msg),
-            lambda i: progress.update(task, description=report.interval_text(i)),
-        )
+    with stage_line(True, runner.log) as say:
+        yield say, lambda i: say(report.interval_text(i))
 
 
 class _Left(ProgressColumn):
