@@ -378,20 +378,39 @@ def test_bad_device_in_namespace(clean):
 
 def test_interval_table_and_json():
     """By default TX alone (no receive program attached, RX null: not
-    counted, not zero); with --rx both."""
-    r = subprocess.run([str(PROBE), "-d", "lo", "1", "1"], capture_output=True, text=True, timeout=30)
+    counted, not zero); with --rx both. The four captures are apart (each
+    its own programs and maps) and watch lo side by side: 2 s, not 5."""
+    argv = {
+        "table": ["-d", "lo", "1", "1"],
+        "table rx": ["-d", "lo", "--rx", "1", "1"],
+        "json": ["-d", "lo@host", "--json", "1", "2"],
+        "json rx": ["-d", "lo@host", "--json", "--rx", "1", "2"],
+    }
+    procs = {
+        k: subprocess.Popen([str(PROBE), *a], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for k, a in argv.items()
+    }
+    out = {}
+    try:
+        for k, p in procs.items():
+            stdout, stderr = p.communicate(timeout=30)
+            out[k] = subprocess.CompletedProcess(p.args, p.returncode, stdout, stderr)
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+    r = out["table"]
     assert r.returncode == 0 and r.stderr == ""
     header, *rows = r.stdout.strip().splitlines()
     for col in ("SKBS", "BYTES", "WIRE PKTS", "GSO SKBS", "AVG LEN (B)", "UDP", "TCP"):
         assert col in header
     assert [row.split()[:2] for row in rows] == [["lo@host", "TX"]]
-    r = subprocess.run([str(PROBE), "-d", "lo", "--rx", "1", "1"], capture_output=True, text=True, timeout=30)
+    r = out["table rx"]
     assert r.returncode == 0 and r.stderr == ""
     assert [row.split()[:2] for row in r.stdout.strip().splitlines()[1:]] == [["lo@host", "TX"], ["lo@host", "RX"]]
-    for extra, rx in (((), False), (("--rx",), True)):
-        r = subprocess.run(
-            [str(PROBE), "-d", "lo@host", "--json", *extra, "1", "2"], capture_output=True, text=True, timeout=30
-        )
+    for key, rx in (("json", False), ("json rx", True)):
+        r = out[key]
         assert r.returncode == 0 and r.stderr == ""
         marks = [json.loads(line) for line in r.stdout.splitlines()]
         assert len(marks) == 2 and all(m["event"] == "mark" and m["name"] == "interval" for m in marks)

@@ -505,8 +505,8 @@ def test_compare_and_the_history_take_runs_on_hosts(host, runs_dir, tmp_path):
     history, export and the report read those runs as any other."""
     there = ["--server", host.destination, "--ssh-config", str(host.ssh_config)]
     r = qprof(
-        "compare", "--json", "--stack", "tcp", "--vary", "streams=1,2", "--repeat", "1", "-d", "1s",
-        "--warmup", "0.5s", *there, runs_dir=runs_dir, timeout=300,
+        "compare", "--json", "--stack", "tcp", "--vary", "streams=1,2", "--repeat", "1", "-d", "0.5s",
+        "--warmup", "0.3s", *there, runs_dir=runs_dir, timeout=300,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
     comp = json.loads(r.stdout)
