@@ -1,13 +1,17 @@
 # SPDX-License-Identifier: GPL-2.0-only
 # qprof: `make run` and `make test` do all set-up on a fresh machine.
 #   deps      Debian packages, a Python venv with qprof and its PyPI deps
-#   fetch     every crate the build needs (crates.io), so `build` runs offline
-#   build     msquic (from crates.io, with cmake), the workload, and the
-#             transports of the other QUIC implementations from crates.io (quinn's;
-#             quiche's, whose boring-sys builds BoringSSL with cmake, g++ and git;
-#             tquic's, which builds the BoringSSL it vendors with cmake)
-#             and from the Go module proxy (quic-go's, with the Go its go.mod names)
-#   run       build, then `qprof run --stack quic`
+#   fetch     every crate and Go module `build` needs (crates.io, the Go
+#             module proxy), so `build` runs offline
+#   build     msquic (from crates.io, with cmake), the workload, the probes,
+#             inferno, and the transports of the other QUIC implementations from
+#             crates.io (quinn's; quiche's, whose boring-sys builds BoringSSL with
+#             cmake, g++ and git; tquic's, which builds the BoringSSL it vendors
+#             with cmake) and from the Go module proxy (quic-go's, with the Go
+#             its go.mod names)
+#   run       what `qprof run --stack quic` needs of `build` (msquic, the
+#             workload, the probes, inferno: RUN_PARTS), fetched and built
+#             alone, then that run
 #   lint      ruff (Python) and clang-format (C) check the style
 #   test-tools  Debian packages only the tests use (Go's pprof reads qprof's pprof export;
 #               chromium loads qprof's HTML reports)
@@ -25,7 +29,7 @@ APT_PKGS := iproute2 procps openssl libssl-dev cmake ninja-build gcc g++ make pe
             libngtcp2-dev libngtcp2-crypto-gnutls-dev libgnutls28-dev libhttp-parser-dev libnghttp2-dev libnghttp3-dev \
             golang-go
 
-.PHONY: all deps apt venv pyc fetch build msquic msquic-variant workload rs-workloads go-workloads probes inferno guest test-tools bench-tools run lint test check bench clean
+.PHONY: all deps apt venv pyc fetch fetch-msquic fetch-inferno fetch-rs fetch-go build msquic msquic-variant workload rs-workloads go-workloads probes inferno guest test-tools bench-tools run lint test check bench clean
 all: build
 
 deps: apt venv pyc
@@ -67,15 +71,27 @@ pyc: venv
 # downloaded here (checksums in the Cargo.lock files and go.sum, Go's
 # toolchain checked as any module is); `build` itself then runs offline.
 # tests/test_cold_setup.py runs this with an empty CARGO_HOME and GOMODCACHE.
-fetch: apt
+# Each part that builds depends on its own fetch alone, so `run` downloads
+# msquic's crate and inferno's, not the other implementations' crates,
+# modules and Go.
+fetch: fetch-msquic fetch-inferno fetch-rs fetch-go
+fetch-msquic: apt
 	@workloads/msquic/build.sh --fetch >/dev/null
+fetch-inferno: apt
 	@flamegraphs/inferno/build.sh --fetch >/dev/null
+fetch-rs: apt
 	@workloads/rs/build.sh --fetch
+fetch-go: apt
 	@workloads/go/build.sh --fetch
 
-build: msquic workload rs-workloads go-workloads probes inferno
+# What `qprof run --stack quic` needs (and every stack qprof-wl runs by
+# itself: tcp, tcp-tls, tcp-ktls, udp, ngtcp2): `run` builds these alone.
+# A stack whose transport is another library's is refused, with the
+# sentence that names `make build`, until that builds it (core/paths.py).
+RUN_PARTS := msquic workload probes inferno
+build: $(RUN_PARTS) rs-workloads go-workloads
 
-msquic: fetch
+msquic: fetch-msquic
 	workloads/msquic/build.sh $(BUILD)/msquic
 
 WL_SRC := $(wildcard workloads/*.c)
@@ -129,17 +145,17 @@ $(TQUIC_PLUGIN): workloads/tquic/wl_tquic.c $(WL_HDR) $(BUILD)/rs-ffi/tquic/libq
 # A second msquic, built with another flag, that only the tests run: --msquic
 # PATH on a build of the user's own (tests/test_msquic_path.py).
 MSQUIC_VARIANT := $(BUILD)/msquic-nopool
-msquic-variant: fetch
+msquic-variant: fetch-msquic
 	workloads/msquic/build.sh $(MSQUIC_VARIANT) -DQUIC_ENABLE_POOL_ALLOC=OFF
 
 # The other QUIC implementations' transports (workloads/rs/): cargo decides
 # what is stale.
-rs-workloads: fetch
+rs-workloads: fetch-rs
 	workloads/rs/build.sh $(BUILD)
 	@$(MAKE) --no-print-directory $(QUICHE_PLUGIN) $(TQUIC_PLUGIN)
 
 # quic-go's transport (workloads/go/): Go decides what is stale.
-go-workloads: fetch
+go-workloads: fetch-go
 	workloads/go/build.sh $(BUILD)
 
 # eBPF probes: libbpf CO-RE, vmlinux.h generated from this kernel's BTF,
@@ -179,7 +195,7 @@ $(BUILD)/bin/qprof-%: probes/%.c probes/probe_common.c $(PROBE_HDR) $(BUILD)/pro
 
 # Flame graphs: inferno from crates.io (flamegraphs/inferno/Cargo.lock pins
 # it; its own published Cargo.lock pins its dependencies), into build/tools.
-inferno: fetch
+inferno: fetch-inferno
 	@$(MAKE) --no-print-directory $(BUILD)/tools/.inferno
 $(BUILD)/tools/.inferno: flamegraphs/inferno/Cargo.lock
 	flamegraphs/inferno/build.sh $(BUILD)/tools
@@ -211,7 +227,7 @@ BENCH_PKGS := ngtcp2-client ngtcp2-server
 bench-tools: apt
 	@build-aux/apt.sh install $(BENCH_PKGS)
 
-run: deps build
+run: deps $(RUN_PARTS)
 	$(VENV)/bin/qprof run --stack quic
 
 # Style, as ruff.toml and .clang-format say; part of `make test`.

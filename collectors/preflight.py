@@ -15,7 +15,7 @@ from qprof import errors, paths
 from qprof.collectors import capabilities, external, procfs, topology
 from qprof.collectors.faults import NO_FAULTS, Faults
 from qprof.describe import external as described_external
-from qprof.describe import link, pinning
+from qprof.describe import link, pinning, transports
 from qprof.describe.plan import Plan
 from qprof.flamegraphs import categories
 
@@ -34,7 +34,12 @@ def check(plan: Plan, faults: Faults = NO_FAULTS) -> Path:
             continue  # the user's programs, checked below
         paths.workload_binary(fp.stack.workload)
         if fp.stack.plugin:
-            paths.plugin_library(fp.stack.plugin)
+            paths.plugin_library(fp.stack.plugin, fp.stack.name)
+    # The server's library too, where the server runs on this machine.
+    if opts.server_stack is not None and not opts.server:
+        server = transports.STACKS[opts.server_stack]
+        if server.plugin:
+            paths.plugin_library(server.plugin, server.name)
     if opts.msquic is not None:
         msquic_library(opts.msquic)
     if opts.categories is not None:

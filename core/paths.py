@@ -21,11 +21,17 @@ def workload_binary(name: str = "qprof-wl") -> Path:
     return path
 
 
-def plugin_library(name: str) -> Path:
-    """A transport of qprof-wl's in a library of its own (describe/transports.py, plugin)."""
+def plugin_library(name: str, stack: str = "") -> Path:
+    """A transport of qprof-wl's in a library of its own (describe/transports.py,
+    plugin), for STACK. `make run` builds none of them, only what the quic
+    stack needs; `make build` builds them all."""
     path = build_dir() / "lib" / name
     if not os.path.isfile(path):
-        raise NotBuilt(f"the workload is not built ({path} is missing); run `make build` in {REPO_ROOT}.")
+        whose = f"--stack {stack}'s transport" if stack else "this stack's transport"
+        raise NotBuilt(
+            f"{whose} is not built ({path} is missing) and `make run` leaves it out: "
+            f"run `make build` in {REPO_ROOT}, which builds every stack."
+        )
     return path
 
 

@@ -390,3 +390,31 @@ def test_a_pair_of_libraries_runs_each_on_its_side():
         ["s2n-quic has none to resume"],
     )
     refused(["--mix", "quic:1,tcp:1", "--server-stack", "quinn"], BAD_MIX, ["--server-stack pairs the two sides"])
+
+
+@pytest.mark.unit
+def test_a_stack_make_run_leaves_out_names_make_build(tmp_path, monkeypatch):
+    """After `make run` alone (qprof-wl and msquic built, none of the other
+    libraries' transports): the quic stack passes the build check, and each
+    stack whose transport is a library of its own, client's or server's, is
+    refused in one sentence that names it and `make build`, exit 11."""
+    from qprof.collectors import preflight
+    from qprof.describe.transports import STACKS
+
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "qprof-wl").write_text("")
+    (tmp_path / "bin" / "qprof-wl").chmod(0o755)
+    monkeypatch.setenv("QPROF_BUILD_DIR", str(tmp_path))
+    monkeypatch.setattr(os, "geteuid", lambda: 0)  # past the root check, to the build's
+    assert preflight.check(run_plan("--stack", "quic")) == tmp_path / "bin" / "qprof-wl"
+    plugins = [s for s in STACKS.values() if s.plugin]
+    assert {"quinn", "quic-go"} <= {s.name for s in plugins}
+    for s in plugins:
+        for args in (["--stack", s.name], ["--stack", "quic", "--server-stack", s.name]):
+            with pytest.raises(errors.NotBuilt) as e:
+                preflight.check(run_plan(*args))
+            sentence = e.value.sentence
+            assert e.value.exit_code == 11 and "\n" not in sentence and sentence.endswith("."), sentence
+            for w in (f"--stack {s.name}'s transport is not built", f"{tmp_path}/lib/{s.plugin} is missing"):
+                assert w in sentence, sentence
+            assert "`make run` leaves it out" in sentence and "run `make build` in" in sentence, sentence
