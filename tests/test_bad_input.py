@@ -370,15 +370,22 @@ def test_perf_protocol_is_bulk_on_a_quic_stack():
 
 
 @pytest.mark.unit
-def test_a_pair_of_libraries_runs_each_on_its_side():
+def test_a_pair_of_libraries_runs_each_on_its_side(tmp_path):
     """--server-stack: the server's workload runs the server's library and
     the client's the client's; what one side's library cannot do, or
     what one library's knob would set on one side only, is refused."""
-    from qprof.collectors import endpoints
+    from qprof.collectors import endpoints, listen
 
     p = run_plan("--stack", "quinn", "--server-stack", "quic")
     o = p.options
-    argv = {role: endpoints.workload_argv("qprof-wl", o, role, "10.0.0.1", 4433) for role in ("client", "server")}
+    # msquic's server runs with the listening-address interposer, which a
+    # unit test need not have built (`make check` builds nothing): a build of its own.
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / listen.LIB).write_bytes(b"")
+    argv = {
+        role: endpoints.workload_argv("qprof-wl", o, role, "10.0.0.1", 4433, build_dir=tmp_path)
+        for role in ("client", "server")
+    }
     assert [a[a.index("--stack") + 1] for a in argv.values()] == ["quinn", "quic"]
     refused(["--stack", "tcp", "--server-stack", "quic"], STACK_CANNOT, ["--server-stack applies to --stack quic"])
     refused(["--stack", "quinn", "--server-stack", "tcp"], BAD_VALUE, ["--server-stack takes quic"])
