@@ -274,16 +274,23 @@ class ControlledProcess:
             return f"{how}: {msg}" if msg else how
         return msg or f"exit {code}"
 
+    def _stop(self) -> None:
+        """SIGKILL to what kill() ends: the process (a program of the user's: its group)."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+
     def kill(self) -> None:
         if self.proc is None:
             return
         with interrupts.deferred():
-            if self.proc.poll() is None:
-                self.proc.kill()
+            self._stop()
             self.proc.wait()
             if self._claim is not None:
                 remains.ledger().release("pids", self._claim)
+                self._claim = None
             for pipe in (self.proc.stdin, self.proc.stdout):
+                if pipe is None:
+                    continue
                 try:
                     pipe.close()
                 except (OSError, BrokenPipeError):

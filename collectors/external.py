@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 from typing import List, Optional, Set
 
-from qprof import errors, interrupts, remains
+from qprof import errors
 from qprof.collectors.controlled import ControlledProcess, start_owned
 from qprof.collectors.topology import Endpoint
 from qprof.describe import external, pinning
@@ -143,23 +143,9 @@ class ExternalProgram(ControlledProcess):
     def __exit__(self, *exc) -> None:
         self.kill()
 
-    def kill(self) -> None:
-        """The program's whole process group, killed and reaped."""
-        if self.proc is None:
-            return
-        with interrupts.deferred():
-            self._kill_group(signal.SIGKILL)
-            self.proc.wait()
-            if self._claim is not None:
-                remains.ledger().release("pids", self._claim)
-                self._claim = None
-            if self.proc.stdin is not None:
-                try:
-                    self.proc.stdin.close()
-                except OSError:
-                    pass
-            if self._log:
-                self._log.close()
+    def _stop(self) -> None:
+        """Its whole process group, whatever of it outlived the program (ControlledProcess.kill reaps it)."""
+        self._kill_group(signal.SIGKILL)
 
     def _kill_group(self, sig: int) -> None:
         try:
