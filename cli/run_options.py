@@ -5,11 +5,13 @@ describe/options.py, which also checks the values and declares each
 default (resolved by describe/plan.py)."""
 
 from dataclasses import replace
+from pathlib import Path
 from typing import Optional
 
 import click
 
-from qprof.describe import options
+from qprof import errors
+from qprof.describe import external, options
 
 
 class Checked(click.ParamType):
@@ -100,4 +102,14 @@ def to_run_options(stack: str, kwargs: dict) -> options.RunOptions:
     fields["probes"] = options.parse_probes(fields["probes"])
     opts = replace(options.RunOptions(), stack=stack, **fields)
     options.check(opts)
+    if opts.stack_file is not None:
+        path = Path(opts.stack_file)
+        try:
+            text = path.read_text()
+        except (OSError, UnicodeDecodeError) as e:
+            raise errors.BadValue(
+                f"--stack-file {opts.stack_file}: cannot read it ({getattr(e, 'strerror', None) or e}); "
+                "give the path of your stack file."
+            ) from None
+        opts = external.from_stack_file(opts, text, opts.stack_file, str(path.parent))
     return opts

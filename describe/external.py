@@ -27,6 +27,8 @@ import string
 from dataclasses import replace
 from typing import Dict, List, Optional
 
+import tomllib
+
 from qprof import errors
 from qprof.describe import options, transports
 from qprof.describe.derive import RECV, SEND
@@ -220,3 +222,46 @@ def _pair(opts):
             )
     pair = next(n for n, s in transports.STACKS.items() if s.programs)
     return replace(opts, stack=pair, direction=opts.direction or "down")
+
+
+# --stack-file's keys, each the option it stands for (protocol: the one the programs speak).
+STACK_FILE_KEYS = {"server": "server_cmd", "client": "client_cmd", "categories": "categories", "protocol": None}
+
+
+def from_stack_file(opts, text: str, where: str, base: str):
+    """opts with --stack-file's programs and rules in place: where, the
+    file's path as given; base, its directory, which a relative
+    categories path is taken from. What the file and a flag both give is
+    refused, as is anything the file names that qprof does not take."""
+    flag = f"--stack-file {where}"
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise errors.BadValue(f'{flag} is not TOML ({e}); write it as key = "value" lines.') from None
+    unknown = [k for k in data if k not in STACK_FILE_KEYS]
+    if unknown:
+        raise errors.BadValue(
+            f"{flag} names '{unknown[0]}', which qprof does not take; it takes " + ", ".join(STACK_FILE_KEYS) + "."
+        )
+    for key, value in data.items():
+        if not isinstance(value, str) or not value.strip():
+            raise errors.BadValue(f'{flag}\'s {key} is not a text; write {key} = "...".')
+    if data.get("protocol", ALPN) != ALPN:
+        raise errors.BadValue(
+            f"{flag} says protocol {data['protocol']!r}; qprof speaks to programs of yours in the QUIC "
+            f"performance protocol only ({ALPN})."
+        )
+    if "server" not in data and "client" not in data:
+        raise errors.BadValue(f'{flag} names neither a server nor a client; give server = "CMD" or client = "CMD".')
+    filled = {}
+    for key, field in STACK_FILE_KEYS.items():
+        if field is None or key not in data:
+            continue
+        if getattr(opts, field) is not None:
+            given = "--" + field.replace("_", "-")
+            raise errors.BadValue(f"{flag} gives the {key} and {given} gives it too; give one of them.")
+        value = data[key]
+        if key == "categories" and not value.startswith("/"):
+            value = f"{base.rstrip('/')}/{value}"
+        filled[field] = value
+    return replace(opts, **filled)

@@ -627,6 +627,16 @@ OPTIONS: List[Option] = [
         metavar="CMD",
     ),
     Option(
+        "stack-file",
+        "text",
+        None,
+        "bulk: your implementation's programs and rules in a TOML file you write once: server = CMD, "
+        "client = CMD (either or both, as --server-cmd and --client-cmd), categories = FILE (as --categories, "
+        'relative to the file), protocol = "perf" (docs/own-implementation.md)',
+        stacks=QUIC_STACKS + ("external",),
+        metavar="FILE",
+    ),
+    Option(
         "msquic",
         "text",
         None,

@@ -13,7 +13,7 @@ import pytest
 
 from qprof import errors
 
-from conftest import leftovers, needs_build, qprof, qprof_here, started, wait_for_intervals
+from conftest import REPO, leftovers, needs_build, qprof, qprof_here, started, wait_for_intervals
 from refusals import refused, run_plan
 
 # The exit codes are qprof's interface (docs/exit-codes.md, core/errors.py).
@@ -353,6 +353,33 @@ def test_an_external_server_is_refused_where_it_cannot_run():
     refused([*ccmd, "--mix", "quic:1"], errors.BadMix.exit_code, ["drop --client-cmd"])
     refused(["--client-cmd", "perf_client {duration}"], BAD_VALUE, ["--client-cmd names {duration}"])
     refused(["--categories", "my.rules", "--guest"], BAD_VALUE, ["--categories: a guest run's stacks", "drop --guest"])
+
+
+@pytest.mark.unit
+def test_a_stack_file_stands_for_the_flags_it_names(tmp_path):
+    """--stack-file: the programs and rules the user wrote once, as the
+    flags they stand for (the page's example: docs/examples/); what it
+    cannot say, or says twice, refused in one sentence naming the file."""
+    example = REPO / "docs" / "examples" / "my-stack.toml"
+    o = run_plan("--stack-file", str(example)).options
+    assert (o.stack, o.stack_file, o.direction) == ("external", str(example), "down")
+    assert o.server_cmd.startswith("./build/bin/qprof-wl --stack quiche") and "--stack quinn" in o.client_cmd
+    assert o.categories == str(example.parent / "my-stack.rules")
+    f = tmp_path / "s.toml"
+    cases = [
+        ('server = "x {port}"\nclient = 1\n', ["client is not a text"]),
+        ('server = "x"\nlibrary = "mine"\n', ["names 'library', which qprof does not take", "server, client"]),
+        ('protocol = "hq-interop"\nserver = "x"\n', ["protocol 'hq-interop'", "(perf)"]),
+        ('categories = "my.rules"\n', ["names neither a server nor a client"]),
+        ("server = x {port}\n", ["is not TOML", 'key = "value"']),
+    ]
+    for text, words in cases:
+        f.write_text(text)
+        refused(["--stack-file", str(f)], BAD_VALUE, [f"--stack-file {f}", *words])
+    f.write_text('server = "perf_server -p {port}"\n')
+    assert run_plan("--stack", "quinn", "--stack-file", str(f)).options.server_cmd == "perf_server -p {port}"
+    refused(["--stack-file", str(f), "--server-cmd", "y"], BAD_VALUE, ["gives the server and --server-cmd gives it"])
+    refused(["--stack-file", str(tmp_path / "none.toml")], BAD_VALUE, ["cannot read it", "No such file"])
 
 
 @pytest.mark.unit

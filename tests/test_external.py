@@ -35,9 +35,9 @@ SAMPLING_WARNINGS = r"incomplete|samples|weighted"
 
 def example(*flags: str) -> list:
     """The page's worked example of exactly these flags (--server-cmd,
-    --client-cmd or both), its arguments after `qprof run`."""
+    --client-cmd, both, or --stack-file), its arguments after `qprof run`."""
     blocks = re.findall(r"```sh\n(qprof run .*?)\n```", PAGE.read_text(), re.S)
-    given = lambda b: {f for f in ("--server-cmd", "--client-cmd") if f in b}  # noqa: E731
+    given = lambda b: {f for f in ("--server-cmd", "--client-cmd", "--stack-file") if f in b}  # noqa: E731
     words = next(shlex.split(b.replace("\\\n", " ")) for b in blocks if given(b) == set(flags))
     assert words[:2] == ["qprof", "run"], words
     return words[2:]
@@ -157,6 +157,19 @@ def test_a_program_pair_is_profiled_by_what_the_probes_count(runs_dir):
     # The server sent over the window what the client took, give or take
     # what was on its way at each edge: the direction is the data's.
     assert rec["syscalls"]["server"]["send_bytes"] > rec["syscalls"]["server"]["recv_bytes"]
+
+
+def test_a_stack_file_runs_as_written(runs_dir):
+    """The page's stack file (docs/examples/my-stack.toml): the pair it
+    names, its rules the run's, its path in the record."""
+    args = example("--stack-file")
+    rec = run_here(runs_dir, *args, "--sample-hz", "0")
+    stack_file = REPO / args[args.index("--stack-file") + 1]
+    assert rec["stack"] == "external" and rec["config"]["stack_file"] == str(stack_file.relative_to(REPO))
+    assert rec["verification"] == "none" and rec["bytes"] == rec["syscalls"]["client"]["recv_bytes"] > 0
+    assert "--stack quiche" in rec["config"]["server_cmd"] and "--stack quinn" in rec["config"]["client_cmd"]
+    rules = (stack_file.parent / "my-stack.rules").read_text()
+    assert (runs_dir / rec["id"] / categories.RUN_RULES).read_text() == rules
 
 
 def test_a_program_pair_told_the_wrong_direction(runs_dir):
