@@ -226,6 +226,8 @@ def findings(rec: dict) -> Summary:
     s.dashes = [(f"{side} CPU {unit}", where_cpu(side)) for side, v in cpu.items() if v is None]
     if unit == "ns/B":
         s.dashes += [(f"{side} × the floor", "floor") for side, v in s.floor.items() if v is None]
+        if s.floor_absent:
+            s.dashes.append(("× the floor", "floor"))
     for _, key, _ in PATTERN_LINES.get(rec["config"].get("pattern") or "bulk", ()):
         if figures.FIGURE[key].value(rec) is None:
             s.dashes.append((figures.FIGURE[key].label, ".".join(map(str, figures.FIGURE[key].path))))
@@ -251,7 +253,7 @@ def print_summary(rec: dict, console: Optional[Console] = None) -> None:
     elif s.floor:
         console.print(f"  {'× the floor':<16}" + "".join(f"{num(s.floor.get(k), '{:.1f}'):>10}" for k in SIDES))
     elif s.floor_absent:
-        console.print(f"  × the floor: {ABSENT} ({escape(_short(s.floor_absent)[:58])})")
+        console.print(f"  {'× the floor':<16}" + "".join(f"{ABSENT:>10}" for _ in SIDES))
     for side, cats in s.top.items():
         shown = ", ".join(f"{c} {share * 100:.0f}%" for c, _, share in cats)
         console.print(f"  {side + ':':<8}{escape(shown)}")
