@@ -79,7 +79,7 @@ def run(ctx, stack, as_json, detail, fault, options_file, **kwargs):
         click.echo(json.dumps(record, indent=2))
     elif record["stack"] == "mix":
         report.warn_record(record)
-        report.print_mix(record)
+        (report.print_mix if detail else report.print_mix_summary)(record)
     elif detail:
         report.warn_record(record)
         report.print_run(record)

@@ -341,9 +341,16 @@ def print_interval(i: dict) -> None:
     print(interval_text(i), flush=True)
 
 
-def print_mix(rec: dict, console: Optional[Console] = None) -> None:
+def print_mix_summary(rec: dict, console: Optional[Console] = None) -> None:
+    """A --mix run as `qprof run` ends it: its flows and the bottleneck;
+    the stacks' shares and the link's counters are `qprof show ID --all`."""
+    print_mix(rec, console, every=False)
+
+
+def print_mix(rec: dict, console: Optional[Console] = None, every: bool = True) -> None:
     """A --mix run: each flow's goodput, share, retransmissions and CPU,
-    the stacks' shares and Jain's index, then the bottleneck."""
+    the stacks' shares and Jain's index, then the bottleneck (every:
+    False, the flows and the bottleneck alone)."""
     console = console or Console()
     env, m = rec["environment"], rec["mix"]
     topo = env["topology"]
@@ -384,7 +391,8 @@ def print_mix(rec: dict, console: Optional[Console] = None) -> None:
             num(s["share"], "{:.1%}"),
             num(s["jain_index"]),
         )
-    console.print(t)
+    if every:
+        console.print(t)
     for f in m["flows"]:
         r = f["rr"]
         if r:
@@ -401,8 +409,11 @@ def print_mix(rec: dict, console: Optional[Console] = None) -> None:
             f"{b['drops']:,} dropped, utilisation {num(b['utilisation'], '{:.1%}')}; the flows' verified bytes "
             f"are {num(b['flows_bytes_over_wire_bytes'], '{:.1%}')} of it"
         )
-    _print_link(rec, console)
-    console.print(f"run {rec['id']}")
+    if every:
+        _print_link(rec, console)
+        console.print(f"run {rec['id']}")
+    else:
+        console.print(f"more: qprof show {rec['id']} --all (the stacks' shares, the link's counters)")
 
 
 def cell(row: dict, unit: str, first: bool) -> str:
@@ -1018,7 +1029,7 @@ def record_printer(kind: str, rec: dict, every: bool = True) -> Callable:
     if kind == "comparison":
         return print_comparison if every else print_comparison_summary
     if rec.get("stack") == "mix" or "mix" in rec:
-        return print_mix
+        return print_mix if every else print_mix_summary
     return print_run if every else summary.print_summary
 
 

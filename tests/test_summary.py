@@ -37,7 +37,7 @@ RECORDS = {
 
 
 def stored(name: str) -> dict:
-    rec = json.loads(RECORDS[name].read_text())
+    rec = json.loads(RECORDS.get(name, DATA / "record" / name / "expected.json").read_text())
     rec.setdefault("id", f"RUN-{name}")
     return rec
 
@@ -86,13 +86,23 @@ def test_the_summary_fits_a_screen_and_says_the_records_figures(name):
 
 
 @pytest.mark.unit
-@pytest.mark.parametrize("name", RECORDS)
+@pytest.mark.parametrize("name", [*RECORDS, "mix-link"])
 def test_show_all_is_every_table_as_before(name):
     """`qprof show RUN --all` (and `qprof run --detail`) print what `qprof
     run` printed before the summary: the same text, byte for byte, as
     stored from the printer that made it (tests/data/show/)."""
     old = (DATA / "show" / f"{name}.txt").read_text()
     assert drawn(tables.record_printer("run", stored(name), every=True), stored(name), 100) == old
+
+
+@pytest.mark.unit
+def test_a_mix_ends_with_its_flows_and_the_bottleneck():
+    """A --mix's summary: its flows' table and the bottleneck, the rest behind --all."""
+    rec = stored("mix-link")
+    text = drawn(tables.record_printer("run", rec, every=False), rec, 80)
+    assert len(text.splitlines()) <= summary.MAX_LINES, text
+    assert "each flow over the window" in text and "bottleneck (tbf" in text
+    assert "bulk flows by stack" not in text and f"qprof show {rec['id']} --all" in text
 
 
 @pytest.mark.unit
