@@ -311,7 +311,7 @@ def run_card(rec: dict) -> List[Finding]:
                         [
                             [
                                 f"{SIDE_NAMES[k]} ",
-                                Fig(f"floor.{k}", s.floor.get(k), num(s.floor.get(k), "{:.1f}") + "×"),
+                                Fig(f"floor.{k}", s.floor.get(k), num(s.floor.get(k), "{:.1f}×")),
                             ]
                             for k in summary.SIDES
                         ]
@@ -363,7 +363,7 @@ def run_card(rec: dict) -> List[Finding]:
                     [f"{ABSENT} = not measured: "]
                     + _joined(
                         [
-                            [Fig(f"absent.{place}", None, f"{what} ({place})")]
+                            [Fig(f"absent.{what}", None, f"{what} ({place})")]
                             + (
                                 [f": {'; '.join(r.rstrip('.') for r in summary.reasons_for(found, place))}"]
                                 if summary.reasons_for(found, place)
