@@ -258,20 +258,13 @@ def run_card(rec: dict) -> List[Finding]:
     same figures `qprof run` and `qprof show` print on the terminal."""
     s = summary.findings(rec)
     cpu_fmt = "{:.3f}" if s.unit == "ns/B" else "{:,.1f}"
+    rate = figures.FIGURE["throughput_gbps"].key
     out = [
         Finding("what", _sentence([f"ran {s.what}; {s.where}"])),
         Finding(
             "rate",
             _sentence(
-                [
-                    "moved ",
-                    Fig(
-                        "throughput_gbps",
-                        s.headline.get("throughput_gbps"),
-                        summary.rate_text(s.headline.get("throughput_gbps")),
-                    ),
-                    f" {s.moved}",
-                ]
+                ["moved ", Fig(rate, s.headline.get(rate), summary.rate_text(s.headline.get(rate))), f" {s.moved}"]
             ),
         ),
     ]
@@ -732,6 +725,62 @@ def _rr_charts(rec: dict) -> List[Chart]:
     ]
 
 
+# Each interval's figures (record.intervals.samples) by chart: (key, series).
+INTERVAL_SERIES = {
+    "intervals_gbps": [("gbps", "goodput")],
+    "intervals_cpu": [(f"{side}_ns_per_byte", side) for side in ("client", "server")],
+}
+
+
+def _interval_charts(rec: dict) -> List[Chart]:
+    """The window over time (`--interval`, as iperf3 -i): each interval's
+    goodput, and each side's CPU per byte (schedstat), at the interval's
+    end from the window's start."""
+    samples = _get(rec, "intervals", "samples") or []
+    titles = {
+        "intervals_gbps": ("Goodput per interval (Gbit/s, the receiver's verified bytes)", "Gbit/s"),
+        "intervals_cpu": ("CPU ns/B per interval, per side (on CPU, schedstat)", "ns/B"),
+    }
+    cv = _num(_get(rec, "intervals", "gbps_cv"))
+    out = []
+    for name, series in INTERVAL_SERIES.items():
+        rows = [
+            {"s": x["end_s"], "series": what, "value": x[key]}
+            for x in samples
+            if isinstance(x, dict) and _num(x.get("end_s")) is not None
+            for key, what in series
+            if _num(x.get(key)) is not None
+        ]
+        if not rows:
+            continue
+        title, unit = titles[name]
+        note = f"The goodput's coefficient of variation over the whole intervals: {cv:.3f}." if cv is not None else ""
+        out.append(
+            Chart(
+                name,
+                title,
+                {
+                    "data": {"values": rows},
+                    "mark": {"type": "line", "point": True},
+                    "encoding": {
+                        "x": {"field": "s", "type": "quantitative", "title": "s from the window's start"},
+                        "y": {"field": "value", "type": "quantitative", "title": unit},
+                        "color": {"field": "series", "type": "nominal", "title": None},
+                        "tooltip": [
+                            {"field": "series"},
+                            {"field": "s", "format": ".2f"},
+                            {"field": "value", "format": ".3f"},
+                        ],
+                    },
+                    "width": CHART_WIDTH,
+                    "height": CHART_HEIGHT,
+                },
+                note if name == "intervals_gbps" else "",
+            )
+        )
+    return out
+
+
 def _mix_charts(rec: dict) -> List[Chart]:
     rows = [
         {"flow": f"{f.get('flow')} {f.get('stack')}", "stack": f.get("stack"), "goodput_mbps": f["goodput_mbps"]}
@@ -862,6 +911,7 @@ def run_page(rec: Optional[dict], run_dir: Path, run_id: str, problems: List[str
     builders = (
         _categories_chart,
         _cpu_chart,
+        _interval_charts,
         _syscall_charts,
         _packet_charts,
         _download_charts,

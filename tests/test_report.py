@@ -66,6 +66,7 @@ RUNS = {
 CAPTURED = DATA / "report" / "runs"
 RR_RUN = "20261123-215324-0ceaeb"
 MIX_RUN = "20261123-215557-e73689"
+INTERVAL_RUN = "20261123-215335-de60ea"  # the comparison's tcp run: --interval 1s
 REAL_COMPARISON = "20261123-215335-e67b1b"
 COMPARISON = "20261122-000009-00c001"
 INCOMPLETE = "20261122-000006-00fa11"
@@ -390,6 +391,19 @@ def test_mix_and_link_charts_are_the_records_figures(root):
             if d["netem_drops_percent"] is not None:
                 assert bars[(direction, "netem drops")] == pytest.approx(d["netem_drops_percent"]), rid
     assert_cpu_chart(charts["cpu"], rec)
+
+
+@pytest.mark.unit
+def test_interval_charts_are_the_records_intervals(root):
+    """A bulk run with --interval: each interval's goodput and each side's
+    CPU per byte at the interval's end (a run of the stored comparison)."""
+    rid = INTERVAL_RUN
+    rec, charts = record(root, rid), charts_of(root, rid)
+    samples = rec["intervals"]["samples"]
+    assert samples
+    assert by(charts["intervals_gbps"], "s", value="value") == {x["end_s"]: x["gbps"] for x in samples}
+    cpu = by(charts["intervals_cpu"], "s", "series", value="value")
+    assert cpu == {(x["end_s"], side): x[f"{side}_ns_per_byte"] for x in samples for side in ("client", "server")}
 
 
 def cpu_total(rec: dict, side: str):
@@ -783,6 +797,7 @@ CASES = {
     "bulk": ("20261122-000001-000b01", 6, 3, {"categories", "syscall_time", "packet_size", "gso_segments"}),
     "download": ("20261122-000002-000d01", 6, 0, {"download_times", "download_cdf", "packet_size"}),
     "link": ("20261122-000003-000e01", 2, 0, {"cpu", "link"}),
+    "intervals": (INTERVAL_RUN, 4, 3, {"categories", "cpu", "intervals_gbps", "intervals_cpu"}),
     "mix": (MIX_RUN, 2, 0, {"mix_goodput", "link"}),
     "rr": (RR_RUN, 4, 3, {"rr_cdf", "categories", "syscall_time", "packet_size"}),
 }
