@@ -372,9 +372,6 @@ def run_card(rec: dict) -> List[Finding]:
     return out
 
 
-CONFIDENCE = {True: "ranges apart", False: "within the ranges", None: "one run, no range"}
-
-
 def comparison_card(rec: dict) -> List[Finding]:
     """The comparison's answer as `qprof show ID` prints it
     (summary.comparison_findings): each figure per configuration, the
@@ -406,9 +403,7 @@ def comparison_card(rec: dict) -> List[Finding]:
             if i and x.ratio is not None:
                 mark = "*" if x.beyond_spread else ""
                 item += [" ", Fig(f"ratio.{f.key}.{i}", x.ratio, f"×{x.ratio:.2f}{mark}", x.beyond_spread)]
-                item += [
-                    f" ({CONFIDENCE[x.beyond_spread] if x.n > 1 or x.beyond_spread is not None else CONFIDENCE[None]})"
-                ]
+                item += [" (ranges apart)"] if x.beyond_spread else []
             items.append(item)
         out.append(Finding(f"figure-{f.key}", _sentence([f"{name}: "] + _joined(items, "; "))))
     out.append(
@@ -417,7 +412,12 @@ def comparison_card(rec: dict) -> List[Finding]:
             _sentence(
                 [
                     f"each figure is the median of a configuration's runs, ± half their range; × is its ratio "
-                    f"to {first}'s, * where the ranges of the runs do not overlap"
+                    f"to {first}'s, marked * (ranges apart) where the ranges of the runs do not overlap"
+                    + (
+                        "; unmarked, they overlap and the ratio may be the runs' spread"
+                        if c.repeat > 1
+                        else "; one run each has no range, so no ratio can be marked"
+                    )
                 ]
             ),
         )
