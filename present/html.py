@@ -9,9 +9,16 @@ each flame graph is inferno's own SVG in an iframe of its own (a data:
 URL), so its search and zoom scripts run as in the file `qprof flame`
 writes and the several graphs' element ids never meet.
 
-Gathering (records -> Page: tables, chart specs, flame SVGs, problems)
-is kept apart from writing (Page -> HTML, `html`). The tables are the
-terminal's own (present/tables.py) exported by rich as HTML, so a figure reads the same in both. Nothing is
+The page reads top down as a report: a summary card (the answer, a
+sentence per finding with its figures and how far to trust them, from
+present/summary.py's findings, so the terminal and the page say the
+same thing), the CPU by category per side, the flame graphs, the other
+charts, and last every table `qprof run` or `qprof compare` prints, as
+HTML tables drawn from the same printers (present/tables.py), so a
+figure reads the same in both.
+
+Gathering (records -> Page: card, tables, chart specs, flame SVGs,
+problems) is kept apart from writing (Page -> HTML, `html`). Nothing is
 measured, and a figure a record does not hold is left out, never drawn
 as zero.
 """
@@ -27,20 +34,26 @@ import statistics
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, Iterable, List, Optional
+from typing import Callable, Dict, Iterable, List, Optional, Union
 
 from rich.console import Console
+from rich.table import Table
+from rich.terminal_theme import DEFAULT_TERMINAL_THEME
+from rich.text import Text
 
 from qprof import __version__, figures
 from qprof.describe.patterns import rr
 from qprof.errors import QprofError
 from qprof.flamegraphs import categories, draw, normalize, sides
-from qprof.present.format import binary_size, duration_ns
+from qprof.present import summary
+from qprof.present.format import ABSENT, binary_size, compact, duration_ns, num
 from qprof.present.tables import DAMAGED
 
 CHART_WIDTH = 520
 CHART_HEIGHT = 220
-TABLE_WIDTH = 150  # rich's columns for the exported tables
+# rich's columns for what the printers print: wide enough that a comparison
+# keeps its configurations as columns (the browser scrolls a wide table).
+TABLE_WIDTH = 100_000
 
 
 @dataclass
@@ -49,6 +62,27 @@ class Chart:
     title: str
     spec: dict  # Vega-Lite, data inlined
     note: str = ""
+    section: str = "charts"  # "categories": drawn under the summary card, before the flame graphs
+
+
+@dataclass
+class Fig:
+    """A figure in a sentence of the summary card: its text, and the value
+    it was written from (the page's data-key and data-value)."""
+
+    key: str
+    value: Optional[float]
+    text: str
+    beyond: Optional[bool] = None  # a comparison's ratio: the ranges do not overlap (None: one run, no range)
+
+
+@dataclass
+class Finding:
+    """One sentence of the summary card: text and figures."""
+
+    name: str
+    parts: List[Union[str, Fig]]
+    warn: bool = False
 
 
 @dataclass
@@ -66,6 +100,7 @@ class Page:
     title: str
     status: str
     problems: List[str] = field(default_factory=list)  # marked at the top when not empty
+    card: List[Finding] = field(default_factory=list)  # the summary card, first on the page
     tables_html: str = ""
     charts: List[Chart] = field(default_factory=list)
     flames: List[Flame] = field(default_factory=list)
@@ -109,11 +144,323 @@ def _histogram_spec(rows: List[dict], x_title: str, color: str, column: Optional
     return spec
 
 
-def rich_html(printer: Callable, rec: dict) -> str:
-    """What printer prints for the terminal, as HTML (rich's own export)."""
-    console = Console(record=True, file=io.StringIO(), width=TABLE_WIDTH, force_terminal=True, color_system="truecolor")
+class _Kept(Console):
+    """A console that keeps what a printer prints (its tables and lines)
+    instead of drawing it, so the page can write each as HTML."""
+
+    def __init__(self):
+        super().__init__(file=io.StringIO(), width=TABLE_WIDTH, force_terminal=True, highlight=False)
+        self.printed: List[tuple] = []
+
+    def print(self, *objects, **kwargs):  # noqa: A003 (rich's name)
+        self.printed.append((objects, kwargs))
+
+
+def _style_css(style) -> str:
+    return style.get_html_style(DEFAULT_TERMINAL_THEME) if style else ""
+
+
+def _text_html(console: Console, renderable, markup: bool = True) -> str:
+    """A line or a cell (markup, a Text) as HTML: its styles inline, its
+    line breaks kept."""
+    if renderable is None:
+        return ""
+    if isinstance(renderable, str):
+        renderable = Text.from_markup(renderable) if markup else Text(renderable)
+    if not isinstance(renderable, Text):
+        return _pre_html(renderable)
+    out = []
+    for seg in renderable.render(console):
+        text = _html.escape(seg.text).replace("\n", "<br>")
+        css = _style_css(seg.style)
+        out.append(f'<span style="{css}">{text}</span>' if css and text else text)
+    return "".join(out)
+
+
+def _pre_html(renderable) -> str:
+    """Anything else a printer prints, as the terminal draws it."""
+    console = Console(record=True, file=io.StringIO(), width=150, force_terminal=True, color_system="truecolor")
+    console.print(renderable, crop=False)
+    return console.export_html(inline_styles=True, code_format='<pre class="qp-pre"><code>{code}</code></pre>')
+
+
+def table_html(console: Console, table: Table) -> str:
+    """A rich Table as an HTML table: its title, header and cells, numbers
+    right-aligned as the terminal aligns them, a section's end ruled."""
+    e = _html.escape
+    cols = table.columns
+    align = [' class="qp-r"' if c.justify == "right" else "" for c in cols]
+    title = f"<caption>{_text_html(console, table.title)}</caption>" if table.title else ""
+    head = ""
+    if table.show_header:
+        head = (
+            "<thead><tr>"
+            + "".join(f"<th{a}>{_text_html(console, c.header)}</th>" for c, a in zip(cols, align))
+            + "</tr></thead>"
+        )
+    cells = [list(c.cells) for c in cols]
+    rows = []
+    for i in range(table.row_count):
+        end = ' class="qp-end"' if i < len(table.rows) and table.rows[i].end_section else ""
+        tds = "".join(
+            f"<td{a}>{_text_html(console, col[i] if i < len(col) else None)}</td>" for col, a in zip(cells, align)
+        )
+        rows.append(f"<tr{end}>{tds}</tr>")
+    name = e(Text.from_markup(table.title).plain if isinstance(table.title, str) else getattr(table.title, "plain", ""))
+    return f'<table class="qp-table" data-title="{name}">{title}{head}<tbody>{"".join(rows)}</tbody></table>'
+
+
+def tables_html(printer: Callable, rec: dict) -> str:
+    """What printer prints for the terminal (present/tables.py: the same
+    figures, formatted by the same code), as HTML: each table an HTML
+    table, each line a paragraph."""
+    console = _Kept()
     printer(rec, console)
-    return console.export_html(inline_styles=True, code_format='<pre class="qp-tables"><code>{code}</code></pre>')
+    out = []
+    for objects, kwargs in console.printed:
+        for obj in objects:
+            if isinstance(obj, Table):
+                out.append(table_html(console, obj))
+            elif isinstance(obj, (str, Text)):
+                out.append(
+                    f'<p class="qp-line">{_text_html(console, obj, kwargs.get("markup", True) is not False)}</p>'
+                )
+            else:
+                out.append(_pre_html(obj))
+    return '<div class="qp-tables">' + "\n".join(out) + "</div>"
+
+
+# --- the summary card ----------------------------------------------------------------
+
+
+def _sentence(parts: List[Union[str, Fig]]) -> List[Union[str, Fig]]:
+    """parts as a sentence: a capital first, a full stop last."""
+    parts = list(parts)
+    if parts and isinstance(parts[0], str):
+        parts[0] = parts[0][:1].upper() + parts[0][1:]
+    if parts and not (isinstance(parts[-1], str) and parts[-1].rstrip().endswith((".", "…"))):
+        parts.append(".")
+    return parts
+
+
+def _joined(items: List[List[Union[str, Fig]]], sep: str = ", ") -> List[Union[str, Fig]]:
+    out: List[Union[str, Fig]] = []
+    for i, item in enumerate(items):
+        out += ([sep] if i else []) + item
+    return out
+
+
+SIDE_NAMES = {"client": "client", "server": "server", "system": "the whole machine"}
+
+
+def run_card(rec: dict) -> List[Finding]:
+    """The run's answer, a sentence per finding, from summary.findings: the
+    same figures `qprof run` and `qprof show` print on the terminal."""
+    s = summary.findings(rec)
+    cpu_fmt = "{:.3f}" if s.unit == "ns/B" else "{:,.1f}"
+    rate = figures.FIGURE["throughput_gbps"].key
+    out = [
+        Finding("what", _sentence([f"ran {s.what}; {s.where}"])),
+        Finding(
+            "rate",
+            _sentence(
+                ["moved ", Fig(rate, s.headline.get(rate), summary.rate_text(s.headline.get(rate))), f" {s.moved}"]
+            ),
+        ),
+    ]
+    lines = summary.PATTERN_LINES.get(rec["config"].get("pattern") or "bulk")
+    if lines:
+        out.append(
+            Finding(
+                "pattern",
+                _sentence(
+                    [
+                        p
+                        for pre, key, post in lines
+                        for p in (pre, Fig(key, s.headline.get(key), num(s.headline.get(key), "{:,.3g}")), post)
+                    ]
+                ),
+            )
+        )
+    out.append(
+        Finding(
+            "cpu",
+            _sentence(
+                [f"CPU {s.unit}, on CPU: "]
+                + _joined(
+                    [[f"{SIDE_NAMES[k]} ", Fig(f"cpu.{k}", s.cpu[k], num(s.cpu[k], cpu_fmt))] for k in summary.SIDES]
+                )
+                + [" (each side by schedstat, the machine by /proc/stat)" if s.unit == "ns/B" else ""]
+            ),
+        )
+    )
+    if s.unit == "ns/B" and s.floor:
+        out.append(
+            Finding(
+                "floor",
+                _sentence(
+                    ["times the floor (a copy per side and the AEAD, what no implementation can skip): "]
+                    + _joined(
+                        [
+                            [
+                                f"{SIDE_NAMES[k]} ",
+                                Fig(f"floor.{k}", s.floor.get(k), num(s.floor.get(k), "{:.1f}×")),
+                            ]
+                            for k in summary.SIDES
+                        ]
+                    )
+                ),
+            )
+        )
+    elif s.unit == "ns/B" and s.floor_absent:
+        out.append(Finding("floor", _sentence([f"times the floor: {ABSENT} ({s.floor_absent.rstrip('.')})"])))
+    for side, cats in s.top.items():
+        out.append(
+            Finding(
+                f"top-{side}",
+                _sentence(
+                    [f"the {side}'s stack samples went to "]
+                    + _joined(
+                        [
+                            [
+                                f"{c} ",
+                                Fig(f"top.{side}.{c}", share, f"{share * 100:.0f}%"),
+                                " (",
+                                Fig(f"top.{side}.{c}.{s.unit}", per, f"{per:.3f} {s.unit}"),
+                                ")",
+                            ]
+                            for c, per, share in cats
+                        ]
+                    )
+                ),
+            )
+        )
+    out.append(
+        Finding(
+            "confidence",
+            _sentence(
+                [
+                    "one run: its figures have no spread to be judged by; "
+                    "qprof compare --repeat N gives each configuration's median and range"
+                ]
+            ),
+        )
+    )
+    out += [Finding("warning", _sentence([w]), warn=True) for w in s.warnings]
+    if s.dashes:
+        found = summary.absences(rec)
+        out.append(
+            Finding(
+                "dashes",
+                _sentence(
+                    [f"{ABSENT} = not measured: "]
+                    + _joined(
+                        [
+                            [Fig(f"absent.{what}", None, f"{what} ({place})")]
+                            + (
+                                [f": {'; '.join(r.rstrip('.') for r in summary.reasons_for(found, place))}"]
+                                if summary.reasons_for(found, place)
+                                else []
+                            )
+                            for what, place in s.dashes
+                        ],
+                        "; ",
+                    )
+                ),
+            )
+        )
+    return out
+
+
+def comparison_card(rec: dict) -> List[Finding]:
+    """The comparison's answer as `qprof show ID` prints it
+    (summary.comparison_findings): each figure per configuration, the
+    ratio of medians to the first, and whether the ranges overlap."""
+    c = summary.comparison_findings(rec)
+    first = c.labels[0] if c.labels else ABSENT
+    out = [
+        Finding(
+            "what",
+            _sentence(
+                [
+                    f"{len(c.labels)} configurations × {c.repeat} run{'s' * (c.repeat != 1)} each, "
+                    f"interleaved ({c.runs} runs): " + ", ".join(c.labels)
+                ]
+            ),
+        )
+    ]
+    for f in c.figures:
+        name = f.label + (f" ({f.unit}" if f.unit and f.unit != "share" else " (")
+        name += ", lower is better)" if f.lower_is_better else ", higher is better)"
+        items = []
+        for i, x in enumerate(f.configs):
+            item: List[Union[str, Fig]] = [
+                f"{x.label} ",
+                Fig(f"median.{f.key}.{i}", x.median, compact(x.median, f.unit)),
+            ]
+            if x.n > 1 and x.median and x.low is not None and x.high is not None:
+                item.append(f" ±{(x.high - x.low) / 2 / abs(x.median) * 100:.0f}%")
+            if i and x.ratio is not None:
+                mark = "*" if x.beyond_spread else ""
+                item += [" ", Fig(f"ratio.{f.key}.{i}", x.ratio, f"×{x.ratio:.2f}{mark}", x.beyond_spread)]
+                item += [" (ranges apart)"] if x.beyond_spread else []
+            items.append(item)
+        out.append(Finding(f"figure-{f.key}", _sentence([f"{name}: "] + _joined(items, "; "))))
+    out.append(
+        Finding(
+            "confidence",
+            _sentence(
+                [
+                    f"each figure is the median of a configuration's runs, ± half their range; × is its ratio "
+                    f"to {first}'s, marked * (ranges apart) where the ranges of the runs do not overlap"
+                    + (
+                        "; unmarked, they overlap and the ratio may be the runs' spread"
+                        if c.repeat > 1
+                        else "; one run each has no range, so no ratio can be marked"
+                    )
+                ]
+            ),
+        )
+    )
+    out += [Finding("warning", _sentence([w]), warn=True) for w in c.warnings]
+    return out
+
+
+def mix_card(rec: dict) -> List[Finding]:
+    """A mix's flows: each one's goodput, its share and its CPU per byte."""
+    mix = rec.get("mix") or {}
+    out = [
+        Finding(
+            "what", _sentence([f"a mix of {mix.get('spec') or ABSENT}: {len(mix.get('flows') or [])} flows at once"])
+        )
+    ]
+    for f in mix.get("flows") or []:
+        k = f"mix.{f.get('flow')}"
+        ns = f.get("ns_per_byte") or {}
+        out.append(
+            Finding(
+                f"flow-{f.get('flow')}",
+                _sentence(
+                    [
+                        f"flow {f.get('flow')} ({f.get('stack')}): ",
+                        Fig(
+                            f"{k}.goodput_mbps", f.get("goodput_mbps"), num(f.get("goodput_mbps"), "{:.3g}") + " Mbit/s"
+                        ),
+                        " goodput (",
+                        Fig(
+                            f"{k}.share",
+                            f.get("share"),
+                            num(None if f.get("share") is None else f["share"] * 100, "{:.0f}") + "%",
+                        ),
+                        " of all the flows'), CPU client ",
+                        Fig(f"{k}.client", ns.get("client"), num(ns.get("client")) + " ns/B"),
+                        ", server ",
+                        Fig(f"{k}.server", ns.get("server"), num(ns.get("server")) + " ns/B"),
+                    ]
+                ),
+            )
+        )
+    return out
 
 
 # --- a run ----------------------------------------------------------------------------
@@ -167,6 +514,7 @@ def _categories_chart(rec: dict) -> Optional[Chart]:
             "height": 30 * len({r["side"] for r in rows}) + 20,
         },
         note,
+        "categories",
     )
 
 
@@ -200,6 +548,7 @@ def _cpu_chart(rec: dict) -> Optional[Chart]:
             "width": CHART_WIDTH,
             "height": 110,
         },
+        section="categories",
     )
 
 
@@ -376,6 +725,62 @@ def _rr_charts(rec: dict) -> List[Chart]:
     ]
 
 
+# Each interval's figures (record.intervals.samples) by chart: (key, series).
+INTERVAL_SERIES = {
+    "intervals_gbps": [("gbps", "goodput")],
+    "intervals_cpu": [(f"{side}_ns_per_byte", side) for side in ("client", "server")],
+}
+
+
+def _interval_charts(rec: dict) -> List[Chart]:
+    """The window over time (`--interval`, as iperf3 -i): each interval's
+    goodput, and each side's CPU per byte (schedstat), at the interval's
+    end from the window's start."""
+    samples = _get(rec, "intervals", "samples") or []
+    titles = {
+        "intervals_gbps": ("Goodput per interval (Gbit/s, the receiver's verified bytes)", "Gbit/s"),
+        "intervals_cpu": ("CPU ns/B per interval, per side (on CPU, schedstat)", "ns/B"),
+    }
+    cv = _num(_get(rec, "intervals", "gbps_cv"))
+    out = []
+    for name, series in INTERVAL_SERIES.items():
+        rows = [
+            {"s": x["end_s"], "series": what, "value": x[key]}
+            for x in samples
+            if isinstance(x, dict) and _num(x.get("end_s")) is not None
+            for key, what in series
+            if _num(x.get(key)) is not None
+        ]
+        if not rows:
+            continue
+        title, unit = titles[name]
+        note = f"The goodput's coefficient of variation over the whole intervals: {cv:.3f}." if cv is not None else ""
+        out.append(
+            Chart(
+                name,
+                title,
+                {
+                    "data": {"values": rows},
+                    "mark": {"type": "line", "point": True},
+                    "encoding": {
+                        "x": {"field": "s", "type": "quantitative", "title": "s from the window's start"},
+                        "y": {"field": "value", "type": "quantitative", "title": unit},
+                        "color": {"field": "series", "type": "nominal", "title": None},
+                        "tooltip": [
+                            {"field": "series"},
+                            {"field": "s", "format": ".2f"},
+                            {"field": "value", "format": ".3f"},
+                        ],
+                    },
+                    "width": CHART_WIDTH,
+                    "height": CHART_HEIGHT,
+                },
+                note if name == "intervals_gbps" else "",
+            )
+        )
+    return out
+
+
 def _mix_charts(rec: dict) -> List[Chart]:
     rows = [
         {"flow": f"{f.get('flow')} {f.get('stack')}", "stack": f.get("stack"), "goodput_mbps": f["goodput_mbps"]}
@@ -494,13 +899,19 @@ def run_page(rec: Optional[dict], run_dir: Path, run_id: str, problems: List[str
         list(problems),
     )
     try:
-        page.tables_html = rich_html(printer, rec) if rec else _fields_html(rec)  # none to draw from nothing
+        page.tables_html = tables_html(printer, rec) if rec else _fields_html(rec)  # none to draw from nothing
     except DAMAGED as e:
         page.problems.append(f"its tables cannot be drawn from this record ({type(e).__name__}: {e})")
         page.tables_html = _fields_html(rec)
+    if rec.get("status") == "complete" or not problems:
+        try:
+            page.card = mix_card(rec) if rec.get("stack") == "mix" else run_card(rec)
+        except DAMAGED as e:
+            page.problems.append(f"its summary cannot be drawn from this record ({type(e).__name__}: {e})")
     builders = (
         _categories_chart,
         _cpu_chart,
+        _interval_charts,
         _syscall_charts,
         _packet_charts,
         _download_charts,
@@ -698,6 +1109,7 @@ def comparison_category_chart(rec: dict) -> Optional[Chart]:
             },
             "width": CHART_WIDTH,
         },
+        section="categories",
     )
 
 
@@ -834,10 +1246,15 @@ def comparison_page(
         list(problems),
     )
     try:
-        page.tables_html = rich_html(printer, {**rec, "path": str(cdir)})
+        page.tables_html = tables_html(printer, {**rec, "path": str(cdir)})
     except DAMAGED as e:
         page.problems.append(f"its tables cannot be drawn from this record ({type(e).__name__}: {e})")
         page.tables_html = _fields_html(rec)
+    if not problems:
+        try:
+            page.card = comparison_card(rec)
+        except DAMAGED as e:
+            page.problems.append(f"its summary cannot be drawn from this record ({type(e).__name__}: {e})")
     try:
         cat = comparison_category_chart(rec)
         page.charts += ([cat] if cat else []) + metric_charts(rec) + comparison_distribution_charts(rec, records)
@@ -878,7 +1295,24 @@ h1 { font-size: 1.3em; } h2 { font-size: 1.1em; margin-top: 1.6em; border-bottom
 .qp-problem { background: #fde8e8; border: 2px solid #c00; padding: .6em 1em; margin: 1em 0; }
 .qp-problem strong { color: #c00; }
 .qp-note { color: #555; font-size: .9em; }
-.qp-tables { font-size: 12px; line-height: 1.25; overflow-x: auto; }
+.qp-card { border: 1px solid #b8c7d3; border-left: 6px solid #2a6f97; background: #f4f8fb; padding: .2em 1.2em .5em;
+  margin: 1em 0; max-width: 80em; }
+.qp-card h2 { border: none; margin: .4em 0 .2em 0; }
+.qp-card ul { margin: .2em 0; padding-left: 1.2em; }
+.qp-card li { margin: .2em 0; line-height: 1.35; }
+.qp-fig { font-weight: 600; font-variant-numeric: tabular-nums; }
+.qp-fig[data-beyond="true"] { color: #1a5e8a; }
+li.qp-warn { color: #7a4d00; }
+.qp-nav { font-size: .9em; }
+.qp-tables { overflow-x: auto; }
+table.qp-table { border-collapse: collapse; font-size: 13px; margin: .4em 0 1.2em 0; }
+table.qp-table caption { text-align: left; font-weight: 600; padding: .2em 0; white-space: nowrap; }
+table.qp-table th, table.qp-table td { padding: .15em .7em; border-bottom: 1px solid #e6e6e6; vertical-align: top; }
+table.qp-table th { background: #f0f0f0; text-align: left; }
+table.qp-table .qp-r { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+table.qp-table tr.qp-end td { border-bottom: 1px solid #888; }
+.qp-line { margin: .3em 0; font-size: 13px; }
+.qp-pre { font-size: 12px; line-height: 1.25; }
 .qp-charts { display: flex; flex-wrap: wrap; gap: 1.2em; }
 .qp-figure { border: 1px solid #ddd; padding: .5em; }
 .qp-figure h3 { font-size: .95em; margin: 0 0 .4em 0; }
@@ -897,6 +1331,39 @@ SCRIPT = """
   }
 })();
 """
+
+
+def _flame_html(f: Flame) -> str:
+    e = _html.escape
+    if f.svg is None:
+        return f'<h3>{e(f.title)}</h3><p class="qp-note">Not drawn: {e(f.note)}</p>'
+    raw = f.svg.encode()
+    m = _SVG_HEIGHT.search(raw)
+    height = int(m.group(1)) + 8 if m else 600
+    src = "data:image/svg+xml;base64," + base64.b64encode(raw).decode()
+    return (
+        f'<h3>{e(f.title)}</h3><iframe class="qp-flame" id="{e(f.name)}" title="{e(f.title)}" '
+        f'style="height:{height}px" src="{src}"></iframe>'
+    )
+
+
+def _fig_html(f: Fig) -> str:
+    """A figure: its text, and the value it was written from (repr: every
+    digit the record holds), for a reader of the page to check."""
+    e = _html.escape
+    value = "" if f.value is None else repr(float(f.value))
+    beyond = "" if f.beyond is None else f' data-beyond="{str(f.beyond).lower()}"'
+    return f'<span class="qp-fig" data-key="{e(f.key)}" data-value="{value}"{beyond}>{e(f.text)}</span>'
+
+
+def card_html(page: Page) -> str:
+    """The summary card: a sentence per finding, its figures marked."""
+    items = []
+    for f in page.card:
+        text = "".join(_fig_html(p) if isinstance(p, Fig) else _html.escape(p) for p in f.parts)
+        warn = " qp-warn" if f.warn else ""
+        items.append(f'<li class="qp-finding{warn}" data-finding="{_html.escape(f.name)}">{text}</li>')
+    return f'<section class="qp-card" id="qp-summary"><h2>Summary</h2><ul>{"".join(items)}</ul></section>'
 
 
 def html(page: Page) -> str:
@@ -918,34 +1385,35 @@ def html(page: Page) -> str:
             f'<div class="qp-problem" id="qp-problem"><strong>{e(page.status.upper())}</strong>: '
             f"this report shows only what the record holds.<ul>{items}</ul></div>"
         )
-    parts.append("<h2>Tables</h2>" + page.tables_html)
+    if page.card:
+        parts.append(card_html(page))
+    sections = [("categories", "Where the CPU went"), ("flames", "Flame graphs"), ("charts", "Charts")]
+    sections = [
+        (k, t) for k, t in sections if (page.flames if k == "flames" else any(c.section == k for c in page.charts))
+    ] + [("tables", "Every table")]
+    parts.append(
+        '<p class="qp-nav">On this page: '
+        + " · ".join(f'<a href="#qp-{k}">{e(t.lower())}</a>' for k, t in sections)
+        + "</p>"
+    )
     specs = {}
-    if page.charts:
-        parts.append('<h2>Charts</h2><div class="qp-charts">')
-        for c in page.charts:
-            cid = f"chart-{c.name}"
-            specs[cid] = c.spec
-            note = f'<p class="qp-note">{e(c.note)}</p>' if c.note else ""
-            parts.append(
-                f'<div class="qp-figure"><h3>{e(c.title)}</h3><div class="qp-chart" id="{e(cid)}" '
-                f'data-chart="{e(c.name)}"></div>{note}</div>'
-            )
-        parts.append("</div>")
-    if page.flames:
-        parts.append("<h2>Flame graphs</h2>")
-        for f in page.flames:
-            parts.append(f"<h3>{e(f.title)}</h3>")
-            if f.svg is None:
-                parts.append(f'<p class="qp-note">Not drawn: {e(f.note)}</p>')
-                continue
-            raw = f.svg.encode()
-            m = _SVG_HEIGHT.search(raw)
-            height = int(m.group(1)) + 8 if m else 600
-            src = "data:image/svg+xml;base64," + base64.b64encode(raw).decode()
-            parts.append(
-                f'<iframe class="qp-flame" id="{e(f.name)}" title="{e(f.title)}" '
-                f'style="height:{height}px" src="{src}"></iframe>'
-            )
+    for key, title in sections:
+        parts.append(f'<h2 id="qp-{key}">{e(title)}</h2>')
+        if key == "tables":
+            parts.append(page.tables_html)
+        elif key == "flames":
+            parts += [_flame_html(f) for f in page.flames]
+        else:
+            parts.append('<div class="qp-charts">')
+            for c in (c for c in page.charts if c.section == key):
+                cid = f"chart-{c.name}"
+                specs[cid] = c.spec
+                note = f'<p class="qp-note">{e(c.note)}</p>' if c.note else ""
+                parts.append(
+                    f'<div class="qp-figure"><h3>{e(c.title)}</h3><div class="qp-chart" id="{e(cid)}" '
+                    f'data-chart="{e(c.name)}"></div>{note}</div>'
+                )
+            parts.append("</div>")
     for n in page.notes:
         parts.append(f'<p class="qp-note">{e(n)}</p>')
     parts.append(f'<script type="application/json" id="qp-specs">{_script_json(specs)}</script>')

@@ -44,6 +44,10 @@ class Summary:
     absent: bool = False  # some figure shown is a dash: --why says why
     dashes: List[Tuple[str, str]] = field(default_factory=list)  # (what is a dash, its place in the record)
     next: List[str] = field(default_factory=list)
+    # The figures the lines above are written from, for a reader that draws
+    # them its own way (the report's card): core/figures.py's keys -> value.
+    headline: Dict[str, Optional[float]] = field(default_factory=dict)
+    moved: str = ""  # the rate's line after its throughput: the window, the bytes and how they were checked
 
 
 def _library(rec: dict) -> str:
@@ -97,14 +101,17 @@ def _pattern_name(rec: dict) -> str:
     return name
 
 
-def _rate(rec: dict) -> str:
+def _moved(rec: dict) -> str:
     how = {"content": "verified", "sizes": "counted (sizes)", "none": "counted by eBPF, not verified"}
     said = how.get(rec.get("verification") or "content", "verified")
     if rec.get("verified") is False:
         said = "NOT verified"
-    gbps = rec.get("throughput_gbps")
-    rate = f"{num(gbps, '{:.2f}')} Gbit/s" if gbps is None or gbps >= 1 else f"{gbps * 1e3:.3g} Mbit/s"
-    return f"{rate} over {num(rec.get('window_s'), '{:.2f}')} s, {_size(rec['bytes'])} {said}"
+    return f"over {num(rec.get('window_s'), '{:.2f}')} s, {_size(rec['bytes'])} {said}"
+
+
+def rate_text(gbps: Optional[float]) -> str:
+    """A throughput in Gbit/s from 1 Gbit/s, in Mbit/s below."""
+    return f"{num(gbps, '{:.2f}')} Gbit/s" if gbps is None or gbps >= 1 else f"{gbps * 1e3:.3g} Mbit/s"
 
 
 def _size(n: int) -> str:
@@ -211,7 +218,7 @@ def findings(rec: dict) -> Summary:
         run_id=rid,
         what=f"{rec['stack']}: {_library(rec)}",
         where=f"{_pattern_name(rec)}, {_where(rec)}",
-        rate=_rate(rec),
+        rate=f"{rate_text(rec.get('throughput_gbps'))} {_moved(rec)}",
         unit=unit,
         cpu=cpu,
         floor=dict(floor.get("times_floor") or {}),
@@ -232,6 +239,12 @@ def findings(rec: dict) -> Summary:
         if figures.FIGURE[key].value(rec) is None:
             s.dashes.append((figures.FIGURE[key].label, ".".join(map(str, figures.FIGURE[key].path))))
     s.absent = bool(s.dashes)
+    s.headline = {"throughput_gbps": rec.get("throughput_gbps")}
+    s.headline.update(
+        (key, figures.FIGURE[key].value(rec))
+        for _, key, _ in PATTERN_LINES.get(rec["config"].get("pattern") or "bulk", ())
+    )
+    s.moved = _moved(rec)
     s.next = [f"qprof show {rid} --all", f"qprof show {rid} --why", f"qprof flame {rid}", f"qprof report {rid}"]
     return s
 
@@ -290,6 +303,11 @@ def absences(rec, path: str = "") -> Dict[str, List[str]]:
     return out
 
 
+def reasons_for(found: Dict[str, List[str]], place: str) -> List[str]:
+    """The reasons (of absences(rec)) that explain the figure at place."""
+    return [r for r, places in found.items() if any(place.startswith(p) or p.startswith(place) for p in places)]
+
+
 def print_why(rec: dict, console: Optional[Console] = None) -> None:
     """Why each dash of the summary is a dash, then every reason the
     record gives for a figure it does not hold, once per reason, with the
@@ -299,7 +317,7 @@ def print_why(rec: dict, console: Optional[Console] = None) -> None:
     dashes = findings(rec).dashes
     console.print(f"run {rec.get('id')}: the summary's {ABSENT} (not measured)" + (":" if dashes else ": none"))
     for what, place in dashes:
-        why = [r for r, places in found.items() if any(place.startswith(p) or p.startswith(place) for p in places)]
+        why = reasons_for(found, place)
         console.print(f"[bold]{escape(what)}[/] ({escape(place)})")
         for r in why or [
             "the record gives no reason: it was made before qprof said why, or its pattern has no such figure"
@@ -310,3 +328,86 @@ def print_why(rec: dict, console: Optional[Console] = None) -> None:
     for reason, places in found.items():
         console.print(f"[bold]{escape(', '.join(sorted(set(places))))}[/]")
         console.print(f"  {escape(reason)}", soft_wrap=True)
+
+
+# --- a comparison -------------------------------------------------------------------
+
+
+@dataclass
+class Configured:
+    """One configuration's figure in a comparison: the median of its runs,
+    their range, and the ratio of medians to the first configuration."""
+
+    label: str
+    n: int
+    median: Optional[float]
+    low: Optional[float]
+    high: Optional[float]
+    ratio: Optional[float]  # None for the first, or where either median is absent
+    beyond_spread: Optional[bool]  # the ranges do not overlap; None where a range is one run
+
+
+@dataclass
+class Compared:
+    key: str
+    label: str
+    unit: str
+    lower_is_better: Optional[bool]
+    configs: List[Configured]
+
+
+@dataclass
+class ComparisonSummary:
+    comparison_id: str
+    labels: List[str]
+    repeat: int
+    runs: int
+    figures: List[Compared]  # tables.RATIO_KEYS the record holds, in its order
+    warnings: List[str] = field(default_factory=list)
+
+
+def comparison_findings(rec: dict) -> ComparisonSummary:
+    """A comparison's answer as `qprof show ID` prints it
+    (tables.print_comparison_summary): each figure of RATIO_KEYS per
+    configuration, the ratio of medians to the first and whether the
+    ranges overlap; and what to be wary of (captures left out or weighted)."""
+    from qprof.present.tables import RATIO_KEYS
+
+    labels = [str(c["label"]) for c in rec["configs"]]
+    units = rec["metric_units"]
+    out = ComparisonSummary(rec.get("id") or ABSENT, labels, rec.get("repeat") or 1, len(rec.get("runs") or []), [])
+    for key, rows in rec["metrics"].items():
+        if key not in RATIO_KEYS:
+            continue
+        u = units[key]
+        out.figures.append(
+            Compared(
+                key,
+                u["label"],
+                u["unit"],
+                u.get("lower_is_better"),
+                [
+                    Configured(
+                        label,
+                        r["n"],
+                        r["median"],
+                        r.get("min"),
+                        r.get("max"),
+                        None if i == 0 else r.get("ratio"),
+                        r.get("beyond_spread"),
+                    )
+                    for i, (label, r) in enumerate(zip(labels, rows))
+                ],
+            )
+        )
+    skipped = rec.get("incomplete_captures") or []
+    if skipped:
+        out.warnings.append(
+            f"the categories leave out {len(skipped)} of {out.runs} runs whose capture missed samples on some CPU"
+        )
+    weighted = max((r.get("weighted") or 0 for rows in rec["metrics"].values() for r in rows), default=0)
+    if weighted:
+        out.warnings.append(
+            f"categories from up to {weighted} run(s) per configuration are weighted by on-CPU time (flame.weighting)"
+        )
+    return out

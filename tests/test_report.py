@@ -17,22 +17,34 @@ file:, data: or the browser's own pages. A report fails on any console
 error, on a chart that failed, is missing or has zero size or no drawn
 SVG, and on a flame graph whose SVG has zero size or no frames. A
 screenshot of each whole report is kept in build/test-artifacts/report/.
+
+The summary card is held to the first screen of a 1280x800 window, and
+each figure it shows (its data-key and data-value, read from the DOM)
+to the record's as present/summary.py's findings compute them, and so
+to what the terminal prints.
 """
 
 import functools
+import html as _html
+import io
 import json
 import os
+import re
 import shutil
 import signal
 import statistics
 import tempfile
 import time
+from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
+from rich.console import Console
 
 from qprof.present import html as report_html
+from qprof.present import summary, tables
+from qprof.present.format import ABSENT, compact
 
 from conftest import REPO, qprof, validate_records
 
@@ -54,11 +66,13 @@ RUNS = {
 CAPTURED = DATA / "report" / "runs"
 RR_RUN = "20261123-215324-0ceaeb"
 MIX_RUN = "20261123-215557-e73689"
+INTERVAL_RUN = "20261123-215335-de60ea"  # the comparison's tcp run: --interval 1s
 REAL_COMPARISON = "20261123-215335-e67b1b"
 COMPARISON = "20261122-000009-00c001"
 INCOMPLETE = "20261122-000006-00fa11"
 CORRUPT = "20261122-000007-00bad0"
 WIDTH, MAX_SHOT_HEIGHT = 1400, 16000
+FIRST_SCREEN = (1280, 800)  # the window the summary card must fit in, unscrolled
 SIDES = ("client", "server", "system")
 SPECS_TAG = '<script type="application/json" id="qp-specs">'
 SCHEMES_ALLOWED = {"file", "data", "about", "chrome", "chrome-untrusted", "devtools", "blob"}
@@ -243,9 +257,16 @@ def chart_data(page: Path) -> dict:
     }
 
 
-def charts_of(root: Path, rid: str, page: Path = None) -> dict:
+@functools.lru_cache(maxsize=None)
+def written(root: Path, rid: str) -> None:
+    """`qprof report RID`, once per runs directory: the unit tests read
+    the page it writes (the browser tests write theirs again)."""
     r = report(root, rid)
     assert r.returncode == 0, r.stderr
+
+
+def charts_of(root: Path, rid: str, page: Path = None) -> dict:
+    written(root, rid)
     return chart_data(page or root / rid / "report.html")
 
 
@@ -372,6 +393,19 @@ def test_mix_and_link_charts_are_the_records_figures(root):
     assert_cpu_chart(charts["cpu"], rec)
 
 
+@pytest.mark.unit
+def test_interval_charts_are_the_records_intervals(root):
+    """A bulk run with --interval: each interval's goodput and each side's
+    CPU per byte at the interval's end (a run of the stored comparison)."""
+    rid = INTERVAL_RUN
+    rec, charts = record(root, rid), charts_of(root, rid)
+    samples = rec["intervals"]["samples"]
+    assert samples
+    assert by(charts["intervals_gbps"], "s", value="value") == {x["end_s"]: x["gbps"] for x in samples}
+    cpu = by(charts["intervals_cpu"], "s", "series", value="value")
+    assert cpu == {(x["end_s"], side): x[f"{side}_ns_per_byte"] for x in samples for side in ("client", "server")}
+
+
 def cpu_total(rec: dict, side: str):
     return rec["cpu"][side]["ns_per_byte"]["total"]
 
@@ -405,6 +439,223 @@ def test_comparison_charts_are_its_runs_figures(root):
             if labels[x["config"]] == label and r["flame"]["complete"]
         ]
         assert v == pytest.approx(statistics.median(mine)), (label, side, cat)
+
+
+# --- the summary card and the tables, against the records ----------------------------------------
+
+
+def run_card_figures(rec: dict) -> dict:
+    """key -> (value, text) of every figure a run's card shows: the
+    record's, as summary.findings reads it for the terminal."""
+    s = summary.findings(rec)
+    fmt = "{:.3f}" if s.unit == "ns/B" else "{:,.1f}"
+
+    def shown(v, f):
+        return ABSENT if v is None else f.format(v)
+
+    want = {"throughput_gbps": (rec["throughput_gbps"], summary.rate_text(rec["throughput_gbps"]))}
+    want.update({k: (v, shown(v, "{:,.3g}")) for k, v in s.headline.items() if k != "throughput_gbps"})
+    want.update({f"cpu.{side}": (v, shown(v, fmt)) for side, v in s.cpu.items()})
+    if s.unit == "ns/B" and s.floor:
+        want.update({f"floor.{side}": (s.floor.get(side), shown(s.floor.get(side), "{:.1f}×")) for side in SIDES})
+    for side, cats in s.top.items():
+        for cat, per, share in cats:
+            want[f"top.{side}.{cat}"] = (share, f"{share * 100:.0f}%")
+            want[f"top.{side}.{cat}.{s.unit}"] = (per, f"{per:.3f} {s.unit}")
+    want.update({f"absent.{what}": (None, f"{what} ({place})") for what, place in s.dashes})
+    return want
+
+
+def mix_card_figures(rec: dict) -> dict:
+    want = {}
+    for f in rec["mix"]["flows"]:
+        k = f"mix.{f['flow']}"
+        want[f"{k}.goodput_mbps"] = (f["goodput_mbps"], f"{f['goodput_mbps']:.3g} Mbit/s")
+        want[f"{k}.share"] = (f["share"], f"{f['share'] * 100:.0f}%")
+        for side in ("client", "server"):
+            want[f"{k}.{side}"] = (f["ns_per_byte"][side], f"{f['ns_per_byte'][side]:.3f} ns/B")
+    return want
+
+
+def comparison_card_figures(rec: dict) -> dict:
+    """key -> (value, text, ranges apart) of every figure a comparison's
+    card shows: each RATIO_KEYS median and ratio to the first, as `qprof
+    show ID` prints them (summary.comparison_findings)."""
+    want = {}
+    for f in summary.comparison_findings(rec).figures:
+        for i, (x, row) in enumerate(zip(f.configs, rec["metrics"][f.key])):
+            assert x.median == row["median"]
+            want[f"median.{f.key}.{i}"] = (x.median, compact(x.median, f.unit), None)
+            if i and x.ratio is not None:
+                assert x.ratio == row["ratio"]
+                text = f"×{x.ratio:.2f}" + ("*" if row["beyond_spread"] else "")
+                want[f"ratio.{f.key}.{i}"] = (x.ratio, text, row["beyond_spread"])
+    return want
+
+
+def card_figures(page: str) -> dict:
+    """key -> (value, text, ranges apart) of each figure on a page's card,
+    from its HTML (the browser test reads the same from the DOM)."""
+    card = page[page.index('id="qp-summary"') : page.index("</section>", page.index('id="qp-summary"'))]
+    out = {}
+    for key, value, beyond, text in re.findall(
+        r'<span class="qp-fig" data-key="([^"]*)" data-value="([^"]*)"(?: data-beyond="(\w+)")?>([^<]*)</span>', card
+    ):
+        assert key not in out, key
+        out[_html.unescape(key)] = (
+            float(value) if value else None,
+            _html.unescape(text),
+            {"true": True, "false": False}.get(beyond),
+        )
+    return out
+
+
+def assert_card(got: dict, want: dict) -> None:
+    """The card shows exactly the wanted figures, each its value to the
+    last digit (repr) and its text as the terminal writes it."""
+    assert set(got) == set(want), sorted(set(got) ^ set(want))
+    for key, w in want.items():
+        value, text, *beyond = w
+        assert got[key][0] == value, (key, got[key], w)
+        assert got[key][1] == text, (key, got[key], w)
+        if beyond:
+            assert got[key][2] == beyond[0], (key, got[key], w)
+
+
+class _Tables(HTMLParser):
+    """The page's HTML tables (class qp-table): (title, rows of cell texts)."""
+
+    def __init__(self):
+        super().__init__()
+        self.tables, self._cell = [], None
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "table" and a.get("class") == "qp-table":
+            self.tables.append((a.get("data-title"), []))
+        elif tag == "tr" and self.tables:
+            self.tables[-1][1].append([])
+        elif tag in ("td", "th") and self.tables:
+            self._cell = []
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th") and self._cell is not None:
+            self.tables[-1][1][-1].append("".join(self._cell).strip())
+            self._cell = None
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell.append(data)
+
+
+def html_tables(page: str) -> dict:
+    parser = _Tables()
+    parser.feed(page)
+    return {title: rows for title, rows in parser.tables if title}
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("case", ["bulk", "download", "link", "rr", "mix"])
+def test_a_runs_card_holds_the_records_figures(root, case):
+    """Every figure on the card is the record's, as findings computes it
+    for the terminal; and the CPU row reads as the terminal's."""
+    rid = CASES[case][0]
+    written(root, rid)
+    page, rec = (root / rid / "report.html").read_text(), record(root, rid)
+    got = card_figures(page)
+    if case == "mix":
+        assert_card(got, mix_card_figures(rec))
+        return
+    assert_card(got, run_card_figures(rec))
+    assert got["throughput_gbps"][0] == rec["throughput_gbps"]
+    if summary.findings(rec).unit == "ns/B":
+        for side in ("client", "server"):
+            assert got[f"cpu.{side}"][0] == rec["cpu"][side]["ns_per_byte"]["oncpu"]
+        for side, times in rec["floor"].get("times_floor", {}).items():
+            assert got[f"floor.{side}"][0] == times
+    terminal = io.StringIO()
+    summary.print_summary(rec, Console(file=terminal, width=80, color_system=None, highlight=False))
+    row = next(line for line in terminal.getvalue().splitlines() if line.strip().startswith("on CPU")).split()[2:]
+    assert row == [got[f"cpu.{side}"][1] for side in SIDES]
+
+
+@pytest.mark.unit
+def test_a_comparisons_card_holds_its_ratios(root):
+    cdir = root / "comparisons" / REAL_COMPARISON
+    written(root, REAL_COMPARISON)
+    rec = json.loads((cdir / "comparison.json").read_text())
+    got = card_figures((cdir / "report.html").read_text())
+    assert_card(got, comparison_card_figures(rec))
+    # As the terminal prints them: median, then ×ratio (here one run each: no range).
+    terminal = io.StringIO()
+    tables.print_comparison_summary(rec, Console(file=terminal, width=200, color_system=None, highlight=False))
+    for key, (_, text, _) in got.items():
+        if key.startswith("ratio."):
+            median = got[key.replace("ratio.", "median.", 1)][1]
+            assert f"{median} {text}" in terminal.getvalue(), (key, terminal.getvalue())
+
+
+@pytest.mark.unit
+def test_the_card_marks_ranges_apart_and_overlapping():
+    """Three runs a configuration: the ratio is marked * and said apart
+    where the ranges do not overlap, and left unmarked where they do."""
+
+    def row(median, low, high, ratio, beyond):
+        return {"n": 3, "median": median, "min": low, "max": high, "ratio": ratio, "beyond_spread": beyond}
+
+    rec = {
+        "id": "C",
+        "repeat": 3,
+        "configs": [{"label": "tcp"}, {"label": "quic"}, {"label": "udp"}],
+        "runs": [{"id": f"r{i}", "config": i % 3} for i in range(9)],
+        "metric_units": {"throughput_gbps": {"label": "throughput", "unit": "Gbit/s", "lower_is_better": False}},
+        "metrics": {
+            "throughput_gbps": [
+                row(2.0, 1.9, 2.1, 1.0, None),
+                row(4.0, 3.8, 4.2, 2.0, True),
+                row(3.0, 1.5, 4.5, 1.5, False),
+            ]
+        },
+    }
+    page = report_html.Page("comparison", "C", "C", "complete", card=report_html.comparison_card(rec))
+    text = report_html.card_html(page)
+    got = card_figures(text)
+    assert_card(got, comparison_card_figures(rec))
+    assert got["ratio.throughput_gbps.1"][1:] == ("×2.00*", True)
+    assert got["ratio.throughput_gbps.2"][1:] == ("×1.50", False)
+    plain = re.sub(r"<[^>]+>", "", text)
+    assert "quic 4.000 ±5% ×2.00* (ranges apart); udp 3.000 ±50% ×1.50." in plain
+    assert "unmarked, they overlap" in plain
+
+
+@pytest.mark.unit
+def test_the_page_reads_top_down_and_its_tables_are_html_tables(root):
+    """The card, then the categories, the flame graphs, the other charts,
+    and last every table: HTML tables, no terminal text, their figures
+    the record's as the terminal writes them."""
+    rid = CASES["bulk"][0]
+    written(root, rid)
+    page, rec = (root / rid / "report.html").read_text(), record(root, rid)
+    marks = ['id="qp-summary"', 'id="qp-categories"', 'id="qp-flames"', 'id="qp-charts"', 'id="qp-tables"']
+    at = [page.index(m) for m in marks]
+    assert at == sorted(at), dict(zip(marks, at))
+    assert "<pre" not in page[at[-1] :]
+    cpu = html_tables(page)["CPU over the window"]
+    header, *rows = cpu
+    assert header[0] == "SIDE" and [r[0] for r in rows] == list(SIDES)
+    for r in rows:
+        n = rec["cpu"][r[0]]["ns_per_byte"]
+        assert r[header.index("TOTAL ns/B")] == f"{n['total']:.3f}"
+        assert r[header.index("ON-CPU ns/B")] == (ABSENT if n.get("oncpu") is None else f"{n['oncpu']:.3f}")
+    # A comparison's figures: configurations as columns, each cell the terminal's.
+    cdir = root / "comparisons" / REAL_COMPARISON
+    written(root, REAL_COMPARISON)
+    comparison = json.loads((cdir / "comparison.json").read_text())
+    header, *rows = html_tables((cdir / "report.html").read_text())["figures"]
+    assert header == ["FIGURE"] + [c["label"] for c in comparison["configs"]]
+    (throughput,) = [r for r in rows if r[0] == "throughput (Gbit/s)"]
+    cells = [tables.cell(x, "Gbit/s", i == 0) for i, x in enumerate(comparison["metrics"]["throughput_gbps"])]
+    assert throughput[1:] == cells
 
 
 # --- in the browser ----------------------------------------------------------------------------
@@ -547,6 +798,7 @@ CASES = {
     "bulk": ("20261122-000001-000b01", 6, 3, {"categories", "syscall_time", "packet_size", "gso_segments"}),
     "download": ("20261122-000002-000d01", 6, 0, {"download_times", "download_cdf", "packet_size"}),
     "link": ("20261122-000003-000e01", 2, 0, {"cpu", "link"}),
+    "intervals": (INTERVAL_RUN, 4, 3, {"categories", "cpu", "intervals_gbps", "intervals_cpu"}),
     "mix": (MIX_RUN, 2, 0, {"mix_goodput", "link"}),
     "rr": (RR_RUN, 4, 3, {"rr_cdf", "categories", "syscall_time", "packet_size"}),
 }
@@ -603,6 +855,81 @@ def test_incomplete_report_in_browser(root, browser):
     report(root, INCOMPLETE)
     got = load(browser, root / INCOMPLETE / "report.html", "run-incomplete")
     check(got, 0, 0)
+
+
+FIRST_SCREEN_JS = """
+const card = document.getElementById('qp-summary');
+if (!card) return null;
+const r = card.getBoundingClientRect(), st = getComputedStyle(card);
+const hit = document.elementFromPoint(r.left + r.width / 2, r.top + Math.min(r.height / 2, 30));
+return {top: r.top, left: r.left, bottom: r.bottom, right: r.right, width: r.width, height: r.height,
+  vw: window.innerWidth, vh: window.innerHeight, scrolled: window.scrollY,
+  visible: st.visibility === 'visible' && st.display !== 'none' && parseFloat(st.opacity) > 0,
+  on_top: card.contains(hit),
+  figures: [...card.querySelectorAll('[data-key]')].map(e => {
+    const b = e.getBoundingClientRect();
+    return {key: e.dataset.key, value: e.dataset.value, beyond: e.dataset.beyond || null, text: e.textContent,
+            inside: b.width > 0 && b.height > 0 && b.top >= 0 && b.bottom <= window.innerHeight};
+  })};
+"""
+
+
+def first_screen(driver, page: Path, name: str) -> dict:
+    """page opened in a FIRST_SCREEN viewport, unscrolled: where its card
+    is and what it shows; a screenshot of that screen kept."""
+    width, height = FIRST_SCREEN
+    driver.execute_cdp_cmd(
+        "Emulation.setDeviceMetricsOverride",
+        {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False},
+    )
+    try:
+        driver.get(page.as_uri())
+        got = driver.execute_script(FIRST_SCREEN_JS)
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        driver.save_screenshot(str(ARTIFACTS / f"{name}.png"))
+    finally:
+        driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+    return got
+
+
+# case -> (id, its page under the runs directory, the figures its card must show)
+CARDS = {
+    "bulk": (CASES["bulk"][0], "", run_card_figures),
+    "download": (CASES["download"][0], "", run_card_figures),
+    "rr": (RR_RUN, "", run_card_figures),
+    "mix": (MIX_RUN, "", mix_card_figures),
+    "comparison": (REAL_COMPARISON, "comparisons", comparison_card_figures),
+}
+
+
+@pytest.mark.system
+@pytest.mark.beside
+@pytest.mark.parametrize("case", sorted(CARDS))
+def test_the_card_is_on_the_first_screen_with_the_records_figures(root, browser, case):
+    """In a 1280x800 window, unscrolled, the summary card is drawn whole
+    and on top, and every figure it shows (read from the DOM) is the
+    record's as summary.findings computes it."""
+    rid, under, want = CARDS[case]
+    r = report(root, rid)
+    assert r.returncode == 0, r.stderr
+    d = root / under / rid
+    got = first_screen(browser, d / "report.html", f"first-screen-{case}")
+    assert got is not None, "no summary card"
+    assert (got["vw"], got["vh"]) == FIRST_SCREEN and got["scrolled"] == 0, got
+    assert got["visible"] and got["on_top"] and got["width"] > 0 and got["height"] > 0, got
+    assert got["top"] >= 0 and got["left"] >= 0, got
+    assert got["bottom"] <= got["vh"] and got["right"] <= got["vw"], got
+    assert got["figures"] and all(f["inside"] for f in got["figures"]), got["figures"]
+    shown = {}
+    for f in got["figures"]:
+        assert f["key"] not in shown, f
+        shown[f["key"]] = (
+            float(f["value"]) if f["value"] else None,
+            f["text"],
+            {"true": True, "false": False}.get(f["beyond"]),
+        )
+    rec = json.loads((d / ("comparison.json" if under else "run.json")).read_text())
+    assert_card(shown, want(rec))
 
 
 @pytest.mark.unit
