@@ -29,14 +29,18 @@ REPORT = "report.html"
 def report_cmd(run_id, open_html, output, runs_dir):
     """Write a run's or comparison's report: one HTML file, no network.
 
-    The tables `qprof run` or `qprof compare` printed; CPU ns/B per flame
-    category as stacked bars per side; the flame graphs (inferno's
+    First a summary card (what `qprof run` or `qprof compare` ends with:
+    the rate, each side's CPU and its floor multiple, the largest
+    categories, a comparison's ratios marked where the ranges part);
+    then CPU ns/B per flame category as stacked bars per side; the flame
+    graphs (inferno's
     interactive SVGs; a run's are drawn now if `qprof flame` has not);
     the probes' histograms (time per system call, packet length, GSO
     segments); for downloads and rr runs each download's times and the
     delays' CDF; for a comparison each metric against what its
     configurations vary, with the runs' range and the ratio to the first
-    configuration, and the delay or download-time CDFs per configuration.
+    configuration, and the delay or download-time CDFs per configuration;
+    last, every table `qprof show --all` prints, as HTML tables.
     Scripts and data are inlined, so the file opens offline and can be
     mailed. A record that is incomplete (the run failed, was abandoned or
     still runs) or corrupt is reported as far as it can be read, marked at
