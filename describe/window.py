@@ -11,7 +11,7 @@ transfer of a fixed size). Everything qprof derives covers exactly it.
 from dataclasses import asdict, dataclass
 from typing import Dict, Optional
 
-from qprof.describe import cpu
+from qprof.describe import cpu, state
 
 
 @dataclass
@@ -115,6 +115,7 @@ def edge_sample(e: Edge, receiver: str) -> dict:
         "server_oncpu_s": e.server.oncpu_s,
         "client_oncpu_s": e.client.oncpu_s,
         **receiver_sample({"client": e.client_mark, "server": e.server_mark}, receiver),
+        "state_groups": {"client": state.of_mark(e.client_mark), "server": state.of_mark(e.server_mark)},
     }
 
 

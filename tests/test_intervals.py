@@ -1,10 +1,11 @@
 # SPDX-License-Identifier: GPL-2.0-only
 """--interval: the window cut into pieces as iperf3 -i does, each with its
-goodput and CPU per side; the pieces add up to the window."""
+goodput, CPU and transport state per side; the pieces add up to the
+window."""
 
 import pytest
 
-from qprof.describe import cpu, window
+from qprof.describe import cpu, state, transports, window
 
 from conftest import needs_build
 from refusals import refused
@@ -87,3 +88,77 @@ def test_a_line_per_interval_on_stdout_and_none_with_interval_0(shared):
 @pytest.mark.unit
 def test_an_interval_finer_than_the_marks_is_refused():
     refused(["--interval", "10ms"], 4, ["--interval 10ms is below 100ms"])
+
+
+@pytest.mark.unit
+def test_every_library_row_names_each_state_value_once():
+    """Each library gives a value from its marks or says why not; never both, never neither."""
+    for name, stack in transports.STACKS.items():
+        src = state.source(name)
+        if stack.programs:
+            assert src is None and len(state.absent(src, name)) == len(state.FIELDS)
+            continue
+        assert src is not None, f"{name}'s row has no state (describe/transports.py)"
+        assert set(src.given) | set(src.absent) == set(state.FIELDS), name
+        assert not set(src.given) & set(src.absent), name
+        assert all(why for why in src.absent.values()), name
+        assert all(where.split(".")[0] in state.GROUPS for where in src.given.values()), name
+
+
+@pytest.mark.unit
+def test_state_levels_at_the_end_counts_over_the_interval():
+    src = state.source("quic")
+    a = {"conn_stats": {"send_congestion_window": 90_000, "rtt_us": 300, "send_suspected_lost_packets": 7}}
+    b = {"conn_stats": {"send_congestion_window": 60_000, "rtt_us": 250, "send_suspected_lost_packets": 12}}
+    s = state.interval(a, b, src)
+    assert (s["cwnd_bytes"], s["rtt_us"], s["lost_packets"]) == (60_000, 250, 5)
+    assert all(s[f] is None for f in src.absent)
+    # A mark without the group (no connection reported yet): nothing, not zero.
+    assert state.interval({}, b, src)["lost_packets"] is None
+    assert state.interval(a, {}, src)["cwnd_bytes"] is None
+
+
+# The same cut over msquic: the state of each library's own kind.
+QUIC_CUT = ("--stack", "quic", "--duration", "2s", "--interval", "0.5s", "--probes", "none")
+# What each asserts on: the run, the counter its window keeps of the same running count.
+STATE_RUNS = {
+    "tcp": (CUT, "tcp_info", "total_retrans"),
+    "quic": (QUIC_CUT, "conn_stats", "send_suspected_lost_packets"),
+}
+
+
+@pytest.mark.system
+@needs_build
+@pytest.mark.parametrize("stack", STATE_RUNS)
+def test_the_transport_state_at_each_interval(shared, stack):
+    args, group, key = STATE_RUNS[stack]
+    _, (out, rec) = shared("run", *args, text=True)
+    iv = rec["intervals"]
+    src = state.source(stack)
+    counter = "lost_packets" if stack == "quic" else "retransmitted_packets"
+    for side in ("client", "server"):
+        absent = iv["state_absent"][side]
+        # The library's reasons, each once; nothing it gives is missing at any interval.
+        assert absent == src.absent, absent
+        for x in iv["samples"]:
+            st = x["state"][side]
+            assert set(st) == set(state.FIELDS)
+            for f, v in st.items():
+                assert v is None if f in absent else isinstance(v, int), (side, f, v)
+            # Both ends of a connection hold a window and have measured an RTT.
+            assert st["cwnd_bytes"] > 0 and st["rtt_us"] > 0, (side, st)
+        # Each interval's count is a piece of the window's: together they are the whole.
+        window_count = rec["workload"][side]["window"][group][key]
+        assert sum(x["state"][side][counter] for x in iv["samples"]) == window_count
+    if stack == "tcp":
+        # An upload: the server writes nothing, so has nothing queued, in
+        # flight or to resend; the client reads nothing, so queues nothing.
+        for x in iv["samples"]:
+            server, client = x["state"]["server"], x["state"]["client"]
+            assert server["send_queue_bytes"] == server["in_flight_bytes"] == server["retransmitted_packets"] == 0
+            assert client["recv_queue_bytes"] == 0
+            assert client["pacing_bytes_per_s"] > 0
+    # The line shows the sender's (the client's, uploading) state.
+    lines = [line for line in out.splitlines() if line.startswith("[")]
+    assert len(lines) == len(iv["samples"]) and all(" client cwnd " in line for line in lines)
+    assert all((" lost " if stack == "quic" else " retrans ") in line for line in lines)
