@@ -249,8 +249,8 @@ STACKS: Dict[str, Stack] = {
                 "in_flight_bytes": "quic_stats.bytes_in_flight",
             },
             absent={
-                "pacing_bytes_per_s": "not read at the marks: ngtcp2_conn_stat's pacing_rate is not in "
-                "qprof's adapter yet",
+                "pacing_bytes_per_s": "ngtcp2 0.12's cubic, which qprof runs, sets no pacing rate "
+                "(ngtcp2_conn_stat.pacing_rate stays 0, and ngtcp2 paces by a rule of its own)",
                 "lost_packets": "ngtcp2 0.12 counts lost packets per stream, once the stream has closed "
                 "(ngtcp2_conn_get_stream_loss_count), and a bulk stream is open until the end",
                 "retransmitted_packets": _QUIC_RETRANSMITS,
@@ -343,11 +343,11 @@ STACKS: Dict[str, Stack] = {
             given={
                 "cwnd_bytes": "quic_stats.cwnd",
                 "rtt_us": "quic_stats.rtt_us",
+                # Its RecoveryMetrics event's, as the last one said it.
+                "in_flight_bytes": "quic_stats.bytes_in_flight",
                 "lost_packets": "quic_stats.lost_packets",
             },
             absent={
-                "in_flight_bytes": "not read at the marks: s2n-quic's RecoveryMetrics event's bytes_in_flight is not "
-                "in qprof's adapter yet",
                 "pacing_bytes_per_s": _NO_PACING.format("s2n-quic"),
                 "retransmitted_packets": _QUIC_RETRANSMITS,
                 "send_queue_bytes": _QUIC_QUEUES.format("s2n-quic"),
@@ -374,12 +374,12 @@ STACKS: Dict[str, Stack] = {
             given={
                 "cwnd_bytes": "quic_stats.cwnd",
                 "rtt_us": "quic_stats.rtt_us",
+                # Its path stats' pacing_rate: the BBR it runs says one.
+                "pacing_bytes_per_s": "quic_stats.pacing_rate",
                 "lost_packets": "quic_stats.lost_packets",
             },
             absent={
                 "in_flight_bytes": "tquic's path stats give the most ever in flight (max_inflight), not the level",
-                "pacing_bytes_per_s": "not read at the marks: tquic's path stats pacing_rate is not in "
-                "qprof's adapter yet",
                 "retransmitted_packets": "tquic counts no resent packets apart from its losses (lost_packets)",
                 "send_queue_bytes": _QUIC_QUEUES.format("tquic"),
                 "recv_queue_bytes": _QUIC_QUEUES.format("tquic"),

@@ -140,7 +140,18 @@ def interval_figures(a: dict, b: dict) -> dict:
 # Connection statistics that are levels, not running totals: a window
 # gets their value at its end, not a difference.
 # msquic's conn_stats levels, and the other QUIC libraries' quic_stats ones.
-GAUGES = frozenset({"rtt_us", "min_rtt_us", "send_path_mtu", "send_congestion_window", "cwnd", "current_mtu"})
+GAUGES = frozenset(
+    {
+        "rtt_us",
+        "min_rtt_us",
+        "send_path_mtu",
+        "send_congestion_window",
+        "cwnd",
+        "current_mtu",
+        "bytes_in_flight",
+        "pacing_rate",
+    }
+)
 
 
 def counter_delta(a: Optional[dict], b: Optional[dict]) -> Optional[Dict[str, int]]:

@@ -126,6 +126,7 @@ struct ConnCounts {
     lost: AtomicU64,
     cwnd: AtomicU64,
     rtt_us: AtomicU64,
+    in_flight: AtomicU64,
     mtu: AtomicU64,
 }
 
@@ -243,6 +244,7 @@ impl Subscriber for Events {
         if e.path.is_active {
             c.cwnd.store(e.congestion_window as u64, Relaxed);
             c.rtt_us.store(e.smoothed_rtt.as_micros() as u64, Relaxed);
+            c.in_flight.store(e.bytes_in_flight as u64, Relaxed);
         }
     }
     fn on_mtu_updated(&mut self, c: &mut Self::ConnectionContext, _: &ConnectionMeta, e: &events::MtuUpdated) {
@@ -375,6 +377,7 @@ unsafe extern "C" fn q_json_mark(j: *mut WlJson) {
     if let Some(c) = STATS_CONN.lock().unwrap().as_ref() {
         wl_json_u64(p.ptr(), c"cwnd".as_ptr(), c.cwnd.load(Relaxed));
         wl_json_u64(p.ptr(), c"rtt_us".as_ptr(), c.rtt_us.load(Relaxed));
+        wl_json_u64(p.ptr(), c"bytes_in_flight".as_ptr(), c.in_flight.load(Relaxed));
         wl_json_u64(p.ptr(), c"current_mtu".as_ptr(), c.mtu.load(Relaxed));
     }
     wl_json_raw(j, c"quic_stats".as_ptr(), p.end());
