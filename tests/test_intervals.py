@@ -6,6 +6,7 @@ window."""
 import pytest
 
 from qprof.describe import cpu, state, transports, window
+from qprof.present.tables import interval_text
 
 from conftest import needs_build
 from refusals import refused
@@ -164,3 +165,18 @@ def test_the_transport_state_at_each_interval(shared, stack):
     lines = [line for line in out.splitlines() if line.startswith("[")]
     assert len(lines) == len(iv["samples"]) and all(" client cwnd " in line for line in lines)
     assert all((" retrans " if stack == "tcp" else " lost ") in line for line in lines)
+
+
+@pytest.mark.unit
+def test_the_line_shows_each_senders_state_and_dashes_for_what_it_lacks():
+    a, b = _sample(1.0, 1_000, 2.0, 3.0, 10.0, 10.0), _sample(1.5, 126_001_000, 2.4, 3.1, 10.75, 10.25)
+    quic = dict.fromkeys(state.FIELDS)
+    quic.update(cwnd_bytes=1_234_567, rtt_us=250, lost_packets=3)
+    tcp = dict(quic, lost_packets=None, retransmitted_packets=7, in_flight_bytes=500_000)
+    line = {"start_s": 0.0, "end_s": 0.5, **window.interval_figures(a, b)}
+    text = interval_text({**line, "state": {"client": quic, "server": tcp}, "senders": ("client",)})
+    assert text.endswith("  client cwnd 1.23 MB rtt 250 us in flight — MB lost 3"), text
+    text = interval_text({**line, "state": {"client": quic, "server": tcp}, "senders": ("client", "server")})
+    assert text.endswith("lost 3  server cwnd 1.23 MB rtt 250 us in flight 0.50 MB retrans 7"), text
+    # A line with no state (a record's sample from before it was kept) is the line it was.
+    assert interval_text(line).endswith("busy")
