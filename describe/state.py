@@ -28,6 +28,7 @@ GROUPS = ("state", "conn_stats", "quic_stats")
 class Source:
     given: Dict[str, str]  # field -> "group.key" of the mark that holds it
     absent: Dict[str, str]  # field -> why the library does not give it
+    sometimes: Dict[str, str]  # field -> why a value it gives may be missing from a mark
 
 
 def source(stack_name: Optional[str]) -> Optional[Source]:
@@ -36,7 +37,7 @@ def source(stack_name: Optional[str]) -> Optional[Source]:
     stack = transports.STACKS.get(stack_name) if stack_name else None
     if stack is None or stack.state is None:
         return None
-    return Source(dict(stack.state.given), dict(stack.state.absent))
+    return Source(dict(stack.state.given), dict(stack.state.absent), dict(stack.state.sometimes))
 
 
 def absent(src: Optional[Source], stack_name: Optional[str]) -> Dict[str, str]:
@@ -86,13 +87,15 @@ def sides_interval(a: dict, b: dict, sources: Dict[str, Optional[Source]]) -> di
 def absent_record(opts, samples: list) -> Dict[str, Dict[str, str]]:
     """side -> field -> why it is null: once for the run, the library's
     reason for what it lacks, and for a value it gives that some of the
-    samples lack (no connection reported at that mark), how many."""
+    samples lack, how many and why (the library's reason, or no
+    connection reported at that mark)."""
     out = {}
     for side, src in sources_of(opts).items():
         why = absent(src, transports.side_stack(opts, side))
         for field in FIELDS:
             missing = sum(s["state"][side][field] is None for s in samples)
             if field not in why and missing:
-                why[field] = f"the marks held none at {missing} of {len(samples)} intervals (no connection reported)"
+                cause = (src.sometimes if src else {}).get(field, "no connection reported")
+                why[field] = f"the marks held none at {missing} of {len(samples)} intervals ({cause})"
         out[side] = why
     return out

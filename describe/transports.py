@@ -32,14 +32,16 @@ STATE_FIELDS = (
 class StateSource:
     """Where a stack's marks hold each value of the transport's state at an
     --interval sample (describe/state.py's FIELDS), as (field, "group.key"),
-    and why each value its library does not give is null, as (field, why)."""
+    why each value its library does not give is null, as (field, why), and
+    why one it gives only at times may be missing from a mark (sometimes)."""
 
     given: Tuple[Tuple[str, str], ...]
     absent: Tuple[Tuple[str, str], ...]
+    sometimes: Tuple[Tuple[str, str], ...] = ()
 
 
-def _state(given: Dict[str, str], absent: Dict[str, str]) -> StateSource:
-    return StateSource(tuple(given.items()), tuple(absent.items()))
+def _state(given: Dict[str, str], absent: Dict[str, str], sometimes: Optional[Dict[str, str]] = None) -> StateSource:
+    return StateSource(tuple(given.items()), tuple(absent.items()), tuple((sometimes or {}).items()))
 
 
 _QUIC_RETRANSMITS = "QUIC resends no packet: a lost packet's frames go out in new ones (lost_packets counts those)"
@@ -224,7 +226,8 @@ STACKS: Dict[str, Stack] = {
             },
             absent={
                 "in_flight_bytes": "quinn-proto's PathStats give no bytes in flight (the path's in_flight is private)",
-                "pacing_bytes_per_s": _NO_PACING.format("quinn-proto"),
+                "pacing_bytes_per_s": "quinn-proto's cubic, which qprof runs, says no pacing rate "
+                "(its ControllerMetrics' pacing_rate is None)",
                 "retransmitted_packets": _QUIC_RETRANSMITS,
                 "send_queue_bytes": _QUIC_QUEUES.format("quinn-proto"),
                 "recv_queue_bytes": _QUIC_QUEUES.format("quinn-proto"),
@@ -345,13 +348,19 @@ STACKS: Dict[str, Stack] = {
                 "rtt_us": "quic_stats.rtt_us",
                 # Its RecoveryMetrics event's, as the last one said it.
                 "in_flight_bytes": "quic_stats.bytes_in_flight",
+                # Its PacingRateUpdated event's: the rate its pacer last spaced a burst by
+                # (none below a 2 ms RTT: sometimes).
+                "pacing_bytes_per_s": "quic_stats.pacing_rate",
                 "lost_packets": "quic_stats.lost_packets",
             },
             absent={
-                "pacing_bytes_per_s": _NO_PACING.format("s2n-quic"),
                 "retransmitted_packets": _QUIC_RETRANSMITS,
                 "send_queue_bytes": _QUIC_QUEUES.format("s2n-quic"),
                 "recv_queue_bytes": _QUIC_QUEUES.format("s2n-quic"),
+            },
+            sometimes={
+                "pacing_bytes_per_s": "s2n-quic paces, and says its rate, only once the smoothed RTT reaches "
+                "2 ms (MINIMUM_PACING_RTT)",
             },
         ),
     ),

@@ -127,6 +127,7 @@ struct ConnCounts {
     cwnd: AtomicU64,
     rtt_us: AtomicU64,
     in_flight: AtomicU64,
+    pacing: AtomicU64,
     mtu: AtomicU64,
 }
 
@@ -245,7 +246,22 @@ impl Subscriber for Events {
             c.cwnd.store(e.congestion_window as u64, Relaxed);
             c.rtt_us.store(e.smoothed_rtt.as_micros() as u64, Relaxed);
             c.in_flight.store(e.bytes_in_flight as u64, Relaxed);
+            // Below s2n-quic's MINIMUM_PACING_RTT its pacer stops pacing, and
+            // says so by no event: the last rate it said is no longer its.
+            if e.smoothed_rtt < Duration::from_millis(2) {
+                c.pacing.store(0, Relaxed);
+            }
         }
+    }
+    /// Its pacer's rate, as it last computed it (each burst's spacing: a
+    /// store beside the computation; qprof's runs have one path).
+    fn on_pacing_rate_updated(
+        &mut self,
+        c: &mut Self::ConnectionContext,
+        _: &ConnectionMeta,
+        e: &events::PacingRateUpdated,
+    ) {
+        c.pacing.store(e.bytes_per_second, Relaxed);
     }
     fn on_mtu_updated(&mut self, c: &mut Self::ConnectionContext, _: &ConnectionMeta, e: &events::MtuUpdated) {
         c.mtu.store(e.mtu as u64, Relaxed);
@@ -378,6 +394,11 @@ unsafe extern "C" fn q_json_mark(j: *mut WlJson) {
         wl_json_u64(p.ptr(), c"cwnd".as_ptr(), c.cwnd.load(Relaxed));
         wl_json_u64(p.ptr(), c"rtt_us".as_ptr(), c.rtt_us.load(Relaxed));
         wl_json_u64(p.ptr(), c"bytes_in_flight".as_ptr(), c.in_flight.load(Relaxed));
+        // Only once its pacer has said a rate (below a 2 ms RTT it never does).
+        let pacing = c.pacing.load(Relaxed);
+        if pacing > 0 {
+            wl_json_u64(p.ptr(), c"pacing_rate".as_ptr(), pacing);
+        }
         wl_json_u64(p.ptr(), c"current_mtu".as_ptr(), c.mtu.load(Relaxed));
     }
     wl_json_raw(j, c"quic_stats".as_ptr(), p.end());
