@@ -13,7 +13,7 @@ from qprof import errors
 from qprof.collectors import emulation
 from qprof.collectors.probes import AFTER, BEFORE
 from qprof.collectors.workload import WorkloadProcess
-from qprof.describe import cpu
+from qprof.describe import cpu, state
 from qprof.describe.window import Edge, edge_sample, receiver_sample
 
 MARK_TIMEOUT_S = 5.0
@@ -131,14 +131,14 @@ def sample_intervals(
     cpu_now: Callable[[], dict],
 ) -> List[dict]:
     """Inside the window, every interval_s until end_ns: the receiver's
-    (a role, or "both") verified bytes (a mark each) and both processes'
+    (a role, or "both") verified bytes and both sides' transport state
+    (a mark each, asked of both at once, as take() does), both processes'
     on-CPU time (schedstat),
     and /proc/stat. Each sample goes to on_sample(previous, this) as it is
     taken (the live lines); the list is the measurement's. cpu_now: the
     machine's and both sides' CPU now, as {"system", "server_oncpu_s",
     "client_oncpu_s"} (Endpoints.cpu_now)."""
     procs = (server, client)
-    marked = [p for p in procs if receiver in ("both", p.role)]
     samples: List[dict] = []
     prev = edge_sample(start, receiver)
     k = 1
@@ -148,10 +148,12 @@ def sample_intervals(
             sleep_watching(end_ns, procs)
             return samples
         sleep_watching(due, procs)
-        for p in marked:
+        for p in procs:
             p.request_mark(f"interval-{k}")
         sample = {"t_ns": time.monotonic_ns(), **cpu_now()}
-        sample.update(receiver_sample({p.role: p.wait_event("mark", MARK_TIMEOUT_S) for p in marked}, receiver))
+        marks = {p.role: p.wait_event("mark", MARK_TIMEOUT_S) for p in procs}
+        sample.update(receiver_sample(marks, receiver))
+        sample["state_groups"] = {role: state.of_mark(mark) for role, mark in marks.items()}
         samples.append(sample)
         on_sample(prev, sample)
         prev, k = sample, k + 1

@@ -20,7 +20,7 @@ from qprof.collectors import emulation
 from qprof.collectors.edges import Reading, sample_intervals, sleep_watching, take
 from qprof.collectors.endpoints import Endpoints
 from qprof.collectors.faults import Faults
-from qprof.describe import direction, patterns
+from qprof.describe import direction, patterns, state
 from qprof.describe.plan import Plan
 from qprof.describe.window import edge_sample, interval_figures
 
@@ -169,7 +169,7 @@ def _timed(plan: Plan, ep: Endpoints, emulated, on_progress, faults: Faults, on_
             receiver,
             ep.server,
             ep.client,
-            lambda a, b: on_interval(interval_line(a, b, start.t_ns)) if on_interval else None,
+            lambda a, b: on_interval(interval_line(a, b, start.t_ns, opts)) if on_interval else None,
             ep.cpu_now,
         )
     else:
@@ -186,16 +186,24 @@ def _timed(plan: Plan, ep: Endpoints, emulated, on_progress, faults: Faults, on_
             _role(ep, role, fp.index).send("stop")
     if intervals is not None and on_interval:
         last = intervals[-1] if intervals else edge_sample(start.edge(), receiver)
-        on_interval(interval_line(last, edge_sample(end.edge(), receiver), start.t_ns))
+        on_interval(interval_line(last, edge_sample(end.edge(), receiver), start.t_ns, opts))
     return Taken(start, end, connected, receiver, tls_before, intervals)
 
 
 WINDOWS = {"download": _downloads, "bytes": _fixed_size, "timed": _timed}
 
 
-def interval_line(a: dict, b: dict, t0_ns: int) -> dict:
-    """An interval's figures with its place in the window (s from its start)."""
-    return {"start_s": (a["t_ns"] - t0_ns) / 1e9, "end_s": (b["t_ns"] - t0_ns) / 1e9, **interval_figures(a, b)}
+def interval_line(a: dict, b: dict, t0_ns: int, opts) -> dict:
+    """An interval's figures with its place in the window (s from its
+    start), each side's transport state, and which sides send (the line
+    shows theirs)."""
+    return {
+        "start_s": (a["t_ns"] - t0_ns) / 1e9,
+        "end_s": (b["t_ns"] - t0_ns) / 1e9,
+        **interval_figures(a, b),
+        "state": state.sides_interval(a, b, state.sources_of(opts)),
+        "senders": direction.senders(opts),
+    }
 
 
 def _wait_for_done(receiver, stall_s: float, check_s: float, stalled: Callable[[int], str]) -> None:

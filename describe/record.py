@@ -28,6 +28,7 @@ from qprof.describe import (
     options,
     patterns,
     pinning,
+    state,
     transports,
 )
 from qprof.describe.measurement import Measurement
@@ -135,7 +136,8 @@ def describe_run(m: Measurement, run_path: Path) -> dict:
 
 def intervals_record(opts: options.RunOptions, m: Measurement) -> Optional[dict]:
     """The window cut into --interval pieces (the last one shorter), each
-    one's goodput and CPU per side, and how steady the goodput was: the
+    one's goodput, CPU and transport state per side (describe/state.py),
+    why a state value is null (once), and how steady the goodput was: the
     coefficient of variation over the whole intervals (None with fewer
     than two)."""
     if m.intervals is None:
@@ -143,13 +145,20 @@ def intervals_record(opts: options.RunOptions, m: Measurement) -> Optional[dict]
     start = m.window.start.t_ns
     r = m.window.receiver
     points = [edge_sample(m.window.start, r), *m.intervals, edge_sample(m.window.end, r)]
+    sources = state.sources_of(opts)
     samples = [
-        {"start_s": (a["t_ns"] - start) / 1e9, "end_s": (b["t_ns"] - start) / 1e9, **interval_figures(a, b)}
+        {
+            "start_s": (a["t_ns"] - start) / 1e9,
+            "end_s": (b["t_ns"] - start) / 1e9,
+            **interval_figures(a, b),
+            "state": state.sides_interval(a, b, sources),
+        }
         for a, b in zip(points, points[1:])
     ]
     whole = [s["gbps"] for s in samples[:-1] if s["gbps"] is not None]
     cv = statistics.stdev(whole) / statistics.fmean(whole) if len(whole) > 1 and statistics.fmean(whole) else None
-    return {"interval_s": opts.interval_s, "samples": samples, "gbps_cv": cv}
+    absent = state.absent_record(opts, samples)
+    return {"interval_s": opts.interval_s, "samples": samples, "gbps_cv": cv, "state_absent": absent}
 
 
 def link_record(opts: options.RunOptions, m: Measurement, rec: dict):

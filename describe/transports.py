@@ -14,6 +14,59 @@ UDP_IP_HEADERS = 28  # IPv4 + UDP
 TCP = "TCP_INFO tcpi_total_retrans (segments)"  # the TCP stacks' retransmissions
 
 
+# The transport's state at an --interval sample (describe/state.py): levels
+# at the sample, and two running counts (lost, retransmitted).
+STATE_FIELDS = (
+    "cwnd_bytes",
+    "rtt_us",
+    "in_flight_bytes",
+    "pacing_bytes_per_s",
+    "lost_packets",
+    "retransmitted_packets",
+    "send_queue_bytes",
+    "recv_queue_bytes",
+)
+
+
+@dataclass(frozen=True)
+class StateSource:
+    """Where a stack's marks hold each value of the transport's state at an
+    --interval sample (describe/state.py's FIELDS), as (field, "group.key"),
+    why each value its library does not give is null, as (field, why), and
+    why one it gives only at times may be missing from a mark (sometimes)."""
+
+    given: Tuple[Tuple[str, str], ...]
+    absent: Tuple[Tuple[str, str], ...]
+    sometimes: Tuple[Tuple[str, str], ...] = ()
+
+
+def _state(given: Dict[str, str], absent: Dict[str, str], sometimes: Optional[Dict[str, str]] = None) -> StateSource:
+    return StateSource(tuple(given.items()), tuple(absent.items()), tuple((sometimes or {}).items()))
+
+
+_QUIC_RETRANSMITS = "QUIC resends no packet: a lost packet's frames go out in new ones (lost_packets counts those)"
+_NO_PACING = "{} exposes no pacing rate"
+_QUIC_QUEUES = "{} owns its UDP socket and stream buffers and reports no queue levels"
+
+# Each open connection's TCP_INFO and SIOCOUTQ/SIOCINQ, summed over them
+# (rtt: their mean): workloads/wl_tcp.c, tcp_counts_add.
+TCP_STATE = _state(
+    given={
+        "cwnd_bytes": "state.cwnd_bytes",
+        "rtt_us": "state.rtt_us",
+        "in_flight_bytes": "state.in_flight_bytes",
+        "pacing_bytes_per_s": "state.pacing_bytes_per_s",
+        "retransmitted_packets": "state.retransmitted_packets",
+        "send_queue_bytes": "state.send_queue_bytes",
+        "recv_queue_bytes": "state.recv_queue_bytes",
+    },
+    absent={
+        "lost_packets": "TCP_INFO keeps no count of lost segments (tcpi_lost is those marked lost now); "
+        "retransmitted_packets counts the ones sent again",
+    },
+)
+
+
 @dataclass(frozen=True)
 class Stack:
     name: str
@@ -48,6 +101,9 @@ class Stack:
     # (ngtcp2 counts a closed stream's losses, and a bulk flow's stream is
     # open until the end; udp resends nothing).
     retransmits_source: Optional[str] = None
+    # The transport's state at each --interval sample (describe/state.py);
+    # None: qprof reads none from the stack's marks (every value null, and why).
+    state: Optional[StateSource] = None
 
     @property
     def configurable_tls(self) -> bool:
@@ -127,6 +183,22 @@ STACKS: Dict[str, Stack] = {
         library="msquic",
         gro_needs_gso=True,
         retransmits_source="msquic SendSuspectedLostPackets (packets)",
+        # QUIC_STATISTICS_V2 of the connection the marks report (wl_quic_report.c).
+        state=_state(
+            given={
+                "cwnd_bytes": "conn_stats.send_congestion_window",
+                "rtt_us": "conn_stats.rtt_us",
+                "lost_packets": "conn_stats.send_suspected_lost_packets",
+            },
+            absent={
+                "in_flight_bytes": "msquic gives bytes in flight only in its NETWORK_STATISTICS event, raised on "
+                "every ACK once enabled (QUIC_SETTINGS.NetStatsEventEnabled): a cost the marks do not add",
+                "pacing_bytes_per_s": _NO_PACING.format("msquic"),
+                "retransmitted_packets": _QUIC_RETRANSMITS,
+                "send_queue_bytes": _QUIC_QUEUES.format("msquic"),
+                "recv_queue_bytes": _QUIC_QUEUES.format("msquic"),
+            },
+        ),
     ),
     # quinn's protocol crate (quinn-proto) on rustls, a transport of
     # qprof-wl's (in a library of its own beside qprof-wl:
@@ -143,6 +215,24 @@ STACKS: Dict[str, Stack] = {
         dwarf_stack_bytes=32768,
         gro_word="setsockopt",  # the record's recv_coalescing: UDP_GRO taken, as quinn-udp says it
         retransmits_source="quinn PathStats lost_packets (packets)",
+        # The other QUIC libraries' quic_stats: their connections' running
+        # counts summed, the stats connection's levels (wl_quiclib.c, the Rust
+        # and Go adapters).
+        state=_state(
+            given={
+                "cwnd_bytes": "quic_stats.cwnd",
+                "rtt_us": "quic_stats.rtt_us",
+                "lost_packets": "quic_stats.lost_packets",
+            },
+            absent={
+                "in_flight_bytes": "quinn-proto's PathStats give no bytes in flight (the path's in_flight is private)",
+                "pacing_bytes_per_s": "quinn-proto's cubic, which qprof runs, says no pacing rate "
+                "(its ControllerMetrics' pacing_rate is None)",
+                "retransmitted_packets": _QUIC_RETRANSMITS,
+                "send_queue_bytes": _QUIC_QUEUES.format("quinn-proto"),
+                "recv_queue_bytes": _QUIC_QUEUES.format("quinn-proto"),
+            },
+        ),
     ),
     # ngtcp2 on its GnuTLS crypto helper (Debian's), a transport of
     # qprof-wl's beside msquic: every pattern, written once, runs on it.
@@ -155,6 +245,22 @@ STACKS: Dict[str, Stack] = {
         io_size=64 << 10,
         library="ngtcp2",
         gro_word="setsockopt",  # wl_ngtcp2.c's offloads(): UDP_GRO taken
+        state=_state(
+            given={
+                "cwnd_bytes": "quic_stats.cwnd",
+                "rtt_us": "quic_stats.rtt_us",
+                "in_flight_bytes": "quic_stats.bytes_in_flight",
+            },
+            absent={
+                "pacing_bytes_per_s": "ngtcp2 0.12's cubic, which qprof runs, sets no pacing rate "
+                "(ngtcp2_conn_stat.pacing_rate stays 0, and ngtcp2 paces by a rule of its own)",
+                "lost_packets": "ngtcp2 0.12 counts lost packets per stream, once the stream has closed "
+                "(ngtcp2_conn_get_stream_loss_count), and a bulk stream is open until the end",
+                "retransmitted_packets": _QUIC_RETRANSMITS,
+                "send_queue_bytes": _QUIC_QUEUES.format("ngtcp2"),
+                "recv_queue_bytes": _QUIC_QUEUES.format("ngtcp2"),
+            },
+        ),
     ),
     # quiche through its C API, a transport of qprof-wl's (in a library of
     # its own beside qprof-wl: workloads/quiche/wl_quiche.c): every pattern,
@@ -170,6 +276,22 @@ STACKS: Dict[str, Stack] = {
         plugin="libqprof-wl-quiche.so",
         dwarf_stack_bytes=32768,
         retransmits_source="quiche Stats lost (packets)",
+        state=_state(
+            given={
+                "cwnd_bytes": "quic_stats.cwnd",
+                "rtt_us": "quic_stats.rtt_us",
+                "lost_packets": "quic_stats.lost_packets",
+            },
+            absent={
+                "in_flight_bytes": "quiche's Stats and PathStats give no bytes in flight",
+                "pacing_bytes_per_s": "quiche exposes no pacing rate, only each packet's send time "
+                "(quiche_send_info.at)",
+                "retransmitted_packets": "not read at the marks: quiche counts packets with resent data only in "
+                "Stats.retrans, which qprof's adapter reads at a download's end",
+                "send_queue_bytes": _QUIC_QUEUES.format("quiche"),
+                "recv_queue_bytes": _QUIC_QUEUES.format("quiche"),
+            },
+        ),
     ),
     # quic-go (Go, crypto/tls) through its own UDP I/O, a transport of
     # qprof-wl's in a library of its own (workloads/go/quic-go, built as a
@@ -189,6 +311,18 @@ STACKS: Dict[str, Stack] = {
         # quic-go's PacketsLost goes down when a packet declared lost arrives
         # after all: not a count a window's difference can be taken of.
         retransmits_source=None,
+        state=_state(
+            given={"cwnd_bytes": "quic_stats.cwnd", "rtt_us": "quic_stats.rtt_us"},
+            absent={
+                "in_flight_bytes": "quic-go's ConnectionStats give no bytes in flight",
+                "pacing_bytes_per_s": _NO_PACING.format("quic-go"),
+                "lost_packets": "quic-go's PacketsLost falls when a packet declared lost arrives after all: "
+                "not a running count an interval can take the difference of",
+                "retransmitted_packets": _QUIC_RETRANSMITS,
+                "send_queue_bytes": _QUIC_QUEUES.format("quic-go"),
+                "recv_queue_bytes": _QUIC_QUEUES.format("quic-go"),
+            },
+        ),
     ),
     # s2n-quic (Rust, s2n-tls on aws-lc) on its own tokio runtime and UDP
     # I/O, a transport of qprof-wl's in a library of its own
@@ -208,6 +342,27 @@ STACKS: Dict[str, Stack] = {
         # s2n-quic 1.91 resumes sessions (and has no 0-RTT) only behind its
         # unstable feature: --resume is refused, not run as full handshakes.
         sessions=False,
+        state=_state(
+            given={
+                "cwnd_bytes": "quic_stats.cwnd",
+                "rtt_us": "quic_stats.rtt_us",
+                # Its RecoveryMetrics event's, as the last one said it.
+                "in_flight_bytes": "quic_stats.bytes_in_flight",
+                # Its PacingRateUpdated event's: the rate its pacer last spaced a burst by
+                # (none below a 2 ms RTT: sometimes).
+                "pacing_bytes_per_s": "quic_stats.pacing_rate",
+                "lost_packets": "quic_stats.lost_packets",
+            },
+            absent={
+                "retransmitted_packets": _QUIC_RETRANSMITS,
+                "send_queue_bytes": _QUIC_QUEUES.format("s2n-quic"),
+                "recv_queue_bytes": _QUIC_QUEUES.format("s2n-quic"),
+            },
+            sometimes={
+                "pacing_bytes_per_s": "s2n-quic paces, and says its rate, only once the smoothed RTT reaches "
+                "2 ms (MINIMUM_PACING_RTT)",
+            },
+        ),
     ),
     # tquic (Tencent's, Rust, on the BoringSSL it vendors) through its C
     # API, a transport of qprof-wl's in a library of its own
@@ -224,6 +379,21 @@ STACKS: Dict[str, Stack] = {
         plugin="libqprof-wl-tquic.so",
         dwarf_stack_bytes=32768,
         retransmits_source="tquic ConnectionStats lost_count (packets)",
+        state=_state(
+            given={
+                "cwnd_bytes": "quic_stats.cwnd",
+                "rtt_us": "quic_stats.rtt_us",
+                # Its path stats' pacing_rate: the BBR it runs says one.
+                "pacing_bytes_per_s": "quic_stats.pacing_rate",
+                "lost_packets": "quic_stats.lost_packets",
+            },
+            absent={
+                "in_flight_bytes": "tquic's path stats give the most ever in flight (max_inflight), not the level",
+                "retransmitted_packets": "tquic counts no resent packets apart from its losses (lost_packets)",
+                "send_queue_bytes": _QUIC_QUEUES.format("tquic"),
+                "recv_queue_bytes": _QUIC_QUEUES.format("tquic"),
+            },
+        ),
     ),
     # Two programs of the user's (--client-cmd and --server-cmd, both): no
     # qprof-wl runs, so no pattern's own counts; a bulk transfer whose bytes
@@ -242,7 +412,17 @@ STACKS: Dict[str, Stack] = {
     ),
     # Raw UDP, no reliability or crypto: the kernel's floor for a UDP transport.
     "udp": Stack(
-        "udp", "udp", "none", sendfile=False, rw_is_network=False, io_size=64 << 10, datagram=True, sessions=False
+        "udp",
+        "udp",
+        "none",
+        sendfile=False,
+        rw_is_network=False,
+        io_size=64 << 10,
+        datagram=True,
+        sessions=False,
+        state=_state(
+            {}, dict.fromkeys(STATE_FIELDS, "raw datagrams: no congestion control, acknowledgement or resending")
+        ),
     ),
     "tcp": Stack(
         "tcp",
@@ -253,12 +433,27 @@ STACKS: Dict[str, Stack] = {
         io_size=128 << 10,
         sessions=False,
         retransmits_source=TCP,
+        state=TCP_STATE,
     ),
     "tcp-tls": Stack(
-        "tcp-tls", "tcp", "user", sendfile=False, rw_is_network=True, io_size=128 << 10, retransmits_source=TCP
+        "tcp-tls",
+        "tcp",
+        "user",
+        sendfile=False,
+        rw_is_network=True,
+        io_size=128 << 10,
+        retransmits_source=TCP,
+        state=TCP_STATE,
     ),
     "tcp-ktls": Stack(
-        "tcp-ktls", "tcp", "kernel", sendfile=True, rw_is_network=True, io_size=128 << 10, retransmits_source=TCP
+        "tcp-ktls",
+        "tcp",
+        "kernel",
+        sendfile=True,
+        rw_is_network=True,
+        io_size=128 << 10,
+        retransmits_source=TCP,
+        state=TCP_STATE,
     ),
 }
 

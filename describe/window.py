@@ -11,7 +11,7 @@ transfer of a fixed size). Everything qprof derives covers exactly it.
 from dataclasses import asdict, dataclass
 from typing import Dict, Optional
 
-from qprof.describe import cpu
+from qprof.describe import cpu, state
 
 
 @dataclass
@@ -115,6 +115,7 @@ def edge_sample(e: Edge, receiver: str) -> dict:
         "server_oncpu_s": e.server.oncpu_s,
         "client_oncpu_s": e.client.oncpu_s,
         **receiver_sample({"client": e.client_mark, "server": e.server_mark}, receiver),
+        "state_groups": {"client": state.of_mark(e.client_mark), "server": state.of_mark(e.server_mark)},
     }
 
 
@@ -139,7 +140,18 @@ def interval_figures(a: dict, b: dict) -> dict:
 # Connection statistics that are levels, not running totals: a window
 # gets their value at its end, not a difference.
 # msquic's conn_stats levels, and the other QUIC libraries' quic_stats ones.
-GAUGES = frozenset({"rtt_us", "min_rtt_us", "send_path_mtu", "send_congestion_window", "cwnd", "current_mtu"})
+GAUGES = frozenset(
+    {
+        "rtt_us",
+        "min_rtt_us",
+        "send_path_mtu",
+        "send_congestion_window",
+        "cwnd",
+        "current_mtu",
+        "bytes_in_flight",
+        "pacing_rate",
+    }
+)
 
 
 def counter_delta(a: Optional[dict], b: Optional[dict]) -> Optional[Dict[str, int]]:

@@ -334,7 +334,18 @@ def interval_text(i: dict) -> str:
         f"  CPUs client {num(i['client_cpus'], '{:.2f}')} server {num(i['server_cpus'], '{:.2f}')}"
         f"  ns/B client {num(i['client_ns_per_byte'], '{:.3f}')} server {num(i['server_ns_per_byte'], '{:.3f}')}"
         f"  machine {num(i['system_utilisation'], '{:.0%}')} busy"
+        + "".join(_state_text(side, i["state"][side]) for side in i.get("senders", ()) if i.get("state"))
     )
+
+
+def _state_text(side: str, s: dict) -> str:
+    """A sender's transport state at an interval's end, compactly: its
+    window, RTT, bytes in flight and what it lost (TCP: retransmitted)."""
+    lost, word = (
+        (s["lost_packets"], "lost") if s["retransmitted_packets"] is None else (s["retransmitted_packets"], "retrans")
+    )
+    cwnd, flight = (num(None if v is None else v / 1e6, "{:.2f}") for v in (s["cwnd_bytes"], s["in_flight_bytes"]))
+    return f"  {side} cwnd {cwnd} MB rtt {num(s['rtt_us'], '{:.0f}')} us in flight {flight} MB {word} {count(lost)}"
 
 
 def print_interval(i: dict) -> None:

@@ -1,10 +1,12 @@
 # SPDX-License-Identifier: GPL-2.0-only
 """--interval: the window cut into pieces as iperf3 -i does, each with its
-goodput and CPU per side; the pieces add up to the window."""
+goodput, CPU and transport state per side; the pieces add up to the
+window."""
 
 import pytest
 
-from qprof.describe import cpu, window
+from qprof.describe import cpu, state, transports, window
+from qprof.present.tables import interval_text
 
 from conftest import needs_build
 from refusals import refused
@@ -87,3 +89,97 @@ def test_a_line_per_interval_on_stdout_and_none_with_interval_0(shared):
 @pytest.mark.unit
 def test_an_interval_finer_than_the_marks_is_refused():
     refused(["--interval", "10ms"], 4, ["--interval 10ms is below 100ms"])
+
+
+@pytest.mark.unit
+def test_every_library_row_names_each_state_value_once():
+    """Each library gives a value from its marks or says why not; never both, never neither."""
+    for name, stack in transports.STACKS.items():
+        src = state.source(name)
+        if stack.programs:
+            assert src is None and len(state.absent(src, name)) == len(state.FIELDS)
+            continue
+        assert src is not None, f"{name}'s row has no state (describe/transports.py)"
+        assert set(src.given) | set(src.absent) == set(state.FIELDS), name
+        assert not set(src.given) & set(src.absent), name
+        assert all(why for why in src.absent.values()), name
+        assert all(where.split(".")[0] in state.GROUPS for where in src.given.values()), name
+        assert set(src.sometimes) <= set(src.given), name
+
+
+@pytest.mark.unit
+def test_state_levels_at_the_end_counts_over_the_interval():
+    src = state.source("quic")
+    a = {"conn_stats": {"send_congestion_window": 90_000, "rtt_us": 300, "send_suspected_lost_packets": 7}}
+    b = {"conn_stats": {"send_congestion_window": 60_000, "rtt_us": 250, "send_suspected_lost_packets": 12}}
+    s = state.interval(a, b, src)
+    assert (s["cwnd_bytes"], s["rtt_us"], s["lost_packets"]) == (60_000, 250, 5)
+    assert all(s[f] is None for f in src.absent)
+    # A mark without the group (no connection reported yet): nothing, not zero.
+    assert state.interval({}, b, src)["lost_packets"] is None
+    assert state.interval(a, {}, src)["cwnd_bytes"] is None
+
+
+# The same cut over every stack whose row says where its state is: tcp's
+# run is the tests' above; each QUIC library's, its own.
+STATE_STACKS = ("tcp", "quic", "quinn", "quiche", "ngtcp2", "quic-go", "s2n-quic", "tquic")
+# A running count's place in the window's counters, where it is not its place in the marks.
+IN_WINDOW = {"state.retransmitted_packets": "tcp_info.total_retrans"}
+
+
+def _cut(stack: str) -> tuple:
+    return CUT if stack == "tcp" else ("--stack", stack, *CUT[2:])
+
+
+@pytest.mark.system
+@needs_build
+@pytest.mark.parametrize("stack", STATE_STACKS)
+def test_the_transport_state_at_each_interval(shared, stack):
+    _, (out, rec) = shared("run", *_cut(stack), text=True)
+    iv = rec["intervals"]
+    src = state.source(stack)
+    for side in ("client", "server"):
+        absent = iv["state_absent"][side]
+        # The library's reasons, each once; what it gives is missing at no
+        # interval, but where its row says why it may be (and that is said).
+        assert {f: why for f, why in absent.items() if f not in src.sometimes} == src.absent, absent
+        assert all(src.sometimes[f] in why for f, why in absent.items() if f in src.sometimes), absent
+        for x in iv["samples"]:
+            st = x["state"][side]
+            assert set(st) == set(state.FIELDS)
+            for f, v in st.items():
+                assert v is None if f in src.absent else isinstance(v, int) or f in absent, (side, f, v)
+            # Both ends of a connection hold a window and have measured an RTT.
+            assert st["cwnd_bytes"] > 0 and st["rtt_us"] > 0, (side, st)
+        # Each interval's count is a piece of the window's: together they are the whole.
+        for counter in state.COUNTERS & set(src.given):
+            group, key = IN_WINDOW.get(src.given[counter], src.given[counter]).split(".")
+            window_count = rec["workload"][side]["window"][group][key]
+            assert sum(x["state"][side][counter] for x in iv["samples"]) == window_count, (side, counter)
+    if stack == "tcp":
+        # An upload: the server writes nothing, so has nothing queued, in
+        # flight or to resend; the client reads nothing, so queues nothing.
+        for x in iv["samples"]:
+            server, client = x["state"]["server"], x["state"]["client"]
+            assert server["send_queue_bytes"] == server["in_flight_bytes"] == server["retransmitted_packets"] == 0
+            assert client["recv_queue_bytes"] == 0
+            assert client["pacing_bytes_per_s"] > 0
+    # The line shows the sender's (the client's, uploading) state: what it lost, or TCP's resent.
+    lines = [line for line in out.splitlines() if line.startswith("[")]
+    assert len(lines) == len(iv["samples"]) and all(" client cwnd " in line for line in lines)
+    assert all((" retrans " if stack == "tcp" else " lost ") in line for line in lines)
+
+
+@pytest.mark.unit
+def test_the_line_shows_each_senders_state_and_dashes_for_what_it_lacks():
+    a, b = _sample(1.0, 1_000, 2.0, 3.0, 10.0, 10.0), _sample(1.5, 126_001_000, 2.4, 3.1, 10.75, 10.25)
+    quic = dict.fromkeys(state.FIELDS)
+    quic.update(cwnd_bytes=1_234_567, rtt_us=250, lost_packets=3)
+    tcp = dict(quic, lost_packets=None, retransmitted_packets=7, in_flight_bytes=500_000)
+    line = {"start_s": 0.0, "end_s": 0.5, **window.interval_figures(a, b)}
+    text = interval_text({**line, "state": {"client": quic, "server": tcp}, "senders": ("client",)})
+    assert text.endswith("  client cwnd 1.23 MB rtt 250 us in flight — MB lost 3"), text
+    text = interval_text({**line, "state": {"client": quic, "server": tcp}, "senders": ("client", "server")})
+    assert text.endswith("lost 3  server cwnd 1.23 MB rtt 250 us in flight 0.50 MB retrans 7"), text
+    # A line with no state (a record's sample from before it was kept) is the line it was.
+    assert interval_text(line).endswith("busy")

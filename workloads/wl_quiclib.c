@@ -124,7 +124,7 @@ void wl_quic_sums_json_group(struct wl_quic_sums *q, struct wl_json *p)
 
 void wl_quic_sums_json(struct wl_quic_sums *q, struct wl_udp_io *io, struct wl_json *j)
 {
-	uint64_t sum[3], levels[3];
+	uint64_t sum[3], levels[4];
 	struct wl_json p;
 	bool have;
 
@@ -142,6 +142,8 @@ void wl_quic_sums_json(struct wl_quic_sums *q, struct wl_udp_io *io, struct wl_j
 		wl_json_u64(&p, "cwnd", levels[0]);
 		wl_json_u64(&p, "rtt_us", levels[1]);
 		wl_json_u64(&p, "current_mtu", levels[2]);
+		if (levels[3] != WL_QUIC_NO_LEVEL)
+			wl_json_u64(&p, "pacing_rate", levels[3]);
 	}
 	wl_json_raw(j, "quic_stats", wl_json_end(&p));
 }

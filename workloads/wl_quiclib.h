@@ -70,11 +70,13 @@ struct wl_quic_sums {
 	pthread_mutex_t lock;
 	uint64_t sum[3]; /* sent, lost packets, lost bytes: every connection's, gone or live */
 	bool have_levels;
-	uint64_t levels[3]; /* the stats connection's cwnd, RTT (us), path MTU */
+	uint64_t levels[4]; /* the stats connection's cwnd, RTT (us), path MTU, pacing (B/s) */
 	char group[64];	    /* the first handshake's key exchange */
 };
 
-/* A connection's counts now into the sums (mine: its part so far); levels NULL or its three. */
+/* A level the library does not give (its key is left out of the marks). */
+#define WL_QUIC_NO_LEVEL UINT64_MAX
+/* A connection's counts now into the sums (mine: its part so far); levels NULL or its four. */
 void wl_quic_sums_add(struct wl_quic_sums *q, uint64_t mine[3], const uint64_t now[3],
 		      const uint64_t *levels);
 /* The first handshake's key exchange (NULL: none said). */

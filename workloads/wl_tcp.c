@@ -20,7 +20,9 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/sockios.h> /* SIOCOUTQ, SIOCINQ */
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/timerfd.h>
 #include <unistd.h>
@@ -47,6 +49,14 @@ struct tcp_counts {
 	uint64_t segs_out, segs_in, retrans, bytes_acked, bytes_received;
 	uint64_t data_segs_out; /* segs_out less those with no data: pure ACKs, SYN, FIN */
 	uint64_t conns, ecn;	/* connections read, and those that negotiated ECN */
+};
+
+/*
+ * The open connections' state at a mark, summed (rtt: their mean): the
+ * kernel's levels, read with TCP_INFO and the socket's queues' ioctls.
+ */
+struct tcp_state {
+	uint64_t conns, cwnd, rtt_us, in_flight, pacing, send_queue, recv_queue;
 };
 
 /* A message on the loop, queued until the socket has room. */
@@ -109,13 +119,26 @@ static struct {
 
 static __thread struct wl_conn *own_conn; /* a dedicated connection's thread: its own */
 
-static bool tcp_counts_add(int fd, struct tcp_counts *t)
+static bool tcp_counts_add(int fd, struct tcp_counts *t, struct tcp_state *st)
 {
 	struct tcp_info ti;
 	socklen_t len = sizeof(ti);
+	int64_t flight;
+	int outq, inq;
 
 	if (fd < 0 || getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len))
 		return false;
+	if (st && !ioctl(fd, SIOCOUTQ, &outq) && !ioctl(fd, SIOCINQ, &inq)) {
+		st->conns++;
+		st->cwnd += (uint64_t)ti.tcpi_snd_cwnd * ti.tcpi_snd_mss;
+		st->rtt_us += ti.tcpi_rtt;
+		/* The kernel's packets in flight (tcp_packets_in_flight), in bytes. */
+		flight = (int64_t)ti.tcpi_unacked - ti.tcpi_sacked - ti.tcpi_lost + ti.tcpi_retrans;
+		st->in_flight += (uint64_t)(flight > 0 ? flight : 0) * ti.tcpi_snd_mss;
+		st->pacing += ti.tcpi_pacing_rate;
+		st->send_queue += (unsigned)outq;
+		st->recv_queue += (unsigned)inq;
+	}
 	t->segs_out += ti.tcpi_segs_out;
 	t->data_segs_out += ti.tcpi_data_segs_out;
 	t->segs_in += ti.tcpi_segs_in;
@@ -130,6 +153,7 @@ static bool tcp_counts_add(int fd, struct tcp_counts *t)
 /* io_calls, then TCP_INFO of the connections open now and of those closed before. */
 static void tcp_json_mark(struct wl_json *j)
 {
+	struct tcp_state st = {0};
 	struct tcp_counts t;
 	struct wl_conn *c;
 	struct wl_json p;
@@ -138,8 +162,19 @@ static void tcp_json_mark(struct wl_json *j)
 	pthread_mutex_lock(&T.lock);
 	t = T.closed;
 	for (c = T.live; c; c = c->next)
-		tcp_counts_add(c->io.fd, &t);
+		tcp_counts_add(c->io.fd, &t, &st);
 	pthread_mutex_unlock(&T.lock);
+	if (st.conns) {
+		wl_json_begin(&p);
+		wl_json_u64(&p, "cwnd_bytes", st.cwnd);
+		wl_json_u64(&p, "rtt_us", st.rtt_us / st.conns);
+		wl_json_u64(&p, "in_flight_bytes", st.in_flight);
+		wl_json_u64(&p, "pacing_bytes_per_s", st.pacing);
+		wl_json_u64(&p, "retransmitted_packets", t.retrans);
+		wl_json_u64(&p, "send_queue_bytes", st.send_queue);
+		wl_json_u64(&p, "recv_queue_bytes", st.recv_queue);
+		wl_json_raw(j, "state", wl_json_end(&p));
+	}
 	wl_json_begin(&p);
 	wl_json_u64(&p, "segs_out", t.segs_out);
 	wl_json_u64(&p, "data_segs_out", t.data_segs_out);
@@ -244,8 +279,8 @@ static void release(struct wl_conn *c, bool reset)
 		setsockopt(c->io.fd, SOL_SOCKET, SO_LINGER, &(struct linger){1, 0},
 			   sizeof(struct linger));
 	pthread_mutex_lock(&T.lock);
-	c->counted = tcp_counts_add(c->io.fd, &c->counts);
-	tcp_counts_add(c->io.fd, &T.closed);
+	c->counted = tcp_counts_add(c->io.fd, &c->counts, NULL);
+	tcp_counts_add(c->io.fd, &T.closed, NULL);
 	if (c->prev)
 		c->prev->next = c->next;
 	else if (T.live == c)
@@ -896,7 +931,7 @@ static void tcp_conn_info(struct wl_conn *c, struct wl_dl *r)
 	r->resumed = c->io.resumed;
 	r->early_data = false; /* not offered: OpenSSL's early data is not used */
 	pthread_mutex_lock(&T.lock);
-	r->has_counters = c->io.fd >= 0 ? tcp_counts_add(c->io.fd, &t) : c->counted;
+	r->has_counters = c->io.fd >= 0 ? tcp_counts_add(c->io.fd, &t, NULL) : c->counted;
 	t = c->io.fd >= 0 ? t : c->counts;
 	pthread_mutex_unlock(&T.lock);
 	r->retransmits = t.retrans;

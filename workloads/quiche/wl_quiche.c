@@ -180,7 +180,7 @@ static void snapshot(struct wl_conn *c)
 {
 	quiche_stats st;
 	quiche_path_stats ps;
-	uint64_t now[3], levels[3];
+	uint64_t now[3], levels[4];
 	bool have = false;
 	size_t i;
 
@@ -195,6 +195,7 @@ static void snapshot(struct wl_conn *c)
 			levels[0] = ps.cwnd;
 			levels[1] = ps.rtt / 1000;
 			levels[2] = ps.pmtu;
+			levels[3] = WL_QUIC_NO_LEVEL; /* quiche says no pacing rate */
 			have = true;
 		}
 	wl_quic_sums_add(&N.sums, c->counts, now, have ? levels : NULL);

@@ -181,7 +181,7 @@ static void snapshot(struct wl_conn *c)
 	const quic_conn_stats_t *st;
 	const quic_path_stats_t *ps = NULL;
 	quic_path_address_t pa;
-	uint64_t now[3], levels[3];
+	uint64_t now[3], levels[4];
 
 	if (!c->qc || !(st = quic_conn_stats(c->qc)))
 		return;
@@ -197,6 +197,7 @@ static void snapshot(struct wl_conn *c)
 		levels[0] = ps->final_cwnd;
 		levels[1] = ps->srtt; /* tquic says it in microseconds */
 		levels[2] = MAX_DATAGRAM;
+		levels[3] = ps->pacing_rate; /* bytes/s: its congestion control's (0: none) */
 	}
 	wl_quic_sums_add(&N.sums, c->counts, now, ps ? levels : NULL);
 }

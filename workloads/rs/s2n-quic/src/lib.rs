@@ -126,6 +126,8 @@ struct ConnCounts {
     lost: AtomicU64,
     cwnd: AtomicU64,
     rtt_us: AtomicU64,
+    in_flight: AtomicU64,
+    pacing: AtomicU64,
     mtu: AtomicU64,
 }
 
@@ -243,7 +245,23 @@ impl Subscriber for Events {
         if e.path.is_active {
             c.cwnd.store(e.congestion_window as u64, Relaxed);
             c.rtt_us.store(e.smoothed_rtt.as_micros() as u64, Relaxed);
+            c.in_flight.store(e.bytes_in_flight as u64, Relaxed);
+            // Below s2n-quic's MINIMUM_PACING_RTT its pacer stops pacing, and
+            // says so by no event: the last rate it said is no longer its.
+            if e.smoothed_rtt < Duration::from_millis(2) {
+                c.pacing.store(0, Relaxed);
+            }
         }
+    }
+    /// Its pacer's rate, as it last computed it (each burst's spacing: a
+    /// store beside the computation; qprof's runs have one path).
+    fn on_pacing_rate_updated(
+        &mut self,
+        c: &mut Self::ConnectionContext,
+        _: &ConnectionMeta,
+        e: &events::PacingRateUpdated,
+    ) {
+        c.pacing.store(e.bytes_per_second, Relaxed);
     }
     fn on_mtu_updated(&mut self, c: &mut Self::ConnectionContext, _: &ConnectionMeta, e: &events::MtuUpdated) {
         c.mtu.store(e.mtu as u64, Relaxed);
@@ -375,6 +393,12 @@ unsafe extern "C" fn q_json_mark(j: *mut WlJson) {
     if let Some(c) = STATS_CONN.lock().unwrap().as_ref() {
         wl_json_u64(p.ptr(), c"cwnd".as_ptr(), c.cwnd.load(Relaxed));
         wl_json_u64(p.ptr(), c"rtt_us".as_ptr(), c.rtt_us.load(Relaxed));
+        wl_json_u64(p.ptr(), c"bytes_in_flight".as_ptr(), c.in_flight.load(Relaxed));
+        // Only once its pacer has said a rate (below a 2 ms RTT it never does).
+        let pacing = c.pacing.load(Relaxed);
+        if pacing > 0 {
+            wl_json_u64(p.ptr(), c"pacing_rate".as_ptr(), pacing);
+        }
         wl_json_u64(p.ptr(), c"current_mtu".as_ptr(), c.mtu.load(Relaxed));
     }
     wl_json_raw(j, c"quic_stats".as_ptr(), p.end());
