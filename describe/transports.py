@@ -281,13 +281,13 @@ STACKS: Dict[str, Stack] = {
                 "cwnd_bytes": "quic_stats.cwnd",
                 "rtt_us": "quic_stats.rtt_us",
                 "lost_packets": "quic_stats.lost_packets",
+                # Its Stats.retrans: packets that carried resent data.
+                "retransmitted_packets": "quic_stats.retrans_packets",
             },
             absent={
                 "in_flight_bytes": "quiche's Stats and PathStats give no bytes in flight",
                 "pacing_bytes_per_s": "quiche exposes no pacing rate, only each packet's send time "
                 "(quiche_send_info.at)",
-                "retransmitted_packets": "not read at the marks: quiche counts packets with resent data only in "
-                "Stats.retrans, which qprof's adapter reads at a download's end",
                 "send_queue_bytes": _QUIC_QUEUES.format("quiche"),
                 "recv_queue_bytes": _QUIC_QUEUES.format("quiche"),
             },

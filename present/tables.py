@@ -341,9 +341,8 @@ def interval_text(i: dict) -> str:
 def _state_text(side: str, s: dict) -> str:
     """A sender's transport state at an interval's end, compactly: its
     window, RTT, bytes in flight and what it lost (TCP: retransmitted)."""
-    lost, word = (
-        (s["lost_packets"], "lost") if s["retransmitted_packets"] is None else (s["retransmitted_packets"], "retrans")
-    )
+    resent = s["lost_packets"] is None and s["retransmitted_packets"] is not None
+    lost, word = (s["retransmitted_packets"], "retrans") if resent else (s["lost_packets"], "lost")
     cwnd, flight = (num(None if v is None else v / 1e6, "{:.2f}") for v in (s["cwnd_bytes"], s["in_flight_bytes"]))
     return f"  {side} cwnd {cwnd} MB rtt {num(s['rtt_us'], '{:.0f}')} us in flight {flight} MB {word} {count(lost)}"
 

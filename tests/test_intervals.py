@@ -181,5 +181,9 @@ def test_the_line_shows_each_senders_state_and_dashes_for_what_it_lacks():
     assert text.endswith("  client cwnd 1.23 MB rtt 250 us in flight — MB lost 3"), text
     text = interval_text({**line, "state": {"client": quic, "server": tcp}, "senders": ("client", "server")})
     assert text.endswith("lost 3  server cwnd 1.23 MB rtt 250 us in flight 0.50 MB retrans 7"), text
+    # A library that counts neither: what it lost, unknown.
+    neither = dict(quic, lost_packets=None)
+    text = interval_text({**line, "state": {"client": neither, "server": tcp}, "senders": ("client",)})
+    assert text.endswith("in flight — MB lost —"), text
     # A line with no state (a record's sample from before it was kept) is the line it was.
     assert interval_text(line).endswith("busy")

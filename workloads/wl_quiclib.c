@@ -89,13 +89,13 @@ void wl_msgq_clear(struct wl_msgq *q, wl_msgq_sent sent, void *arg)
 	q->queued = 0;
 }
 
-void wl_quic_sums_add(struct wl_quic_sums *q, uint64_t mine[3], const uint64_t now[3],
+void wl_quic_sums_add(struct wl_quic_sums *q, uint64_t mine[4], const uint64_t now[4],
 		      const uint64_t *levels)
 {
 	size_t i;
 
 	pthread_mutex_lock(&q->lock);
-	for (i = 0; i < 3; i++) {
+	for (i = 0; i < 4; i++) {
 		q->sum[i] += now[i] - mine[i];
 		mine[i] = now[i];
 	}
@@ -124,20 +124,23 @@ void wl_quic_sums_json_group(struct wl_quic_sums *q, struct wl_json *p)
 
 void wl_quic_sums_json(struct wl_quic_sums *q, struct wl_udp_io *io, struct wl_json *j)
 {
-	uint64_t sum[3], levels[4];
+	uint64_t sum[4], levels[4];
 	struct wl_json p;
-	bool have;
+	bool have, retrans;
 
 	pthread_mutex_lock(&q->lock);
 	memcpy(sum, q->sum, sizeof(sum));
 	memcpy(levels, q->levels, sizeof(levels));
 	have = q->have_levels;
+	retrans = q->has_retrans;
 	pthread_mutex_unlock(&q->lock);
 	wl_json_begin(&p);
 	wl_udp_io_json(io, &p);
 	wl_json_u64(&p, "sent_packets", sum[0]);
 	wl_json_u64(&p, "lost_packets", sum[1]);
 	wl_json_u64(&p, "lost_bytes", sum[2]);
+	if (retrans)
+		wl_json_u64(&p, "retrans_packets", sum[3]);
 	if (have) {
 		wl_json_u64(&p, "cwnd", levels[0]);
 		wl_json_u64(&p, "rtt_us", levels[1]);

@@ -68,7 +68,9 @@ void wl_msgq_clear(struct wl_msgq *q, wl_msgq_sent sent, void *arg);
 /* The counts the marks report: the connections' sums, the stats connection's levels. */
 struct wl_quic_sums {
 	pthread_mutex_t lock;
-	uint64_t sum[3]; /* sent, lost packets, lost bytes: every connection's, gone or live */
+	/* sent, lost packets, lost bytes, packets with resent data: every connection's, gone or live */
+	uint64_t sum[4];
+	bool has_retrans; /* the library counts the last (else it is left out of the marks) */
 	bool have_levels;
 	uint64_t levels[4]; /* the stats connection's cwnd, RTT (us), path MTU, pacing (B/s) */
 	char group[64];	    /* the first handshake's key exchange */
@@ -77,7 +79,7 @@ struct wl_quic_sums {
 /* A level the library does not give (its key is left out of the marks). */
 #define WL_QUIC_NO_LEVEL UINT64_MAX
 /* A connection's counts now into the sums (mine: its part so far); levels NULL or its four. */
-void wl_quic_sums_add(struct wl_quic_sums *q, uint64_t mine[3], const uint64_t now[3],
+void wl_quic_sums_add(struct wl_quic_sums *q, uint64_t mine[4], const uint64_t now[4],
 		      const uint64_t *levels);
 /* The first handshake's key exchange (NULL: none said). */
 void wl_quic_sums_group(struct wl_quic_sums *q, const char *group);

@@ -110,7 +110,7 @@ struct wl_conn {
 	uint8_t cid[CIDLEN], odcid[QUICHE_MAX_CONN_ID_LEN];
 	size_t odcid_len;
 	struct wl_conn *next, *tnext; /* server: the live ones; touched in a read */
-	uint64_t counts[3];	      /* its part of N.sums: sent, lost packets, lost bytes */
+	uint64_t counts[4];	      /* its part of N.sums: sent, lost, lost bytes, resent */
 };
 
 static struct {
@@ -131,7 +131,7 @@ static struct {
 	/* --resume: the client's last session (the server's tickets are BoringSSL's, per context) */
 	uint8_t *session;
 	size_t session_len;
-} N = {.listen_fd = -1, .sums.lock = PTHREAD_MUTEX_INITIALIZER};
+} N = {.listen_fd = -1, .sums.lock = PTHREAD_MUTEX_INITIALIZER, .sums.has_retrans = true};
 
 static void service(struct wl_conn *c);
 
@@ -180,7 +180,7 @@ static void snapshot(struct wl_conn *c)
 {
 	quiche_stats st;
 	quiche_path_stats ps;
-	uint64_t now[3], levels[4];
+	uint64_t now[4], levels[4];
 	bool have = false;
 	size_t i;
 
@@ -190,6 +190,7 @@ static void snapshot(struct wl_conn *c)
 	now[0] = st.sent;
 	now[1] = st.lost;
 	now[2] = st.lost_bytes;
+	now[3] = st.retrans; /* packets with retransmitted data */
 	for (i = 0; c->stats && i < st.paths_count && !have; i++)
 		if (!quiche_conn_path_stats(c->qc, i, &ps) && ps.active) {
 			levels[0] = ps.cwnd;

@@ -103,7 +103,7 @@ struct wl_conn {
 	bool close_req, stats;
 	uint64_t close_code;
 	struct wl_conn *next;
-	uint64_t counts[3]; /* its part of N.sums: sent, lost packets, lost bytes */
+	uint64_t counts[4]; /* its part of N.sums: sent, lost, lost bytes, 0 (resent) */
 	uint64_t received;  /* packets, as of its last snapshot */
 	bool resumed;	    /* its handshake resumed a session */
 };
@@ -181,13 +181,14 @@ static void snapshot(struct wl_conn *c)
 	const quic_conn_stats_t *st;
 	const quic_path_stats_t *ps = NULL;
 	quic_path_address_t pa;
-	uint64_t now[3], levels[4];
+	uint64_t now[4], levels[4];
 
 	if (!c->qc || !(st = quic_conn_stats(c->qc)))
 		return;
 	now[0] = st->sent_count;
 	now[1] = st->lost_count;
 	now[2] = st->lost_bytes;
+	now[3] = 0; /* tquic counts no resent packets apart from its losses */
 	c->received = st->recv_count;
 	if (c->stats && quic_conn_active_path(c->qc, &pa))
 		ps = quic_conn_path_stats(c->qc, (struct sockaddr *)&pa.local_addr,
