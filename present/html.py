@@ -778,6 +778,75 @@ def _interval_charts(rec: dict) -> List[Chart]:
                 note if name == "intervals_gbps" else "",
             )
         )
+    return out + _state_charts(rec, samples)
+
+
+# The transport's state at each interval (record.intervals.samples[].state,
+# describe/state.py): chart name -> (its fields, title, unit). A gauge is
+# its value at the interval's end, a count its difference over it.
+STATE_CHARTS = {
+    "state_cwnd": (("cwnd_bytes",), "Congestion window at each interval's end, per side (KB)", "KB", 1e-3),
+    "state_rtt": (("rtt_us",), "Smoothed RTT at each interval's end, per side (µs)", "µs", 1.0),
+    "state_in_flight": (("in_flight_bytes",), "Bytes in flight at each interval's end, per side (KB)", "KB", 1e-3),
+    "state_losses": (
+        ("lost_packets", "retransmitted_packets"),
+        "Packets lost and sent again over each interval, per side",
+        "packets",
+        1.0,
+    ),
+}
+
+
+def _state_charts(rec: dict, samples: list) -> List[Chart]:
+    """The transport's state over the window, per side, as its library
+    gave it; a value it does not give is left out, and the note says why
+    (intervals.state_absent)."""
+    absent = _get(rec, "intervals", "state_absent") or {}
+    out = []
+    for name, (fields, title, unit, scale) in STATE_CHARTS.items():
+        rows = [
+            {
+                "s": x["end_s"],
+                "series": f"{side} {field.split('_')[0]}" if len(fields) > 1 else side,
+                "value": v * scale,
+            }
+            for x in samples
+            if isinstance(x, dict) and _num(x.get("end_s")) is not None
+            for side in ("client", "server")
+            for field in fields
+            if (v := _num(((x.get("state") or {}).get(side) or {}).get(field))) is not None
+        ]
+        why = [
+            f"{side}'s {field}: {absent[side][field]}"
+            for side in ("client", "server")
+            for field in fields
+            if isinstance(absent.get(side), dict) and absent[side].get(field)
+        ]
+        if not rows:
+            continue
+        out.append(
+            Chart(
+                name,
+                title,
+                {
+                    "data": {"values": rows},
+                    "mark": {"type": "line", "point": True},
+                    "encoding": {
+                        "x": {"field": "s", "type": "quantitative", "title": "s from the window's start"},
+                        "y": {"field": "value", "type": "quantitative", "title": unit},
+                        "color": {"field": "series", "type": "nominal", "title": None},
+                        "tooltip": [
+                            {"field": "series"},
+                            {"field": "s", "format": ".2f"},
+                            {"field": "value", "format": ",.1f"},
+                        ],
+                    },
+                    "width": CHART_WIDTH,
+                    "height": CHART_HEIGHT,
+                },
+                ("Not given: " + "; ".join(why) + ".") if why else "",
+            )
+        )
     return out
 
 

@@ -60,7 +60,9 @@ RUNS = {
     "20261122-000001-000b01": (DATA / "record" / "quic", "bulk"),
     "20261122-000002-000d01": (DATA / "record" / "quic-download", "download"),
     "20261122-000003-000e01": (DATA / "record" / "tcp-link", "link"),
+    "20261122-000004-000f01": (DATA / "record" / "tcp-intervals", "intervals with the transport's state"),
 }
+STATE_RUN = "20261122-000004-000f01"
 # Real captures kept for the report (tests/data/report/README.md): a
 # request/response run, a mix, and a `--stacks tcp,udp` comparison with its runs.
 CAPTURED = DATA / "report" / "runs"
@@ -404,6 +406,28 @@ def test_interval_charts_are_the_records_intervals(root):
     assert by(charts["intervals_gbps"], "s", value="value") == {x["end_s"]: x["gbps"] for x in samples}
     cpu = by(charts["intervals_cpu"], "s", "series", value="value")
     assert cpu == {(x["end_s"], side): x[f"{side}_ns_per_byte"] for x in samples for side in ("client", "server")}
+
+
+@pytest.mark.unit
+def test_state_charts_are_the_records_state(root):
+    """--interval's transport state (a tcp run's): each side's congestion
+    window, RTT and bytes in flight at each interval's end, and its
+    packets sent again over it; what TCP_INFO does not give (lost
+    packets) is left out and the note says why, in the record's words."""
+    rec, charts = record(root, STATE_RUN), charts_of(root, STATE_RUN)
+    samples = rec["intervals"]["samples"]
+    for name, (fields, _, _, scale) in report_html.STATE_CHARTS.items():
+        want = {
+            (x["end_s"], f"{side} {f.split('_')[0]}" if len(fields) > 1 else side): x["state"][side][f] * scale
+            for x in samples
+            for side in ("client", "server")
+            for f in fields
+            if x["state"][side][f] is not None
+        }
+        assert want and by(charts[name], "s", "series", value="value") == pytest.approx(want), name
+    assert "client lost" not in {r["series"] for r in charts["state_losses"]}
+    page = (root / STATE_RUN / "report.html").read_text()
+    assert rec["intervals"]["state_absent"]["client"]["lost_packets"] in page
 
 
 def cpu_total(rec: dict, side: str):
@@ -799,6 +823,7 @@ CASES = {
     "download": ("20261122-000002-000d01", 6, 0, {"download_times", "download_cdf", "packet_size"}),
     "link": ("20261122-000003-000e01", 2, 0, {"cpu", "link"}),
     "intervals": (INTERVAL_RUN, 4, 3, {"categories", "cpu", "intervals_gbps", "intervals_cpu"}),
+    "state": (STATE_RUN, 6, 0, {"intervals_gbps", "state_cwnd", "state_rtt", "state_in_flight", "state_losses"}),
     "mix": (MIX_RUN, 2, 0, {"mix_goodput", "link"}),
     "rr": (RR_RUN, 4, 3, {"rr_cdf", "categories", "syscall_time", "packet_size"}),
 }
