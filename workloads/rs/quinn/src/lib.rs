@@ -120,9 +120,6 @@ struct Conn {
     dead: bool,
     close_req: bool,
     close_code: u64,
-    /// Closed by us and not yet drained: quinn-proto answers what still
-    /// arrives with its CONNECTION_CLOSE, for three PTOs (RFC 9000 10.2.1).
-    closing: bool,
     stats: bool,
     offered_0rtt: bool,
     counts: [u64; 4], /* its part of the sums: sent, lost packets, lost bytes, congestion events */
@@ -389,7 +386,7 @@ unsafe fn stream_free(s: *mut Stream) {
 
 unsafe extern "C" fn q_room(s: *mut WlStream) -> usize {
     let s = s as *mut Stream;
-    if (*(*s).c).dead || (*(*s).c).closing || (*s).fin_req || (*s).aborted || (*s).recv_only {
+    if (*(*s).c).dead || (*s).fin_req || (*s).aborted || (*s).recv_only {
         return 0;
     }
     let room = if (*s).blocked {
@@ -684,17 +681,6 @@ unsafe fn service(c: *mut Conn) {
         (*c).again = false;
         endpoint_events(c);
         app_events(c);
-        if (*c).closing && !(*c).dead {
-            // Our CONNECTION_CLOSE went once; if it was lost, the peer's
-            // next packets are answered with it again until the close
-            // timer drains the connection. Its socket stays open until
-            // then: a lost close left quiche's server waiting out its
-            // idle timeout (30 s) for a client that had gone.
-            conn_flush(c);
-            endpoint_events(c);
-            (*c).dead = (*c).q.is_drained();
-            break;
-        }
         // By index, not over a copy: a handler may open a stream (pushed at
         // the end); only the closed step below takes one out.
         let mut i = 0;
@@ -723,9 +709,8 @@ unsafe fn service(c: *mut Conn) {
                 VarInt::from_u64((*c).close_code).unwrap_or(VarInt::MAX),
                 Bytes::new(),
             );
-            conn_flush(c); /* the CONNECTION_CLOSE: the connection is over for us, once drained */
-            (*c).closing = true;
-            break;
+            conn_flush(c); /* the CONNECTION_CLOSE: the connection is over for us */
+            (*c).dead = true;
         }
         let mut i = 0;
         while i < (*c).streams.len() && !(*c).dead {
@@ -926,7 +911,6 @@ unsafe fn conn_alloc(ch: ConnectionHandle, q: Connection, server: bool, fd: c_in
         dead: false,
         close_req: false,
         close_code: 0,
-        closing: false,
         stats: false,
         offered_0rtt: false,
         counts: [0; 4],
@@ -1265,7 +1249,7 @@ unsafe extern "C" fn q_open(
     out: *mut *mut WlStream,
 ) -> c_int {
     let c = c as *mut Conn;
-    if (*c).dead || (*c).closing {
+    if (*c).dead {
         return exit::CONN_LOST;
     }
     let uni = flags & WL_STREAM_UNI != 0;
@@ -1292,7 +1276,7 @@ unsafe extern "C" fn q_send(
 ) -> c_int {
     let s = s as *mut Stream;
     let c = (*s).c;
-    if (*c).dead || (*c).closing || (*s).fin_req || (*s).aborted || hdr_len > WL_HDR_MAX {
+    if (*c).dead || (*s).fin_req || (*s).aborted || hdr_len > WL_HDR_MAX {
         return exit::CONN_LOST;
     }
     if hdr_len > 0 || body_len > 0 || !tag.is_null() {
