@@ -537,7 +537,7 @@ def print_comparison_summary(rec: dict, console: Optional[Console] = None) -> No
         console.print(t)
     else:
         _print_configurations_as_rows(console, labels, main, [])
-    console.print(f"more: qprof show {rec['id']} --all (all figures, categories, flame diff)")
+    console.print(f"more: qprof show {rec['id']} --all (every figure, the flame diff)")
 
 
 def _comparison_figures(rec: dict, keys=None):

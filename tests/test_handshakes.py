@@ -186,7 +186,7 @@ def test_compare_carries_the_handshake_figures_and_diffs_per_handshake(runs_dir)
     diff drawn and printed per handshake."""
     r = qprof(
         *("compare", "--stacks", "quic,tcp", "--pattern", "handshakes", "--conns", "2"),
-        *("-d", "0.5s", "--warmup", "0.3s", "--repeat", "1"),
+        *("-d", "0.5s", "--warmup", "0.3s", "--repeat", "1", "--detail"),
         runs_dir=runs_dir,
     )
     assert r.returncode == 0, r.stderr

@@ -496,6 +496,6 @@ def test_a_real_run_is_indexed_as_it_completes(runs_dir):
     built = rows(runs_dir)
     history.open_index(runs_dir, rebuild=True).close()
     assert rows(runs_dir) == built
-    r = qprof("show", rec["id"], "--runs-dir", str(runs_dir))
+    r = qprof("show", rec["id"], "--all", "--runs-dir", str(runs_dir))
     assert r.returncode == 0 and r.stderr == "", r.stderr
     assert f"run {rec['id']}" in r.stdout

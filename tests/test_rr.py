@@ -254,7 +254,7 @@ def test_compare_of_closed_loops_carries_the_rate_and_diffs_per_request(runs_dir
     requests in flight, which a closed loop has instead of a period)."""
     r = qprof(
         *("compare", "--stacks", "quic,tcp-tls", "--pattern", "rr", "--rr-mode", "closed", "--streams", "4"),
-        *("--request", "512", "--response", "4000", "-d", "0.5s", "--warmup", "0.3s", "--repeat", "1"),
+        *("--request", "512", "--response", "4000", "-d", "0.5s", "--warmup", "0.3s", "--repeat", "1", "--detail"),
         runs_dir=runs_dir,
     )
     assert r.returncode == 0, r.stderr
