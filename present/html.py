@@ -755,30 +755,33 @@ def _interval_charts(rec: dict) -> List[Chart]:
             continue
         title, unit = titles[name]
         note = f"The goodput's coefficient of variation over the whole intervals: {cv:.3f}." if cv is not None else ""
-        out.append(
-            Chart(
-                name,
-                title,
-                {
-                    "data": {"values": rows},
-                    "mark": {"type": "line", "point": True},
-                    "encoding": {
-                        "x": {"field": "s", "type": "quantitative", "title": "s from the window's start"},
-                        "y": {"field": "value", "type": "quantitative", "title": unit},
-                        "color": {"field": "series", "type": "nominal", "title": None},
-                        "tooltip": [
-                            {"field": "series"},
-                            {"field": "s", "format": ".2f"},
-                            {"field": "value", "format": ".3f"},
-                        ],
-                    },
-                    "width": CHART_WIDTH,
-                    "height": CHART_HEIGHT,
-                },
-                note if name == "intervals_gbps" else "",
-            )
-        )
+        out.append(_over_time(name, title, unit, rows, ".3f", note if name == "intervals_gbps" else ""))
     return out + _state_charts(rec, samples)
+
+
+def _over_time(name: str, title: str, unit: str, rows: list, value_format: str, note: str) -> Chart:
+    """A line per series over the window: rows of {s (from the window's start), series, value}."""
+    return Chart(
+        name,
+        title,
+        {
+            "data": {"values": rows},
+            "mark": {"type": "line", "point": True},
+            "encoding": {
+                "x": {"field": "s", "type": "quantitative", "title": "s from the window's start"},
+                "y": {"field": "value", "type": "quantitative", "title": unit},
+                "color": {"field": "series", "type": "nominal", "title": None},
+                "tooltip": [
+                    {"field": "series"},
+                    {"field": "s", "format": ".2f"},
+                    {"field": "value", "format": value_format},
+                ],
+            },
+            "width": CHART_WIDTH,
+            "height": CHART_HEIGHT,
+        },
+        note,
+    )
 
 
 # The transport's state at each interval (record.intervals.samples[].state,
@@ -824,29 +827,7 @@ def _state_charts(rec: dict, samples: list) -> List[Chart]:
         ]
         if not rows:
             continue
-        out.append(
-            Chart(
-                name,
-                title,
-                {
-                    "data": {"values": rows},
-                    "mark": {"type": "line", "point": True},
-                    "encoding": {
-                        "x": {"field": "s", "type": "quantitative", "title": "s from the window's start"},
-                        "y": {"field": "value", "type": "quantitative", "title": unit},
-                        "color": {"field": "series", "type": "nominal", "title": None},
-                        "tooltip": [
-                            {"field": "series"},
-                            {"field": "s", "format": ".2f"},
-                            {"field": "value", "format": ",.1f"},
-                        ],
-                    },
-                    "width": CHART_WIDTH,
-                    "height": CHART_HEIGHT,
-                },
-                ("Not given: " + "; ".join(why) + ".") if why else "",
-            )
-        )
+        out.append(_over_time(name, title, unit, rows, ",.1f", ("Not given: " + "; ".join(why) + ".") if why else ""))
     return out
 
 
