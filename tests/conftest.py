@@ -334,6 +334,14 @@ def another_sessions(pid: str) -> bool:
     return bool(tags) and tags[0] != SESSION
 
 
+def gone(pid: str) -> bool:
+    """The process has exited (and been reaped) since `ps` listed it: it
+    leaves nothing behind. (ci55: a qprof-wl of the session beside, listed
+    by `ps` and gone before its environment could be read, so that it was
+    no session's and counted as this one's.)"""
+    return not Path(f"/proc/{pid}").exists()
+
+
 def init_reaps(pid: str) -> bool:
     """An exited process that only init has left to reap: its parent died
     first (a guest's QEMU whose launcher went before it), so it holds
@@ -399,7 +407,11 @@ def leftovers():
     found += [
         f"process {line.strip()}"
         for line in ps.splitlines()
-        if a_runs(line) and not another_sessions(line.split()[0]) and not init_reaps(line.split()[0])
+        if a_runs(line)
+        and not another_sessions(line.split()[0])
+        and not init_reaps(line.split()[0])
+        # asked last: a process gone while the others were asked is no leftover
+        and not gone(line.split()[0])
     ]
     found += netns_processes(theirs) if system_wide else []
     state = Path(os.environ.get("QPROF_STATE_DIR", "/run/qprof"))
