@@ -123,6 +123,7 @@ struct Conn {
     stats: bool,
     offered_0rtt: bool,
     counts: [u64; 4], /* its part of the sums: sent, lost packets, lost bytes, congestion events */
+    lingering: bool,  /* over for the app, closing or draining for quinn (finish) */
 }
 
 struct State {
@@ -137,6 +138,7 @@ struct State {
     listening: bool,
     io: WlUdpIo,
     conns: HashMap<ConnectionHandle, *mut Conn>,
+    lingering: usize, /* of conns, those over for the app and not yet drained */
     txbuf: Vec<u8>,
     rx: BytesMut,
     key_exchange: Vec<String>,
@@ -629,8 +631,14 @@ unsafe fn arm(c: *mut Conn) {
     wl_timer_arm((*c).timer, e);
 }
 
+/// The connection is over for the app: its streams' and its own closed
+/// handlers now. A connection quinn still closes or drains (RFC 9000
+/// 10.2) stays with its timer and socket until quinn says it has drained,
+/// answering the peer's packets with its CONNECTION_CLOSE: a close sent
+/// once and lost (the peer's socket full under a download) left the peer
+/// waiting out its idle timeout (30 s), as quinn's own endpoint driver
+/// does not.
 unsafe fn finish(c: *mut Conn) {
-    let n = st();
     (*c).busy = 1; /* for good: what its handlers ask now does nothing */
     snapshot(c);
     while let Some(&s) = (*c).streams.first() {
@@ -641,6 +649,41 @@ unsafe fn finish(c: *mut Conn) {
         }
         stream_free(s);
     }
+    if (*c).stats {
+        STATS.lock().unwrap().levels = None;
+    }
+    if (*c).q.is_closed() && !(*c).q.is_drained() {
+        (*c).lingering = true;
+        (*st()).lingering += 1;
+        (*c).armed = u64::MAX - 1; /* quinn's close timer from now on */
+        arm(c);
+    }
+    if let Some(f) = (*(*c).hd).closed {
+        f(c as *mut c_void, (*c).ctx, &(*c).end);
+    }
+    if !(*c).lingering {
+        release(c);
+    }
+}
+
+/// A lingering connection's turn (a datagram, its timer): its close
+/// answered or timed, and released once drained.
+unsafe fn linger(c: *mut Conn) {
+    endpoint_events(c);
+    while (*c).q.poll().is_some() {} /* the app's part is over */
+    conn_flush(c);
+    endpoint_events(c);
+    if (*c).q.is_drained() {
+        (*st()).lingering -= 1;
+        release(c);
+        return;
+    }
+    arm(c);
+}
+
+/// Its timer, its socket (a client's), its place in the endpoint: gone.
+unsafe fn release(c: *mut Conn) {
+    let n = st();
     wl_loop_del((*c).timer);
     libc::close((*c).timer);
     if !(*c).server && (*c).fd >= 0 {
@@ -652,12 +695,6 @@ unsafe fn finish(c: *mut Conn) {
         if let Some(ep) = (*n).endpoint.as_mut() {
             let _ = ep.handle_event((*c).ch, EndpointEvent::drained());
         }
-    }
-    if let Some(f) = (*(*c).hd).closed {
-        f(c as *mut c_void, (*c).ctx, &(*c).end);
-    }
-    if (*c).stats {
-        STATS.lock().unwrap().levels = None;
     }
     drop(Box::from_raw(c));
 }
@@ -784,6 +821,11 @@ unsafe extern "C" fn on_timer(fd: c_int, _events: u32, arg: *mut c_void) {
     } else if *libc::__errno_location() != libc::EAGAIN {
         return;
     }
+    if (*c).lingering {
+        (*c).q.handle_timeout(Instant::now());
+        linger(c);
+        return;
+    }
     // A handshake that never completes: given up, as msquic's and ngtcp2's.
     if !(*c).end.connected && !(*c).dead && wl_now_ns() - (*c).t_connect > HANDSHAKE_TIMEOUT_NS {
         set_transport_end(c, c"handshake timeout");
@@ -804,7 +846,7 @@ unsafe fn feed(fd: c_int, data: BytesMut, from: SocketAddr) -> *mut Conn {
     let ev = ep.handle(now, from, None, None, data, &mut (*n).txbuf);
     match ev {
         Some(DatagramEvent::ConnectionEvent(ch, ce)) => match (*n).conns.get(&ch) {
-            Some(&c) if !(*c).dead => {
+            Some(&c) if !(*c).dead || (*c).lingering => {
                 (*c).q.handle_event(ce);
                 c
             }
@@ -884,7 +926,11 @@ unsafe extern "C" fn on_fd(fd: c_int, _events: u32, _arg: *mut c_void) {
     }
     for c in touched {
         (*c).busy -= 1;
-        service(c);
+        if (*c).lingering {
+            linger(c);
+        } else {
+            service(c);
+        }
     }
 }
 
@@ -914,6 +960,7 @@ unsafe fn conn_alloc(ch: ConnectionHandle, q: Connection, server: bool, fd: c_in
         stats: false,
         offered_0rtt: false,
         counts: [0; 4],
+        lingering: false,
     }));
     if wl_loop_add(timer, EPOLLIN, on_timer, c as *mut c_void) != 0 {
         libc::close(timer);
@@ -1101,6 +1148,7 @@ unsafe extern "C" fn q_init(o: *const WlOpts, server: bool) -> c_int {
         listening: false,
         io: WlUdpIo::default(),
         conns: HashMap::new(),
+        lingering: 0,
         txbuf: Vec::with_capacity(GSO_SEGMENTS * 1500),
         rx: BytesMut::with_capacity(RX_BUF),
         key_exchange: p.kx_groups.iter().map(|g| format!("{:?}", g.name())).collect(),
@@ -1353,8 +1401,36 @@ unsafe extern "C" fn q_conn_info(c: *mut WlConn, r: *mut WlDl) {
     (*r).packets_received = s.udp_rx.datagrams;
 }
 
+/// How long the end waits for its lingering connections to drain (their
+/// close timers, three PTOs each, run out well before).
+const LINGER_NS: u64 = 1_000_000_000;
+
+unsafe extern "C" fn lingered(deadline: *mut c_void) -> bool {
+    (*st()).lingering == 0 || wl_now_ns() >= *(deadline as *const u64)
+}
+
+unsafe extern "C" fn deadline_passed(fd: c_int, _events: u32, _arg: *mut c_void) {
+    let mut v: u64 = 0;
+    libc::read(fd, &mut v as *mut u64 as *mut c_void, 8);
+}
+
 unsafe extern "C" fn q_fini() {
     let n = st();
+    // The connections closed last still answer their peers until drained
+    // (finish): the loop runs on for them, bounded (a timer of its own
+    // wakes it at the deadline).
+    if (*n).lingering > 0 {
+        let mut deadline = wl_now_ns() + LINGER_NS;
+        let t = wl_timer_open();
+        if t >= 0 && wl_loop_add(t, EPOLLIN, deadline_passed, std::ptr::null_mut()) == 0 {
+            wl_timer_arm(t, deadline);
+            wl_loop_run(lingered, &mut deadline as *mut u64 as *mut c_void);
+            wl_loop_del(t);
+        }
+        if t >= 0 {
+            libc::close(t);
+        }
+    }
     if (*n).listen_fd >= 0 {
         wl_loop_del((*n).listen_fd);
         libc::close((*n).listen_fd);

@@ -261,6 +261,7 @@ extern "C" {
     pub fn wl_loop_add(fd: c_int, events: u32, f: LoopFn, arg: *mut c_void) -> c_int;
     pub fn wl_loop_del(fd: c_int);
     pub fn wl_loop_again(fd: c_int);
+    pub fn wl_loop_run(done: unsafe extern "C" fn(*mut c_void) -> bool, arg: *mut c_void) -> c_int;
     pub fn wl_bind(fd: c_int, a: *const sockaddr_in, proto: *const c_char, o: *const WlOpts) -> c_int;
     fn wl_warn(fmt: *const c_char, ...);
     pub fn wl_json_begin(j: *mut WlJson);
