@@ -12,6 +12,7 @@ import re
 import subprocess
 
 import pytest
+from test_intervals import assert_state_at_each_interval
 from test_mix import assert_bottleneck_conserves_bytes, assert_jain_and_shares
 
 from qprof import errors
@@ -146,10 +147,13 @@ def assert_categories(rec, run_dir, work=("crypto", "protocol")):
 def test_bulk_is_verified_and_measured(runs_dir, stack):
     """A library's bulk upload, measured whole, in qprof's own protocol
     (--proto qprof: each stream one way, the server told the direction by
-    its options); the QUIC performance protocol, the default, is every
-    other test's bulk."""
-    rec = lib_run(runs_dir, stack, "--streams", "2", "--duration", "1.5s", "--warmup", "0.3s", "--proto", "qprof")
+    its options), cut into intervals; the QUIC performance protocol, the
+    default, is every other test's bulk."""
+    args = ("--streams", "2", "--duration", "1.5s", "--warmup", "0.3s", "--proto", "qprof", "--interval", "0.5s")
+    rec = lib_run(runs_dir, stack, *args)
     assert rec["verified"] is True and rec["stack"] == stack and rec["config"]["proto"] == "qprof"
+    # Its transport's state at each interval, read from the library (the run shares test_intervals' checks).
+    assert_state_at_each_interval(rec, stack)
     lib = rec["environment"]["quic_library"]
     assert lib["name"] == stack and lib["version"] == version_of(stack)
     assert lib["crypto"].startswith(crypto_of(stack)), lib
