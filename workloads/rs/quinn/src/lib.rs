@@ -632,12 +632,12 @@ unsafe fn arm(c: *mut Conn) {
 }
 
 /// The connection is over for the app: its streams' and its own closed
-/// handlers now. A connection quinn still closes or drains (RFC 9000
-/// 10.2) stays with its timer and socket until quinn says it has drained,
-/// answering the peer's packets with its CONNECTION_CLOSE: a close sent
-/// once and lost (the peer's socket full under a download) left the peer
-/// waiting out its idle timeout (30 s), as quinn's own endpoint driver
-/// does not.
+/// handlers now. A connection this side closed stays in its closing
+/// period (RFC 9000 10.2.1) with its timer and socket until quinn says it
+/// has drained, answering the peer's packets with its CONNECTION_CLOSE: a
+/// close sent once and lost (the peer's socket full under a download)
+/// left the peer waiting out its idle timeout (30 s), as quinn's own
+/// endpoint driver does not.
 unsafe fn finish(c: *mut Conn) {
     (*c).busy = 1; /* for good: what its handlers ask now does nothing */
     snapshot(c);
@@ -652,7 +652,8 @@ unsafe fn finish(c: *mut Conn) {
     if (*c).stats {
         STATS.lock().unwrap().levels = None;
     }
-    if (*c).q.is_closed() && !(*c).q.is_drained() {
+    // Only a close of ours: one the peer sent leaves nothing to answer (draining, 10.2.2).
+    if (*c).close_req && (*c).q.is_closed() && !(*c).q.is_drained() {
         (*c).lingering = true;
         (*st()).lingering += 1;
         (*c).armed = u64::MAX - 1; /* quinn's close timer from now on */
