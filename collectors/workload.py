@@ -76,12 +76,17 @@ def external_failure(code, msg: str, where: str) -> Optional[errors.QprofError]:
 
 
 class WorkloadProcess(ControlledProcess):
+    """One side's qprof-wl (an ExternalProgram, external, is the user's)."""
+
+    external = False
+
     def __init__(self, role: str, argv: List[str], endpoint: Endpoint, log_path: Path):
         # Another host's (collectors/remote.py RemoteEndpoint): it runs there through ssh.
         self.host = getattr(endpoint, "host", None)
         super().__init__(role, endpoint.controlled(argv), log_path, spawned=self.host is not None)
         self.role = role
-        self.peer: Optional["WorkloadProcess"] = None  # the other side of its flow, once it runs
+        # The other side of its flow, once it runs: a qprof-wl or an ExternalProgram.
+        self.peer: Optional[ControlledProcess] = None
 
     def wait_event(self, name: str, timeout_s: float) -> dict:
         try:
@@ -126,7 +131,7 @@ class WorkloadProcess(ControlledProcess):
             code = self._there(code, msg)
         if code not in OWN_CAUSES and self.peer is not None and self.peer._ends_with_own_cause(PEER_GRACE_S):
             self.peer.raise_exit()
-        if getattr(self.peer, "external", False):
+        if self.peer is not None and self.peer.external:
             # Its server is a program of the user's (--server-cmd): what its client's end says of it.
             failure = external_failure(code, msg, where)
             if failure is not None:
