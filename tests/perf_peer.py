@@ -69,12 +69,20 @@ async def aioquic_client(port: int, requests: list, aes128_first: bool = False) 
 
 
 async def aioquic_server(
-    addr: str, port: int, cert_file: str, key_file: str, uploads: list, short: int = 0, aes128_first: bool = False
+    addr: str,
+    port: int,
+    cert_file: str,
+    key_file: str,
+    uploads: list,
+    short: int = 0,
+    aes128_first: bool = False,
+    create_protocol=None,
 ):
     """A perf server: each stream's count read, its request read to its
     FIN (its length appended to uploads), then the count answered (less
-    `short`) and FIN; a stream its client stops ends the answer."""
-    from aioquic.asyncio import serve
+    `short`) and FIN; a stream its client stops ends the answer.
+    create_protocol: each connection's protocol, as aioquic's serve() takes it."""
+    from aioquic.asyncio import QuicConnectionProtocol, serve
 
     async def answer(reader, writer):
         want = struct.unpack(">Q", await reader.readexactly(8))[0]
@@ -106,7 +114,52 @@ async def aioquic_server(
         asyncio.ensure_future(answer(reader, writer))
 
     config = aioquic_config(False, cert_file, key_file, aes128_first)
-    return await serve(addr, port, configuration=config, stream_handler=on_stream)
+    return await serve(
+        addr,
+        port,
+        configuration=config,
+        stream_handler=on_stream,
+        create_protocol=create_protocol or QuicConnectionProtocol,
+    )
+
+
+def losing_first_close(ended: asyncio.Future):
+    """A server connection's protocol that loses the first CONNECTION_CLOSE
+    its client sends, as if the packet that carried it never came (the
+    frame read and dropped, the rest of the packet taken), and sends a
+    PING then, as a server still sending would: a client in its closing
+    period (RFC 9000 10.2.1) answers with its close again. `ended` gets
+    the ConnectionTerminated the connection ends with."""
+    from aioquic.asyncio import QuicConnectionProtocol
+    from aioquic.quic.events import ConnectionTerminated
+
+    class Losing(QuicConnectionProtocol):
+        def __init__(self, quic, *args, **kwargs):
+            super().__init__(quic, *args, **kwargs)
+            handlers = quic._QuicConnection__frame_handlers
+            lost = []
+
+            for kind in (0x1C, 0x1D):  # CONNECTION_CLOSE, transport and application
+                handle, epochs = handlers[kind]
+
+                def lose_first(context, frame_type, buf, handle=handle):
+                    if lost:
+                        return handle(context, frame_type, buf)
+                    buf.pull_uint_var()  # its error code
+                    if frame_type == 0x1C:
+                        buf.pull_uint_var()  # the frame type it names
+                    buf.pull_bytes(buf.pull_uint_var())  # its reason
+                    lost.append(frame_type)
+                    quic.send_ping(1)  # sent once this datagram is taken
+
+                handlers[kind] = (lose_first, epochs)
+
+        def quic_event_received(self, event):
+            if isinstance(event, ConnectionTerminated) and not ended.done():
+                ended.set_result(event)
+            super().quic_event_received(event)
+
+    return Losing
 
 
 async def serve_forever(args) -> None:

@@ -11,7 +11,7 @@ import json
 import subprocess
 
 import pytest
-from perf_peer import aioquic_client, aioquic_server
+from perf_peer import aioquic_client, aioquic_server, losing_first_close
 from test_wl_download import WL
 
 from conftest import free_port, needs_build
@@ -27,6 +27,11 @@ ANSWER = 3_000_000  # bytes a perf peer asks for, or sends, in the aioquic tests
 # handshake ran and refuses another, so aioquic, which prefers AES-256-GCM,
 # puts AES-128-GCM first for them (the other libraries offer it alone).
 OFFER_EVERY_SUITE = ("tquic",)
+# The libraries whose qprof-wl transport keeps a connection it closed in
+# its closing period, answering its peer with its close (RFC 9000 10.2.1).
+# ngtcp2's, quiche's, tquic's, quic-go's and s2n-quic's do not yet: their
+# client, its close lost once, leaves the server to its idle timeout.
+CLOSING_PERIOD = ("quic", "quinn")
 
 
 def events(out: str) -> dict:
@@ -162,3 +167,33 @@ def test_a_perf_server_of_another_implementation(stack, cert):
     assert done["stream_bytes"] == [0, ANSWER] and done["sent_bytes"] == ANSWER, done
     # The down stream's request carried its count alone; the up stream's, the pattern's bytes.
     assert sorted(uploads) == [0, ANSWER], uploads
+
+
+async def close_lost_once(stack: str, port: int, cert: list):
+    """A qprof-wl client's download from aioquic's server, whose connection
+    loses the client's first CONNECTION_CLOSE: how that connection ended."""
+    ended = asyncio.get_running_loop().create_future()
+    srv = await aioquic_server(
+        "127.0.0.1", port, cert[1], cert[3], [], aes128_first=stack in OFFER_EVERY_SUITE,
+        create_protocol=losing_first_close(ended),
+    )  # fmt: skip
+    try:
+        argv = client_argv(stack, port, "--direction", "down", "--bytes", str(ANSWER), "--verify", "size")
+        p = await asyncio.create_subprocess_exec(*argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        _, err = await asyncio.wait_for(p.communicate(), 60)
+        assert p.returncode == 0, err.decode()
+        # aioquic's idle timeout is 60 s: an unanswered PING ends it by that, long after this.
+        return await asyncio.wait_for(ended, 30)
+    finally:
+        srv.close()
+
+
+@pytest.mark.parametrize("stack", CLOSING_PERIOD)
+def test_a_close_lost_once_is_sent_again(stack, cert):
+    """The client closes once its download is whole; its CONNECTION_CLOSE
+    is lost and the server goes on sending: the client, still in its
+    closing period, answers with its close again, and the server's
+    connection ends by the client's close, not by its idle timeout. (Sent
+    once and lost, it left quiche's server waiting 30 s.)"""
+    ended = asyncio.run(close_lost_once(stack, free_port(), cert))
+    assert ended.reason_phrase != "Idle timeout", ended
