@@ -123,7 +123,7 @@ struct Conn {
     stats: bool,
     offered_0rtt: bool,
     counts: [u64; 4], /* its part of the sums: sent, lost packets, lost bytes, congestion events */
-    lingering: bool,  /* over for the app, closing or draining for quinn (finish) */
+    lingering: bool,  /* over for the app, in its closing period for quinn (finish) */
 }
 
 struct State {
@@ -138,7 +138,6 @@ struct State {
     listening: bool,
     io: WlUdpIo,
     conns: HashMap<ConnectionHandle, *mut Conn>,
-    lingering: usize, /* of conns, those over for the app and not yet drained */
     txbuf: Vec<u8>,
     rx: BytesMut,
     key_exchange: Vec<String>,
@@ -655,7 +654,6 @@ unsafe fn finish(c: *mut Conn) {
     // Only a close of ours: one the peer sent leaves nothing to answer (draining, 10.2.2).
     if (*c).close_req && (*c).q.is_closed() && !(*c).q.is_drained() {
         (*c).lingering = true;
-        (*st()).lingering += 1;
         (*c).armed = u64::MAX - 1; /* quinn's close timer from now on */
         arm(c);
     }
@@ -675,7 +673,6 @@ unsafe fn linger(c: *mut Conn) {
     conn_flush(c);
     endpoint_events(c);
     if (*c).q.is_drained() {
-        (*st()).lingering -= 1;
         release(c);
         return;
     }
@@ -1149,7 +1146,6 @@ unsafe extern "C" fn q_init(o: *const WlOpts, server: bool) -> c_int {
         listening: false,
         io: WlUdpIo::default(),
         conns: HashMap::new(),
-        lingering: 0,
         txbuf: Vec::with_capacity(GSO_SEGMENTS * 1500),
         rx: BytesMut::with_capacity(RX_BUF),
         key_exchange: p.kx_groups.iter().map(|g| format!("{:?}", g.name())).collect(),
@@ -1406,8 +1402,13 @@ unsafe extern "C" fn q_conn_info(c: *mut WlConn, r: *mut WlDl) {
 /// close timers, three PTOs each, run out well before).
 const LINGER_NS: u64 = 1_000_000_000;
 
+/// Connections still in their closing period (finish).
+unsafe fn lingering() -> bool {
+    (*st()).conns.values().any(|&c| (*c).lingering)
+}
+
 unsafe extern "C" fn lingered(deadline: *mut c_void) -> bool {
-    (*st()).lingering == 0 || wl_now_ns() >= *(deadline as *const u64)
+    !lingering() || wl_now_ns() >= *(deadline as *const u64)
 }
 
 unsafe extern "C" fn deadline_passed(fd: c_int, _events: u32, _arg: *mut c_void) {
@@ -1420,7 +1421,7 @@ unsafe extern "C" fn q_fini() {
     // The connections closed last still answer their peers until drained
     // (finish): the loop runs on for them, bounded (a timer of its own
     // wakes it at the deadline).
-    if (*n).lingering > 0 {
+    if lingering() {
         let mut deadline = wl_now_ns() + LINGER_NS;
         let t = wl_timer_open();
         if t >= 0 && wl_loop_add(t, EPOLLIN, deadline_passed, std::ptr::null_mut()) == 0 {
