@@ -336,12 +336,14 @@ def test_exited_thread_kept(scratch):
     )
     try:
         with cputhread([proc.pid], scratch) as probe:
+            steal_before = {"steal_ns": steal_ns()}
             probe.mark("start")
             proc.stdin.write("go\n")
             proc.stdin.flush()
             tid, cpu_ns = map(int, proc.stdout.readline().split())
             assert proc.stdout.readline() == "joined\n"
             end = by_tid(probe.mark("end"), proc.pid)
+            steal = most_steal(steal_before, {"steal_ns": steal_ns()})
         proc.stdin.write("exit\n")
         proc.stdin.flush()
         assert proc.wait(timeout=10) == 0
@@ -355,7 +357,9 @@ def test_exited_thread_kept(scratch):
     assert t["exited"] is True and t["switches"] >= 1
     # After its last clock read the thread still prints and exits; 1% and
     # 1 ms for what schedstat moves at its few switches (module docstring).
-    assert cpu_ns * 0.99 - 1e6 <= t["oncpu_ns"] <= cpu_ns * 1.01 + 5e6, (t, cpu_ns)
+    # Above that, the probe's wall-clock slices hold the steal the thread's
+    # own clock leaves out, as in test_running_slice_counted (ci59: 34 ms).
+    assert cpu_ns * 0.99 - 1e6 <= t["oncpu_ns"] <= cpu_ns * 1.01 + 5e6 + steal, (t, cpu_ns, steal)
     assert end[proc.pid]["exited"] is False
 
 
