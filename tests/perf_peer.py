@@ -126,8 +126,8 @@ async def aioquic_server(
 def losing_first_close(ended: asyncio.Future):
     """A server connection's protocol that loses the first CONNECTION_CLOSE
     its client sends, as if the packet that carried it never came (the
-    frame read and dropped, the rest of the packet taken), and sends a
-    PING then, as a server still sending would: a client in its closing
+    frame read and dropped, the rest of the packet taken but its number
+    not), and sends a PING then, as a server still sending would: a client in its closing
     period (RFC 9000 10.2.1) answers with its close again. `ended` gets
     the ConnectionTerminated the connection ends with."""
     from aioquic.asyncio import QuicConnectionProtocol
@@ -153,6 +153,26 @@ def losing_first_close(ended: asyncio.Future):
                     quic.send_ping(1)  # sent once this datagram is taken
 
                 handlers[kind] = (lose_first, epochs)
+
+            receive = quic.receive_datagram
+
+            def receive_datagram(data, addr, now):
+                """The datagram that carried the lost close, as if it never
+                came: its packet numbers not taken as received, so that a
+                copy of the same packet (RFC 9000 10.2.1 allows the exact
+                packet again) is not dropped as a duplicate."""
+                spaces = quic._spaces.values()
+                before = [set(s.received_packets._received) for s in spaces]
+                lost_before = len(lost)
+                receive(data, addr, now)
+                if len(lost) == lost_before:
+                    return
+                for space, was in zip(spaces, before):
+                    for pn in space.received_packets._received - was:
+                        space.received_packets._received.discard(pn)
+                        space.ack_queue.subtract(pn, pn + 1)
+
+            quic.receive_datagram = receive_datagram
 
         def quic_event_received(self, event):
             if isinstance(event, ConnectionTerminated) and not ended.done():

@@ -113,6 +113,9 @@ struct wl_conn {
 	ngtcp2_cid cids[MAX_CIDS];    /* server: the DCIDs it is known by */
 	int ncids;
 	uint64_t pkts_sent, pkts_recv, stream_lost;
+	/* Client: the CONNECTION_CLOSE it sent, for its closing period (finish). */
+	size_t close_len;
+	uint8_t close_pkt[WL_CLOSE_MAX];
 };
 
 static struct {
@@ -252,8 +255,13 @@ static void send_close(struct wl_conn *c, const ngtcp2_connection_close_error *c
 	ngtcp2_path_storage_zero(&ps);
 	n = ngtcp2_conn_write_connection_close(c->qc, &ps.path, &pi, N.txbuf, PKT_MAX, ccerr,
 					       wl_now_ns());
-	if (n > 0)
-		send_batch(c, N.txbuf, (size_t)n, (size_t)n);
+	if (n <= 0)
+		return;
+	send_batch(c, N.txbuf, (size_t)n, (size_t)n);
+	if (!c->server && (size_t)n <= sizeof(c->close_pkt)) {
+		memcpy(c->close_pkt, N.txbuf, (size_t)n);
+		c->close_len = (size_t)n;
+	}
 }
 
 /* An ngtcp2 call failed with rv: what it means for the connection. */
@@ -728,7 +736,14 @@ static void finish(struct wl_conn *c)
 		wl_loop_del(c->timer);
 		close(c->timer);
 	}
-	if (!c->server && c->fd >= 0) {
+	/*
+	 * A client's socket: kept through its closing period if it closed
+	 * the connection (ngtcp2 leaves answering the peer to us).
+	 */
+	if (!c->server && c->fd >= 0 && c->close_len) {
+		wl_udp_io_closing(&N.io, c->fd, c->close_pkt, c->close_len,
+				  3 * ngtcp2_conn_get_pto(c->qc));
+	} else if (!c->server && c->fd >= 0) {
 		wl_loop_del(c->fd);
 		close(c->fd);
 	}
@@ -1327,6 +1342,7 @@ static void ng_conn_info(struct wl_conn *c, struct wl_dl *r)
 
 static void ng_fini(void)
 {
+	wl_udp_io_closings_wait();
 	if (N.listen_fd >= 0) {
 		wl_loop_del(N.listen_fd);
 		close(N.listen_fd);

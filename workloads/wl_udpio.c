@@ -11,6 +11,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <poll.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <unistd.h>
@@ -195,4 +196,152 @@ void wl_udp_io_json(struct wl_udp_io *io, struct wl_json *j)
 	} while (wl_seq_read_retry(&io->seq, seq));
 	for (i = 0; i < 6; i++)
 		wl_json_u64(j, names[i], v[i]);
+}
+
+/* Closing periods (RFC 9000 10.2.1) */
+
+#define CLOSING_BUF 65536 /* what one receive of a closing socket can hold (GRO's most) */
+/* How long the transport's end waits for its closing periods (as rs/quinn's LINGER_NS). */
+#define CLOSINGS_WAIT_NS 1000000000ull
+/* A period's longest (a library that gave no timer): the transports' idle timeout. */
+#define CLOSING_MOST_NS 30000000000ull
+/*
+ * The most kept at once, two fds each (a socket, a timer): past that the
+ * oldest is let go, so that a stream of handshakes (80 ms periods on a
+ * loopback, thousands a second) cannot take the fds its next ones need.
+ */
+#define CLOSINGS_MAX 256
+
+struct closing {
+	struct closing *next;
+	struct wl_udp_io *io;
+	int fd, timer;
+	uint64_t received; /* datagrams since the close */
+	size_t len;
+	uint8_t pkt[WL_CLOSE_MAX];
+};
+
+static struct closing *closings; /* the newest first */
+static int nclosings;
+
+static void closing_end(struct closing *k)
+{
+	struct closing **pp;
+
+	for (pp = &closings; *pp && *pp != k; pp = &(*pp)->next)
+		;
+	if (*pp) {
+		*pp = k->next;
+		nclosings--;
+	}
+	wl_loop_del(k->fd);
+	close(k->fd);
+	if (k->timer >= 0) {
+		wl_loop_del(k->timer);
+		close(k->timer);
+	}
+	free(k);
+}
+
+/* The period is over: the socket let go. */
+static void on_closing_timer(int fd, uint32_t events, void *arg)
+{
+	(void)fd, (void)events;
+	closing_end(arg);
+}
+
+/*
+ * What arrives is read and dropped; the close goes again for the 1st, 2nd,
+ * 4th, 8th ... datagram since, the rate RFC 9000 10.2.1 asks be limited
+ * (quic-go's closed connection answers at these counts too).
+ */
+static void on_closing_fd(int fd, uint32_t events, void *arg)
+{
+	static uint8_t buf[CLOSING_BUF];
+	struct closing *k = arg;
+	struct sockaddr_in from;
+	size_t seg;
+	ssize_t n;
+
+	(void)events;
+	while ((n = wl_udp_io_recv(k->io, fd, buf, sizeof(buf), &from, &seg)) > 0) {
+		const uint64_t before = k->received;
+
+		k->received += ((size_t)n + seg - 1) / seg;
+		/* A power of two passed: the received count's highest bit moved. */
+		if (!before || 63 - __builtin_clzll(k->received) > 63 - __builtin_clzll(before))
+			wl_udp_io_send(k->io, fd, NULL, k->pkt, k->len, k->len);
+	}
+}
+
+void wl_udp_io_closing(struct wl_udp_io *io, int fd, const uint8_t *pkt, size_t len,
+		       uint64_t period_ns)
+{
+	struct closing *k = NULL;
+
+	wl_loop_del(fd);
+	if (!len || len > WL_CLOSE_MAX || !(k = calloc(1, sizeof(*k))) ||
+	    (k->timer = wl_timer_open()) < 0) {
+		/* Nothing to answer with, or no room to keep it: the socket let go now. */
+		if (k)
+			free(k);
+		close(fd);
+		return;
+	}
+	if (period_ns > CLOSING_MOST_NS)
+		period_ns = CLOSING_MOST_NS;
+	k->io = io;
+	k->fd = fd;
+	k->len = len;
+	memcpy(k->pkt, pkt, len);
+	if (wl_loop_add(fd, EPOLLIN, on_closing_fd, k) ||
+	    wl_loop_add(k->timer, EPOLLIN, on_closing_timer, k) ||
+	    wl_timer_arm(k->timer, wl_now_ns() + period_ns)) {
+		closing_end(k); /* not yet listed: its fds let go */
+		return;
+	}
+	if (nclosings == CLOSINGS_MAX) {
+		struct closing *oldest = closings;
+
+		while (oldest->next)
+			oldest = oldest->next;
+		closing_end(oldest);
+	}
+	k->next = closings;
+	closings = k;
+	nclosings++;
+}
+
+static void on_closings_deadline(int fd, uint32_t events, void *arg)
+{
+	uint64_t v;
+
+	(void)events, (void)arg;
+	if (read(fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+		wl_warn("reading the closing periods' timer failed: %s", strerror(errno));
+}
+
+static bool closings_over(void *arg)
+{
+	return !closings || wl_now_ns() >= *(uint64_t *)arg;
+}
+
+void wl_udp_io_closings_wait(void)
+{
+	uint64_t deadline = wl_now_ns() + CLOSINGS_WAIT_NS;
+	int t;
+
+	if (!closings)
+		return;
+	t = wl_timer_open();
+	/* No timer to wake the loop at the deadline: the periods are cut short. */
+	if (t >= 0 && !wl_loop_add(t, EPOLLIN, on_closings_deadline, NULL) &&
+	    !wl_timer_arm(t, deadline))
+		wl_loop_run(closings_over, &deadline);
+	while (closings)
+		closing_end(closings);
+	if (t >= 0) {
+		wl_loop_del(t);
+		close(t);
+	}
 }

@@ -141,6 +141,25 @@ size_t wl_udp_io_send(struct wl_udp_io *io, int fd, const struct sockaddr_in *to
  */
 ssize_t wl_udp_io_recv(struct wl_udp_io *io, int fd, uint8_t *buf, size_t cap,
 		       struct sockaddr_in *from, size_t *seg);
+/*
+ * Closing periods (RFC 9000 10.2.1), for the transports whose library
+ * does not answer a closed connection's peer (ngtcp2 leaves it to the
+ * application; quiche and tquic drop what arrives once closed): a client
+ * connection this side closed hands over its socket fd and the datagram
+ * that carried its CONNECTION_CLOSE, pkt (len bytes, at most
+ * WL_CLOSE_MAX). The loop then sends that datagram again for what
+ * arrives, at a limited rate, until period_ns (three PTOs) has passed,
+ * and lets the socket go; a peer whose copy was lost is answered, not
+ * left to its idle timeout.
+ */
+#define WL_CLOSE_MAX 1500
+void wl_udp_io_closing(struct wl_udp_io *io, int fd, const uint8_t *pkt, size_t len,
+		       uint64_t period_ns);
+/*
+ * At the transport's end: the loop runs on until no closing period is
+ * left, for at most a second, and lets the sockets go.
+ */
+void wl_udp_io_closings_wait(void);
 /* The counts as of one moment (udp_tx_datagrams ... udp_rx_ios), any thread. */
 void wl_udp_io_json(struct wl_udp_io *io, struct wl_json *j);
 

@@ -111,6 +111,10 @@ struct wl_conn {
 	size_t odcid_len;
 	struct wl_conn *next, *tnext; /* server: the live ones; touched in a read */
 	uint64_t counts[4];	      /* its part of N.sums: sent, lost, lost bytes, resent */
+	/* Client: the CONNECTION_CLOSE it sent, for its closing period (finish). */
+	bool closing;
+	size_t close_len;
+	uint8_t close_pkt[WL_CLOSE_MAX];
 };
 
 static struct {
@@ -209,6 +213,10 @@ static void send_batch(struct wl_conn *c, const struct sockaddr_in *to, uint8_t 
 		       size_t seg)
 {
 	wl_udp_io_send(&N.io, c->fd, c->server ? to : NULL, buf, len, seg);
+	if (c->closing && !c->close_len && !c->server && seg <= sizeof(c->close_pkt)) {
+		c->close_len = len < seg ? len : seg;
+		memcpy(c->close_pkt, buf, c->close_len);
+	}
 }
 
 /* Ends and errors */
@@ -513,7 +521,15 @@ static void finish(struct wl_conn *c)
 	}
 	wl_loop_del(c->timer);
 	close(c->timer);
-	if (!c->server && c->fd >= 0) {
+	/*
+	 * A client's socket: kept through its closing period if it closed the
+	 * connection (quiche drops what arrives once closed); quiche's timer
+	 * now is the period's end, three PTOs on.
+	 */
+	if (!c->server && c->fd >= 0 && c->close_len) {
+		wl_udp_io_closing(&N.io, c->fd, c->close_pkt, c->close_len,
+				  quiche_conn_timeout_as_nanos(c->qc));
+	} else if (!c->server && c->fd >= 0) {
 		wl_loop_del(c->fd);
 		close(c->fd);
 	}
@@ -583,6 +599,7 @@ static void service(struct wl_conn *c)
 			}
 		if (c->close_req && !c->dead) {
 			quiche_conn_close(c->qc, true, c->close_code, NULL, 0);
+			c->closing = true;
 			conn_flush(c); /* the CONNECTION_CLOSE: the connection is over for us */
 			c->dead = true;
 		}
@@ -1052,6 +1069,7 @@ static void q_conn_info(struct wl_conn *c, struct wl_dl *r)
 
 static void q_fini(void)
 {
+	wl_udp_io_closings_wait();
 	if (N.listen_fd >= 0) {
 		wl_loop_del(N.listen_fd);
 		close(N.listen_fd);

@@ -106,6 +106,9 @@ struct wl_conn {
 	uint64_t counts[4]; /* its part of N.sums: sent, lost, lost bytes, 0 (resent) */
 	uint64_t received;  /* packets, as of its last snapshot */
 	bool resumed;	    /* its handshake resumed a session */
+	/* Client: the CONNECTION_CLOSE it sent, for its closing period (finish). */
+	size_t close_len;
+	uint8_t close_pkt[WL_CLOSE_MAX];
 };
 
 static struct {
@@ -572,17 +575,34 @@ static const quic_transport_methods_t methods = {
 
 /* Sending: the packets tquic has, batched for GSO on qprof-wl's datapath */
 
-/* The socket a packet leaves by: the server's, or the client connection's of its source port. */
-static int socket_of(const struct sockaddr_in *src)
+/* The client connection a packet leaves by, by its source port; NULL: the server's, or none. */
+static struct wl_conn *conn_of(const struct sockaddr_in *src)
 {
 	struct wl_conn *c;
 
 	if (N.server)
-		return N.listen_fd;
+		return NULL;
 	for (c = N.live; c; c = c->next)
 		if (c->fd >= 0 && src && c->local.sin_port == src->sin_port)
-			return c->fd;
-	return -1;
+			return c;
+	return NULL;
+}
+
+/*
+ * A client's first datagram after it closed the connection: its
+ * CONNECTION_CLOSE, kept for its closing period (finish).
+ */
+static void keep_close(struct wl_conn *c, const quic_packet_out_spec_t *p, size_t n)
+{
+	size_t k, off = 0;
+
+	if (!c || !c->close_req || c->close_len || n > sizeof(c->close_pkt))
+		return;
+	for (k = 0; k < p->iovlen; k++) {
+		memcpy(c->close_pkt + off, p->iov[k].iov_base, p->iov[k].iov_len);
+		off += p->iov[k].iov_len;
+	}
+	c->close_len = n;
 }
 
 static void send_batch(int fd, const struct sockaddr_in *to, size_t len, size_t seg)
@@ -595,6 +615,7 @@ static int on_packets_send(void *psctx, quic_packet_out_spec_t *pkts, unsigned c
 {
 	struct sockaddr_in to = {0};
 	size_t off = 0, seg = 0, npkts = 0;
+	struct wl_conn *pc;
 	int fd = -1;
 	unsigned i;
 
@@ -610,7 +631,9 @@ static int on_packets_send(void *psctx, quic_packet_out_spec_t *pkts, unsigned c
 			n += pkts[i].iov[k].iov_len;
 		if (n > PKT_MAX || pkts[i].dst_addr_len != sizeof(to))
 			continue;
-		pfd = socket_of(pkts[i].src_addr_len == sizeof(*src) ? src : NULL);
+		pc = conn_of(pkts[i].src_addr_len == sizeof(*src) ? src : NULL);
+		pfd = N.server ? N.listen_fd : pc ? pc->fd : -1;
+		keep_close(pc, &pkts[i], n);
 		same = pfd == fd && !memcmp(dst, &to, sizeof(to));
 		/* Segments of one size to one peer, the last perhaps shorter; else the batch goes first. */
 		if (npkts && (n > seg || !same || off + n > GSO_MAX_BYTES)) {
@@ -725,6 +748,27 @@ static void conn_asks(struct wl_conn *c)
 	}
 }
 
+/*
+ * c's probe timeout (RFC 9002 6.2.1) from tquic's estimates of its path,
+ * the peer's max_ack_delay taken as the RFC's 25 ms; unknown: the
+ * estimate before any sample (333 ms initial RTT).
+ */
+static uint64_t pto_ns(struct wl_conn *c)
+{
+	const quic_path_stats_t *ps = NULL;
+	quic_path_address_t pa;
+	uint64_t var;
+
+	if (c->qc && quic_conn_active_path(c->qc, &pa))
+		ps = quic_conn_path_stats(c->qc, (struct sockaddr *)&pa.local_addr,
+					  pa.local_addr_len, (struct sockaddr *)&pa.remote_addr,
+					  pa.remote_addr_len);
+	if (!ps || !ps->srtt)
+		return (333000 + 4 * 166500 + 25000) * 1000ull;
+	var = 4 * ps->rttvar > 1000 ? 4 * ps->rttvar : 1000; /* tquic says them in microseconds */
+	return (ps->srtt + var + 25000) * 1000ull;
+}
+
 /* c is over for the pattern: its streams' and its closed handlers; tquic's connection let go. */
 static void finish(struct wl_conn *c)
 {
@@ -739,11 +783,17 @@ static void finish(struct wl_conn *c)
 	if (c->qc && c->server && !quic_conn_is_closing(c->qc) && !quic_conn_is_closed(c->qc) &&
 	    !quic_conn_is_draining(c->qc))
 		quic_conn_close(c->qc, true, WL_CLOSE_ERROR, NULL, 0);
-	c->qc = NULL;
-	if (!c->server && c->fd >= 0) {
+	/*
+	 * A client's socket: kept through its closing period if it closed the
+	 * connection (tquic drops what arrives once it is closing).
+	 */
+	if (!c->server && c->fd >= 0 && c->close_len) {
+		wl_udp_io_closing(&N.io, c->fd, c->close_pkt, c->close_len, 3 * pto_ns(c));
+	} else if (!c->server && c->fd >= 0) {
 		wl_loop_del(c->fd);
 		close(c->fd);
 	}
+	c->qc = NULL;
 	for (pp = &N.live; *pp && *pp != c; pp = &(*pp)->next)
 		;
 	if (*pp)
@@ -1105,6 +1155,7 @@ static void t_conn_info(struct wl_conn *c, struct wl_dl *r)
 
 static void t_fini(void)
 {
+	wl_udp_io_closings_wait();
 	if (N.ep)
 		quic_endpoint_free(N.ep);
 	if (N.listen_fd >= 0) {
