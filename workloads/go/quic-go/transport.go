@@ -80,7 +80,11 @@ var st struct {
 	stats    atomic.Pointer[conn] // the first WL_CONN_STATS connection: marks and "done" read it
 	gso      atomic.Int32         // -1 unknown, 0 off, 1 on (quic-go's ConnectionState().GSO)
 	udp      udpCounts
+	closings sync.WaitGroup // clients' transports, until each is closed (after its closing period)
 }
+
+// How long the end waits for the clients' closing periods (as rs/quinn's LINGER_NS).
+const closingsWait = time.Second
 
 type conn struct {
 	mu    sync.Mutex // held around every handler of this connection and its streams
@@ -295,7 +299,9 @@ func goConnect(hd *C.struct_wl_conn_handlers, ctx C.uintptr_t, flags C.uint, out
 	}
 	tr := &quic.Transport{Conn: newUDPConn(uc)}
 	c.tConnect = now()
+	st.closings.Add(1)
 	go func() {
+		defer st.closings.Done()
 		// DialEarly: with a cached session the pattern's first request
 		// goes as 0-RTT, as soon as quic-go has the keys.
 		qc, err := tr.DialEarly(context.Background(), st.addr, st.tlsConf, st.quicConf)
@@ -309,6 +315,10 @@ func goConnect(hd *C.struct_wl_conn_handlers, ctx C.uintptr_t, flags C.uint, out
 		c.qc = qc
 		close(c.ready)
 		c.run()
+		// quic-go answers the peer of a connection this side closed with
+		// its CONNECTION_CLOSE for three PTOs (closed_conn.go), for as long
+		// as its Transport runs: the Transport is kept until then.
+		time.Sleep(c.closingPeriod())
 		tr.Close()
 	}()
 	return C.WL_EXIT_OK
@@ -338,6 +348,20 @@ func (c *conn) run() {
 	<-qc.Context().Done()
 	c.endWith(context.Cause(qc.Context()))
 	c.finish()
+}
+
+// Three PTOs, as quic-go keeps a connection this side closed
+// (connection.go's ReplaceWithClosed); 0: the peer closed it, or it was
+// never made.
+func (c *conn) closingPeriod() time.Duration {
+	if c.qc == nil || !c.closing.Load() || bool(c.end.closed_by_peer) {
+		return 0
+	}
+	s := c.qc.ConnectionStats()
+	if s.SmoothedRTT == 0 {
+		return 3 * 2 * 100 * time.Millisecond // quic-go's PTO before any sample
+	}
+	return 3 * (s.SmoothedRTT + max(4*s.MeanDeviation, time.Millisecond))
 }
 
 // A stream starts, unless the connection is over; false: it is.
@@ -883,6 +907,15 @@ func goJsonMark(j *C.struct_wl_json) {
 func goFini() {
 	if st.listener != nil {
 		st.listener.Close()
+	}
+	done := make(chan struct{})
+	go func() {
+		st.closings.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(closingsWait):
 	}
 }
 
